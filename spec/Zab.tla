@@ -1,0 +1,690 @@
+-------------------------------- MODULE Zab --------------------------------
+(***************************************************************************)
+(* Zab as ZooKeeper implements it: the "Zab 1.0" design page (seed 000),   *)
+(* with the requirements of Reed & Junqueira (seed 004) and the properties *)
+(* of Junqueira et al., DSN 2011 (seed 001).                               *)
+(*                                                                         *)
+(* Granularity: one action is one server handling one event -- one packet *)
+(* of seed 000's table taken from the head of a FIFO channel, a timeout, a *)
+(* client request, a crash.  Packet names, numbers and phase steps follow  *)
+(* seed 000; spec/README.md maps every action to its seed step and lists   *)
+(* each deliberate departure.                                              *)
+(*                                                                         *)
+(* Leader election is ONE atomic step here (ElectLeader): a quorum of      *)
+(* LOOKING servers elects the one with the greatest vote (currentEpoch,    *)
+(* lastZxid, sid), which is what FastLeaderElection decides when it        *)
+(* terminates.  FastLeaderElection itself, notification by notification,  *)
+(* is the module FastLeaderElection.tla.  This "multi-grained" split keeps *)
+(* discovery, synchronization and broadcast small enough to explore.       *)
+(*                                                                         *)
+(* Channels are TCP connections: msgs[i][j] is the FIFO sequence of        *)
+(* packets sent by i to j and not yet processed by j.  Closing a           *)
+(* connection (a timeout, a crash, going back to election) drops the       *)
+(* packets in flight both ways, and the leader forgets that learner.       *)
+(***************************************************************************)
+EXTENDS Naturals, Integers, Sequences, FiniteSets
+
+CONSTANTS
+    N,          \* the number of servers; the servers are the sids 1..N
+    MaxEpoch,   \* bound: no election starts once an acceptedEpoch reached MaxEpoch
+    MaxTxns,    \* bound: ClientRequest is enabled while fewer than MaxTxns were broadcast
+    MaxFaults   \* bound: at most MaxFaults crashes and follower timeouts in a behaviour
+
+ASSUME N \in Nat \ {0} /\ MaxEpoch \in Nat \ {0} /\ MaxTxns \in Nat /\ MaxFaults \in Nat
+
+Server == 1 .. N
+NoServer == 0
+
+\* ServerState (seed 002)
+LOOKING == "LOOKING"
+FOLLOWING == "FOLLOWING"
+LEADING == "LEADING"
+
+\* The phases of seed 000 (ZooKeeper's ZabState)
+ELECTION == "ELECTION"
+DISCOVERY == "DISCOVERY"
+SYNCHRONIZATION == "SYNCHRONIZATION"
+BROADCAST == "BROADCAST"
+
+(***************************************************************************)
+(* What a leader knows of one learner connection (ZooKeeper's              *)
+(* LearnerHandler), named after the last packet exchanged on it:           *)
+(*   NONE          no connection                                           *)
+(*   FOLLOWERINFO  FOLLOWERINFO received; LEADERINFO waits for a quorum    *)
+(*   LEADERINFO    LEADERINFO sent; waiting for ACKEPOCH                   *)
+(*   ACKEPOCH      ACKEPOCH received; sync waits for a quorum of ACKEPOCH  *)
+(*   NEWLEADER     sync packets and NEWLEADER sent; waiting for its ACK    *)
+(*   ACKNEWLEADER  ACK of NEWLEADER received; UPTODATE waits for a quorum  *)
+(*   UPTODATE      UPTODATE sent: the learner is in broadcast              *)
+(***************************************************************************)
+LearnerPhases == {"NONE", "FOLLOWERINFO", "LEADERINFO", "ACKEPOCH",
+                  "NEWLEADER", "ACKNEWLEADER", "UPTODATE"}
+
+\* Learners on the leader's forwarding list: sync was queued to them, so new PROPOSALs and COMMITs
+\* are queued behind it (seed 000, phase 2, step 1).
+ForwardingPhases == {"NEWLEADER", "ACKNEWLEADER", "UPTODATE"}
+
+IsQuorum(S) == 2 * Cardinality(S) > N
+Quorums == {Q \in SUBSET Server : IsQuorum(Q)}
+
+Max(a, b) == IF a >= b THEN a ELSE b
+
+(***************************************************************************)
+(* A zxid is the pair <<epoch, counter>> (seed 004: epoch in the high 32   *)
+(* bits, counter in the low 32).  A transaction is [zxid, value].          *)
+(***************************************************************************)
+ZxidLT(a, b) == a[1] < b[1] \/ (a[1] = b[1] /\ a[2] < b[2])
+ZxidLE(a, b) == ~ZxidLT(b, a)
+LastZxid(h) == IF h = <<>> THEN <<0, 0>> ELSE h[Len(h)].zxid
+
+\* The position of zxid z in history h, 0 when absent.
+IndexOf(h, z) == IF \E k \in 1 .. Len(h) : h[k].zxid = z
+                 THEN CHOOSE k \in 1 .. Len(h) : h[k].zxid = z
+                 ELSE 0
+
+Range(s) == {s[k] : k \in DOMAIN s}
+IsPrefix(s, t) == Len(s) <= Len(t) /\ SubSeq(t, 1, Len(s)) = s
+
+(***************************************************************************)
+(* Packets: seed 000's QuorumPacket {type, zxid, data}.  NoData stands for *)
+(* the table's "n/a".                                                      *)
+(***************************************************************************)
+NoData == "n/a"
+Packet(type, zxid, data) == [type |-> type, zxid |-> zxid, data |-> data]
+
+-----------------------------------------------------------------------------
+VARIABLES
+    \* ---- every server, persistent (on disk; survive a crash) ----
+    history,          \* the log of accepted transactions: <<[zxid, value], ...>>
+    acceptedEpoch,    \* the epoch of the last LEADERINFO (NEWEPOCH) accepted
+    currentEpoch,     \* the epoch of the last NEWLEADER accepted
+    \* ---- every server, volatile (lost in a crash) ----
+    state,            \* LOOKING, FOLLOWING or LEADING
+    zabState,         \* ELECTION, DISCOVERY, SYNCHRONIZATION or BROADCAST
+    leader,           \* whom a FOLLOWING server follows; the leader itself when LEADING; else NoServer
+    lastCommitted,    \* history[i][1..lastCommitted[i]] is what i has delivered
+    \* ---- follower, volatile ----
+    stagedHistory,    \* the history a syncing follower builds; applied atomically on NEWLEADER
+    \* ---- leader, volatile ----
+    newEpoch,         \* the epoch the leader proposes (ZooKeeper's Leader.epoch)
+    learnerPhase,     \* learnerPhase[l][f]: what leader l knows of learner f's connection
+    learnerLastZxid,  \* learnerLastZxid[l][f]: the lastZxid f reported in ACKEPOCH
+    ackIndex,         \* ackIndex[l][f]: the longest prefix of l's history f has ACKed
+    \* ---- network ----
+    msgs,             \* msgs[i][j]: packets from i to j in flight, FIFO (one TCP connection)
+    \* ---- checking only: no protocol action reads them ----
+    proposed,         \* every transaction ever broadcast (the paper's "broadcast" events)
+    committed,        \* the transactions delivered by any server, in first-delivery order
+    \* ---- bound only ----
+    faults            \* crashes and follower timeouts so far (bounded by MaxFaults)
+
+persistentVars == <<history, acceptedEpoch, currentEpoch>>
+serverVars == <<state, zabState, leader, lastCommitted>>
+leaderVars == <<newEpoch, learnerPhase, learnerLastZxid, ackIndex>>
+checkVars == <<proposed, committed>>
+vars == <<persistentVars, serverVars, stagedHistory, leaderVars, msgs, checkVars, faults>>
+
+-----------------------------------------------------------------------------
+(* Helpers over channels; each returns a new value of msgs. *)
+Send(ch, from, to, m) == [ch EXCEPT ![from][to] = Append(@, m)]
+SendSeq(ch, from, to, s) == [ch EXCEPT ![from][to] = @ \o s]
+SendAll(ch, from, tos, m) ==
+    [ch EXCEPT ![from] = [b \in Server |-> IF b \in tos THEN Append(ch[from][b], m) ELSE ch[from][b]]]
+Discard(ch, from, to) == [ch EXCEPT ![from][to] = Tail(@)]
+
+HasPacket(from, to, type) == msgs[from][to] /= <<>> /\ Head(msgs[from][to]).type = type
+
+\* The vote a server casts in election: (currentEpoch, lastZxid, sid), compared in that order (seed 002).
+Vote(s) == <<currentEpoch[s], LastZxid(history[s]), s>>
+VoteLT(a, b) ==
+    \/ a[1] < b[1]
+    \/ a[1] = b[1] /\ ZxidLT(a[2], b[2])
+    \/ a[1] = b[1] /\ a[2] = b[2] /\ a[3] < b[3]
+
+\* What server s has delivered, and the commit point of its history as a zxid.
+Delivered(s) == SubSeq(history[s], 1, lastCommitted[s])
+CommittedZxid(h, k) == IF k = 0 THEN <<0, 0>> ELSE h[k].zxid
+
+(***************************************************************************)
+(* Delivery: server s delivers the prefix h[1..k] of its history h.  The   *)
+(* checking variable `committed` records the first order in which any      *)
+(* server delivered anything; the invariants compare deliveries with it.   *)
+(***************************************************************************)
+Deliver(s, h, k) ==
+    /\ lastCommitted' = [lastCommitted EXCEPT ![s] = k]
+    /\ committed' = IF k > Len(committed) /\ IsPrefix(committed, SubSeq(h, 1, k))
+                    THEN SubSeq(h, 1, k)
+                    ELSE committed
+
+(***************************************************************************)
+(* Server s goes back to leader election (seed 000: "any failures or       *)
+(* timeouts will cause the server to go back to leader election").  Its    *)
+(* connections close: packets in flight to and from s are lost, and any    *)
+(* leader forgets s as a learner.  Persistent state and lastCommitted are  *)
+(* untouched here; Crash also drops lastCommitted.                         *)
+(***************************************************************************)
+GoLooking(s) ==
+    /\ state' = [state EXCEPT ![s] = LOOKING]
+    /\ zabState' = [zabState EXCEPT ![s] = ELECTION]
+    /\ leader' = [leader EXCEPT ![s] = NoServer]
+    /\ stagedHistory' = [stagedHistory EXCEPT ![s] = <<>>]
+    /\ newEpoch' = [newEpoch EXCEPT ![s] = 0]
+    /\ learnerPhase' = [l \in Server |-> IF l = s THEN [f \in Server |-> "NONE"]
+                                         ELSE [learnerPhase[l] EXCEPT ![s] = "NONE"]]
+    /\ learnerLastZxid' = [l \in Server |-> IF l = s THEN [f \in Server |-> <<0, 0>>]
+                                            ELSE [learnerLastZxid[l] EXCEPT ![s] = <<0, 0>>]]
+    /\ ackIndex' = [l \in Server |-> IF l = s THEN [f \in Server |-> 0]
+                                     ELSE [ackIndex[l] EXCEPT ![s] = 0]]
+    /\ msgs' = [a \in Server |-> [b \in Server |-> IF a = s \/ b = s THEN <<>> ELSE msgs[a][b]]]
+
+(***************************************************************************)
+(* The packets a leader with history h and commit point c sends to a       *)
+(* learner whose last zxid is z (seed 000, phase 2), before NEWLEADER:      *)
+(*   DIFF(lastCommittedZxid), then the PROPOSALs the learner misses, when z *)
+(*     is the leader's last zxid or appears in h;                          *)
+(*   SNAP carrying h, when z precedes everything in h (ZooKeeper sends a   *)
+(*     snapshot when the learner is older than the leader's log, here the  *)
+(*     whole history);                                                     *)
+(*   TRUNC(t), then the PROPOSALs after t, when the learner has            *)
+(*     transactions the leader skipped: t is the last zxid of h below z.    *)
+(***************************************************************************)
+SyncPackets(h, c, z) ==
+    LET n == Len(h)
+        last == LastZxid(h)
+        diff == Packet("DIFF", CommittedZxid(h, c), NoData)
+        Proposals(from) == [k \in 1 .. (n - from) |->
+                               Packet("PROPOSAL", h[from + k].zxid, h[from + k].value)]
+        pos == IndexOf(h, z)
+        below == {k \in 1 .. n : ZxidLT(h[k].zxid, z)} \cup {0}
+    IN  IF z = last THEN <<diff>>
+        ELSE IF n > 0 /\ ZxidLT(z, h[1].zxid) THEN <<Packet("SNAP", last, h)>>
+        ELSE IF pos > 0 THEN <<diff>> \o Proposals(pos)
+        ELSE LET t == CHOOSE k \in below : \A k2 \in below : k2 <= k
+             IN  <<Packet("TRUNC", CommittedZxid(h, t), NoData)>> \o Proposals(t)
+
+FollowerInfo(f) == Packet("FOLLOWERINFO", <<acceptedEpoch[f], 0>>, f)
+
+-----------------------------------------------------------------------------
+Init ==
+    /\ history = [s \in Server |-> <<>>]
+    /\ acceptedEpoch = [s \in Server |-> 0]
+    /\ currentEpoch = [s \in Server |-> 0]
+    /\ state = [s \in Server |-> LOOKING]
+    /\ zabState = [s \in Server |-> ELECTION]
+    /\ leader = [s \in Server |-> NoServer]
+    /\ lastCommitted = [s \in Server |-> 0]
+    /\ stagedHistory = [s \in Server |-> <<>>]
+    /\ newEpoch = [s \in Server |-> 0]
+    /\ learnerPhase = [l \in Server |-> [f \in Server |-> "NONE"]]
+    /\ learnerLastZxid = [l \in Server |-> [f \in Server |-> <<0, 0>>]]
+    /\ ackIndex = [l \in Server |-> [f \in Server |-> 0]]
+    /\ msgs = [a \in Server |-> [b \in Server |-> <<>>]]
+    /\ proposed = {}
+    /\ committed = <<>>
+    /\ faults = 0
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* Election (atomic).  A quorum Q of LOOKING servers elects i, whose vote  *)
+(* is the greatest in Q.  i starts phase 1 as leader proposing an epoch    *)
+(* above its acceptedEpoch; the others connect to i and send FOLLOWERINFO  *)
+(* (seed 000, phase 1, steps 1-2).                                         *)
+(***************************************************************************)
+ElectLeader(i, Q) ==
+    /\ i \in Q
+    /\ \A s \in Q : state[s] = LOOKING
+    /\ \A s \in Server : acceptedEpoch[s] < MaxEpoch
+    /\ \A s \in Q \ {i} : VoteLT(Vote(s), Vote(i))
+    /\ state' = [s \in Server |-> IF s = i THEN LEADING ELSE IF s \in Q THEN FOLLOWING ELSE state[s]]
+    /\ zabState' = [s \in Server |-> IF s \in Q THEN DISCOVERY ELSE zabState[s]]
+    /\ leader' = [s \in Server |-> IF s \in Q THEN i ELSE leader[s]]
+    /\ newEpoch' = [newEpoch EXCEPT ![i] = acceptedEpoch[i] + 1]
+    /\ msgs' = [a \in Server |-> [b \in Server |->
+                   IF a \in Q \ {i} /\ b = i THEN Append(msgs[a][b], FollowerInfo(a)) ELSE msgs[a][b]]]
+    /\ UNCHANGED <<persistentVars, lastCommitted, stagedHistory, learnerPhase, learnerLastZxid,
+                   ackIndex, checkVars, faults>>
+
+(***************************************************************************)
+(* A LOOKING server i learns from election notifications that a quorum    *)
+(* already follows leader j (FastLeaderElection's out-of-election votes    *)
+(* with checkLeader), and joins it: a follower joining an established      *)
+(* leader (seed 001's open question; seed 000: "the follower follows the   *)
+(* phases").                                                               *)
+(***************************************************************************)
+JoinLeader(i, j) ==
+    /\ i /= j
+    /\ state[i] = LOOKING
+    /\ state[j] = LEADING
+    /\ IsQuorum({j} \cup {s \in Server : state[s] = FOLLOWING /\ leader[s] = j})
+    /\ state' = [state EXCEPT ![i] = FOLLOWING]
+    /\ zabState' = [zabState EXCEPT ![i] = DISCOVERY]
+    /\ leader' = [leader EXCEPT ![i] = j]
+    /\ msgs' = Send(msgs, i, j, FollowerInfo(i))
+    /\ UNCHANGED <<persistentVars, lastCommitted, stagedHistory, leaderVars, checkVars, faults>>
+
+-----------------------------------------------------------------------------
+(* Phase 1: establish an epoch (seed 000). *)
+
+(***************************************************************************)
+(* Leader i takes FOLLOWERINFO(acceptedEpoch) from j.  Until a quorum has  *)
+(* connected, the proposed epoch grows above every acceptedEpoch seen; with *)
+(* the quorum, i accepts that epoch and sends LEADERINFO(e) to all waiting *)
+(* learners (step 3).  Once the epoch is chosen (acceptedEpoch[i] =         *)
+(* newEpoch[i]) a late learner gets LEADERINFO at once.                    *)
+(***************************************************************************)
+LeaderProcessFOLLOWERINFO(i, j) ==
+    /\ state[i] = LEADING
+    /\ HasPacket(j, i, "FOLLOWERINFO")
+    /\ LET m == Head(msgs[j][i])
+           waiting == {f \in Server : learnerPhase[i][f] = "FOLLOWERINFO"} \cup {j}
+           e == Max(newEpoch[i], m.zxid[1] + 1)
+       IN  IF acceptedEpoch[i] = newEpoch[i]
+           THEN /\ learnerPhase' = [learnerPhase EXCEPT ![i][j] = "LEADERINFO"]
+                /\ msgs' = Send(Discard(msgs, j, i), i, j, Packet("LEADERINFO", <<newEpoch[i], 0>>, NoData))
+                /\ UNCHANGED <<newEpoch, acceptedEpoch>>
+           ELSE IF IsQuorum(waiting \cup {i})
+           THEN /\ newEpoch' = [newEpoch EXCEPT ![i] = e]
+                /\ acceptedEpoch' = [acceptedEpoch EXCEPT ![i] = e]
+                /\ learnerPhase' = [learnerPhase EXCEPT ![i] =
+                                      [f \in Server |-> IF f \in waiting THEN "LEADERINFO" ELSE @[f]]]
+                /\ msgs' = SendAll(Discard(msgs, j, i), i, waiting, Packet("LEADERINFO", <<e, 0>>, NoData))
+           ELSE /\ newEpoch' = [newEpoch EXCEPT ![i] = e]
+                /\ learnerPhase' = [learnerPhase EXCEPT ![i][j] = "FOLLOWERINFO"]
+                /\ msgs' = Discard(msgs, j, i)
+                /\ UNCHANGED acceptedEpoch
+    /\ UNCHANGED <<history, currentEpoch, serverVars, stagedHistory, learnerLastZxid, ackIndex, checkVars, faults>>
+
+(***************************************************************************)
+(* Follower i takes LEADERINFO(e) from its leader j (step 4): if e >       *)
+(* acceptedEpoch it accepts e and sends ACKEPOCH(lastZxid, currentEpoch);   *)
+(* if e = acceptedEpoch it sends ACKEPOCH(lastZxid, -1) (the packet table: *)
+(* "already acknowledged"; the leader still needs lastZxid to sync); if    *)
+(* e < acceptedEpoch it goes back to leader election.                      *)
+(***************************************************************************)
+FollowerProcessLEADERINFO(i, j) ==
+    /\ state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = DISCOVERY
+    /\ HasPacket(j, i, "LEADERINFO")
+    /\ LET e == Head(msgs[j][i]).zxid[1]
+       IN  IF e >= acceptedEpoch[i]
+           THEN /\ acceptedEpoch' = [acceptedEpoch EXCEPT ![i] = e]
+                /\ zabState' = [zabState EXCEPT ![i] = SYNCHRONIZATION]
+                /\ msgs' = Send(Discard(msgs, j, i), i, j,
+                                Packet("ACKEPOCH", LastZxid(history[i]),
+                                       IF e > acceptedEpoch[i] THEN currentEpoch[i] ELSE -1))
+                /\ UNCHANGED <<state, leader, stagedHistory, leaderVars>>
+           ELSE /\ GoLooking(i)
+                /\ UNCHANGED acceptedEpoch
+    /\ UNCHANGED <<history, currentEpoch, lastCommitted, checkVars, faults>>
+
+(***************************************************************************)
+(* Leader i takes ACKEPOCH(lastZxid, currentEpoch) from j (steps 5-7).  If *)
+(* j is more up to date than i (a greater currentEpoch, or the same one    *)
+(* and a greater lastZxid), i goes back to leader election.  Once a quorum *)
+(* has acknowledged the epoch, i sets currentEpoch (ZooKeeper's Leader     *)
+(* does so here) and starts phase 2 with every acknowledged learner: the   *)
+(* sync packets, then NEWLEADER(e).  A later ACKEPOCH is synced at once.   *)
+(***************************************************************************)
+LeaderProcessACKEPOCH(i, j) ==
+    /\ state[i] = LEADING /\ learnerPhase[i][j] = "LEADERINFO"
+    /\ HasPacket(j, i, "ACKEPOCH")
+    /\ LET m == Head(msgs[j][i])
+           behind == \/ m.data = -1
+                     \/ m.data < currentEpoch[i]
+                     \/ m.data = currentEpoch[i] /\ ZxidLE(m.zxid, LastZxid(history[i]))
+           acked == {f \in Server : learnerPhase[i][f] = "ACKEPOCH"} \cup {j}
+           lz(f) == IF f = j THEN m.zxid ELSE learnerLastZxid[i][f]
+           e == newEpoch[i]
+           sync(f) == SyncPackets(history[i], lastCommitted[i], lz(f))
+                      \o <<Packet("NEWLEADER", <<e, 0>>, NoData)>>
+       IN  IF ~behind
+           THEN /\ GoLooking(i)
+                /\ UNCHANGED currentEpoch
+           ELSE IF zabState[i] = DISCOVERY /\ IsQuorum(acked \cup {i})
+           THEN /\ currentEpoch' = [currentEpoch EXCEPT ![i] = e]
+                /\ zabState' = [zabState EXCEPT ![i] = SYNCHRONIZATION]
+                /\ learnerPhase' = [learnerPhase EXCEPT ![i] =
+                                      [f \in Server |-> IF f \in acked THEN "NEWLEADER" ELSE @[f]]]
+                /\ learnerLastZxid' = [learnerLastZxid EXCEPT ![i][j] = m.zxid]
+                /\ msgs' = LET ch == Discard(msgs, j, i)
+                           IN  [ch EXCEPT ![i] = [f \in Server |->
+                                   IF f \in acked THEN ch[i][f] \o sync(f) ELSE ch[i][f]]]
+                /\ UNCHANGED <<state, leader, stagedHistory, newEpoch, ackIndex>>
+           ELSE IF zabState[i] = DISCOVERY
+           THEN /\ learnerPhase' = [learnerPhase EXCEPT ![i][j] = "ACKEPOCH"]
+                /\ learnerLastZxid' = [learnerLastZxid EXCEPT ![i][j] = m.zxid]
+                /\ msgs' = Discard(msgs, j, i)
+                /\ UNCHANGED <<currentEpoch, state, zabState, leader, stagedHistory, newEpoch, ackIndex>>
+           ELSE /\ learnerPhase' = [learnerPhase EXCEPT ![i][j] = "NEWLEADER"]
+                /\ learnerLastZxid' = [learnerLastZxid EXCEPT ![i][j] = m.zxid]
+                /\ msgs' = SendSeq(Discard(msgs, j, i), i, j, sync(j))
+                /\ UNCHANGED <<currentEpoch, state, zabState, leader, stagedHistory, newEpoch, ackIndex>>
+    /\ UNCHANGED <<history, acceptedEpoch, lastCommitted, checkVars, faults>>
+
+-----------------------------------------------------------------------------
+(* Phase 2: sync with followers (seed 000).  The follower stages what it *)
+(* receives and changes nothing on disk until NEWLEADER.                  *)
+
+SyncingFrom(i, j) == state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = SYNCHRONIZATION
+
+\* DIFF(lastCommittedZxid): the follower's history is a prefix of the leader's; keep it.
+FollowerProcessDIFF(i, j) ==
+    /\ SyncingFrom(i, j)
+    /\ HasPacket(j, i, "DIFF")
+    /\ stagedHistory' = [stagedHistory EXCEPT ![i] = history[i]]
+    /\ msgs' = Discard(msgs, j, i)
+    /\ UNCHANGED <<persistentVars, serverVars, leaderVars, checkVars, faults>>
+
+\* TRUNC(truncZxid): forget every transaction after truncZxid (the ones the leader skipped).
+FollowerProcessTRUNC(i, j) ==
+    /\ SyncingFrom(i, j)
+    /\ HasPacket(j, i, "TRUNC")
+    /\ LET t == Head(msgs[j][i]).zxid
+           keep == {k \in 0 .. Len(history[i]) : \A k2 \in 1 .. k : ZxidLE(history[i][k2].zxid, t)}
+       IN  stagedHistory' = [stagedHistory EXCEPT ![i] =
+                                SubSeq(history[i], 1, CHOOSE k \in keep : \A k2 \in keep : k2 <= k)]
+    /\ msgs' = Discard(msgs, j, i)
+    /\ UNCHANGED <<persistentVars, serverVars, leaderVars, checkVars, faults>>
+
+\* SNAP: a state transfer; here the packet carries the leader's whole history.
+FollowerProcessSNAP(i, j) ==
+    /\ SyncingFrom(i, j)
+    /\ HasPacket(j, i, "SNAP")
+    /\ stagedHistory' = [stagedHistory EXCEPT ![i] = Head(msgs[j][i]).data]
+    /\ msgs' = Discard(msgs, j, i)
+    /\ UNCHANGED <<persistentVars, serverVars, leaderVars, checkVars, faults>>
+
+\* A PROPOSAL that is part of the sync (before NEWLEADER) is staged, not logged and not ACKed.
+FollowerProcessPROPOSALInSync(i, j) ==
+    /\ SyncingFrom(i, j)
+    /\ HasPacket(j, i, "PROPOSAL")
+    /\ LET m == Head(msgs[j][i])
+       IN  stagedHistory' = [stagedHistory EXCEPT ![i] = Append(@, [zxid |-> m.zxid, value |-> m.data])]
+    /\ msgs' = Discard(msgs, j, i)
+    /\ UNCHANGED <<persistentVars, serverVars, leaderVars, checkVars, faults>>
+
+(***************************************************************************)
+(* NEWLEADER(e): the follower atomically applies the staged history, sets  *)
+(* currentEpoch = e and sends ACK(e << 32) (phase 2, step 2).  From here   *)
+(* on it logs and ACKs proposals (it is on the leader's forwarding list).  *)
+(***************************************************************************)
+FollowerProcessNEWLEADER(i, j) ==
+    /\ SyncingFrom(i, j)
+    /\ HasPacket(j, i, "NEWLEADER")
+    /\ LET e == Head(msgs[j][i]).zxid[1]
+       IN  /\ history' = [history EXCEPT ![i] = stagedHistory[i]]
+           /\ currentEpoch' = [currentEpoch EXCEPT ![i] = e]
+           /\ msgs' = Send(Discard(msgs, j, i), i, j, Packet("ACK", <<e, 0>>, NoData))
+    /\ stagedHistory' = [stagedHistory EXCEPT ![i] = <<>>]
+    /\ zabState' = [zabState EXCEPT ![i] = BROADCAST]
+    /\ UNCHANGED <<acceptedEpoch, state, leader, lastCommitted, leaderVars, checkVars, faults>>
+
+(***************************************************************************)
+(* Leader i takes the ACK of NEWLEADER from j (step 3).  With a quorum the *)
+(* leader takes leadership of the epoch: it commits (delivers) its whole   *)
+(* history and queues UPTODATE to the learners that ACKed.  A learner that *)
+(* ACKs later gets UPTODATE at once.  UPTODATE carries the leader's commit *)
+(* point (see the departures in spec/README.md).                           *)
+(***************************************************************************)
+LeaderProcessACKNEWLEADER(i, j) ==
+    /\ state[i] = LEADING /\ learnerPhase[i][j] = "NEWLEADER"
+    /\ HasPacket(j, i, "ACK")
+    /\ Head(msgs[j][i]).zxid = <<currentEpoch[i], 0>>
+    /\ LET acked == {f \in Server : learnerPhase[i][f] = "ACKNEWLEADER"} \cup {j}
+           h == history[i]
+       IN  IF zabState[i] = SYNCHRONIZATION /\ IsQuorum(acked \cup {i})
+           THEN /\ zabState' = [zabState EXCEPT ![i] = BROADCAST]
+                /\ Deliver(i, h, Len(h))
+                /\ learnerPhase' = [learnerPhase EXCEPT ![i] =
+                                      [f \in Server |-> IF f \in acked THEN "UPTODATE" ELSE @[f]]]
+                /\ msgs' = SendAll(Discard(msgs, j, i), i, acked, Packet("UPTODATE", LastZxid(h), NoData))
+           ELSE IF zabState[i] = SYNCHRONIZATION
+           THEN /\ learnerPhase' = [learnerPhase EXCEPT ![i][j] = "ACKNEWLEADER"]
+                /\ msgs' = Discard(msgs, j, i)
+                /\ UNCHANGED <<zabState, lastCommitted, committed>>
+           ELSE /\ learnerPhase' = [learnerPhase EXCEPT ![i][j] = "UPTODATE"]
+                /\ msgs' = Send(Discard(msgs, j, i), i, j,
+                                Packet("UPTODATE", CommittedZxid(h, lastCommitted[i]), NoData))
+                /\ UNCHANGED <<zabState, lastCommitted, committed>>
+    /\ UNCHANGED <<persistentVars, state, leader, stagedHistory, newEpoch, learnerLastZxid, ackIndex,
+                   proposed, faults>>
+
+\* UPTODATE(commit point): the follower delivers up to the leader's commit point and serves clients.
+FollowerProcessUPTODATE(i, j) ==
+    /\ state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = BROADCAST
+    /\ HasPacket(j, i, "UPTODATE")
+    /\ LET k == IndexOf(history[i], Head(msgs[j][i]).zxid)
+       IN  IF k > lastCommitted[i]
+           THEN Deliver(i, history[i], k)
+           ELSE UNCHANGED <<lastCommitted, committed>>
+    /\ msgs' = Discard(msgs, j, i)
+    /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, leaderVars, proposed, faults>>
+
+-----------------------------------------------------------------------------
+(* Phase 3: broadcast (seed 000). *)
+
+(***************************************************************************)
+(* A client's request reaches leader i (step 1): i assigns the next zxid   *)
+(* of its epoch, logs the transaction, and queues PROPOSAL(zxid, value) to *)
+(* every learner on its forwarding list.  The value is the number of the   *)
+(* broadcast, so every transaction is unique.                              *)
+(***************************************************************************)
+ClientRequest(i) ==
+    /\ state[i] = LEADING /\ zabState[i] = BROADCAST
+    /\ Cardinality(proposed) < MaxTxns
+    /\ LET c == Cardinality({k \in 1 .. Len(history[i]) : history[i][k].zxid[1] = currentEpoch[i]})
+           t == [zxid |-> <<currentEpoch[i], c + 1>>, value |-> Cardinality(proposed) + 1]
+           fwd == {f \in Server : learnerPhase[i][f] \in ForwardingPhases}
+       IN  /\ history' = [history EXCEPT ![i] = Append(@, t)]
+           /\ proposed' = proposed \cup {t}
+           /\ msgs' = SendAll(msgs, i, fwd, Packet("PROPOSAL", t.zxid, t.value))
+    /\ UNCHANGED <<acceptedEpoch, currentEpoch, serverVars, stagedHistory, leaderVars, committed, faults>>
+
+\* Follower i logs a PROPOSAL (on disk before it answers) and sends ACK(zxid) (step 2).
+FollowerProcessPROPOSAL(i, j) ==
+    /\ state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = BROADCAST
+    /\ HasPacket(j, i, "PROPOSAL")
+    /\ LET m == Head(msgs[j][i])
+       IN  /\ history' = [history EXCEPT ![i] = Append(@, [zxid |-> m.zxid, value |-> m.data])]
+           /\ msgs' = Send(Discard(msgs, j, i), i, j, Packet("ACK", m.zxid, NoData))
+    /\ UNCHANGED <<acceptedEpoch, currentEpoch, serverVars, stagedHistory, leaderVars, checkVars, faults>>
+
+(***************************************************************************)
+(* Leader i takes ACK(zxid) of a proposal from j (step 3).  When a quorum  *)
+(* (the leader counts itself) has ACKed a longer prefix than i has         *)
+(* committed, i delivers it and queues COMMIT(zxid) -- "everything up to   *)
+(* zxid" -- to its forwarding list.                                        *)
+(***************************************************************************)
+LeaderProcessACK(i, j) ==
+    /\ state[i] = LEADING /\ zabState[i] = BROADCAST
+    /\ learnerPhase[i][j] \in {"ACKNEWLEADER", "UPTODATE"}
+    /\ HasPacket(j, i, "ACK")
+    /\ Head(msgs[j][i]).zxid[2] > 0
+    /\ LET h == history[i]
+           acks == [ackIndex[i] EXCEPT ![j] = Max(@, IndexOf(h, Head(msgs[j][i]).zxid))]
+           ok == {k \in 0 .. Len(h) : IsQuorum({i} \cup {f \in Server : acks[f] >= k})}
+           c == CHOOSE k \in ok : \A k2 \in ok : k2 <= k
+           fwd == {f \in Server : learnerPhase[i][f] \in ForwardingPhases}
+       IN  /\ ackIndex' = [ackIndex EXCEPT ![i] = acks]
+           /\ IF c > lastCommitted[i]
+              THEN /\ Deliver(i, h, c)
+                   /\ msgs' = SendAll(Discard(msgs, j, i), i, fwd, Packet("COMMIT", h[c].zxid, NoData))
+              ELSE /\ msgs' = Discard(msgs, j, i)
+                   /\ UNCHANGED <<lastCommitted, committed>>
+    /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, newEpoch, learnerPhase,
+                   learnerLastZxid, proposed, faults>>
+
+\* COMMIT(zxid): follower i delivers everything in its history up to zxid (step 3).
+FollowerProcessCOMMIT(i, j) ==
+    /\ state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = BROADCAST
+    /\ HasPacket(j, i, "COMMIT")
+    /\ LET k == IndexOf(history[i], Head(msgs[j][i]).zxid)
+       IN  IF k > lastCommitted[i]
+           THEN Deliver(i, history[i], k)
+           ELSE UNCHANGED <<lastCommitted, committed>>
+    /\ msgs' = Discard(msgs, j, i)
+    /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, leaderVars, proposed, faults>>
+
+-----------------------------------------------------------------------------
+(* Failures: timeouts and crashes.  Each sends the server back to leader *)
+(* election; a crash also loses everything volatile.                      *)
+
+\* Whether follower i's connection to its leader is still open at the leader's end (or its FOLLOWERINFO
+\* is still on the way there).
+LeaderConnected(i) ==
+    LET l == leader[i]
+    IN  state[l] = LEADING /\ (learnerPhase[l][i] /= "NONE" \/ msgs[i][l] /= <<>>)
+
+(***************************************************************************)
+(* A follower stops hearing from its leader (no packets or pings within   *)
+(* the timeout) and goes back to election.  When the leader's end of the  *)
+(* connection is gone (it crashed or gave up), the timeout is bound to    *)
+(* come; when the connection is still open, the timeout is a fault (a     *)
+(* partition, a slow network) and counts against MaxFaults.               *)
+(***************************************************************************)
+FollowerTimeout(i) ==
+    /\ state[i] = FOLLOWING
+    /\ IF LeaderConnected(i)
+       THEN faults < MaxFaults /\ faults' = faults + 1
+       ELSE UNCHANGED faults
+    /\ GoLooking(i)
+    /\ UNCHANGED <<persistentVars, lastCommitted, checkVars>>
+
+\* A leader without a quorum of connected learners gives up leadership (phase 3's quorum timeout).
+LeaderTimeout(i) ==
+    /\ state[i] = LEADING
+    /\ ~IsQuorum({i} \cup {f \in Server : learnerPhase[i][f] /= "NONE"})
+    /\ GoLooking(i)
+    /\ UNCHANGED <<persistentVars, lastCommitted, checkVars, faults>>
+
+(***************************************************************************)
+(* Server i crashes and restarts: it keeps history, acceptedEpoch and      *)
+(* currentEpoch, loses everything else, and is LOOKING again.  (Crash and  *)
+(* recovery are one step: a server that stays down is indistinguishable,  *)
+(* for safety, from a LOOKING server that takes no step.)  A crash of a    *)
+(* LOOKING server that has delivered nothing changes nothing and is left  *)
+(* out, so that every edge of the state graph changes the state.          *)
+(***************************************************************************)
+Crash(i) ==
+    /\ state[i] /= LOOKING \/ lastCommitted[i] > 0
+    /\ faults < MaxFaults
+    /\ faults' = faults + 1
+    /\ GoLooking(i)
+    /\ lastCommitted' = [lastCommitted EXCEPT ![i] = 0]
+    /\ UNCHANGED <<persistentVars, checkVars>>
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* The next-state relation, grouped by phase.  Keep every disjunct in the  *)
+(* form "\E params \in Domain : Action(params)": the toolchain reads this  *)
+(* list to label every edge of a dumped graph with its parameters.         *)
+(***************************************************************************)
+Next ==
+    \* Election (atomic here; fine-grained in FastLeaderElection.tla)
+    \/ \E i \in Server, Q \in Quorums : ElectLeader(i, Q)
+    \/ \E i, j \in Server : JoinLeader(i, j)
+    \* Phase 1: discovery
+    \/ \E i, j \in Server : LeaderProcessFOLLOWERINFO(i, j)
+    \/ \E i, j \in Server : FollowerProcessLEADERINFO(i, j)
+    \/ \E i, j \in Server : LeaderProcessACKEPOCH(i, j)
+    \* Phase 2: synchronization
+    \/ \E i, j \in Server : FollowerProcessDIFF(i, j)
+    \/ \E i, j \in Server : FollowerProcessTRUNC(i, j)
+    \/ \E i, j \in Server : FollowerProcessSNAP(i, j)
+    \/ \E i, j \in Server : FollowerProcessPROPOSALInSync(i, j)
+    \/ \E i, j \in Server : FollowerProcessNEWLEADER(i, j)
+    \/ \E i, j \in Server : LeaderProcessACKNEWLEADER(i, j)
+    \/ \E i, j \in Server : FollowerProcessUPTODATE(i, j)
+    \* Phase 3: broadcast
+    \/ \E i \in Server : ClientRequest(i)
+    \/ \E i, j \in Server : FollowerProcessPROPOSAL(i, j)
+    \/ \E i, j \in Server : LeaderProcessACK(i, j)
+    \/ \E i, j \in Server : FollowerProcessCOMMIT(i, j)
+    \* Failures
+    \/ \E i \in Server : FollowerTimeout(i)
+    \/ \E i \in Server : LeaderTimeout(i)
+    \/ \E i \in Server : Crash(i)
+
+Spec == Init /\ [][Next]_vars
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* Invariants.  Each restates a property of the papers in English above    *)
+(* its formula.  "Delivered(s)" is what server s has delivered in its      *)
+(* current incarnation; `committed` is every delivery by any server, ever, *)
+(* in the order it first happened.                                         *)
+(***************************************************************************)
+Zxids == (0 .. MaxEpoch + 1) \X (0 .. MaxTxns)
+Txns == [zxid : Zxids, value : 1 .. MaxTxns]
+
+TypeOK ==
+    /\ \A s \in Server : history[s] \in Seq(Txns) /\ stagedHistory[s] \in Seq(Txns)
+    /\ acceptedEpoch \in [Server -> 0 .. MaxEpoch + 1]
+    /\ currentEpoch \in [Server -> 0 .. MaxEpoch + 1]
+    /\ \A s \in Server : currentEpoch[s] <= acceptedEpoch[s]
+    /\ state \in [Server -> {LOOKING, FOLLOWING, LEADING}]
+    /\ zabState \in [Server -> {ELECTION, DISCOVERY, SYNCHRONIZATION, BROADCAST}]
+    /\ leader \in [Server -> Server \cup {NoServer}]
+    /\ \A s \in Server : lastCommitted[s] \in 0 .. Len(history[s])
+    /\ newEpoch \in [Server -> 0 .. MaxEpoch + 1]
+    /\ learnerPhase \in [Server -> [Server -> LearnerPhases]]
+    /\ learnerLastZxid \in [Server -> [Server -> Zxids]]
+    /\ \A l, f \in Server : ackIndex[l][f] \in 0 .. Len(history[l])
+    /\ \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
+          msgs[a][b][k].type \in {"FOLLOWERINFO", "LEADERINFO", "ACKEPOCH", "DIFF", "TRUNC", "SNAP",
+                                  "NEWLEADER", "ACK", "UPTODATE", "PROPOSAL", "COMMIT"}
+          /\ msgs[a][b][k].zxid \in Zxids
+    /\ proposed \subseteq Txns
+    /\ committed \in Seq(Txns)
+    /\ faults \in 0 .. MaxFaults
+
+\* Integrity: if some process delivers <v, z>, then some process has broadcast <v, z>.
+Integrity == \A s \in Server : Range(Delivered(s)) \subseteq proposed
+
+\* Agreement: if p delivers <v, z> and q delivers <v', z'>, then p delivers <v', z'> or q delivers <v, z>.
+\* (Deliveries are prefixes of histories, so: the two delivered sequences are prefixes of one another.)
+Agreement == \A p, q \in Server : IsPrefix(Delivered(p), Delivered(q)) \/ IsPrefix(Delivered(q), Delivered(p))
+
+\* Total order: if some process delivers a before b, any process that delivers b delivers a, before b.
+\* Every server's deliveries, in every incarnation, are a prefix of the one order of first deliveries.
+TotalOrder == \A s \in Server : IsPrefix(Delivered(s), committed)
+
+\* Local primary order: if a primary broadcasts a before b, a process that delivers b delivers a before b.
+\* A primary of epoch e broadcasts counters 1, 2, ... in turn, so <<e, c>> is delivered after <<e, c-1>>.
+LocalPrimaryOrder ==
+    \A k \in 1 .. Len(committed) :
+        committed[k].zxid[2] > 1 =>
+            \E k2 \in 1 .. k - 1 : committed[k2].zxid = <<committed[k].zxid[1], committed[k].zxid[2] - 1>>
+
+\* Global primary order: transactions of an earlier primary are delivered before those of a later one.
+GlobalPrimaryOrder ==
+    \A k1, k2 \in 1 .. Len(committed) : k1 < k2 => committed[k1].zxid[1] <= committed[k2].zxid[1]
+
+\* An established leader: it has a quorum's ACKEPOCH for its epoch (it set currentEpoch).
+IsEstablished(s) == state[s] = LEADING /\ zabState[s] \in {SYNCHRONIZATION, BROADCAST}
+
+\* Primary integrity: a primary of epoch e delivers every transaction of an earlier epoch that any
+\* process delivers, before it broadcasts its own: such transactions are in its history, ahead of its epoch.
+PrimaryIntegrity ==
+    \A l \in Server : IsEstablished(l) =>
+        \A t \in Range(committed) : t.zxid[1] < currentEpoch[l] =>
+            \E k \in 1 .. Len(history[l]) :
+                /\ history[l][k] = t
+                /\ \A k2 \in 1 .. k : history[l][k2].zxid[1] < currentEpoch[l]
+
+\* At most one established leader per epoch.
+LeaderUniqueness ==
+    \A a, b \in Server : a /= b /\ IsEstablished(a) /\ IsEstablished(b) => currentEpoch[a] /= currentEpoch[b]
+
+\* Seed 004, Fig. 3: a delivered message is never forgotten. It is on the disks of a quorum
+\* ("messages are recorded on the disk media of a quorum of disks before a message is delivered"),
+\* so every later leader, elected by a quorum, has it.
+CommittedNeverLost == \A t \in Range(committed) : IsQuorum({s \in Server : t \in Range(history[s])})
+
+\* Seed 004, Fig. 4: a skipped proposal stays skipped. A server in broadcast in epoch e holds every
+\* delivered transaction of an earlier epoch; what it does not hold of those epochs was skipped and
+\* must never be delivered.
+SkippedNeverDelivered ==
+    \A s \in Server : zabState[s] = BROADCAST =>
+        \A t \in Range(committed) : t.zxid[1] < currentEpoch[s] => t \in Range(history[s])
+
+=============================================================================

@@ -1,0 +1,29 @@
+"""Fixtures shared by the whole suite. Keep each small; put a module's own fixtures in its test file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance.tla import Toolchain, toolchain
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The checkout's root folder (holds pyproject.toml, spec/, zabref/, conformance/)."""
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def toy_dir() -> Path:
+    """tests/fixtures/toy: a toy TLA+ spec with MC_<name>.tla/.cfg configs, counted by hand in Toy.tla."""
+    return REPO_ROOT / "tests" / "fixtures" / "toy"
+
+
+@pytest.fixture(scope="session")
+def tla() -> Toolchain:
+    """java and tla2tools.jar as resolved for this machine (fails, naming what is missing, when they are not)."""
+    return toolchain()

@@ -1,0 +1,323 @@
+"""The wire codec: exact bytes (checked both ways), round trips, framing under every chunking, and strict rejection.
+
+Packet layouts are seed 000's QuorumPacket and LearnerInfo in jute's binary encoding; see docs/wire-and-disk.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zabref import wire
+from zabref.errors import CodecError
+from zabref.packets import AuthId, LearnerInfo, Notification, PacketType, QuorumPacket, ServerState
+
+FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+int32s = st.integers(-(1 << 31), (1 << 31) - 1)
+int64s = st.integers(-(1 << 63), (1 << 63) - 1)
+auth_ids = st.builds(AuthId, st.text(max_size=12), st.text(max_size=12))
+quorum_packets = st.builds(
+    QuorumPacket,
+    st.sampled_from(PacketType),
+    int64s,
+    st.none() | st.binary(max_size=64),
+    st.lists(auth_ids, max_size=3).map(tuple),
+)
+notifications = st.builds(Notification, st.sampled_from(ServerState), int64s, int64s, int64s, int64s)
+histories = st.lists(st.tuples(int64s, st.binary(max_size=16)), max_size=8)
+
+# ------------------------------------------------------------------------------------------------- exact bytes
+
+
+def h(s: str) -> bytes:
+    return bytes.fromhex(s.replace(" ", ""))
+
+
+# (value, encoder, decoder, exact body bytes): each row is checked in both directions.
+TABLE = [
+    pytest.param(
+        QuorumPacket(PacketType.ACK, 0x100000002),
+        wire.encode_quorum_packet, wire.decode_quorum_packet,
+        h("00000003 0000000100000002 ffffffff ffffffff"),
+        id="ACK(zxid=0x100000002): null data, null authinfo",
+    ),
+    pytest.param(
+        QuorumPacket(PacketType.NEWLEADER, 5 << 32),
+        wire.encode_quorum_packet, wire.decode_quorum_packet,
+        h("0000000a 0000000500000000 ffffffff ffffffff"),
+        id="NEWLEADER(e=5): zxid e<<32",
+    ),
+    pytest.param(
+        QuorumPacket(PacketType.FOLLOWERINFO, 3 << 32, wire.encode_followerinfo_data(LearnerInfo(0x10000, 2))),
+        wire.encode_quorum_packet, wire.decode_quorum_packet,
+        h("0000000b 0000000300000000 00000008 00010000 00000002 ffffffff"),
+        id="FOLLOWERINFO(acceptedEpoch=3) carrying LearnerInfo(0x10000, 2)",
+    ),
+    pytest.param(
+        QuorumPacket(PacketType.ACKEPOCH, 0x200000007, wire.encode_ackepoch_data(-1)),
+        wire.encode_quorum_packet, wire.decode_quorum_packet,
+        h("00000012 0000000200000007 00000004 ffffffff ffffffff"),
+        id="ACKEPOCH(lastZxid, -1): already acknowledged",
+    ),
+    pytest.param(
+        QuorumPacket(PacketType.PROPOSAL, 0x100000001, b"v1", (AuthId("ip", "1.2"),)),
+        wire.encode_quorum_packet, wire.decode_quorum_packet,
+        h("00000002 0000000100000001 00000002 7631 00000001 00000002 6970 00000003 312e32"),
+        id="PROPOSAL(zxid, value) with one authinfo Id",
+    ),
+    pytest.param(
+        QuorumPacket(PacketType.UPTODATE, 0, b""),
+        wire.encode_quorum_packet, wire.decode_quorum_packet,
+        h("0000000c 0000000000000000 00000000 ffffffff"),
+        id="UPTODATE with an empty (not null) buffer",
+    ),
+    pytest.param(
+        LearnerInfo(0x10000, 3), wire.encode_learner_info, wire.decode_learner_info,
+        h("00010000 00000003"), id="LearnerInfo",
+    ),
+    pytest.param(
+        Notification(ServerState.LOOKING, 3, 0x100000002, 7, 1),
+        wire.encode_notification, wire.decode_notification,
+        h("00000000 0000000000000003 0000000100000002 0000000000000007 0000000000000001"),
+        id="Notification: state, leader, zxid, electionEpoch, peerEpoch",
+    ),
+    pytest.param(2, wire.encode_handshake, wire.decode_handshake, h("0000000000000002"), id="handshake sid=2"),
+    pytest.param(
+        [(0x100000001, b"a"), (0x100000002, b"")], wire.encode_snap_data, wire.decode_snap_data,
+        h("00000002 0000000100000001 00000001 61 0000000100000002 00000000"), id="SNAP history",
+    ),
+    pytest.param(0x10000, wire.encode_leaderinfo_data, wire.decode_leaderinfo_data, h("00010000"), id="LEADERINFO"),
+]
+
+
+@pytest.mark.parametrize(("value", "encode", "decode", "body"), TABLE)
+def test_exact_bytes_both_ways(value, encode, decode, body):
+    assert encode(value) == body
+    assert decode(body) == value
+
+
+def test_frame_prefixes_the_body_length():
+    body = wire.encode_quorum_packet(QuorumPacket(PacketType.ACK, 0x100000002))
+    assert wire.frame(body) == h("00000014") + body
+    assert wire.FrameDecoder().feed(wire.frame(body)) == [body]
+
+
+def test_zero_count_authinfo_decodes_like_null():
+    zero = h("00000003 0000000000000001 ffffffff 00000000")
+    assert wire.decode_quorum_packet(zero) == QuorumPacket(PacketType.ACK, 1)
+
+
+# ------------------------------------------------------------------------------------------------- round trips
+
+
+@given(quorum_packets)
+def test_quorum_packet_round_trip(p):
+    assert wire.decode_quorum_packet(wire.encode_quorum_packet(p)) == p
+
+
+@given(notifications)
+def test_notification_round_trip(n):
+    assert wire.decode_notification(wire.encode_notification(n)) == n
+
+
+@given(int32s, int32s)
+def test_learner_info_and_followerinfo_round_trip(version, sid):
+    info = LearnerInfo(version, sid)
+    assert wire.decode_learner_info(wire.encode_learner_info(info)) == info
+    assert wire.decode_followerinfo_data(wire.encode_followerinfo_data(info)) == info
+
+
+@given(st.integers(0, (1 << 63) - 1))
+def test_handshake_round_trip(sid):
+    assert wire.decode_handshake(wire.encode_handshake(sid)) == sid
+
+
+@given(int32s)
+def test_leaderinfo_round_trip(version):
+    assert wire.decode_leaderinfo_data(wire.encode_leaderinfo_data(version)) == version
+
+
+@given(st.integers(-1, (1 << 31) - 1))
+def test_ackepoch_round_trip(epoch):
+    assert wire.decode_ackepoch_data(wire.encode_ackepoch_data(epoch)) == epoch
+
+
+@given(st.binary(max_size=64))
+def test_proposal_round_trip(value):
+    assert wire.decode_proposal_data(wire.encode_proposal_data(value)) == value
+
+
+@given(histories)
+def test_snap_round_trip(history):
+    assert wire.decode_snap_data(wire.encode_snap_data(history)) == history
+
+
+# ------------------------------------------------------------------------------------------------- framing
+
+
+def stream_of(packets):
+    return b"".join(wire.frame(wire.encode_quorum_packet(p)) for p in packets)
+
+
+def decode_all(decoder, chunks):
+    return [wire.decode_quorum_packet(b) for c in chunks for b in decoder.feed(c)]
+
+
+@given(st.lists(quorum_packets, max_size=6))
+def test_frames_whole_stream_in_one_chunk(packets):
+    d = wire.FrameDecoder()
+    assert decode_all(d, [stream_of(packets)]) == packets
+    d.close()
+
+
+@given(st.lists(quorum_packets, max_size=4))
+def test_frames_one_byte_at_a_time(packets):
+    data = stream_of(packets)
+    d = wire.FrameDecoder()
+    assert decode_all(d, [data[i : i + 1] for i in range(len(data))]) == packets
+    assert d.buffered == 0
+    d.close()
+
+
+@given(st.lists(quorum_packets, max_size=6), st.data())
+def test_frames_split_anywhere(packets, data):
+    stream = stream_of(packets)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+    assert decode_all(wire.FrameDecoder(), chunks) == packets
+
+
+@given(st.lists(quorum_packets, min_size=1, max_size=4), st.binary(min_size=1, max_size=3))
+def test_trailing_partial_frame_is_reported_at_close(packets, garbage):
+    d = wire.FrameDecoder()
+    stream = stream_of(packets)
+    assert decode_all(d, [stream + garbage]) == packets
+    with pytest.raises(CodecError) as e:
+        d.close()
+    assert e.value.offset == len(stream)
+
+
+@pytest.mark.parametrize("prefix", [h("ffffffff"), h("80000000"), h("04000001"), h("7fffffff")])
+def test_bad_length_prefix_is_rejected_from_its_four_bytes(prefix):
+    d = wire.FrameDecoder()  # default maximum 64 MiB = 0x04000000
+    ok = wire.frame(b"xy")
+    assert d.feed(ok) == [b"xy"]
+    with pytest.raises(CodecError) as e:
+        d.feed(prefix)
+    assert e.value.offset == len(ok) and "length prefix" in e.value.reason
+    with pytest.raises(CodecError):  # broken for good: the connection must be closed
+        d.feed(wire.frame(b"more"))
+
+
+def test_max_frame_is_configurable_and_inclusive():
+    d = wire.FrameDecoder(max_frame=4)
+    assert d.feed(wire.frame(b"1234")) == [b"1234"]
+    with pytest.raises(CodecError):
+        d.feed(h("00000005"))
+
+
+# ------------------------------------------------------------------------------------------------- rejection
+
+
+DECODERS = [
+    wire.decode_quorum_packet, wire.decode_learner_info, wire.decode_notification, wire.decode_handshake,
+    wire.decode_leaderinfo_data, wire.decode_ackepoch_data, wire.decode_followerinfo_data, wire.decode_snap_data,
+]
+
+
+@FUZZ
+@given(st.sampled_from(DECODERS), st.binary(max_size=80))
+def test_decoders_raise_only_codec_error_on_random_bytes(decode, data):
+    try:
+        decode(data)
+    except CodecError:
+        pass
+
+
+@FUZZ
+@given(st.lists(st.binary(max_size=40), max_size=6))
+def test_frame_decoder_raises_only_codec_error_on_random_bytes(chunks):
+    d = wire.FrameDecoder(max_frame=32)
+    try:
+        for c in chunks:
+            for body in d.feed(c):
+                try:
+                    wire.decode_quorum_packet(body)
+                except CodecError:
+                    pass
+        d.close()
+    except CodecError:
+        pass
+
+
+@FUZZ
+@given(quorum_packets, st.data())
+def test_mutated_packets_decode_or_raise_codec_error(p, data):
+    body = bytearray(wire.encode_quorum_packet(p))
+    i = data.draw(st.integers(0, len(body) - 1))
+    body[i] = data.draw(st.integers(0, 255))
+    try:
+        wire.decode_quorum_packet(bytes(body))
+    except CodecError:
+        pass
+
+
+@given(quorum_packets, st.data())
+def test_every_truncation_of_a_packet_is_rejected(p, data):
+    body = wire.encode_quorum_packet(p)
+    cut = data.draw(st.integers(0, len(body) - 1))
+    with pytest.raises(CodecError):
+        wire.decode_quorum_packet(body[:cut])
+
+
+ACK = h("00000003 0000000100000002 ffffffff ffffffff")
+
+
+@pytest.mark.parametrize(
+    ("decode", "data", "offset", "fragment"),
+    [
+        (wire.decode_quorum_packet, h("00000063") + ACK[4:], 0, "unknown packet type 99"),
+        (wire.decode_quorum_packet, ACK + b"\0", 20, "1 trailing bytes"),
+        (wire.decode_quorum_packet, ACK[:10], 4, "zxid needs 8 bytes"),
+        (wire.decode_quorum_packet, h("00000002 0000000000000001 fffffffe ffffffff"), 12, "data length is -2"),
+        (wire.decode_quorum_packet, h("00000002 0000000000000001 00000010 00"), 12, "data length is 16"),
+        (wire.decode_quorum_packet, h("00000001 0000000000000001 ffffffff 7fffffff"), 16, "authinfo count"),
+        (wire.decode_quorum_packet, h("00000001 0000000000000001 ffffffff 00000001 00000001 ff 00000000"), 24,
+         "not valid UTF-8"),
+        (wire.decode_notification, h("00000009") + bytes(32), 0, "unknown server state 9"),
+        (wire.decode_handshake, h("ffffffffffffffff"), 0, "sid is negative"),
+        (wire.decode_ackepoch_data, h("fffffffe"), 0, "only -1 may be negative"),
+        (wire.decode_ackepoch_data, None, 0, "data is null"),
+        (wire.decode_snap_data, h("00001000 0000000000000001"), 0, "history count is 4096"),
+        (wire.decode_snap_data, h("ffffffff"), 0, "history count is negative"),
+        (wire.decode_snap_data, h("00000001 0000000000000001 ffffffff"), 12, "history[0].value length is -1"),
+        (wire.decode_learner_info, h("00010000 000000"), 4, "serverid needs 4 bytes"),
+    ],
+)
+def test_errors_name_what_and_where(decode, data, offset, fragment):
+    with pytest.raises(CodecError) as e:
+        decode(data)
+    assert e.value.offset == offset, str(e.value)
+    assert fragment in str(e.value)
+
+
+def test_error_names_the_packet_type_once_known():
+    with pytest.raises(CodecError, match=r"QuorumPacket ACK at byte 20: 1 trailing bytes"):
+        wire.decode_quorum_packet(ACK + b"\0")
+
+
+@pytest.mark.parametrize(
+    ("encode", "value"),
+    [
+        (wire.encode_learner_info, LearnerInfo(1 << 31, 1)),
+        (wire.encode_notification, Notification(ServerState.LOOKING, 1 << 63, 0, 0, 0)),
+        (wire.encode_ackepoch_data, -2),
+        (wire.encode_handshake, -1),
+        (wire.encode_snap_data, [(1 << 63, b"")]),
+    ],
+)
+def test_encoding_values_that_do_not_fit_is_a_local_error(encode, value):
+    with pytest.raises(ValueError):
+        encode(value)
