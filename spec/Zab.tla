@@ -655,9 +655,13 @@ LocalPrimaryOrder ==
         committed[k].zxid[2] > 1 =>
             \E k2 \in 1 .. k - 1 : committed[k2].zxid = <<committed[k].zxid[1], committed[k].zxid[2] - 1>>
 
-\* Global primary order: transactions of an earlier primary are delivered before those of a later one.
-GlobalPrimaryOrder ==
-    \A k1, k2 \in 1 .. Len(committed) : k1 < k2 => committed[k1].zxid[1] <= committed[k2].zxid[1]
+\* Global primary order: transactions of an earlier primary are delivered before those of a later one
+\* (epochs never decrease along what any server delivers, nor along the order of first deliveries).
+EpochsInOrder(seq) == \A k1, k2 \in 1 .. Len(seq) : k1 < k2 => seq[k1].zxid[1] <= seq[k2].zxid[1]
+GlobalPrimaryOrder == EpochsInOrder(committed) /\ \A s \in Server : EpochsInOrder(Delivered(s))
+
+\* Every transaction delivered: by a server now, or by any server at any time before.
+DeliveredEver == Range(committed) \cup UNION {Range(Delivered(s)) : s \in Server}
 
 \* An established leader: it has a quorum's ACKEPOCH for its epoch (it set currentEpoch).
 IsEstablished(s) == state[s] = LEADING /\ zabState[s] \in {SYNCHRONIZATION, BROADCAST}
@@ -666,7 +670,7 @@ IsEstablished(s) == state[s] = LEADING /\ zabState[s] \in {SYNCHRONIZATION, BROA
 \* process delivers, before it broadcasts its own: such transactions are in its history, ahead of its epoch.
 PrimaryIntegrity ==
     \A l \in Server : IsEstablished(l) =>
-        \A t \in Range(committed) : t.zxid[1] < currentEpoch[l] =>
+        \A t \in DeliveredEver : t.zxid[1] < currentEpoch[l] =>
             \E k \in 1 .. Len(history[l]) :
                 /\ history[l][k] = t
                 /\ \A k2 \in 1 .. k : history[l][k2].zxid[1] < currentEpoch[l]
@@ -685,6 +689,6 @@ CommittedNeverLost == \A t \in Range(committed) : IsQuorum({s \in Server : t \in
 \* must never be delivered.
 SkippedNeverDelivered ==
     \A s \in Server : zabState[s] = BROADCAST =>
-        \A t \in Range(committed) : t.zxid[1] < currentEpoch[s] => t \in Range(history[s])
+        \A t \in DeliveredEver : t.zxid[1] < currentEpoch[s] => t \in Range(history[s])
 
 =============================================================================

@@ -1,0 +1,76 @@
+"""The Zab spec: SANY parses every module, TLC passes the tiny model with its recorded state count, every action of
+Next is taken in the ci model, and the labeled Next has exactly Next's behaviours."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conformance.check import coverage_by_action
+from conformance.labels import decode_label, encode_label, instances, read_constants, read_next
+from conformance.model import prepare
+from conformance.tla import Outcome, run_sany, run_tlc
+
+SPEC = Path(__file__).resolve().parent.parent / "spec"
+# Recorded in spec/README.md; a change to the spec that changes these must update both.
+TINY_DISTINCT_STATES = 7017
+
+
+def test_sany_parses_every_module(tla):
+    modules = sorted(SPEC.glob("*.tla"))
+    assert {"Zab.tla", "MC_tiny.tla", "MC_ci.tla"} <= {m.name for m in modules}
+    for module in modules:
+        # run_sany raises SpecError (with file:line:column) on any error; warnings are allowed but shown.
+        result = run_sany(module, tla)
+        assert result.module == module.resolve()
+
+
+def test_next_reads_as_labelable_disjuncts():
+    actions = read_next(SPEC / "Zab.tla")
+    names = [a.name for a in actions]
+    # Every action defined at top level with parameters and used in Next, and nothing twice.
+    assert len(names) == len(set(names))
+    assert names[0] == "ElectLeader" and actions[0].params == (("i", "Server"), ("Q", "Quorums"))
+    text = (SPEC / "Zab.tla").read_text()
+    for action in actions:
+        assert re.search(rf"^{action.name}(\(|\s*==)", text, re.M), action.name
+
+
+def test_label_round_trip():
+    actions = read_next(SPEC / "Zab.tla")
+    labels = set()
+    for action, args in instances(actions, {"N": 3}):
+        label = encode_label(action.name, args)
+        assert decode_label(label) == (action.name, args)
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", label)
+        labels.add(label)
+    assert "ElectLeader__2__S1_2" in labels and "FollowerProcessDIFF__1__3" in labels
+
+
+def test_tiny_passes_with_recorded_state_count_and_labels_keep_the_graph(tla, tmp_path):
+    labeled = prepare(SPEC, "tiny", tmp_path / "labeled")
+    plain = prepare(SPEC, "tiny", tmp_path / "plain", labels=False)
+    assert labeled.labeled and not plain.labeled and labeled.tlc_options == ("-deadlock",)
+    results = [run_tlc(m.module, m.cfg, workers=2, extra_args=m.tlc_options, tools=tla) for m in (labeled, plain)]
+    for result in results:
+        assert result.outcome is Outcome.OK, result.message
+        assert result.distinct_states == TINY_DISTINCT_STATES
+    # Same graph: the same number of transitions generated, labeled or not.
+    assert results[0].states_generated == results[1].states_generated
+
+
+@pytest.mark.slow
+def test_ci_passes_and_takes_every_action(tla, tmp_path):
+    model = prepare(SPEC, "ci", tmp_path)
+    result = run_tlc(model.module, model.cfg, workers=2, coverage=True, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
+    taken = coverage_by_action(result)
+    never = [a.name for a in read_next(SPEC / "Zab.tla") if taken.get(a.name, (0, 0))[1] == 0]
+    assert never == [], f"actions never taken in ci: {never}"
+    assert 10_000 <= result.distinct_states <= 200_000
+
+
+def test_constants_are_read_from_cfg():
+    assert read_constants((SPEC / "MC_ci.cfg").read_text()) == {"N": 3, "MaxEpoch": 2, "MaxTxns": 2, "MaxFaults": 1}
