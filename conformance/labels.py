@@ -189,6 +189,8 @@ def write_labeled_model(spec_dir: Path, config: str, out_dir: Path) -> tuple[Pat
         raise SpecFormatError(f"{cfg_path}: expected a line 'NEXT Next'")
     actions = read_next(spec_dir / f"{config_module_base(spec_dir, config)}.tla")
     constants = read_constants(cfg_text)
+    if "N" not in constants:
+        constants["N"] = _server_count(spec_dir, config, cfg_text, cfg_path)
     module = f"MCL_{config}"
     defs, names = [], []
     for action, args in instances(actions, constants):
@@ -218,6 +220,17 @@ def write_labeled_model(spec_dir: Path, config: str, out_dir: Path) -> tuple[Pat
         json.dumps({a.name: list(a.param_names) for a in actions}, indent=1, sort_keys=True), encoding="utf-8"
     )
     return tla, cfg
+
+
+def _server_count(spec_dir: Path, config: str, cfg_text: str, cfg_path: Path) -> int:
+    """N for a model that sets `Server <- Def` with `Def == 1..K` in its MC module instead of a constant N."""
+    sub = re.search(r"^\s*Server\s*<-\s*([A-Za-z]\w*)\s*$", cfg_text, re.M)
+    mc = Path(spec_dir) / f"MC_{config}.tla"
+    if sub:
+        m = re.search(rf"^{sub.group(1)}\s*==\s*1\s*\.\.\s*(\d+)\s*$", mc.read_text(encoding="utf-8"), re.M)
+        if m:
+            return int(m.group(1))
+    raise SpecFormatError(f"{cfg_path}: neither a constant N nor 'Server <- Def' with 'Def == 1..K' in {mc.name}")
 
 
 def config_module_base(spec_dir: Path, config: str) -> str:

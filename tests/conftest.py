@@ -27,3 +27,17 @@ def toy_dir() -> Path:
 def tla() -> Toolchain:
     """java and tla2tools.jar as resolved for this machine (fails, naming what is missing, when they are not)."""
     return toolchain()
+
+
+@pytest.fixture(scope="session")
+def tiny_dot(tmp_path_factory, tla) -> Path:
+    """The labeled state graph of spec/MC_tiny (7,017 states), dumped once per test session."""
+    from conformance.model import prepare
+    from conformance.tla import Outcome, run_tlc
+
+    work = tmp_path_factory.mktemp("tiny-dot")
+    model = prepare(REPO_ROOT / "spec", "tiny", work / "model")
+    out = work / "tiny.dot"
+    result = run_tlc(model.module, model.cfg, workers=1, fp=0, dump_dot=out, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
+    return out
