@@ -82,6 +82,83 @@ def main() -> None:
 # `serve`, `cluster` and `client` go here as `@main.command()` functions. Import zabref's runtime modules inside the
 # function bodies, so that `zabref --help` and the plugin commands stay fast.
 
+DEFAULT_CLUSTER_CONFIG = "zabref-cluster/cluster.toml"
+
+
+@main.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help="The cluster's TOML file.")
+@click.option("--id", "sid", required=True, type=int, help="This server's id in the config.")
+@click.option("--control", is_flag=True, help="Control mode: no timers, no election; the control socket drives it.")
+def serve(config_path: str, sid: int, control: bool) -> None:
+    """Run one zabref server until SIGTERM/SIGINT (docs/runtime.md)."""
+    import logging  # noqa: PLC0415
+
+    from zabref.config import load_config  # noqa: PLC0415
+    from zabref.runtime import run_server  # noqa: PLC0415
+
+    config = load_config(config_path)
+    me = config.server(sid)
+    me.data_dir.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter(f"%(asctime)s zabref[{sid}] %(levelname)s %(message)s")
+    handlers: list[logging.Handler] = [logging.StreamHandler(), logging.FileHandler(me.data_dir / "server.log")]
+    logger = logging.getLogger("zabref")
+    for h in handlers:
+        h.setFormatter(fmt)
+        logger.addHandler(h)
+    logger.setLevel(logging.INFO)
+    raise SystemExit(run_server(config, sid, control=control))
+
+
+@main.command()
+@click.option("--servers", "-n", type=click.IntRange(2, 99), default=3, show_default=True,
+              help="How many servers (at least 2: a leader needs FOLLOWERINFO from others to establish an epoch).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default="zabref-cluster", show_default=True,
+              help="Folder for cluster.toml and the servers' data dirs.")
+@click.option("--base-port", type=int, default=21000, show_default=True, help="First port (all below 32768).")
+@click.option("--tick-ms", type=click.IntRange(1, 60_000), default=100, show_default=True)
+def cluster(servers: int, data_dir: str, base_port: int, tick_ms: int) -> None:
+    """Start SERVERS zabref servers on 127.0.0.1 and wait until interrupted (Ctrl-C stops them cleanly)."""
+    from zabref.cluster import run_cluster  # noqa: PLC0415
+
+    run_cluster(servers, data_dir, base_port, tick_ms)
+
+
+@main.group()
+@click.option("--config", "config_path", default=DEFAULT_CLUSTER_CONFIG, show_default=True,
+              type=click.Path(dir_okay=False), help="The cluster's TOML file (as `zabref cluster` writes it).")
+@click.pass_context
+def client(ctx: click.Context, config_path: str) -> None:
+    """Talk to a running cluster through its client ports."""
+    from zabref.client import ZabClient, addresses_from_config  # noqa: PLC0415
+
+    ctx.obj = ZabClient(addresses_from_config(config_path))
+    ctx.call_on_close(ctx.obj.close)
+
+
+@client.command()
+@click.argument("value")
+@click.pass_obj
+def submit(zab, value: str) -> None:
+    """Commit VALUE; prints its zxid."""
+    zxid = zab.submit(value)
+    click.echo(f"{zxid:#x} ({zxid >> 32}, {zxid & 0xFFFFFFFF})")
+
+
+@client.command()
+@click.option("--from-zxid", type=int, default=0, help="Only transactions after this zxid.")
+@click.pass_obj
+def read(zab, from_zxid: int) -> None:
+    """Print the delivered sequence, one `zxid value` a line."""
+    for zxid, value in zab.read(from_zxid):
+        click.echo(f"{zxid:#x} {value}")
+
+
+@client.command()
+@click.pass_obj
+def sync(zab) -> None:
+    """Wait until the server has delivered what the leader had committed; prints that zxid."""
+    click.echo(f"{zab.sync():#x}")
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,137 @@
+"""Three real server processes: normal mode under a leader crash, and seed 004's Figures 3 and 4.
+
+Loopback only; every wait is bounded (polls with a deadline, client attempts bounded by ZabClient).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from test_control import Driver, establish, make_cluster, z  # tests/ is on sys.path (no package)
+
+from zabref.client import ZabClient
+from zabref.cluster import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+
+def state(cluster: LocalCluster, sid: int) -> dict:
+    with cluster[sid].control() as c:
+        return c.request("state")
+
+
+def wait_for(what: str, predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def established_leader(cluster: LocalCluster, sids) -> int | None:
+    """The sid of a leader in BROADCAST whose live followers are all in BROADCAST, else None."""
+    states = {s: state(cluster, s)["variables"] for s in sids}
+    leaders = [s for s, v in states.items() if v["state"] == "LEADING" and v["zab_state"] == "BROADCAST"]
+    if len(leaders) != 1:
+        return None
+    ok = all(v["zab_state"] == "BROADCAST" and v["leader"] == leaders[0] for v in states.values())
+    return leaders[0] if ok else None
+
+
+def delivered(cluster: LocalCluster, sid: int) -> list[tuple[int, str]]:
+    """Server sid's delivered sequence, read through its client port (after a sync)."""
+    with ZabClient([(cluster[sid].me.host, cluster[sid].me.client_port)], attempts=20) as c:
+        c.sync()
+        return c.read()
+
+
+def test_leader_crash_keeps_every_committed_value_once_and_in_order(tmp_path: Path) -> None:
+    with make_cluster(tmp_path, control=False) as cluster:
+        sids = set(cluster.servers)
+        old = wait_for("a leader", lambda: established_leader(cluster, sids))
+        committed: list[tuple[int, str]] = []
+        with ZabClient(cluster.client_addresses()) as client:
+            for k in range(1000):
+                committed.append((client.submit(f"v{k}"), f"v{k}"))
+        assert [zx for zx, _ in committed] == sorted({zx for zx, _ in committed})  # zxids increase, none twice
+
+        cluster[old].kill()  # kill -9 the leader
+        live = sids - {old}
+        new = wait_for("a new leader", lambda: established_leader(cluster, live))
+        assert new != old
+        assert state(cluster, new)["variables"]["current_epoch"] > (committed[-1][0] >> 32)
+        with ZabClient([(cluster[s].me.host, cluster[s].me.client_port) for s in sorted(live)]) as client:
+            for k in range(1000, 1010):
+                committed.append((client.submit(f"v{k}"), f"v{k}"))
+
+        for s in live:
+            assert delivered(cluster, s) == committed
+
+        cluster[old].start().wait_ready()  # the old leader restarts from its disk and rejoins
+        wait_for("the old leader to rejoin", lambda: established_leader(cluster, sids) == new)
+        assert delivered(cluster, old) == committed
+
+
+def test_seed004_fig3_committed_survives_and_fig4_skipped_is_purged(tmp_path: Path) -> None:
+    """Seed 004, Figures 3 and 4: leader 1 delivers message 2 but crashes before its COMMIT reaches anyone (it must
+    not be forgotten), and holds proposal 3 that no other server saw (it must be skipped, and purged at rejoin)."""
+    with make_cluster(tmp_path, control=True) as cluster:
+        d = Driver(cluster)
+        try:
+            establish(d, 1, [2, 3])
+            d.step(1, "client_request", value="m1")
+            for f in (2, 3):
+                d.release(f, 1)
+                d.release(1, f)
+                d.release(f, 1)  # COMMIT of m1
+            d.step(1, "client_request", value="m2")
+            d.release(2, 1)
+            d.release(3, 1)  # both log m2
+            d.release(1, 2)  # ACK from 2: {1, 2} is a quorum: 1 delivers m2; the COMMITs stay in flight
+            assert d.var(1, "last_committed") == 2 and d.var(2, "last_committed") == 1
+            d.step(1, "client_request", value="m3")  # proposal 3: nobody else will ever see it
+            assert d.var(1, "history")[-1] == [z(1, 3), "m3"]
+
+            d.crash(1)  # Fig. 3: the only server that saw the COMMIT of m2 fails
+            assert d.var(1, "history") == [[z(1, 1), "m1"], [z(1, 2), "m2"], [z(1, 3), "m3"]]
+            for f in (2, 3):
+                d.step(f, "timeout", kind="follower")  # FollowerTimeout: their leader's connection is gone
+            establish(d, 3, [2])  # 3 and 2 elect 3 for epoch 2; m2 is in both logs
+            assert d.var(3, "last_committed") == 2  # m2 committed by the new leader: not forgotten
+            for v in ("n1", "n2"):
+                d.step(3, "client_request", value=v)
+                d.release(2, 3)
+                d.release(3, 2)
+                d.release(2, 3)
+            assert d.var(2, "last_committed") == 4
+
+            d.step(1, "join", leader=3)  # Fig. 4: server 1 comes back; the leader tells it to purge m3
+            d.release(3, 1)
+            d.release(1, 3)
+            d.release(3, 1)
+            assert [(p["type"], p["zxid"]) for p in d.held(1, 3)] == [
+                ("TRUNC", z(1, 2)), ("PROPOSAL", z(2, 1)), ("PROPOSAL", z(2, 2)), ("NEWLEADER", z(2, 0))]
+            while d.held(1, 3):
+                d.release(1, 3)
+                if d.held(3, 1):
+                    d.release(3, 1)
+            expected = [[z(1, 1), "m1"], [z(1, 2), "m2"], [z(2, 1), "n1"], [z(2, 2), "n2"]]
+            for s in (1, 2, 3):
+                assert d.var(s, "history") == expected, (s, d.states[s])
+        finally:
+            d.close()
+
+        # The same data dirs in normal mode: m3 stays skipped, every committed message is delivered everywhere.
+        cluster.stop()
+        cluster.start(control=False)
+        leader = wait_for("a leader", lambda: established_leader(cluster, {1, 2, 3}))
+        with ZabClient([(cluster[leader].me.host, cluster[leader].me.client_port)]) as client:
+            last = client.submit("after")
+        want = [(z(1, 1), "m1"), (z(1, 2), "m2"), (z(2, 1), "n1"), (z(2, 2), "n2"), (last, "after")]
+        for s in (1, 2, 3):
+            assert delivered(cluster, s) == want

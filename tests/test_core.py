@@ -1,0 +1,614 @@
+"""Unit tests of `zabref.core`, handler by handler, each citing the seed 000 step (or spec action) it checks."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from zabref import wire
+from zabref.core import (
+    HANDLERS,
+    SPEC_VARIABLES,
+    AppendTxns,
+    LearnerPhase,
+    Output,
+    Persistent,
+    ReplaceHistory,
+    SetAcceptedEpoch,
+    SetCurrentEpoch,
+    TruncateHistory,
+    Txn,
+    ZabCore,
+    ZabState,
+    apply_persist,
+    sync_packets,
+)
+from zabref.disklog import Storage
+from zabref.errors import LocalProtocolError, RemoteProtocolError
+from zabref.packets import PROTOCOL_VERSION, LearnerInfo, PacketType, QuorumPacket, ServerState, make_zxid
+
+SPEC = Path(__file__).resolve().parent.parent / "spec" / "Zab.tla"
+P = PacketType
+
+
+def z(e: int, c: int) -> int:
+    return make_zxid(e, c)
+
+
+def t(e: int, c: int) -> Txn:
+    return Txn(z(e, c), b"%d.%d" % (e, c))
+
+
+def pkt(type_: PacketType, zxid: int = 0, data: bytes | None = None) -> QuorumPacket:
+    return QuorumPacket(type_, zxid, data)
+
+
+def followerinfo(sid: int, accepted_epoch: int) -> QuorumPacket:
+    return pkt(P.FOLLOWERINFO, z(accepted_epoch, 0), wire.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, sid)))
+
+
+def leaderinfo(e: int) -> QuorumPacket:
+    return pkt(P.LEADERINFO, z(e, 0), wire.encode_leaderinfo_data(PROTOCOL_VERSION))
+
+
+def ackepoch(last_zxid: int, current_epoch: int) -> QuorumPacket:
+    return pkt(P.ACKEPOCH, last_zxid, wire.encode_ackepoch_data(current_epoch))
+
+
+def proposal(txn: Txn) -> QuorumPacket:
+    return pkt(P.PROPOSAL, txn.zxid, txn.value)
+
+
+def sent(out: Output) -> list[tuple[int, PacketType, int]]:
+    return [(peer, p.type, p.zxid) for peer, p in out.send]
+
+
+class Net:
+    """Cores joined by FIFO channels; `drain` takes packets in a fixed order until none is left."""
+
+    def __init__(self, n: int, persistent: dict[int, Persistent] | None = None) -> None:
+        self.servers = tuple(range(1, n + 1))
+        self.core = {s: ZabCore(s, self.servers, (persistent or {}).get(s)) for s in self.servers}
+        self.ch: dict[tuple[int, int], deque[QuorumPacket]] = {
+            (a, b): deque() for a in self.servers for b in self.servers if a != b
+        }
+
+    def do(self, s: int, out: Output) -> Output:
+        for peer, p in out.send:
+            self.ch[s, peer].append(p)
+        return out
+
+    def step(self, j: int, i: int) -> Output:
+        return self.do(i, self.core[i].receive(j, self.ch[j, i].popleft()))
+
+    def drain(self) -> None:
+        while busy := [c for c, q in self.ch.items() if q]:
+            self.step(*busy[0])
+
+    def elect(self, leader: int, quorum: tuple[int, ...]) -> None:
+        for s in quorum:
+            self.do(s, self.core[s].elect_leader(leader, quorum))
+
+
+def established(n: int = 3, leader: int | None = None, history: tuple[Txn, ...] = ()) -> Net:
+    """Every server holds ``history``; the cluster has run ElectLeader and phases 1-2 to BROADCAST."""
+    net = Net(n, {s: Persistent(history) for s in range(1, n + 1)})
+    net.elect(leader or n, net.servers)
+    net.drain()
+    return net
+
+
+def follower_in(phase: ZabState, history: tuple[Txn, ...] = (), accepted: int = 0, current: int = 0) -> ZabCore:
+    """Server 2 following leader 1 (N = 3), driven into ``phase`` by the packets a leader of epoch accepted+1 sends."""
+    f = ZabCore(2, (1, 2, 3), Persistent(history, accepted, current))
+    f.join_leader(1)
+    if phase != ZabState.DISCOVERY:
+        f.receive(1, leaderinfo(accepted + 1))
+    if phase == ZabState.BROADCAST:
+        f.receive(1, pkt(P.DIFF, history[-1].zxid if history else 0))
+        f.receive(1, pkt(P.NEWLEADER, z(accepted + 1, 0)))
+    assert f.zab_state == phase
+    return f
+
+
+# ---------------------------------------------------------------------------------------------- spec <-> code
+
+
+def spec_next_actions() -> list[str]:
+    text = SPEC.read_text()
+    block = text[text.index("Next ==") : text.index("Spec ==")]
+    return re.findall(r":\s*([A-Z]\w*)\(", block)
+
+
+def snake(name: str) -> str:
+    return "_".join(w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z]*", name))
+
+
+def test_every_spec_action_has_a_handler_of_the_same_name():
+    """Spec action FollowerProcessLEADERINFO <-> ZabCore.follower_process_leaderinfo, for every action of Next.
+    Crash(i) is a process restart, i.e. the constructor fed from disk."""
+    actions = spec_next_actions()
+    assert {"ElectLeader", "FollowerProcessPROPOSALInSync", "LeaderProcessACKNEWLEADER", "Crash"} <= set(actions)
+    missing = [a for a in actions if a != "Crash" and not callable(getattr(ZabCore, snake(a), None))]
+    assert missing == []
+
+
+def test_every_handler_is_a_spec_action():
+    names = {snake(a) for a in spec_next_actions()}
+    handlers = {m for m in dir(ZabCore) if m.startswith(("leader_process_", "follower_process_"))}
+    assert handlers <= names
+    routed = {h.__name__ for table in HANDLERS.values() for h in table.values()}
+    assert {n for n in routed if not n.startswith("_")} <= names
+
+
+def test_variables_are_the_specs_per_server_variables():
+    """Every spec variable except msgs (the connections), the checking-only proposed/committed and the bound-only
+    faults."""
+    text = SPEC.read_text()
+    block = text[text.index("VARIABLES") : text.index("persistentVars ==")]
+    spec_vars = set(re.findall(r"^\s+(\w+),?\s+\\\*", block, re.MULTILINE))
+    assert set(SPEC_VARIABLES) == spec_vars - {"msgs", "proposed", "committed", "faults"}
+    assert set(ZabCore(1, (1, 2, 3)).variables()) == set(SPEC_VARIABLES.values())
+
+
+def test_init_matches_the_spec():
+    v = ZabCore(2, (1, 2, 3)).variables()
+    assert v == {
+        "history": [], "accepted_epoch": 0, "current_epoch": 0, "state": "LOOKING", "zab_state": "ELECTION",
+        "leader": 0, "last_committed": 0, "staged_history": [], "new_epoch": 0,
+        "learner_phase": {1: "NONE", 2: "NONE", 3: "NONE"}, "learner_last_zxid": {1: 0, 2: 0, 3: 0},
+        "ack_index": {1: 0, 2: 0, 3: 0},
+    }
+
+
+# ---------------------------------------------------------------------------------------------- election and phase 1
+
+
+def test_phase1_steps_1_2_elect_leader():
+    """Phase 1, steps 1-2: the leader proposes acceptedEpoch + 1; a follower sends FOLLOWERINFO(acceptedEpoch)."""
+    leader = ZabCore(3, (1, 2, 3), Persistent((), 4, 2))
+    out = leader.elect_leader(3, (2, 3))
+    assert out == Output(role=ServerState.LEADING)
+    assert (leader.state, leader.zab_state, leader.leader, leader.new_epoch) == (
+        ServerState.LEADING, ZabState.DISCOVERY, 3, 5)
+    follower = ZabCore(2, (1, 2, 3), Persistent((), 7, 1))
+    out = follower.elect_leader(3, (2, 3))
+    assert out.role == ServerState.FOLLOWING and out.persist == ()
+    [(peer, p)] = out.send
+    assert (peer, p.type, p.zxid) == (3, P.FOLLOWERINFO, z(7, 0))
+    assert wire.decode_followerinfo_data(p.data) == LearnerInfo(PROTOCOL_VERSION, 2)
+
+
+def test_join_leader_sends_followerinfo():
+    """JoinLeader(i, j): a LOOKING server joins an established leader, as a follower in DISCOVERY."""
+    f = ZabCore(1, (1, 2, 3), Persistent((), 3, 3))
+    out = f.join_leader(2)
+    assert sent(out) == [(2, P.FOLLOWERINFO, z(3, 0))] and f.leader == 2 and f.zab_state == ZabState.DISCOVERY
+
+
+def test_phase1_step3_leaderinfo_waits_for_a_quorum_and_exceeds_every_accepted_epoch():
+    """Phase 1, step 3: 'once the leader has quorum, it sends LEADERINFO(e) to all followers, where e is greater
+    than all f.acceptedEpoch in the quorum' (N = 5: the leader and two followers)."""
+    leader = ZabCore(1, range(1, 6), Persistent((), 2, 2))
+    leader.elect_leader(1, (1, 2, 3))
+    out = leader.receive(2, followerinfo(2, 4))
+    assert out == Output() and leader.new_epoch == 5 and leader.accepted_epoch == 2
+    assert leader.learner_phase[2] == LearnerPhase.FOLLOWERINFO
+    out = leader.receive(3, followerinfo(3, 1))
+    assert out.persist == (SetAcceptedEpoch(5),)
+    assert sent(out) == [(2, P.LEADERINFO, z(5, 0)), (3, P.LEADERINFO, z(5, 0))]
+    assert wire.decode_leaderinfo_data(out.send[0][1].data) == PROTOCOL_VERSION
+    assert leader.accepted_epoch == 5
+    # A late learner gets LEADERINFO at once; the epoch no longer moves.
+    out = leader.receive(4, followerinfo(4, 9))
+    assert out.persist == () and sent(out) == [(4, P.LEADERINFO, z(5, 0))] and leader.new_epoch == 5
+
+
+def test_phase1_step4_e_greater_than_accepted_epoch_is_accepted_on_disk_before_ackepoch():
+    """Phase 1, step 4: e > f.acceptedEpoch -> f.acceptedEpoch = e, ACKEPOCH(lastZxid, currentEpoch)."""
+    f = follower_in(ZabState.DISCOVERY, (t(1, 1), t(1, 2)), accepted=2, current=1)
+    out = f.receive(1, leaderinfo(3))
+    assert out.persist == (SetAcceptedEpoch(3),)
+    [(peer, p)] = out.send
+    assert (peer, p.type, p.zxid, wire.decode_ackepoch_data(p.data)) == (1, P.ACKEPOCH, z(1, 2), 1)
+    assert f.accepted_epoch == 3 and f.zab_state == ZabState.SYNCHRONIZATION
+
+
+def test_phase1_step4_e_equal_to_accepted_epoch_answers_ackepoch_with_minus_one():
+    """Packet table: 'if the follower has already acknowledged the given epoch, it passes -1 as the currentEpoch'."""
+    f = follower_in(ZabState.DISCOVERY, (t(1, 1),), accepted=3, current=1)
+    out = f.receive(1, leaderinfo(3))
+    assert out.persist == ()
+    assert wire.decode_ackepoch_data(out.send[0][1].data) == -1 and out.send[0][1].zxid == z(1, 1)
+
+
+def test_phase1_step4_e_below_accepted_epoch_goes_back_to_election():
+    """Phase 1, step 4: e < f.acceptedEpoch -> close the connection, back to leader election, nothing persisted."""
+    f = follower_in(ZabState.DISCOVERY, (t(1, 1),), accepted=4, current=1)
+    out = f.receive(1, leaderinfo(3))
+    assert out == Output(close=(1, 3), role=ServerState.LOOKING)
+    assert (f.state, f.zab_state, f.leader, f.accepted_epoch) == (ServerState.LOOKING, ZabState.ELECTION, 0, 4)
+
+
+def leader_awaiting_ackepoch(history: tuple[Txn, ...] = (t(1, 1), t(1, 2)), current: int = 1) -> ZabCore:
+    """Leader 1 (N = 3) of epoch current+1, LEADERINFO sent to 2 and 3."""
+    leader = ZabCore(1, (1, 2, 3), Persistent(history, current, current))
+    leader.elect_leader(1, (1, 2, 3))
+    leader.receive(2, followerinfo(2, current))
+    leader.receive(3, followerinfo(3, current))
+    assert leader.learner_phase[2] == leader.learner_phase[3] == LearnerPhase.LEADERINFO
+    return leader
+
+
+@pytest.mark.parametrize(
+    "their_zxid, their_epoch",
+    [(z(1, 1), 2), (z(1, 3), 1), (z(2, 1), 1)],
+    ids=["greater-currentEpoch", "same-epoch-greater-lastZxid", "same-epoch-zxid-of-later-epoch"],
+)
+def test_phase1_step7_follower_more_up_to_date_sends_leader_back_to_election(their_zxid, their_epoch):
+    """Phase 1, step 7: 'f.currentEpoch <= l.currentEpoch; if equal, f.lastZxid <= l.lastZxid', else the leader
+    disconnects and goes back to leader election."""
+    leader = leader_awaiting_ackepoch()
+    out = leader.receive(2, ackepoch(their_zxid, their_epoch))
+    assert out.role == ServerState.LOOKING and out.close == (2, 3) and out.persist == ()
+    assert leader.state == ServerState.LOOKING and leader.current_epoch == 1
+
+
+def test_phase1_steps_5_7_quorum_of_ackepoch_sets_current_epoch_and_starts_sync():
+    """Phase 1, steps 5-6 and phase 2, step 1: with a quorum of ACKEPOCH the leader sets currentEpoch (durably, before
+    the sync leaves) and sends sync packets then NEWLEADER(e)."""
+    leader = leader_awaiting_ackepoch()
+    out = leader.receive(2, ackepoch(z(1, 2), -1))  # ACKEPOCH(-1): "already acknowledged"; with the leader, a quorum
+    assert out.persist == (SetCurrentEpoch(2),)
+    assert sent(out) == [(2, P.DIFF, 0), (2, P.NEWLEADER, z(2, 0))]
+    assert leader.zab_state == ZabState.SYNCHRONIZATION and leader.current_epoch == 2
+    out = leader.receive(3, ackepoch(z(1, 1), 1))  # a later ACKEPOCH is synced at once
+    assert out.persist == ()
+    assert sent(out) == [(3, P.DIFF, 0), (3, P.PROPOSAL, z(1, 2)), (3, P.NEWLEADER, z(2, 0))]
+    assert leader.learner_last_zxid == {1: 0, 2: z(1, 2), 3: z(1, 1)}
+    assert leader.learner_phase == {1: "NONE", 2: "NEWLEADER", 3: "NEWLEADER"}
+
+
+def test_phase1_steps_5_6_leader_waits_for_a_quorum_of_ackepoch():
+    """Phase 1, step 5: 'the leader waits for a quorum of followers to send ACKEPOCH' (N = 5)."""
+    leader = ZabCore(1, range(1, 6), Persistent((t(1, 1),), 1, 1))
+    leader.elect_leader(1, (1, 2, 3))
+    leader.receive(2, followerinfo(2, 1))
+    leader.receive(3, followerinfo(3, 1))
+    assert leader.receive(2, ackepoch(z(1, 1), 1)) == Output()
+    assert leader.learner_phase[2] == LearnerPhase.ACKEPOCH and leader.current_epoch == 1
+    out = leader.receive(3, ackepoch(0, 0))
+    assert out.persist == (SetCurrentEpoch(2),)
+    assert sent(out) == [(2, P.DIFF, 0), (2, P.NEWLEADER, z(2, 0)), (3, P.SNAP, z(1, 1)), (3, P.NEWLEADER, z(2, 0))]
+
+
+# ---------------------------------------------------------------------------------------------- phase 2
+
+
+H = (t(1, 1), t(1, 2), t(2, 1), t(2, 2))
+
+
+@pytest.mark.parametrize(
+    "history, committed, z_, expected",
+    [
+        (H, 4, z(2, 2), [(P.DIFF, z(2, 2))]),
+        (H, 3, z(1, 2), [(P.DIFF, z(2, 1)), (P.PROPOSAL, z(2, 1)), (P.PROPOSAL, z(2, 2))]),
+        ((), 0, 0, [(P.DIFF, 0)]),
+        (H, 4, 0, [(P.SNAP, z(2, 2))]),
+        (H[2:], 2, z(1, 2), [(P.SNAP, z(2, 2))]),
+        (H, 4, z(1, 3), [(P.TRUNC, z(1, 2)), (P.PROPOSAL, z(2, 1)), (P.PROPOSAL, z(2, 2))]),
+        (H, 4, z(2, 5), [(P.TRUNC, z(2, 2))]),
+        (H, 4, z(3, 1), [(P.TRUNC, z(2, 2))]),
+        ((), 0, z(1, 1), [(P.TRUNC, 0)]),
+    ],
+    ids=["diff-up-to-date", "diff-missing-two", "diff-empty", "snap-empty-follower", "snap-older-than-log",
+         "trunc-skipped-then-proposals", "trunc-only", "trunc-later-epoch", "trunc-leader-empty"],
+)
+def test_phase2_step1_sync_packets_choose_diff_snap_or_trunc(history, committed, z_, expected):
+    """Phase 2, step 1: SNAP / TRUNC(zxid) / DIFF for the follower positions the spec's SyncPackets distinguishes."""
+    packets = sync_packets(list(history), committed, z_)
+    assert [(p.type, p.zxid) for p in packets] == expected
+    for p in packets:
+        if p.type == P.PROPOSAL:
+            assert p.data == {x.zxid: x.value for x in history}[p.zxid]
+        if p.type == P.SNAP:
+            assert wire.decode_snap_data(p.data) == [tuple(x) for x in history]
+
+
+@pytest.mark.parametrize(
+    "mine, sync, staged, op",
+    [
+        ((t(1, 1),), [pkt(P.DIFF, z(1, 1)), proposal(t(1, 2))], (t(1, 1), t(1, 2)), AppendTxns((t(1, 2),))),
+        ((t(1, 1), t(1, 2)), [pkt(P.TRUNC, z(1, 1))], (t(1, 1),), TruncateHistory(z(1, 1))),
+        ((t(1, 1), t(1, 2)), [pkt(P.TRUNC, z(1, 1)), proposal(t(2, 1))], (t(1, 1), t(2, 1)),
+         ReplaceHistory((t(1, 1), t(2, 1)))),
+        ((t(1, 5),), [pkt(P.SNAP, z(2, 1), wire.encode_snap_data([t(1, 1), t(2, 1)]))], (t(1, 1), t(2, 1)),
+         ReplaceHistory((t(1, 1), t(2, 1)))),
+    ],
+    ids=["diff", "trunc", "trunc-then-proposal", "snap"],
+)
+def test_phase2_step2_follower_changes_nothing_on_disk_before_newleader(mine, sync, staged, op):
+    """Phase 2, step 2: 'the follower syncs with the leader, but doesn't modify its state until it receives the
+    NEWLEADER(e) packet. Once it receives NEWLEADER(e) it atomically applies the new state and sets
+    f.currentEpoch = e. It then sends ACK(e << 32).'"""
+    f = follower_in(ZabState.SYNCHRONIZATION, mine, accepted=1, current=1)
+    for p in sync:
+        assert f.receive(1, p) == Output()
+        assert tuple(f.history) == mine and f.current_epoch == 1
+    assert tuple(f.staged_history) == staged
+    out = f.receive(1, pkt(P.NEWLEADER, z(2, 0)))
+    assert out.persist == (op, SetCurrentEpoch(2))  # one crash-atomic history operation, then the epoch
+    assert sent(out) == [(1, P.ACK, z(2, 0))]
+    assert tuple(f.history) == staged and f.current_epoch == 2 and f.staged_history == []
+    assert f.zab_state == ZabState.BROADCAST
+
+
+def test_phase2_step3_quorum_of_newleader_acks_delivers_and_sends_uptodate():
+    """Phase 2, step 3: with a quorum of ACK(e << 32) the leader takes leadership of epoch e, delivers its history
+    and queues UPTODATE; a learner that ACKs later gets UPTODATE(commit point) at once."""
+    net = Net(3, {1: Persistent((t(1, 1),), 1, 1), 2: Persistent((t(1, 1),), 1, 1), 3: Persistent((), 0, 0)})
+    net.elect(1, (1, 2, 3))
+    for j, i in [(2, 1), (3, 1), (1, 2), (1, 3), (2, 1), (3, 1)]:  # FOLLOWERINFO, LEADERINFO, ACKEPOCH
+        net.step(j, i)
+    for j, i in [(1, 2), (1, 2), (1, 3), (1, 3)]:  # DIFF, NEWLEADER to 2; SNAP, NEWLEADER to 3
+        net.step(j, i)
+    leader = net.core[1]
+    out = net.step(2, 1)  # ACK of NEWLEADER from 2: quorum with the leader
+    assert leader.zab_state == ZabState.BROADCAST
+    assert out.deliver == (t(1, 1),) and sent(out) == [(2, P.UPTODATE, z(1, 1))]
+    assert leader.learner_phase[3] == LearnerPhase.NEWLEADER
+    out = net.step(3, 1)
+    assert out.deliver == () and sent(out) == [(3, P.UPTODATE, z(1, 1))]
+    assert leader.learner_phase == {1: "NONE", 2: "UPTODATE", 3: "UPTODATE"}
+
+
+def test_phase2_step4_uptodate_delivers_up_to_the_commit_point():
+    """Phase 2, step 4 (UPTODATE carries the leader's commit point): deliver the history up to it, no further."""
+    f = follower_in(ZabState.BROADCAST, (t(1, 1), t(1, 2), t(1, 3)), accepted=1, current=1)
+    out = f.receive(1, pkt(P.UPTODATE, z(1, 2)))
+    assert out.deliver == (t(1, 1), t(1, 2)) and f.last_committed == 2 and out.send == ()
+    assert f.receive(1, pkt(P.UPTODATE, z(1, 1))) == Output()  # never backwards
+
+
+# ---------------------------------------------------------------------------------------------- phase 3
+
+
+def test_phase3_step1_client_request_logs_then_proposes_to_the_forwarding_list():
+    """Phase 3, step 1: PROPOSAL(nextZxid) to every learner on the forwarding list, nextZxid = (e << 32) + 1, ...;
+    the leader's own log write comes first."""
+    net = established(3, history=(t(1, 1),))
+    leader = net.core[3]
+    assert leader.current_epoch == 1 and leader.zab_state == ZabState.BROADCAST
+    out = leader.client_request(b"x")
+    assert out.persist == (AppendTxns((Txn(z(1, 2), b"x"),)),)
+    assert sent(out) == [(1, P.PROPOSAL, z(1, 2)), (2, P.PROPOSAL, z(1, 2))] and out.send[0][1].data == b"x"
+    leader.connection_closed(2)
+    assert sent(leader.client_request(b"y")) == [(1, P.PROPOSAL, z(1, 3))]
+
+
+def test_client_request_starts_a_new_epoch_at_counter_one():
+    net = Net(3, {s: Persistent((t(1, 1), t(1, 2)), 1, 1) for s in (1, 2, 3)})
+    net.elect(3, (1, 2, 3))
+    net.drain()
+    assert net.core[3].client_request(b"v").persist[0].txns[0].zxid == z(2, 1)
+
+
+def test_phase3_step2_follower_logs_before_ack():
+    """Phase 3, step 2: 'a follower will log and sync proposals to disk and send ACK(zxid)'."""
+    f = follower_in(ZabState.BROADCAST, (t(1, 1),), accepted=1, current=1)
+    out = f.receive(1, proposal(t(2, 1)))
+    assert out.persist == (AppendTxns((t(2, 1),)),) and sent(out) == [(1, P.ACK, z(2, 1))]
+    assert f.history[-1] == t(2, 1) and f.last_committed == 0
+
+
+def test_phase3_step3_commit_on_quorum_only_and_cumulatively():
+    """Phase 3, step 3: 'when the leader receives acknowledgements from a quorum of followers it queues
+    COMMIT(zxid)' -- the leader counts itself; one COMMIT covers the whole prefix (N = 5: two ACKs needed)."""
+    net = established(5)
+    leader = net.core[5]
+    for v in (b"a", b"b"):
+        net.do(5, leader.client_request(v))
+    for f in (1, 2, 3, 4):
+        net.step(5, f), net.step(5, f)  # each follower logs both proposals and ACKs them
+    assert net.step(1, 5) == Output()  # ACK(1) from 1: leader + 1 = 2 of 5
+    out = net.step(2, 5)  # ACK(1) from 2: 3 of 5
+    assert out.deliver == (Txn(z(1, 1), b"a"),)
+    assert sent(out) == [(f, P.COMMIT, z(1, 1)) for f in (1, 2, 3, 4)]
+    net.ch[1, 5].clear()  # 1's ACK(2) is lost; 2's ACK(2) alone is not a quorum ...
+    assert net.step(2, 5) == Output()
+    assert net.step(3, 5) == Output()  # (3's ACK(1): nothing new)
+    out = net.step(3, 5)  # ... with 3's ACK(2), it is
+    assert out.deliver == (Txn(z(1, 2), b"b"),) and leader.last_committed == 2
+    assert leader.ack_index == {1: 1, 2: 2, 3: 2, 4: 0, 5: 0}
+
+
+def test_phase3_step3_commit_delivers_at_the_follower():
+    f = follower_in(ZabState.BROADCAST, (t(1, 1),), accepted=1, current=1)
+    f.receive(1, proposal(t(2, 1)))
+    f.receive(1, proposal(t(2, 2)))
+    assert f.receive(1, pkt(P.COMMIT, z(2, 1))).deliver == (t(1, 1), t(2, 1))
+    assert f.receive(1, pkt(P.COMMIT, z(2, 1))) == Output()
+    assert f.receive(1, pkt(P.COMMIT, z(2, 2))).deliver == (t(2, 2),)
+
+
+# ---------------------------------------------------------------------------------------------- failures
+
+
+def test_leader_timeout_only_without_a_quorum():
+    """LeaderTimeout: 'the leader will remain active as long as there is a quorum of followers'."""
+    net = established(3)
+    leader = net.core[3]
+    with pytest.raises(LocalProtocolError, match="LeaderTimeout not enabled"):
+        leader.leader_timeout()
+    leader.connection_closed(1)
+    assert leader.learner_phase[1] == LearnerPhase.NONE and not leader.leader_timeout_enabled()
+    leader.connection_closed(2)
+    out = leader.leader_timeout()
+    assert out.role == ServerState.LOOKING and out.close == (1, 2) and leader.new_epoch == 0
+
+
+def test_follower_timeout_goes_looking_and_keeps_what_it_delivered():
+    """FollowerTimeout -> GoLooking: persistent state and lastCommitted stay; staged history and leader go."""
+    f = follower_in(ZabState.BROADCAST, (t(1, 1),), accepted=1, current=1)
+    f.receive(1, pkt(P.COMMIT, z(1, 1)))
+    out = f.follower_timeout()
+    assert out == Output(close=(1, 3), role=ServerState.LOOKING)
+    assert (f.state, f.leader, f.last_committed, f.current_epoch) == (ServerState.LOOKING, 0, 1, 2)
+
+
+def test_connection_closed_at_a_follower_changes_nothing():
+    """A follower whose leader connection closed waits for FollowerTimeout (a separate spec step)."""
+    f = follower_in(ZabState.BROADCAST, (t(1, 1),), accepted=1, current=1)
+    before = f.variables()
+    assert f.connection_closed(1) == Output() and f.variables() == before
+
+
+def test_crash_is_a_restart_from_the_persistent_state(tmp_path):
+    """Crash(i): history, acceptedEpoch, currentEpoch survive (through a real Storage); the rest is Init."""
+    f = follower_in(ZabState.SYNCHRONIZATION, (t(1, 1),), accepted=1, current=1)
+    storage, _ = Storage.open(tmp_path)
+    try:
+        apply_persist([AppendTxns((t(1, 1),)), SetAcceptedEpoch(2), SetCurrentEpoch(1)], storage)
+        for p in (pkt(P.DIFF, z(1, 1)), proposal(t(2, 1)), pkt(P.NEWLEADER, z(2, 0)), pkt(P.COMMIT, z(2, 1))):
+            apply_persist(f.receive(1, p).persist, storage)
+    finally:
+        storage.close()
+    storage, _ = Storage.open(tmp_path)
+    with storage:
+        restarted = ZabCore(2, (1, 2, 3), Persistent.from_storage(storage))
+    assert restarted.persistent() == f.persistent() == Persistent((t(1, 1), t(2, 1)), 2, 2)
+    assert restarted.variables() | {"history": [], "accepted_epoch": 0, "current_epoch": 0} == ZabCore(
+        2, (1, 2, 3)).variables()
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def _bad_cases():
+    def broadcast_follower():
+        return follower_in(ZabState.BROADCAST, (), accepted=1, current=1)
+
+    def syncing_follower():
+        return follower_in(ZabState.SYNCHRONIZATION, (t(1, 1),), accepted=1, current=1)
+
+    def discovering_follower():
+        return follower_in(ZabState.DISCOVERY)
+
+    def leader():
+        return leader_awaiting_ackepoch()
+
+    def leader_awaiting_followerinfo():
+        core = ZabCore(1, (1, 2, 3))
+        core.elect_leader(1, (1, 2))
+        return core
+
+    def leader_awaiting_acknewleader():
+        core = leader_awaiting_ackepoch()
+        core.receive(2, ackepoch(0, 0))
+        return core
+
+    return [
+        ("commit-before-any-proposal", broadcast_follower, 1, pkt(P.COMMIT, z(2, 1)), "not in this follower"),
+        ("commit-during-sync", syncing_follower, 1, pkt(P.COMMIT, z(1, 1)), "only in BROADCAST"),
+        ("leaderinfo-from-non-leader", discovering_follower, 3, leaderinfo(5), "not this follower's leader"),
+        ("leaderinfo-with-counter", discovering_follower, 1, pkt(P.LEADERINFO, z(5, 1), b"\0\1\0\0"), "e << 32"),
+        ("leaderinfo-garbage-data", discovering_follower, 1, pkt(P.LEADERINFO, z(5, 0), b"\1"), "LEADERINFO data"),
+        ("newleader-in-discovery", discovering_follower, 1, pkt(P.NEWLEADER, z(1, 0)), "only in SYNCHRONIZATION"),
+        ("newleader-wrong-epoch", syncing_follower, 1, pkt(P.NEWLEADER, z(7, 0)), "accepted epoch"),
+        ("proposal-going-backwards", lambda: follower_in(ZabState.BROADCAST, (t(1, 2),), 1, 1), 1, proposal(t(1, 1)),
+         "follow 0x100000002"),
+        ("snap-unordered", syncing_follower, 1,
+         pkt(P.SNAP, z(1, 1), wire.encode_snap_data([t(1, 2), t(1, 1)])), "does not follow"),
+        ("snap-zxid-mismatch", syncing_follower, 1, pkt(P.SNAP, z(1, 9), wire.encode_snap_data([t(1, 1)])), "SNAP's"),
+        ("followerinfo-at-follower", broadcast_follower, 1, followerinfo(1, 0), "FOLLOWING server takes"),
+        ("packet-at-looking", lambda: ZabCore(1, (1, 2, 3)), 2, leaderinfo(1), "LOOKING server takes no packet"),
+        ("ping-not-in-spec", broadcast_follower, 1, pkt(P.PING), "FOLLOWING server takes"),
+        ("ackepoch-garbage", leader, 2, pkt(P.ACKEPOCH, 0, b"\xff\xff\xff\xfe"), "only -1 may be negative"),
+        ("ack-before-newleader", leader, 2, pkt(P.ACK, z(2, 0)), "only in BROADCAST"),
+        ("acknewleader-wrong-epoch", leader_awaiting_acknewleader, 2, pkt(P.ACK, z(1, 0)), "must carry 0x200000000"),
+        ("second-followerinfo", leader, 2, followerinfo(2, 1), "already sent FOLLOWERINFO"),
+        ("followerinfo-wrong-sid", leader_awaiting_followerinfo, 2, followerinfo(3, 0), "names server 3"),
+        ("followerinfo-old-protocol", leader_awaiting_followerinfo, 2,
+         pkt(P.FOLLOWERINFO, 0, wire.encode_followerinfo_data(LearnerInfo(1, 2))), "predates Zab 1.0"),
+        ("from-unknown-server", leader, 9, followerinfo(9, 0), "not another server"),
+        ("from-itself", leader, 1, followerinfo(1, 0), "not another server"),
+        ("negative-zxid", leader, 2, pkt(P.ACK, -5), "never negative"),
+    ]
+
+
+@pytest.mark.parametrize("make, peer, packet, message", [c[1:] for c in _bad_cases()], ids=[c[0] for c in _bad_cases()])
+def test_forbidden_packets_raise_remote_protocol_error_and_change_nothing(make, peer, packet, message):
+    core = make()
+    before = core.variables()
+    with pytest.raises(RemoteProtocolError, match=re.escape(message)) as info:
+        core.receive(peer, packet)
+    assert info.value.peer == peer
+    assert core.variables() == before
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda c: c.client_request(b"x"), "ClientRequest not enabled"),
+        (lambda c: c.follower_timeout(), "FollowerTimeout not enabled"),
+        (lambda c: c.leader_timeout(), "LeaderTimeout not enabled"),
+        (lambda c: c.elect_leader(2, (1,)), "must be a quorum"),
+        (lambda c: c.elect_leader(3, (1, 2)), "must be a quorum"),
+        (lambda c: c.join_leader(1), "not another server"),
+    ],
+    ids=["client-request-while-looking", "follower-timeout-while-looking", "leader-timeout-while-looking",
+         "elect-by-a-minority", "elect-leader-outside-quorum", "join-itself"],
+)
+def test_local_misuse_raises_local_protocol_error_and_changes_nothing(call, message):
+    core = ZabCore(1, (1, 2, 3))
+    before = core.variables()
+    with pytest.raises(LocalProtocolError, match=message):
+        call(core)
+    assert core.variables() == before
+
+
+def test_election_outcome_only_while_looking():
+    f = follower_in(ZabState.DISCOVERY)
+    with pytest.raises(LocalProtocolError, match="only a LOOKING server"):
+        f.elect_leader(2, (1, 2))
+    with pytest.raises(LocalProtocolError, match="only a LOOKING server"):
+        f.join_leader(3)
+
+
+# ---------------------------------------------------------------------------------------------- values
+
+
+def test_output_and_storage_operations_validate_their_fields():
+    with pytest.raises(TypeError, match="not a \\(peer, QuorumPacket\\) pair"):
+        Output(send=((1, "LEADERINFO"),))
+    with pytest.raises(ValueError, match="does not follow"):
+        AppendTxns((t(1, 2), t(1, 1)))
+    with pytest.raises(ValueError, match="at least one"):
+        AppendTxns(())
+    with pytest.raises(LocalProtocolError, match="currentEpoch <= acceptedEpoch"):
+        Persistent((), 1, 2)
+    with pytest.raises(LocalProtocolError, match="not among the servers"):
+        ZabCore(4, (1, 2, 3))
+
+
+def test_apply_persist_syncs_appends_before_later_operations():
+    calls: list[str] = []
+
+    class Recorder:
+        def append(self, txns):
+            calls.append("append")
+
+        def sync(self):
+            calls.append("sync")
+
+        def truncate(self, zxid):
+            calls.append("truncate")
+
+        def set_current_epoch(self, epoch):
+            calls.append("set_current_epoch")
+
+    apply_persist([AppendTxns((t(1, 1),)), AppendTxns((t(1, 2),)), SetCurrentEpoch(1), TruncateHistory(0)], Recorder())
+    assert calls == ["append", "append", "sync", "set_current_epoch", "truncate"]

@@ -1,0 +1,242 @@
+"""The runtime's own rules: config errors name file and key; bad bytes on any port close only that connection;
+persistence happens before sending (seed 000, phase 3, step 2: "log and sync proposals to disk and send ACK")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from zabref import runtime, wire
+from zabref.config import ClusterConfig, load_config, parse_config
+from zabref.control import ControlClient
+from zabref.disklog import Storage
+from zabref.errors import ConfigError
+from zabref.packets import PacketType, QuorumPacket
+from zabref.peers import Connection
+
+GOOD = """
+[cluster]
+tick_ms = 50
+init_limit = 10
+sync_limit = 5
+
+[[server]]
+id = 1
+host = "127.0.0.1"
+quorum_port = 20001
+election_port = 20002
+client_port = 20003
+control_port = 20004
+data_dir = "d1"
+"""
+
+
+def test_good_config_resolves_data_dirs_against_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD)
+    config = load_config(path)
+    assert config.cluster == ClusterConfig(50, 10, 5)
+    assert config.server(1).data_dir == tmp_path / "d1"
+    with pytest.raises(ConfigError, match=r"no \[\[server\]\] has id = 7"):
+        config.server(7)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("tick_ms = 50", "tick_ms = 0"), r"\[cluster\]: tick_ms: 0 is outside"),
+        (("sync_limit = 5", 'sync_limit = "5"'), r"\[cluster\]: sync_limit: expected an integer"),
+        (("init_limit = 10", "init_limit = 10\nretries = 3"), r"\[cluster\]: unknown key 'retries'"),
+        (('host = "127.0.0.1"', 'host = "10.0.0.1"'), r"\[\[server\]\] #1 \(id 1\): host: 10.0.0.1 is not a loopback"),
+        (('host = "127.0.0.1"', 'host = "example.org"'), r"host: 'example.org' is not an IP address"),
+        (("quorum_port = 20001", "quorum_port = 70000"), r"\(id 1\): quorum_port: 70000 is outside 1..65535"),
+        (("client_port = 20003", "client_port = 20001"), r"client_port: port 20001 is already the quorum_port"),
+        (('data_dir = "d1"', ""), r"\[\[server\]\] #1 \(id 1\): missing key 'data_dir'"),
+        (("id = 1", "id = 0"), r"\[\[server\]\] #1: id: 0 is outside"),
+        (("[cluster]", "[cluster"), r"not valid TOML: .*line 2"),
+    ],
+)
+def test_config_errors_name_the_file_and_the_key(tmp_path: Path, edit, message) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(GOOD.replace(*edit))
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert str(info.value).startswith(str(path))
+
+
+def test_duplicate_ids_are_named() -> None:
+    text = GOOD + GOOD.split("[cluster]")[1].split("sync_limit = 5")[1].replace("2000", "2100").replace("d1", "d2")
+    with pytest.raises(ConfigError, match=r"x.toml: \[\[server\]\] #2 \(id 1\): id: 1 is also the id of"):
+        parse_config(text, "x.toml")
+
+
+def test_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nope.toml: cannot read"):
+        load_config(tmp_path / "nope.toml")
+
+
+# ------------------------------------------------------------------------------------------ persist before send
+
+
+class _RecordingWriter:
+    """Stands in for a connection's StreamWriter: records each write in the shared event list."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.transport = self
+
+    def write(self, data: bytes) -> None:
+        packet = wire.decode_quorum_packet(data[4:])
+        self.events.append(f"write {packet.type.name}")
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
+
+
+def test_outputs_are_persisted_and_synced_before_any_packet_is_written(tmp_path: Path, monkeypatch) -> None:
+    """A leader's PROPOSAL (and a follower's ACK) leaves only after the log write was fsynced: the server runs in
+    process, in control mode, with Storage.sync and the socket write both recording into one list."""
+    from zabref.cluster import find_free_base_port
+    from zabref.packets import LearnerInfo
+
+    events: list[str] = []
+    real_sync = Storage.sync
+
+    def sync(self: Storage) -> int:
+        events.append("fsync")
+        return real_sync(self)
+
+    monkeypatch.setattr(Storage, "sync", sync)
+    base = find_free_base_port(2)
+    text = "[cluster]\ntick_ms = 50\n" + "".join(
+        f"[[server]]\nid = {i}\nhost = \"127.0.0.1\"\nquorum_port = {base + 10 * i}\n"
+        f"election_port = {base + 10 * i + 1}\nclient_port = {base + 10 * i + 2}\ncontrol_port = {base + 10 * i + 3}\n"
+        f"data_dir = \"d{i}\"\n" for i in (1, 2))
+    config = parse_config(text, "t.toml", tmp_path)
+
+    async def scenario() -> None:
+        server = runtime.Server(config, 1, control=True)
+        task = asyncio.create_task(server.run())
+        for _ in range(500):
+            if server._tasks:
+                break
+            await asyncio.sleep(0.01)
+        core = server.core
+        conn = Connection(2, initiated=False)
+        conn.attach(_RecordingWriter(events))
+        server.conns[2] = conn
+        info = wire.encode_followerinfo_data(LearnerInfo(0x10000, 2))
+        await server.call(lambda: [core.elect_leader(1, [1, 2])])
+        for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, info),
+                       QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)),
+                       QuorumPacket(PacketType.ACK, 1 << 32)):
+            await server.call(lambda p=packet: server.receive(conn, p))
+        assert core.zab_state == "BROADCAST"
+        events.clear()
+        await server.call(lambda: [core.client_request(b"v")])
+        assert events == ["fsync", "write PROPOSAL"]
+        server.stop()
+        await task
+
+    asyncio.run(scenario())
+
+
+# ------------------------------------------------------------------------------------------ garbage on every port
+
+
+@pytest.fixture(scope="module")
+def lone_server(tmp_path_factory):
+    """Three configured servers, one running in normal mode (the others never start: it stays LOOKING)."""
+    from zabref.cluster import LocalCluster, cluster_config, find_free_base_port
+
+    folder = tmp_path_factory.mktemp("lone")
+    path = cluster_config(folder, 3, find_free_base_port(3))
+    cluster = LocalCluster(path)
+    cluster[1].start().wait_ready()
+    yield cluster[1]
+    cluster.stop()
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+GARBAGE = {
+    "not a handshake": b"GET / HTTP/1.1\r\n\r\n",
+    "huge length prefix": struct.pack(">i", 0x7FFFFFF0) + b"xx",
+    "negative length prefix": struct.pack(">i", -5),
+    "unknown sid": _frame(wire.encode_handshake(99)),
+    "unknown packet type": _frame(wire.encode_handshake(2)) + _frame(struct.pack(">iqii", 99, 0, -1, -1)),
+    "truncated packet": _frame(wire.encode_handshake(2)) + _frame(b"\x00\x00\x00\x0b"),
+    "packet of another protocol": _frame(wire.encode_handshake(2)) + _frame(
+        wire.encode_quorum_packet(QuorumPacket(PacketType.REVALIDATE))),
+    "out-of-phase packet": _frame(wire.encode_handshake(2)) + _frame(
+        wire.encode_quorum_packet(QuorumPacket(PacketType.ACK, 1 << 32))),
+    "huge frame after handshake": _frame(wire.encode_handshake(2)) + struct.pack(">i", 0x7FFFFFF0),
+}
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("port_name", ["quorum_port", "election_port", "client_port"])
+@pytest.mark.parametrize("garbage", sorted(GARBAGE))
+def test_garbage_closes_that_connection_and_the_server_keeps_serving(lone_server, port_name, garbage) -> None:
+    me = lone_server.me
+    log = me.data_dir / "server.log"
+    seen = len(log.read_text())
+    with socket.create_connection((me.host, getattr(me, port_name)), timeout=10) as sock:
+        sock.sendall(GARBAGE[garbage])
+        if port_name == "client_port":
+            # well-framed bytes on the client port get an error answer and the connection stays open: end it
+            sock.shutdown(socket.SHUT_WR)
+        assert _closed_by_server(sock)
+    with ControlClient(me.host, me.control_port) as c:
+        state = c.request("state")
+    assert state["variables"]["state"] == "LOOKING"
+    assert state["connections"] == []
+    assert "Traceback" not in lone_server.stderr_path.read_text()
+    if port_name != "client_port":  # a server-to-server port logs why it closed the connection
+        for _ in range(100):
+            new_lines = log.read_text()[seen:]
+            if "closed" in new_lines:
+                break
+            time.sleep(0.02)
+        assert "connection from" in new_lines and "closed" in new_lines
+
+
+@pytest.mark.slow
+def test_bad_control_lines_get_an_error_and_the_connection_keeps_working(lone_server) -> None:
+    me = lone_server.me
+    with socket.create_connection((me.host, me.control_port), timeout=10) as sock:
+        f = sock.makefile("rwb")
+        for line in (b"not json\n", b"[1, 2]\n", b'{"op": "state"}\n'):
+            f.write(line)
+            f.flush()
+            answer = json.loads(f.readline())
+        assert answer["ok"] is True and answer["sid"] == 1
+        f.write(b"x" * (2 * 1024 * 1024) + b"\n")  # longer than MAX_LINE
+        f.flush()
+        assert "longer than" in json.loads(f.readline())["error"]
+    with ControlClient(me.host, me.control_port) as c:
+        assert c.request("ping")["sid"] == 1

@@ -1,0 +1,216 @@
+"""``zabref cluster``: N servers on loopback as child processes, and the classes that start, kill and restart them.
+
+Theory of operation
+-------------------
+`cluster_config` lays a cluster out under one folder: ``cluster.toml`` plus ``data/<id>`` per server, ports
+``base_port + 10*(id-1) + {0: quorum, 1: election, 2: client, 3: control}`` (kept below 32768, outside Linux's
+ephemeral range, so outgoing connections never take them). `ServerProcess` runs one ``zabref serve`` as a child
+process (``python -m zabref.cli``), its stderr appended to ``<data_dir>/stderr.log``; ``kill`` is SIGKILL (a crash:
+only what was fsynced survives), ``stop`` is SIGTERM (clean), ``start`` again reopens the same data dir.
+`wait_ready` polls the control port. The tests and the conformance driver use these classes too.
+
+The ``cluster`` command writes the config (keeping existing data dirs, so a cluster restarted from the same folder
+keeps its history), starts the servers, prints where each listens and the client commands to use, and waits; SIGINT
+or SIGTERM stops the children with SIGTERM (SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from zabref.config import ClusterConfig, Config, ServerConfig, load_config, render_config, write_config
+from zabref.control import ControlClient, ControlError
+from zabref.errors import ConfigError, ZabError
+
+__all__ = ["cluster_config", "find_free_base_port", "ServerProcess", "LocalCluster", "run_cluster"]
+
+CONFIG_NAME = "cluster.toml"
+
+
+def cluster_config(folder: str | os.PathLike[str], servers: int, base_port: int,
+                   timing: ClusterConfig = ClusterConfig(), host: str = "127.0.0.1") -> Path:
+    """Write ``folder/cluster.toml`` for ``servers`` servers; returns its path."""
+    if servers < 1:
+        raise ConfigError(f"--servers: {servers} must be at least 1")
+    top = base_port + 10 * (servers - 1) + 3
+    if base_port < 1024 or top >= 32768:
+        raise ConfigError(f"--base-port: ports {base_port}..{top} must lie in 1024..32767")
+    entries = [ServerConfig(i, host, base_port + 10 * (i - 1), base_port + 10 * (i - 1) + 1,
+                            base_port + 10 * (i - 1) + 2, base_port + 10 * (i - 1) + 3, Path("data") / str(i))
+               for i in range(1, servers + 1)]
+    return write_config(Path(folder) / CONFIG_NAME, render_config(timing, entries))
+
+
+def find_free_base_port(servers: int, host: str = "127.0.0.1", low: int = 10000, high: int = 32000,
+                        tries: int = 50) -> int:
+    """A base port whose ``10 * servers`` ports are all free on ``host`` now (for tests; racy by nature)."""
+    rng = random.Random()
+    for _ in range(tries):
+        base = rng.randrange(low, high - 10 * servers) // 10 * 10
+        socks = []
+        try:
+            for port in range(base, base + 10 * servers):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise ZabError(f"no {10 * servers} free consecutive ports found in {low}..{high} after {tries} tries")
+
+
+class ServerProcess:
+    """One ``zabref serve`` child process."""
+
+    def __init__(self, config_path: str | os.PathLike[str], config: Config, sid: int) -> None:
+        self.config_path = str(config_path)
+        self.sid = sid
+        self.me = config.server(sid)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.control_mode = False
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.me.data_dir / "stderr.log"
+
+    def start(self, *, control: bool = False) -> ServerProcess:
+        if self.running:
+            raise ZabError(f"server {self.sid} is already running (pid {self.proc.pid})")
+        self.me.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "zabref.cli", "serve", "--config", self.config_path, "--id", str(self.sid)]
+        if control:
+            args.append("--control")
+        with open(self.stderr_path, "ab") as err:
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        self.control_mode = control
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Poll the control port until the server answers ``ping``; ZabError if it exits or times out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.running:
+                raise ZabError(f"server {self.sid} exited with code {self.proc.returncode if self.proc else None}; "
+                               f"see {self.stderr_path}:\n{self.tail()}")
+            try:
+                with ControlClient(self.me.host, self.me.control_port, timeout=2.0) as c:
+                    c.request("ping")
+                    return
+            except (OSError, ControlError):
+                pass
+            if time.monotonic() > deadline:
+                raise ZabError(f"server {self.sid} not ready within {timeout} s; see {self.stderr_path}")
+            time.sleep(0.05)
+
+    def control(self, timeout: float = 30.0) -> ControlClient:
+        return ControlClient(self.me.host, self.me.control_port, timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash. Only what the server fsynced survives."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.stderr_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class LocalCluster:
+    """Every server of one config file as child processes (a context manager that stops them all)."""
+
+    def __init__(self, config_path: str | os.PathLike[str]) -> None:
+        self.config_path = Path(config_path)
+        self.config = load_config(self.config_path)
+        self.servers = {sid: ServerProcess(self.config_path, self.config, sid) for sid in self.config.sids}
+
+    def __getitem__(self, sid: int) -> ServerProcess:
+        return self.servers[sid]
+
+    def start(self, *, control: bool = False, timeout: float = 30.0) -> LocalCluster:
+        for s in self.servers.values():
+            s.start(control=control)
+        for s in self.servers.values():
+            s.wait_ready(timeout)
+        return self
+
+    def stop(self) -> None:
+        for s in self.servers.values():
+            if s.running:
+                s.proc.terminate()
+        for s in self.servers.values():
+            s.stop()
+
+    def client_addresses(self) -> list[tuple[str, int]]:
+        return [(s.me.host, s.me.client_port) for s in self.servers.values()]
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_cluster(servers: int, data_dir: str, base_port: int, tick_ms: int) -> None:
+    """The ``zabref cluster`` command: start the servers, print where they listen, wait for SIGINT/SIGTERM."""
+    path = cluster_config(data_dir, servers, base_port, ClusterConfig(tick_ms=tick_ms))
+    cluster = LocalCluster(path)
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop["now"] = True
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        cluster.start()
+        click.echo(f"config: {path}")
+        for s in cluster.servers.values():
+            m = s.me
+            click.echo(f"server {m.id}: pid {s.proc.pid}, client {m.host}:{m.client_port}, quorum {m.quorum_port}, "
+                       f"election {m.election_port}, control {m.control_port}, data {m.data_dir} "
+                       f"(log {s.stderr_path})")
+        click.echo(f"try: zabref client --config {path} submit hello; zabref client --config {path} read")
+        click.echo("Ctrl-C stops the cluster.")
+        exited: set[int] = set()
+        while not stop["now"]:
+            time.sleep(0.2)
+            for s in cluster.servers.values():
+                if not s.running and s.sid not in exited:
+                    exited.add(s.sid)
+                    click.echo(f"server {s.sid} exited with code {s.proc.returncode}; see {s.stderr_path}", err=True)
+    finally:
+        click.echo("stopping the cluster")
+        cluster.stop()
+        for s, handler in old.items():
+            signal.signal(s, handler)

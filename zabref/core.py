@@ -1,0 +1,184 @@
+"""The deterministic Zab core: spec/Zab.tla's actions, one method each, for one server, with no I/O.
+
+Theory of operation
+-------------------
+`ZabCore` is the protocol state machine of one server, in the sans-IO style of etcd-io/raft and h11: it holds the
+spec's per-server variables (`zabref.core_state`) and takes one event at a time through one entry point per kind of
+input --
+
+* ``receive(peer, packet)`` -- a QuorumPacket from a peer, routed by packet type and role to the handler named after
+  the spec action (``LEADERINFO`` at a follower -> ``follower_process_leaderinfo``); a packet no spec action takes in
+  the current state raises `RemoteProtocolError` naming the peer, with nothing changed, and the runtime closes that
+  connection (then reports it with ``connection_closed``);
+* ``client_request(value)`` -- ClientRequest;
+* ``elect_leader(leader, quorum)`` / ``join_leader(leader)`` -- the outcome of leader election (ElectLeader,
+  JoinLeader), from FastLeaderElection or from the conformance driver;
+* ``follower_timeout()`` / ``leader_timeout()`` -- FollowerTimeout, LeaderTimeout; the runtime decides when;
+* ``connection_closed(peer)`` -- the TCP connection to peer closed: a leader forgets that learner, as the spec's
+  GoLooking(peer) does at every other server. A follower whose leader connection closed changes nothing here: the
+  spec models that as a separate FollowerTimeout step, which the runtime fires.
+
+-- and returns an `Output`: storage operations to make durable first, then packets to send, transactions delivered,
+connections to close, the new role. Crash(i) is not a method: it is a process restart, ``ZabCore(sid, servers,
+Persistent.from_storage(storage))``, which keeps exactly history, acceptedEpoch and currentEpoch.
+
+The handlers live in `zabref.core_leader` (LeaderProcess*, ClientRequest, LeaderTimeout) and `zabref.core_follower`
+(FollowerProcess*, FollowerTimeout); docs/core.md has the table from spec action to method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from zabref import wire
+from zabref.core_follower import FollowerActions
+from zabref.core_leader import LeaderActions, sync_packets
+from zabref.core_state import SPEC_VARIABLES
+from zabref.core_types import (
+    EMPTY,
+    FORWARDING_PHASES,
+    NO_SERVER,
+    AppendTxns,
+    LearnerPhase,
+    Output,
+    Persistent,
+    PersistOp,
+    ReplaceHistory,
+    SetAcceptedEpoch,
+    SetCurrentEpoch,
+    TruncateHistory,
+    Txn,
+    ZabState,
+    apply_persist,
+)
+from zabref.errors import RemoteProtocolError
+from zabref.packets import MAX_EPOCH, PROTOCOL_VERSION, LearnerInfo, PacketType, QuorumPacket, ServerState, make_zxid
+
+__all__ = [
+    "ZabCore",
+    "Output",
+    "Persistent",
+    "Txn",
+    "ZabState",
+    "LearnerPhase",
+    "FORWARDING_PHASES",
+    "NO_SERVER",
+    "PersistOp",
+    "AppendTxns",
+    "TruncateHistory",
+    "ReplaceHistory",
+    "SetAcceptedEpoch",
+    "SetCurrentEpoch",
+    "apply_persist",
+    "sync_packets",
+    "SPEC_VARIABLES",
+    "HANDLERS",
+]
+
+Handler = Callable[["ZabCore", int, QuorumPacket], Output]
+
+
+class ZabCore(LeaderActions, FollowerActions):
+    """One Zab server's protocol state machine. See the module docstring; the fields are `CoreState`'s."""
+
+    # ---------------------------------------------------------------------------------------------- packets
+
+    def receive(self, peer: int, packet: QuorumPacket) -> Output:
+        """A packet from ``peer``, taken from the head of that connection in order (seed 000: "servers must process
+        packets in the order that they are received")."""
+        if peer == self.sid or peer not in self.servers:
+            raise RemoteProtocolError(peer, f"server {self.sid}: {peer} is not another server of {list(self.servers)}")
+        if packet.zxid < 0:
+            self._reject(peer, packet, "a zxid is never negative")
+        handlers = HANDLERS.get(self.state, {})
+        handler = handlers.get(packet.type)
+        if handler is None:
+            takes = ", ".join(t.name for t in handlers) or "no packet"
+            self._reject(peer, packet, f"a {self.state.name} server takes {takes}")
+        return handler(self, peer, packet)
+
+    def _follower_proposal(self, j: int, packet: QuorumPacket) -> Output:
+        """PROPOSAL: staged in sync (FollowerProcessPROPOSALInSync), logged in broadcast (FollowerProcessPROPOSAL)."""
+        if self.zab_state == ZabState.SYNCHRONIZATION:
+            return self.follower_process_proposal_in_sync(j, packet)
+        return self.follower_process_proposal(j, packet)
+
+    def _leader_ack(self, j: int, packet: QuorumPacket) -> Output:
+        """ACK: of NEWLEADER while learner j is in phase NEWLEADER (LeaderProcessACKNEWLEADER), else of a proposal
+        (LeaderProcessACK)."""
+        if self.learner_phase[j] == LearnerPhase.NEWLEADER:
+            return self.leader_process_acknewleader(j, packet)
+        return self.leader_process_ack(j, packet)
+
+    # ---------------------------------------------------------------------------------------------- election
+
+    def elect_leader(self, leader: int, quorum: Iterable[int]) -> Output:
+        """ElectLeader(i, Q), this server's share -- seed 000, phase 1, steps 1-2.
+
+        ``quorum`` elected ``leader`` (the greatest vote (currentEpoch, lastZxid, sid) in it; the election decides
+        that, not the core). The leader starts phase 1 proposing an epoch above its acceptedEpoch; every other
+        member connects to it and sends FOLLOWERINFO(acceptedEpoch << 32, LearnerInfo).
+        """
+        q = set(quorum)
+        if self.state != ServerState.LOOKING:
+            self._misuse("ElectLeader", "only a LOOKING server takes an election outcome")
+        if not q <= set(self.servers) or not self.is_quorum(q) or self.sid not in q or leader not in q:
+            self._misuse("ElectLeader", f"{sorted(q)} must be a quorum holding this server and leader {leader}")
+        if leader == self.sid:
+            if self.accepted_epoch >= MAX_EPOCH:
+                self._misuse("ElectLeader", "acceptedEpoch leaves no epoch above it")
+            self.state = ServerState.LEADING
+            self.zab_state = ZabState.DISCOVERY
+            self.leader = self.sid
+            self.new_epoch = self.accepted_epoch + 1
+            return Output(role=ServerState.LEADING)
+        return self._follow(leader)
+
+    def join_leader(self, leader: int) -> Output:
+        """JoinLeader(i, j): a LOOKING server learns from election notifications that a quorum already follows
+        ``leader`` and joins it (seed 000: "the follower follows the phases"). Whether such a quorum exists is the
+        election's knowledge, not the core's."""
+        if self.state != ServerState.LOOKING:
+            self._misuse("JoinLeader", "only a LOOKING server joins a leader")
+        if leader == self.sid or leader not in self.servers:
+            self._misuse("JoinLeader", f"{leader} is not another server of {list(self.servers)}")
+        return self._follow(leader)
+
+    def _follow(self, leader: int) -> Output:
+        self.state = ServerState.FOLLOWING
+        self.zab_state = ZabState.DISCOVERY
+        self.leader = leader
+        info = wire.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, self.sid))
+        followerinfo = QuorumPacket(PacketType.FOLLOWERINFO, make_zxid(self.accepted_epoch, 0), info)
+        return Output(send=((leader, followerinfo),), role=ServerState.FOLLOWING)
+
+    # ---------------------------------------------------------------------------------------------- connections
+
+    def connection_closed(self, peer: int) -> Output:
+        """The connection to ``peer`` closed. GoLooking(peer), as seen here: forget peer as a learner
+        (learnerPhase, learnerLastZxid, ackIndex back to NONE, <<0, 0>>, 0). Nothing else changes; in particular a
+        follower whose leader went away stays FOLLOWING until the runtime fires `follower_timeout`."""
+        if peer in self.servers and peer != self.sid:
+            self._forget_learner(peer)
+        return EMPTY
+
+
+#: The dispatch table of `ZabCore.receive`: role -> packet type -> handler. Data, so docs and tests can read it.
+HANDLERS: dict[ServerState, dict[PacketType, Handler]] = {
+    ServerState.LOOKING: {},
+    ServerState.FOLLOWING: {
+        PacketType.LEADERINFO: ZabCore.follower_process_leaderinfo,
+        PacketType.DIFF: ZabCore.follower_process_diff,
+        PacketType.TRUNC: ZabCore.follower_process_trunc,
+        PacketType.SNAP: ZabCore.follower_process_snap,
+        PacketType.PROPOSAL: ZabCore._follower_proposal,
+        PacketType.NEWLEADER: ZabCore.follower_process_newleader,
+        PacketType.UPTODATE: ZabCore.follower_process_uptodate,
+        PacketType.COMMIT: ZabCore.follower_process_commit,
+    },
+    ServerState.LEADING: {
+        PacketType.FOLLOWERINFO: ZabCore.leader_process_followerinfo,
+        PacketType.ACKEPOCH: ZabCore.leader_process_ackepoch,
+        PacketType.ACK: ZabCore._leader_ack,
+    },
+}

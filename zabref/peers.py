@@ -1,0 +1,269 @@
+"""Connections between servers: handshake, framing, bounded buffers, dialing with bounded backoff. asyncio only.
+
+Theory of operation
+-------------------
+Every server-to-server TCP connection starts with one handshake frame (the connecting server's sid, `zabref.wire`)
+and then carries frames (``int32 length, body``). Two kinds exist:
+
+* **quorum** -- ONE connection per follower-leader pair, opened by the follower to the leader's quorum port; it
+  carries both directions (the spec's channels ``msgs[f][l]`` and ``msgs[l][f]``). Bodies are QuorumPackets.
+* **election** -- FastLeaderElection notifications. Each server sends on connections it opened itself to the other
+  servers' election ports (`ElectionSender`, one per peer) and receives on the connections the others opened, so
+  every ordered pair of servers is one FIFO channel, as the spec's ``electionMsgs[i][j]``.
+
+A `Connection` is one quorum connection as the runtime sees it: ``connecting`` (frames written meanwhile wait in
+``pending`` and leave, in order, once the handshake is out), ``open``, then ``closed`` with a reason. It counts the
+packets it wrote (``sent``) and read (``received``): the conformance driver compares one side's ``sent`` with the
+other side's ``received`` to know that everything sent has arrived.
+
+Bounds (so a misbehaving peer cannot exhaust memory): a frame body is at most `MAX_QUORUM_FRAME` bytes on a quorum
+connection and `MAX_ELECTION_FRAME` on an election connection (a longer length prefix closes the connection before
+any body is read); the handshake must arrive within `HANDSHAKE_TIMEOUT` seconds; a connection whose unsent bytes
+exceed `SEND_BUFFER_LIMIT` (the peer stopped reading) is closed; an `ElectionSender` keeps at most
+`ELECTION_QUEUE_LIMIT` notifications (the oldest are dropped: FastLeaderElection resends its vote anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from zabref import wire
+from zabref.errors import CodecError
+from zabref.packets import Notification, QuorumPacket
+
+__all__ = [
+    "Connection",
+    "ElectionSender",
+    "accept_handshake",
+    "quiet_cancel",
+    "dial",
+    "read_frames",
+    "MAX_QUORUM_FRAME",
+    "MAX_ELECTION_FRAME",
+    "SEND_BUFFER_LIMIT",
+    "HANDSHAKE_TIMEOUT",
+    "ELECTION_QUEUE_LIMIT",
+]
+
+log = logging.getLogger("zabref")
+
+MAX_QUORUM_FRAME = 16 * 1024 * 1024
+MAX_ELECTION_FRAME = 1024
+SEND_BUFFER_LIMIT = 32 * 1024 * 1024
+HANDSHAKE_TIMEOUT = 5.0
+ELECTION_QUEUE_LIMIT = 1000
+_READ_CHUNK = 256 * 1024
+_serials = itertools.count(1)
+
+
+def quiet_cancel(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap an ``asyncio.start_server`` callback so that cancelling it at shutdown is not logged as an error."""
+
+    @functools.wraps(handler)
+    async def wrapper(*args: Any) -> None:
+        try:
+            await handler(*args)
+        except asyncio.CancelledError:
+            pass
+
+    return wrapper
+
+
+class HandshakeError(Exception):
+    """The first frame of an inbound connection was not a valid handshake."""
+
+
+async def accept_handshake(reader: asyncio.StreamReader) -> int:
+    """Read the handshake frame of an inbound connection: the peer's sid. Raises HandshakeError saying why."""
+    try:
+        prefix = await asyncio.wait_for(reader.readexactly(4), HANDSHAKE_TIMEOUT)
+        length = int.from_bytes(prefix, "big", signed=True)
+        if length != 8:
+            raise HandshakeError(f"handshake length prefix is {length}, expected 8 (an int64 sid)")
+        body = await asyncio.wait_for(reader.readexactly(8), HANDSHAKE_TIMEOUT)
+        return wire.decode_handshake(body)
+    except asyncio.IncompleteReadError as e:
+        raise HandshakeError(f"connection ended after {len(e.partial)} bytes of the handshake") from None
+    except TimeoutError:
+        raise HandshakeError(f"no handshake within {HANDSHAKE_TIMEOUT} s") from None
+    except CodecError as e:
+        raise HandshakeError(str(e)) from None
+
+
+async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float,
+               first_delay: float = 0.02, max_delay: float = 1.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to ``host:port`` and send the handshake (``sid``); up to ``attempts`` tries with exponential backoff.
+
+    Raises the last OSError (or TimeoutError) when every attempt failed.
+    """
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(max(1, attempts)),
+        wait=wait_exponential(multiplier=first_delay, max=max_delay),
+        retry=retry_if_exception_type((OSError, TimeoutError)),
+        reraise=True,
+    ):
+        with attempt:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+            writer.write(wire.frame(wire.encode_handshake(sid)))
+            return reader, writer
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def read_frames(reader: asyncio.StreamReader, max_frame: int, what: str,
+                      on_body: Callable[[bytes], None]) -> str:
+    """Feed ``on_body`` every frame body until the stream ends; return why it ended (for the log line).
+
+    ``on_body`` may raise CodecError (a body that does not decode) or ValueError (a body that is not allowed): the
+    reading stops and the message becomes the reason.
+    """
+    decoder = wire.FrameDecoder(max_frame, what)
+    try:
+        while True:
+            chunk = await reader.read(_READ_CHUNK)
+            if not chunk:
+                decoder.close()
+                return "peer closed the connection"
+            for body in decoder.feed(chunk):
+                on_body(body)
+    except CodecError as e:
+        return f"bad input: {e}"
+    except ValueError as e:
+        return f"bad input: {e}"
+    except (ConnectionError, OSError) as e:
+        return f"connection lost: {type(e).__name__}: {e}"
+
+
+class Connection:
+    """One quorum connection with a peer server (see the module docstring)."""
+
+    def __init__(self, peer: int, *, initiated: bool) -> None:
+        self.peer = peer
+        self.initiated = initiated  # True: we connected to the peer (we follow it); False: it connected to us
+        self.serial = next(_serials)
+        self.state = "connecting"
+        self.sent = 0
+        self.received = 0
+        self.close_reason: str | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.pending: list[bytes] = []
+        self.held: deque[QuorumPacket] = deque()  # control mode: packets read and not yet released to the core
+        self.reported = False  # whether the core was told (connection_closed) or needs no telling
+        self.opened: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    @property
+    def closed(self) -> bool:
+        return self.state == "closed"
+
+    def attach(self, writer: asyncio.StreamWriter) -> None:
+        """The TCP connection is up (handshake written or read): flush what waited, in order."""
+        if self.closed:
+            writer.close()
+            return
+        self.writer = writer
+        self.state = "open"
+        waiting, self.pending = self.pending, []
+        for framed in waiting:
+            self._write(framed)
+        if not self.opened.done():
+            self.opened.set_result(True)
+
+    def send(self, packet: QuorumPacket) -> bool:
+        """Queue one packet for the peer; False if the connection is closed (the packet is lost, as in the spec)."""
+        if self.closed:
+            return False
+        framed = wire.frame(wire.encode_quorum_packet(packet))
+        if self.state == "connecting":
+            if sum(map(len, self.pending)) + len(framed) > SEND_BUFFER_LIMIT:
+                self.close(f"more than {SEND_BUFFER_LIMIT} bytes wait for the connection to open")
+                return False
+            self.pending.append(framed)
+            return True
+        self._write(framed)
+        return not self.closed
+
+    def _write(self, framed: bytes) -> None:
+        assert self.writer is not None
+        self.writer.write(framed)
+        self.sent += 1
+        if self.writer.transport.get_write_buffer_size() > SEND_BUFFER_LIMIT:
+            self.close(f"peer is not reading: more than {SEND_BUFFER_LIMIT} bytes unsent")
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (bounded) until the kernel took what was written."""
+        if self.writer is not None and not self.closed:
+            try:
+                await asyncio.wait_for(self.writer.drain(), timeout)
+            except (ConnectionError, OSError, TimeoutError):
+                pass
+
+    def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.state = "closed"
+        self.close_reason = reason
+        self.pending = []
+        if self.writer is not None:
+            self.writer.close()
+        if not self.opened.done():
+            self.opened.set_result(False)
+
+    def describe(self) -> dict[str, Any]:
+        return {"peer": self.peer, "initiated": self.initiated, "state": self.state,
+                "sent": self.sent, "received": self.received}
+
+
+class ElectionSender:
+    """Sends FastLeaderElection notifications to one peer over a connection this server opened (FIFO, best effort).
+
+    Reconnects with bounded backoff when the connection fails; notifications queued while the peer is down are kept
+    up to `ELECTION_QUEUE_LIMIT` (oldest dropped) and a notification being written when the connection breaks is lost:
+    FastLeaderElection tolerates loss because the runtime rebroadcasts its vote while LOOKING.
+    """
+
+    def __init__(self, sid: int, peer: int, host: str, port: int) -> None:
+        self.sid, self.peer, self.host, self.port = sid, peer, host, port
+        self.queue: deque[Notification] = deque(maxlen=ELECTION_QUEUE_LIMIT)
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"election-to-{peer}")
+
+    def send(self, n: Notification) -> None:
+        self.queue.append(n)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        writer: asyncio.StreamWriter | None = None
+        delay = 0.05
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self.queue:
+                if writer is None or writer.is_closing():
+                    try:
+                        _, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0)
+                        log.info("election connection to %d open", self.peer)
+                        delay = 0.05
+                    except (OSError, TimeoutError) as e:
+                        writer = None
+                        log.debug("election connection to %d failed: %s", self.peer, e)
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 1.0)
+                        continue
+                n = self.queue.popleft()
+                try:
+                    writer.write(wire.frame(wire.encode_notification(n)))
+                    await asyncio.wait_for(writer.drain(), 2.0)
+                except (ConnectionError, OSError, TimeoutError) as e:
+                    log.info("election connection to %d lost: %s", self.peer, e)
+                    writer.close()
+                    writer = None
+
+    def close(self) -> None:
+        self._task.cancel()
