@@ -93,3 +93,49 @@ class SpecError(ConformanceError):
 
 class SpecFormatError(ConformanceError):
     """The spec is not in the form the toolchain reads (e.g. a disjunct of Next it cannot label); names the line."""
+
+
+# --- the trace pipeline (conformance/pipeline.py, graphparse.py, traces.py) -------------------------------------------
+
+
+class GraphError(InputError):
+    """A state graph whose every line is well-formed but which is wrong as a whole (an edge to a state the dump
+    never lists, no initial state); `location` names the DOT line."""
+
+
+class TraceFormatError(InputError):
+    """A trace file that is not a well-formed zabref trace; `location` names the file and line (1 = the header)."""
+
+
+class PipelineError(ConformanceError):
+    """The pipeline cannot do what it was asked (an output folder that holds other files, an unknown config)."""
+
+
+# --- the replay driver (conformance/replay.py, conform.py, seeded.py, minimize.py) -------------------------------------
+
+
+class TraceActionError(InputError):
+    """A trace step the replay driver cannot take: an action name it does not know, or parameters missing or of the
+    wrong shape; `location` names the trace file and the step's line (line 1 is the header, step k is line k + 2)."""
+
+    def __init__(self, trace: str, step: int, message: str) -> None:
+        self.trace, self.step = trace, step
+        super().__init__(Location(trace, step + 2), f"step {step}: {message}")
+
+
+class ConformanceMismatch(ConformanceError):
+    """The implementation's state departed from the trace's: the first step where it did, the action taken, and for
+    each differing spec variable its expected (spec) and actual (implementation) value."""
+
+    def __init__(self, trace: str, step: int, action: str, expected: dict, actual: dict, message: str = "") -> None:
+        self.trace, self.step, self.action, self.expected, self.actual = trace, step, action, expected, actual
+        names = ", ".join(sorted(expected)) or "none"
+        super().__init__(f"{trace}: step {step} ({action}): {message or 'state differs'}; variables: {names}")
+
+
+class SeededBugError(ConformanceError):
+    """A seeded bug (conformance/bugs/NAME.toml) that is unknown, malformed, or no longer applies to zabref/."""
+
+
+class MinimizeError(ConformanceError):
+    """The minimizer cannot start: no graph, a trace that does not fail, a graph that does not hold the trace."""

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The main job on the small embedded default (the `ci` model config): model-check the spec.
-# Later steps of the chain (traces, conform, report) join here.
+# The main job on the small embedded default (the `ci` model): the whole chain --
+# model-check the spec, generate action-coverage traces from TLC's state graph on Spark, replay every trace
+# (and the committed regression traces in traces/) on real zabref servers, and write the report.
+#   bash scripts/main.sh                  # model ci
+#   bash scripts/main.sh --config tiny    # any spec/MC_<name> model
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-.venv/bin/zabref check --config ci "$@"
+.venv/bin/zabref chain "$@"

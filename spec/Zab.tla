@@ -142,7 +142,8 @@ VoteLT(a, b) ==
     \/ a[1] = b[1] /\ a[2] = b[2] /\ a[3] < b[3]
 
 \* What server s has delivered, and the commit point of its history as a zxid.
-Delivered(s) == SubSeq(history[s], 1, lastCommitted[s])
+\* (TypeOK states lastCommitted <= Len(history); the Min keeps the other invariants defined when it fails.)
+Delivered(s) == SubSeq(history[s], 1, IF lastCommitted[s] <= Len(history[s]) THEN lastCommitted[s] ELSE Len(history[s]))
 CommittedZxid(h, k) == IF k = 0 THEN <<0, 0>> ELSE h[k].zxid
 
 (***************************************************************************)
@@ -666,10 +667,15 @@ DeliveredEver == Range(committed) \cup UNION {Range(Delivered(s)) : s \in Server
 \* An established leader: it has a quorum's ACKEPOCH for its epoch (it set currentEpoch).
 IsEstablished(s) == state[s] = LEADING /\ zabState[s] \in {SYNCHRONIZATION, BROADCAST}
 
+\* A primary: a leader that a quorum acknowledged with NEWLEADER, in broadcast (it may broadcast now).
+IsPrimary(s) == state[s] = LEADING /\ zabState[s] = BROADCAST
+
 \* Primary integrity: a primary of epoch e delivers every transaction of an earlier epoch that any
 \* process delivers, before it broadcasts its own: such transactions are in its history, ahead of its epoch.
+\* (Only primaries: a leader with a quorum's ACKEPOCH that never completed sync broadcasts nothing, and what it
+\* lacks may still be delivered by a later primary; the deep model found this, see spec/README.md.)
 PrimaryIntegrity ==
-    \A l \in Server : IsEstablished(l) =>
+    \A l \in Server : IsPrimary(l) =>
         \A t \in DeliveredEver : t.zxid[1] < currentEpoch[l] =>
             \E k \in 1 .. Len(history[l]) :
                 /\ history[l][k] = t

@@ -140,6 +140,9 @@ class ControlPort:
 
     async def op_state(self, request: dict[str, Any]) -> dict[str, Any]:
         s = self.server
+        # Run every event queued before this request first: a connection that closed has left `conns` already, but
+        # the core hears of it through a pump event; reading the core before that event would show a mix.
+        await s.call(lambda: [])
         return {
             "sid": s.sid,
             "mode": "control" if s.control else "normal",

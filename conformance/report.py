@@ -1,0 +1,175 @@
+"""The conformance report: ``index.html`` for people, ``report.json`` for tools, written whole or not at all.
+
+Theory of operation: `write_report` takes the replay results (conformance/replay.py, as JSON dicts) and writes
+
+* ``report.json``: the summary line, per-trace results (failures in full: step, action, parameters, each differing
+  variable's expected and actual value, the diff, server logs, the replay command), coverage by action, and the
+  minimized traces, if any;
+* ``index.html``: the same for reading. Failures come first; each shows the diff, the path so far drawn with
+  graphviz (conformance/render.py, the failing step filled red; when drawing fails the steps are listed instead and
+  the page says why), the server logs and the command that replays that trace alone.
+
+Coverage by action: the action instances (edge labels, e.g. ``FollowerProcessDIFF__2__1``) whose steps the replays
+took and matched, per action name, against the instances the traces' manifest.json says the graph holds (when the
+traces came with one). Everything is written into a temporary sibling folder that replaces DIR at the end; DIR is
+replaced only when it is empty or holds a previous report (a report.json), so a wrong --report never deletes files.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from conformance.errors import ConformanceError
+
+__all__ = ["write_report", "coverage"]
+
+REPORT_JSON = "report.json"
+
+
+class ReportError(ConformanceError):
+    """The report folder cannot be written (it holds files that are not a report)."""
+
+
+def coverage(results: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per action name: instances taken (matched) by the replays, and in the graph when a manifest says so."""
+    taken: dict[str, set[str]] = defaultdict(set)
+    for r in results:
+        for label in r.get("labels") or []:
+            taken[label.split("__")[0]].add(label)
+    known: dict[str, set[str]] = defaultdict(set)
+    totals = None
+    for m in manifests:
+        for t in m.get("traces", []):
+            for label in t.get("covers", []):
+                known[label.split("__")[0]].add(label)
+        cov = m.get("coverage", {}).get("action_instances")
+        if cov:
+            totals = [sum(x) for x in zip(totals or [0, 0], cov)]
+    names = sorted(set(taken) | set(known))
+    rows = [{"action": n, "taken": sorted(taken[n]), "in_graph": len(known[n]) if manifests else None} for n in names]
+    return {"by_action": rows, "instances_taken": sum(len(v) for v in taken.values()),
+            "instances_in_graph": totals[1] if totals else None}
+
+
+def _svg(trace_path: str, step: int) -> tuple[str | None, str]:
+    """The path up to the failing step as inline SVG, or (None, why not)."""
+    try:
+        from conformance.render import trace_graph
+        from conformance.traces import Trace, read_trace
+
+        t = read_trace(Path(trace_path))
+        cut = Trace(t.header, t.steps[: step + 1])
+        return trace_graph(cut, step, f"{Path(trace_path).name}: first divergence at step {step}").pipe(
+            format="svg").decode("utf-8"), ""
+    except Exception as e:  # graphviz missing, a trace moved away: the list below still tells the story
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _steps_list(trace_path: str, step: int) -> str:
+    try:
+        from conformance.traces import read_trace
+
+        t = read_trace(Path(trace_path))
+    except Exception as e:
+        return f"<p>(the trace cannot be read: {html.escape(str(e))})</p>"
+    items = []
+    for s in t.steps[: step + 1]:
+        params = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(s.params.items()))
+        text = html.escape(f"step {s.index}: {s.action}({params})")
+        items.append(f"<li><b class=bad>{text} &larr; diverges</b></li>" if s.index == step else f"<li>{text}</li>")
+    return "<ol start=0>" + "".join(items) + "</ol>"
+
+
+_CSS = """body{font-family:sans-serif;margin:2em;max-width:110em}pre{background:#f6f6f6;padding:.6em;overflow:auto;
+max-height:40em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}
+.bad{color:#b00000}.ok{color:#006000}code{background:#f0f0f0}"""
+
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _failure_html(r: dict[str, Any], n: int) -> str:
+    f = r["failure"]
+    params = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(f["params"].items()))
+    svg, why = _svg(r["trace"], f["step"])
+    picture = svg if svg else (f"<p>(the path could not be drawn: {_esc(why)}; the steps instead)</p>"
+                               + _steps_list(r["trace"], f["step"]))
+    rows = "".join(f"<tr><td><code>{_esc(k)}</code></td><td><code>{_esc(json.dumps(e))}</code></td>"
+                   f"<td><code>{_esc(json.dumps(a))}</code></td></tr>" for k, (e, a) in f["differences"].items())
+    logs = "".join(f"<details><summary>{_esc(k)}</summary><pre>{_esc(v)}</pre></details>" for k, v in f["logs"].items())
+    return f"""<h3 id="f{n}" class=bad>{_esc(Path(r['trace']).name)}: step {f['step']},
+<code>{_esc(f['action'])}({_esc(params)})</code></h3>
+<p>Reproduce: <code>{_esc(f['command'])}</code></p>
+<p>Why: {_esc(f['reason'])}</p>
+<table><tr><th>variable</th><th>spec (expected)</th><th>zabref (actual)</th></tr>{rows}</table>
+<h4>Diff (pretty JSON, spec &rarr; zabref)</h4><pre>{_esc(f['diff'] or '(no variable differs)')}</pre>
+<h4>The path so far</h4>{picture}
+<h4>Server logs (tails)</h4>{logs or '<p>(none)</p>'}"""
+
+
+def _html(doc: dict[str, Any]) -> str:
+    results = doc["results"]
+    failed = [r for r in results if not r["passed"]]
+    parts = [f"<h1>zabref conformance report</h1><p><code>{_esc(doc['summary'])}</code></p>"]
+    if doc.get("bug"):
+        parts.append(f"<p>Servers ran with the seeded bug <code>{_esc(doc['bug'])}</code>.</p>")
+    parts.append("<h2>Failures</h2>" if failed else "<h2 class=ok>Every trace passed</h2>")
+    for n, r in enumerate(failed):
+        if r.get("failure"):
+            parts.append(_failure_html(r, n))
+        else:
+            parts.append(f"<h3 class=bad>{_esc(Path(r['trace']).name)}: not replayed</h3><pre>{_esc(r['error'])}</pre>")
+    for m in doc.get("minimized", []):
+        parts.append(f"<h3>Minimized: {_esc(Path(m['original']).name)}</h3><p>{m['original_length']} steps to the "
+                     f"divergence &rarr; {m['minimized_length']} steps: <code>{_esc(m['path'])}</code>; "
+                     f"reproduce: <code>{_esc(m['command'])}</code></p>")
+    cov = doc["coverage"]
+    rows = "".join(f"<tr><td>{_esc(c['action'])}</td><td>{len(c['taken'])}</td>"
+                   f"<td>{'' if c['in_graph'] is None else c['in_graph']}</td>"
+                   f"<td><small>{_esc(' '.join(c['taken']))}</small></td></tr>" for c in cov["by_action"])
+    total = cov["instances_in_graph"]
+    parts.append(f"<h2>Coverage by action</h2><p>{cov['instances_taken']} action instances taken and matched"
+                 + (f", of {total} in the graph" if total else "") + "</p><table><tr><th>action</th><th>instances "
+                 f"taken</th><th>in graph</th><th>which</th></tr>{rows}</table>")
+    rows = "".join(
+        f"<tr><td>{_esc(Path(r['trace']).name)}</td><td class={'ok' if r['passed'] else 'bad'}>"
+        f"{'pass' if r['passed'] else ('error' if r.get('error') else 'FAIL at step ' + str(r['failure']['step']))}"
+        f"</td><td>{r['replayed']}/{r['steps']}</td><td>{r['wall']:.2f}</td></tr>" for r in results)
+    parts.append(f"<h2>Traces</h2><table><tr><th>trace</th><th>result</th><th>steps matched</th><th>wall (s)</th>"
+                 f"</tr>{rows}</table>")
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>zabref conformance</title><style>{_CSS}</style>"
+            f"</head><body>{''.join(parts)}</body></html>\n")
+
+
+def write_report(target: Path, results: list[dict[str, Any]], manifests: list[dict[str, Any]], summary: str, *,
+                 bug: str | None = None, minimized: list[dict[str, Any]] | None = None) -> Path:
+    """Write DIR/index.html and DIR/report.json atomically; returns DIR."""
+    target = Path(target)
+    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / REPORT_JSON).is_file())):
+        raise ReportError(f"{target} exists and is not a report folder (no {REPORT_JSON}); refusing to replace it")
+    doc = {"format": "zabref-conform-report", "version": 1, "summary": summary, "bug": bug,
+           "coverage": coverage(results, manifests), "results": results, "minimized": minimized or []}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        (tmp / REPORT_JSON).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / "index.html").write_text(_html(doc), encoding="utf-8")
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

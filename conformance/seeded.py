@@ -1,0 +1,109 @@
+"""Seeded implementation bugs: known-wrong variants of zabref, to show that conformance replay catches them.
+
+Theory of operation: the implementation stays clean. A seeded bug is data, ``conformance/bugs/NAME.toml``, in the
+form of the spec mutations (spec/mutations/*.toml)::
+
+    description = "ACK before fsync: ..."
+    config = "tiny"                      # the model whose action-coverage traces exercise it
+    action = "FollowerProcessPROPOSAL"   # the spec action at which the replay departs
+    expect = "caught"                    # or "missed": a known gap of those traces, kept on record
+    [[replace]]
+    file = "core_follower.py"            # under zabref/
+    find = "..."                         # must occur exactly once
+    with = "..."
+
+`patched_package` copies the zabref package into a scratch folder and applies the replacements there; a `find` that
+does not occur exactly once is a `SeededBugError` (the code moved: update the bug), never silently skipped. The
+replay driver then starts the servers with that folder first on their import path (conformance/replay.py); the
+driver itself, and every other process, keeps the clean package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import zabref
+from conformance.errors import SeededBugError
+
+__all__ = ["BUGS_DIR", "SeededBug", "load_bugs", "load_bug", "apply_bug", "patched_package"]
+
+BUGS_DIR = Path(__file__).resolve().parent / "bugs"
+
+
+@dataclass(frozen=True)
+class Replacement:
+    file: str
+    find: str
+    with_: str
+
+
+@dataclass(frozen=True)
+class SeededBug:
+    name: str
+    description: str
+    config: str
+    action: str
+    replacements: tuple[Replacement, ...]
+    path: Path
+    expect: str = "caught"  # "missed": a known gap of the config's action-coverage traces, kept on record
+
+
+def _load(path: Path) -> SeededBug:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        reps = tuple(Replacement(r["file"], r["find"], r["with"]) for r in data["replace"])
+        bug = SeededBug(path.stem, data["description"], data["config"], data.get("action", ""), reps, path,
+                        data.get("expect", "caught"))
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise SeededBugError(f"{path}: not a seeded bug ({type(exc).__name__}: {exc})") from None
+    for rep in reps:
+        if Path(rep.file).is_absolute() or ".." in Path(rep.file).parts:
+            raise SeededBugError(f"{path}: file {rep.file!r} must be a path under zabref/")
+    return bug
+
+
+def load_bugs(directory: Path = BUGS_DIR) -> list[SeededBug]:
+    """Every NAME.toml of the folder, by name."""
+    return [_load(p) for p in sorted(Path(directory).glob("*.toml"))]
+
+
+def load_bug(name: str, directory: Path = BUGS_DIR) -> SeededBug:
+    path = Path(directory) / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(p.stem for p in sorted(Path(directory).glob("*.toml"))) or "none"
+        raise SeededBugError(f"no seeded bug {name!r} in {directory} (known: {known})")
+    return _load(path)
+
+
+def apply_bug(bug: SeededBug, package_dir: Path) -> None:
+    """Apply the replacements in place to a COPY of the zabref package at package_dir."""
+    for rep in bug.replacements:
+        target = Path(package_dir) / rep.file
+        try:
+            text = target.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SeededBugError(f"{bug.path}: cannot read zabref/{rep.file}: {exc}") from None
+        count = text.count(rep.find)
+        if count != 1:
+            raise SeededBugError(f"{bug.path}: the text to replace occurs {count} times in zabref/{rep.file}, not "
+                                 f"once (the implementation changed; update the bug):\n{rep.find}")
+        target.write_text(text.replace(rep.find, rep.with_), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def patched_package(bug: SeededBug, workdir: Path | None = None) -> Iterator[Path]:
+    """A scratch folder holding ``zabref/`` with the bug applied (put it first on the servers' import path)."""
+    root = Path(tempfile.mkdtemp(prefix=f"zabref-bug-{bug.name}-", dir=workdir))
+    try:
+        shutil.copytree(Path(zabref.__file__).resolve().parent, root / "zabref",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        apply_bug(bug, root / "zabref")
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,224 @@
+"""The Spark trace pipeline end to end (conformance/pipeline.py) on TLC's `tiny` graph, and on `ci` (slow).
+
+The tiny graph is dumped once per session by `zabref check`, the pipeline runs once on it with the action criterion
+(and once with the edge criterion, capped); every test reads those outputs. The checks are on the outputs only:
+the traces against the Parquet edges and nodes, and those against TLC's own BFS levels (the DOT's rank lines).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.dotparse import Rank, parse_dot_file
+from conformance.errors import ConformanceError, GraphError
+from conformance.labels import read_next
+from conformance.traces import read_trace, spec_sha256
+from conformance.values import ParseError
+
+SPEC = Path(__file__).resolve().parent.parent / "spec"
+
+
+def dump(config: str, folder: Path) -> Path:
+    path = folder / f"{config}.dot"
+    subprocess.run([sys.executable, "-m", "zabref.cli", "check", "--config", config, "--spec-dir", str(SPEC),
+                    "--dump-dot", str(path), "--out", str(folder / "check")], check=True, capture_output=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from conformance.spark import session
+
+    return session("local[2]")
+
+
+@pytest.fixture(scope="session")
+def tiny_dot(tmp_path_factory) -> Path:
+    return dump("tiny", tmp_path_factory.mktemp("tiny"))
+
+
+def _run(spark, graph: Path, out: Path, **options):
+    from conformance.pipeline import run
+
+    lines: list[str] = []
+    summary = run(str(graph), out, SPEC, graph.stem, partitions=3, echo=lines.append, **options)
+    return summary, lines
+
+
+@pytest.fixture(scope="session")
+def tiny(spark, tiny_dot: Path, tmp_path_factory):
+    """(summary, progress lines, trace folder, nodes rows, edges rows) of one action-criterion run."""
+    out = tmp_path_factory.mktemp("tiny-traces") / "traces"
+    parquet = str(tmp_path_factory.mktemp("tiny-parquet") / "graph.parquet")
+    summary, lines = _run(spark, tiny_dot, out, parquet=parquet)
+    nodes = spark.read.parquet(f"{parquet}/nodes").collect()
+    edges = spark.read.parquet(f"{parquet}/edges").collect()
+    return summary, lines, out, nodes, edges
+
+
+def _traces(folder: Path):
+    return [read_trace(p) for p in sorted(folder.glob("*.jsonl.gz"))]
+
+
+def _steps(trace) -> tuple:
+    return tuple((s.node, s.label) for s in trace.steps)
+
+
+def test_parquet_holds_every_state_and_every_edge_line(tiny, tiny_dot: Path) -> None:
+    summary, _, _, nodes, edges = tiny
+    text = tiny_dot.read_text().splitlines()
+    assert len(nodes) == summary.states == 7017
+    assert len(edges) == summary.edges == sum(1 for line in text if " -> " in line and line[0] in "-0123456789")
+    for e in edges[:200]:  # the line number is the edge's own line in the file
+        assert text[e["line"] - 1].startswith(f"{e['src']} -> {e['dst']} [label=\"{e['label']}\"")
+    assert len({e["line"] for e in edges}) == len(edges)
+
+
+def test_edge_parameters_are_recovered_by_name(tiny) -> None:
+    *_, edges = tiny
+    names = {a.name: a.param_names for a in read_next(SPEC / "Zab.tla")}
+    for e in edges:
+        params = json.loads(e["params_json"])
+        assert e["label"].split("__")[0] == e["action"] and set(params) == set(names[e["action"]])
+    elect = next(e for e in edges if e["label"] == "ElectLeader__2__S1_2")
+    assert json.loads(elect["params_json"]) == {"i": 2, "Q": {"$set": [1, 2]}}
+
+
+def test_every_action_instance_in_the_graph_is_covered(tiny) -> None:
+    summary, _, out, _, edges = tiny
+    in_graph = {e["label"] for e in edges}
+    covered = {label for t in _traces(out) for label in t.labels}
+    assert covered == in_graph
+    assert {c for t in _traces(out) for c in t.header.covers} == in_graph
+    assert summary.instances_covered == summary.instances_in_graph == len(in_graph)
+
+
+def test_no_trace_is_a_prefix_of_another(tiny) -> None:
+    *_, out, _, _ = tiny
+    paths = [_steps(t) for t in _traces(out)]
+    for a in paths:
+        for b in paths:
+            assert a == b or b[:len(a)] != a
+
+
+def test_steps_follow_edges_of_the_graph_and_carry_its_states(tiny) -> None:
+    *_, out, nodes, edges = tiny
+    by_edge = {(e["src"], e["dst"], e["label"]): json.loads(e["params_json"]) for e in edges}
+    states = {n["id"]: n["state_json"] for n in nodes}
+    initial = {n["id"] for n in nodes if n["initial"]}
+    for trace in _traces(out):
+        assert trace.steps[0].node in initial and trace.steps[0].action == "Init"
+        for before, after in zip(trace.steps, trace.steps[1:]):
+            assert by_edge[(before.node, after.node, after.label)] == after.params
+            assert after.action == after.label.split("__")[0]
+        for step in trace.steps:
+            assert json.loads(states[step.node]) == step.state
+
+
+def test_traces_are_shortest_paths_by_tlc_levels(tiny, tiny_dot: Path) -> None:
+    """TLC (one worker) explores breadth-first and writes each level as a rank line: the state at step k of a
+    trace is at level k, except the last, which is at level k or less."""
+    *_, out, _, _ = tiny
+    level = {i: r.level for r in parse_dot_file(str(tiny_dot), ranks=True) if isinstance(r, Rank) for i in r.ids}
+    for trace in _traces(out):
+        *body, last = trace.steps
+        assert [level[s.node] for s in body] == list(range(len(body)))
+        assert level[last.node] <= last.index
+
+
+def test_headers_and_manifest(tiny) -> None:
+    summary, lines, out, _, _ = tiny
+    traces = _traces(out)
+    for t in traces:
+        assert (t.header.config, t.header.criterion, t.header.spec_sha256) == ("tiny", "action", spec_sha256(SPEC))
+        assert t.header.constants["N"] == 3 and t.header.tlc_version.startswith("TLC2 Version")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [e["file"] for e in manifest["traces"]] == sorted(p.name for p in out.glob("*.jsonl.gz"))
+    assert sum(e["steps"] for e in manifest["traces"]) == summary.steps == sum(len(t.steps) for t in traces)
+    assert manifest["coverage"]["action_instances"] == [summary.instances_covered, summary.instances_in_graph]
+
+
+def test_progress_lines_and_one_summary_line(tiny) -> None:
+    summary, lines, *_ = tiny
+    assert [line.split(":")[1].strip() for line in lines[1:-1]] == ["parse", "bfs", "select", "write"]
+    assert lines[-1] == summary.line()
+    assert "states=7017" in lines[-1] and "action_names=17/19" in lines[-1]  # tiny never takes TRUNC, InSync
+
+
+def test_edge_criterion_capped_keeps_action_coverage(spark, tiny_dot: Path, tiny, tmp_path: Path) -> None:
+    action_summary = tiny[0]
+    summary, lines = _run(spark, tiny_dot, tmp_path / "edge", criterion="edge", max_traces=150,
+                          parquet=str(tmp_path / "graph.parquet"))
+    traces = _traces(tmp_path / "edge")
+    assert len(traces) <= 150 and summary.candidates > 150
+    assert summary.instances_covered == action_summary.instances_in_graph
+    assert summary.edges_covered > action_summary.edges_covered
+    paths = {_steps(t) for t in traces}
+    assert not any(a != b and b[:len(a)] == a for a in paths for b in paths)
+    assert all(t.header.criterion == "edge" for t in traces)
+
+
+def _broken_copy(tiny_dot: Path, folder: Path, lineno: int, edit) -> Path:
+    lines = tiny_dot.read_text().splitlines(keepends=True)
+    lines[lineno - 1] = edit(lines[lineno - 1])
+    path = folder / "tiny.dot"
+    path.write_text("".join(lines))
+    return path
+
+
+@pytest.mark.parametrize("what, lineno, edit, error, where", [
+    ("garbled node line", 5000, lambda s: s.replace("/\\\\ msgs = ", "/\\\\ msgs = <<{]"), ParseError, ":5000:"),
+    ("unknown action", None, lambda s: s.replace('[label="', '[label="NoSuchAction__1'), ParseError, None),
+    ("server outside the model", None, lambda s: s.replace('[label="Crash__1"', '[label="Crash__7"'),
+     ParseError, None),
+    ("truncated file", -1, lambda s: "", ConformanceError, None),
+])
+def test_malformed_dump_names_the_line_and_writes_nothing(spark, tiny_dot: Path, tmp_path: Path, what, lineno,
+                                                         edit, error, where) -> None:
+    text = tiny_dot.read_text().splitlines()
+    if lineno is None:  # the first edge line the edit changes
+        lineno = next(k for k, line in enumerate(text, 1) if edit(line) != line and " -> " in line)
+    elif lineno < 0:
+        lineno = len(text) + 1 + lineno
+    broken = _broken_copy(tiny_dot, tmp_path, lineno, edit)
+    out = tmp_path / "out"
+    with pytest.raises(error) as err:
+        _run(spark, broken, out, parquet=str(tmp_path / "graph.parquet"))
+    message = str(err.value)
+    assert message.startswith(f"{broken}:"), message
+    if where:
+        assert where in message.splitlines()[0]
+    elif lineno <= len(text) and what != "truncated file":
+        assert f":{lineno}:" in message.splitlines()[0]
+    assert not out.exists() and not (tmp_path / "graph.parquet").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.dot"]
+
+
+def test_an_edge_to_a_state_never_listed_is_an_error(spark, tiny_dot: Path, tmp_path: Path) -> None:
+    text = tiny_dot.read_text().splitlines()
+    k = next(k for k, line in enumerate(text) if " -> " in line and line[0] in "-0123456789")
+    dst = text[k].split(" -> ")[1].split(" ")[0]
+    text.insert(k + 1, text[k].replace(f" -> {dst} ", " -> 12345 "))
+    broken = tmp_path / "tiny.dot"
+    broken.write_text("\n".join(text) + "\n")
+    with pytest.raises(GraphError, match=f"^{broken}:{k + 2}: an edge to or from state"):
+        _run(spark, broken, tmp_path / "out", parquet=str(tmp_path / "graph.parquet"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.dot"]
+
+
+@pytest.mark.slow
+def test_ci_covers_every_action_of_next(spark, tmp_path_factory) -> None:
+    folder = tmp_path_factory.mktemp("ci")
+    graph = dump("ci", folder)
+    summary, lines = _run(spark, graph, folder / "traces", parquet=str(folder / "graph.parquet"))
+    assert summary.names_covered == summary.names_in_next == len(read_next(SPEC / "Zab.tla"))
+    assert summary.instances_covered == summary.instances_in_graph
+    covered = {t.labels[-1].split("__")[0] for t in _traces(folder / "traces")}
+    assert {"FollowerProcessTRUNC", "FollowerProcessPROPOSALInSync"} <= covered
+    shutil.rmtree(folder)

@@ -1,0 +1,203 @@
+"""Conformance replay (conformance/replay.py, conform.py, report.py) against real zabref server processes.
+
+The hand-written trace below is a real path of the tiny model (spec/MC_tiny.cfg; it is the pipeline's trace for
+ClientRequest__2 extended by two steps): ElectLeader(2, {1, 2}), discovery and synchronization of follower 1, a
+client request and its PROPOSAL logged by the follower. Each step lists only the spec variables it changes, as
+`msgs[a][b]`-style paths with 1-based server ids, so it reads beside spec/Zab.tla. Loopback only; every wait is
+bounded by the replay's settle timeout.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conformance.conform import conform
+from conformance.errors import TraceActionError
+from conformance.replay import Command, plan, replay, replay_file
+from conformance.report import write_report
+from conformance.traces import Step, Trace, TraceHeader, dump_trace, read_trace
+
+N = 3
+NONE3 = ["NONE"] * 3
+
+
+def pkt(kind: str, epoch: int, counter: int, data=None) -> dict:
+    return {"data": "n/a" if data is None else data, "type": kind, "zxid": [epoch, counter]}
+
+
+TXN = {"value": 1, "zxid": [1, 1]}
+INIT = {
+    "acceptedEpoch": [0, 0, 0], "ackIndex": [[0] * 3 for _ in range(3)], "committed": [], "currentEpoch": [0, 0, 0],
+    "faults": 0, "history": [[], [], []], "lastCommitted": [0, 0, 0], "leader": [0, 0, 0],
+    "learnerLastZxid": [[[0, 0]] * 3 for _ in range(3)], "learnerPhase": [list(NONE3) for _ in range(3)],
+    "msgs": [[[], [], []] for _ in range(3)], "newEpoch": [0, 0, 0], "proposed": {"$set": []},
+    "stagedHistory": [[], [], []], "state": ["LOOKING"] * 3, "zabState": ["ELECTION"] * 3,
+}
+# (action, params, {(variable, sid, ...): new value})
+HAND = [
+    ("ElectLeader", {"i": 2, "Q": {"$set": [1, 2]}},
+     {("leader", 1): 2, ("leader", 2): 2, ("state", 1): "FOLLOWING", ("state", 2): "LEADING",
+      ("zabState", 1): "DISCOVERY", ("zabState", 2): "DISCOVERY", ("newEpoch", 2): 1,
+      ("msgs", 1, 2): [pkt("FOLLOWERINFO", 0, 0, 1)]}),
+    ("LeaderProcessFOLLOWERINFO", {"i": 2, "j": 1},
+     {("acceptedEpoch", 2): 1, ("learnerPhase", 2, 1): "LEADERINFO", ("msgs", 1, 2): [],
+      ("msgs", 2, 1): [pkt("LEADERINFO", 1, 0)]}),
+    ("FollowerProcessLEADERINFO", {"i": 1, "j": 2},
+     {("acceptedEpoch", 1): 1, ("zabState", 1): "SYNCHRONIZATION", ("msgs", 2, 1): [],
+      ("msgs", 1, 2): [pkt("ACKEPOCH", 0, 0, 0)]}),
+    ("LeaderProcessACKEPOCH", {"i": 2, "j": 1},
+     {("currentEpoch", 2): 1, ("learnerPhase", 2, 1): "NEWLEADER", ("zabState", 2): "SYNCHRONIZATION",
+      ("msgs", 1, 2): [], ("msgs", 2, 1): [pkt("DIFF", 0, 0), pkt("NEWLEADER", 1, 0)]}),
+    ("FollowerProcessDIFF", {"i": 1, "j": 2}, {("msgs", 2, 1): [pkt("NEWLEADER", 1, 0)]}),
+    ("FollowerProcessNEWLEADER", {"i": 1, "j": 2},
+     {("currentEpoch", 1): 1, ("zabState", 1): "BROADCAST", ("msgs", 2, 1): [], ("msgs", 1, 2): [pkt("ACK", 1, 0)]}),
+    ("LeaderProcessACKNEWLEADER", {"i": 2, "j": 1},
+     {("learnerPhase", 2, 1): "UPTODATE", ("zabState", 2): "BROADCAST", ("msgs", 1, 2): [],
+      ("msgs", 2, 1): [pkt("UPTODATE", 0, 0)]}),
+    ("ClientRequest", {"i": 2},
+     {("history", 2): [TXN], ("proposed",): {"$set": [TXN]},
+      ("msgs", 2, 1): [pkt("UPTODATE", 0, 0), pkt("PROPOSAL", 1, 1, 1)]}),
+    ("FollowerProcessUPTODATE", {"i": 1, "j": 2}, {("msgs", 2, 1): [pkt("PROPOSAL", 1, 1, 1)]}),
+    ("FollowerProcessPROPOSAL", {"i": 1, "j": 2},
+     {("history", 1): [TXN], ("msgs", 2, 1): [], ("msgs", 1, 2): [pkt("ACK", 1, 1)]}),
+]
+
+
+def _label(action: str, params: dict) -> str:
+    args = [params[k] for k in ("i", "j", "Q") if k in params]
+    return "__".join([action, *("S" + "_".join(map(str, a["$set"])) if isinstance(a, dict) else str(a)
+                                for a in args)])
+
+
+def hand_trace(steps=HAND) -> Trace:
+    state = copy.deepcopy(INIT)
+    out = [Step(0, "Init", {}, None, 0, copy.deepcopy(state))]
+    for k, (action, params, changes) in enumerate(steps, 1):
+        for (var, *path), value in changes.items():
+            if not path:
+                state[var] = value
+                continue
+            target = state[var]
+            for sid in path[:-1]:
+                target = target[sid - 1]
+            target[path[-1] - 1] = copy.deepcopy(value)
+        out.append(Step(k, action, params, _label(action, params), k, copy.deepcopy(state)))
+    header = TraceHeader("0" * 64, "tiny", {"MaxEpoch": 1, "MaxFaults": 1, "MaxTxns": 1, "N": N},
+                         "hand-written", "action", (out[-1].label,))
+    return Trace(header, tuple(out))
+
+
+@pytest.fixture
+def hand_file(tmp_path: Path) -> Path:
+    path = tmp_path / "hand.jsonl.gz"
+    dump_trace(path, hand_trace())
+    return path
+
+
+def test_hand_trace_is_well_formed(hand_file: Path) -> None:
+    trace = read_trace(hand_file)  # the reader checks every field, the labels and covers
+    assert [s.action for s in trace.steps][:3] == ["Init", "ElectLeader", "LeaderProcessFOLLOWERINFO"]
+    assert len(trace.steps) == 11
+
+
+@pytest.mark.parametrize("action, params, expected", [
+    ("ElectLeader", {"i": 2, "Q": {"$set": [1, 2, 3]}},
+     Command(((2, "elect", {"leader": 2, "quorum": [1, 2, 3]}), (1, "elect", {"leader": 2, "quorum": [1, 2, 3]}),
+              (3, "elect", {"leader": 2, "quorum": [1, 2, 3]})))),
+    ("JoinLeader", {"i": 3, "j": 1}, Command(((3, "join", {"leader": 1}),))),
+    ("LeaderProcessACKNEWLEADER", {"i": 2, "j": 1}, Command(((2, "release", {"from": 1}),), expect_head=(2, 1, "ACK"))),
+    ("FollowerProcessPROPOSALInSync", {"i": 1, "j": 3},
+     Command(((1, "release", {"from": 3}),), expect_head=(1, 3, "PROPOSAL"))),
+    ("FollowerProcessTRUNC", {"i": 1, "j": 3}, Command(((1, "release", {"from": 3}),), expect_head=(1, 3, "TRUNC"))),
+    ("FollowerTimeout", {"i": 1}, Command(((1, "timeout", {"kind": "follower"}),))),
+    ("LeaderTimeout", {"i": 2}, Command(((2, "timeout", {"kind": "leader"}),))),
+    ("Crash", {"i": 3}, Command(crash=3)),
+])
+def test_plan_maps_each_action_to_its_control_request(action, params, expected) -> None:
+    steps = [(action, params, {})]
+    trace = hand_trace(steps)
+    assert plan(trace, "t.jsonl.gz") == [expected]
+
+
+def test_client_request_submits_the_value_the_spec_numbered() -> None:
+    assert plan(hand_trace(), "t")[7] == Command(((2, "client_request", {"value": "1"}),))
+
+
+@pytest.mark.parametrize("action, params, says", [
+    ("FollowerProcessPING", {"i": 1, "j": 2}, "unknown action 'FollowerProcessPING'"),
+    ("Bogus", {"i": 1}, "unknown action 'Bogus'"),
+    ("JoinLeader", {"i": 1}, "JoinLeader takes parameters i, j"),
+    ("Crash", {"i": 4}, "must be a server in 1..3"),
+])
+def test_a_step_the_driver_cannot_take_is_an_error_naming_trace_and_step(tmp_path, action, params, says) -> None:
+    steps = list(HAND[:3]) + [(action, params, {})]
+    path = tmp_path / "bad.jsonl.gz"
+    dump_trace(path, hand_trace(steps))
+    with pytest.raises(TraceActionError) as caught:
+        replay_file(path)  # raised before any server starts
+    text = str(caught.value)
+    assert f"{path}:6" in text and "step 4" in text and says in text
+
+
+@pytest.mark.slow
+def test_hand_trace_replays_with_no_difference(hand_file: Path) -> None:
+    result = replay_file(hand_file)
+    assert result.error is None and result.failure is None, result.failure
+    assert (result.passed, result.replayed, result.steps) == (True, 10, 10)
+    assert result.labels[0] == "ElectLeader__2__S1_2" and result.labels[-1] == "FollowerProcessPROPOSAL__1__2"
+
+
+@pytest.mark.slow
+def test_tampered_state_fails_at_that_step_with_diff_command_and_report(tmp_path: Path) -> None:
+    trace = hand_trace()
+    k = 6  # FollowerProcessNEWLEADER(1, 2): the spec says currentEpoch[1] = 1; claim 7
+    steps = list(trace.steps)
+    state = copy.deepcopy(steps[k].state)
+    state["currentEpoch"][0] = 7
+    steps[k] = Step(k, steps[k].action, steps[k].params, steps[k].label, steps[k].node, state)
+    path = tmp_path / "tampered.jsonl.gz"
+    dump_trace(path, Trace(trace.header, tuple(steps)))
+
+    result = replay_file(path)
+    f = result.failure
+    assert f is not None and result.replayed == k - 1
+    assert (f.step, f.action, f.params) == (k, "FollowerProcessNEWLEADER", {"i": 1, "j": 2})
+    assert f.differences == {"currentEpoch": [[7, 1, 0], [1, 1, 0]]}
+    assert "--- spec: currentEpoch" in f.diff and "- 7," in f.diff and "+ 1," in f.diff
+    assert f.command == f"zabref conform {path}"
+    assert any("server 1" in name for name in f.logs)
+
+    report = tmp_path / "report"
+    write_report(report, [result.to_json()], [], "conform: summary")
+    page = (report / "index.html").read_text()
+    assert f"step {k}" in page and "FollowerProcessNEWLEADER" in page and "currentEpoch" in page
+    assert "zabref conform" in page and ("<svg" in page or "could not be drawn" in page)
+    doc = json.loads((report / "report.json").read_text())
+    assert doc["results"][0]["failure"]["step"] == k
+
+
+@pytest.mark.slow
+def test_conform_command_exit_codes_and_summary(tmp_path: Path, hand_file: Path) -> None:
+    runner = CliRunner()
+    ok = runner.invoke(conform, [str(hand_file), "--jobs", "1", "--report", str(tmp_path / "r1")])
+    assert ok.exit_code == 0, ok.output
+    last = ok.output.strip().splitlines()[-1]
+    assert last.startswith("conform: traces=1 steps=10 passed=1 failed=0") and "steps/s=" in last
+
+    bad = tmp_path / "bad.jsonl.gz"
+    dump_trace(bad, hand_trace(list(HAND[:2]) + [("Bogus", {"i": 1}, {})]))
+    out = runner.invoke(conform, [str(bad), "--jobs", "1", "--report", str(tmp_path / "r2")])
+    assert out.exit_code == 3 and "step 3" in out.output and "Bogus" in out.output
+
+
+def test_report_refuses_to_replace_a_folder_that_is_not_a_report(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(Exception, match="not a report folder"):
+        write_report(tmp_path, [], [], "x")
+    assert (tmp_path / "keep.txt").read_text() == "mine"

@@ -1,0 +1,99 @@
+"""Seeded implementation bugs (conformance/bugs/*.toml) are caught by replaying action-coverage traces.
+
+For each bug, the action-coverage traces of its model are replayed in file order with the servers running the
+patched copy of zabref, until one fails; the test reports which trace caught it first and checks that the
+departure happens at the action the bug breaks. The clean implementation passes every one of those traces.
+
+Both models' traces come from `conformance.chain.ensure_traces`: generated from the spec (`zabref check --dump-dot`,
+then the Spark pipeline) and cached by spec hash under .cache/traces, so a fresh clone generates them once and an
+unchanged spec reuses them. $ZABREF_TINY_TRACES / $ZABREF_CI_TRACES name another folder instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conformance.chain import ensure_traces
+from conformance.conform import run_all
+from conformance.errors import SeededBugError
+from conformance.replay import replay_file
+from conformance.seeded import BUGS_DIR, SeededBug, apply_bug, load_bugs, patched_package
+
+REPO = Path(__file__).resolve().parent.parent
+BUGS = load_bugs()
+
+
+def test_every_bug_is_well_formed_and_applies_to_the_current_zabref(tmp_path: Path) -> None:
+    assert {b.name for b in BUGS} >= {"ack_before_fsync", "commit_on_minority", "no_trunc", "newleader_before_sync",
+                                      "leader_reuses_epoch", "epoch_ignores_acceptedepoch"}
+    for bug in BUGS:
+        assert bug.config in ("tiny", "ci") and bug.expect in ("caught", "missed") and bug.description
+        with patched_package(bug, tmp_path) as root:
+            changed = [r.file for r in bug.replacements]
+            for name in changed:
+                assert (root / "zabref" / name).read_text() != (REPO / "zabref" / name).read_text()
+
+
+def test_a_bug_whose_text_no_longer_occurs_is_an_error(tmp_path: Path) -> None:
+    bug = BUGS[0]
+    (tmp_path / "zabref").mkdir()
+    for rep in bug.replacements:
+        (tmp_path / "zabref" / rep.file).write_text("nothing to find here\n")
+    with pytest.raises(SeededBugError, match="occurs 0 times"):
+        apply_bug(bug, tmp_path / "zabref")
+
+
+@pytest.fixture(scope="session")
+def trace_sets() -> dict[str, list[Path]]:
+    sets: dict[str, list[Path]] = {}
+    for config in ("tiny", "ci"):
+        given = os.environ.get(f"ZABREF_{config.upper()}_TRACES")
+        folder = Path(given) if given else ensure_traces(config)
+        sets[config] = sorted(folder.glob("*.jsonl.gz"))
+    return sets
+
+
+def _traces(trace_sets, config: str) -> list[Path]:
+    assert trace_sets[config], f"the {config} trace folder holds no traces"
+    return trace_sets[config]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["tiny", "ci"])
+def test_the_clean_implementation_passes_every_action_trace(trace_sets, config: str) -> None:
+    traces = _traces(trace_sets, config)
+    results = run_all(traces, jobs=os.cpu_count() or 2)
+    failed = [(r["trace"], r.get("error") or r["failure"]["reason"]) for r in results if not r["passed"]]
+    assert len(results) == len(traces) and not failed, failed
+
+
+def _first_catch(bug: SeededBug, traces: list[Path]):
+    with patched_package(bug) as root:
+        for path in traces:
+            result = replay_file(path, bug=bug.name, bug_root=root)
+            assert result.error is None, result.error
+            if result.failure is not None:
+                return path, result
+    return None, None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", [b for b in BUGS if b.expect == "caught"], ids=lambda b: b.name)
+def test_each_seeded_bug_is_caught(trace_sets, bug: SeededBug) -> None:
+    path, result = _first_catch(bug, _traces(trace_sets, bug.config))
+    assert path is not None, f"{bug.name}: no {bug.config} action trace departs from the spec"
+    f = result.failure
+    print(f"{bug.name}: caught first by {path.name} at step {f.step} {f.action}: {', '.join(f.differences)}")
+    assert f.action == bug.action, f"{bug.name} departs at {f.action}, expected {bug.action}: {f.reason}"
+    assert f.differences and f.command == f"zabref conform {path} --bug {bug.name}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", [b for b in BUGS if b.expect == "missed"], ids=lambda b: b.name)
+def test_known_gaps_of_the_action_traces_stay_on_record(trace_sets, bug: SeededBug) -> None:
+    """A bug the bug file says the action traces miss: when this fails, the traces got better -- move the bug."""
+    path, _ = _first_catch(bug, _traces(trace_sets, bug.config))
+    assert path is None, f"{bug.name} is now caught by {path}: set expect = \"caught\" in {BUGS_DIR / bug.name}.toml"
