@@ -18,16 +18,10 @@ from pathlib import Path
 
 from conformance.errors import SpecFormatError
 from conformance.model import prepare
+from conformance.patches import Replacement, apply_replacements, read_replacements
 from conformance.tla import Outcome, TLCResult, Toolchain, run_tlc
 
 __all__ = ["Mutation", "load_mutations", "apply_mutation", "only_invariant", "run_mutation"]
-
-
-@dataclass(frozen=True)
-class Replacement:
-    file: str
-    find: str
-    with_: str
 
 
 @dataclass(frozen=True)
@@ -46,25 +40,16 @@ def load_mutations(directory: Path) -> list[Mutation]:
     for path in sorted(Path(directory).glob("*.toml")):
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
-            reps = tuple(Replacement(r.get("file", "Zab.tla"), r["find"], r["with"]) for r in data["replace"])
+            reps = read_replacements(data["replace"], default_file="Zab.tla")
             mutations.append(Mutation(path.stem, data["invariant"], data["config"], data["description"], reps, path))
-        except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
             raise SpecFormatError(f"{path}: not a mutation ({type(exc).__name__}: {exc})") from None
     return mutations
 
 
 def apply_mutation(mutation: Mutation, spec_dir: Path) -> None:
     """Apply the replacements in place, in spec_dir (a scratch copy)."""
-    for rep in mutation.replacements:
-        target = Path(spec_dir) / rep.file
-        text = target.read_text(encoding="utf-8")
-        count = text.count(rep.find)
-        if count != 1:
-            raise SpecFormatError(
-                f"{mutation.path}: the text to replace occurs {count} times in {rep.file}, not once "
-                f"(the spec changed; update the mutation):\n{rep.find}"
-            )
-        target.write_text(text.replace(rep.find, rep.with_), encoding="utf-8")
+    apply_replacements(spec_dir, mutation.replacements, mutation.path, SpecFormatError, "the spec")
 
 
 def only_invariant(cfg_text: str, invariant: str) -> str:

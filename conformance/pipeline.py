@@ -27,7 +27,7 @@ import click
 
 from conformance.check import default_spec_dir
 from conformance.errors import ConformanceError, GraphError, Location, PipelineError
-from conformance.graphparse import COUNT, EDGE, ERROR, FRAME, NODE, ROW_FIELDS, Labels, check_structure, \
+from conformance.graphparse import COUNT, EDGE, FRAME, NODE, ROW_FIELDS, Labels, check_structure, \
     first_error, line_offsets, parse_partition
 from conformance.labels import config_module_base, read_constants, read_next
 from conformance.traces import MANIFEST, OutputDir, TraceHeader, spec_sha256, step_line, write_trace

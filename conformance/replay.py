@@ -48,8 +48,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -60,8 +58,8 @@ from conformance.errors import TraceActionError
 from conformance.mapping import differences, spec_state
 from conformance.traces import Step, Trace, read_trace
 from zabref.cluster import ServerProcess, cluster_config, find_free_base_port
-from zabref.config import ClusterConfig, load_config
-from zabref.control import ControlClient, ControlError, settle
+from zabref.config import load_config
+from zabref.control import ControlError, settle
 from zabref.errors import ZabError
 
 __all__ = ["Command", "plan", "Failure", "ReplayResult", "replay", "replay_file", "replay_command"]
@@ -233,31 +231,6 @@ def pretty_diff(diffs: dict[str, tuple[Any, Any]]) -> str:
 # Servers
 
 
-class _Server(ServerProcess):
-    """A `ServerProcess` that can run from a seeded-bug copy of zabref (``root`` first on its import path)."""
-
-    def __init__(self, config_path: Path, config: Any, sid: int, root: Path | None) -> None:
-        super().__init__(config_path, config, sid)
-        self.root = root
-
-    def start(self, *, control: bool = False) -> ServerProcess:
-        if self.root is None:
-            return super().start(control=control)
-        if self.running:
-            raise ZabError(f"server {self.sid} is already running (pid {self.proc.pid})")
-        self.me.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "zabref.cli", "serve", "--config", self.config_path, "--id", str(self.sid)]
-        if control:
-            args.append("--control")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(self.root),
-                                                                         os.environ.get("PYTHONPATH")])))
-        with open(self.stderr_path, "ab") as err:  # `-m` puts the working directory first on sys.path
-            self.proc = subprocess.Popen(args, cwd=self.root, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=err)
-        self.control_mode = control
-        return self
-
-
 def _tail(path: Path, lines: int = LOG_LINES) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -274,7 +247,7 @@ class _Cluster:
             where = folder / f"try{attempt}"
             path = cluster_config(where, n, find_free_base_port(n)).resolve()
             config = load_config(path)
-            self.servers = {sid: _Server(path, config, sid, root) for sid in config.sids}
+            self.servers = {sid: ServerProcess(path, config, sid, code_root=root) for sid in config.sids}
             try:
                 for s in self.servers.values():
                     s.start(control=True)

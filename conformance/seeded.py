@@ -30,17 +30,11 @@ from pathlib import Path
 
 import zabref
 from conformance.errors import SeededBugError
+from conformance.patches import Replacement, apply_replacements, read_replacements
 
 __all__ = ["BUGS_DIR", "SeededBug", "load_bugs", "load_bug", "apply_bug", "patched_package"]
 
 BUGS_DIR = Path(__file__).resolve().parent / "bugs"
-
-
-@dataclass(frozen=True)
-class Replacement:
-    file: str
-    find: str
-    with_: str
 
 
 @dataclass(frozen=True)
@@ -57,14 +51,11 @@ class SeededBug:
 def _load(path: Path) -> SeededBug:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-        reps = tuple(Replacement(r["file"], r["find"], r["with"]) for r in data["replace"])
+        reps = read_replacements(data["replace"])
         bug = SeededBug(path.stem, data["description"], data["config"], data.get("action", ""), reps, path,
                         data.get("expect", "caught"))
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise SeededBugError(f"{path}: not a seeded bug ({type(exc).__name__}: {exc})") from None
-    for rep in reps:
-        if Path(rep.file).is_absolute() or ".." in Path(rep.file).parts:
-            raise SeededBugError(f"{path}: file {rep.file!r} must be a path under zabref/")
     return bug
 
 
@@ -83,17 +74,7 @@ def load_bug(name: str, directory: Path = BUGS_DIR) -> SeededBug:
 
 def apply_bug(bug: SeededBug, package_dir: Path) -> None:
     """Apply the replacements in place to a COPY of the zabref package at package_dir."""
-    for rep in bug.replacements:
-        target = Path(package_dir) / rep.file
-        try:
-            text = target.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SeededBugError(f"{bug.path}: cannot read zabref/{rep.file}: {exc}") from None
-        count = text.count(rep.find)
-        if count != 1:
-            raise SeededBugError(f"{bug.path}: the text to replace occurs {count} times in zabref/{rep.file}, not "
-                                 f"once (the implementation changed; update the bug):\n{rep.find}")
-        target.write_text(text.replace(rep.find, rep.with_), encoding="utf-8")
+    apply_replacements(package_dir, bug.replacements, bug.path, SeededBugError, "zabref")
 
 
 @contextlib.contextmanager

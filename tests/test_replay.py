@@ -10,7 +10,6 @@ bounded by the replay's settle timeout.
 from __future__ import annotations
 
 import copy
-import gzip
 import json
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from click.testing import CliRunner
 
 from conformance.conform import conform
 from conformance.errors import TraceActionError
-from conformance.replay import Command, plan, replay, replay_file
+from conformance.replay import Command, plan, replay_file
 from conformance.report import write_report
 from conformance.traces import Step, Trace, TraceHeader, dump_trace, read_trace
 

@@ -24,6 +24,8 @@ from conformance.seeded import BUGS_DIR, SeededBug, apply_bug, load_bugs, patche
 
 REPO = Path(__file__).resolve().parent.parent
 BUGS = load_bugs()
+# The first test to use the traces generates them (TLC dump + Spark pipeline, minutes on a loaded machine).
+pytestmark = pytest.mark.timeout(1800)
 
 
 def test_every_bug_is_well_formed_and_applies_to_the_current_zabref(tmp_path: Path) -> None:

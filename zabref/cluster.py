@@ -74,10 +74,14 @@ def find_free_base_port(servers: int, host: str = "127.0.0.1", low: int = 10000,
 class ServerProcess:
     """One ``zabref serve`` child process."""
 
-    def __init__(self, config_path: str | os.PathLike[str], config: Config, sid: int) -> None:
+    def __init__(self, config_path: str | os.PathLike[str], config: Config, sid: int,
+                 code_root: str | os.PathLike[str] | None = None) -> None:
+        """``code_root``: run the server from the ``zabref`` package in that folder (put first on its import path)
+        instead of the installed one -- e.g. a patched copy."""
         self.config_path = str(config_path)
         self.sid = sid
         self.me = config.server(sid)
+        self.code_root = Path(code_root) if code_root is not None else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.control_mode = False
 
@@ -92,8 +96,14 @@ class ServerProcess:
         args = [sys.executable, "-m", "zabref.cli", "serve", "--config", self.config_path, "--id", str(self.sid)]
         if control:
             args.append("--control")
+        env, cwd = None, None
+        if self.code_root is not None:  # `-m` puts the working directory first on sys.path
+            cwd = self.code_root
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(self.code_root),
+                                                                            os.environ.get("PYTHONPATH")])))
         with open(self.stderr_path, "ab") as err:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            self.proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=err)
         self.control_mode = control
         return self
 

@@ -21,6 +21,13 @@ Liveness, in ticks of ``tick_ms`` (ZooKeeper's tickTime, initLimit, syncLimit):
 * a leader closes a learner it has not heard for ``sync_limit`` ticks (``init_limit`` before UPTODATE) -- the core
   forgets it (``connection_closed``) -- and fires ``leader_timeout`` (spec LeaderTimeout) once it has lacked a quorum
   of connected learners for that long, or has not established its epoch within ``init_limit`` ticks.
+
+Observers (implementation only; the spec has none). The voters are the participants: `FastLeaderElection` runs
+over them only. A participant answers a notification from an observer with its current state and vote (ZooKeeper's
+WorkerReceiver does the same for a non-voter) and never counts it. An observer runs `ObserverElection` instead: it
+asks the voters, decides for the leader a quorum of them follow, and joins it (``core.join_leader``, which sends
+OBSERVERINFO). An observer is timed out on its leader as a follower is (``observer_timeout``), and a leader PINGs
+and disconnects observers as it does followers.
 """
 
 from __future__ import annotations
@@ -30,8 +37,8 @@ import logging
 from typing import Any
 
 from zabref import peers, wire
-from zabref.core import LearnerPhase, Output, ZabState
-from zabref.election import Decision, FastLeaderElection, Step
+from zabref.core import LearnerPhase, ObserverPhase, Output, ZabState
+from zabref.election import Decision, FastLeaderElection, ObserverElection, Send, Step
 from zabref.errors import LocalProtocolError, RemoteProtocolError
 from zabref.packets import Notification, PacketType, QuorumPacket, ServerState
 
@@ -52,7 +59,11 @@ class NormalMode:
         self.tick_s = cluster.tick_ms / 1000
         self.init_limit = cluster.init_limit
         self.sync_limit = cluster.sync_limit
-        self.fle = FastLeaderElection(server.sid, frozenset(server.config.sids))
+        voters = frozenset(server.config.participants)
+        self.observers = frozenset(server.config.observers)
+        self.is_observer = server.sid in self.observers
+        self.fle: FastLeaderElection | ObserverElection = (
+            ObserverElection(server.sid, voters) if self.is_observer else FastLeaderElection(server.sid, voters))
         self.senders: dict[int, peers.ElectionSender] = {}
         self.tick = 0
         self.last_heard: dict[int, int] = {}
@@ -103,11 +114,17 @@ class NormalMode:
         if core.state != ServerState.LOOKING or (self.fle.state is ServerState.LOOKING and self.fle.logicalclock):
             return []
         step = self.fle.start_election(core.last_zxid, core.current_epoch)
-        log.info("election round %d: voting for %d (zxid %#x, epoch %d)", self.fle.logicalclock, self.server.sid,
-                 core.last_zxid, core.current_epoch)
+        if self.is_observer:
+            log.info("election round %d: observer asking the participants for their leader", self.fle.logicalclock)
+        else:
+            log.info("election round %d: voting for %d (zxid %#x, epoch %d)", self.fle.logicalclock, self.server.sid,
+                     core.last_zxid, core.current_epoch)
         return self._after(step)
 
     def _receive(self, sender: int, n: Notification) -> list[Output]:
+        if sender in self.observers and not self.is_observer:
+            self._answer_observer(sender)
+            return []
         try:
             step = self.fle.receive(sender, n)
         except RemoteProtocolError as e:
@@ -117,6 +134,12 @@ class NormalMode:
             log.debug("election notification from %d ignored: %s", sender, e)
             return []
         return self._after(step)
+
+    def _answer_observer(self, observer: int) -> None:
+        """A voter answers an observer with its current state and vote; the observer is never counted."""
+        fle = self.fle
+        if fle.logicalclock and fle.proposed_vote is not None:
+            self.senders[observer].send(fle.proposed_vote.notification(fle.state, fle.logicalclock))
 
     def _after(self, step: Step) -> list[Output]:
         for send in step.sends:
@@ -169,7 +192,8 @@ class NormalMode:
         follower's has) waits in the connection's queue until this server leads -- as ZooKeeper's follower retries
         its connection until the leader accepts. If it never leads, the follower's initLimit ends the wait."""
         core = self.server.core
-        if core.state == ServerState.LOOKING and packet.type == PacketType.FOLLOWERINFO and not conn.held:
+        hello = (PacketType.FOLLOWERINFO, PacketType.OBSERVERINFO)
+        if core.state == ServerState.LOOKING and packet.type in hello and not conn.held:
             conn.held.append(packet)
             return True
         return False
@@ -181,11 +205,15 @@ class NormalMode:
                 packet = conn.held.popleft()
                 s.enqueue(lambda c=conn, p=packet: s.receive(c, p))
 
+    def _leader_lost(self) -> list[Output]:
+        core = self.server.core
+        return [core.observer_timeout() if core.state == ServerState.OBSERVING else core.follower_timeout()]
+
     def on_connection_closed(self, peer: int) -> list[Output]:
         core = self.server.core
-        if core.state == ServerState.FOLLOWING and core.leader == peer:
-            log.info("connection to leader %d lost: FollowerTimeout", peer)
-            return [core.follower_timeout()]
+        if core.state in (ServerState.FOLLOWING, ServerState.OBSERVING) and core.leader == peer:
+            log.info("connection to leader %d lost: %s timeout", peer, core.state.name)
+            return self._leader_lost()
         return []
 
     def heard(self, peer: int) -> None:
@@ -193,7 +221,7 @@ class NormalMode:
 
     def on_ping(self, conn: peers.Connection, packet: QuorumPacket) -> None:
         core = self.server.core
-        if core.state == ServerState.FOLLOWING and conn.peer == core.leader and conn.initiated:
+        if core.state in (ServerState.FOLLOWING, ServerState.OBSERVING) and conn.peer == core.leader and conn.initiated:
             conn.send(QuorumPacket(PacketType.PING, self.server.committed_zxid))
 
     # ------------------------------------------------------------------------------------------ ticks
@@ -208,18 +236,24 @@ class NormalMode:
         core = self.server.core
         if core.state == ServerState.LOOKING:
             if self.fle.state is ServerState.LOOKING and self.fle.logicalclock and self.tick % RESEND_TICKS == 0:
-                n = self.fle.proposed_vote.notification(ServerState.LOOKING, self.fle.logicalclock)
-                for sender in self.senders.values():
-                    sender.send(n)
+                for send in self._resend():
+                    self.senders[send.to].send(send.notification)
             return []
-        if core.state == ServerState.FOLLOWING:
+        if core.state in (ServerState.FOLLOWING, ServerState.OBSERVING):
             limit = self.sync_limit if core.zab_state == ZabState.BROADCAST else self.init_limit
             silent = self.tick - self.last_heard.get(core.leader, self.role_since)
             if silent > limit:
-                log.info("nothing from leader %d for %d ticks: FollowerTimeout", core.leader, silent)
-                return [core.follower_timeout()]
+                log.info("nothing from leader %d for %d ticks: %s timeout", core.leader, silent, core.state.name)
+                return self._leader_lost()
             return []
         return self._leader_tick()
+
+    def _resend(self) -> tuple[Send, ...]:
+        """What a LOOKING server re-sends: its vote to every other voter, or an observer's question."""
+        if isinstance(self.fle, ObserverElection):
+            return self.fle.ask()
+        n = self.fle.proposed_vote.notification(ServerState.LOOKING, self.fle.logicalclock)
+        return tuple(Send(s, n) for s in sorted(self.fle.voters) if s != self.server.sid)
 
     def _leader_tick(self) -> list[Output]:
         s, core = self.server, self.server.core
@@ -233,7 +267,9 @@ class NormalMode:
             if conn.state == "open":
                 conn.send(ping)
             silent = self.tick - self.last_heard.get(peer, self.role_since)
-            limit = self.sync_limit if core.learner_phase[peer] == LearnerPhase.UPTODATE else self.init_limit
+            synced = (core.learner_phase.get(peer) == LearnerPhase.UPTODATE
+                      or core.observer_phase.get(peer) == ObserverPhase.UPTODATE)
+            limit = self.sync_limit if synced else self.init_limit
             if silent > limit or late:
                 why = f"epoch not established in {self.init_limit} ticks" if late else f"silent for {silent} ticks"
                 outs += s.close_connection(conn, why, report=True)

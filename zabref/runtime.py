@@ -38,7 +38,7 @@ from typing import Any
 
 from zabref import peers, wire
 from zabref.config import Config
-from zabref.core import HANDLERS, Output, Persistent, ZabCore, apply_persist
+from zabref.core import HANDLERS, OBSERVER_HANDLERS, Output, Persistent, ZabCore, apply_persist
 from zabref.disklog import Storage
 from zabref.errors import ConfigError, ProtocolError, RemoteProtocolError, StorageError, ZabError
 from zabref.packets import PacketType, QuorumPacket, ServerState
@@ -51,8 +51,9 @@ log = logging.getLogger("zabref")
 HOLD_LIMIT = 10_000
 #: Most events run by the pump before it persists and sends (bounds the latency of one batch).
 BATCH_LIMIT = 1_000
-#: Packet types a quorum connection may carry: what some role of the core takes, and PING.
-QUORUM_TYPES = frozenset(t for table in HANDLERS.values() for t in table) | {PacketType.PING}
+#: Packet types a quorum connection may carry: what some role of the core takes (observers' included), and PING.
+QUORUM_TYPES = frozenset(t for tables in (HANDLERS, OBSERVER_HANDLERS) for table in tables.values() for t in table) | {
+    PacketType.PING}
 
 Event = Callable[[], list[Output]]
 
@@ -94,7 +95,8 @@ class Server:
         self.me.data_dir.mkdir(parents=True, exist_ok=True)
         self.storage, report = Storage.open(self.me.data_dir)
         log.info("storage: %s", report)
-        self.core = ZabCore(self.sid, self.config.sids, Persistent.from_storage(self.storage))
+        self.core = ZabCore(self.sid, self.config.participants, Persistent.from_storage(self.storage),
+                            observers=self.config.observers)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
@@ -247,7 +249,7 @@ class Server:
         assert self.core is not None
         conn = self.conns.get(peer)
         if conn is None:
-            if self.core.state == ServerState.FOLLOWING and self.core.leader == peer:
+            if self.core.state in (ServerState.FOLLOWING, ServerState.OBSERVING) and self.core.leader == peer:
                 conn = self._dial(peer)
             else:
                 log.warning("%s(zxid %#x) to %d dropped: no connection", packet.type.name, packet.zxid, peer)
