@@ -5,12 +5,12 @@ Loopback only; every wait is bounded (polls with a deadline, client attempts bou
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from test_control import Driver, establish, make_cluster, z  # tests/ is on sys.path (no package)
 
+import helpers
 from zabref.client import ZabClient
 from zabref.cluster import LocalCluster
 
@@ -23,14 +23,7 @@ def state(cluster: LocalCluster, sid: int) -> dict:
 
 
 def wait_for(what: str, predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+    return helpers.wait_for(what, predicate, timeout)
 
 
 def established_leader(cluster: LocalCluster, sids) -> int | None:

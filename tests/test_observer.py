@@ -7,12 +7,12 @@ observer. The process tests run real servers on loopback in normal mode; every w
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections import deque
 from pathlib import Path
 
 import pytest
 
+import helpers
 from zabref import wire
 from zabref.client import ClientError, ZabClient
 from zabref.cluster import LocalCluster, cluster_config, find_free_base_port
@@ -441,14 +441,7 @@ def test_config_role_errors_name_file_and_key(roles, message):
 
 
 def wait_for(what: str, predicate, timeout: float = 40.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+    return helpers.wait_for(what, predicate, timeout)
 
 
 def variables(cluster: LocalCluster, sid: int) -> dict:

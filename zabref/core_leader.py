@@ -97,6 +97,17 @@ class LeaderActions(CoreState):
         """{f \\in Server : learnerPhase[i][f] \\in ForwardingPhases}, in sid order."""
         return [f for f in self.servers if self.learner_phase[f] in FORWARDING_PHASES]
 
+    def _learner_info(self, j: int, packet: QuorumPacket) -> None:
+        """Check the LearnerInfo {protocolVersion, serverid} in FOLLOWERINFO / OBSERVERINFO's data (seed 000)."""
+        try:
+            info = wire.decode_followerinfo_data(packet.data)
+        except CodecError as e:
+            self._reject(j, packet, str(e))
+        if info.serverid != j:
+            self._reject(j, packet, f"LearnerInfo names server {info.serverid}, the connection is from {j}")
+        if info.protocol_version < PROTOCOL_VERSION:
+            self._reject(j, packet, f"protocol version {info.protocol_version:#x} predates Zab 1.0")
+
     def _in_phase(self, phase: LearnerPhase) -> set[int]:
         return {f for f in self.servers if self.learner_phase[f] == phase}
 
@@ -116,14 +127,7 @@ class LeaderActions(CoreState):
             self._reject(j, packet, f"learner {j} already sent FOLLOWERINFO (phase {self.learner_phase[j]})")
         if zxid_counter(packet.zxid) != 0:
             self._reject(j, packet, "FOLLOWERINFO's zxid must be acceptedEpoch << 32")
-        try:
-            info = wire.decode_followerinfo_data(packet.data)
-        except CodecError as e:
-            self._reject(j, packet, str(e))
-        if info.serverid != j:
-            self._reject(j, packet, f"LearnerInfo names server {info.serverid}, the connection is from {j}")
-        if info.protocol_version < PROTOCOL_VERSION:
-            self._reject(j, packet, f"protocol version {info.protocol_version:#x} predates Zab 1.0")
+        self._learner_info(j, packet)
         if zxid_epoch(packet.zxid) >= MAX_EPOCH:
             self._reject(j, packet, "acceptedEpoch leaves no epoch above it")
 
@@ -320,14 +324,7 @@ class LeaderActions(CoreState):
         self._require_observer(j, packet, PacketType.OBSERVERINFO)
         if self.observer_phase[j] != ObserverPhase.NONE:
             self._reject(j, packet, f"observer {j} already sent OBSERVERINFO (phase {self.observer_phase[j]})")
-        try:
-            info = wire.decode_followerinfo_data(packet.data)
-        except CodecError as e:
-            self._reject(j, packet, str(e))
-        if info.serverid != j:
-            self._reject(j, packet, f"LearnerInfo names server {info.serverid}, the connection is from {j}")
-        if info.protocol_version < PROTOCOL_VERSION:
-            self._reject(j, packet, f"protocol version {info.protocol_version:#x} predates Zab 1.0")
+        self._learner_info(j, packet)
         self.observer_last_zxid[j] = packet.zxid
         if self.zab_state != ZabState.BROADCAST:
             self.observer_phase[j] = ObserverPhase.OBSERVERINFO
