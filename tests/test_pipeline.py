@@ -222,3 +222,32 @@ def test_ci_covers_every_action_of_next(spark, tmp_path_factory) -> None:
     covered = {t.labels[-1].split("__")[0] for t in _traces(folder / "traces")}
     assert {"FollowerProcessTRUNC", "FollowerProcessPROPOSALInSync"} <= covered
     shutil.rmtree(folder)
+
+
+def _bfs_rows(result) -> list[tuple]:
+    frame, depth, reached = result
+    return sorted((r.id, r.depth, r.parent, r.via, r.root, tuple(r.path)) for r in frame.collect()) + [(depth, reached)]
+
+
+def test_the_dump_bfs_tree_equals_the_level_by_level_search(spark, tiny) -> None:
+    """The parents read from the dump's first in-edges (a handful of jobs) are exactly the level search's."""
+    from conformance.paths import first_edge_tree, level_bfs
+
+    *_, nodes, edges = tiny
+    nodes_df = spark.createDataFrame(nodes).select("id", "initial")
+    edges_df = spark.createDataFrame(edges).select("src", "dst", "line")
+    tree = first_edge_tree(nodes_df, edges_df)
+    assert tree is not None
+    assert _bfs_rows(tree) == _bfs_rows(level_bfs(nodes_df, edges_df))
+
+
+def test_first_in_edges_that_are_not_a_bfs_tree_are_refused(spark) -> None:
+    """A dump whose first edge into a state is not from the previous level (as with several TLC workers) is not
+    taken as a BFS tree; the automatic method falls back to the level search and finds the true depth."""
+    from conformance.paths import first_edge_tree, shortest_paths
+
+    nodes = spark.createDataFrame([(0, True), (1, False), (2, False), (3, False)], "id long, initial boolean")
+    edges = spark.createDataFrame([(0, 1, 1), (1, 2, 2), (2, 3, 3), (0, 3, 4)], "src long, dst long, line long")
+    assert first_edge_tree(nodes, edges) is None
+    frame, depth, reached = shortest_paths(nodes, edges, method="auto")
+    assert {r.id: r.depth for r in frame.collect()} == {0: 0, 1: 1, 2: 2, 3: 1} and (depth, reached) == (2, 4)
