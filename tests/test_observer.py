@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 import helpers
+import test_core  # tests/ is on sys.path (no package)
+from test_core import sent
 from zabref import wire
 from zabref.client import ClientError, ZabClient
 from zabref.cluster import LocalCluster, cluster_config, find_free_base_port
@@ -57,12 +59,9 @@ def inform(txn: Txn) -> QuorumPacket:
     return QuorumPacket(P.INFORM, txn.zxid, wire.encode_proposal_data(txn.value))
 
 
-def sent(out: Output) -> list[tuple[int, PacketType, int]]:
-    return [(peer, p.type, p.zxid) for peer, p in out.send]
-
-
-class Net:
-    """Participants 1..n and observers, joined by FIFO channels; `drain` delivers in a fixed order until quiet."""
+class Net(test_core.Net):
+    """Participants 1..n and observers, joined by FIFO channels; `drain` delivers in a fixed order until quiet.
+    Records what each server delivered."""
 
     def __init__(self, participants=PARTICIPANTS, observers=(OBSERVER,), history: tuple[Txn, ...] = ()) -> None:
         self.all = (*participants, *observers)
@@ -72,17 +71,8 @@ class Net:
         self.delivered: dict[int, list[Txn]] = {s: [] for s in self.all}
 
     def do(self, s: int, out: Output) -> Output:
-        for peer, p in out.send:
-            self.ch[s, peer].append(p)
         self.delivered[s] += out.deliver
-        return out
-
-    def step(self, j: int, i: int) -> Output:
-        return self.do(i, self.core[i].receive(j, self.ch[j, i].popleft()))
-
-    def drain(self) -> None:
-        while busy := [c for c, q in self.ch.items() if q]:
-            self.step(*busy[0])
+        return super().do(s, out)
 
     def held(self, j: int, i: int) -> list[tuple[PacketType, int]]:
         return [(p.type, p.zxid) for p in self.ch[j, i]]
