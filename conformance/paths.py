@@ -19,12 +19,25 @@ Output columns: id, depth, parent (null at depth 0), via (line of the edge from 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable
 
 __all__ = ["shortest_paths", "first_edge_tree", "level_bfs"]
 
 _COMPACT_EVERY = 6
+
+
+@contextlib.contextmanager
+def no_broadcast_joins(spark):
+    """Spark plans no broadcast joins inside: broadcasting a level's paths (arrays of edge lines) can exhaust the
+    driver's 1 GiB, and for the level search it costs two extra jobs a level (docs/performance.md)."""
+    before = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", before)
 
 
 def shortest_paths(nodes, edges, echo: Callable[[str], None] = lambda s: None, method: str = "auto"):
@@ -47,6 +60,12 @@ def shortest_paths(nodes, edges, echo: Callable[[str], None] = lambda s: None, m
 
 
 def first_edge_tree(nodes, edges, echo: Callable[[str], None] = lambda s: None, max_rounds: int = 64):
+    """`_first_edge_tree` with broadcast joins off."""
+    with no_broadcast_joins(nodes.sparkSession):
+        return _first_edge_tree(nodes, edges, echo, max_rounds)
+
+
+def _first_edge_tree(nodes, edges, echo: Callable[[str], None], max_rounds: int):
     """The BFS tree TLC wrote, or None when the dump does not hold one.
 
     TLC (one worker) explores breadth first and writes an edge line when it generates a transition, before the new
@@ -111,6 +130,12 @@ def first_edge_tree(nodes, edges, echo: Callable[[str], None] = lambda s: None, 
 
 
 def level_bfs(nodes, edges, echo: Callable[[str], None] = lambda s: None):
+    """`_level_bfs` with broadcast joins off."""
+    with no_broadcast_joins(nodes.sparkSession):
+        return _level_bfs(nodes, edges, echo)
+
+
+def _level_bfs(nodes, edges, echo: Callable[[str], None]):
     """BFS over `edges` (src, dst, line) from the `nodes` (id, initial) marked initial, one level per Spark job;
     returns (levels DataFrame, max depth, states reached)."""
     from pyspark.sql import Observation
@@ -118,11 +143,8 @@ def level_bfs(nodes, edges, echo: Callable[[str], None] = lambda s: None):
     from pyspark.sql.types import ArrayType, LongType
 
     started = time.monotonic()
-    spark = nodes.sparkSession
-    # Measured (docs/performance.md): broadcasting the frontier and the reached set costs two extra jobs a level;
-    # joining against the edges cached once, hash-partitioned by src, halves the time of a level.
-    broadcast = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
-    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    # Measured (docs/performance.md): joining against the edges cached once, hash-partitioned by src, halves the
+    # time of a level (broadcast joins are off: `no_broadcast_joins`).
     graph = edges.select("src", "dst", "line").repartition("src").persist()
     try:
         level = (nodes.filter(F.col("initial")).select(
@@ -154,7 +176,6 @@ def level_bfs(nodes, edges, echo: Callable[[str], None] = lambda s: None):
             level = nxt
     finally:
         graph.unpersist()
-        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", broadcast)
     echo(f"traces: bfs: {total} states reached from {levels[0].count()} initial state(s), max depth {depth}, "
          f"{depth + 1} levels ({time.monotonic() - started:.1f}s)")
     result = levels[0]

@@ -90,13 +90,15 @@ def fetch_steps(spark, traces: list[Chosen], edges, nodes):
     schema = StructType([StructField("trace", LongType(), False), StructField("root", LongType(), False),
                          StructField("path", ArrayType(LongType(), False), False)])
     chosen = spark.createDataFrame([(k, t.root, list(t.path)) for k, t in enumerate(traces)], schema)
-    moves = (chosen.select("trace", F.posexplode("path").alias("pos", "line"))
+    # The chosen steps are a few hundred rows: broadcast them explicitly. Left to itself, Spark may instead pick the
+    # nodes table (every state's JSON) as the broadcast side and exhaust the driver's memory on a large graph.
+    moves = (F.broadcast(chosen.select("trace", F.posexplode("path").alias("pos", "line")))
              .join(edges.select("line", "dst", "label", "action", "params_json"), "line")
              .select("trace", (F.col("pos") + 1).alias("index"), F.col("dst").alias("node"), "label", "action",
                      "params_json"))
     inits = chosen.select("trace", F.lit(0).alias("index"), F.col("root").alias("node"),
                           F.lit(None).cast("string").alias("label"), F.lit("Init").alias("action"),
                           F.lit("{}").alias("params_json"))
-    steps = (moves.unionByName(inits).join(nodes.select(F.col("id").alias("node"), "state_json"), "node")
+    steps = (F.broadcast(moves.unionByName(inits)).join(nodes.select(F.col("id").alias("node"), "state_json"), "node")
              .orderBy("trace", "index"))
     return steps.toLocalIterator(prefetchPartitions=True)
