@@ -57,7 +57,7 @@ from typing import Any
 from conformance.errors import TraceActionError
 from conformance.mapping import differences, spec_state
 from conformance.traces import Step, Trace, read_trace
-from zabref.cluster import ServerProcess, cluster_config, find_free_base_port
+from zabref.cluster import ServerProcess, cluster_config, find_free_base_port, release_base_port
 from zabref.config import load_config
 from zabref.control import ControlError, settle
 from zabref.errors import ZabError
@@ -243,9 +243,11 @@ class _Cluster:
 
     def __init__(self, folder: Path, n: int, root: Path | None, attempts: int = 3) -> None:
         last: Exception | None = None
-        for attempt in range(attempts):  # a free base port is racy when traces run in parallel: try another
+        self.base: int | None = None
+        for attempt in range(attempts):
             where = folder / f"try{attempt}"
-            path = cluster_config(where, n, find_free_base_port(n)).resolve()
+            self.base = find_free_base_port(n)  # leased until stop(): no parallel replay can take these ports
+            path = cluster_config(where, n, self.base).resolve()
             config = load_config(path)
             self.servers = {sid: ServerProcess(path, config, sid, code_root=root) for sid in config.sids}
             try:
@@ -282,6 +284,9 @@ class _Cluster:
             c.close()
         for s in self.servers.values():
             s.kill()
+        if self.base is not None:
+            release_base_port(self.base)
+            self.base = None
 
 
 # --------------------------------------------------------------------------------------------------------------

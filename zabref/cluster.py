@@ -17,9 +17,7 @@ or SIGTERM stops the children with SIGTERM (SIGKILL after a grace period).
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,8 +28,10 @@ import click
 from zabref.config import ClusterConfig, Config, ServerConfig, load_config, render_config, write_config
 from zabref.control import ControlClient, ControlError
 from zabref.errors import ConfigError, ZabError
+from zabref.ports import find_free_base_port, release_base_port
 
-__all__ = ["cluster_config", "find_free_base_port", "ServerProcess", "LocalCluster", "run_cluster"]
+__all__ = ["cluster_config", "find_free_base_port", "release_base_port", "ServerProcess", "LocalCluster",
+           "run_cluster"]
 
 CONFIG_NAME = "cluster.toml"
 
@@ -48,27 +48,6 @@ def cluster_config(folder: str | os.PathLike[str], servers: int, base_port: int,
                             base_port + 10 * (i - 1) + 2, base_port + 10 * (i - 1) + 3, Path("data") / str(i))
                for i in range(1, servers + 1)]
     return write_config(Path(folder) / CONFIG_NAME, render_config(timing, entries))
-
-
-def find_free_base_port(servers: int, host: str = "127.0.0.1", low: int = 10000, high: int = 32000,
-                        tries: int = 50) -> int:
-    """A base port whose ``10 * servers`` ports are all free on ``host`` now (for tests; racy by nature)."""
-    rng = random.Random()
-    for _ in range(tries):
-        base = rng.randrange(low, high - 10 * servers) // 10 * 10
-        socks = []
-        try:
-            for port in range(base, base + 10 * servers):
-                s = socket.socket()
-                socks.append(s)
-                s.bind((host, port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise ZabError(f"no {10 * servers} free consecutive ports found in {low}..{high} after {tries} tries")
 
 
 class ServerProcess:
@@ -120,10 +99,14 @@ class ServerProcess:
                                f"see {self.stderr_path}:\n{self.tail()}")
             try:
                 with ControlClient(self.me.host, self.me.control_port, timeout=2.0) as c:
-                    c.request("ping")
-                    return
+                    pid = c.request("ping").get("pid")
             except (OSError, ControlError):
-                pass
+                pid = None
+            if pid == self.proc.pid:
+                return
+            if pid is not None:  # some other program answers on our port: never talk to it as if it were ours
+                raise ZabError(f"server {self.sid}: control port {self.me.control_port} is answered by pid {pid}, "
+                               f"not by the server started here (pid {self.proc.pid})")
             if time.monotonic() > deadline:
                 raise ZabError(f"server {self.sid} not ready within {timeout} s; see {self.stderr_path}")
             time.sleep(0.05)

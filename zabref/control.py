@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import time
 from typing import Any
@@ -136,7 +137,7 @@ class ControlPort:
     # ------------------------------------------------------------------------------------------ read-only
 
     async def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"sid": self.server.sid, "mode": "control" if self.server.control else "normal"}
+        return {"sid": self.server.sid, "pid": os.getpid(), "mode": "control" if self.server.control else "normal"}
 
     async def op_state(self, request: dict[str, Any]) -> dict[str, Any]:
         s = self.server
