@@ -190,7 +190,7 @@ def write_labeled_model(spec_dir: Path, config: str, out_dir: Path) -> tuple[Pat
     actions = read_next(spec_dir / f"{config_module_base(spec_dir, config)}.tla")
     constants = read_constants(cfg_text)
     if "N" not in constants:
-        constants["N"] = _server_count(spec_dir, config, cfg_text, cfg_path)
+        constants["N"] = server_count(spec_dir, config, cfg_text, cfg_path)
     module = f"MCL_{config}"
     defs, names = [], []
     for action, args in instances(actions, constants):
@@ -222,7 +222,7 @@ def write_labeled_model(spec_dir: Path, config: str, out_dir: Path) -> tuple[Pat
     return tla, cfg
 
 
-def _server_count(spec_dir: Path, config: str, cfg_text: str, cfg_path: Path) -> int:
+def server_count(spec_dir: Path, config: str, cfg_text: str, cfg_path: Path) -> int:
     """N for a model that sets `Server <- Def` with `Def == 1..K` in its MC module instead of a constant N."""
     sub = re.search(r"^\s*Server\s*<-\s*([A-Za-z]\w*)\s*$", cfg_text, re.M)
     mc = Path(spec_dir) / f"MC_{config}.tla"

@@ -15,7 +15,7 @@ The spec variables with no implementation counterpart are in `NOT_MAPPED`, each 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from conformance.values import Value, canonical_json
@@ -177,10 +177,12 @@ def spec_state(snaps: Sequence[ServerSnapshot]) -> dict[str, Value]:
     return {name: f(ordered) for name, f in MAPPED.items()}
 
 
-def differences(expected: Mapping[str, Value], actual: Mapping[str, Value]) -> dict[str, tuple[Value, Value]]:
-    """The mapped variables whose canonical forms differ: {name: (expected, actual)}."""
+def differences(expected: Mapping[str, Value], actual: Mapping[str, Value],
+                names: Iterable[str] | None = None) -> dict[str, tuple[Value, Value]]:
+    """The variables (`names`, default: this module's MAPPED) whose canonical forms differ: {name: (expected,
+    actual)}. A name missing on either side counts as a difference (None), never as agreement."""
     return {
         name: (expected.get(name), actual.get(name))
-        for name in MAPPED
-        if canonical_json(expected.get(name)) != canonical_json(actual.get(name))
+        for name in (MAPPED if names is None else names)
+        if name not in expected or name not in actual or canonical_json(expected.get(name)) != canonical_json(actual.get(name))
     }

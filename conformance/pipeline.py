@@ -29,7 +29,7 @@ from conformance.check import default_spec_dir
 from conformance.errors import ConformanceError, GraphError, Location, PipelineError
 from conformance.graphparse import COUNT, EDGE, FRAME, NODE, ROW_FIELDS, Labels, check_structure, \
     first_error, line_offsets, parse_partition
-from conformance.labels import config_module_base, read_constants, read_next
+from conformance.labels import config_module_base, read_constants, read_next, server_count
 from conformance.traces import MANIFEST, OutputDir, TraceHeader, spec_sha256, step_line, write_trace
 
 __all__ = ["Summary", "run", "traces_command"]
@@ -78,6 +78,8 @@ def load_model(spec_dir: Path, config: str) -> Model:
         known = sorted(p.stem.removeprefix("MC_") for p in spec_dir.glob("MC_*.cfg"))
         raise PipelineError(f"{cfg} not found; configs in {spec_dir}: {', '.join(known) or 'none'}")
     constants = read_constants(cfg.read_text(encoding="utf-8"))
+    if "N" not in constants:  # a model that sets `Server <- Def` (the FLE models) rather than N
+        constants["N"] = server_count(spec_dir, config, cfg.read_text(encoding="utf-8"), cfg)
     actions = read_next(spec_dir / f"{config_module_base(spec_dir, config)}.tla")
     try:
         from conformance.tla import toolchain

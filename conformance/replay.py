@@ -299,6 +299,10 @@ def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path 
 
     Raises TraceActionError (before any server starts) when a step names an action the driver cannot take.
     """
+    from conformance.fle_replay import is_fle_trace, replay_fle
+
+    if is_fle_trace(trace):  # spec/FastLeaderElection.tla: replayed through the election core (fle_replay.py)
+        return replay_fle(trace, source, bug=bug, bug_root=bug_root)
     started = time.monotonic()
     commands = plan(trace, source)
     result = ReplayResult(str(source), trace.header.config, len(commands), bug=bug)

@@ -6,7 +6,8 @@ form of the spec mutations (spec/mutations/*.toml)::
     description = "ACK before fsync: ..."
     config = "tiny"                      # the model whose action-coverage traces exercise it
     action = "FollowerProcessPROPOSAL"   # the spec action at which the replay departs
-    expect = "caught"                    # or "missed": a known gap of those traces, kept on record
+    expect = "caught"                    # or "regression": those traces miss it (a gap kept on record) and the
+                                         # committed regression traces (traces/regression/) catch it
     [[replace]]
     file = "core_follower.py"            # under zabref/
     find = "..."                         # must occur exactly once
@@ -32,9 +33,11 @@ import zabref
 from conformance.errors import SeededBugError
 from conformance.patches import Replacement, apply_replacements, read_replacements
 
-__all__ = ["BUGS_DIR", "SeededBug", "load_bugs", "load_bug", "apply_bug", "patched_package"]
+__all__ = ["BUGS_DIR", "EXPECT", "SeededBug", "load_bugs", "load_bug", "apply_bug", "patched_package"]
 
 BUGS_DIR = Path(__file__).resolve().parent / "bugs"
+#: Which traces catch a bug: the config's action-coverage traces, or only the committed regression traces.
+EXPECT = ("caught", "regression")
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class SeededBug:
     action: str
     replacements: tuple[Replacement, ...]
     path: Path
-    expect: str = "caught"  # "missed": a known gap of the config's action-coverage traces, kept on record
+    expect: str = "caught"  # "regression": missed by the action-coverage traces, caught by traces/regression/
 
 
 def _load(path: Path) -> SeededBug:
@@ -56,6 +59,8 @@ def _load(path: Path) -> SeededBug:
                         data.get("expect", "caught"))
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise SeededBugError(f"{path}: not a seeded bug ({type(exc).__name__}: {exc})") from None
+    if bug.expect not in EXPECT:
+        raise SeededBugError(f"{path}: expect = {bug.expect!r}; known: {', '.join(EXPECT)}")
     return bug
 
 

@@ -35,7 +35,7 @@ __all__ = ["FORMAT", "VERSION", "TraceHeader", "Step", "Trace", "spec_sha256", "
            "write_trace", "read_trace", "OutputDir", "MANIFEST"]
 
 FORMAT, VERSION, MANIFEST = "zabref-trace", 1, "manifest.json"
-CRITERIA = ("action", "edge")
+CRITERIA = ("action", "edge", "scenario")  # scenario: a committed regression trace (conformance/regress.py)
 
 
 @dataclass(frozen=True)

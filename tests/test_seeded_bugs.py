@@ -4,9 +4,11 @@ For each bug, the action-coverage traces of its model are replayed in file order
 patched copy of zabref, until one fails; the test reports which trace caught it first and checks that the
 departure happens at the action the bug breaks. The clean implementation passes every one of those traces.
 
-Both models' traces come from `conformance.chain.ensure_traces`: generated from the spec (`zabref check --dump-dot`,
-then the Spark pipeline) and cached by spec hash under .cache/traces, so a fresh clone generates them once and an
-unchanged spec reuses them. $ZABREF_TINY_TRACES / $ZABREF_CI_TRACES name another folder instead.
+The models' traces (Zab.tla's tiny and ci, replayed on real servers; FastLeaderElection.tla's fle_ci, replayed
+through the election core by conformance/fle_replay.py) come from `conformance.chain.ensure_traces`: generated from
+the spec (`zabref check --dump-dot`, then the Spark pipeline) and cached by spec hash under .cache/traces, so a fresh
+clone generates them once and an unchanged spec reuses them. $ZABREF_<MODEL>_TRACES names another folder instead.
+Bugs with expect = "regression" are missed by the action traces and caught by the committed traces/regression/.
 """
 
 from __future__ import annotations
@@ -20,19 +22,23 @@ from conformance.chain import ensure_traces
 from conformance.conform import run_all
 from conformance.errors import SeededBugError
 from conformance.replay import replay_file
-from conformance.seeded import BUGS_DIR, SeededBug, apply_bug, load_bugs, patched_package
+from conformance.seeded import BUGS_DIR, EXPECT, SeededBug, apply_bug, load_bugs, patched_package
 
 REPO = Path(__file__).resolve().parent.parent
 BUGS = load_bugs()
+#: The models whose action traces the suite replays: Zab.tla's tiny and ci, FastLeaderElection.tla's fle_ci.
+CONFIGS = ("tiny", "ci", "fle_ci")
+REGRESSION = sorted((REPO / "traces" / "regression").glob("*.jsonl.gz"))
 # The first test to use the traces generates them (TLC dump + Spark pipeline, minutes on a loaded machine).
 pytestmark = pytest.mark.timeout(1800)
 
 
 def test_every_bug_is_well_formed_and_applies_to_the_current_zabref(tmp_path: Path) -> None:
     assert {b.name for b in BUGS} >= {"ack_before_fsync", "commit_on_minority", "no_trunc", "newleader_before_sync",
-                                      "leader_reuses_epoch", "epoch_ignores_acceptedepoch"}
+                                      "leader_reuses_epoch", "epoch_ignores_acceptedepoch",
+                                      "fle_vote_order_sid_reversed"}
     for bug in BUGS:
-        assert bug.config in ("tiny", "ci") and bug.expect in ("caught", "missed") and bug.description
+        assert bug.config in CONFIGS and bug.expect in EXPECT and bug.description
         with patched_package(bug, tmp_path) as root:
             changed = [r.file for r in bug.replacements]
             for name in changed:
@@ -51,7 +57,7 @@ def test_a_bug_whose_text_no_longer_occurs_is_an_error(tmp_path: Path) -> None:
 @pytest.fixture(scope="session")
 def trace_sets() -> dict[str, list[Path]]:
     sets: dict[str, list[Path]] = {}
-    for config in ("tiny", "ci"):
+    for config in CONFIGS:
         given = os.environ.get(f"ZABREF_{config.upper()}_TRACES")
         folder = Path(given) if given else ensure_traces(config)
         sets[config] = sorted(folder.glob("*.jsonl.gz"))
@@ -64,7 +70,7 @@ def _traces(trace_sets, config: str) -> list[Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["tiny", "ci"])
+@pytest.mark.parametrize("config", CONFIGS)
 def test_the_clean_implementation_passes_every_action_trace(trace_sets, config: str) -> None:
     traces = _traces(trace_sets, config)
     results = run_all(traces, jobs=os.cpu_count() or 2)
@@ -94,8 +100,19 @@ def test_each_seeded_bug_is_caught(trace_sets, bug: SeededBug) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bug", [b for b in BUGS if b.expect == "missed"], ids=lambda b: b.name)
-def test_known_gaps_of_the_action_traces_stay_on_record(trace_sets, bug: SeededBug) -> None:
-    """A bug the bug file says the action traces miss: when this fails, the traces got better -- move the bug."""
+@pytest.mark.parametrize("bug", [b for b in BUGS if b.expect == "regression"], ids=lambda b: b.name)
+def test_bugs_only_the_regression_traces_catch_stay_on_record(trace_sets, bug: SeededBug) -> None:
+    """The action traces miss it (when that fails, they got better: set expect = "caught"), the committed catch it."""
     path, _ = _first_catch(bug, _traces(trace_sets, bug.config))
     assert path is None, f"{bug.name} is now caught by {path}: set expect = \"caught\" in {BUGS_DIR / bug.name}.toml"
+    path, result = _first_catch(bug, REGRESSION)
+    assert path is not None, f"{bug.name}: no committed regression trace departs from the spec"
+    print(f"{bug.name}: caught first by {path.name} at step {result.failure.step} {result.failure.action}")
+    assert result.failure.action == bug.action, result.failure.reason
+
+
+@pytest.mark.slow
+def test_the_clean_implementation_passes_every_committed_regression_trace() -> None:
+    results = run_all(REGRESSION, jobs=os.cpu_count() or 2)
+    failed = [(r["trace"], r.get("error") or r["failure"]["reason"]) for r in results if not r["passed"]]
+    assert len(results) == len(REGRESSION) == 8 and not failed, failed

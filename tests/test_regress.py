@@ -1,0 +1,94 @@
+"""The committed regression traces (traces/regression/): found by product search, accepted by their monitors, fresh."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance.regress import REGRESSION_DIR, Graph, search, stale
+from conformance.scenarios import ACCEPT, SCENARIOS, Scenario, by_name
+from conformance.traces import read_trace
+
+MANIFEST = json.loads((REGRESSION_DIR / "manifest.json").read_text())
+ENTRIES = {e["scenario"]: e for e in MANIFEST["traces"]}
+
+
+def _graph(edges: list[tuple[int, int, str]], states: dict[int, dict], initial=(0,)) -> Graph:
+    return Graph.from_rows(((n, json.dumps(s), n in initial) for n, s in states.items()),
+                           ((a, b, label, label.split("__")[0], "{}") for a, b, label in edges))
+
+
+def _visits_b_then_d(m, before, action, params, after):
+    """Accept on reaching d, but only after passing b: a property of the path, not of d."""
+    if action == "B":
+        return "seen-b"
+    return ACCEPT if m == "seen-b" and after["x"] == "d" else None
+
+
+def test_search_finds_the_shortest_path_the_monitor_accepts_not_the_shortest_path_to_the_state() -> None:
+    #  0 -A-> 1 -C-> 3(d)          the shortest path to d skips b
+    #  0 -B-> 2 -E-> 4 -F-> 3(d)   the only accepted path passes b
+    states = {0: {"x": "a"}, 1: {"x": "c"}, 2: {"x": "b"}, 4: {"x": "e"}, 3: {"x": "d"}}
+    g = _graph([(0, 1, "A"), (1, 3, "C"), (0, 2, "B"), (2, 4, "E"), (4, 3, "F")], states)
+    path = search(g, Scenario("t", "ci", "-", "-", _visits_b_then_d))
+    assert [(node, label) for node, label, _, _ in path] == [(0, None), (2, "B"), (4, "E"), (3, "F")]
+
+
+def test_search_returns_none_when_no_path_is_accepted() -> None:
+    g = _graph([(0, 1, "A"), (1, 3, "C")], {0: {"x": "a"}, 1: {"x": "c"}, 3: {"x": "d"}})
+    assert search(g, Scenario("t", "ci", "-", "-", _visits_b_then_d)) is None
+
+
+def test_every_scenario_has_one_committed_trace_with_its_reason() -> None:
+    assert sorted(ENTRIES) == sorted(s.name for s in SCENARIOS)
+    files = sorted(p.name for p in REGRESSION_DIR.glob("*.jsonl.gz"))
+    assert files == sorted(e["file"] for e in MANIFEST["traces"])
+    for s in SCENARIOS:
+        assert ENTRIES[s.name]["why"] == s.why and ENTRIES[s.name]["seed"] == s.seed
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_each_committed_trace_is_accepted_by_its_monitor_at_its_last_step_and_not_before(scenario) -> None:
+    trace = read_trace(REGRESSION_DIR / ENTRIES[scenario.name]["file"])
+    assert trace.header.criterion == "scenario" and len(trace.steps) - 1 == ENTRIES[scenario.name]["steps"]
+    memory = None
+    for before, step in zip(trace.steps, trace.steps[1:]):
+        nxt = scenario.step(memory, before.state, step.action, step.params, step.state)
+        if nxt == ACCEPT:
+            assert step is trace.steps[-1], f"accepted early, at step {step.index}"
+            return
+        memory = memory if nxt is None else nxt
+    pytest.fail(f"{scenario.name}: its monitor never accepts the committed trace")
+
+
+def _graph_of(trace) -> Graph:
+    steps = trace.steps
+    return Graph.from_rows(((s.node, json.dumps(s.state), s.index == 0) for s in steps),
+                           ((a.node, b.node, b.label, b.action, json.dumps(b.params)) for a, b in zip(steps, steps[1:])))
+
+
+def test_stale_names_the_trace_and_step_that_left_the_graph() -> None:
+    entry = ENTRIES["sync-trunc"]
+    trace = read_trace(REGRESSION_DIR / entry["file"])
+    g = _graph_of(trace)
+    assert stale(g, REGRESSION_DIR, "ci") != [] and not stale(g, REGRESSION_DIR, "nothing")
+    assert not [p for p in stale(g, REGRESSION_DIR) if p.startswith(entry["file"])]
+    cut = trace.steps[5]
+    g.out[trace.steps[4].node] = [m for m in g.out[trace.steps[4].node] if m[0] != cut.node]
+    assert f"{entry['file']}: step 5 ({cut.label}): no such edge in the graph" in stale(g, REGRESSION_DIR)
+
+
+def test_by_name_names_the_known_scenarios_when_it_fails() -> None:
+    assert by_name("sync-snap").name == "sync-snap"
+    with pytest.raises(KeyError, match="fig3-committed-survives-leader-crash"):
+        by_name("nope")
+
+
+@pytest.mark.slow
+def test_the_committed_traces_are_still_paths_of_their_models_current_graphs() -> None:
+    from conformance.regress import graphs_of
+
+    graphs = graphs_of(sorted({e["config"] for e in MANIFEST["traces"]}))
+    assert sorted(graphs) == ["ci", "fle_ci"]
+    assert [p for config, (graph, _) in graphs.items() for p in stale(graph, REGRESSION_DIR, config)] == []
