@@ -160,5 +160,47 @@ def sync(zab) -> None:
     click.echo(f"{zab.sync():#x}")
 
 
+@main.group()
+def bench() -> None:
+    """Benchmarks (docs/performance.md)."""
+
+
+@bench.command("cluster")
+@click.option("--writes", type=click.IntRange(1), default=20_000, show_default=True, help="Writes (and reads) per row.")
+@click.option("--in-flight", default="1,16,128", show_default=True, help="Requests in flight, comma-separated.")
+@click.option("--systems", default="zabref,zookeeper", show_default=True, help="Which systems, comma-separated.")
+@click.option("--out", type=click.Path(file_okay=False), default="out/bench", show_default=True,
+              help="Folder for bench.json and bench.png.")
+@click.option("--failover-trials", type=click.IntRange(0), default=3, show_default=True)
+@click.option("--quick", is_flag=True, help="Smoke run: 200 writes, in flight 1 and 16, one failover trial.")
+@click.option("--keep", is_flag=True, help="Keep the servers' data folders (out/work).")
+@click.option("--zabref-code", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Run the zabref servers from the zabref package in this folder (e.g. a patched copy).")
+def bench_cluster(writes: int, in_flight: str, systems: str, out: str, failover_trials: int, quick: bool,
+                  keep: bool, zabref_code: str | None) -> None:
+    """A 3-server zabref cluster beside a 3-server ZooKeeper 3.8 ensemble: same workload, ratios, failover."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from zabref.bench.runner import QUICK_IN_FLIGHT, QUICK_WRITES, run_bench  # noqa: PLC0415
+
+    try:
+        counts = [int(x) for x in in_flight.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{in_flight!r} is not a comma-separated list of integers",
+                                 param_hint="--in-flight") from None
+    if quick:
+        writes, counts, failover_trials = QUICK_WRITES, list(QUICK_IN_FLIGHT), min(failover_trials, 1)
+    run_bench(writes=writes, in_flight=counts, systems=[s.strip() for s in systems.split(",") if s.strip()],
+              out=Path(out), failover_trials=failover_trials, keep=keep,
+              zabref_code=Path(zabref_code).resolve() if zabref_code else None, echo=click.echo)
+
+
+from zabref.faults.command import faults  # noqa: E402  (the fault runner, docs/faults.md)
+from zabref.fuzz import fuzz_command  # noqa: E402  (bad input on every port, docs/fuzzing.md)
+
+main.add_command(faults)
+main.add_command(fuzz_command)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -123,9 +123,12 @@ class ZabClient:
         if not 0 <= length <= MAX_RESPONSE:
             raise OSError(f"response length {length} outside 0..{MAX_RESPONSE}")
         try:
-            return json.loads(self._recv(sock, length))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise OSError(f"response is not JSON: {e}") from None
+            answer = json.loads(self._recv(sock, length))
+        except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, too many digits, nesting too deep
+            raise OSError(f"response is not JSON: {type(e).__name__}: {e}") from None
+        if not isinstance(answer, dict):
+            raise OSError(f"response is a JSON {type(answer).__name__}, not an object")
+        return answer
 
     @staticmethod
     def _recv(sock: socket.socket, n: int) -> bytes:

@@ -11,6 +11,10 @@ Read-only requests (``ping``, ``state``) work in both modes. The requests that t
 the server does nothing by itself: each one runs exactly one core entry point through the runtime's event pump and
 is answered after that step's storage operations were made durable and its packets were written to the sockets.
 
+Fault injection (``partition``, ``heal``) works only in normal mode: it cuts or heals this server's links with the
+named peers (`zabref.runtime.Server.cut_links`; docs/faults.md). In control mode the driver already decides every
+delivery, so a cut there would only be a second, unrecorded way of losing packets.
+
 ``state`` maps the server onto the spec: every spec variable the core holds (`zabref.core.SPEC_VARIABLES`; zxids
 as ints, transaction values as UTF-8 text, per-learner maps keyed by the sid as a string, since JSON keys are text);
 the packets held per peer -- the spec's ``msgs[peer][sid]`` -- as ``{type, zxid, data}`` with ``data`` decoded per
@@ -41,6 +45,7 @@ log = logging.getLogger("zabref")
 #: Longest request line accepted (a longer one closes that control connection).
 MAX_LINE = 1024 * 1024
 _STEP_OPS = ("release", "elect", "join", "timeout", "client_request")
+_FAULT_OPS = ("partition", "heal")
 
 
 class ControlError(ZabError):
@@ -125,9 +130,11 @@ class ControlPort:
         op = request["op"]
         handler = getattr(self, f"op_{op}", None)
         if handler is None:
-            return {"error": f"unknown op {op!r} (ops: ping, state, {', '.join(_STEP_OPS)})"}
+            return {"error": f"unknown op {op!r} (ops: ping, state, {', '.join(_STEP_OPS + _FAULT_OPS)})"}
         if op in _STEP_OPS and not self.server.control:
             return {"error": f"{op} is a protocol step: only in control mode (zabref serve --control)"}
+        if op in _FAULT_OPS and self.server.control:
+            return {"error": f"{op} is fault injection: only in normal mode (the driver decides deliveries here)"}
         try:
             result = await handler(request)
         except (ZabError, ValueError, TypeError, KeyError) as e:
@@ -216,6 +223,26 @@ class ControlPort:
             raise ValueError('"value" must be text')
         outs = await self._step(lambda: [self.server.core.client_request(value.encode("utf-8"))])
         return {"zxid": outs[0].persist[0].txns[0].zxid}
+
+
+    # ------------------------------------------------------------------------------------------ fault injection
+
+    async def op_partition(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.server.cut_links(_sids(request, "peers"))
+        return {"cut": sorted(self.server.cut_peers)}
+
+    async def op_heal(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Heal the links to ``peers`` (every cut link when ``peers`` is absent)."""
+        sids = set(self.server.cut_peers) if request.get("peers") is None else _sids(request, "peers")
+        self.server.heal_links(sids)
+        return {"cut": sorted(self.server.cut_peers)}
+
+
+def _sids(request: dict[str, Any], key: str) -> set[int]:
+    value = request.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f'"{key}" must be a list of server ids')
+    return set(value)
 
 
 def _sid(request: dict[str, Any], key: str) -> int:

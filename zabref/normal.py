@@ -70,6 +70,7 @@ class NormalMode:
         self.role_since = 0
         self.no_quorum_ticks = 0
         self._finalizing_round: int | None = None
+        self._inbound: dict[int, set[asyncio.StreamWriter]] = {}  # open election connections from each peer
 
     async def start(self) -> None:
         s = self.server
@@ -99,15 +100,32 @@ class NormalMode:
             log.warning("election connection from %s closed: handshake names server %d", address, sid)
             writer.close()
             return
+        if sid in self.server.cut_peers:
+            log.debug("election connection from %d refused: link cut by the fault layer", sid)
+            writer.close()
+            return
 
         def on_body(body: bytes) -> None:
             n = wire.decode_notification(body)
-            self.server.enqueue(lambda: self._receive(sid, n))
+            if sid not in self.server.cut_peers:
+                self.server.enqueue(lambda: self._receive(sid, n))
 
-        reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body)
+        self._inbound.setdefault(sid, set()).add(writer)
+        try:
+            reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body)
+        finally:
+            self._inbound[sid].discard(writer)
         level = logging.WARNING if reason.startswith("bad input") else logging.DEBUG
         log.log(level, "election connection from %d closed: %s", sid, reason)
         writer.close()
+
+    def set_links_cut(self, sids: set[int], cut: bool) -> None:
+        """Fault layer (`zabref.runtime.Server.cut_links`): cut or heal the election links with ``sids``."""
+        for sid in sids:
+            self.senders[sid].set_link_cut(cut)
+            if cut:
+                for writer in list(self._inbound.get(sid, ())):
+                    writer.close()
 
     def _start_election(self) -> list[Output]:
         core = self.server.core

@@ -226,16 +226,34 @@ class ElectionSender:
     Reconnects with bounded backoff when the connection fails; notifications queued while the peer is down are kept
     up to `ELECTION_QUEUE_LIMIT` (oldest dropped) and a notification being written when the connection breaks is lost:
     FastLeaderElection tolerates loss because the runtime rebroadcasts its vote while LOOKING.
+
+    Fault layer (docs/faults.md): while ``link_cut`` is set, the connection is closed, nothing is dialed and every
+    notification is dropped -- as a network partition would lose them.
     """
 
     def __init__(self, sid: int, peer: int, host: str, port: int) -> None:
         self.sid, self.peer, self.host, self.port = sid, peer, host, port
         self.queue: deque[Notification] = deque(maxlen=ELECTION_QUEUE_LIMIT)
+        self.link_cut = False
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"election-to-{peer}")
+        self._task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:  # never silently: the peer would hear nothing
+            log.error("election sender to %d failed", self.peer, exc_info=task.exception())
 
     def send(self, n: Notification) -> None:
+        if self.link_cut:
+            return
         self.queue.append(n)
+        self._wake.set()
+
+    def set_link_cut(self, cut: bool) -> None:
+        """Fault layer: cut (close the connection, drop everything) or heal the link to this peer."""
+        self.link_cut = cut
+        if cut:
+            self.queue.clear()
         self._wake.set()
 
     async def _run(self) -> None:
@@ -244,7 +262,11 @@ class ElectionSender:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self.queue:
+            if self.link_cut and writer is not None:
+                writer.close()
+                writer = None
+                log.info("election connection to %d closed: link cut by the fault layer", self.peer)
+            while self.queue and not self.link_cut:
                 if writer is None or writer.is_closing():
                     try:
                         _, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0)
@@ -255,7 +277,7 @@ class ElectionSender:
                         log.debug("election connection to %d failed: %s", self.peer, e)
                         await asyncio.sleep(delay)
                         delay = min(delay * 2, 1.0)
-                        continue
+                    continue  # a cut may have emptied the queue while the dial was awaited: check again
                 n = self.queue.popleft()
                 try:
                     writer.write(wire.frame(wire.encode_notification(n)))

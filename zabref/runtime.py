@@ -25,6 +25,11 @@ PINGs and timeouts. In *control* mode (``--control``, for the conformance driver
 packets are decoded and HELD in a FIFO per connection (at most `HOLD_LIMIT` packets) until the driver releases one
 through the control socket (`zabref.control`); a closed connection is still reported at once, and its held packets
 are dropped (the spec empties both channels of a closed connection in the same step).
+
+Fault layer (normal mode only; docs/faults.md). ``cut_links(peers)`` makes this server behave as if the network
+between it and those peers were cut, both directions: its quorum and election connections with them are closed,
+new ones are refused (inbound) or fail (outbound), and election notifications to them are dropped, until
+``heal_links``. The fault runner (`zabref.faults`) applies a cut at both ends through the control socket.
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ class Server:
         self._listeners: list[asyncio.base_events.Server] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.exit_code = 0
+        self.cut_peers: set[int] = set()  # fault layer: peers whose links are cut (normal mode only)
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -163,6 +169,29 @@ class Server:
         if not task.cancelled() and task.exception() is not None:
             log.error("task %s failed", task.get_name(), exc_info=task.exception())
             self.stop(3)
+
+    # ------------------------------------------------------------------------------------------ fault layer
+
+    def cut_links(self, sids: set[int]) -> None:
+        """Cut the links to ``sids``: close their quorum and election connections, refuse new ones, drop traffic."""
+        unknown = sorted(sids - set(self.config.sids) | (sids & {self.sid}))
+        if unknown:
+            raise ValueError(f"cannot cut links to {unknown}: not other servers of this cluster")
+        self.cut_peers |= sids
+        log.warning("fault layer: links to %s cut (now cut: %s)", sorted(sids), sorted(self.cut_peers))
+        for sid in sids:
+            conn = self.conns.get(sid)
+            if conn is not None:
+                self.close_connection(conn, "link cut by the fault layer", report=None)
+        if self.normal is not None:
+            self.normal.set_links_cut(sids, True)
+
+    def heal_links(self, sids: set[int]) -> None:
+        """Undo `cut_links` for ``sids``."""
+        self.cut_peers -= sids
+        log.warning("fault layer: links to %s healed (now cut: %s)", sorted(sids), sorted(self.cut_peers))
+        if self.normal is not None:
+            self.normal.set_links_cut(sids, False)
 
     # ------------------------------------------------------------------------------------------ events
 
@@ -266,6 +295,9 @@ class Server:
 
     async def _run_dialed(self, conn: peers.Connection) -> None:
         target = self.config.server(conn.peer)
+        if conn.peer in self.cut_peers:
+            self.close_connection(conn, "link cut by the fault layer", report=None)
+            return
         attempts = 20 if self.control else max(3, self.config.cluster.init_limit)
         max_delay = 0.5 if self.control else self.config.cluster.tick_ms / 1000
         try:
@@ -293,6 +325,10 @@ class Server:
         if sid == self.sid or sid not in self.config.sids:
             log.warning("quorum connection from %s closed: handshake names server %d, not another server of %s",
                         address, sid, list(self.config.sids))
+            writer.close()
+            return
+        if sid in self.cut_peers:
+            log.info("quorum connection from %d refused: link cut by the fault layer", sid)
             writer.close()
             return
         old = self.conns.get(sid)

@@ -1,0 +1,174 @@
+"""The fault runner (issue 6): the checker on hand-made histories, the runtime's fault layer, and the CI fault run.
+
+The CI run is bounded: 30 s of faults on 3 servers with a fixed seed (ZABREF_FAULTS_SECONDS / ZABREF_FAULTS_SEED
+override both; the long mode is `zabref faults --long`, docs/faults.md). Loopback only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+import helpers
+from zabref.cli import main
+from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
+from zabref.config import ClusterConfig
+from zabref.control import ControlError, ControlPort
+from zabref.faults.check import Sample, Write, check
+
+# ------------------------------------------------------------------------------------------ the checker
+
+
+def ok(value: str, zxid: int, invoked: float, completed: float, client: int = 0) -> Write:
+    return Write(value, client, invoked, completed, "ok", zxid)
+
+
+def unknown(value: str, invoked: float, completed: float, client: int = 0) -> Write:
+    return Write(value, client, invoked, completed, "unknown")
+
+
+SEQ = [(0x100000001, "a"), (0x100000002, "b"), (0x100000003, "c")]
+WRITES = [ok("a", 0x100000001, 0, 1), ok("b", 0x100000002, 1, 2), ok("c", 0x100000003, 2, 3)]
+
+
+def test_a_clean_history_passes_and_a_server_catching_up_is_a_prefix() -> None:
+    samples = [Sample(2, 0, tuple(SEQ[:1])), Sample(2, 0x100000001, tuple(SEQ[1:]))]
+    v = check(WRITES, {1: SEQ, 2: SEQ, 3: SEQ}, samples)
+    assert v.ok and (v.acked, v.lost, v.divergent, v.delivered) == (3, 0, 0, 3)
+    # a server still catching up is a prefix: not divergent (but what it misses is lost)
+    v = check(WRITES, {1: SEQ, 2: SEQ[:2]})
+    assert (v.divergent, v.lost) == (0, 1)
+    assert "'c' acknowledged as zxid 0x100000003, missing at servers [2]" in v.examples[0]
+
+
+def test_a_lost_acknowledged_write_is_counted() -> None:
+    v = check(WRITES, {1: SEQ[:2], 2: SEQ[:2], 3: SEQ[:2]})
+    assert not v.ok and v.lost == 1 and v.divergent == 0
+
+
+def test_a_divergence_is_counted_in_the_finals_and_in_a_sample() -> None:
+    other = [SEQ[0], (0x100000002, "c"), (0x100000003, "b")]
+    v = check(WRITES, {1: SEQ, 2: other})
+    assert v.divergent == 1 and "server 2 diverges from server 1 at position 1" in v.examples[0]
+    # a server delivered something mid-run that the final sequences do not have, then recovered
+    v = check(WRITES, {1: SEQ, 2: SEQ}, [Sample(3, 0x100000001, ((0x100000002, "x"),))])
+    assert v.divergent == 1 and not v.ok
+    v = check(WRITES, {1: SEQ, 2: SEQ}, [Sample(3, 0x200000007, ((0x200000008, "c"),))])
+    assert v.divergent == 1 and "never delivered" in v.examples[0]
+
+
+def test_a_value_delivered_twice_is_a_duplicate() -> None:
+    seq = [*SEQ, (0x100000004, "b")]
+    v = check(WRITES, {1: seq, 2: seq})
+    assert v.duplicates == 2 and not v.ok  # once per server that delivered it twice
+    assert v.misplaced == 1  # and "b" was acknowledged as 0x100000002, not 0x100000004
+
+
+def test_an_unacknowledged_value_before_an_earlier_acknowledged_write_is_out_of_order() -> None:
+    # "x" was sent at t=5, after "c" was acknowledged at t=3, yet it is delivered before "c"
+    writes = [*WRITES[:2], ok("c", 0x100000004, 2, 3), unknown("x", 5, 15)]
+    seq = [*SEQ[:2], (0x100000003, "x"), (0x100000004, "c")]
+    v = check(writes, {1: seq, 2: seq})
+    assert v.out_of_order == 1 and v.unacked_delivered == 1 and not v.ok
+    # ... but a value that sat in a paused server and shows up late, after its client's next value, is fine
+    writes = [*WRITES, unknown("late", 3, 13, client=1), ok("next", 0x100000005, 13, 14, client=1)]
+    seq = [*SEQ, (0x100000005, "next"), (0x100000006, "late")]
+    assert check(writes, {1: seq, 2: seq}).ok
+
+
+def test_a_value_nobody_submitted_or_that_was_refused_is_a_phantom() -> None:
+    writes = [*WRITES, Write("r", 0, 4, 5, "fail")]
+    v = check(writes, {1: [*SEQ, (0x100000004, "r"), (0x100000005, "zz")]})
+    assert v.phantoms == 2 and not v.ok
+
+
+def test_bad_histories_are_rejected() -> None:
+    with pytest.raises(ValueError, match="submitted twice"):
+        check([*WRITES, WRITES[0]], {1: SEQ})
+    with pytest.raises(ValueError, match="zxid goes with outcome ok"):
+        Write("a", 0, 0, 1, "unknown", 5)
+
+
+# ------------------------------------------------------------------------------------------ the fault layer
+
+
+def test_partition_is_refused_in_control_mode() -> None:
+    port = ControlPort(SimpleNamespace(control=True))
+    answer = asyncio.run(port.answer(b'{"op": "partition", "peers": [2]}'))
+    assert "only in normal mode" in answer["error"]
+
+
+def _state(cluster: LocalCluster, sid: int) -> dict:
+    with cluster[sid].control(timeout=5.0) as c:
+        return c.request("state")["variables"]
+
+
+def _leader(cluster: LocalCluster, sids) -> int | None:
+    try:
+        states = {s: _state(cluster, s) for s in sids}
+    except (OSError, ControlError):
+        return None
+    leaders = [s for s, v in states.items() if (v["state"], v["zab_state"]) == ("LEADING", "BROADCAST")]
+    if len(leaders) == 1 and all(v["zab_state"] == "BROADCAST" for v in states.values()):
+        return leaders[0]
+    return None
+
+
+@pytest.mark.slow
+def test_isolating_the_leader_cuts_quorum_and_election_traffic_until_healed(tmp_path: Path) -> None:
+    base = find_free_base_port(3)
+    try:
+        path = cluster_config(tmp_path, 3, base, ClusterConfig(tick_ms=50, init_limit=10, sync_limit=5))
+        with LocalCluster(path).start() as cluster:
+            sids = {1, 2, 3}
+            old = helpers.wait_for("a leader", lambda: _leader(cluster, sids), 30)
+            epoch = _state(cluster, old)["current_epoch"]
+            others = sorted(sids - {old})
+            with cluster[old].control() as c:
+                with pytest.raises(ControlError, match="not other servers"):
+                    c.request("partition", peers=[old])
+                assert c.request("partition", peers=others)["cut"] == others
+            for s in others:
+                with cluster[s].control() as c:
+                    c.request("partition", peers=[old])
+            new = helpers.wait_for("a new leader", lambda: _leader(cluster, others), 30)
+            assert new != old and _state(cluster, new)["current_epoch"] > epoch
+            # cut off from any quorum, the old leader gives up (LeaderTimeout) and cannot join the new one
+            helpers.wait_for("the old leader to give up", lambda: _state(cluster, old)["state"] == "LOOKING", 30)
+            assert _state(cluster, new)["learner_phase"].get(str(old), "NONE") == "NONE"
+            for s in sids:
+                with cluster[s].control() as c:
+                    assert c.request("heal")["cut"] == []
+            assert helpers.wait_for("the old leader to rejoin", lambda: _leader(cluster, sids), 30) == new
+    finally:
+        release_base_port(base)
+
+
+# ------------------------------------------------------------------------------------------ the CI fault run
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ci_fault_run_loses_nothing_and_diverges_nowhere(tmp_path: Path) -> None:
+    seconds = os.environ.get("ZABREF_FAULTS_SECONDS", "30")
+    seed = os.environ.get("ZABREF_FAULTS_SEED", "7")
+    summary = tmp_path / "faults.json"
+    result = CliRunner().invoke(main, ["faults", "--servers", "3", "--duration", seconds, "--seed", seed,
+                                       "--data-dir", str(tmp_path / "cluster"), "--json", str(summary)])
+    assert result.exit_code == 0, result.output
+    s = json.loads(summary.read_text())
+    assert s["ok"] and s["lost"] == 0 and s["divergent"] == 0, s
+    assert (s["duplicates"], s["out_of_order"], s["misplaced"], s["phantoms"]) == (0, 0, 0, 0)
+    assert s["problems"] == []
+    c = s["counts"]
+    for kind in ("kill", "restart", "pause", "resume", "cut", "isolate", "link cut", "link heal"):
+        assert c.get(kind, 0) > 0, f"no {kind} injected: {c}"
+    assert c["kill"] == c["restart"] and c["pause"] == c["resume"] and c["link cut"] == c["link heal"]
+    assert s["writes"]["acknowledged"] > 0
+    assert "PASS: faults injected" in result.output

@@ -1,0 +1,164 @@
+"""Bad input at the decoders, in process and fast: every input decodes or raises CodecError (wire) or gets an error
+answer (client and control requests) -- never another exception.
+
+tests/test_wire.py already feeds random bytes to each decoder and the frame decoder; this file adds what it does not
+cover: the PROPOSAL payload, bodies built from valid ones with their length fields replaced by extreme values, whole
+streams mixing valid and bad frames under any chunking at the quorum/election frame caps, and the request parsers
+of the client and control ports (which crashed or leaked tracebacks before: a lone surrogate in a submitted value
+stopped the server's event pump).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from zabref import control, peers, wire
+from zabref.clientport import ClientPort
+from zabref.errors import CodecError, ZabError
+from zabref.packets import Notification, PacketType, QuorumPacket, ServerState
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXTREME_INT32 = st.sampled_from([0, 1, 7, 8, 255, 1 << 16, (1 << 31) - 1, -1, -2, -(1 << 31)])
+
+quorum_packets = st.builds(QuorumPacket, st.sampled_from(PacketType), st.integers(0, (1 << 63) - 1),
+                           st.none() | st.binary(max_size=32))
+
+
+def _decodes_or_codec_error(decode, data) -> None:
+    try:
+        decode(data)
+    except CodecError:
+        pass
+
+
+@FUZZ
+@given(st.none() | st.binary(max_size=64))
+def test_proposal_data_decodes_or_raises_codec_error(data):
+    _decodes_or_codec_error(wire.decode_proposal_data, data)
+
+
+@FUZZ
+@given(quorum_packets, st.data())
+def test_length_fields_replaced_by_extreme_values_raise_codec_error(p, data):
+    """The data length (offset 12) and authinfo count (after data) of a valid packet, set to extreme int32s."""
+    body = bytearray(wire.encode_quorum_packet(p))
+    data_len = 0 if p.data is None else len(p.data)
+    offsets = [12, 16 + data_len]
+    at = data.draw(st.sampled_from(offsets))
+    value = data.draw(EXTREME_INT32)
+    body[at:at + 4] = struct.pack(">i", value)
+    _decodes_or_codec_error(wire.decode_quorum_packet, bytes(body))
+
+
+@FUZZ
+@given(st.lists(st.integers(0, (1 << 63) - 1), max_size=4), st.data())
+def test_snap_history_counts_and_lengths_replaced_by_extreme_values(zxids, data):
+    body = bytearray(wire.encode_snap_data([(z, b"v") for z in zxids]))
+    at = data.draw(st.sampled_from([0] + [4 + 13 * k + 8 for k in range(len(zxids))]))
+    body[at:at + 4] = struct.pack(">i", data.draw(EXTREME_INT32))
+    _decodes_or_codec_error(wire.decode_snap_data, bytes(body))
+
+
+_frame_kinds = st.one_of(
+    quorum_packets.map(lambda p: wire.frame(wire.encode_quorum_packet(p))),
+    st.builds(Notification, st.sampled_from(ServerState), *[st.integers(-(1 << 63), (1 << 63) - 1)] * 4).map(
+        lambda n: wire.frame(wire.encode_notification(n))),
+    st.binary(max_size=40).map(wire.frame),
+    EXTREME_INT32.map(lambda n: struct.pack(">i", n)),
+    st.binary(max_size=16),
+)
+
+
+@FUZZ
+@given(st.lists(_frame_kinds, max_size=6), st.sampled_from([peers.MAX_ELECTION_FRAME, peers.MAX_QUORUM_FRAME]),
+       st.data())
+def test_streams_of_good_and_bad_frames_at_the_runtime_caps(frames, cap, data):
+    """What read_frames does with a stream: only CodecError escapes, from the frame decoder or a body decoder; a
+    frame is never longer than the cap; a bad prefix is reported at the offset where it starts."""
+    stream = b"".join(frames)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=5)))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+    decoder = wire.FrameDecoder(cap, "stream")
+    decode = wire.decode_notification if cap == peers.MAX_ELECTION_FRAME else wire.decode_quorum_packet
+    try:
+        for chunk in chunks:
+            for body in decoder.feed(chunk):
+                assert len(body) <= cap
+                _decodes_or_codec_error(decode, body)
+        decoder.close()
+    except CodecError as e:
+        assert 0 <= e.offset <= len(stream)
+
+
+# ------------------------------------------------------------------------------------------------ request parsers
+
+
+def _client_port() -> ClientPort:
+    """A ClientPort over a stand-in LOOKING server: no leader, so submit and sync are refused without any I/O."""
+    core = SimpleNamespace(state=ServerState.LOOKING, zab_state="ELECTION", history=[], last_committed=0, leader=0)
+    return ClientPort(SimpleNamespace(core=core, control=False, sid=1, config=None))
+
+
+PARSER_BOMBS = [b"[" * 100_000, b'{"op": "read", "from_zxid": ' + b"7" * 5000 + b"}", b'{"op": "read", "limit": '
+                + b"9" * 4400 + b"}"]
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                         max_size=3), max_leaves=8)
+requests = st.one_of(
+    st.binary(max_size=64),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries({"op": st.sampled_from(["submit", "read", "sync", "nope"])},
+                          optional={"value": json_values, "from_zxid": json_values, "limit": json_values}).map(
+        lambda d: json.dumps(d).encode()),
+    st.sampled_from(PARSER_BOMBS),
+)
+
+
+@FUZZ
+@given(requests)
+@example(b'{"op": "submit", "value": "\\ud800"}')
+@example(PARSER_BOMBS[0])
+@example(PARSER_BOMBS[1])
+def test_client_requests_always_get_a_json_object_answer(body):
+    answer = asyncio.run(_client_port().answer(body))
+    assert isinstance(answer, dict)
+    json.dumps(answer)  # the answer itself can be sent
+
+
+def test_a_lone_surrogate_value_is_refused_before_it_reaches_the_core():
+    """JSON's "\\ud800" is a str with no UTF-8 form; before the fix, encoding it inside the pump stopped the server."""
+    core = SimpleNamespace(state=ServerState.LEADING, zab_state="BROADCAST", history=[], last_committed=0, leader=1)
+    server = SimpleNamespace(core=core, control=False, sid=1, config=None,
+                             call=lambda event: pytest.fail("the value reached the pump"))
+    answer = asyncio.run(ClientPort(server).answer(b'{"op": "submit", "value": "a\\ud800"}'))
+    assert answer == {"error": '"value" is not valid Unicode text: surrogates not allowed at index 1', "retry": False}
+
+
+def _control_port() -> control.ControlPort:
+    async def call(event):
+        raise ZabError("no pump in this test")
+
+    return control.ControlPort(SimpleNamespace(sid=1, control=False, call=call))
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=64), json_values.map(lambda v: json.dumps(v).encode())))
+def test_control_lines_always_get_a_json_object_answer(line):
+    answer = asyncio.run(_control_port().answer(line))
+    assert isinstance(answer, dict) and ("error" in answer or answer.get("ok") is True)
+
+
+@pytest.mark.xfail(strict=True, raises=(RecursionError, ValueError),
+                   reason="control.py answer() catches only JSONDecodeError/UnicodeDecodeError around json.loads; "
+                          "fix: catch (ValueError, RecursionError) and answer {'error': ...}")
+@pytest.mark.parametrize("line", PARSER_BOMBS[:2], ids=["deep-nesting", "5000-digit-int"])
+def test_control_parser_bombs_get_an_error_answer(line):
+    answer = asyncio.run(_control_port().answer(line))
+    assert "error" in answer

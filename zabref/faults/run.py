@@ -1,0 +1,189 @@
+"""The fault runner: a cluster, a write load, a nemesis, then the checker. ``zabref faults`` calls `run_faults`.
+
+Theory of operation
+-------------------
+1. Lay out a cluster of normal-mode servers on leased loopback ports (`zabref.cluster`), start it, wait for ready.
+2. Start the `Writer` threads (one per client) and the `Sampler`; every ``PROGRESS`` seconds print one line.
+3. For ``duration`` seconds, call `Nemesis.step` in a loop: faults begin and end on its seeded schedule.
+4. Heal everything (restart the killed, resume the paused, heal the cut), keep writing for ``calm`` seconds so the
+   run also shows the cluster recovering, then stop the writers and the sampler.
+5. Settle: wait (bounded) until one leader and every follower are in BROADCAST with the same committed zxid; then
+   read every server's whole delivered sequence (`ZabClient.read`).
+6. Stop the cluster and run `zabref.faults.check.check`. The `RunResult` holds the fault counts, the verdict, the
+   nemesis's events and any problem (a server that exited by itself, a cluster that did not settle); it is OK only
+   when the verdict is and there was no problem.
+
+The data directory is kept (``--data-dir``, or a temp folder that is removed only when the run passed), with every
+server's ``server.log`` and, with ``--json``, the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zabref.client import ClientError, ZabClient
+from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
+from zabref.config import ClusterConfig
+from zabref.control import ControlError
+from zabref.faults.check import Verdict, check
+from zabref.faults.nemesis import Nemesis, Timing
+from zabref.faults.workload import Sampler, Writer
+
+__all__ = ["RunResult", "run_faults", "CI_TIMING", "LONG_TIMING", "PROGRESS"]
+
+PROGRESS = 5.0
+CI_TIMING = Timing(duration=(1.0, 3.0), gap=(0.5, 1.5))
+LONG_TIMING = Timing(duration=(0.5, 8.0), gap=(0.2, 3.0))
+SETTLE_TIMEOUT = 60.0
+
+
+@dataclass
+class RunResult:
+    servers: int
+    seed: int
+    duration: float
+    counts: dict[str, int]
+    verdict: Verdict
+    problems: list[str] = field(default_factory=list)
+    events: list[tuple[float, str]] = field(default_factory=list)
+    data_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok and not self.problems
+
+    @property
+    def faults(self) -> int:
+        return sum(self.counts.get(k, 0) for k in ("kill", "pause", "cut", "isolate"))
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"faults injected {self.faults} (kill {c.get('kill', 0)}, restart {c.get('restart', 0)}, pause "
+                f"{c.get('pause', 0)}, resume {c.get('resume', 0)}, cut {c.get('cut', 0)}, isolate "
+                f"{c.get('isolate', 0)}; links cut {c.get('link cut', 0)}, healed {c.get('link heal', 0)}); "
+                f"{self.verdict.summary()}; unexpected exits {c.get('unexpected exit', 0)}")
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.verdict
+        return {"ok": self.ok, "servers": self.servers, "seed": self.seed, "duration_s": self.duration,
+                "faults": self.faults, "counts": dict(self.counts),
+                "writes": {"acknowledged": v.acked, "refused": v.failed, "unknown": v.unknown,
+                           "unknown_delivered": v.unacked_delivered, "delivered": v.delivered},
+                "lost": v.lost, "divergent": v.divergent, "duplicates": v.duplicates,
+                "out_of_order": v.out_of_order, "misplaced": v.misplaced, "phantoms": v.phantoms,
+                "examples": v.examples, "problems": self.problems, "events": self.events,
+                "data_dir": self.data_dir}
+
+
+def _settle(cluster: LocalCluster, timeout: float) -> str | None:
+    """Wait until one leader and all followers are in BROADCAST with one committed zxid; None, or why not."""
+    deadline = time.monotonic() + timeout
+    why = "no answer yet"
+    while time.monotonic() < deadline:
+        try:
+            states = {}
+            for sid, server in cluster.servers.items():
+                with server.control(timeout=2.0) as c:
+                    states[sid] = c.request("state")
+            roles = {sid: (s["variables"]["state"], s["variables"]["zab_state"]) for sid, s in states.items()}
+            committed = {sid: s["committed_zxid"] for sid, s in states.items()}
+            leaders = [sid for sid, r in roles.items() if r == ("LEADING", "BROADCAST")]
+            if len(leaders) == 1 and all(r[1] == "BROADCAST" for r in roles.values()) \
+                    and len(set(committed.values())) == 1:
+                return None
+            why = f"roles {roles}, committed zxids {committed}"
+        except (OSError, ControlError, KeyError) as e:
+            why = f"{type(e).__name__}: {e}"
+        time.sleep(0.2)
+    return f"cluster did not settle within {timeout} s: {why}"
+
+
+def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long: bool = False,
+               data_dir: str | os.PathLike[str] | None = None, writers: int = 3, concurrency: int | None = None,
+               calm: float = 3.0, echo: Callable[[str], None] = print) -> RunResult:
+    """One fault run; see the module docstring. ``echo`` gets the progress lines and the summary."""
+    keep = data_dir is not None
+    folder = Path(data_dir) if keep else Path(tempfile.mkdtemp(prefix="zabref-faults-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    base = find_free_base_port(servers)
+    try:
+        path = cluster_config(folder, servers, base, ClusterConfig())
+        with LocalCluster(path) as cluster:
+            result = _run(cluster, servers, duration, seed, long, writers, concurrency, calm, echo)
+    finally:
+        release_base_port(base)
+    result.data_dir = str(folder)
+    if not keep and result.ok:
+        shutil.rmtree(folder, ignore_errors=True)
+        result.data_dir = ""
+    echo(("PASS: " if result.ok else "FAIL: ") + result.summary())
+    for line in result.problems + result.verdict.examples:
+        echo(f"  {line}")
+    if result.data_dir:
+        echo(f"data and server logs kept in {result.data_dir}")
+    return result
+
+
+def _run(cluster: LocalCluster, servers: int, duration: float, seed: int, long: bool, writers: int,
+         concurrency: int | None, calm: float, echo: Callable[[str], None]) -> RunResult:
+    cluster.start()
+    addresses = {sid: (s.me.host, s.me.client_port) for sid, s in sorted(cluster.servers.items())}
+    stop = threading.Event()
+    clients = [Writer(k, list(addresses.values()), stop, timeout=10.0) for k in range(writers)]
+    sampler = Sampler(addresses, stop)
+    nemesis = Nemesis(cluster, seed, LONG_TIMING if long else CI_TIMING,
+                      concurrency if concurrency is not None else max(1, (servers - 1) // 2))
+    echo(f"fault run: {servers} servers, {duration:g} s of faults, seed {seed}, {writers} writers, "
+         f"{nemesis.concurrency} fault(s) at a time; config {cluster.config_path}")
+    for t in (*clients, sampler):
+        t.start()
+    t0 = time.monotonic()
+    next_progress = t0 + PROGRESS
+    try:
+        while (now := time.monotonic()) < t0 + duration:
+            nemesis.step()
+            if now >= next_progress:
+                next_progress += PROGRESS
+                acked = sum(w.outcome == "ok" for c in clients for w in c.writes)
+                injected = sum(nemesis.counts[k] for k in ("kill", "pause", "cut", "isolate"))
+                echo(f"  t={now - t0:5.0f} s  faults {injected}"
+                     f"  active {[f'{e.kind} {e.target}' for e in nemesis.active]}  acknowledged {acked}")
+            time.sleep(0.05)
+    finally:
+        nemesis.heal_all()
+        stop.wait(calm)
+        stop.set()
+        for t in (*clients, sampler):
+            t.join(30.0)
+    problems: list[str] = []
+    if (why := _settle(cluster, SETTLE_TIMEOUT)) is not None:
+        problems.append(why)
+    finals = {}
+    for sid, addr in addresses.items():
+        try:
+            with ZabClient([addr], attempts=5) as zc:
+                finals[sid] = zc.read()
+        except ClientError as e:
+            problems.append(f"server {sid} could not be read at the end: {e}")
+    nemesis.check_exits()
+    problems = nemesis.problems + problems
+    writes = [w for c in clients for w in c.writes]
+    verdict = check(writes, finals, sampler.samples) if finals else Verdict()
+    return RunResult(servers, seed, duration, dict(nemesis.counts), verdict, problems, nemesis.events)
+
+
+def write_json(result: RunResult, path: str | os.PathLike[str]) -> None:
+    """The summary as JSON, written to a temp name and renamed (never half-written)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(result.to_json(), indent=1) + "\n")
+    os.replace(tmp, path)
