@@ -250,12 +250,11 @@ class LeaderActions(CoreState):
             self._misuse("ClientRequest", "only a LEADING server in BROADCAST takes client requests")
         if not isinstance(value, (bytes, bytearray)):
             raise TypeError(f"client_request: value must be bytes, not {type(value).__name__}")
-        # c == Cardinality({k : history[k].zxid[1] = currentEpoch}); those are the history's tail.
-        c = 0
-        for txn in reversed(self.history):
-            if zxid_epoch(txn.zxid) != self.current_epoch:
-                break
-            c += 1
+        # c == Cardinality({k : history[k].zxid[1] = currentEpoch}). Those are the history's tail, numbered 1..c by
+        # this leader, so c is the last zxid's counter when it is of this epoch: O(1), not a walk of the history
+        # (the walk made every write slower as the log grew: docs/performance.md).
+        last = self.history[-1].zxid if self.history else 0
+        c = zxid_counter(last) if zxid_epoch(last) == self.current_epoch else 0
         if c >= MAX_COUNTER:
             self._misuse("ClientRequest", f"epoch {self.current_epoch} has used every zxid counter")
         txn = Txn(make_zxid(self.current_epoch, c + 1), bytes(value))

@@ -1,0 +1,92 @@
+"""Pure arithmetic of the benchmark: percentiles, one measured row, and the zabref/ZooKeeper comparison.
+
+Theory of operation
+-------------------
+A measured row is a (system, op, target, in_flight) with every completed request's latency in seconds and the wall
+time of the whole row. Throughput is completed requests / wall time; percentiles use the nearest-rank definition
+(the smallest latency with at least p% of the samples at or below it), so every reported figure is one that was
+actually observed. `compare` pairs the rows of the two systems with equal (op, target, in_flight) and gives
+zabref/ZooKeeper for throughput (above 1: zabref is faster) and for p50 and p99 latency (above 1: zabref is slower).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["percentile", "Row", "make_row", "compare", "ratio"]
+
+SYSTEMS = ("zabref", "zookeeper")
+OPS = ("write", "read")
+TARGETS = ("follower", "leader")
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile (0 < p <= 100) of ``samples``; ValueError when there are none."""
+    if not samples:
+        raise ValueError("percentile of no samples")
+    if not 0 < p <= 100:
+        raise ValueError(f"percentile {p} outside (0, 100]")
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measured row; latencies in milliseconds."""
+
+    system: str
+    op: str
+    target: str
+    in_flight: int
+    count: int  # requests completed
+    errors: int  # requests that failed (not counted in throughput or latency)
+    seconds: float
+    ops_per_s: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.op, self.target, self.in_flight)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_row(system: str, op: str, target: str, in_flight: int, latencies_s: Sequence[float], seconds: float,
+             errors: int = 0) -> Row:
+    """Summarize one row from its latencies (seconds) and its wall time (seconds)."""
+    if system not in SYSTEMS or op not in OPS or target not in TARGETS:
+        raise ValueError(f"unknown row ({system}, {op}, {target})")
+    if seconds <= 0:
+        raise ValueError(f"row wall time {seconds} must be positive")
+    n = len(latencies_s)
+    ms = [x * 1000 for x in latencies_s] or [math.nan]
+    return Row(system, op, target, in_flight, n, errors, round(seconds, 4), round(n / seconds, 1),
+               round(percentile(ms, 50), 3) if n else math.nan, round(percentile(ms, 99), 3) if n else math.nan,
+               round(max(ms), 3) if n else math.nan)
+
+
+def ratio(a: float, b: float) -> float | None:
+    """a / b, or None when either is missing or b is 0 (printed as "-")."""
+    if a is None or b is None or math.isnan(a) or math.isnan(b) or b == 0:
+        return None
+    return round(a / b, 3)
+
+
+def compare(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """One entry per (op, target, in_flight) measured on BOTH systems, in the order zabref's rows were measured."""
+    zk = {r.key: r for r in rows if r.system == "zookeeper"}
+    out = []
+    for z in rows:
+        if z.system != "zabref" or z.key not in zk:
+            continue
+        k = zk[z.key]
+        out.append({"op": z.op, "target": z.target, "in_flight": z.in_flight,
+                    "throughput": ratio(z.ops_per_s, k.ops_per_s),
+                    "p50": ratio(z.p50_ms, k.p50_ms), "p99": ratio(z.p99_ms, k.p99_ms)})
+    return out
