@@ -5,13 +5,15 @@ tests/test_wire.py already feeds random bytes to each decoder and the frame deco
 cover: the PROPOSAL payload, bodies built from valid ones with their length fields replaced by extreme values, whole
 streams mixing valid and bad frames under any chunking at the quorum/election frame caps, and the request parsers
 of the client and control ports (which crashed or leaked tracebacks before: a lone surrogate in a submitted value
-stopped the server's event pump).
+stopped the server's event pump); election notifications that cannot exist (a negative field, a round past
+`election.MAX_ROUND`), which stopped or wedged servers, and the election sender and frame timeout that go with them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import struct
 from types import SimpleNamespace
 
@@ -19,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from zabref import control, peers, wire
+from zabref import control, election, peers, wire
 from zabref.clientport import ClientPort
-from zabref.errors import CodecError, ZabError
+from zabref.errors import CodecError, RemoteProtocolError, ZabError
 from zabref.packets import Notification, PacketType, QuorumPacket, ServerState
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -155,10 +157,113 @@ def test_control_lines_always_get_a_json_object_answer(line):
     assert isinstance(answer, dict) and ("error" in answer or answer.get("ok") is True)
 
 
-@pytest.mark.xfail(strict=True, raises=(RecursionError, ValueError),
-                   reason="control.py answer() catches only JSONDecodeError/UnicodeDecodeError around json.loads; "
-                          "fix: catch (ValueError, RecursionError) and answer {'error': ...}")
 @pytest.mark.parametrize("line", PARSER_BOMBS[:2], ids=["deep-nesting", "5000-digit-int"])
 def test_control_parser_bombs_get_an_error_answer(line):
+    """What json.loads itself refuses (RecursionError, ValueError) is a bad request like any other."""
     answer = asyncio.run(_control_port().answer(line))
-    assert "error" in answer
+    assert answer["error"].startswith("request is not JSON: ")
+
+
+def test_a_control_mode_client_request_with_a_lone_surrogate_never_reaches_the_pump():
+    server = SimpleNamespace(sid=1, control=True, call=lambda event: pytest.fail("the value reached the pump"))
+    answer = asyncio.run(control.ControlPort(server).answer(b'{"op": "client_request", "value": "ab\\ud800"}'))
+    assert answer == {"error": 'client_request: "value" is not valid Unicode text: surrogates not allowed at index 2'}
+
+
+# ------------------------------------------------------------------------------------------------ election input
+
+
+def _notification(**fields) -> Notification:
+    base = {"state": ServerState.LOOKING, "leader": 2, "zxid": 5, "election_epoch": 1, "peer_epoch": 0}
+    return Notification(**{**base, **fields})
+
+
+BAD_NOTIFICATIONS = [
+    (_notification(leader=-1), "notification leader is negative (-1)"),
+    (_notification(zxid=-(1 << 63)), f"notification zxid is negative ({-(1 << 63)})"),
+    (_notification(election_epoch=-5), "notification electionEpoch is negative (-5)"),
+    (_notification(peer_epoch=-1), "notification peerEpoch is negative (-1)"),
+    (_notification(election_epoch=election.MAX_ROUND + 1), f"electionEpoch {election.MAX_ROUND + 1} is above"),
+    (_notification(election_epoch=(1 << 63) - 1), f"electionEpoch {(1 << 63) - 1} is above"),
+]
+
+
+@pytest.mark.parametrize(("n", "message"), BAD_NOTIFICATIONS, ids=[m[:40] for _, m in BAD_NOTIFICATIONS])
+def test_a_notification_that_cannot_exist_is_bad_input_and_leaves_the_election_untouched(n, message):
+    """Found by the long fuzz runs: a negative field made Vote raise inside the pump (the server exited), a round of
+    2**63 - 1 was adopted and the next round could not be sent (the cluster never elected again)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        election.check_notification(n)
+    fle = election.FastLeaderElection(1, frozenset({1, 2, 3}))
+    fle.start_election(0x100000003, 1)
+    before = (fle.state, fle.logicalclock, fle.proposed_vote, dict(fle.recv_votes), fle.finalizing)
+    with pytest.raises(RemoteProtocolError, match=re.escape(message)):
+        fle.receive(2, n)
+    assert (fle.state, fle.logicalclock, fle.proposed_vote, dict(fle.recv_votes), fle.finalizing) == before
+    observer = election.ObserverElection(4, frozenset({1, 2, 3}))
+    observer.start_election(0, 0)
+    with pytest.raises(RemoteProtocolError, match=re.escape(message)):
+        observer.receive(2, n)
+
+
+def test_the_last_round_a_server_may_take_is_still_followed_by_encodable_rounds():
+    fle = election.FastLeaderElection(1, frozenset({1, 2, 3}))
+    fle.start_election(0, 0)
+    step = fle.receive(2, _notification(election_epoch=election.MAX_ROUND))
+    assert step.action == "HandleHigherRound" and fle.logicalclock == election.MAX_ROUND
+    for send in step.sends:
+        wire.encode_notification(send.notification)
+    wire.encode_notification(_notification(election_epoch=fle.logicalclock + 1))
+
+
+def test_an_election_sender_drops_a_notification_it_cannot_encode_and_keeps_sending():
+    """ElectionSender._run used to die on the encoder's ValueError: the peer heard nothing more, ever."""
+
+    async def scenario() -> list[Notification]:
+        got: list[Notification] = []
+        done = asyncio.Event()
+
+        async def handle(reader, writer):
+            assert await peers.accept_handshake(reader) == 1
+
+            def on_body(body: bytes) -> None:
+                got.append(wire.decode_notification(body))
+                done.set()
+
+            await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, "test", on_body)
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        sender = peers.ElectionSender(1, 2, "127.0.0.1", port)
+        try:
+            sender.send(_notification(election_epoch=1 << 63))  # one round past what an int64 holds
+            sender.send(_notification(election_epoch=7))
+            await asyncio.wait_for(done.wait(), 10)
+            assert not sender._task.done()
+        finally:
+            sender.close()
+            server.close()
+        return got
+
+    assert asyncio.run(scenario()) == [_notification(election_epoch=7)]
+
+
+def test_an_unfinished_frame_is_cut_after_the_frame_timeout_but_an_idle_stream_is_not():
+    """read_frames' frame_timeout bounds a frame from its first byte; the time between frames is not bounded."""
+
+    async def scenario(payload: bytes, wait: float) -> str | None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(payload)
+        bodies: list[bytes] = []
+        task = asyncio.ensure_future(peers.read_frames(reader, 64, "test", bodies.append, frame_timeout=0.2))
+        done, _ = await asyncio.wait({task}, timeout=wait)
+        if not done:
+            task.cancel()
+            return None
+        return task.result()
+
+    whole = wire.frame(b"abcdef")
+    assert asyncio.run(scenario(whole + whole[:3], 5)).startswith(
+        "bad input: a frame is still incomplete 0.2 s after its first byte (3 bytes of it received)")
+    assert asyncio.run(scenario(whole * 2, 1.0)) is None  # complete frames, then idle: still open

@@ -20,6 +20,12 @@ as ints, transaction values as UTF-8 text, per-learner maps keyed by the sid as 
 the packets held per peer -- the spec's ``msgs[peer][sid]`` -- as ``{type, zxid, data}`` with ``data`` decoded per
 type; the open quorum connections with their packet counters.
 
+Bad input: a line that is not a JSON object with a known ``op`` (including what the JSON parser itself refuses --
+nesting too deep, an integer of too many digits) gets an ``error`` answer and the connection stays open. A line
+longer than `MAX_LINE` bytes is answered with an error and closes the connection; so does a line still unfinished
+`LINE_TIMEOUT` seconds after its first byte. A connection idle BETWEEN requests is never timed out: the conformance
+driver keeps one open per server for a whole replay.
+
 `ControlClient` is a small blocking client for tests and the conformance driver.
 """
 
@@ -38,12 +44,14 @@ from zabref.core import Output
 from zabref.errors import CodecError, ZabError
 from zabref.packets import PacketType, QuorumPacket, ServerState
 
-__all__ = ["ControlPort", "ControlClient", "ControlError", "MAX_LINE", "describe_packet", "settle"]
+__all__ = ["ControlPort", "ControlClient", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "describe_packet", "settle"]
 
 log = logging.getLogger("zabref")
 
 #: Longest request line accepted (a longer one closes that control connection).
 MAX_LINE = 1024 * 1024
+#: Seconds a request line may take from its first byte to its newline (a longer one closes that connection).
+LINE_TIMEOUT = 10.0
 _STEP_OPS = ("release", "elect", "join", "timeout", "client_request")
 _FAULT_OPS = ("partition", "heal")
 
@@ -100,12 +108,19 @@ class ControlPort:
         try:
             while True:
                 try:
-                    line = await reader.readline()
+                    first = await reader.readexactly(1)  # between requests: no timeout
+                except asyncio.IncompleteReadError:
+                    return
+                try:
+                    line = first if first == b"\n" else first + await asyncio.wait_for(reader.readline(),
+                                                                                        LINE_TIMEOUT)
                 except (ValueError, asyncio.LimitOverrunError):
                     await self._write(writer, {"error": f"request line longer than {MAX_LINE} bytes"})
                     log.warning("control connection from %s closed: request line too long", address)
                     return
-                if not line:
+                except TimeoutError:
+                    log.warning("control connection from %s closed: bad input: a request line is still incomplete "
+                                "%s s after its first byte", address, LINE_TIMEOUT)
                     return
                 response = await self.answer(line)
                 await self._write(writer, response)
@@ -123,8 +138,8 @@ class ControlPort:
         """One request line -> one response object (never raises)."""
         try:
             request = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return {"error": f"request is not JSON: {e}"}
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, too many digits, too deep
+            return {"error": f"request is not JSON: {_short(e)}"}
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
             return {"error": 'a request is an object with a text "op"'}
         op = request["op"]
@@ -221,7 +236,11 @@ class ControlPort:
         value = request.get("value")
         if not isinstance(value, str):
             raise ValueError('"value" must be text')
-        outs = await self._step(lambda: [self.server.core.client_request(value.encode("utf-8"))])
+        try:  # here, not inside the pump event: an exception there would stop the server
+            data = value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f'"value" is not valid Unicode text: {e.reason} at index {e.start}') from None
+        outs = await self._step(lambda: [self.server.core.client_request(data)])
         return {"zxid": outs[0].persist[0].txns[0].zxid}
 
 
@@ -236,6 +255,11 @@ class ControlPort:
         sids = set(self.server.cut_peers) if request.get("peers") is None else _sids(request, "peers")
         self.server.heal_links(sids)
         return {"cut": sorted(self.server.cut_peers)}
+
+
+def _short(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _sids(request: dict[str, Any], key: str) -> set[int]:

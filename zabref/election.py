@@ -25,6 +25,13 @@ other departures from ZooKeeper's code. Inputs are validated before anything cha
 means the caller misused the core (for example `finalize_timeout` when not finalizing), a `RemoteProtocolError` a
 peer sent something impossible (for example a vote for a non-member); either way the state is untouched.
 
+Bad input. `check_notification` says whether a decoded notification can exist at all: every field non-negative and
+the round (electionEpoch) at most `MAX_ROUND`. The runtime applies it as soon as a notification is decoded (the
+connection is closed as bad input), and `receive` applies it again (`RemoteProtocolError`), so that a vote that
+cannot exist never reaches `Vote` nor the ballot box. `MAX_ROUND` exists because a round is adopted: a server that
+took round 2**63 - 1 could never start the next one (its number does not fit the wire's int64). A real ensemble's
+rounds grow by one per election, so 2**62 refuses nothing a real server sends and leaves 2**62 rounds of headroom.
+
 Observers (implementation only; the spec has none) never vote. `ObserverElection` is an observer's side: it asks
 every voter for its vote with an OBSERVING notification (a voter answers a non-voter with its current state and vote,
 as ZooKeeper's WorkerReceiver does; `zabref.normal` does that, outside `FastLeaderElection`) and decides, in state
@@ -41,10 +48,31 @@ from zabref.errors import LocalProtocolError, RemoteProtocolError
 from zabref.packets import Notification, ServerState
 
 __all__ = ["Vote", "Send", "Decision", "Step", "FastLeaderElection", "ObserverElection", "total_order_predicate",
-           "is_quorum"]
+           "is_quorum", "check_notification", "MAX_ROUND"]
 
 LOOKING, FOLLOWING, LEADING = ServerState.LOOKING, ServerState.FOLLOWING, ServerState.LEADING
 OBSERVING = ServerState.OBSERVING
+
+#: Largest election round (electionEpoch, logicalclock) taken from a peer; see the module docstring.
+MAX_ROUND = 1 << 62
+
+
+def check_notification(n: Notification) -> None:
+    """Raise ValueError, naming the field, if ``n`` cannot come from a real server (see the module docstring)."""
+    for name, value in (("leader", n.leader), ("zxid", n.zxid), ("electionEpoch", n.election_epoch),
+                        ("peerEpoch", n.peer_epoch)):
+        if value < 0:
+            raise ValueError(f"notification {name} is negative ({value})")
+    if n.election_epoch > MAX_ROUND:
+        raise ValueError(f"notification electionEpoch {n.election_epoch} is above {MAX_ROUND} (MAX_ROUND): whoever "
+                         "adopted it could run out of rounds")
+
+
+def _checked(sender: int, n: Notification) -> None:
+    try:
+        check_notification(n)
+    except ValueError as e:
+        raise RemoteProtocolError(sender, str(e)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +308,7 @@ class FastLeaderElection:
             raise LocalProtocolError(f"server {self.sid} cannot receive its own notification")
         if sender not in self.voters:
             raise RemoteProtocolError(sender, "not a voting member")
+        _checked(sender, n)
         if n.leader not in self.voters:
             raise RemoteProtocolError(sender, f"votes for {n.leader}, not a voting member")
         if n.state is ServerState.OBSERVING:
@@ -396,6 +425,7 @@ class ObserverElection:
         """A voter's notification (its answer): record it; decide when a quorum agrees on an established leader."""
         if sender not in self.voters:
             raise RemoteProtocolError(sender, "not a voting member")
+        _checked(sender, n)
         if n.leader not in self.voters:
             raise RemoteProtocolError(sender, f"votes for {n.leader}, not a voting member")
         if n.state is OBSERVING:

@@ -20,7 +20,13 @@ Liveness, in ticks of ``tick_ms`` (ZooKeeper's tickTime, initLimit, syncLimit):
   BROADCAST), or whose leader connection closed, fires ``follower_timeout`` (spec FollowerTimeout);
 * a leader closes a learner it has not heard for ``sync_limit`` ticks (``init_limit`` before UPTODATE) -- the core
   forgets it (``connection_closed``) -- and fires ``leader_timeout`` (spec LeaderTimeout) once it has lacked a quorum
-  of connected learners for that long, or has not established its epoch within ``init_limit`` ticks.
+  of connected learners for that long, or has not established its epoch within ``init_limit`` ticks;
+* a server that does not lead closes an inbound quorum connection silent for ``init_limit`` ticks.
+
+Bad input on the election port: a notification that cannot exist (`zabref.election.check_notification`: a negative
+field, a round above `MAX_ROUND`) closes its connection as bad input before it reaches the pump, and a frame must
+complete within `peers.ELECTION_FRAME_TIMEOUT` seconds of its first byte. An idle election connection (between two
+notifications) is never timed out: a peer's `ElectionSender` keeps one open for as long as it runs.
 
 Observers (implementation only; the spec has none). The voters are the participants: `FastLeaderElection` runs
 over them only. A participant answers a notification from an observer with its current state and vote (ZooKeeper's
@@ -38,7 +44,7 @@ from typing import Any
 
 from zabref import peers, wire
 from zabref.core import LearnerPhase, ObserverPhase, Output, ZabState
-from zabref.election import Decision, FastLeaderElection, ObserverElection, Send, Step
+from zabref.election import Decision, FastLeaderElection, ObserverElection, Send, Step, check_notification
 from zabref.errors import LocalProtocolError, RemoteProtocolError
 from zabref.packets import Notification, PacketType, QuorumPacket, ServerState
 
@@ -107,12 +113,14 @@ class NormalMode:
 
         def on_body(body: bytes) -> None:
             n = wire.decode_notification(body)
+            check_notification(n)  # ValueError: the connection is closed as bad input, nothing reaches the pump
             if sid not in self.server.cut_peers:
                 self.server.enqueue(lambda: self._receive(sid, n))
 
         self._inbound.setdefault(sid, set()).add(writer)
         try:
-            reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body)
+            reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body,
+                                             frame_timeout=peers.ELECTION_FRAME_TIMEOUT)
         finally:
             self._inbound[sid].discard(writer)
         level = logging.WARNING if reason.startswith("bad input") else logging.DEBUG
@@ -256,15 +264,29 @@ class NormalMode:
             if self.fle.state is ServerState.LOOKING and self.fle.logicalclock and self.tick % RESEND_TICKS == 0:
                 for send in self._resend():
                     self.senders[send.to].send(send.notification)
-            return []
+            return self._close_silent_inbound()
         if core.state in (ServerState.FOLLOWING, ServerState.OBSERVING):
             limit = self.sync_limit if core.zab_state == ZabState.BROADCAST else self.init_limit
             silent = self.tick - self.last_heard.get(core.leader, self.role_since)
             if silent > limit:
                 log.info("nothing from leader %d for %d ticks: %s timeout", core.leader, silent, core.state.name)
                 return self._leader_lost()
-            return []
+            return self._close_silent_inbound()
         return self._leader_tick()
+
+    def _close_silent_inbound(self) -> list[Output]:
+        """A server that does not lead has no learners: an inbound quorum connection there is a FOLLOWERINFO parked
+        until this server leads (`park`), or junk. Either way it is closed once silent for ``init_limit`` ticks --
+        the bound the parked follower itself waits before it gives up (a leader's learners: `_leader_tick`)."""
+        s = self.server
+        outs: list[Output] = []
+        for peer, conn in list(s.conns.items()):
+            if conn.initiated:
+                continue
+            silent = self.tick - self.last_heard.get(peer, self.role_since)
+            if silent > self.init_limit:
+                outs += s.close_connection(conn, f"silent for {silent} ticks while not leading", report=True)
+        return outs
 
     def _resend(self) -> tuple[Send, ...]:
         """What a LOOKING server re-sends: its vote to every other voter, or an observer's question."""

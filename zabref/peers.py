@@ -18,9 +18,19 @@ other side's ``received`` to know that everything sent has arrived.
 
 Bounds (so a misbehaving peer cannot exhaust memory): a frame body is at most `MAX_QUORUM_FRAME` bytes on a quorum
 connection and `MAX_ELECTION_FRAME` on an election connection (a longer length prefix closes the connection before
-any body is read); the handshake must arrive within `HANDSHAKE_TIMEOUT` seconds; a connection whose unsent bytes
-exceed `SEND_BUFFER_LIMIT` (the peer stopped reading) is closed; an `ElectionSender` keeps at most
-`ELECTION_QUEUE_LIMIT` notifications (the oldest are dropped: FastLeaderElection resends its vote anyway).
+any body is read); the handshake must arrive within `HANDSHAKE_TIMEOUT` seconds; an election frame must complete
+within `ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_frames`' ``frame_timeout``); an `ElectionSender`
+keeps at most `ELECTION_QUEUE_LIMIT` notifications (the oldest are dropped: FastLeaderElection resends its vote
+anyway) and drops, with a log line, one it cannot encode.
+
+Unsent bytes. A connection whose unsent bytes exceed `SEND_BUFFER_LIMIT` (the peer stopped reading) is closed --
+except while ``catching_up`` is set: the runtime sets it on a leader's connection to a learner that is not UPTODATE
+yet, whose catch-up (DIFF or SNAP, the missed proposals, NEWLEADER) is written in one burst as large as what the
+learner missed. That burst may exceed the limit; its time is bounded instead, by ``init_limit`` ticks (the leader
+closes a learner that has not synchronized and answered by then), as in ZooKeeper. Once the learner is UPTODATE it
+has read the whole burst (it ACKs NEWLEADER, the burst's last packet) and the limit applies again. Closing a
+connection that still has unsent bytes aborts its transport (RST): a graceful close would keep the buffer in memory
+until a stalled peer reads it, perhaps never.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ __all__ = [
     "MAX_ELECTION_FRAME",
     "SEND_BUFFER_LIMIT",
     "HANDSHAKE_TIMEOUT",
+    "ELECTION_FRAME_TIMEOUT",
     "ELECTION_QUEUE_LIMIT",
 ]
 
@@ -59,6 +70,8 @@ MAX_QUORUM_FRAME = 16 * 1024 * 1024
 MAX_ELECTION_FRAME = 1024
 SEND_BUFFER_LIMIT = 32 * 1024 * 1024
 HANDSHAKE_TIMEOUT = 5.0
+#: Seconds an election frame (at most MAX_ELECTION_FRAME bytes) may take from its first byte to its last.
+ELECTION_FRAME_TIMEOUT = 5.0
 ELECTION_QUEUE_LIMIT = 1000
 _READ_CHUNK = 256 * 1024
 _serials = itertools.count(1)
@@ -118,20 +131,36 @@ async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float,
 
 
 async def read_frames(reader: asyncio.StreamReader, max_frame: int, what: str,
-                      on_body: Callable[[bytes], None]) -> str:
+                      on_body: Callable[[bytes], None], *, frame_timeout: float | None = None) -> str:
     """Feed ``on_body`` every frame body until the stream ends; return why it ended (for the log line).
 
     ``on_body`` may raise CodecError (a body that does not decode) or ValueError (a body that is not allowed): the
-    reading stops and the message becomes the reason.
+    reading stops and the message becomes the reason. With ``frame_timeout``, a frame must be complete within that
+    many seconds of its first byte (the time between frames is not bounded).
     """
     decoder = wire.FrameDecoder(max_frame, what)
+    loop = asyncio.get_running_loop()
+    started: float | None = None  # when the first byte of the incomplete frame in ``decoder`` arrived
     try:
         while True:
-            chunk = await reader.read(_READ_CHUNK)
+            if frame_timeout is not None and started is not None:
+                left = started + frame_timeout - loop.time()
+                try:
+                    chunk = await asyncio.wait_for(reader.read(_READ_CHUNK), max(left, 0.0))
+                except TimeoutError:
+                    return (f"bad input: a frame is still incomplete {frame_timeout} s after its first byte "
+                            f"({decoder.buffered} bytes of it received)")
+            else:
+                chunk = await reader.read(_READ_CHUNK)
             if not chunk:
                 decoder.close()
                 return "peer closed the connection"
-            for body in decoder.feed(chunk):
+            bodies = decoder.feed(chunk)
+            if not decoder.buffered:
+                started = None
+            elif bodies or started is None:  # the incomplete frame began in this chunk
+                started = loop.time()
+            for body in bodies:
                 on_body(body)
     except CodecError as e:
         return f"bad input: {e}"
@@ -156,6 +185,7 @@ class Connection:
         self.pending: list[bytes] = []
         self.held: deque[QuorumPacket] = deque()  # control mode: packets read and not yet released to the core
         self.reported = False  # whether the core was told (connection_closed) or needs no telling
+        self.catching_up = False  # set by the runtime: SEND_BUFFER_LIMIT is suspended (module docstring)
         self.opened: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
     @property
@@ -193,7 +223,7 @@ class Connection:
         assert self.writer is not None
         self.writer.write(framed)
         self.sent += 1
-        if self.writer.transport.get_write_buffer_size() > SEND_BUFFER_LIMIT:
+        if not self.catching_up and self.writer.transport.get_write_buffer_size() > SEND_BUFFER_LIMIT:
             self.close(f"peer is not reading: more than {SEND_BUFFER_LIMIT} bytes unsent")
 
     async def drain(self, timeout: float) -> None:
@@ -211,7 +241,10 @@ class Connection:
         self.close_reason = reason
         self.pending = []
         if self.writer is not None:
-            self.writer.close()
+            if self.writer.transport.get_write_buffer_size():
+                self.writer.transport.abort()  # the peer is behind: free the unsent bytes now (module docstring)
+            else:
+                self.writer.close()
         if not self.opened.done():
             self.opened.set_result(False)
 
@@ -280,7 +313,12 @@ class ElectionSender:
                     continue  # a cut may have emptied the queue while the dial was awaited: check again
                 n = self.queue.popleft()
                 try:
-                    writer.write(wire.frame(wire.encode_notification(n)))
+                    framed = wire.frame(wire.encode_notification(n))
+                except ValueError as e:  # a field the wire cannot carry: a bug upstream, never a dead sender
+                    log.error("election notification to %d dropped: %s (%s)", self.peer, e, n)
+                    continue
+                try:
+                    writer.write(framed)
                     await asyncio.wait_for(writer.drain(), 2.0)
                 except (ConnectionError, OSError, TimeoutError) as e:
                     log.info("election connection to %d lost: %s", self.peer, e)

@@ -24,16 +24,20 @@ from pathlib import Path
 
 from zabref.errors import ZabError
 
-__all__ = ["find_free_base_port", "release_base_port", "LOCK_DIR"]
-
-LOCK_DIR = Path(tempfile.gettempdir()) / "zabref-ports"
+__all__ = ["find_free_base_port", "release_base_port", "lock_dir"]
 
 _held: dict[int, list[int]] = {}  # base port -> the lock file descriptors this process holds for it
 _guard = threading.Lock()
 
 
+def lock_dir() -> Path:
+    """Where the leases live (asked at use, not at import: ``zabref serve`` imports this module and must start even
+    where no temporary directory is usable)."""
+    return Path(tempfile.gettempdir()) / "zabref-ports"
+
+
 def _lock_block(block: int) -> int | None:
-    fd = os.open(LOCK_DIR / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    fd = os.open(lock_dir() / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -68,7 +72,7 @@ def find_free_base_port(servers: int, host: str = "127.0.0.1", low: int = 10000,
 
     The lease lasts until `release_base_port(base)` or the end of this process.
     """
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    lock_dir().mkdir(parents=True, exist_ok=True)
     rng = random.Random()
     for _ in range(tries):
         base = rng.randrange(low, high - 10 * servers) // 10 * 10
@@ -84,7 +88,7 @@ def find_free_base_port(servers: int, host: str = "127.0.0.1", low: int = 10000,
             return base
         _unlock(fds)
     raise ZabError(f"no {10 * servers} free consecutive ports found in {low}..{high} after {tries} tries "
-                   f"(leases in {LOCK_DIR})")
+                   f"(leases in {lock_dir()})")
 
 
 def release_base_port(base: int) -> None:

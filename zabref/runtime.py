@@ -43,7 +43,8 @@ from typing import Any
 
 from zabref import peers, wire
 from zabref.config import Config
-from zabref.core import HANDLERS, OBSERVER_HANDLERS, Output, Persistent, ZabCore, apply_persist
+from zabref.core import (HANDLERS, OBSERVER_HANDLERS, LearnerPhase, ObserverPhase, Output, Persistent, ZabCore,
+                         apply_persist)
 from zabref.disklog import Storage
 from zabref.errors import ConfigError, ProtocolError, RemoteProtocolError, StorageError, ZabError
 from zabref.packets import PacketType, QuorumPacket, ServerState
@@ -283,9 +284,25 @@ class Server:
             else:
                 log.warning("%s(zxid %#x) to %d dropped: no connection", packet.type.name, packet.zxid, peer)
                 return
+        conn.catching_up = self._catching_up(peer)
+        was_open = not conn.closed
         conn.send(packet)
         if conn.closed:
+            if was_open:  # conn.send closed it itself (SEND_BUFFER_LIMIT): say so, as close_connection would
+                log.warning("quorum connection with %d closed: %s", peer, conn.close_reason)
+            # It stays in `conns` until the core is told: the rest of this batch's packets to the peer are lost with
+            # it (as in the spec), never sent on a new connection that lacks the ones before them.
             self._report_later(conn)
+
+    def _catching_up(self, peer: int) -> bool:
+        """Whether this server leads ``peer`` and ``peer`` is not UPTODATE yet: its catch-up burst is exempt from
+        `peers.SEND_BUFFER_LIMIT` (the peers module docstring says why; ``init_limit`` bounds its time)."""
+        core = self.core
+        if core.state != ServerState.LEADING:
+            return False
+        if peer in self.config.observers:
+            return core.observer_phase.get(peer) != ObserverPhase.UPTODATE
+        return core.learner_phase.get(peer) != LearnerPhase.UPTODATE
 
     def _dial(self, peer: int) -> peers.Connection:
         conn = peers.Connection(peer, initiated=True)

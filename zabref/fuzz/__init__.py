@@ -1,0 +1,37 @@
+"""Live fuzzing: bad input on every port of a running cluster while a client keeps writing (``zabref fuzz``).
+
+Theory of operation
+-------------------
+A run starts three participants of a config that also declares a fourth server, an observer that never runs: the
+*ghost*, whose sid lets an input pass the handshake without replacing any real connection. Worker tasks then
+throw inputs -- each built from ``random.Random(f"{seed}:{i}")``, so a failing one can be rebuilt -- at the four
+ports of every server, while a client thread keeps committing, and each input's outcome is checked against what
+its kind demands (close, close after silence, answer, or just survive). After the run every server must be alive,
+commit one more write, have written no traceback, and have logged a reason for every fuzz connection it closed.
+
+Modules: `zabref.fuzz.inputs` (the kinds of input and their bytes), `zabref.fuzz.harness` (the cluster, the
+workers, the checks), `zabref.fuzz.report` (the counts and the summary tables), `zabref.fuzz.command` (the
+``zabref fuzz`` command; ``python -m zabref.fuzz`` runs it too). docs/fuzzing.md records the runs and the issues
+they found.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from zabref.fuzz.command import DEFAULT_INPUTS, fuzz_command
+
+__all__ = ["KINDS", "Kind", "Input", "Target", "kind_table", "Fuzzer", "Report", "fuzz_cluster", "rss_kib",
+           "fuzz_command", "DEFAULT_INPUTS"]
+
+#: Imported on first use (PEP 562): `zabref.cli` imports this package for the command, and every ``zabref serve``
+#: would otherwise load the cluster harness too (whose port leases ask for the temp directory at import).
+_LAZY = {"KINDS": "inputs", "Kind": "inputs", "Input": "inputs", "Target": "inputs", "kind_table": "inputs",
+         "Fuzzer": "harness", "fuzz_cluster": "harness", "rss_kib": "harness", "Report": "report"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'zabref.fuzz' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"zabref.fuzz.{_LAZY[name]}"), name)
