@@ -91,9 +91,9 @@ class _RecordingWriter:
         self.events = events
         self.transport = self
 
-    def write(self, data: bytes) -> None:
-        packet = wire.decode_quorum_packet(data[4:])
-        self.events.append(f"write {packet.type.name}")
+    def write(self, data: bytes) -> None:  # one write carries every packet of a pump batch to this peer
+        for body in wire.FrameDecoder().feed(data):
+            self.events.append(f"write {wire.decode_quorum_packet(body).type.name}")
 
     def get_write_buffer_size(self) -> int:
         return 0

@@ -23,6 +23,14 @@ Liveness, in ticks of ``tick_ms`` (ZooKeeper's tickTime, initLimit, syncLimit):
   of connected learners for that long, or has not established its epoch within ``init_limit`` ticks;
 * a server that does not lead closes an inbound quorum connection silent for ``init_limit`` ticks.
 
+Silence is measured in wall time on the loop's clock (``loop.time()``), against ``limit * tick_ms``, never by
+counting ticks: the tick is an event of the pump, and a pump busy with a long batch runs it late, which made a live
+peer look dead when counted in ticks (docs/performance.md). ``heard`` stamps the time a frame was read; the check
+runs with the time the ticker *enqueued* the tick -- a moment the loop was free, so every frame that had arrived was
+read by then -- rather than the time the busy pump gets to it. When the loop itself stalled for more than a tick
+(the ticker woke late: a long pump batch, an inline fsync, a SIGSTOP of this process), the silence is counted from
+the end of the stall (``stalled_until``): this process was not listening, so the peer gets no blame for it.
+
 Bad input on the election port: a notification that cannot exist (`zabref.election.check_notification`: a negative
 field, a round above `MAX_ROUND`) closes its connection as bad input before it reaches the pump, and a frame must
 complete within `peers.ELECTION_FRAME_TIMEOUT` seconds of its first byte. An idle election connection (between two
@@ -71,10 +79,12 @@ class NormalMode:
         self.fle: FastLeaderElection | ObserverElection = (
             ObserverElection(server.sid, voters) if self.is_observer else FastLeaderElection(server.sid, voters))
         self.senders: dict[int, peers.ElectionSender] = {}
-        self.tick = 0
-        self.last_heard: dict[int, int] = {}
-        self.role_since = 0
-        self.no_quorum_ticks = 0
+        self.loop = asyncio.get_running_loop()
+        self.tick = 0  # ticks run; only paces the vote resends
+        self.last_heard: dict[int, float] = {}  # loop time a frame from each peer was last read
+        self.role_since = self.loop.time()
+        self.stalled_until = 0.0  # loop time at which this process last recovered from a stall (module docstring)
+        self.no_quorum_since: float | None = None  # since when a leader has lacked a quorum of connected learners
         self._finalizing_round: int | None = None
         self._inbound: dict[int, set[asyncio.StreamWriter]] = {}  # open election connections from each peer
 
@@ -198,7 +208,7 @@ class NormalMode:
         except LocalProtocolError as e:
             log.warning("election decision not taken: %s", e)
             return self._after(self.fle.start_election(core.last_zxid, core.current_epoch))
-        self.role_since = self.tick
+        self.role_since = self.loop.time()
         self.last_heard.clear()
         return [out]
 
@@ -206,8 +216,8 @@ class NormalMode:
 
     def on_role(self, role: ServerState) -> None:
         """The core's role changed (called by the pump after the batch was persisted)."""
-        self.role_since = self.tick
-        self.no_quorum_ticks = 0
+        self.role_since = self.loop.time()
+        self.no_quorum_since = None
         if role == ServerState.LOOKING:
             self._start_election()
         elif role == ServerState.LEADING:
@@ -243,7 +253,11 @@ class NormalMode:
         return []
 
     def heard(self, peer: int) -> None:
-        self.last_heard[peer] = self.tick
+        self.last_heard[peer] = self.loop.time()
+
+    def silent(self, peer: int, now: float) -> float:
+        """Seconds ``peer`` has been silent at loop time ``now``, not counting this process's own stalls."""
+        return now - max(self.last_heard.get(peer, self.role_since), self.stalled_until)
 
     def on_ping(self, conn: peers.Connection, packet: QuorumPacket) -> None:
         core = self.server.core
@@ -253,28 +267,35 @@ class NormalMode:
     # ------------------------------------------------------------------------------------------ ticks
 
     async def _ticker(self) -> None:
+        last = self.loop.time()
         while True:
             await asyncio.sleep(self.tick_s)
-            self.server.enqueue(self._on_tick)
+            now = self.loop.time()
+            if now - last > 2 * self.tick_s:  # the loop did not run for over a tick: our stall, not the peers'
+                self.stalled_until = now
+            last = now
+            self.server.enqueue(lambda t=now: self._on_tick(t))
 
-    def _on_tick(self) -> list[Output]:
+    def _on_tick(self, now: float) -> list[Output]:
+        """One tick, judged at loop time ``now`` (when the ticker enqueued it: module docstring)."""
         self.tick += 1
         core = self.server.core
         if core.state == ServerState.LOOKING:
             if self.fle.state is ServerState.LOOKING and self.fle.logicalclock and self.tick % RESEND_TICKS == 0:
                 for send in self._resend():
                     self.senders[send.to].send(send.notification)
-            return self._close_silent_inbound()
+            return self._close_silent_inbound(now)
         if core.state in (ServerState.FOLLOWING, ServerState.OBSERVING):
             limit = self.sync_limit if core.zab_state == ZabState.BROADCAST else self.init_limit
-            silent = self.tick - self.last_heard.get(core.leader, self.role_since)
-            if silent > limit:
-                log.info("nothing from leader %d for %d ticks: %s timeout", core.leader, silent, core.state.name)
+            silent = self.silent(core.leader, now)
+            if silent > limit * self.tick_s:
+                log.info("nothing from leader %d for %.2f s (%d ticks of %g s): %s timeout", core.leader, silent,
+                         limit, self.tick_s, core.state.name)
                 return self._leader_lost()
-            return self._close_silent_inbound()
-        return self._leader_tick()
+            return self._close_silent_inbound(now)
+        return self._leader_tick(now)
 
-    def _close_silent_inbound(self) -> list[Output]:
+    def _close_silent_inbound(self, now: float) -> list[Output]:
         """A server that does not lead has no learners: an inbound quorum connection there is a FOLLOWERINFO parked
         until this server leads (`park`), or junk. Either way it is closed once silent for ``init_limit`` ticks --
         the bound the parked follower itself waits before it gives up (a leader's learners: `_leader_tick`)."""
@@ -283,9 +304,9 @@ class NormalMode:
         for peer, conn in list(s.conns.items()):
             if conn.initiated:
                 continue
-            silent = self.tick - self.last_heard.get(peer, self.role_since)
-            if silent > self.init_limit:
-                outs += s.close_connection(conn, f"silent for {silent} ticks while not leading", report=True)
+            silent = self.silent(peer, now)
+            if silent > self.init_limit * self.tick_s:
+                outs += s.close_connection(conn, f"silent for {silent:.2f} s while not leading", report=True)
         return outs
 
     def _resend(self) -> tuple[Send, ...]:
@@ -295,31 +316,34 @@ class NormalMode:
         n = self.fle.proposed_vote.notification(ServerState.LOOKING, self.fle.logicalclock)
         return tuple(Send(s, n) for s in sorted(self.fle.voters) if s != self.server.sid)
 
-    def _leader_tick(self) -> list[Output]:
+    def _leader_tick(self, now: float) -> list[Output]:
         s, core = self.server, self.server.core
         outs: list[Output] = []
         ping = QuorumPacket(PacketType.PING, s.committed_zxid)
         established = core.zab_state == ZabState.BROADCAST
-        late = not established and self.tick - self.role_since > self.init_limit
+        late = not established and now - max(self.role_since, self.stalled_until) > self.init_limit * self.tick_s
         for peer, conn in list(s.conns.items()):
             if conn.initiated:
                 continue
             if conn.state == "open":
                 conn.send(ping)
-            silent = self.tick - self.last_heard.get(peer, self.role_since)
+            silent = self.silent(peer, now)
             synced = (core.learner_phase.get(peer) == LearnerPhase.UPTODATE
                       or core.observer_phase.get(peer) == ObserverPhase.UPTODATE)
             limit = self.sync_limit if synced else self.init_limit
-            if silent > limit or late:
-                why = f"epoch not established in {self.init_limit} ticks" if late else f"silent for {silent} ticks"
+            if silent > limit * self.tick_s or late:
+                why = (f"epoch not established in {self.init_limit} ticks" if late
+                       else f"silent for {silent:.2f} s ({limit} ticks of {self.tick_s:g} s)")
                 outs += s.close_connection(conn, why, report=True)
         if core.state != ServerState.LEADING:
             return outs
         if core.leader_timeout_enabled():
-            self.no_quorum_ticks += 1
-            if late or self.no_quorum_ticks > (self.sync_limit if established else self.init_limit):
-                log.info("no quorum of learners for %d ticks: LeaderTimeout", self.no_quorum_ticks)
+            if self.no_quorum_since is None:
+                self.no_quorum_since = now - self.tick_s  # it began at most a tick ago, as a tick count would say
+            lacking = now - max(self.no_quorum_since, self.stalled_until)
+            if late or lacking > (self.sync_limit if established else self.init_limit) * self.tick_s:
+                log.info("no quorum of learners for %.2f s: LeaderTimeout", lacking)
                 outs.append(core.leader_timeout())
         else:
-            self.no_quorum_ticks = 0
+            self.no_quorum_since = None
         return outs

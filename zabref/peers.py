@@ -14,7 +14,10 @@ and then carries frames (``int32 length, body``). Two kinds exist:
 A `Connection` is one quorum connection as the runtime sees it: ``connecting`` (frames written meanwhile wait in
 ``pending`` and leave, in order, once the handshake is out), ``open``, then ``closed`` with a reason. It counts the
 packets it wrote (``sent``) and read (``received``): the conformance driver compares one side's ``sent`` with the
-other side's ``received`` to know that everything sent has arrived.
+other side's ``received`` to know that everything sent has arrived. The runtime queues the packets of one pump
+batch (``send(..., flush=False)``) and writes them with one `flush`: one transport write (``writes``) per connection
+per batch instead of one per packet (per `WRITE_CHUNK` bytes for a large burst); ``sent`` counts a packet once it is
+written.
 
 Bounds (so a misbehaving peer cannot exhaust memory): a frame body is at most `MAX_QUORUM_FRAME` bytes on a quorum
 connection and `MAX_ELECTION_FRAME` on an election connection (a longer length prefix closes the connection before
@@ -59,6 +62,7 @@ __all__ = [
     "MAX_QUORUM_FRAME",
     "MAX_ELECTION_FRAME",
     "SEND_BUFFER_LIMIT",
+    "WRITE_CHUNK",
     "HANDSHAKE_TIMEOUT",
     "ELECTION_FRAME_TIMEOUT",
     "ELECTION_QUEUE_LIMIT",
@@ -69,6 +73,8 @@ log = logging.getLogger("zabref")
 MAX_QUORUM_FRAME = 16 * 1024 * 1024
 MAX_ELECTION_FRAME = 1024
 SEND_BUFFER_LIMIT = 32 * 1024 * 1024
+#: Most bytes of queued frames joined into one transport write by `Connection.flush`.
+WRITE_CHUNK = 256 * 1024
 HANDSHAKE_TIMEOUT = 5.0
 #: Seconds an election frame (at most MAX_ELECTION_FRAME bytes) may take from its first byte to its last.
 ELECTION_FRAME_TIMEOUT = 5.0
@@ -182,7 +188,9 @@ class Connection:
         self.received = 0
         self.close_reason: str | None = None
         self.writer: asyncio.StreamWriter | None = None
-        self.pending: list[bytes] = []
+        self.pending: list[bytes] = []  # frames sent while connecting
+        self._out: list[bytes] = []  # frames queued with send(flush=False), written by the next flush
+        self.writes = 0  # transport writes made (each carries one or more frames)
         self.held: deque[QuorumPacket] = deque()  # control mode: packets read and not yet released to the core
         self.reported = False  # whether the core was told (connection_closed) or needs no telling
         self.catching_up = False  # set by the runtime: SEND_BUFFER_LIMIT is suspended (module docstring)
@@ -200,13 +208,17 @@ class Connection:
         self.writer = writer
         self.state = "open"
         waiting, self.pending = self.pending, []
-        for framed in waiting:
-            self._write(framed)
+        self._out[:0] = waiting  # what waited goes first, in one write with anything queued since
+        self.flush()
         if not self.opened.done():
             self.opened.set_result(True)
 
-    def send(self, packet: QuorumPacket) -> bool:
-        """Queue one packet for the peer; False if the connection is closed (the packet is lost, as in the spec)."""
+    def send(self, packet: QuorumPacket, *, flush: bool = True) -> bool:
+        """Queue one packet for the peer; False if the connection is closed (the packet is lost, as in the spec).
+
+        With ``flush=False`` the frame waits in this connection's output until `flush`: the runtime queues every
+        packet of one pump batch and then writes them with ONE transport write per connection.
+        """
         if self.closed:
             return False
         framed = wire.frame(wire.encode_quorum_packet(packet))
@@ -216,15 +228,29 @@ class Connection:
                 return False
             self.pending.append(framed)
             return True
-        self._write(framed)
+        self._out.append(framed)
+        if flush:
+            self.flush()
         return not self.closed
 
-    def _write(self, framed: bytes) -> None:
-        assert self.writer is not None
-        self.writer.write(framed)
-        self.sent += 1
-        if not self.catching_up and self.writer.transport.get_write_buffer_size() > SEND_BUFFER_LIMIT:
-            self.close(f"peer is not reading: more than {SEND_BUFFER_LIMIT} bytes unsent")
+    def flush(self) -> None:
+        """Write the queued frames: one ``transport.write`` (one send syscall when the kernel takes it all) for up to
+        `WRITE_CHUNK` bytes of them, so that a large catch-up burst is not copied whole into one buffer."""
+        if not self._out or self.closed or self.writer is None:
+            return
+        out, self._out = self._out, []
+        start = 0
+        while start < len(out) and not self.closed:
+            end, size = start + 1, len(out[start])
+            while end < len(out) and size + len(out[end]) <= WRITE_CHUNK:
+                size += len(out[end])
+                end += 1
+            self.writer.write(out[start] if end == start + 1 else b"".join(out[start:end]))
+            self.sent += end - start
+            self.writes += 1
+            start = end
+            if not self.catching_up and self.writer.transport.get_write_buffer_size() > SEND_BUFFER_LIMIT:
+                self.close(f"peer is not reading: more than {SEND_BUFFER_LIMIT} bytes unsent")
 
     async def drain(self, timeout: float) -> None:
         """Wait (bounded) until the kernel took what was written."""
@@ -240,6 +266,7 @@ class Connection:
         self.state = "closed"
         self.close_reason = reason
         self.pending = []
+        self._out = []
         if self.writer is not None:
             if self.writer.transport.get_write_buffer_size():
                 self.writer.transport.abort()  # the peer is behind: free the unsent bytes now (module docstring)

@@ -8,10 +8,27 @@ plain object, is never touched by two things at once). An event is a small funct
 pump takes every event that is ready, runs them in arrival order, and then, for the whole batch:
 
 1. applies every ``persist`` operation to the `Storage` with `apply_persist` -- consecutive appends of the batch share
-   ONE fsync (group commit) -- in a worker thread, so sockets keep being read meanwhile;
+   ONE fsync (group commit) -- in a worker thread, so sockets keep being read meanwhile; or, when the batch only
+   appends a little (`INLINE_SYNC_BYTES`) and the last sync was quick (`INLINE_SYNC_SECONDS`), in the loop's own
+   thread, saving the two thread wake-ups of the hand-off;
 2. only then writes the ``send`` packets (so an ACK never leaves before its proposal is on disk: seed 000, phase 3,
    step 2), wakes the clients waiting for deliveries, closes the connections the core said to close;
 3. answers the callers that wait for the event (control requests, client submits).
+
+The packets of one batch to one peer leave in ONE socket write (`peers.Connection.flush`).
+
+One exception to step 2, in normal mode only (``send_before_sync``): a LEADING server in BROADCAST writes its
+PROPOSALs (and COMMITs) *before* the fsync of its own log append, as ZooKeeper's leader does, so that its fsync and
+the followers' run at the same time. Only the longest prefix of the batch's outputs that are of that kind
+(`_may_send_early`: no role change, no close, no persist but appends, only PROPOSAL / COMMIT / INFORM packets) goes
+early; everything else waits for the sync as above. This is safe because the leader counts itself in a quorum
+(``leader_process_ack`` assumes it holds its whole history) only when it takes an ACK, and it takes no event -- no
+ACK -- until the pump has finished the batch, fsync included: an ACK of a proposal can only arrive after the
+PROPOSAL left, so it is run in a later batch, when the leader's append is durable. A COMMIT can only name a
+transaction ACKed before this batch, hence durable here. If the leader crashes before its fsync, a follower may hold
+a proposal the leader lost: it was never committed (its commit needed the leader's durable ACK), and the next
+epoch's sync truncates it, as in ZooKeeper. Followers never send early: their ACK still leaves after their fsync.
+In control mode every send waits for the sync, as the spec's steps do (`tests/test_runtime.py`).
 
 A storage failure stops the server (exit code 2): the core would otherwise run ahead of its disk.
 
@@ -37,19 +54,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from zabref import peers, wire
 from zabref.config import Config
-from zabref.core import (HANDLERS, OBSERVER_HANDLERS, LearnerPhase, ObserverPhase, Output, Persistent, ZabCore,
-                         apply_persist)
+from zabref.core import (HANDLERS, OBSERVER_HANDLERS, AppendTxns, LearnerPhase, ObserverPhase, Output, Persistent,
+                         ZabCore, ZabState, apply_persist)
 from zabref.disklog import Storage
 from zabref.errors import ConfigError, ProtocolError, RemoteProtocolError, StorageError, ZabError
 from zabref.packets import PacketType, QuorumPacket, ServerState
 
-__all__ = ["Server", "StepError", "HOLD_LIMIT", "BATCH_LIMIT", "run_server"]
+__all__ = ["Server", "StepError", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_BYTES", "INLINE_SYNC_SECONDS", "run_server"]
 
 log = logging.getLogger("zabref")
 
@@ -57,6 +75,13 @@ log = logging.getLogger("zabref")
 HOLD_LIMIT = 10_000
 #: Most events run by the pump before it persists and sends (bounds the latency of one batch).
 BATCH_LIMIT = 1_000
+#: A batch whose storage work is only appends of at most this many value bytes syncs in the loop's thread ...
+INLINE_SYNC_BYTES = 64 * 1024
+#: ... provided the previous sync took at most this long (a slow disk goes back to the worker thread, so that the
+#: loop keeps reading sockets while it waits).
+INLINE_SYNC_SECONDS = 0.002
+#: Packets a leader in BROADCAST may write before the fsync of the same batch (module docstring).
+EARLY_TYPES = frozenset({PacketType.PROPOSAL, PacketType.COMMIT, PacketType.INFORM})
 #: Packet types a quorum connection may carry: what some role of the core takes (observers' included), and PING.
 QUORUM_TYPES = frozenset(t for tables in (HANDLERS, OBSERVER_HANDLERS) for table in tables.values() for t in table) | {
     PacketType.PING}
@@ -92,6 +117,9 @@ class Server:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.exit_code = 0
         self.cut_peers: set[int] = set()  # fault layer: peers whose links are cut (normal mode only)
+        self.send_before_sync = not control  # a leader's PROPOSALs leave before its own fsync (module docstring)
+        self._last_sync_s = 0.0  # how long the last apply_persist took (chooses inline or worker thread)
+        self._unflushed: dict[int, peers.Connection] = {}  # connections with packets queued in this batch
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -208,12 +236,13 @@ class Server:
 
     async def _pump(self) -> None:
         assert self.core is not None and self.storage is not None
-        loop = asyncio.get_running_loop()
         while True:
             batch = [await self._events.get()]
             while len(batch) < BATCH_LIMIT and not self._events.empty():
                 batch.append(self._events.get_nowait())
             outputs: list[Output] = []
+            early = 0  # outputs[:early] may be sent before this batch's sync
+            prefix = self.send_before_sync
             answers: list[tuple[asyncio.Future[list[Output]] | None, list[Output] | BaseException]] = []
             for event, fut in batch:
                 try:
@@ -230,10 +259,19 @@ class Server:
                     if fut is None:
                         log.warning("%s", e)
                 outputs.extend(outs)
+                prefix = prefix and all(self._may_send_early(out) for out in outs)
+                if prefix:
+                    early = len(outputs)
             ops = [op for out in outputs for op in out.persist]
+            if not ops:
+                early = 0  # nothing to wait for: everything goes in order below
             if ops:
+                for out in outputs[:early]:
+                    for peer, packet in out.send:
+                        self.send(peer, packet)
+                self.flush()
                 try:
-                    await loop.run_in_executor(self._disk, apply_persist, ops, self.storage)
+                    await self._persist(ops)
                 except (StorageError, OSError, ValueError) as e:
                     log.critical("storage failed, stopping: %s", e)
                     for fut, _ in answers:
@@ -242,8 +280,9 @@ class Server:
                     self.stop(2)
                     return
             changed = False
-            for out in outputs:
-                changed |= self._apply(out)
+            for i, out in enumerate(outputs):
+                changed |= self._apply(out, send=i >= early)
+            self.flush()
             if changed:
                 self._changed.set()
                 self._changed = asyncio.Event()
@@ -255,11 +294,32 @@ class Server:
                 else:
                     fut.set_result(answer)
 
-    def _apply(self, out: Output) -> bool:
-        """Send, deliver, close, change role: everything of ``out`` but persist (done already)."""
+    def _may_send_early(self, out: Output) -> bool:
+        """Whether ``out``'s packets may leave before the batch's sync: a leader's PROPOSALs and COMMITs in
+        BROADCAST, with no storage work but log appends (the module docstring says why that is safe)."""
+        core = self.core
+        return (core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST and out.role is None
+                and not out.close and all(isinstance(op, AppendTxns) for op in out.persist)
+                and all(packet.type in EARLY_TYPES for _, packet in out.send))
+
+    async def _persist(self, ops: list[Any]) -> None:
+        """`apply_persist` in the loop's thread when the batch is small appends and the disk is quick, otherwise in
+        the disk thread (so the loop keeps reading sockets during a slow sync)."""
+        inline = (self._last_sync_s <= INLINE_SYNC_SECONDS and all(isinstance(op, AppendTxns) for op in ops)
+                  and sum(len(txn.value) for op in ops for txn in op.txns) <= INLINE_SYNC_BYTES)
+        if inline:
+            self._last_sync_s = _timed_persist(ops, self.storage)
+        else:
+            self._last_sync_s = await asyncio.get_running_loop().run_in_executor(
+                self._disk, _timed_persist, ops, self.storage)
+
+    def _apply(self, out: Output, *, send: bool = True) -> bool:
+        """Send (unless sent early), deliver, close, change role: everything of ``out`` but persist (done already).
+        The packets are queued on their connections; `flush` writes them."""
         assert self.core is not None
-        for peer, packet in out.send:
-            self.send(peer, packet)
+        if send:
+            for peer, packet in out.send:
+                self.send(peer, packet)
         for peer in out.close:
             conn = self.conns.get(peer)
             if conn is not None:
@@ -286,13 +346,26 @@ class Server:
                 return
         conn.catching_up = self._catching_up(peer)
         was_open = not conn.closed
-        conn.send(packet)
+        conn.send(packet, flush=False)
+        self._unflushed[conn.serial] = conn
         if conn.closed:
-            if was_open:  # conn.send closed it itself (SEND_BUFFER_LIMIT): say so, as close_connection would
-                log.warning("quorum connection with %d closed: %s", peer, conn.close_reason)
-            # It stays in `conns` until the core is told: the rest of this batch's packets to the peer are lost with
-            # it (as in the spec), never sent on a new connection that lacks the ones before them.
-            self._report_later(conn)
+            self._closed_by_send(conn, was_open)
+
+    def flush(self) -> None:
+        """Write what `send` queued: one socket write per connection."""
+        conns, self._unflushed = self._unflushed, {}
+        for conn in conns.values():
+            was_open = not conn.closed
+            conn.flush()
+            if conn.closed:
+                self._closed_by_send(conn, was_open)
+
+    def _closed_by_send(self, conn: peers.Connection, was_open: bool) -> None:
+        if was_open:  # the connection closed itself (SEND_BUFFER_LIMIT): say so, as close_connection would
+            log.warning("quorum connection with %d closed: %s", conn.peer, conn.close_reason)
+        # It stays in `conns` until the core is told: the rest of this batch's packets to the peer are lost with it
+        # (as in the spec), never sent on a new connection that lacks the ones before them.
+        self._report_later(conn)
 
     def _catching_up(self, peer: int) -> bool:
         """Whether this server leads ``peer`` and ``peer`` is not UPTODATE yet: its catch-up burst is exempt from
@@ -458,6 +531,13 @@ class Server:
         k = self.core.index_of(self.core.history, zxid)
         if not 0 < k <= self.core.last_committed:
             raise ProtocolError(f"transaction {zxid:#x} was not committed: the next epoch skipped it")
+
+
+def _timed_persist(ops: list[Any], storage: Storage) -> float:
+    """`apply_persist`; returns the seconds it took."""
+    started = time.perf_counter()
+    apply_persist(ops, storage)
+    return time.perf_counter() - started
 
 
 def run_server(config: Config, sid: int, *, control: bool) -> int:
