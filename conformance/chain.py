@@ -7,8 +7,9 @@ new traces and an unchanged spec reuses them. Each hop runs as its own `zabref` 
 one-line summary show as they would by hand; a hop that fails stops the chain with its exit code. The cache folder
 is written under a temporary name and renamed when complete: an interrupted run leaves nothing that looks cached.
 
-`zabref chain --config ci` then replays the generated traces and the committed ones in traces/ (each of its
-folders with a manifest.json), writes the report, and prints where it is.
+`zabref chain --config ci` then builds the auditor's site (`zabref docs`, beside the report: out/site), replays the
+generated traces and the committed ones in traces/ (each of its folders with a manifest.json), writes the report
+(which links to the site), and prints where both are.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import time
 from pathlib import Path
 
 import click
+
+from conformance.labels import config_module_base
 
 __all__ = ["spec_hash", "ensure_traces", "committed_trace_dirs", "chain"]
 
@@ -96,6 +99,12 @@ def chain(config: str, jobs: int | None, report_dir: Path, regenerate: bool, com
     start = time.monotonic()
     generated = ensure_traces(config, regenerate=regenerate)  # model-checks the spec when it changed
     paths = [str(generated)] + ([str(p) for p in committed_trace_dirs()] if committed else [])
-    _hop(["conform", *paths, "--report", str(report_dir), *(["--jobs", str(jobs)] if jobs else [])])
+    site = report_dir.with_name("site")
+    link: list[str] = []
+    if config_module_base(REPO / "spec", config) == "Zab":  # the site is Zab.tla beside zabref/ (docs/auditing.md)
+        _hop(["docs", "--out", str(site), "--config", config, "--traces", str(generated)])
+        link = ["--site", str(site / "index.html")]
+    _hop(["conform", *paths, "--report", str(report_dir), *link, *(["--jobs", str(jobs)] if jobs else [])])
     click.echo(f"chain: config={config} traces={generated} report={report_dir.resolve() / 'index.html'} "
-               f"wall={time.monotonic() - start:.1f}s result=ok")
+               + (f"site={site.resolve() / 'index.html'} " if link else "")
+               + f"wall={time.monotonic() - start:.1f}s result=ok")

@@ -184,8 +184,10 @@ def summary_line(results: list[dict[str, Any]], wall: float) -> str:
               help="With --minimize: candidate traces replayed at most, per failure.")
 @click.option("--settle-timeout", type=click.FloatRange(min=0.1), default=SETTLE_TIMEOUT, show_default=True,
               help="Seconds a step may take to settle before it counts as a failure.")
+@click.option("--site", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The auditor's site (index.html of `zabref docs`) for the report to link to.")
 def conform(paths: tuple[Path, ...], jobs: int | None, master: str | None, report_dir: Path, bug: str | None,
-            minimize: bool, graph: str | None, attempts: int, settle_timeout: float) -> None:
+            minimize: bool, graph: str | None, attempts: int, settle_timeout: float, site: Path | None) -> None:
     """Replay conformance traces (files, or folders of them) against real zabref servers."""
     from conformance.report import write_report
 
@@ -207,7 +209,7 @@ def conform(paths: tuple[Path, ...], jobs: int | None, master: str | None, repor
                         minimized.append(m)
         wall = time.monotonic() - started
         line = summary_line(results, wall)
-        write_report(report_dir, results, manifests, line, bug=bug, minimized=minimized)
+        write_report(report_dir, results, manifests, line, bug=bug, minimized=minimized, site=site)
     except ConformanceError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(3) from None

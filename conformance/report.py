@@ -120,6 +120,9 @@ def _html(doc: dict[str, Any]) -> str:
     parts = [f"<h1>zabref conformance report</h1><p><code>{_esc(doc['summary'])}</code></p>"]
     if doc.get("bug"):
         parts.append(f"<p>Servers ran with the seeded bug <code>{_esc(doc['bug'])}</code>.</p>")
+    if doc.get("site"):
+        parts.append(f'<p>The spec beside the code, action by action, with the evidence they agree: '
+                     f'<a href="{_esc(doc["site"])}">the auditor\'s site</a> (docs/auditing.md).</p>')
     parts.append("<h2>Failures</h2>" if failed else "<h2 class=ok>Every trace passed</h2>")
     for n, r in enumerate(failed):
         if r.get("failure"):
@@ -149,13 +152,16 @@ def _html(doc: dict[str, Any]) -> str:
 
 
 def write_report(target: Path, results: list[dict[str, Any]], manifests: list[dict[str, Any]], summary: str, *,
-                 bug: str | None = None, minimized: list[dict[str, Any]] | None = None) -> Path:
-    """Write DIR/index.html and DIR/report.json atomically; returns DIR."""
+                 bug: str | None = None, minimized: list[dict[str, Any]] | None = None,
+                 site: Path | None = None) -> Path:
+    """Write DIR/index.html and DIR/report.json atomically; returns DIR. ``site``: the auditor's site's index.html,
+    linked from the page (relative to DIR, so the two folders can move together)."""
     target = Path(target)
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / REPORT_JSON).is_file())):
         raise ReportError(f"{target} exists and is not a report folder (no {REPORT_JSON}); refusing to replace it")
     doc = {"format": "zabref-conform-report", "version": 1, "summary": summary, "bug": bug,
-           "coverage": coverage(results, manifests), "results": results, "minimized": minimized or []}
+           "coverage": coverage(results, manifests), "results": results, "minimized": minimized or [],
+           "site": os.path.relpath(Path(site).resolve(), target.resolve()) if site else None}
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
