@@ -22,7 +22,7 @@ from typing import Any
 from zabref import wire
 from zabref.errors import ZabError
 
-__all__ = ["ZabClient", "ClientError", "addresses_from_config"]
+__all__ = ["ZabClient", "ClientError", "addresses_from_config", "recv_exactly"]
 
 MAX_RESPONSE = 64 * 1024 * 1024
 
@@ -132,10 +132,15 @@ class ZabClient:
 
     @staticmethod
     def _recv(sock: socket.socket, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("server closed the connection")
-            buf += chunk
-        return bytes(buf)
+        return recv_exactly(sock, n)
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``sock``; ConnectionError if the server closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        buf += chunk
+    return bytes(buf)

@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from zabref import wire
+from zabref.client import recv_exactly
 from zabref.faults.check import Outcome, Sample, Write
 
 __all__ = ["Writer", "Sampler", "request_once", "BACKOFF"]
@@ -42,24 +43,16 @@ class _NotSent(OSError):
     """The connection could not be opened: the request was never sent."""
 
 
-def _recv(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("server closed the connection")
-        buf += chunk
-    return bytes(buf)
 
 
 def request_once(sock: socket.socket, request: dict[str, Any]) -> dict[str, Any]:
     """One request frame, one answer frame on ``sock``; OSError if the answer does not come back whole."""
     sock.sendall(wire.frame(json.dumps(request).encode()))
-    length = int.from_bytes(_recv(sock, 4), "big", signed=True)
+    length = int.from_bytes(recv_exactly(sock, 4), "big", signed=True)
     if not 0 <= length <= MAX_RESPONSE:
         raise OSError(f"answer length {length} outside 0..{MAX_RESPONSE}")
     try:
-        return json.loads(_recv(sock, length))
+        return json.loads(recv_exactly(sock, length))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise OSError(f"answer is not JSON: {e}") from None
 
