@@ -184,5 +184,6 @@ def differences(expected: Mapping[str, Value], actual: Mapping[str, Value],
     return {
         name: (expected.get(name), actual.get(name))
         for name in (MAPPED if names is None else names)
-        if name not in expected or name not in actual or canonical_json(expected.get(name)) != canonical_json(actual.get(name))
+        if name not in expected or name not in actual
+        or canonical_json(expected[name]) != canonical_json(actual[name])
     }
