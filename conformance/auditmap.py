@@ -47,6 +47,7 @@ CORE_CLASS = "ZabCore"
 
 _DEF = re.compile(r"^([A-Za-z]\w*)\s*(?:\(([^)]*)\))?\s*==")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+_TRIVIAL = re.compile(r'^(?:"[^"]*"|<<[\w\s,]*>>)$')  # a name for a string, or for a tuple of variables
 
 
 def snake(name: str) -> str:
@@ -88,6 +89,8 @@ class ActionEntry:
     handler: Code | None
     handler_note: str  # why the handler is not a method of the same name ("" when it is)
     primes: tuple[str, ...]  # spec variables the action may change, in VARIABLES order
+    spec_uses: tuple[str, ...] = ()  # the spec operators its definition calls (not actions)
+    helpers: tuple[Code, ...] = ()  # the functions its handler calls: self.<method>() and the module's functions
 
     @property
     def name(self) -> str:
@@ -286,6 +289,26 @@ def _dedent_parse(code: Code) -> list[str]:
             and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
 
 
+def _helpers(handler: Code, methods: dict[str, Code], source: _Source, skip: set[str]) -> tuple[Code, ...]:
+    """What the handler calls, one level deep: methods of the core (not other handlers) and functions of its module."""
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(handler.source))
+    module = {n.name: source.code(handler.path, n, "") for n in source.trees[handler.path][0].body
+              if isinstance(n, ast.FunctionDef)}
+    out: dict[str, Code] = {}
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        f = n.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self" \
+                and f.attr in methods and f.attr not in skip:
+            out.setdefault(f.attr, methods[f.attr])
+        elif isinstance(f, ast.Name) and f.id in module:
+            out.setdefault(f.id, module[f.id])
+    return tuple(out.values())
+
+
 def _field_line(source: _Source, field_name: str) -> tuple[str | None, str]:
     """Where CoreState.__init__ assigns self.<field>, and the comment on that line."""
     if "CoreState" not in source.classes:
@@ -345,8 +368,14 @@ def compute_map(root: Path, spec: str = "spec/Zab.tla", code_dir: str = "zabref"
             problems.append(f"spec action {sig.name} has no handler: no method {method} of {CORE_CLASS} in "
                             f"{code_dir}/")
         primes = primed(sig.name, defs, var_names)
+        body = defs[sig.name].text.split("==", 1)[1]
+        uses = tuple(dict.fromkeys(i for i in _IDENT.findall(body)
+                                   if i in defs and i not in action_names and i != sig.name
+                                   and not _TRIVIAL.match(defs[i].text.split("==", 1)[1].strip())))
+        helpers = _helpers(handler, methods, zab, {snake(a) for a in action_names} | {handler.name}) \
+            if handler else ()
         actions.append(ActionEntry(sig, groups.get(sig.name, ""), defs[sig.name], handler, note,
-                                   tuple(v for v in var_names if v in primes)))
+                                   tuple(v for v in var_names if v in primes), uses, helpers))
 
     # The reverse: every method that claims to be a spec action's handler is one.
     expected = {snake(a) for a in action_names} | {m for m, _ in NOT_A_METHOD.values()}

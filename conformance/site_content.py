@@ -56,7 +56,8 @@ def index(data, graph) -> str:
             rows.append(f'<tr><th colspan="6">{esc(group)}</th></tr>')
         h = a.handler
         handler = p.a(src_target(h.path, h.line), f"{h.name} ({h.path}:{h.line})") if h else "<b>missing</b>"
-        seeds = "<br>".join(esc(f"{s['seed']}: {s['where']}") for s in data.seed_steps.get(a.name, []))
+        seeds = "<br>".join(esc(w) for w in dict.fromkeys(f"{s['seed']}: {s['where']}"
+                                                           for s in data.seed_steps.get(a.name, [])))
         rows.append(f"<tr><td>{p.a(_action(a.name), _signature(a))}</td><td><code>{handler}</code></td>"
                     f"<td>{seeds}</td><td>{', '.join(p.a(_var(v), v) for v in a.primes)}</td>"
                     f"<td>{_trace_cell(p, data, a.name, 'generated')}</td>"
@@ -158,6 +159,7 @@ def action_page(data, k: int) -> str:
 <h2>Spec and implementation</h2>
 <div class="side"><div><h3>{p.a(src_target('spec/Zab.tla', d.line), f'spec/Zab.tla:{d.line}')}</h3>
 {code_block(spec_text, d.comment_line)}</div><div>{right}</div></div>
+{_uses_block(p, data, a)}
 <h2>Variables it may change, and how the mapping relates them</h2>
 <table><tr><th>spec variable</th><th>implementation field</th><th>conformance mapping</th><th>persistence</th></tr>
 {var_rows}</table>
@@ -166,6 +168,19 @@ def action_page(data, k: int) -> str:
 <p>Committed regression traces: {trace_list('committed')}.</p>
 """
     return layout(p, _signature(a), body)
+
+
+def _uses_block(p: Page, data, a: ActionEntry) -> str:
+    """The spec operators the action calls, beside the helpers its handler calls (folded)."""
+    defs = data.amap.definitions
+    left = "".join(f"<p>{p.a(src_target('spec/Zab.tla', defs[u].line), f'{u} (Zab.tla:{defs[u].line})')}</p>"
+                   + code_block(defs[u].text, defs[u].line) for u in a.spec_uses) or "<p>none</p>"
+    right = "".join(f"<p>{p.a(src_target(h.path, h.line), f'{h.name} ({h.path}:{h.line})')}</p>"
+                    + code_block(h.source, h.line) for h in a.helpers) or "<p>none</p>"
+    names = ", ".join(a.spec_uses) or "none"
+    helpers = ", ".join(h.name for h in a.helpers) or "none"
+    return (f"<details><summary>The operators the spec calls ({esc(names)}) and the helpers the handler calls "
+            f'({esc(helpers)})</summary><div class="side"><div>{left}</div><div>{right}</div></div></details>')
 
 
 def variables_page(data) -> str:
@@ -261,7 +276,8 @@ def graph_page(data, graph) -> str:
         f"<td>{graph['counts'].get(a, 0):,}</td></tr>" for a, c in graph["colours"].items())
     body = f"""<p>The whole state graph TLC explores for <code>spec/MC_{esc(cfg)}</code>: {graph['states']:,} states
 ({graph['initial']} initial), {graph['edges']:,} edges, from the dump <code>{esc(graph['dot'])}</code>. Each edge is
-coloured by its action: one hue per group of Next (election, discovery, synchronization, broadcast, failures).</p>
+coloured by its action: one hue per group of Next (election, discovery, synchronization, broadcast, failures). An
+action with 0 edges is never enabled in this model (spec/README.md says which, and why).</p>
 <table><tr><th></th><th>action</th><th>edges</th></tr>{legend}</table>
 <h2>Every state</h2><p>All states as dots (the initial state in red), laid out by graphviz <code>sfdp</code>;
 {p.a('graph/overview.svg', 'open the SVG')}. It shows where each phase's actions sit, not single states.</p>

@@ -148,3 +148,16 @@ def test_persistence_disagreement_is_reported(tmp_path):
     spec.write_text(text)
     problems = compute_map(root).problems
     assert problems == ["spec variable currentEpoch is volatile in the spec but on disk in the implementation"]
+
+
+def test_an_action_lists_the_spec_operators_and_code_helpers_it_calls(live):
+    newleader = live.action("FollowerProcessNEWLEADER")
+    assert {"SyncingFrom", "HasPacket", "Send", "Discard", "Packet"} <= set(newleader.spec_uses)
+    assert not {"leaderVars", "checkVars", "BROADCAST"} & set(newleader.spec_uses)  # names for tuples, strings
+    helpers = {h.name: h for h in newleader.helpers}
+    assert {"_require", "_history_ops"} <= set(helpers)
+    assert helpers["_history_ops"].path == "zabref/core_follower.py"
+    assert "def _history_ops(" in helpers["_history_ops"].source
+    # Another action's handler is never shown as a helper (the dispatcher routes, it does not help).
+    names = {a.handler.name for a in live.actions if a.handler}
+    assert all(not ({h.name for h in a.helpers} & names) for a in live.actions)

@@ -141,6 +141,14 @@ def test_an_action_page_shows_the_spec_the_seed_and_the_handler(site):
     assert "process restart" in crash and "def __init__(" in crash
 
 
+def test_an_action_page_folds_the_operators_and_helpers_it_uses(site):
+    out, _ = site
+    page = (out / "actions" / "FollowerProcessNEWLEADER.html").read_text()
+    details = page.split("<details>", 1)[1].split("</details>", 1)[0]
+    assert "SyncingFrom(i, j) ==" in details and "def _history_ops(" in details
+    assert 'href="../src/zabref/core_follower.py.html#L' in details
+
+
 def test_trace_counts_and_links(site):
     out, data = site
     assert [t.path.name for t in data.traces_taking("ElectLeader", "generated")] == ["00000-a.jsonl.gz",
