@@ -6,7 +6,7 @@ Each scenario of `conformance.scenarios` is a monitor over steps. `search` walks
 graph (the Parquet that `zabref traces` wrote: ``nodes`` id/state_json/initial, ``edges`` src/dst/label/action/
 params_json) and the monitor's memory breadth-first from every initial state, so the first accepting pair it meets
 ends a shortest path of the graph that the monitor accepts. States are decoded from JSON once each, on first use.
-The graph comes to the driver whole (``toLocalIterator``): the ``ci`` graph is 115,467 states, well within one
+The graph is read whole into this process with pyarrow: the ``ci`` graph is 115,467 states, well within one
 process; a graph too large for that wants a cluster-side search, which this module does not attempt.
 
 `write` turns the witnesses into trace files (criterion ``scenario``, covering the labels of the path) and a
@@ -71,13 +71,14 @@ class Graph:
 
 
 def load_graph(parquet: Path) -> Graph:
-    from conformance.spark import session
+    """The graph of a local Parquet folder, read with pyarrow straight into this process (collecting 100 MB of state
+    JSON through Spark's block manager lost task results under memory pressure in a long test session)."""
+    import pyarrow.parquet as pq
 
-    spark = session()
-    nodes = spark.read.parquet(f"{parquet}/nodes").select("id", "state_json", "initial")
-    edges = spark.read.parquet(f"{parquet}/edges").select("src", "dst", "label", "action", "params_json")
-    return Graph.from_rows(((r[0], r[1], r[2]) for r in nodes.toLocalIterator()),
-                           ((r[0], r[1], r[2], r[3], r[4]) for r in edges.toLocalIterator()))
+    nodes = pq.read_table(Path(parquet) / "nodes", columns=["id", "state_json", "initial"]).to_pydict()
+    edges = pq.read_table(Path(parquet) / "edges", columns=["src", "dst", "label", "action", "params_json"]).to_pydict()
+    return Graph.from_rows(zip(nodes["id"], nodes["state_json"], nodes["initial"]),
+                           zip(edges["src"], edges["dst"], edges["label"], edges["action"], edges["params_json"]))
 
 
 def search(graph: Graph, scenario: Scenario) -> list[tuple[int, str | None, str, str]] | None:
