@@ -10,12 +10,12 @@
 (* seed 000; spec/README.md maps every action to its seed step and lists   *)
 (* each deliberate departure.                                              *)
 (*                                                                         *)
-(* Leader election is ONE atomic step here (ElectLeader): a quorum of      *)
-(* LOOKING servers elects the one with the greatest vote (currentEpoch,    *)
-(* lastZxid, sid), which is what FastLeaderElection decides when it        *)
-(* terminates.  FastLeaderElection itself, notification by notification,  *)
-(* is the module FastLeaderElection.tla.  This "multi-grained" split keeps *)
-(* discovery, synchronization and broadcast small enough to explore.       *)
+(* Leader election is abstract here: each server's decision (lead, or     *)
+(* follow some server) is one step, BecomeLeader / BecomeFollower; which   *)
+(* decisions are plausible and which count as faults is stated below.     *)
+(* FastLeaderElection itself, notification by notification, is the module *)
+(* FastLeaderElection.tla.  This "multi-grained" split keeps discovery,    *)
+(* synchronization and broadcast small enough to explore.                  *)
 (*                                                                         *)
 (* Channels are TCP connections: msgs[i][j] is the FIFO sequence of        *)
 (* packets sent by i to j and not yet processed by j.  Closing a           *)
@@ -28,7 +28,7 @@ CONSTANTS
     N,          \* the number of servers; the servers are the sids 1..N
     MaxEpoch,   \* bound: no election starts once an acceptedEpoch reached MaxEpoch
     MaxTxns,    \* bound: ClientRequest is enabled while fewer than MaxTxns were broadcast
-    MaxFaults   \* bound: at most MaxFaults crashes and follower timeouts in a behaviour
+    MaxFaults   \* bound: at most MaxFaults faults (crashes, timeouts of live connections, stale elections)
 
 ASSUME N \in Nat \ {0} /\ MaxEpoch \in Nat \ {0} /\ MaxTxns \in Nat /\ MaxFaults \in Nat
 
@@ -116,7 +116,7 @@ VARIABLES
     proposed,         \* every transaction ever broadcast (the paper's "broadcast" events)
     committed,        \* the transactions delivered by any server, in first-delivery order
     \* ---- bound only ----
-    faults            \* crashes and follower timeouts so far (bounded by MaxFaults)
+    faults            \* faults so far (bounded by MaxFaults)
 
 persistentVars == <<history, acceptedEpoch, currentEpoch>>
 serverVars == <<state, zabState, leader, lastCommitted>>
@@ -226,42 +226,62 @@ Init ==
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
-(* Election (atomic).  A quorum Q of LOOKING servers elects i, whose vote  *)
-(* is the greatest in Q.  i starts phase 1 as leader proposing an epoch    *)
-(* above its acceptedEpoch; the others connect to i and send FOLLOWERINFO  *)
-(* (seed 000, phase 1, steps 1-2).                                         *)
+(* Election: each server's own decision.  FastLeaderElection ends at ONE  *)
+(* server at a time -- it decides LEADING, or FOLLOWING some server --    *)
+(* and servers of one round need not agree (spec/FLE.md: RoundAgreement   *)
+(* and LeaderGreatestInQuorum are false).  So the election is two actions *)
+(* per server, as the implementation takes them (zabref/node.py turns a    *)
+(* FastLeaderElection Decision into the core's become_leader or            *)
+(* become_follower), and Zab's discovery phase keeps safety whatever was   *)
+(* decided (seed 000: "a best-effort leader election").                   *)
+(*                                                                         *)
+(* A decision FLE takes with every ballot current and every notification  *)
+(* delivered is "plausible": a leader whose vote is the greatest of a      *)
+(* quorum of LOOKING servers (or of servers still following it), a         *)
+(* follower of a server that leads or whose vote beats its own.  Any other *)
+(* decision needs stale ballots (crashes, lost notifications, a finalize   *)
+(* wait shorter than the network's delay) and counts against MaxFaults,   *)
+(* like every other fault: the spec allows it, the models bound how often. *)
 (***************************************************************************)
-ElectLeader(i, Q) ==
-    /\ i \in Q
-    /\ \A s \in Q : state[s] = LOOKING
+PlausibleLeader(i) ==
+    \E Q \in Quorums : i \in Q /\ \A s \in Q \ {i} :
+        \/ state[s] = LOOKING /\ VoteLT(Vote(s), Vote(i))
+        \/ state[s] = FOLLOWING /\ leader[s] = i
+PlausibleFollower(i, j) == state[j] = LEADING \/ (state[j] = LOOKING /\ VoteLT(Vote(i), Vote(j)))
+
+\* A decision that is not plausible is a fault (bounded by MaxFaults).
+ElectionFault(plausible) == IF plausible THEN UNCHANGED faults ELSE faults < MaxFaults /\ faults' = faults + 1
+
+\* LOOKING server i decides to lead (seed 000, phase 1, step 1): it proposes an epoch above its acceptedEpoch and
+\* waits for FOLLOWERINFO.
+BecomeLeader(i) ==
+    /\ state[i] = LOOKING
     /\ \A s \in Server : acceptedEpoch[s] < MaxEpoch
-    /\ \A s \in Q \ {i} : VoteLT(Vote(s), Vote(i))
-    /\ state' = [s \in Server |-> IF s = i THEN LEADING ELSE IF s \in Q THEN FOLLOWING ELSE state[s]]
-    /\ zabState' = [s \in Server |-> IF s \in Q THEN DISCOVERY ELSE zabState[s]]
-    /\ leader' = [s \in Server |-> IF s \in Q THEN i ELSE leader[s]]
+    /\ ElectionFault(PlausibleLeader(i))
+    /\ state' = [state EXCEPT ![i] = LEADING]
+    /\ zabState' = [zabState EXCEPT ![i] = DISCOVERY]
+    /\ leader' = [leader EXCEPT ![i] = i]
     /\ newEpoch' = [newEpoch EXCEPT ![i] = acceptedEpoch[i] + 1]
-    /\ msgs' = [a \in Server |-> [b \in Server |->
-                   IF a \in Q \ {i} /\ b = i THEN Append(msgs[a][b], FollowerInfo(a)) ELSE msgs[a][b]]]
     /\ UNCHANGED <<persistentVars, lastCommitted, stagedHistory, learnerPhase, learnerLastZxid,
-                   ackIndex, checkVars, faults>>
+                   ackIndex, msgs, checkVars>>
 
 (***************************************************************************)
-(* A LOOKING server i learns from election notifications that a quorum    *)
-(* already follows leader j (FastLeaderElection's out-of-election votes    *)
-(* with checkLeader), and joins it: a follower joining an established      *)
-(* leader (seed 001's open question; seed 000: "the follower follows the   *)
-(* phases").                                                               *)
+(* LOOKING server i decides to follow j (seed 000, phase 1, step 2): it    *)
+(* connects to j and sends FOLLOWERINFO(acceptedEpoch) at once, whatever  *)
+(* j is doing.  If j is not leading yet, the packet waits in the channel   *)
+(* (j takes FOLLOWERINFO only when LEADING); if j never leads, i gives up  *)
+(* (FollowerTimeout).  When j already leads an established epoch this is   *)
+(* a follower joining it (seed 000: "the follower follows the phases").    *)
 (***************************************************************************)
-JoinLeader(i, j) ==
+BecomeFollower(i, j) ==
     /\ i /= j
     /\ state[i] = LOOKING
-    /\ state[j] = LEADING
-    /\ IsQuorum({j} \cup {s \in Server : state[s] = FOLLOWING /\ leader[s] = j})
+    /\ ElectionFault(PlausibleFollower(i, j))
     /\ state' = [state EXCEPT ![i] = FOLLOWING]
     /\ zabState' = [zabState EXCEPT ![i] = DISCOVERY]
     /\ leader' = [leader EXCEPT ![i] = j]
     /\ msgs' = Send(msgs, i, j, FollowerInfo(i))
-    /\ UNCHANGED <<persistentVars, lastCommitted, stagedHistory, leaderVars, checkVars, faults>>
+    /\ UNCHANGED <<persistentVars, lastCommitted, stagedHistory, leaderVars, checkVars>>
 
 -----------------------------------------------------------------------------
 (* Phase 1: establish an epoch (seed 000). *)
@@ -550,12 +570,20 @@ FollowerTimeout(i) ==
     /\ GoLooking(i)
     /\ UNCHANGED <<persistentVars, lastCommitted, checkVars>>
 
-\* A leader without a quorum of connected learners gives up leadership (phase 3's quorum timeout).
+(***************************************************************************)
+(* A leader stops hearing from a quorum (phase 3: "the leader will remain  *)
+(* active as long as there is a quorum of followers") and goes back to     *)
+(* election.  Without a quorum of connected learners the timeout is bound  *)
+(* to come; with one, the learners must have gone silent (a partition, a   *)
+(* pause) and it counts against MaxFaults, as FollowerTimeout does.        *)
+(***************************************************************************)
 LeaderTimeout(i) ==
     /\ state[i] = LEADING
-    /\ ~IsQuorum({i} \cup {f \in Server : learnerPhase[i][f] /= "NONE"})
+    /\ IF IsQuorum({i} \cup {f \in Server : learnerPhase[i][f] /= "NONE"})
+       THEN faults < MaxFaults /\ faults' = faults + 1
+       ELSE UNCHANGED faults
     /\ GoLooking(i)
-    /\ UNCHANGED <<persistentVars, lastCommitted, checkVars, faults>>
+    /\ UNCHANGED <<persistentVars, lastCommitted, checkVars>>
 
 (***************************************************************************)
 (* Server i crashes and restarts: it keeps history, acceptedEpoch and      *)
@@ -580,9 +608,9 @@ Crash(i) ==
 (* list to label every edge of a dumped graph with its parameters.         *)
 (***************************************************************************)
 Next ==
-    \* Election (atomic here; fine-grained in FastLeaderElection.tla)
-    \/ \E i \in Server, Q \in Quorums : ElectLeader(i, Q)
-    \/ \E i, j \in Server : JoinLeader(i, j)
+    \* Election: each server's decision (fine-grained in FastLeaderElection.tla)
+    \/ \E i \in Server : BecomeLeader(i)
+    \/ \E i, j \in Server : BecomeFollower(i, j)
     \* Phase 1: discovery
     \/ \E i, j \in Server : LeaderProcessFOLLOWERINFO(i, j)
     \/ \E i, j \in Server : FollowerProcessLEADERINFO(i, j)
