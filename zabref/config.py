@@ -17,10 +17,9 @@ One file describes the whole cluster, and every server reads the same file (``za
     client_port = 21003
     control_port = 21004
     data_dir = "data/1"  # relative paths are taken from the config file's folder
-    role = "participant"  # optional: "participant" (default) or "observer" (never votes, never leads)
 
 `load_config` checks everything before anything starts -- keys present and known, types, id uniqueness, ports in
-range and all distinct, loopback hosts, limits positive, roles known, at least one participant -- and raises
+range and all distinct, loopback hosts, limits positive -- and raises
 `ConfigError` naming the file and the key (``cluster.toml: [[server]] #2 (id 3): quorum_port: ...``).
 `render_config` writes the same format back (used by ``zabref cluster``); `write_config` writes it atomically (temp
 file, fsync, rename).
@@ -41,8 +40,6 @@ from zabref.errors import ConfigError
 __all__ = ["ClusterConfig", "ServerConfig", "Config", "load_config", "parse_config", "render_config", "write_config"]
 
 PORT_KEYS = ("quorum_port", "election_port", "client_port", "control_port")
-#: ``[[server]] role``: participants vote, lead and count in quorums; observers only learn (not in the spec).
-ROLES = ("participant", "observer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +62,6 @@ class ServerConfig:
     client_port: int
     control_port: int
     data_dir: Path
-    role: str = "participant"
-
-    @property
-    def observer(self) -> bool:
-        return self.role == "observer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,17 +74,8 @@ class Config:
 
     @property
     def sids(self) -> tuple[int, ...]:
-        """Every server's id, participants and observers."""
+        """Every server's id: the spec's Server (each votes; quorums are majorities)."""
         return tuple(s.id for s in self.servers)
-
-    @property
-    def participants(self) -> tuple[int, ...]:
-        """The voters: the spec's Server (quorums are majorities of these)."""
-        return tuple(s.id for s in self.servers if not s.observer)
-
-    @property
-    def observers(self) -> tuple[int, ...]:
-        return tuple(s.id for s in self.servers if s.observer)
 
     def server(self, sid: int) -> ServerConfig:
         for s in self.servers:
@@ -131,7 +114,10 @@ def _server(path: str, base: Path, k: int, raw: Any) -> ServerConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table")
     fields = ("id", "host", *PORT_KEYS, "data_dir")
-    _known(where, raw, (*fields, "role"))
+    if "role" in raw:
+        raise ConfigError(f"{where}: role: zabref has no observers (spec/Zab.tla does not model them; "
+                          "spec/README.md says why); every server votes")
+    _known(where, raw, fields)
     if "id" not in raw:
         raise ConfigError(f"{where}: missing key 'id'")
     sid = _int(where, "id", raw["id"], 1, (1 << 31) - 1)  # 0 is the spec's NoServer
@@ -154,10 +140,7 @@ def _server(path: str, base: Path, k: int, raw: Any) -> ServerConfig:
     if not isinstance(data_dir, str) or not data_dir:
         raise ConfigError(f"{where}: data_dir: expected a non-empty string")
     resolved = Path(data_dir) if os.path.isabs(data_dir) else base / data_dir
-    role = raw.get("role", "participant")
-    if role not in ROLES:
-        raise ConfigError(f"{where}: role: {role!r} is not one of {', '.join(map(repr, ROLES))}")
-    return ServerConfig(sid, host, data_dir=resolved, role=role, **ports)
+    return ServerConfig(sid, host, data_dir=resolved, **ports)
 
 
 def parse_config(text: str, path: str = "<config>", base: Path | None = None) -> Config:
@@ -189,8 +172,6 @@ def parse_config(text: str, path: str = "<config>", base: Path | None = None) ->
         if s.data_dir in seen_dirs:
             raise ConfigError(f"{where}: data_dir: {s.data_dir} is also the data_dir of server {seen_dirs[s.data_dir]}")
         seen_dirs[s.data_dir] = s.id
-    if all(s.observer for s in servers):
-        raise ConfigError(f"{path}: server: every [[server]] is an observer; at least one must be a participant")
     return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)))
 
 
@@ -214,8 +195,6 @@ def render_config(cluster: ClusterConfig, servers: list[ServerConfig] | tuple[Se
         lines += ["", "[[server]]", f"id = {s.id}", f'host = "{s.host}"']
         lines += [f"{k} = {getattr(s, k)}" for k in PORT_KEYS]
         lines.append(f"data_dir = {_toml_string(str(s.data_dir))}")
-        if s.role != "participant":
-            lines.append(f'role = "{s.role}"')
     return "\n".join(lines) + "\n"
 
 

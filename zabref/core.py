@@ -11,8 +11,8 @@ input --
   the current state raises `RemoteProtocolError` naming the peer, with nothing changed, and the runtime closes that
   connection (then reports it with ``connection_closed``);
 * ``client_request(value)`` -- ClientRequest;
-* ``elect_leader(leader, quorum)`` / ``join_leader(leader)`` -- the outcome of leader election (ElectLeader,
-  JoinLeader), from FastLeaderElection or from the conformance driver;
+* ``become_leader()`` / ``become_follower(leader)`` -- this server's election decision (BecomeLeader,
+  BecomeFollower), which `zabref.node` takes from FastLeaderElection;
 * ``follower_timeout()`` / ``leader_timeout()`` -- FollowerTimeout, LeaderTimeout; the runtime decides when;
 * ``connection_closed(peer)`` -- the TCP connection to peer closed: a leader forgets that learner, as the spec's
   GoLooking(peer) does at every other server. A follower whose leader connection closed changes nothing here: the
@@ -24,20 +24,15 @@ Persistent.from_storage(storage))``, which keeps exactly history, acceptedEpoch 
 
 The handlers live in `zabref.core_leader` (LeaderProcess*, ClientRequest, LeaderTimeout) and `zabref.core_follower`
 (FollowerProcess*, FollowerTimeout); docs/core.md has the table from spec action to method.
-
-Observers are an implementation feature the spec does not model. Their packets -- everything an OBSERVING server
-takes, and what a leader takes from an observer (OBSERVERINFO, ACK) -- are routed by a second table,
-`OBSERVER_HANDLERS`, so `HANDLERS` stays exactly the spec's actions; `IMPLEMENTATION_ONLY` lists every method that
-has no spec counterpart (`zabref.core_observer`, and the leader's ``leader_take_observer*``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from zabref import wire
+from zabref.core_follower import FollowerActions
 from zabref.core_leader import LeaderActions, sync_packets
-from zabref.core_observer import ObserverActions
 from zabref.core_state import SPEC_VARIABLES
 from zabref.core_types import (
     EMPTY,
@@ -45,7 +40,6 @@ from zabref.core_types import (
     NO_SERVER,
     AppendTxns,
     LearnerPhase,
-    ObserverPhase,
     Output,
     Persistent,
     PersistOp,
@@ -67,7 +61,6 @@ __all__ = [
     "Txn",
     "ZabState",
     "LearnerPhase",
-    "ObserverPhase",
     "FORWARDING_PHASES",
     "NO_SERVER",
     "PersistOp",
@@ -80,14 +73,12 @@ __all__ = [
     "sync_packets",
     "SPEC_VARIABLES",
     "HANDLERS",
-    "OBSERVER_HANDLERS",
-    "IMPLEMENTATION_ONLY",
 ]
 
 Handler = Callable[["ZabCore", int, QuorumPacket], Output]
 
 
-class ZabCore(LeaderActions, ObserverActions):
+class ZabCore(LeaderActions, FollowerActions):
     """One Zab server's protocol state machine. See the module docstring; the fields are `CoreState`'s."""
 
     # ---------------------------------------------------------------------------------------------- packets
@@ -95,23 +86,15 @@ class ZabCore(LeaderActions, ObserverActions):
     def receive(self, peer: int, packet: QuorumPacket) -> Output:
         """A packet from ``peer``, taken from the head of that connection in order (seed 000: "servers must process
         packets in the order that they are received")."""
-        if peer == self.sid or (peer not in self.servers and peer not in self.observers):
-            raise RemoteProtocolError(peer, f"server {self.sid}: {peer} is not another server of "
-                                            f"{sorted({*self.servers, *self.observers})}")
+        if peer == self.sid or peer not in self.servers:
+            raise RemoteProtocolError(peer, f"server {self.sid}: {peer} is not another server of {list(self.servers)}")
         if packet.zxid < 0:
             self._reject(peer, packet, "a zxid is never negative")
-        whom = ""
-        if peer in self.observers:  # implementation only: only a leader talks with an observer
-            handlers = OBSERVER_HANDLERS[ServerState.LEADING] if self.state == ServerState.LEADING else {}
-            whom = " from an observer"
-        elif self.state == ServerState.OBSERVING:
-            handlers = OBSERVER_HANDLERS[ServerState.OBSERVING]
-        else:
-            handlers = HANDLERS.get(self.state, {})
+        handlers = HANDLERS.get(self.state, {})
         handler = handlers.get(packet.type)
         if handler is None:
             takes = ", ".join(t.name for t in handlers) or "no packet"
-            self._reject(peer, packet, f"a {self.state.name} server takes {takes}{whom}")
+            self._reject(peer, packet, f"a {self.state.name} server takes {takes}")
         return handler(self, peer, packet)
 
     def _follower_proposal(self, j: int, packet: QuorumPacket) -> Output:
@@ -129,42 +112,34 @@ class ZabCore(LeaderActions, ObserverActions):
 
     # ---------------------------------------------------------------------------------------------- election
 
-    def elect_leader(self, leader: int, quorum: Iterable[int]) -> Output:
-        """ElectLeader(i, Q), this server's share -- seed 000, phase 1, steps 1-2.
+    def become_leader(self) -> Output:
+        """BecomeLeader(i) -- seed 000, phase 1, step 1: this server's election decided that it leads.
 
-        ``quorum`` elected ``leader`` (the greatest vote (currentEpoch, lastZxid, sid) in it; the election decides
-        that, not the core). The leader starts phase 1 proposing an epoch above its acceptedEpoch; every other
-        member connects to it and sends FOLLOWERINFO(acceptedEpoch << 32, LearnerInfo).
+        It starts phase 1 proposing an epoch above its acceptedEpoch and waits for FOLLOWERINFO. Whether the
+        decision was wise is the election's business (spec/Zab.tla: any decision is allowed; Zab's discovery phase
+        keeps safety).
         """
-        q = set(quorum)
         if self.state != ServerState.LOOKING:
-            self._misuse("ElectLeader", "only a LOOKING server takes an election outcome")
-        if self.is_observer:
-            self._misuse("ElectLeader", "an observer never votes and never leads; it joins a leader (join_leader)")
-        if not q <= set(self.servers) or not self.is_quorum(q) or self.sid not in q or leader not in q:
-            self._misuse("ElectLeader", f"{sorted(q)} must be a quorum holding this server and leader {leader}")
-        if leader == self.sid:
-            if self.accepted_epoch >= MAX_EPOCH:
-                self._misuse("ElectLeader", "acceptedEpoch leaves no epoch above it")
-            self.state = ServerState.LEADING
-            self.zab_state = ZabState.DISCOVERY
-            self.leader = self.sid
-            self.new_epoch = self.accepted_epoch + 1
-            return Output(role=ServerState.LEADING)
-        return self._follow(leader)
+            self._misuse("BecomeLeader", "only a LOOKING server takes an election decision")
+        if self.accepted_epoch >= MAX_EPOCH:
+            self._misuse("BecomeLeader", "acceptedEpoch leaves no epoch above it")
+        self.state = ServerState.LEADING
+        self.zab_state = ZabState.DISCOVERY
+        self.leader = self.sid
+        self.new_epoch = self.accepted_epoch + 1
+        return Output(role=ServerState.LEADING)
 
-    def join_leader(self, leader: int) -> Output:
-        """JoinLeader(i, j): a LOOKING server learns from election notifications that a quorum already follows
-        ``leader`` and joins it (seed 000: "the follower follows the phases"). Whether such a quorum exists is the
-        election's knowledge, not the core's.
+    def become_follower(self, leader: int) -> Output:
+        """BecomeFollower(i, j) -- seed 000, phase 1, step 2: this server's election decided to follow ``leader``.
 
-        At an observer (implementation only) this starts observing ``leader`` instead: OBSERVERINFO(lastZxid)."""
+        It connects to the leader and sends FOLLOWERINFO(acceptedEpoch << 32, LearnerInfo) at once, whatever the
+        leader is doing: a leader that does not lead yet takes the packet when it does (`zabref.node` keeps it
+        waiting), and one that already leads an established epoch takes a joining follower through the phases.
+        """
         if self.state != ServerState.LOOKING:
-            self._misuse("JoinLeader", "only a LOOKING server joins a leader")
+            self._misuse("BecomeFollower", "only a LOOKING server takes an election decision")
         if leader == self.sid or leader not in self.servers:
-            self._misuse("JoinLeader", f"{leader} is not another server of the participants {list(self.servers)}")
-        if self.is_observer:
-            return self._observe(leader)
+            self._misuse("BecomeFollower", f"{leader} is not another server of {list(self.servers)}")
         return self._follow(leader)
 
     def _follow(self, leader: int) -> Output:
@@ -180,11 +155,9 @@ class ZabCore(LeaderActions, ObserverActions):
     def connection_closed(self, peer: int) -> Output:
         """The connection to ``peer`` closed. GoLooking(peer), as seen here: forget peer as a learner
         (learnerPhase, learnerLastZxid, ackIndex back to NONE, <<0, 0>>, 0). Nothing else changes; in particular a
-        follower whose leader went away stays FOLLOWING until the runtime fires `follower_timeout`."""
+        follower whose leader went away stays FOLLOWING until `zabref.node` fires `follower_timeout`."""
         if peer in self.servers and peer != self.sid:
             self._forget_learner(peer)
-        elif peer in self.observers and peer != self.sid:
-            self._forget_observer(peer)
         return EMPTY
 
 
@@ -207,28 +180,3 @@ HANDLERS: dict[ServerState, dict[PacketType, Handler]] = {
         PacketType.ACK: ZabCore._leader_ack,
     },
 }
-
-
-#: The implementation-only dispatch of `ZabCore.receive` (the spec has no observers): the packets an OBSERVING
-#: server takes from its leader, and the packets a LEADING server takes from an observer.
-OBSERVER_HANDLERS: dict[ServerState, dict[PacketType, Handler]] = {
-    ServerState.OBSERVING: {
-        PacketType.DIFF: ZabCore.observer_process_diff,
-        PacketType.TRUNC: ZabCore.observer_process_trunc,
-        PacketType.SNAP: ZabCore.observer_process_snap,
-        PacketType.PROPOSAL: ZabCore.observer_process_proposal_in_sync,
-        PacketType.NEWLEADER: ZabCore.observer_process_newleader,
-        PacketType.UPTODATE: ZabCore.observer_process_uptodate,
-        PacketType.INFORM: ZabCore.observer_process_inform,
-    },
-    ServerState.LEADING: {
-        PacketType.OBSERVERINFO: ZabCore.leader_take_observerinfo,
-        PacketType.ACK: ZabCore.leader_take_observer_ack,
-    },
-}
-
-#: Every public ZabCore method with no spec action behind it (observers): what an auditor's check of spec action
-#: <-> handler names lists as implementation-only.
-IMPLEMENTATION_ONLY = frozenset(
-    {h.__name__ for table in OBSERVER_HANDLERS.values() for h in table.values()} | {"observer_timeout"}
-)

@@ -16,9 +16,6 @@ which is a prefix of the leader's), a truncation, or a whole replacement by rena
 history, never before: a server whose currentEpoch says e must hold epoch e's history, or its election vote
 (currentEpoch, lastZxid, sid) would claim transactions the new leader skipped.
 
-The handlers of DIFF, TRUNC, SNAP, a PROPOSAL in sync and UPTODATE are shared with observers (as ZooKeeper's
-Observer and Follower share Learner.syncWithLeader): they accept a FOLLOWING or an OBSERVING server. An observer
-reaches them only through its own ``observer_process_*`` entries (`zabref.core_observer`).
 """
 
 from __future__ import annotations
@@ -40,11 +37,7 @@ from zabref.core_types import (
 from zabref.errors import CodecError
 from zabref.packets import PacketType, QuorumPacket, ServerState, make_zxid, zxid_counter, zxid_epoch
 
-__all__ = ["FollowerActions", "LEARNING"]
-
-#: The roles that take the sync handlers shared by followers and observers.
-LEARNING = frozenset({ServerState.FOLLOWING, ServerState.OBSERVING})
-_FOLLOWING = frozenset({ServerState.FOLLOWING})
+__all__ = ["FollowerActions"]
 
 
 def _history_ops(old: list[Txn], new: list[Txn]) -> list[PersistOp]:
@@ -61,14 +54,10 @@ def _history_ops(old: list[Txn], new: list[Txn]) -> list[PersistOp]:
 class FollowerActions(CoreState):
     """The spec's Follower* actions and FollowerTimeout, for a server whose ``state`` is FOLLOWING."""
 
-    def _require(self, j: int, packet: QuorumPacket, phase: ZabState,
-                 roles: frozenset[ServerState] = _FOLLOWING) -> None:
-        """state[i] = FOLLOWING /\\ leader[i] = j /\\ zabState[i] = phase; SyncingFrom(i, j) for SYNCHRONIZATION.
-
-        ``roles`` is LEARNING for the handlers an observer shares (OBSERVING is implementation only)."""
-        if self.state not in roles:
-            names = " or ".join(sorted(r.name for r in roles))
-            self._reject(j, packet, f"only a {names} server takes it")
+    def _require(self, j: int, packet: QuorumPacket, phase: ZabState) -> None:
+        """state[i] = FOLLOWING /\\ leader[i] = j /\\ zabState[i] = phase; SyncingFrom(i, j) for SYNCHRONIZATION."""
+        if self.state != ServerState.FOLLOWING:
+            self._reject(j, packet, "only a FOLLOWING server takes it")
         if self.leader != j:
             self._reject(j, packet, f"server {j} is not this follower's leader ({self.leader})")
         if self.zab_state != phase:
@@ -109,7 +98,7 @@ class FollowerActions(CoreState):
     def follower_process_diff(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessDIFF(i, j) -- seed 000, phase 2, step 1 (DIFF): the follower's history is a prefix of the
         leader's; stage it as it is."""
-        self._require(j, packet, ZabState.SYNCHRONIZATION, LEARNING)
+        self._require(j, packet, ZabState.SYNCHRONIZATION)
         if packet.type != PacketType.DIFF:
             self._reject(j, packet, "expected DIFF")
         self.staged_history = list(self.history)
@@ -118,7 +107,7 @@ class FollowerActions(CoreState):
     def follower_process_trunc(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessTRUNC(i, j) -- seed 000, phase 2, step 1 (TRUNC(truncZxid)): stage the history without
         every transaction after truncZxid (the ones the leader skipped)."""
-        self._require(j, packet, ZabState.SYNCHRONIZATION, LEARNING)
+        self._require(j, packet, ZabState.SYNCHRONIZATION)
         if packet.type != PacketType.TRUNC:
             self._reject(j, packet, "expected TRUNC")
         self.staged_history = [t for t in self.history if t.zxid <= packet.zxid]
@@ -127,7 +116,7 @@ class FollowerActions(CoreState):
     def follower_process_snap(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessSNAP(i, j) -- seed 000, phase 2, step 1 (SNAP): a state transfer; the packet carries the
         leader's whole history, which is staged in place of ours."""
-        self._require(j, packet, ZabState.SYNCHRONIZATION, LEARNING)
+        self._require(j, packet, ZabState.SYNCHRONIZATION)
         if packet.type != PacketType.SNAP:
             self._reject(j, packet, "expected SNAP")
         try:
@@ -142,16 +131,15 @@ class FollowerActions(CoreState):
     def follower_process_proposal_in_sync(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessPROPOSALInSync(i, j) -- seed 000, phase 2, step 2: "the follower syncs with the leader, but
         doesn't modify its state until it receives NEWLEADER": the PROPOSAL is staged, not logged, not ACKed."""
-        self._require(j, packet, ZabState.SYNCHRONIZATION, LEARNING)
+        self._require(j, packet, ZabState.SYNCHRONIZATION)
         txn = self._proposal(j, packet, self.staged_history)
         self.staged_history.append(txn)
         return Output()
 
-    def _proposal(self, j: int, packet: QuorumPacket, after: list[Txn],
-                  kind: PacketType = PacketType.PROPOSAL) -> Txn:
-        """The transaction a PROPOSAL (or an observer's INFORM) carries, which must follow ``after``."""
-        if packet.type != kind:
-            self._reject(j, packet, f"expected {kind.name}")
+    def _proposal(self, j: int, packet: QuorumPacket, after: list[Txn]) -> Txn:
+        """The transaction a PROPOSAL carries, which must follow ``after``."""
+        if packet.type != PacketType.PROPOSAL:
+            self._reject(j, packet, "expected PROPOSAL")
         try:
             value = wire.decode_proposal_data(packet.data)
         except CodecError as e:
@@ -183,7 +171,7 @@ class FollowerActions(CoreState):
     def follower_process_uptodate(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessUPTODATE(i, j) -- seed 000, phase 2, step 4: deliver up to the leader's commit point and
         start serving clients."""
-        self._require(j, packet, ZabState.BROADCAST, LEARNING)
+        self._require(j, packet, ZabState.BROADCAST)
         if packet.type != PacketType.UPTODATE:
             self._reject(j, packet, "expected UPTODATE")
         return Output(deliver=self._deliver_upto(j, packet, allow_zero=True))

@@ -16,11 +16,6 @@ exchanged); the quorum transitions fire when a packet completes a quorum (the le
 
 A learner that arrives late goes through the same steps, answered at once (LEADERINFO, the sync, UPTODATE).
 
-Observers (implementation only: the spec has none) are tracked in ``observer_phase``, apart from ``learner_phase``,
-and never counted in a quorum. OBSERVERINFO(lastZxid) waits until the epoch is established (BROADCAST); then the
-observer gets the sync of the leader's *committed* prefix and NEWLEADER, UPTODATE(commit point) on its ACK, and from
-then on INFORM(zxid, value) for each transaction committed, instead of PROPOSAL and COMMIT. Its ACKs count for
-nothing.
 Each handler first checks the spec action's enabling condition and decodes the packet, raising with nothing changed;
 only then does it change fields and return an `Output` whose ``persist`` must be durable before ``send`` leaves.
 """
@@ -31,10 +26,8 @@ from zabref import wire
 from zabref.core_state import CoreState
 from zabref.core_types import (
     FORWARDING_PHASES,
-    OBSERVER_FORWARDING_PHASES,
     AppendTxns,
     LearnerPhase,
-    ObserverPhase,
     Output,
     OutputBuilder,
     SetAcceptedEpoch,
@@ -98,7 +91,7 @@ class LeaderActions(CoreState):
         return [f for f in self.servers if self.learner_phase[f] in FORWARDING_PHASES]
 
     def _learner_info(self, j: int, packet: QuorumPacket) -> None:
-        """Check the LearnerInfo {protocolVersion, serverid} in FOLLOWERINFO / OBSERVERINFO's data (seed 000)."""
+        """Check the LearnerInfo {protocolVersion, serverid} in FOLLOWERINFO's data (seed 000)."""
         try:
             info = wire.decode_followerinfo_data(packet.data)
         except CodecError as e:
@@ -226,9 +219,6 @@ class LeaderActions(CoreState):
             for f in sorted(acked):
                 self.learner_phase[f] = LearnerPhase.UPTODATE
                 out.send.append((f, uptodate))
-            for o in self.observers:  # implementation only: the epoch is established, sync the waiting observers
-                if self.observer_phase[o] == ObserverPhase.OBSERVERINFO:
-                    out.send.extend(self._sync_observer(o))
         elif self.zab_state == ZabState.SYNCHRONIZATION:
             self.learner_phase[j] = LearnerPhase.ACKNEWLEADER
         else:
@@ -288,76 +278,15 @@ class LeaderActions(CoreState):
             return Output()
         delivered = self._deliver(c)
         commit = QuorumPacket(PacketType.COMMIT, self.history[c - 1].zxid)
-        send = [(f, commit) for f in self._forwarding()] + self._inform(delivered)
-        return Output(send=tuple(send), deliver=delivered)
-
-    # ------------------------------------------------------------------------------------------ observers
-
-    def _inform(self, txns: tuple[Txn, ...]) -> list[tuple[int, QuorumPacket]]:
-        """INFORM(zxid, value) of each newly committed transaction to every synced observer (no spec counterpart)."""
-        informs = [QuorumPacket(PacketType.INFORM, t.zxid, wire.encode_proposal_data(t.value)) for t in txns]
-        return [(o, p) for o in self.observers if self.observer_phase[o] in OBSERVER_FORWARDING_PHASES
-                for p in informs]
-
-    def _sync_observer(self, o: int) -> list[tuple[int, QuorumPacket]]:
-        """Sync observer o with the committed prefix, then NEWLEADER(e << 32); it is then in phase NEWLEADER."""
-        committed = self.history[: self.last_committed]
-        packets = sync_packets(committed, self.last_committed, self.observer_last_zxid[o])
-        self.observer_phase[o] = ObserverPhase.NEWLEADER
-        return [(o, p) for p in [*packets, QuorumPacket(PacketType.NEWLEADER, make_zxid(self.new_epoch, 0))]]
-
-    def _require_observer(self, j: int, packet: QuorumPacket, kind: PacketType) -> None:
-        self._require_leading(j, packet)
-        if j not in self.observers:
-            self._reject(j, packet, f"server {j} is not an observer")
-        if packet.type != kind:
-            self._reject(j, packet, f"expected {kind.name}")
-
-    def leader_take_observerinfo(self, j: int, packet: QuorumPacket) -> Output:
-        """OBSERVERINFO(lastZxid, LearnerInfo) from observer j. The spec has no such action (no observers).
-
-        No epoch vote: the observer is not counted toward any quorum. Once the epoch is established (BROADCAST) the
-        leader syncs it at once, as a late learner; before that it waits (phase OBSERVERINFO) and is synced when
-        the quorum of ACKs of NEWLEADER arrives.
-        """
-        self._require_observer(j, packet, PacketType.OBSERVERINFO)
-        if self.observer_phase[j] != ObserverPhase.NONE:
-            self._reject(j, packet, f"observer {j} already sent OBSERVERINFO (phase {self.observer_phase[j]})")
-        self._learner_info(j, packet)
-        self.observer_last_zxid[j] = packet.zxid
-        if self.zab_state != ZabState.BROADCAST:
-            self.observer_phase[j] = ObserverPhase.OBSERVERINFO
-            return Output()
-        return Output(send=tuple(self._sync_observer(j)))
-
-    def leader_take_observer_ack(self, j: int, packet: QuorumPacket) -> Output:
-        """ACK from observer j. The spec has no such action (no observers).
-
-        The ACK of NEWLEADER (zxid e << 32) is answered with UPTODATE(commit point) and counts toward no quorum; an
-        observer is not asked to ACK anything else, and such an ACK is ignored (never counted in ``ack_index``).
-        """
-        self._require_observer(j, packet, PacketType.ACK)
-        phase = self.observer_phase[j]
-        if phase == ObserverPhase.NEWLEADER:
-            if packet.zxid != make_zxid(self.current_epoch, 0):
-                self._reject(j, packet, f"the ACK of NEWLEADER must carry {make_zxid(self.current_epoch, 0):#x}")
-            self.observer_phase[j] = ObserverPhase.UPTODATE
-            committed = self.history[self.last_committed - 1].zxid if self.last_committed else 0
-            return Output(send=((j, QuorumPacket(PacketType.UPTODATE, committed)),))
-        if phase == ObserverPhase.UPTODATE and zxid_counter(packet.zxid) != 0:
-            return Output()  # an observer's ACK of a transaction: never counted
-        self._reject(j, packet, f"observer {j} has no NEWLEADER to ACK (phase {phase})")
+        return Output(send=tuple((f, commit) for f in self._forwarding()), deliver=delivered)
 
     # ------------------------------------------------------------------------------------------ failures
 
-    def leader_timeout_enabled(self) -> bool:
-        """LeaderTimeout's enabling condition: LEADING without a quorum of connected learners."""
-        connected = {f for f in self.servers if self.learner_phase[f] != LearnerPhase.NONE}
-        return self.state == ServerState.LEADING and not self.is_quorum(connected | {self.sid})
-
     def leader_timeout(self) -> Output:
         """LeaderTimeout(i) -- seed 000, phase 3: "the leader will remain active as long as there is a quorum of
-        followers"; without one it gives up leadership and goes back to election."""
-        if not self.leader_timeout_enabled():
-            self._misuse("LeaderTimeout", "only a LEADING server without a quorum of connected learners times out")
+        followers"; when it stops hearing from one it gives up leadership and goes back to election. Which silence
+        counts is `zabref.node`'s decision (the spec allows it at any time, as a fault while a quorum is
+        connected)."""
+        if self.state != ServerState.LEADING:
+            self._misuse("LeaderTimeout", "only a LEADING server gives up leadership")
         return self.go_looking()

@@ -12,11 +12,8 @@ follow one discipline taken from the spec: first check the action's enabling con
 (raising `RemoteProtocolError` / `LocalProtocolError` with nothing changed), then change the fields and return an
 `Output`. `go_looking` is the spec's GoLooking(s) for s = this server.
 
-Observers (implementation only; the spec has none). ``servers`` are the participants -- the spec's ``Server``, the
-only sids that vote, lead, or count in a quorum, and the only keys of ``learner_phase`` and its siblings. A server
-may also know ``observers``: non-voting learners, which a leader tracks in ``observer_phase`` and
-``observer_last_zxid`` (never in ``variables()``, so the mapping onto the spec is unchanged). A core whose own sid is
-an observer never leads and never votes (`zabref.core_observer`).
+``servers`` are the spec's ``Server``: every server votes, may lead, and counts in a quorum (the spec models no
+observers, and zabref has none: spec/README.md says why).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from typing import Any, NoReturn
 from zabref.core_types import (
     NO_SERVER,
     LearnerPhase,
-    ObserverPhase,
     Output,
     Persistent,
     Txn,
@@ -60,28 +56,19 @@ SPEC_VARIABLES = {
 class CoreState:
     """One server's Zab variables (spec/Zab.tla's VARIABLES, this server's slice) and shared helpers."""
 
-    def __init__(self, sid: int, servers: Iterable[int], persistent: Persistent | None = None,
-                 observers: Iterable[int] = ()) -> None:
+    def __init__(self, sid: int, servers: Iterable[int], persistent: Persistent | None = None) -> None:
         """A server that has just started (the spec's Init, or Crash(i) when ``persistent`` was read from disk).
 
-        ``servers`` are the participants (the spec's Server); ``observers`` the non-voting learners, if any.
+        ``servers`` are every server's sid (the spec's Server), this one's included.
         """
         members = tuple(sorted(set(servers)))
-        watchers = tuple(sorted(set(observers)))
-        if sid not in members and sid not in watchers:
-            raise LocalProtocolError(f"server {sid} is not among the servers {list(members)} or observers "
-                                     f"{list(watchers)}")
-        if NO_SERVER in members or NO_SERVER in watchers:
+        if sid not in members:
+            raise LocalProtocolError(f"server {sid} is not among the servers {list(members)}")
+        if NO_SERVER in members:
             raise LocalProtocolError(f"sid {NO_SERVER} is reserved for the spec's NoServer")
-        if set(members) & set(watchers):
-            both = sorted(set(members) & set(watchers))
-            raise LocalProtocolError(f"servers {both} are both participant and observer")
-        if not members:
-            raise LocalProtocolError("a cluster needs at least one participant")
         p = persistent if persistent is not None else Persistent()
         self.sid = sid
         self.servers = members
-        self.observers = watchers
         # ---- every server, persistent (on disk; survive a crash) ----
         self.history: list[Txn] = list(p.history)  # the log of accepted transactions: <<[zxid, value], ...>>
         self.accepted_epoch = p.accepted_epoch  # the epoch of the last LEADERINFO (NEWEPOCH) accepted
@@ -98,9 +85,6 @@ class CoreState:
         self.learner_phase: dict[int, LearnerPhase] = {}  # learnerPhase[sid][f]: what this leader knows of f
         self.learner_last_zxid: dict[int, int] = {}  # learnerLastZxid[sid][f]: the lastZxid f reported in ACKEPOCH
         self.ack_index: dict[int, int] = {}  # ackIndex[sid][f]: the longest prefix of our history f has ACKed
-        # ---- leader, volatile, implementation only (no spec variable: the spec has no observers) ----
-        self.observer_phase: dict[int, ObserverPhase] = {}  # what this leader knows of observer o
-        self.observer_last_zxid: dict[int, int] = {}  # the last zxid observer o reported in OBSERVERINFO
         self._forget_all_learners()
 
     # ---------------------------------------------------------------------------------------------- reading
@@ -129,18 +113,6 @@ class CoreState:
     def persistent(self) -> Persistent:
         """The persistent variables as this core believes they are on disk (every `Output.persist` applied)."""
         return Persistent(tuple(self.history), self.accepted_epoch, self.current_epoch)
-
-    def observer_variables(self) -> dict[str, Any]:
-        """The implementation-only leader variables about observers (not spec variables; not in `variables`)."""
-        return {
-            "observer_phase": {o: str(p) for o, p in self.observer_phase.items()},
-            "observer_last_zxid": dict(self.observer_last_zxid),
-        }
-
-    @property
-    def is_observer(self) -> bool:
-        """Whether this server is configured as an observer (never votes, never leads)."""
-        return self.sid in self.observers
 
     @property
     def last_zxid(self) -> int:
@@ -183,15 +155,9 @@ class CoreState:
         self.learner_last_zxid[f] = 0
         self.ack_index[f] = 0
 
-    def _forget_observer(self, o: int) -> None:
-        self.observer_phase[o] = ObserverPhase.NONE
-        self.observer_last_zxid[o] = 0
-
     def _forget_all_learners(self) -> None:
         for f in self.servers:
             self._forget_learner(f)
-        for o in self.observers:
-            self._forget_observer(o)
 
     # ---------------------------------------------------------------------------------------------- GoLooking
 
@@ -209,5 +175,5 @@ class CoreState:
         self.staged_history = []
         self.new_epoch = 0
         self._forget_all_learners()
-        others = sorted({*self.servers, *self.observers} - {self.sid})
+        others = sorted(set(self.servers) - {self.sid})
         return Output(close=tuple(others), role=ServerState.LOOKING)

@@ -37,8 +37,6 @@ __all__ = [
     "ZabState",
     "LearnerPhase",
     "FORWARDING_PHASES",
-    "ObserverPhase",
-    "OBSERVER_FORWARDING_PHASES",
     "NO_SERVER",
     "AppendTxns",
     "TruncateHistory",
@@ -96,26 +94,6 @@ class LearnerPhase(enum.StrEnum):
 #: The spec's ForwardingPhases: sync was queued to these learners, so new PROPOSALs and COMMITs queue behind it
 #: (seed 000, phase 2, step 1).
 FORWARDING_PHASES = frozenset({LearnerPhase.NEWLEADER, LearnerPhase.ACKNEWLEADER, LearnerPhase.UPTODATE})
-
-
-class ObserverPhase(enum.StrEnum):
-    """observer_phase[o]: what a leader knows of one observer connection. Implementation only: the spec has no
-    observers (spec/README.md, departure 9), so this is kept apart from `LearnerPhase`, which stays exactly the
-    spec's learnerPhase over the participants.
-
-    NONE -- nothing yet; OBSERVERINFO -- the observer said hello and waits for the leader's epoch to be established
-    (BROADCAST); NEWLEADER -- its sync and NEWLEADER were sent; UPTODATE -- it ACKed NEWLEADER and got UPTODATE.
-    """
-
-    NONE = "NONE"
-    OBSERVERINFO = "OBSERVERINFO"
-    NEWLEADER = "NEWLEADER"
-    UPTODATE = "UPTODATE"
-
-
-#: Observers in these phases were synced, so every newly committed transaction goes to them as INFORM, queued behind
-#: the sync.
-OBSERVER_FORWARDING_PHASES = frozenset({ObserverPhase.NEWLEADER, ObserverPhase.UPTODATE})
 
 
 def check_history(history: Iterable[tuple[int, bytes]], what: str) -> tuple[Txn, ...]:

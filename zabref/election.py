@@ -31,12 +31,6 @@ connection is closed as bad input), and `receive` applies it again (`RemoteProto
 cannot exist never reaches `Vote` nor the ballot box. `MAX_ROUND` exists because a round is adopted: a server that
 took round 2**63 - 1 could never start the next one (its number does not fit the wire's int64). A real ensemble's
 rounds grow by one per election, so 2**62 refuses nothing a real server sends and leaves 2**62 rounds of headroom.
-
-Observers (implementation only; the spec has none) never vote. `ObserverElection` is an observer's side: it asks
-every voter for its vote with an OBSERVING notification (a voter answers a non-voter with its current state and vote,
-as ZooKeeper's WorkerReceiver does; `zabref.normal` does that, outside `FastLeaderElection`) and decides, in state
-OBSERVING, for the leader that a quorum of voters follow (or lead) and that itself says LEADING -- the rule of
-HandleFromDecided's outofelection quorum.
 """
 
 from __future__ import annotations
@@ -47,11 +41,10 @@ from typing import Callable, Iterable
 from zabref.errors import LocalProtocolError, RemoteProtocolError
 from zabref.packets import Notification, ServerState
 
-__all__ = ["Vote", "Send", "Decision", "Step", "FastLeaderElection", "ObserverElection", "total_order_predicate",
+__all__ = ["Vote", "Send", "Decision", "Step", "FastLeaderElection", "total_order_predicate",
            "is_quorum", "check_notification", "MAX_ROUND"]
 
 LOOKING, FOLLOWING, LEADING = ServerState.LOOKING, ServerState.FOLLOWING, ServerState.LEADING
-OBSERVING = ServerState.OBSERVING
 
 #: Largest election round (electionEpoch, logicalclock) taken from a peer; see the module docstring.
 MAX_ROUND = 1 << 62
@@ -121,8 +114,7 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The server left the election: ``state`` is LEADING or FOLLOWING ``leader`` (OBSERVING at an observer), at
-    election round ``round``.
+    """The server left the election: ``state`` is LEADING or FOLLOWING ``leader``, at election round ``round``.
 
     ``quorum`` holds the sids whose ballots agreed; ``looking`` those of them whose ballot was a LOOKING vote (the
     spec's ``decisions`` record).
@@ -136,8 +128,8 @@ class Decision:
     looking: frozenset[int]
 
     def __post_init__(self) -> None:
-        if self.state not in (LEADING, FOLLOWING, OBSERVING):
-            raise ValueError(f"a decision is LEADING, FOLLOWING or OBSERVING, not {self.state.name}")
+        if self.state not in (LEADING, FOLLOWING):
+            raise ValueError(f"a decision is LEADING or FOLLOWING, not {self.state.name}")
         if not self.looking <= self.quorum:
             raise ValueError("looking voters must be part of the quorum")
 
@@ -312,7 +304,7 @@ class FastLeaderElection:
         if n.leader not in self.voters:
             raise RemoteProtocolError(sender, f"votes for {n.leader}, not a voting member")
         if n.state is ServerState.OBSERVING:
-            raise RemoteProtocolError(sender, "observers do not take part in this election")
+            raise RemoteProtocolError(sender, "zabref has no observers: no server sends OBSERVING")
         if self.state is not LOOKING:
             return self.handle_as_decided
         if self.logicalclock == 0:
@@ -379,66 +371,3 @@ _ACTION_OF = {
     "finalize_discard": "FinalizeDiscard",
     "handle_as_decided": "HandleAsDecided",
 }
-
-
-@dataclass(slots=True)
-class ObserverElection:
-    """An observer's side of leader election. Implementation only: spec/FastLeaderElection.tla has no observers.
-
-    The observer never votes and never leads. `start_election` asks every voter (``voters``: the participants) for
-    its vote with a notification in state OBSERVING; `receive` keeps each voter's latest answer and decides OBSERVING
-    the leader once a quorum of voters report FOLLOWING or LEADING the same (leader, peerEpoch) and that leader itself
-    reports LEADING (the spec's CheckLeader). A voter that answers LOOKING withdraws its earlier answer. ``state``,
-    ``logicalclock`` and ``finalizing`` (always False) mirror `FastLeaderElection`'s so the runtime treats both alike.
-    """
-
-    sid: int
-    voters: frozenset[int]
-    state: ServerState = LOOKING
-    logicalclock: int = 0
-    finalizing: bool = False
-    zxid: int = 0
-    epoch: int = 0
-    answers: dict[int, Notification] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.voters = frozenset(self.voters)
-        if self.sid in self.voters:
-            raise LocalProtocolError(f"server {self.sid} is a voter, not an observer")
-        if not self.voters:
-            raise LocalProtocolError("an observer needs at least one voter to learn the leader from")
-
-    def start_election(self, zxid: int, epoch: int) -> Step:
-        """Look for the leader (again): forget every answer, ask every voter."""
-        if self.state is LOOKING and self.logicalclock > 0:
-            raise LocalProtocolError(f"observer {self.sid} is already looking in round {self.logicalclock}")
-        self.state, self.logicalclock, self.zxid, self.epoch = LOOKING, self.logicalclock + 1, zxid, epoch
-        self.answers = {}
-        return Step("ObserverLook", self.ask())
-
-    def ask(self) -> tuple[Send, ...]:
-        """The OBSERVING notification to every voter (sent at the start and re-sent while looking)."""
-        n = Notification(OBSERVING, self.sid, self.zxid, self.logicalclock, self.epoch)
-        return tuple(Send(s, n) for s in sorted(self.voters))
-
-    def receive(self, sender: int, n: Notification) -> Step:
-        """A voter's notification (its answer): record it; decide when a quorum agrees on an established leader."""
-        if sender not in self.voters:
-            raise RemoteProtocolError(sender, "not a voting member")
-        _checked(sender, n)
-        if n.leader not in self.voters:
-            raise RemoteProtocolError(sender, f"votes for {n.leader}, not a voting member")
-        if n.state is OBSERVING:
-            raise RemoteProtocolError(sender, "a voter never says OBSERVING")
-        if self.state is not LOOKING or self.logicalclock == 0:
-            return Step("ObserverIgnore")
-        if n.state is LOOKING:
-            self.answers.pop(sender, None)
-            return Step("ObserverWait")
-        self.answers[sender] = n
-        quorum = frozenset(s for s, b in self.answers.items() if b.leader == n.leader and b.peer_epoch == n.peer_epoch)
-        if is_quorum(quorum, self.voters) and n.leader in quorum and self.answers[n.leader].state is LEADING:
-            self.state, self.answers = OBSERVING, {}
-            return Step("ObserverDecide", (), Decision(OBSERVING, n.leader, n.election_epoch, Vote.of(n), quorum,
-                                                       frozenset()))
-        return Step("ObserverWait")
