@@ -4,40 +4,38 @@ Theory of operation
 -------------------
 A trace (conformance/traces.py) is a path through TLC's state graph: step 0 is the initial state, each later step
 names an action of spec/Zab.tla with its parameters and the whole spec state after it. `replay` starts N fresh
-`zabref serve --control` processes (N from the trace header's constants) on free loopback ports, each with its own
-data dir, and then, for every step:
+``zabref serve --control`` processes (conformance/harness.py) and, for every step, makes the server it names take
+the action through the same code a server in normal mode runs (`zabref.node` behind `zabref.runtime`'s one step
+path) -- the driver only decides WHEN inputs reach a server and HOW MUCH time passes there:
 
-1. takes the action at the server it names, through the control socket (zabref/control.py):
+==================================  ===============================================================================
+spec action                         what the driver does
+==================================  ===============================================================================
+``BecomeLeader(i)``,                plays the other voters on i's election port until i's FastLeaderElection decides
+``BecomeFollower(i, j)``            (conformance/steer.py)
+``<Role>Process<PACKET>(i, j)``     ``release {from: j}`` at i, once the head packet i holds from j is checked to be
+                                    that PACKET (ACKNEWLEADER is an ACK, PROPOSALInSync a PROPOSAL)
+``ClientRequest(i)``                a client submits the step's value on a client port: i's own, or one of i's
+                                    followers' in BROADCAST (every other ClientRequest), which forwards it to i
+``FollowerTimeout(i)``,             lets i's logical clock run (``tick``) until i's node gives up; a leader whose
+``LeaderTimeout(i)``                learners are connected hears nothing meanwhile because they are paused (SIGSTOP)
+``Crash(i)``                        SIGKILL server i, start it again from its data dir
+==================================  ===============================================================================
 
-   ====================================  ==================================================================
-   spec action                           control request
-   ====================================  ==================================================================
-   ``ElectLeader(i, Q)``                 ``elect {leader: i, quorum: Q}`` at every server of Q (i first)
-   ``JoinLeader(i, j)``                  ``join {leader: j}`` at i
-   ``LeaderProcessX(i, j)``,             ``release {from: j}`` at i, once the head packet i holds from j is
-   ``FollowerProcessX(i, j)``            checked to be an X (ACKNEWLEADER is an ACK, PROPOSALInSync a PROPOSAL)
-   ``ClientRequest(i)``                  ``client_request {value}`` at i, the value being that of the last
-                                         transaction of history[i] in the step's state (the spec numbers them)
-   ``FollowerTimeout(i)``,               ``timeout {kind: follower | leader}`` at i
-   ``LeaderTimeout(i)``
-   ``Crash(i)``                          SIGKILL server i, start it again from its data dir (control mode)
-   ====================================  ==================================================================
-
-2. waits, with a bound, until every packet sent has arrived in its receiver's hold queue and every closed
-   connection was noticed at both ends (`zabref.control.settle`); a wait that does not complete is a failure;
-3. reads every server's state, maps it onto the spec's variables (conformance/mapping.py, the one place the
-   mapping lives) and compares it with the step's state (`mapping.differences`).
+and checks that the server took exactly that action (the control socket reports the actions each input caused).
+Then it waits, with a bound, until every packet sent has arrived in its receiver's queue (`zabref.control.settle`),
+reads every server's state, maps it onto the spec's variables (conformance/mapping.py) and compares it with the
+step's state (`mapping.differences`). Clients are checked too: a submit is answered only once the spec says the
+server it asked has delivered the value, and then it must be (`_check_clients`).
 
 The first difference stops the replay: the result names the step, the action and its parameters, each differing
 variable's expected and actual value with a unified diff of their pretty JSON, the tail of every server's logs, and
 the command that replays just this trace. Every step is checked before any server starts (`plan`): an action the
 driver does not know is a `TraceActionError` naming the trace file and step, not a failure halfway.
 
-Speed: one control connection per server, kept for the whole trace (reopened only after a crash); `settle` polls
-every 5 ms. Server start-up (a Python process each) dominates short traces; `ReplayResult` reports both.
-
-Seeded bugs (conformance/seeded.py) run the servers from a patched copy of the zabref package: ``bug_root`` is put
-first on the servers' import path (their working directory and PYTHONPATH); the driver itself is unchanged.
+FastLeaderElection traces (spec/FastLeaderElection.tla) are replayed on real servers too, over the real election
+port (conformance/fle_replay.py). Seeded bugs (conformance/seeded.py) run the servers from a patched copy of the
+zabref package: ``bug_root`` is put first on the servers' import path; the driver itself is unchanged.
 """
 
 from __future__ import annotations
@@ -55,10 +53,10 @@ from pathlib import Path
 from typing import Any
 
 from conformance.errors import TraceActionError
+from conformance.harness import TIMING, Cluster, wait_until
 from conformance.mapping import differences, spec_state
+from conformance.steer import SteerError, steer
 from conformance.traces import Step, Trace, read_trace
-from zabref.cluster import ServerProcess, cluster_config, find_free_base_port, release_base_port
-from zabref.config import load_config
 from zabref.control import ControlError, settle
 from zabref.errors import ZabError
 
@@ -70,19 +68,22 @@ PACKET_TYPES = frozenset({"FOLLOWERINFO", "LEADERINFO", "ACKEPOCH", "DIFF", "TRU
 _PROCESS = re.compile(r"^(?P<role>Leader|Follower)Process(?P<packet>[A-Z]+?)(?P<insync>InSync)?$")
 _PACKET_ALIAS = {"ACKNEWLEADER": "ACK"}  # LeaderProcessACKNEWLEADER takes the ACK of NEWLEADER
 _SIMPLE = {"ClientRequest": ("i",), "FollowerTimeout": ("i",), "LeaderTimeout": ("i",), "Crash": ("i",),
-           "JoinLeader": ("i", "j"), "ElectLeader": ("i", "Q")}
+           "BecomeLeader": ("i",), "BecomeFollower": ("i", "j")}
 SETTLE_TIMEOUT = 10.0
-LOG_LINES = 40
+#: How long the driver waits for something a step must bring about (a forwarded value reaching the leader, ...).
+STEP_TIMEOUT = 10.0
+#: Ticks a timeout step may take: the longest silence a node waits for (a leader: twice initLimit), and some.
+MAX_TIMEOUT_TICKS = 2 * TIMING.init_limit + 4
 
 
 @dataclass(frozen=True)
 class Command:
-    """What the driver does for one step: ``requests`` are (server, op, fields) sent in order; ``crash`` names a
-    server to SIGKILL and restart; ``expect_head`` is (at, from, packet type) to check before releasing."""
+    """What the driver does for one step: ``kind`` and the server ``i`` (and ``j``) it concerns."""
 
-    requests: tuple[tuple[int, str, dict[str, Any]], ...] = ()
-    crash: int | None = None
-    expect_head: tuple[int, int, str] | None = None
+    kind: str  # "release", "steer", "submit", "timeout", "crash"
+    i: int
+    j: int = 0
+    packet: str = ""  # release: the packet type expected at the head
 
 
 def _sid(step: Step, name: str, n: int, source: str) -> int:
@@ -108,28 +109,21 @@ def _command(step: Step, n: int, source: str) -> Command:
         packet = _PACKET_ALIAS.get(m["packet"], m["packet"])
         if packet not in PACKET_TYPES:
             raise TraceActionError(source, step.index, f"unknown action {action!r}: no packet type {packet!r}")
-        j = _sid(step, "j", n, source)
-        return Command(((i, "release", {"from": j}),), expect_head=(i, j, packet))
-    if action == "ElectLeader":
-        q = params["Q"]
-        members = q.get("$set") if isinstance(q, dict) else None
-        if not isinstance(members, list) or i not in members or not all(
-                isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= n for s in members):
-            raise TraceActionError(source, step.index, f"ElectLeader: Q must be a set of servers holding i, not {q!r}")
-        order = [i, *sorted(s for s in members if s != i)]
-        return Command(tuple((s, "elect", {"leader": i, "quorum": sorted(members)}) for s in order))
-    if action == "JoinLeader":
-        return Command(((i, "join", {"leader": _sid(step, "j", n, source)}),))
+        return Command("release", i, _sid(step, "j", n, source), packet)
+    if action == "BecomeLeader":
+        return Command("steer", i, i)
+    if action == "BecomeFollower":
+        return Command("steer", i, _sid(step, "j", n, source))
     if action == "ClientRequest":
         try:
-            value = step.state["history"][i - 1][-1]["value"]
+            step.state["history"][i - 1][-1]["value"]
         except (KeyError, IndexError, TypeError):
             raise TraceActionError(source, step.index, f"ClientRequest({i}): history[{i}] in the step's state has "
                                                         "no last transaction to take the value from") from None
-        return Command(((i, "client_request", {"value": str(value)}),))
+        return Command("submit", i)
     if action in ("FollowerTimeout", "LeaderTimeout"):
-        return Command(((i, "timeout", {"kind": "follower" if action == "FollowerTimeout" else "leader"}),))
-    return Command(crash=i)  # Crash
+        return Command("timeout", i)
+    return Command("crash", i)
 
 
 def servers_of(trace: Trace, source: str) -> int:
@@ -228,68 +222,6 @@ def pretty_diff(diffs: dict[str, tuple[Any, Any]]) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Servers
-
-
-def _tail(path: Path, lines: int = LOG_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-class _Cluster:
-    """N control-mode servers for one trace, with one kept control connection each."""
-
-    def __init__(self, folder: Path, n: int, root: Path | None, attempts: int = 3) -> None:
-        last: Exception | None = None
-        self.base: int | None = None
-        for attempt in range(attempts):
-            where = folder / f"try{attempt}"
-            self.base = find_free_base_port(n)  # leased until stop(): no parallel replay can take these ports
-            path = cluster_config(where, n, self.base).resolve()
-            config = load_config(path)
-            self.servers = {sid: ServerProcess(path, config, sid, code_root=root) for sid in config.sids}
-            try:
-                for s in self.servers.values():
-                    s.start(control=True)
-                for s in self.servers.values():
-                    s.wait_ready(30.0)
-                self.controls = {sid: s.control(timeout=30.0) for sid, s in self.servers.items()}
-                return
-            except ZabError as e:
-                last = e
-                self.stop()
-        raise ZabError(f"servers would not start after {attempts} attempts: {last}")
-
-    def crash(self, sid: int) -> None:
-        """Crash(i): SIGKILL (only what was fsynced survives), then start again from the same data dir."""
-        self.controls[sid].close()
-        server = self.servers[sid]
-        server.kill()
-        server.start(control=True).wait_ready(30.0)
-        self.controls[sid] = server.control(timeout=30.0)
-
-    def logs(self) -> dict[str, str]:
-        out = {}
-        for sid, s in sorted(self.servers.items()):
-            for name in ("server.log", "stderr.log"):
-                text = _tail(s.me.data_dir / name)
-                if text:
-                    out[f"server {sid} {name}"] = text
-        return out
-
-    def stop(self) -> None:
-        for c in getattr(self, "controls", {}).values():
-            c.close()
-        for s in self.servers.values():
-            s.kill()
-        if self.base is not None:
-            release_base_port(self.base)
-            self.base = None
-
-
-# --------------------------------------------------------------------------------------------------------------
 # The replay
 
 
@@ -299,23 +231,21 @@ def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path 
 
     Raises TraceActionError (before any server starts) when a step names an action the driver cannot take.
     """
-    from conformance.fle_replay import is_fle_trace, replay_fle
+    from conformance.fle_replay import FleReplay, is_fle_trace
 
-    if is_fle_trace(trace):  # spec/FastLeaderElection.tla: replayed through the election core (fle_replay.py)
-        return replay_fle(trace, source, bug=bug, bug_root=bug_root)
     started = time.monotonic()
-    commands = plan(trace, source)
-    result = ReplayResult(str(source), trace.header.config, len(commands), bug=bug)
+    world = FleReplay(trace, source) if is_fle_trace(trace) else ZabReplay(trace, source)
+    result = ReplayResult(str(source), trace.header.config, len(trace.steps) - 1, bug=bug)
     folder = Path(tempfile.mkdtemp(prefix="zabref-replay-", dir=workdir))
-    cluster: _Cluster | None = None
+    cluster: Cluster | None = None
     try:
         try:
-            cluster = _Cluster(folder, servers_of(trace, source), bug_root)
+            cluster = Cluster(folder, world.n, bug_root, seed=world.seed())
         except (ZabError, OSError) as e:
             result.error = f"{source}: {e}"
             return result
         result.startup = time.monotonic() - started
-        _run(trace, source, commands, cluster, result, bug, settle_timeout)
+        _run(trace, source, world, cluster, result, bug, settle_timeout)
         return result
     finally:
         if cluster is not None:
@@ -324,8 +254,8 @@ def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path 
         result.wall = time.monotonic() - started
 
 
-def _run(trace: Trace, source: str, commands: list[Command], cluster: _Cluster, result: ReplayResult,
-         bug: str | None, settle_timeout: float) -> None:
+def _run(trace: Trace, source: str, world: Any, cluster: Cluster, result: ReplayResult, bug: str | None,
+         settle_timeout: float) -> None:
     def fail(step: Step, reason: str, diffs: dict[str, tuple[Any, Any]]) -> None:
         result.failure = Failure(step.index, step.action, step.params, step.label, reason,
                                  {k: [e, a] for k, (e, a) in sorted(diffs.items())}, pretty_diff(diffs),
@@ -336,48 +266,132 @@ def _run(trace: Trace, source: str, commands: list[Command], cluster: _Cluster, 
             states = settle(cluster.controls, timeout)
         except (ControlError, OSError) as e:
             return None, {}, f"not settled: {e}"
-        return states, differences(step.state, spec_state(list(states.values()))), ""
+        world.observed(states)
+        return states, differences(step.state, world.spec_state(states), world.names), ""
 
     states, diffs, problem = observe(trace.steps[0], settle_timeout)
     if problem or diffs:
         return fail(trace.steps[0], problem or "the fresh servers' state differs from the initial state", diffs)
-    for step, command in zip(trace.steps[1:], commands):
+    for step, command in zip(trace.steps[1:], world.commands):
         t0 = time.monotonic()
-        reason = _take(step, command, cluster, states)
-        if reason:
-            # Show the state after the failed request too, compared with what the step should have produced.
+        try:
+            world.take(step, command, cluster, states)
+        except (ControlError, ZabError, SteerError, OSError) as e:
+            # Show the state after the failed step too, compared with what the step should have produced.
             after, diffs, problem = observe(step, min(settle_timeout, 2.0))
-            return fail(step, reason + (f"; {problem}" if problem else ""), diffs)
+            return fail(step, f"{step.action}: {e}" + (f"; {problem}" if problem else ""), diffs)
         states, diffs, problem = observe(step, settle_timeout)
+        if not (problem or diffs):
+            problem = world.check_clients(step, cluster)
         if problem or diffs:
             return fail(step, problem or "state differs", diffs)
         result.replayed += 1
         result.labels.append(step.label)
         elapsed = time.monotonic() - t0
-        if command.crash is not None:
+        if command.kind == "crash":
             result.startup += elapsed
         else:
             result.step_time += elapsed
 
 
-def _take(step: Step, command: Command, cluster: _Cluster, states: dict[int, dict]) -> str:
-    """Take one step; "" when every request succeeded, else why not."""
-    if command.expect_head is not None:
-        at, frm, kind = command.expect_head
-        held = states[at]["held"].get(str(frm), [])
-        if not held:
-            return f"server {at} holds no packet from server {frm}; {step.action} takes a {kind}"
-        if held[0]["type"] != kind:
-            return f"the head packet server {at} holds from server {frm} is a {held[0]['type']}, " \
-                   f"{step.action} takes a {kind}"
-    try:
-        if command.crash is not None:
-            cluster.crash(command.crash)
-        for sid, op, fields in command.requests:
-            cluster.controls[sid].request(op, **fields)
-    except (ControlError, ZabError, OSError) as e:
-        return f"{step.action}: the control request failed: {e}"
-    return ""
+def _expect(taken: list[dict[str, Any]], module: str, action: str, i: int) -> None:
+    """The node took ``action`` (and no other action of ``module``), or ControlError saying what it did."""
+    names = [a["name"] for a in taken if a["module"] == module]
+    if names != [action]:
+        raise ControlError(f"server {i} took {', '.join(names) or 'no action'} of {module}, the spec takes {action}")
+
+
+class ZabReplay:
+    """The driver's side of a spec/Zab.tla trace: its commands, how to take them, how to read the servers."""
+
+    def __init__(self, trace: Trace, source: str) -> None:
+        self.n = servers_of(trace, source)
+        self.commands = plan(trace, source)
+        self.names: Any = None  # mapping.differences: every mapped variable
+        self._requests = 0
+
+    def seed(self) -> dict[int, Any]:
+        return {}
+
+    def observed(self, states: dict[int, dict]) -> None:
+        pass
+
+    def spec_state(self, states: dict[int, dict]) -> dict[str, Any]:
+        return spec_state(list(states.values()))
+
+    def take(self, step: Step, command: Command, cluster: Cluster, states: dict[int, dict]) -> None:
+        i, j = command.i, command.j
+        if command.kind == "release":
+            held = states[i]["held"].get(str(j), [])
+            if not held:
+                raise ControlError(f"server {i} holds no packet from server {j}; {step.action} takes a "
+                                   f"{command.packet}")
+            if held[0]["type"] != command.packet:
+                raise ControlError(f"the head packet server {i} holds from server {j} is a {held[0]['type']}, "
+                                   f"{step.action} takes a {command.packet}")
+            answer = cluster.request(i, "release", **{"from": j})
+            if answer.get("deferred"):
+                raise ControlError(f"server {i} did not take the {command.packet} from {j}: its node deferred it")
+            _expect(answer["actions"], "Zab", step.action, i)
+        elif command.kind == "steer":
+            taken = steer(cluster, i, j, self.n, states[i], lambda what, p: wait_until(what, p, STEP_TIMEOUT))
+            _expect(taken, "Zab", step.action, i)
+        elif command.kind == "submit":
+            self._submit(step, i, cluster, states)
+        elif command.kind == "timeout":
+            self._timeout(step, i, cluster, states)
+        else:
+            cluster.crash(i)
+
+    def _submit(self, step: Step, i: int, cluster: Cluster, states: dict[int, dict]) -> None:
+        """ClientRequest(i): every other one goes through a follower of i in BROADCAST, which forwards it."""
+        value = str(step.state["history"][i - 1][-1]["value"])
+        self._requests += 1
+        followers = [s for s, st in sorted(states.items())
+                     if st["variables"]["state"] == "FOLLOWING" and st["variables"]["leader"] == i
+                     and st["variables"]["zab_state"] == "BROADCAST"]
+        via = followers[self._requests % len(followers)] if followers and self._requests % 2 == 0 else i
+        before = len(states[i]["variables"]["history"])
+        cluster.submit(via, value)
+        wait_until(f"server {i} to log the value {value!r} submitted at server {via}",
+                   lambda: len(cluster.request(i, "state")["variables"]["history"]) > before, STEP_TIMEOUT)
+
+    def _timeout(self, step: Step, i: int, cluster: Cluster, states: dict[int, dict]) -> None:
+        """Let time pass at i until its node gives up. A leader whose learners are connected stops hearing them
+        only if they are paused meanwhile (they would answer its PINGs)."""
+        paused: set[int] = set()
+        if step.action == "LeaderTimeout":
+            phases = states[i]["variables"]["learner_phase"]
+            paused = {int(f) for f, p in phases.items() if p != "NONE" and int(f) != i}
+        cluster.pause(paused)
+        try:
+            answer = cluster.request(i, "tick", count=MAX_TIMEOUT_TICKS, until_action=step.action)
+        finally:
+            cluster.resume(paused)
+        _expect(answer["actions"], "Zab", step.action, i)
+
+    def check_clients(self, step: Step, cluster: Cluster) -> str:
+        """A client's submit is answered with its zxid only once the spec says the server it asked delivered the
+        value -- and then within a bound. "" when every submit so far agrees, else what went wrong."""
+        delivered = _delivered(step.state)
+        for sub in cluster.submits:
+            if sub.error is None and sub.answer is None and sub.value in delivered[sub.sid]:
+                sub.done.wait(2.0)
+            got = sub.answer
+            if got is not None and "zxid" in got and sub.value not in delivered[sub.sid]:
+                return (f"server {sub.sid} answered the submit of {sub.value!r} with {got} although the spec says "
+                        "it has not delivered that value")
+            if sub.value in delivered[sub.sid] and got is None and sub.error is None:
+                return f"server {sub.sid} delivered {sub.value!r} but did not answer the client that submitted it"
+        return ""
+
+
+def _delivered(state: dict[str, Any]) -> dict[int, set[str]]:
+    """The values each server has delivered in the spec state (history[1..lastCommitted])."""
+    out = {}
+    for k, (h, c) in enumerate(zip(state["history"], state["lastCommitted"]), 1):
+        out[k] = {str(t["value"]) for t in h[:c]}
+    return out
 
 
 def replay_file(path: str | os.PathLike[str], **options: Any) -> ReplayResult:

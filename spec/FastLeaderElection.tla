@@ -288,6 +288,17 @@ FinalizeTimeout(i) ==
        /\ Decide(i, proposedVote[i], r, recvVotes[i], AgreeingInRound(recvVotes[i], proposedVote[i], r))
        /\ UNCHANGED <<electionMsgs, faults>>
 
+\* lookForLeader's poll of notTimeout returned nothing (no notification waits for i) and QuorumCnxManager has
+\* delivered everything i sent (haveDelivered): i sends its current proposal to every other server again, which
+\* replaces notifications lost with a broken connection.  Not while finalizing: there the same poll timing out is
+\* FinalizeTimeout.
+ResendNotifications(i) ==
+    /\ state[i] = "LOOKING"
+    /\ ~finalizing[i]
+    /\ \A j \in Server : electionMsgs[j][i] = << >> /\ electionMsgs[i][j] = << >>
+    /\ electionMsgs' = Broadcast(electionMsgs, i, Notification("LOOKING", proposedVote[i], logicalclock[i]))
+    /\ UNCHANGED <<serverVars, faults, decisions>>
+
 \* WorkerReceiver of a FOLLOWING or LEADING i: the notification is not queued for lookForLeader; a LOOKING sender
 \* is answered with i's current vote (seed 003 scenario 2: "S2 ... returns ballot [2,3,3] to S1").
 HandleAsDecided(i, j) ==
@@ -309,6 +320,7 @@ Next ==
     \* ---- the finalize wait ----
     \/ \E i, j \in Server : FinalizeDiscard(i, j)
     \/ \E i \in Server : FinalizeTimeout(i)
+    \/ \E i \in Server : ResendNotifications(i)
     \* ---- a decided server answers ----
     \/ \E i, j \in Server : HandleAsDecided(i, j)
 

@@ -4,9 +4,10 @@
 EXTENDS FastLeaderElection
 
 MC_Server == 1..3
-\* Server 2 is in a later epoch with a shorter log; servers 1 and 3 share epoch 1 and zxid, so sid decides
-\* between them.  The vote order is therefore 2 > 3 > 1.
-MC_InitZxid == (1 :> <<1, 1>> @@ 2 :> <<2, 0>> @@ 3 :> <<1, 1>>)
+\* Server 2 is in a later epoch with the same log (it synced in epoch 2 and nothing was proposed since: a real
+\* server's last zxid is that of a transaction); servers 1 and 3 share epoch 1 and zxid, so sid decides between
+\* them.  The vote order is therefore 2 > 3 > 1.
+MC_InitZxid == (1 :> <<1, 1>> @@ 2 :> <<1, 1>> @@ 3 :> <<1, 1>>)
 MC_InitEpoch == (1 :> 1 @@ 2 :> 2 @@ 3 :> 1)
 
 \* Only server MC_Faulty suffers the fault (a StartElection or a Restart), at any point.  Server 1 has the worst

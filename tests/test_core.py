@@ -11,6 +11,7 @@ import pytest
 from zabref import wire
 from zabref.core import (
     HANDLERS,
+    SPEC_ACTIONS,
     SPEC_VARIABLES,
     AppendTxns,
     LearnerPhase,
@@ -89,12 +90,14 @@ class Net:
             self.step(*busy[0])
 
     def elect(self, leader: int, quorum: tuple[int, ...]) -> None:
+        """Each member of ``quorum`` decides: BecomeLeader at ``leader``, BecomeFollower(s, leader) elsewhere."""
         for s in quorum:
-            self.do(s, self.core[s].elect_leader(leader, quorum))
+            core = self.core[s]
+            self.do(s, core.become_leader() if s == leader else core.become_follower(leader))
 
 
 def established(n: int = 3, leader: int | None = None, history: tuple[Txn, ...] = ()) -> Net:
-    """Every server holds ``history``; the cluster has run ElectLeader and phases 1-2 to BROADCAST."""
+    """Every server holds ``history``; the cluster has elected ``leader`` and run phases 1-2 to BROADCAST."""
     net = Net(n, {s: Persistent(history) for s in range(1, n + 1)})
     net.elect(leader or n, net.servers)
     net.drain()
@@ -104,7 +107,7 @@ def established(n: int = 3, leader: int | None = None, history: tuple[Txn, ...] 
 def follower_in(phase: ZabState, history: tuple[Txn, ...] = (), accepted: int = 0, current: int = 0) -> ZabCore:
     """Server 2 following leader 1 (N = 3), driven into ``phase`` by the packets a leader of epoch accepted+1 sends."""
     f = ZabCore(2, (1, 2, 3), Persistent(history, accepted, current))
-    f.join_leader(1)
+    f.become_follower(1)
     if phase != ZabState.DISCOVERY:
         f.receive(1, leaderinfo(accepted + 1))
     if phase == ZabState.BROADCAST:
@@ -131,9 +134,16 @@ def test_every_spec_action_has_a_handler_of_the_same_name():
     """Spec action FollowerProcessLEADERINFO <-> ZabCore.follower_process_leaderinfo, for every action of Next.
     Crash(i) is a process restart, i.e. the constructor fed from disk."""
     actions = spec_next_actions()
-    assert {"ElectLeader", "FollowerProcessPROPOSALInSync", "LeaderProcessACKNEWLEADER", "Crash"} <= set(actions)
+    assert {"BecomeLeader", "FollowerProcessPROPOSALInSync", "LeaderProcessACKNEWLEADER", "Crash"} <= set(actions)
     missing = [a for a in actions if a != "Crash" and not callable(getattr(ZabCore, snake(a), None))]
     assert missing == []
+
+
+def test_spec_actions_table_names_every_action_of_next_by_its_method():
+    """zabref.core.SPEC_ACTIONS (what zabref.node logs) is exactly Next's actions but Crash, each under the name of
+    its method."""
+    assert set(SPEC_ACTIONS.values()) == set(spec_next_actions()) - {"Crash"}
+    assert all(snake(action) == method for method, action in SPEC_ACTIONS.items())
 
 
 def test_every_handler_is_a_spec_action():
@@ -167,33 +177,27 @@ def test_init_matches_the_spec():
 # ---------------------------------------------------------------------------------------------- election and phase 1
 
 
-def test_phase1_steps_1_2_elect_leader():
+def test_phase1_steps_1_2_become_leader_and_follower():
     """Phase 1, steps 1-2: the leader proposes acceptedEpoch + 1; a follower sends FOLLOWERINFO(acceptedEpoch)."""
     leader = ZabCore(3, (1, 2, 3), Persistent((), 4, 2))
-    out = leader.elect_leader(3, (2, 3))
+    out = leader.become_leader()
     assert out == Output(role=ServerState.LEADING)
     assert (leader.state, leader.zab_state, leader.leader, leader.new_epoch) == (
         ServerState.LEADING, ZabState.DISCOVERY, 3, 5)
     follower = ZabCore(2, (1, 2, 3), Persistent((), 7, 1))
-    out = follower.elect_leader(3, (2, 3))
+    out = follower.become_follower(3)
     assert out.role == ServerState.FOLLOWING and out.persist == ()
     [(peer, p)] = out.send
     assert (peer, p.type, p.zxid) == (3, P.FOLLOWERINFO, z(7, 0))
     assert wire.decode_followerinfo_data(p.data) == LearnerInfo(PROTOCOL_VERSION, 2)
-
-
-def test_join_leader_sends_followerinfo():
-    """JoinLeader(i, j): a LOOKING server joins an established leader, as a follower in DISCOVERY."""
-    f = ZabCore(1, (1, 2, 3), Persistent((), 3, 3))
-    out = f.join_leader(2)
-    assert sent(out) == [(2, P.FOLLOWERINFO, z(3, 0))] and f.leader == 2 and f.zab_state == ZabState.DISCOVERY
+    assert follower.leader == 3 and follower.zab_state == ZabState.DISCOVERY
 
 
 def test_phase1_step3_leaderinfo_waits_for_a_quorum_and_exceeds_every_accepted_epoch():
     """Phase 1, step 3: 'once the leader has quorum, it sends LEADERINFO(e) to all followers, where e is greater
     than all f.acceptedEpoch in the quorum' (N = 5: the leader and two followers)."""
     leader = ZabCore(1, range(1, 6), Persistent((), 2, 2))
-    leader.elect_leader(1, (1, 2, 3))
+    leader.become_leader()
     out = leader.receive(2, followerinfo(2, 4))
     assert out == Output() and leader.new_epoch == 5 and leader.accepted_epoch == 2
     assert leader.learner_phase[2] == LearnerPhase.FOLLOWERINFO
@@ -236,7 +240,7 @@ def test_phase1_step4_e_below_accepted_epoch_goes_back_to_election():
 def leader_awaiting_ackepoch(history: tuple[Txn, ...] = (t(1, 1), t(1, 2)), current: int = 1) -> ZabCore:
     """Leader 1 (N = 3) of epoch current+1, LEADERINFO sent to 2 and 3."""
     leader = ZabCore(1, (1, 2, 3), Persistent(history, current, current))
-    leader.elect_leader(1, (1, 2, 3))
+    leader.become_leader()
     leader.receive(2, followerinfo(2, current))
     leader.receive(3, followerinfo(3, current))
     assert leader.learner_phase[2] == leader.learner_phase[3] == LearnerPhase.LEADERINFO
@@ -275,7 +279,7 @@ def test_phase1_steps_5_7_quorum_of_ackepoch_sets_current_epoch_and_starts_sync(
 def test_phase1_steps_5_6_leader_waits_for_a_quorum_of_ackepoch():
     """Phase 1, step 5: 'the leader waits for a quorum of followers to send ACKEPOCH' (N = 5)."""
     leader = ZabCore(1, range(1, 6), Persistent((t(1, 1),), 1, 1))
-    leader.elect_leader(1, (1, 2, 3))
+    leader.become_leader()
     leader.receive(2, followerinfo(2, 1))
     leader.receive(3, followerinfo(3, 1))
     assert leader.receive(2, ackepoch(z(1, 1), 1)) == Output()
@@ -437,15 +441,13 @@ def test_phase3_step3_commit_delivers_at_the_follower():
 # ---------------------------------------------------------------------------------------------- failures
 
 
-def test_leader_timeout_only_without_a_quorum():
-    """LeaderTimeout: 'the leader will remain active as long as there is a quorum of followers'."""
+def test_leader_timeout_goes_looking_and_closes_every_connection():
+    """LeaderTimeout: 'the leader will remain active as long as there is a quorum of followers'; when it stops
+    hearing from one (zabref.node decides when) it goes back to election."""
     net = established(3)
     leader = net.core[3]
-    with pytest.raises(LocalProtocolError, match="LeaderTimeout not enabled"):
-        leader.leader_timeout()
     leader.connection_closed(1)
-    assert leader.learner_phase[1] == LearnerPhase.NONE and not leader.leader_timeout_enabled()
-    leader.connection_closed(2)
+    assert leader.learner_phase[1] == LearnerPhase.NONE
     out = leader.leader_timeout()
     assert out.role == ServerState.LOOKING and out.close == (1, 2) and leader.new_epoch == 0
 
@@ -502,7 +504,7 @@ def _bad_cases():
 
     def leader_awaiting_followerinfo():
         core = ZabCore(1, (1, 2, 3))
-        core.elect_leader(1, (1, 2))
+        core.become_leader()
         return core
 
     def leader_awaiting_acknewleader():
@@ -555,12 +557,11 @@ def test_forbidden_packets_raise_remote_protocol_error_and_change_nothing(make, 
         (lambda c: c.client_request(b"x"), "ClientRequest not enabled"),
         (lambda c: c.follower_timeout(), "FollowerTimeout not enabled"),
         (lambda c: c.leader_timeout(), "LeaderTimeout not enabled"),
-        (lambda c: c.elect_leader(2, (1,)), "must be a quorum"),
-        (lambda c: c.elect_leader(3, (1, 2)), "must be a quorum"),
-        (lambda c: c.join_leader(1), "not another server"),
+        (lambda c: c.become_follower(1), "not another server"),
+        (lambda c: c.become_follower(9), "not another server"),
     ],
     ids=["client-request-while-looking", "follower-timeout-while-looking", "leader-timeout-while-looking",
-         "elect-by-a-minority", "elect-leader-outside-quorum", "join-itself"],
+         "follow-itself", "follow-a-stranger"],
 )
 def test_local_misuse_raises_local_protocol_error_and_changes_nothing(call, message):
     core = ZabCore(1, (1, 2, 3))
@@ -573,9 +574,9 @@ def test_local_misuse_raises_local_protocol_error_and_changes_nothing(call, mess
 def test_election_outcome_only_while_looking():
     f = follower_in(ZabState.DISCOVERY)
     with pytest.raises(LocalProtocolError, match="only a LOOKING server"):
-        f.elect_leader(2, (1, 2))
+        f.become_leader()
     with pytest.raises(LocalProtocolError, match="only a LOOKING server"):
-        f.join_leader(3)
+        f.become_follower(3)
 
 
 # ---------------------------------------------------------------------------------------------- values

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from zabref.core import LearnerPhase, Output, Persistent, Txn, ZabCore, ZabState, apply_persist
-from zabref.packets import QuorumPacket, ServerState, zxid_pair
+from zabref.packets import PacketType, QuorumPacket, ServerState, zxid_pair
 
 N = 3
 SERVERS = tuple(range(1, N + 1))
@@ -124,24 +124,35 @@ class ZabModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------------------------ enabling conditions
 
-    def elect_leader_quorums(self) -> list[tuple[int, ...]]:
-        """ElectLeader's Q: quorums of LOOKING servers. (The spec's MaxEpoch bound is for TLC; runs here are short.)"""
-        lk = self.looking()
-        return [q for r in range(1, len(lk) + 1) for q in itertools.combinations(lk, r) if is_quorum(q)]
+    def plausible_leader(self, i: int) -> bool:
+        """PlausibleLeader(i): a quorum of LOOKING servers with lower votes, or of servers still following i."""
+        ok = {s for s in SERVERS if s != i and (
+            (self.var(s, "state") == "LOOKING" and self.vote(s) < self.vote(i))
+            or (self.var(s, "state") == "FOLLOWING" and self.var(s, "leader") == i))}
+        return is_quorum(ok | {i})
 
-    def join_leader_pairs(self) -> list[tuple[int, int]]:
-        """JoinLeader(i, j): i LOOKING, j LEADING, j and its followers a quorum."""
-        return [
-            (i, j)
-            for i in self.looking()
-            for j in SERVERS
-            if i != j
-            and self.var(j, "state") == "LEADING"
-            and is_quorum({j} | self.followers_of(j))
-        ]
+    def plausible_follower(self, i: int, j: int) -> bool:
+        """PlausibleFollower(i, j): j leads, or j is LOOKING with a better vote."""
+        return self.var(j, "state") == "LEADING" or (self.var(j, "state") == "LOOKING" and self.vote(i) < self.vote(j))
+
+    def leaders_to_be(self) -> list[int]:
+        """BecomeLeader(i): LOOKING; a decision that is not plausible needs a fault left. (The spec's MaxEpoch bound
+        is for TLC; runs here are short.)"""
+        return [i for i in self.looking() if self.faults < MAX_FAULTS or self.plausible_leader(i)]
+
+    def followers_to_be(self) -> list[tuple[int, int]]:
+        """BecomeFollower(i, j): i LOOKING, j another server; not plausible only with a fault left."""
+        return [(i, j) for i in self.looking() for j in SERVERS
+                if i != j and (self.faults < MAX_FAULTS or self.plausible_follower(i, j))]
+
+    def takeable(self, j: int, i: int) -> bool:
+        """A channel's head some action takes now: everything, except FOLLOWERINFO at a server that does not lead
+        (LeaderProcessFOLLOWERINFO needs state[i] = LEADING; the packet waits)."""
+        head = self.channels[j, i][0]
+        return head.type != PacketType.FOLLOWERINFO or self.var(i, "state") == "LEADING"
 
     def nonempty_channels(self) -> list[tuple[int, int]]:
-        return [ch for ch, q in self.channels.items() if q]
+        return [ch for ch, q in self.channels.items() if q and self.takeable(*ch)]
 
     def broadcasting_leaders(self) -> list[int]:
         """ClientRequest(i): LEADING in BROADCAST, fewer than MaxTxns broadcast."""
@@ -164,14 +175,13 @@ class ZabModel(RuleBasedStateMachine):
             if self.var(s, "state") == "FOLLOWING" and (self.faults < MAX_FAULTS or not self.leader_connected(s))
         ]
 
+    def leader_connected_quorum(self, s: int) -> bool:
+        return is_quorum({s} | {f for f, p in self.var(s, "learner_phase").items() if p != "NONE"})
+
     def leaders_without_quorum(self) -> list[int]:
-        """LeaderTimeout(i): LEADING /\\ ~IsQuorum({i} \\cup {f : learnerPhase[i][f] /= "NONE"})."""
-        return [
-            s
-            for s in SERVERS
-            if self.var(s, "state") == "LEADING"
-            and not is_quorum({s} | {f for f, p in self.var(s, "learner_phase").items() if p != "NONE"})
-        ]
+        """LeaderTimeout(i): LEADING; with a quorum of connected learners only with a fault left."""
+        return [s for s in SERVERS if self.var(s, "state") == "LEADING"
+                and (self.faults < MAX_FAULTS or not self.leader_connected_quorum(s))]
 
     def followers_of(self, i: int) -> set[int]:
         return {s for s in SERVERS if self.core[s].state == ServerState.FOLLOWING and self.core[s].leader == i}
@@ -191,26 +201,26 @@ class ZabModel(RuleBasedStateMachine):
         during it (TRUNC, DIFF with PROPOSALs) often. The other half start from Init."""
         if establish:
             for s in SERVERS:
-                self.route(s, self.core[s].elect_leader(N, SERVERS))
+                self.route(s, self.core[s].become_leader() if s == N else self.core[s].become_follower(N))
             while self.nonempty_channels():
                 j, i = self.nonempty_channels()[0]
                 self.route(i, self.core[i].receive(j, self.channels[j, i].popleft()))
 
-    @precondition(lambda self: self.elect_leader_quorums())
+    @precondition(lambda self: self.leaders_to_be())
     @rule(data=st.data())
-    def elect_leader(self, data: st.DataObject) -> None:
-        """ElectLeader(i, Q): i has the greatest vote in Q."""
-        q = data.draw(st.sampled_from(self.elect_leader_quorums()), label="Q")
-        i = max(q, key=self.vote)
-        for s in q:
-            self.route(s, self.core[s].elect_leader(i, q))
+    def become_leader(self, data: st.DataObject) -> None:
+        """BecomeLeader(i)."""
+        i = data.draw(st.sampled_from(self.leaders_to_be()), label="i")
+        self.faults += not self.plausible_leader(i)
+        self.route(i, self.core[i].become_leader())
 
-    @precondition(lambda self: self.join_leader_pairs())
+    @precondition(lambda self: self.followers_to_be())
     @rule(data=st.data())
-    def join_leader(self, data: st.DataObject) -> None:
-        """JoinLeader(i, j)."""
-        i, j = data.draw(st.sampled_from(self.join_leader_pairs()), label="(i, j)")
-        self.route(i, self.core[i].join_leader(j))
+    def become_follower(self, data: st.DataObject) -> None:
+        """BecomeFollower(i, j)."""
+        i, j = data.draw(st.sampled_from(self.followers_to_be()), label="(i, j)")
+        self.faults += not self.plausible_follower(i, j)
+        self.route(i, self.core[i].become_follower(j))
 
     @precondition(lambda self: self.nonempty_channels())
     @rule(data=st.data())
@@ -241,6 +251,7 @@ class ZabModel(RuleBasedStateMachine):
     def leader_timeout(self, data: st.DataObject) -> None:
         """LeaderTimeout(i)."""
         i = data.draw(st.sampled_from(self.leaders_without_quorum()), label="i")
+        self.faults += self.leader_connected_quorum(i)
         self.route(i, self.core[i].leader_timeout())
 
     @precondition(lambda self: self.crashable())
@@ -258,8 +269,8 @@ class ZabModel(RuleBasedStateMachine):
     def quiescent(self) -> bool:
         """No spec action is enabled: the run has reached a terminal state of the bounded model."""
         return not (
-            self.elect_leader_quorums()
-            or self.join_leader_pairs()
+            self.leaders_to_be()
+            or self.followers_to_be()
             or self.nonempty_channels()
             or self.broadcasting_leaders()
             or self.followers()

@@ -88,8 +88,11 @@ DEFAULT_CLUSTER_CONFIG = "zabref-cluster/cluster.toml"
 @main.command()
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help="The cluster's TOML file.")
 @click.option("--id", "sid", required=True, type=int, help="This server's id in the config.")
-@click.option("--control", is_flag=True, help="Control mode: no timers, no election; the control socket drives it.")
-def serve(config_path: str, sid: int, control: bool) -> None:
+@click.option("--control", is_flag=True,
+              help="Control mode: inputs wait until the control socket releases them; time moves when it says tick.")
+@click.option("--action-log", type=click.Path(file_okay=False), default=None,
+              help="Append every spec action taken to DIR/actions-<id>.jsonl (for zabref validate).")
+def serve(config_path: str, sid: int, control: bool, action_log: str | None) -> None:
     """Run one zabref server until SIGTERM/SIGINT (docs/runtime.md)."""
     import logging  # noqa: PLC0415
 
@@ -106,7 +109,7 @@ def serve(config_path: str, sid: int, control: bool) -> None:
         h.setFormatter(fmt)
         logger.addHandler(h)
     logger.setLevel(logging.INFO)
-    raise SystemExit(run_server(config, sid, control=control))
+    raise SystemExit(run_server(config, sid, control=control, action_log=action_log))
 
 
 @main.command()

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 A client connection carries frames (`zabref.wire` framing: ``int32 length, body``, at most `MAX_CLIENT_FRAME`
-bytes) whose bodies are JSON objects. Requests on one connection are answered in order:
+bytes) whose bodies are JSON objects. Requests on one connection are answered in order. This module only carries
+them: every decision -- who runs ClientRequest, where a request is forwarded, when it is answered -- is the node's
+(`zabref.node`, ``client_submit`` / ``client_sync`` / ``forward_reply`` / ``client_read``), in both modes:
 
 * ``{"op": "submit", "value": text}`` -> ``{"zxid": z}`` once the transaction is committed AND delivered at this
   server. The leader runs ClientRequest; a follower forwards the request to its leader's client port, relays the
@@ -17,8 +19,8 @@ bytes) whose bodies are JSON objects. Requests on one connection are answered in
 Errors are ``{"error": text, "retry": bool}``; ``retry`` is true when asking again later (or elsewhere) is safe --
 no leader yet, the leader is still synchronizing, the forward failed before the leader took the value. A submit
 whose outcome is unknown (the leader lost leadership while the value was in flight) says ``retry: false``: resending
-could commit the value twice. In control mode ``submit`` is refused (the driver takes ClientRequest through the
-control socket); ``read`` and ``sync`` work.
+could commit the value twice. Control mode serves clients the same way (the conformance driver submits the spec's
+ClientRequest values here).
 
 Bad input. A body that is not a JSON object (bad UTF-8, bad JSON, nesting too deep for the parser, an integer with
 more digits than Python converts, a ``value`` that is not encodable Unicode such as a lone surrogate) gets an error
@@ -32,14 +34,13 @@ one of these reasons is logged with the client's address.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import json
 import logging
 from typing import Any
 
 from zabref import peers, wire
-from zabref.errors import CodecError, LocalProtocolError, ProtocolError
-from zabref.packets import ServerState
+from zabref.errors import CodecError, ProtocolError
+from zabref.node import READ_LIMIT
 
 __all__ = ["ClientPort", "request_async", "MAX_CLIENT_FRAME", "READ_LIMIT", "SUBMIT_TIMEOUT", "MAX_CLIENT_CONNECTIONS",
            "FRAME_TIMEOUT", "WRITE_TIMEOUT"]
@@ -47,7 +48,6 @@ __all__ = ["ClientPort", "request_async", "MAX_CLIENT_FRAME", "READ_LIMIT", "SUB
 log = logging.getLogger("zabref")
 
 MAX_CLIENT_FRAME = 1024 * 1024
-READ_LIMIT = 10_000
 #: Seconds a submit waits for its transaction to be delivered here before answering "outcome unknown".
 SUBMIT_TIMEOUT = 30.0
 #: Most client connections open at once (each may buffer up to MAX_CLIENT_FRAME bytes of an incomplete request).
@@ -100,6 +100,7 @@ class ClientPort:
 
     def __init__(self, server: Any) -> None:
         self.server = server  # zabref.runtime.Server
+        server.forward_to = self.forward
         self.open_connections = 0
         #: Idle connections to a leader's client port, reused by `_forward` (at most FORWARD_POOL per address).
         self._forward_pool: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
@@ -175,16 +176,21 @@ class ClientPort:
 
     # ------------------------------------------------------------------------------------------ ops
 
-    def _leader_address(self) -> tuple[str, int]:
-        core = self.server.core
-        if core.state != ServerState.FOLLOWING or str(core.zab_state) != "BROADCAST":
-            raise Refused(f"server {self.server.sid} has no established leader yet ({core.state.name})", True)
-        leader = self.server.config.server(core.leader)
-        return leader.host, leader.client_port
+    async def forward(self, rid: int, leader: int, request: dict[str, Any]) -> None:
+        """Carry a forwarded request to ``leader``'s client port; its answer (or why it failed) goes to the node."""
+        target = self.server.config.server(leader)
+        try:
+            reply = await self._forward((target.host, target.client_port), request)
+        except OSError as e:
+            # A refused connection never reached the leader: asking again is safe; anything else is unknown.
+            retry = request["op"] != "submit" or isinstance(e, ConnectionRefusedError)
+            reply = {"error": f"forward to the leader at {target.host}:{target.client_port} failed: {e}",
+                     "retry": retry}
+        server = self.server
+        server.enqueue(lambda: server.node.forward_reply(rid, reply, server.driver.now()))
 
-    async def _forward(self, obj: dict[str, Any]) -> dict[str, Any]:
-        host, port = self._leader_address()
-        idle = self._forward_pool.setdefault((host, port), [])
+    async def _forward(self, address: tuple[str, int], obj: dict[str, Any]) -> dict[str, Any]:
+        idle = self._forward_pool.setdefault(address, [])
         conn = None
         while idle and conn is None:  # reuse an idle connection the leader has not closed
             conn = idle.pop()
@@ -194,13 +200,12 @@ class ClientPort:
         answered = False
         try:
             if conn is None:
-                conn = await asyncio.wait_for(asyncio.open_connection(host, port), SUBMIT_TIMEOUT + 5)
-            answer = await _exchange(*conn, obj, SUBMIT_TIMEOUT + 5, f"{host}:{port}")
+                conn = await asyncio.wait_for(asyncio.open_connection(*address), SUBMIT_TIMEOUT + 5)
+            answer = await _exchange(*conn, obj, SUBMIT_TIMEOUT + 5, f"{address[0]}:{address[1]}")
             answered = True
             return answer
-        except (OSError, TimeoutError) as e:
-            retry = obj["op"] != "submit" or isinstance(e, ConnectionRefusedError)
-            raise Refused(f"forward to the leader at {host}:{port} failed: {e}", retry) from None
+        except TimeoutError as e:
+            raise OSError(f"no answer within {SUBMIT_TIMEOUT + 5} s") from e
         finally:
             if conn is not None:
                 if answered and len(idle) < FORWARD_POOL:
@@ -216,45 +221,16 @@ class ClientPort:
             data = value.encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate: JSON's "\ud800" is a str that has no UTF-8 form
             raise Refused(f'"value" is not valid Unicode text: {e.reason} at index {e.start}', False) from None
-        s = self.server
-        if s.control:
-            raise Refused("control mode: ClientRequest goes through the control socket", False)
-        if s.core.state == ServerState.LEADING:
-            try:
-                outs = await s.call(lambda: [s.core.client_request(data)])
-            except LocalProtocolError:
-                raise Refused(f"leader {s.sid} is still establishing its epoch", True) from None
-            zxid = outs[0].persist[0].txns[0].zxid
-        else:
-            answer = await self._forward({"op": "submit", "value": value})
-            if "error" in answer:
-                return answer
-            zxid = answer["zxid"]
-        await s.wait_delivered(zxid, SUBMIT_TIMEOUT)
-        return {"zxid": zxid}
+        node = self.server.node
+        return await self.server.client(lambda rid, now: node.client_submit(rid, data, now))
 
     def read(self, request: dict[str, Any]) -> dict[str, Any]:
         after = request.get("from_zxid", 0)
         limit = request.get("limit", READ_LIMIT)
         if not isinstance(after, int) or not isinstance(limit, int) or limit < 1:
             raise Refused('"from_zxid" must be an int and "limit" a positive int', False)
-        core = self.server.core
-        delivered = core.last_committed  # history[:delivered] is delivered; bisect it in place (no copy per read)
-        start = bisect.bisect_right(core.history, after, 0, delivered, key=lambda t: t.zxid)
-        limit = min(limit, READ_LIMIT)
-        chunk = core.history[start : min(start + limit, delivered)]
-        return {"txns": [[t.zxid, t.value.decode("utf-8", "backslashreplace")] for t in chunk],
-                "more": start + limit < delivered}
+        return self.server.node.client_read(after, limit)
 
     async def sync(self) -> dict[str, Any]:
-        s = self.server
-        if s.core.state == ServerState.LEADING:
-            if str(s.core.zab_state) != "BROADCAST":
-                raise Refused(f"leader {s.sid} is still establishing its epoch", True)
-            return {"zxid": s.committed_zxid}
-        answer = await self._forward({"op": "sync"})
-        if "error" in answer:
-            return answer
-        zxid = answer["zxid"]
-        await s.wait_delivered(zxid, SUBMIT_TIMEOUT)
-        return {"zxid": zxid}
+        node = self.server.node
+        return await self.server.client(lambda rid, now: node.client_sync(rid, now))

@@ -1,4 +1,4 @@
-"""The control socket: inspect a server and, in control mode, take its protocol steps one at a time.
+"""The control socket: inspect a server and, in control mode, step it: release inputs, let time pass.
 
 Theory of operation
 -------------------
@@ -6,19 +6,22 @@ Each server listens on its ``control_port`` (loopback) for JSON Lines: one reque
 object a line, in order, on any number of connections. Every response has ``"ok": true`` or an ``"error"`` text; a
 failed request never stops the server. docs/runtime.md lists every request and response shape.
 
-Read-only requests (``ping``, ``state``) work in both modes. The requests that take a protocol step (``release``,
-``elect``, ``join``, ``timeout``, ``client_request``) work only in control mode (``zabref serve --control``), where
-the server does nothing by itself: each one runs exactly one core entry point through the runtime's event pump and
-is answered after that step's storage operations were made durable and its packets were written to the sockets.
+Read-only requests (``ping``, ``state``) work in both modes. The requests that step a server work only in control
+mode (``zabref serve --control``, `zabref.drivers.ControlDriver`), where nothing reaches the node by itself:
+``release`` gives the node the head packet waiting on the quorum connection with a peer, ``release_vote`` the head
+notification of an election connection, and ``tick`` moves the logical clock one tick at a time, each followed by
+the node's timers. Each runs through the server's one step path (`zabref.runtime`: the same pump, the same node
+entry points as in normal mode) and is answered after the step's storage operations are durable and its packets
+written to the sockets. There is no request that takes a protocol decision for the node: an election outcome comes
+from notifications on the election port, a timeout from time passing, a client value through the client port.
 
-Fault injection (``partition``, ``heal``) works only in normal mode: it cuts or heals this server's links with the
-named peers (`zabref.runtime.Server.cut_links`; docs/faults.md). In control mode the driver already decides every
-delivery, so a cut there would only be a second, unrecorded way of losing packets.
+Fault injection (``partition``, ``heal``) cuts or heals this server's links with the named peers
+(`zabref.runtime.Server.cut_links`; docs/faults.md).
 
-``state`` maps the server onto the spec: every spec variable the core holds (`zabref.core.SPEC_VARIABLES`; zxids
-as ints, transaction values as UTF-8 text, per-learner maps keyed by the sid as a string, since JSON keys are text);
-the packets held per peer -- the spec's ``msgs[peer][sid]`` -- as ``{type, zxid, data}`` with ``data`` decoded per
-type; the open quorum connections with their packet counters.
+``state`` maps the server onto the spec: every Zab variable the core holds (`zabref.core.SPEC_VARIABLES`; zxids as
+ints, transaction values as UTF-8 text, per-learner maps keyed by the sid as text), FastLeaderElection's variables,
+the packets waiting per peer -- the spec's ``msgs[peer][sid]`` -- and the notifications waiting per election
+connection, the connections with their counters, and the logical clock.
 
 Bad input: a line that is not a JSON object with a known ``op`` (including what the JSON parser itself refuses --
 nesting too deep, an integer of too many digits) gets an ``error`` answer and the connection stays open. A line
@@ -39,12 +42,11 @@ import socket
 import time
 from typing import Any
 
-from zabref import peers, wire
-from zabref.core import Output
-from zabref.errors import CodecError, ZabError
-from zabref.packets import PacketType, QuorumPacket, ServerState
+from zabref import peers
+from zabref.actionlog import describe_packet
+from zabref.errors import ZabError
 
-__all__ = ["ControlPort", "ControlClient", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "describe_packet", "settle"]
+__all__ = ["ControlPort", "ControlClient", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "MAX_TICKS", "settle"]
 
 log = logging.getLogger("zabref")
 
@@ -52,48 +54,31 @@ log = logging.getLogger("zabref")
 MAX_LINE = 1024 * 1024
 #: Seconds a request line may take from its first byte to its newline (a longer one closes that connection).
 LINE_TIMEOUT = 10.0
-_STEP_OPS = ("release", "elect", "join", "timeout", "client_request")
+_STEP_OPS = ("release", "release_vote", "tick")
 _FAULT_OPS = ("partition", "heal")
+#: Most ticks one ``tick`` request may ask for.
+MAX_TICKS = 10_000
 
 
 class ControlError(ZabError):
     """A control request failed; the message is the server's ``error`` text."""
 
 
-def _text(value: bytes) -> str:
-    return value.decode("utf-8", errors="backslashreplace")
-
-
-def describe_packet(p: QuorumPacket) -> dict[str, Any]:
-    """A held packet as JSON: ``{type, zxid, data}`` with ``data`` decoded per type (seed 000's table)."""
-    data: Any = None
-    try:
-        match p.type:
-            case PacketType.LEADERINFO:
-                data = wire.decode_leaderinfo_data(p.data)
-            case PacketType.ACKEPOCH:
-                data = wire.decode_ackepoch_data(p.data)
-            case PacketType.FOLLOWERINFO:
-                data = wire.decode_followerinfo_data(p.data).serverid
-            case PacketType.PROPOSAL:
-                data = _text(wire.decode_proposal_data(p.data))
-            case PacketType.SNAP:
-                data = [[z, _text(v)] for z, v in wire.decode_snap_data(p.data)]
-    except CodecError as e:
-        return {"type": p.type.name, "zxid": p.zxid, "data": None, "data_error": str(e)}
-    return {"type": p.type.name, "zxid": p.zxid, "data": data}
-
-
 def _variables(raw: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("history", "staged_history"):
-            out[key] = [[z, _text(v)] for z, v in value]
+            out[key] = [[z, v.decode("utf-8", errors="backslashreplace")] for z, v in value]
         elif isinstance(value, dict):
             out[key] = {str(k): v for k, v in sorted(value.items())}
         else:
             out[key] = value
     return out
+
+
+def _notification(n: Any) -> dict[str, Any]:
+    return {"state": n.state.name, "leader": n.leader, "zxid": n.zxid, "electionEpoch": n.election_epoch,
+            "peerEpoch": n.peer_epoch}
 
 
 class ControlPort:
@@ -146,10 +131,8 @@ class ControlPort:
         handler = getattr(self, f"op_{op}", None)
         if handler is None:
             return {"error": f"unknown op {op!r} (ops: ping, state, {', '.join(_STEP_OPS + _FAULT_OPS)})"}
-        if op in _STEP_OPS and not self.server.control:
-            return {"error": f"{op} is a protocol step: only in control mode (zabref serve --control)"}
-        if op in _FAULT_OPS and self.server.control:
-            return {"error": f"{op} is fault injection: only in normal mode (the driver decides deliveries here)"}
+        if op in _STEP_OPS and self.server.driver.name != "control":
+            return {"error": f"{op} steps the server: only in control mode (zabref serve --control)"}
         try:
             result = await handler(request)
         except (ZabError, ValueError, TypeError, KeyError) as e:
@@ -159,90 +142,79 @@ class ControlPort:
     # ------------------------------------------------------------------------------------------ read-only
 
     async def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"sid": self.server.sid, "pid": os.getpid(), "mode": "control" if self.server.control else "normal"}
+        return {"sid": self.server.sid, "pid": os.getpid(), "mode": self.server.driver.name}
 
     async def op_state(self, request: dict[str, Any]) -> dict[str, Any]:
         s = self.server
         # Run every event queued before this request first: a connection that closed has left `conns` already, but
-        # the core hears of it through a pump event; reading the core before that event would show a mix.
-        await s.call(lambda: [])
+        # the node hears of it through a pump event; reading it before that event would show a mix.
+        await s.call(lambda: None)
+        node = s.node
         return {
             "sid": s.sid,
-            "mode": "control" if s.control else "normal",
-            "variables": _variables(s.core.variables()),
-            "held": {str(p): [describe_packet(m) for m in c.held] for p, c in sorted(s.conns.items())},
+            "mode": s.driver.name,
+            "clock": s.driver.now() if s.driver.name == "control" else None,
+            "variables": _variables(node.core.variables()),
+            "fle": node.fle_variables(),
+            "held": {str(p): [describe_packet(m) for m in c.inbound] for p, c in sorted(s.conns.items())},
+            "votes": [{**v.describe(), "held": [_notification(n) for n in v.inbound]}
+                      for _, v in sorted(s.votes.items())],
             "connections": [c.describe() for _, c in sorted(s.conns.items())],
-            "committed_zxid": s.committed_zxid,
+            "senders": [sender.describe() for _, sender in sorted(s.senders.items())],
+            "committed_zxid": node.committed_zxid,
+            "decisions": node.decisions,
         }
 
     # ------------------------------------------------------------------------------------------ steps
 
-    async def _step(self, event: Any) -> list[Output]:
-        outs = await self.server.call(event)
+    async def _step(self, event: Any) -> Any:
+        effects = await self.server.call(event)
         for conn in list(self.server.conns.values()):
             await conn.drain(2.0)
-        return outs
+        return effects
 
     async def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The head packet waiting on the quorum connection with ``from`` goes to the node."""
         j = _sid(request, "from")
         conn = self.server.conns.get(j)
-        if conn is None or not conn.held:
-            raise ValueError(f"no packet held from server {j}")
-        packet = conn.held.popleft()
-        await self._step(lambda: self.server.receive(conn, packet))
-        return {"released": describe_packet(packet)}
+        if conn is None or not conn.inbound:
+            raise ValueError(f"no packet waits from server {j}")
+        packet = conn.inbound[0]
+        conn.blocked = False  # the driver offers it again, whatever the node said last time
+        effects = await self._step(lambda: self.server.deliver(conn))
+        return {"released": describe_packet(packet), "deferred": bool(effects is not None and effects.deferred),
+                "actions": _actions(effects)}
 
-    async def op_elect(self, request: dict[str, Any]) -> dict[str, Any]:
-        leader = _sid(request, "leader")
-        quorum = request.get("quorum")
-        if not isinstance(quorum, list) or not all(isinstance(q, int) and not isinstance(q, bool) for q in quorum):
-            raise ValueError('"quorum" must be a list of sids')
-        await self._step(lambda: [self.server.core.elect_leader(leader, quorum)])
-        await self._await_leader_connection()
-        return {}
-
-    async def op_join(self, request: dict[str, Any]) -> dict[str, Any]:
-        leader = _sid(request, "leader")
-        await self._step(lambda: [self.server.core.join_leader(leader)])
-        await self._await_leader_connection()
-        return {}
-
-    async def _await_leader_connection(self) -> None:
-        core = self.server.core
-        if core.state != ServerState.FOLLOWING:
-            return
-        conn = self.server.conns.get(core.leader)
-        if conn is None:
-            raise ControlError(f"no connection to leader {core.leader}")
-        try:
-            ok = await asyncio.wait_for(asyncio.shield(conn.opened), 15.0)
-        except TimeoutError:
-            ok = False
-        if not ok:
-            raise ControlError(f"cannot connect to leader {core.leader}: {conn.close_reason or 'timed out'}")
-        await conn.drain(2.0)
-
-    async def op_timeout(self, request: dict[str, Any]) -> dict[str, Any]:
-        kind = request.get("kind")
-        if kind == "follower":
-            await self._step(lambda: [self.server.core.follower_timeout()])
-        elif kind == "leader":
-            await self._step(lambda: [self.server.core.leader_timeout()])
+    async def op_release_vote(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The head notification waiting on election connection ``conn`` (a serial from ``state``) goes to the
+        node; with ``from`` instead, the oldest election connection from that server with one waiting."""
+        votes = self.server.votes
+        if "conn" in request:
+            channel = votes.get(_sid(request, "conn"))
         else:
-            raise ValueError(f'"kind" must be "follower" or "leader", not {kind!r}')
-        return {}
+            j = _sid(request, "from")
+            channel = next((v for _, v in sorted(votes.items()) if v.peer == j and v.inbound), None)
+        if channel is None or not channel.inbound:
+            raise ValueError(f"no notification waits on {request.get('conn', request.get('from'))!r}")
+        n = channel.inbound[0]
+        effects = await self._step(lambda: self.server.deliver_vote(channel))
+        return {"released": _notification(n), "actions": _actions(effects)}
 
-    async def op_client_request(self, request: dict[str, Any]) -> dict[str, Any]:
-        value = request.get("value")
-        if not isinstance(value, str):
-            raise ValueError('"value" must be text')
-        try:  # here, not inside the pump event: an exception there would stop the server
-            data = value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(f'"value" is not valid Unicode text: {e.reason} at index {e.start}') from None
-        outs = await self._step(lambda: [self.server.core.client_request(data)])
-        return {"zxid": outs[0].persist[0].txns[0].zxid}
-
+    async def op_tick(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Move the logical clock ``count`` ticks (default 1), running the node's timers after each; stop early, at
+        the end of a tick, when ``until_action`` names an action the node took."""
+        count = request.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_TICKS:
+            raise ValueError(f'"count" must be an integer in 1..{MAX_TICKS}')
+        until = request.get("until_action")
+        taken: list[dict[str, Any]] = []
+        ticks = 0
+        for ticks in range(1, count + 1):
+            effects = await self._step(lambda: self.server.driver.advance(self.server))
+            taken += _actions(effects)
+            if until is not None and any(a["name"] == until for a in taken):
+                break
+        return {"ticks": ticks, "clock": self.server.driver.now(), "actions": taken}
 
     # ------------------------------------------------------------------------------------------ fault injection
 
@@ -255,6 +227,12 @@ class ControlPort:
         sids = set(self.server.cut_peers) if request.get("peers") is None else _sids(request, "peers")
         self.server.heal_links(sids)
         return {"cut": sorted(self.server.cut_peers)}
+
+
+def _actions(effects: Any) -> list[dict[str, Any]]:
+    if effects is None:
+        return []
+    return [{"module": a.module, "name": a.name, "params": dict(a.params)} for a in effects.actions]
 
 
 def _short(e: BaseException) -> str:
@@ -329,30 +307,44 @@ class ControlClient:
 
 
 def settle(controls: dict[int, ControlClient], timeout: float = 10.0) -> dict[int, dict[str, Any]]:
-    """Wait until every packet one server sent has arrived at its peer (held there, in control mode) and every
-    connection is open or closed at both ends; return every server's ``state``. ControlError on timeout.
+    """Wait until every packet and notification one server sent has arrived at its peer (waiting there, in control
+    mode), every quorum connection is open or closed at both ends, and no sender still holds a notification; return
+    every server's ``state``. ControlError on timeout.
 
     This is what the conformance driver does after each step, before it compares states.
     """
     deadline = time.monotonic() + timeout
     while True:
         states = {sid: c.request("state") for sid, c in controls.items()}
-        if _settled(states):
+        problem = unsettled(states)
+        if problem is None:
             return states
         if time.monotonic() > deadline:
-            summary = {sid: s["connections"] for sid, s in states.items()}
-            raise ControlError(f"not settled within {timeout} s: connections {summary}")
+            raise ControlError(f"not settled within {timeout} s: {problem}")
         time.sleep(0.005)
 
 
-def _settled(states: dict[int, dict[str, Any]]) -> bool:
+def unsettled(states: dict[int, dict[str, Any]]) -> str | None:
+    """Why these states are not settled (see `settle`), or None when they are."""
     ends = {(sid, c["peer"]): c for sid, s in states.items() for c in s["connections"]}
     for (i, j), c in ends.items():
         if j not in states:
             continue
         other = ends.get((j, i))
         if c["state"] != "open" or other is None or other["state"] != "open":
-            return False
+            return f"quorum connection {i}-{j} is {c['state']} at {i}, {other and other['state']} at {j}"
         if c["sent"] != other["received"]:
-            return False
-    return True
+            return f"quorum connection {i}-{j}: {c['sent']} sent by {i}, {other['received']} received by {j}"
+    for i, s in states.items():
+        for sender in s.get("senders", ()):
+            j = sender["peer"]
+            if j not in states:
+                continue
+            if sender["queued"]:
+                return f"election sender {i}->{j} still holds {sender['queued']} notification(s)"
+            if not sender["connected"]:
+                continue
+            received = [v["received"] for v in states[j].get("votes", ()) if v["peer"] == i]
+            if sender["sent"] not in received:
+                return f"election connection {i}->{j}: {sender['sent']} sent, received {received}"
+    return None

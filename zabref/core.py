@@ -73,6 +73,7 @@ __all__ = [
     "sync_packets",
     "SPEC_VARIABLES",
     "HANDLERS",
+    "SPEC_ACTIONS",
 ]
 
 Handler = Callable[["ZabCore", int, QuorumPacket], Output]
@@ -86,6 +87,11 @@ class ZabCore(LeaderActions, FollowerActions):
     def receive(self, peer: int, packet: QuorumPacket) -> Output:
         """A packet from ``peer``, taken from the head of that connection in order (seed 000: "servers must process
         packets in the order that they are received")."""
+        return self.handler_for(peer, packet)(self, peer, packet)
+
+    def handler_for(self, peer: int, packet: QuorumPacket) -> Handler:
+        """The handler (named after its spec action) that `receive` runs for ``packet`` from ``peer`` now;
+        RemoteProtocolError, with nothing changed, when no spec action takes it in this state."""
         if peer == self.sid or peer not in self.servers:
             raise RemoteProtocolError(peer, f"server {self.sid}: {peer} is not another server of {list(self.servers)}")
         if packet.zxid < 0:
@@ -95,20 +101,15 @@ class ZabCore(LeaderActions, FollowerActions):
         if handler is None:
             takes = ", ".join(t.name for t in handlers) or "no packet"
             self._reject(peer, packet, f"a {self.state.name} server takes {takes}")
-        return handler(self, peer, packet)
-
-    def _follower_proposal(self, j: int, packet: QuorumPacket) -> Output:
-        """PROPOSAL: staged in sync (FollowerProcessPROPOSALInSync), logged in broadcast (FollowerProcessPROPOSAL)."""
-        if self.zab_state == ZabState.SYNCHRONIZATION:
-            return self.follower_process_proposal_in_sync(j, packet)
-        return self.follower_process_proposal(j, packet)
-
-    def _leader_ack(self, j: int, packet: QuorumPacket) -> Output:
-        """ACK: of NEWLEADER while learner j is in phase NEWLEADER (LeaderProcessACKNEWLEADER), else of a proposal
-        (LeaderProcessACK)."""
-        if self.learner_phase[j] == LearnerPhase.NEWLEADER:
-            return self.leader_process_acknewleader(j, packet)
-        return self.leader_process_ack(j, packet)
+        if packet.type == PacketType.PROPOSAL and self.state == ServerState.FOLLOWING:
+            # staged in sync (FollowerProcessPROPOSALInSync), logged in broadcast (FollowerProcessPROPOSAL)
+            in_sync = self.zab_state == ZabState.SYNCHRONIZATION
+            return ZabCore.follower_process_proposal_in_sync if in_sync else ZabCore.follower_process_proposal
+        if packet.type == PacketType.ACK and self.state == ServerState.LEADING:
+            # of NEWLEADER while learner j is in phase NEWLEADER (LeaderProcessACKNEWLEADER), else of a proposal
+            newleader = self.learner_phase[peer] == LearnerPhase.NEWLEADER
+            return ZabCore.leader_process_acknewleader if newleader else ZabCore.leader_process_ack
+        return handler
 
     # ---------------------------------------------------------------------------------------------- election
 
@@ -169,7 +170,7 @@ HANDLERS: dict[ServerState, dict[PacketType, Handler]] = {
         PacketType.DIFF: ZabCore.follower_process_diff,
         PacketType.TRUNC: ZabCore.follower_process_trunc,
         PacketType.SNAP: ZabCore.follower_process_snap,
-        PacketType.PROPOSAL: ZabCore._follower_proposal,
+        PacketType.PROPOSAL: ZabCore.follower_process_proposal,  # or ..._in_sync: ZabCore.handler_for
         PacketType.NEWLEADER: ZabCore.follower_process_newleader,
         PacketType.UPTODATE: ZabCore.follower_process_uptodate,
         PacketType.COMMIT: ZabCore.follower_process_commit,
@@ -177,6 +178,29 @@ HANDLERS: dict[ServerState, dict[PacketType, Handler]] = {
     ServerState.LEADING: {
         PacketType.FOLLOWERINFO: ZabCore.leader_process_followerinfo,
         PacketType.ACKEPOCH: ZabCore.leader_process_ackepoch,
-        PacketType.ACK: ZabCore._leader_ack,
+        PacketType.ACK: ZabCore.leader_process_ack,  # or leader_process_acknewleader: ZabCore.handler_for
     },
+}
+
+#: Every entry point that is a spec action: method name -> the action's name in spec/Zab.tla (tests/test_core.py
+#: checks it against Next). `zabref.node` names the actions it takes with it (the action log, docs/validation.md).
+SPEC_ACTIONS: dict[str, str] = {
+    "become_leader": "BecomeLeader",
+    "become_follower": "BecomeFollower",
+    "leader_process_followerinfo": "LeaderProcessFOLLOWERINFO",
+    "follower_process_leaderinfo": "FollowerProcessLEADERINFO",
+    "leader_process_ackepoch": "LeaderProcessACKEPOCH",
+    "follower_process_diff": "FollowerProcessDIFF",
+    "follower_process_trunc": "FollowerProcessTRUNC",
+    "follower_process_snap": "FollowerProcessSNAP",
+    "follower_process_proposal_in_sync": "FollowerProcessPROPOSALInSync",
+    "follower_process_newleader": "FollowerProcessNEWLEADER",
+    "leader_process_acknewleader": "LeaderProcessACKNEWLEADER",
+    "follower_process_uptodate": "FollowerProcessUPTODATE",
+    "client_request": "ClientRequest",
+    "follower_process_proposal": "FollowerProcessPROPOSAL",
+    "leader_process_ack": "LeaderProcessACK",
+    "follower_process_commit": "FollowerProcessCOMMIT",
+    "follower_timeout": "FollowerTimeout",
+    "leader_timeout": "LeaderTimeout",
 }

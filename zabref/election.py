@@ -191,6 +191,14 @@ class FastLeaderElection:
         step = self.start_election(zxid, epoch)
         return Step("Restart", step.sends)
 
+    def resend(self) -> tuple[Send, ...]:
+        """Spec ``ResendNotifications(i)``: a LOOKING server that heard nothing for a while (ZooKeeper's notTimeout)
+        sends its current proposal to every other voter again -- notifications lost with a broken connection are
+        replaced. The caller decides when (`zabref.node`)."""
+        if self.state is not LOOKING or self.logicalclock == 0 or self.finalizing:
+            raise LocalProtocolError(f"server {self.sid} re-sends its vote only while LOOKING and not finalizing")
+        return self._broadcast(self.proposed_vote)
+
     def receive(self, sender: int, n: Notification) -> Step:
         """The head notification of ``sender``'s channel: run the one spec action it enables."""
         return self._handler(sender, n)(sender, n)

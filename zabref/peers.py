@@ -54,6 +54,7 @@ from zabref.packets import Notification, QuorumPacket
 
 __all__ = [
     "Connection",
+    "VoteChannel",
     "ElectionSender",
     "accept_handshake",
     "quiet_cancel",
@@ -191,7 +192,8 @@ class Connection:
         self.pending: list[bytes] = []  # frames sent while connecting
         self._out: list[bytes] = []  # frames queued with send(flush=False), written by the next flush
         self.writes = 0  # transport writes made (each carries one or more frames)
-        self.held: deque[QuorumPacket] = deque()  # control mode: packets read and not yet released to the core
+        self.inbound: deque[QuorumPacket] = deque()  # packets read and not yet taken by the node, in order
+        self.blocked = False  # the node deferred the head packet; offered again after its next change of role
         self.reported = False  # whether the core was told (connection_closed) or needs no telling
         self.catching_up = False  # set by the runtime: SEND_BUFFER_LIMIT is suspended (module docstring)
         self.opened: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -280,6 +282,28 @@ class Connection:
                 "sent": self.sent, "received": self.received}
 
 
+class VoteChannel:
+    """One inbound election connection: notifications read and not yet taken by the node, in order."""
+
+    def __init__(self, peer: int, writer: asyncio.StreamWriter) -> None:
+        self.peer = peer
+        self.serial = next(_serials)
+        self.writer = writer
+        self.inbound: deque[Notification] = deque()
+        self.received = 0
+        self.closed = False
+
+    def close(self) -> None:
+        """Stop reading: what was not taken yet is dropped with the connection (the spec's lost channel)."""
+        if not self.closed:
+            self.closed = True
+            self.inbound.clear()
+            self.writer.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"peer": self.peer, "serial": self.serial, "received": self.received}
+
+
 class ElectionSender:
     """Sends FastLeaderElection notifications to one peer over a connection this server opened (FIFO, best effort).
 
@@ -295,6 +319,8 @@ class ElectionSender:
         self.sid, self.peer, self.host, self.port = sid, peer, host, port
         self.queue: deque[Notification] = deque(maxlen=ELECTION_QUEUE_LIMIT)
         self.link_cut = False
+        self.sent = 0  # notifications written on the current connection
+        self._writer: asyncio.StreamWriter | None = None
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"election-to-{peer}")
         self._task.add_done_callback(self._task_done)
@@ -316,24 +342,48 @@ class ElectionSender:
             self.queue.clear()
         self._wake.set()
 
+    def describe(self) -> dict[str, Any]:
+        """For the control socket's ``state``: is a connection up, how many notifications wait, how many were
+        written on the current connection (the conformance driver compares it with the receiver's count)."""
+        return {"peer": self.peer, "connected": self._writer is not None, "queued": len(self.queue),
+                "sent": self.sent}
+
+    def _drop_connection(self, why: str) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            log.info("election connection to %d closed: %s", self.peer, why)
+
+    async def _watch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The peer never writes on this connection: EOF (or an error) means it closed or died; stop using it, so
+        that the next notification opens a new connection instead of vanishing into a dead one."""
+        try:
+            while await reader.read(4096):
+                pass
+        except (ConnectionError, OSError):
+            pass
+        if self._writer is writer:
+            self._drop_connection("the peer closed it")
+            self._wake.set()
+
     async def _run(self) -> None:
-        writer: asyncio.StreamWriter | None = None
         delay = 0.05
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self.link_cut and writer is not None:
-                writer.close()
-                writer = None
-                log.info("election connection to %d closed: link cut by the fault layer", self.peer)
+            if self.link_cut:
+                self._drop_connection("link cut by the fault layer")
             while self.queue and not self.link_cut:
+                writer = self._writer
                 if writer is None or writer.is_closing():
                     try:
-                        _, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0)
+                        reader, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0)
+                        self._writer, self.sent = writer, 0
+                        asyncio.get_running_loop().create_task(self._watch(reader, writer))
                         log.info("election connection to %d open", self.peer)
                         delay = 0.05
                     except (OSError, TimeoutError) as e:
-                        writer = None
+                        self._writer = None
                         log.debug("election connection to %d failed: %s", self.peer, e)
                         await asyncio.sleep(delay)
                         delay = min(delay * 2, 1.0)
@@ -346,11 +396,10 @@ class ElectionSender:
                     continue
                 try:
                     writer.write(framed)
+                    self.sent += 1
                     await asyncio.wait_for(writer.drain(), 2.0)
                 except (ConnectionError, OSError, TimeoutError) as e:
-                    log.info("election connection to %d lost: %s", self.peer, e)
-                    writer.close()
-                    writer = None
+                    self._drop_connection(f"lost: {e}")
 
     def close(self) -> None:
         self._task.cancel()

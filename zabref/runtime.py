@@ -1,57 +1,46 @@
-"""The server process: one asyncio event loop wiring the Zab core, its disk log and its TCP connections.
+"""The server process: one asyncio loop carrying a `zabref.node.Node`'s inputs in and its effects out.
 
 Theory of operation
 -------------------
-Everything that changes the core goes through ONE queue of events, taken by ONE task, the *pump* (so the core, a
-plain object, is never touched by two things at once). An event is a small function that calls one core entry point
-(``receive``, ``elect_leader``, ``client_request``, a timeout, ``connection_closed``) and returns its `Output`s. The
-pump takes every event that is ready, runs them in arrival order, and then, for the whole batch:
+The node (`zabref.node`) makes every decision; this module only does the I/O around it, the same way in both
+modes. There is ONE step path: every input -- a quorum packet, an election notification, a closed connection, a
+tick of the clock, a client request, a forwarded request's answer -- is an *event*, a small function that calls one
+node entry point and returns its `Effects`. ONE task, the *pump*, runs events in arrival order, a batch at a time
+(all that are ready, at most `BATCH_LIMIT`), and then, for the whole batch:
 
-1. applies every ``persist`` operation to the `Storage` with `apply_persist` -- consecutive appends of the batch share
-   ONE fsync (group commit) -- in a worker thread, so sockets keep being read meanwhile; or, when the batch only
-   appends a little (`INLINE_SYNC_BYTES`) and the last sync was quick (`INLINE_SYNC_SECONDS`), in the loop's own
-   thread, saving the two thread wake-ups of the hand-off;
-2. only then writes the ``send`` packets (so an ACK never leaves before its proposal is on disk: seed 000, phase 3,
-   step 2), wakes the clients waiting for deliveries, closes the connections the core said to close;
-3. answers the callers that wait for the event (control requests, client submits).
+1. makes every ``persist`` operation durable (`apply_persist`; consecutive appends share one fsync: group
+   commit) -- in a worker thread, or in the loop's own thread when the batch only appends a little
+   (`INLINE_SYNC_BYTES`) and the last sync was quick (`INLINE_SYNC_SECONDS`);
+2. only then carries out the rest, in order: quorum packets (one socket write per connection per batch), election
+   notifications, connections to close, client answers, forwards; after a change of role, packets the node deferred
+   are offered again.
 
-The packets of one batch to one peer leave in ONE socket write (`peers.Connection.flush`).
+So no packet -- an ACK, a LEADERINFO, a leader's PROPOSAL -- leaves before the persistence of its step is durable
+(seed 000, phase 3, step 2: "log and sync proposals to disk and send ACK"), and a power cut loses exactly the steps
+of the batch in progress, none of whose packets left: a crash is the spec's Crash. A storage failure stops the
+server (exit code 2): the node would otherwise run ahead of its disk.
 
-One exception to step 2, in normal mode only (``send_before_sync``): a LEADING server in BROADCAST writes its
-PROPOSALs (and COMMITs) *before* the fsync of its own log append, as ZooKeeper's leader does, so that its fsync and
-the followers' run at the same time. Only the longest prefix of the batch's outputs that are of that kind
-(`_may_send_early`: no role change, no close, no persist but appends, only PROPOSAL / COMMIT / INFORM packets) goes
-early; everything else waits for the sync as above. This is safe because the leader counts itself in a quorum
-(``leader_process_ack`` assumes it holds its whole history) only when it takes an ACK, and it takes no event -- no
-ACK -- until the pump has finished the batch, fsync included: an ACK of a proposal can only arrive after the
-PROPOSAL left, so it is run in a later batch, when the leader's append is durable. A COMMIT can only name a
-transaction ACKed before this batch, hence durable here. If the leader crashes before its fsync, a follower may hold
-a proposal the leader lost: it was never committed (its commit needed the leader's durable ACK), and the next
-epoch's sync truncates it, as in ZooKeeper. Followers never send early: their ACK still leaves after their fsync.
-In control mode every send waits for the sync, as the spec's steps do (`tests/test_runtime.py`).
+The mode is a *driver* (`zabref.drivers`) behind two questions: when does an inbound packet or notification reach
+the node, and what time is it. The normal driver delivers everything as it arrives and ticks the node every
+``tick_ms`` on the loop's clock; the control driver (``--control``, for the conformance driver) holds every inbound
+packet and notification in its connection's queue until the control socket releases it, and advances a logical
+clock only when told (``tick``). PINGs are never held: they only keep connections alive. Nothing else differs.
 
-A storage failure stops the server (exit code 2): the core would otherwise run ahead of its disk.
+Connections (`zabref.peers`): a follower dials its leader when the node says so (``Effects.dial``) and sends the
+handshake; a leader takes the connections its learners open. A connection that ends (EOF, reset, bad bytes, a
+packet no spec action takes) is closed, logged with its reason, and reported to the node; packets not yet given to
+the node when their connection closes are dropped (the spec empties both channels of a closed connection). Election
+notifications go out through one `zabref.peers.ElectionSender` per peer and come in on connections the peers open.
 
-Connections (`zabref.peers.Connection`): a follower dials its leader when the core first sends to it; a leader takes
-the connections its followers open. Packets from a peer are processed in arrival order (seed 000). A connection that
-ends (EOF, reset, bad bytes, a packet the protocol forbids) is closed, logged with its reason, and reported to the
-core with ``connection_closed``; connections the core closes itself (GoLooking) are not reported back to it.
-
-Two modes. In *normal* mode packets go to the core as they arrive, and `zabref.normal` runs FastLeaderElection,
-PINGs and timeouts. In *control* mode (``--control``, for the conformance driver) nothing happens by itself: inbound
-packets are decoded and HELD in a FIFO per connection (at most `HOLD_LIMIT` packets) until the driver releases one
-through the control socket (`zabref.control`); a closed connection is still reported at once, and its held packets
-are dropped (the spec empties both channels of a closed connection in the same step).
-
-Fault layer (normal mode only; docs/faults.md). ``cut_links(peers)`` makes this server behave as if the network
-between it and those peers were cut, both directions: its quorum and election connections with them are closed,
-new ones are refused (inbound) or fail (outbound), and election notifications to them are dropped, until
-``heal_links``. The fault runner (`zabref.faults`) applies a cut at both ends through the control socket.
+Fault layer (docs/faults.md). ``cut_links(peers)`` makes this server behave as if the network between it and those
+peers were cut, both directions: its quorum and election connections with them are closed, new ones are refused or
+fail, and notifications to them are dropped, until ``heal_links``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import signal
 import time
@@ -60,95 +49,99 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from zabref import peers, wire
+from zabref.actionlog import ActionLog
 from zabref.config import Config
-from zabref.core import (HANDLERS, OBSERVER_HANDLERS, AppendTxns, LearnerPhase, ObserverPhase, Output, Persistent,
-                         ZabCore, ZabState, apply_persist)
+from zabref.core import HANDLERS, AppendTxns, LearnerPhase, Persistent, apply_persist
 from zabref.disklog import Storage
-from zabref.errors import ConfigError, ProtocolError, RemoteProtocolError, StorageError, ZabError
+from zabref.election import check_notification
+from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
+from zabref.node import Effects, Node, Timing
 from zabref.packets import PacketType, QuorumPacket, ServerState
 
-__all__ = ["Server", "StepError", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_BYTES", "INLINE_SYNC_SECONDS", "run_server"]
+__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_BYTES", "INLINE_SYNC_SECONDS", "run_server"]
 
 log = logging.getLogger("zabref")
 
-#: Most packets held from one connection in control mode; one more closes the connection.
+#: Most packets (or notifications) waiting in one connection's queue; one more closes the connection.
 HOLD_LIMIT = 10_000
 #: Most events run by the pump before it persists and sends (bounds the latency of one batch).
 BATCH_LIMIT = 1_000
 #: A batch whose storage work is only appends of at most this many value bytes syncs in the loop's thread ...
 INLINE_SYNC_BYTES = 64 * 1024
-#: ... provided the previous sync took at most this long (a slow disk goes back to the worker thread, so that the
-#: loop keeps reading sockets while it waits).
+#: ... provided the previous sync took at most this long.
 INLINE_SYNC_SECONDS = 0.002
-#: Packets a leader in BROADCAST may write before the fsync of the same batch (module docstring).
-EARLY_TYPES = frozenset({PacketType.PROPOSAL, PacketType.COMMIT, PacketType.INFORM})
-#: Packet types a quorum connection may carry: what some role of the core takes (observers' included), and PING.
-QUORUM_TYPES = frozenset(t for tables in (HANDLERS, OBSERVER_HANDLERS) for table in tables.values() for t in table) | {
-    PacketType.PING}
+#: Packet types a quorum connection may carry: what some role of the core takes, and PING.
+QUORUM_TYPES = frozenset(t for table in HANDLERS.values() for t in table) | {PacketType.PING}
 
-Event = Callable[[], list[Output]]
+Event = Callable[[], Effects | None]
 
 
-class StepError(ZabError):
-    """An event failed; ``outputs`` (e.g. the report of the connection it closed) must still be applied."""
-
-    def __init__(self, message: str, outputs: list[Output]) -> None:
-        super().__init__(message)
-        self.outputs = outputs
+def timing_of(config: Config) -> Timing:
+    c = config.cluster
+    return Timing(tick_s=c.tick_ms / 1000, init_limit=c.init_limit, sync_limit=c.sync_limit)
 
 
 class Server:
-    """One zabref server: ``await Server(config, sid, control=...).run()``; `stop` ends it."""
+    """One zabref server: ``await Server(config, sid, driver).run()``; `stop` ends it."""
 
-    def __init__(self, config: Config, sid: int, *, control: bool = False) -> None:
+    def __init__(self, config: Config, sid: int, driver: Any, *, action_log: ActionLog | None = None) -> None:
         self.config = config
         self.sid = sid
         self.me = config.server(sid)
-        self.control = control
+        self.driver = driver  # zabref.drivers.NormalDriver or ControlDriver
+        self.action_log = action_log
         self.storage: Storage | None = None
-        self.core: ZabCore | None = None
-        self.conns: dict[int, peers.Connection] = {}
-        self.normal: Any = None  # zabref.normal.NormalMode in normal mode
-        self._events: asyncio.Queue[tuple[Event, asyncio.Future[list[Output]] | None]] = asyncio.Queue()
-        self._changed = asyncio.Event()  # set (and replaced) after every batch that delivered or changed role
+        self.node: Node | None = None
+        self.conns: dict[int, peers.Connection] = {}  # quorum connections by peer
+        self.votes: dict[int, peers.VoteChannel] = {}  # inbound election connections by serial
+        self.senders: dict[int, peers.ElectionSender] = {}
+        self.cut_peers: set[int] = set()
+        self.exit_code = 0
+        self.client_waiters: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.forward_to: Callable[[int, int, dict[str, Any]], Any] | None = None  # set by the client port
+        self._rids = itertools.count(1)
+        self._events: asyncio.Queue[tuple[Event, asyncio.Future[Effects] | None]] = asyncio.Queue()
+        self._changed = asyncio.Event()
         self._disk = ThreadPoolExecutor(1, thread_name_prefix=f"zabref-{sid}-disk")
         self._stopping = asyncio.Event()
         self._listeners: list[asyncio.base_events.Server] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.exit_code = 0
-        self.cut_peers: set[int] = set()  # fault layer: peers whose links are cut (normal mode only)
-        self.send_before_sync = not control  # a leader's PROPOSALs leave before its own fsync (module docstring)
-        self._last_sync_s = 0.0  # how long the last apply_persist took (chooses inline or worker thread)
-        self._unflushed: dict[int, peers.Connection] = {}  # connections with packets queued in this batch
+        self._last_sync_s = 0.0
+        self._unflushed: dict[int, peers.Connection] = {}
+
+    @property
+    def core(self) -> Any:
+        return self.node.core
 
     # ------------------------------------------------------------------------------------------ life cycle
 
     async def run(self) -> int:
         """Open the data dir, listen, serve until `stop` (SIGTERM/SIGINT); returns the process exit code."""
-        from zabref import clientport, control  # noqa: PLC0415 (the modules import this one)
+        from zabref import clientport, control  # noqa: PLC0415 (they import this module)
 
         self.me.data_dir.mkdir(parents=True, exist_ok=True)
         self.storage, report = Storage.open(self.me.data_dir)
         log.info("storage: %s", report)
-        self.core = ZabCore(self.sid, self.config.participants, Persistent.from_storage(self.storage),
-                            observers=self.config.observers)
+        self.node = Node(self.sid, self.config.sids, Persistent.from_storage(self.storage), timing_of(self.config))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
-        host = self.me.host
         await self.listen("quorum_port", self._accept_quorum)
+        await self.listen("election_port", self._accept_votes)
         await self.listen("client_port", clientport.ClientPort(self).handle)
         await self.listen("control_port", control.ControlPort(self).handle, limit=control.MAX_LINE)
+        for other in self.config.servers:
+            if other.id != self.sid:
+                self.senders[other.id] = peers.ElectionSender(self.sid, other.id, other.host, other.election_port)
         self.spawn(self._pump(), "pump")
-        if not self.control:
-            from zabref.normal import NormalMode  # noqa: PLC0415
-
-            self.normal = NormalMode(self)
-            await self.normal.start()
+        if self.action_log is not None:
+            self.action_log.restart(self.sid, self.node)
+        self.enqueue(lambda: self.node.start(self.driver.now()))
+        self.driver.start(self)
         log.info("server %d ready (%s mode): quorum %s:%d, election %d, client %d, control %d; history %d txns, "
-                 "acceptedEpoch %d, currentEpoch %d", self.sid, "control" if self.control else "normal", host,
-                 self.me.quorum_port, self.me.election_port, self.me.client_port, self.me.control_port,
-                 len(self.core.history), self.core.accepted_epoch, self.core.current_epoch)
+                 "acceptedEpoch %d, currentEpoch %d", self.sid, self.driver.name, self.me.host, self.me.quorum_port,
+                 self.me.election_port, self.me.client_port, self.me.control_port, len(self.core.history),
+                 self.core.accepted_epoch, self.core.current_epoch)
         await self._stopping.wait()
         await self._shutdown()
         return self.exit_code
@@ -173,13 +166,15 @@ class Server:
         log.info("server %d stopping", self.sid)
         for listener in self._listeners:
             listener.close()
-        if self.normal is not None:
-            self.normal.close()
+        for sender in self.senders.values():
+            sender.close()
         for conn in list(self.conns.values()):
             conn.close("server stopping")
         for task in list(self._tasks):
             task.cancel()
         self._disk.shutdown(wait=True)
+        if self.action_log is not None:
+            self.action_log.close()
         if self.storage is not None:
             try:
                 self.storage.sync()
@@ -199,94 +194,67 @@ class Server:
             log.error("task %s failed", task.get_name(), exc_info=task.exception())
             self.stop(3)
 
-    # ------------------------------------------------------------------------------------------ fault layer
-
-    def cut_links(self, sids: set[int]) -> None:
-        """Cut the links to ``sids``: close their quorum and election connections, refuse new ones, drop traffic."""
-        unknown = sorted(sids - set(self.config.sids) | (sids & {self.sid}))
-        if unknown:
-            raise ValueError(f"cannot cut links to {unknown}: not other servers of this cluster")
-        self.cut_peers |= sids
-        log.warning("fault layer: links to %s cut (now cut: %s)", sorted(sids), sorted(self.cut_peers))
-        for sid in sids:
-            conn = self.conns.get(sid)
-            if conn is not None:
-                self.close_connection(conn, "link cut by the fault layer", report=None)
-        if self.normal is not None:
-            self.normal.set_links_cut(sids, True)
-
-    def heal_links(self, sids: set[int]) -> None:
-        """Undo `cut_links` for ``sids``."""
-        self.cut_peers -= sids
-        log.warning("fault layer: links to %s healed (now cut: %s)", sorted(sids), sorted(self.cut_peers))
-        if self.normal is not None:
-            self.normal.set_links_cut(sids, False)
-
     # ------------------------------------------------------------------------------------------ events
 
     def enqueue(self, event: Event) -> None:
         """Run ``event`` in the pump; nobody waits for it (its errors are logged)."""
         self._events.put_nowait((event, None))
 
-    async def call(self, event: Event) -> list[Output]:
-        """Run ``event`` in the pump; return its Outputs once persisted and sent, or raise its error."""
-        fut: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
+    async def call(self, event: Event) -> Effects:
+        """Run ``event`` in the pump; return its Effects once carried out, or raise its error."""
+        fut: asyncio.Future[Effects] = asyncio.get_running_loop().create_future()
         self._events.put_nowait((event, fut))
         return await fut
 
+    async def client(self, make: Callable[[int, float], Effects]) -> dict[str, Any]:
+        """A client request: ``make(rid, now)`` runs one node entry point; wait for the node's answer to ``rid``."""
+        rid = next(self._rids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.client_waiters[rid] = fut
+        self.enqueue(lambda: make(rid, self.driver.now()))
+        try:
+            return await fut
+        finally:
+            self.client_waiters.pop(rid, None)
+
     async def _pump(self) -> None:
-        assert self.core is not None and self.storage is not None
         while True:
             batch = [await self._events.get()]
             while len(batch) < BATCH_LIMIT and not self._events.empty():
                 batch.append(self._events.get_nowait())
-            outputs: list[Output] = []
-            early = 0  # outputs[:early] may be sent before this batch's sync
-            prefix = self.send_before_sync
-            answers: list[tuple[asyncio.Future[list[Output]] | None, list[Output] | BaseException]] = []
+            done: list[tuple[asyncio.Future[Effects] | None, Effects | BaseException]] = []
+            effects: list[Effects] = []
             for event, fut in batch:
                 try:
-                    outs = event()
-                    answers.append((fut, outs))
-                except StepError as e:
-                    outs = e.outputs
-                    answers.append((fut, e))
-                    if fut is None:
-                        log.warning("%s", e)
+                    eff = event() or Effects()
                 except ZabError as e:
-                    outs = []
-                    answers.append((fut, e))
                     if fut is None:
                         log.warning("%s", e)
-                outputs.extend(outs)
-                prefix = prefix and all(self._may_send_early(out) for out in outs)
-                if prefix:
-                    early = len(outputs)
-            ops = [op for out in outputs for op in out.persist]
-            if not ops:
-                early = 0  # nothing to wait for: everything goes in order below
+                    done.append((fut, e))
+                    continue
+                effects.append(eff)
+                done.append((fut, eff))
+                if self.action_log is not None and eff.actions:
+                    self.action_log.step(self.node, eff)
+            ops = [op for eff in effects for op in eff.persist]
             if ops:
-                for out in outputs[:early]:
-                    for peer, packet in out.send:
-                        self.send(peer, packet)
-                self.flush()
                 try:
                     await self._persist(ops)
                 except (StorageError, OSError, ValueError) as e:
                     log.critical("storage failed, stopping: %s", e)
-                    for fut, _ in answers:
+                    for fut, _ in done:
                         if fut is not None and not fut.done():
                             fut.set_exception(StorageError(f"storage failed: {e}"))
                     self.stop(2)
                     return
             changed = False
-            for i, out in enumerate(outputs):
-                changed |= self._apply(out, send=i >= early)
+            for eff in effects:
+                changed |= self._apply(eff)
             self.flush()
             if changed:
                 self._changed.set()
                 self._changed = asyncio.Event()
-            for fut, answer in answers:
+            for fut, answer in done:
                 if fut is None or fut.done():
                     continue
                 if isinstance(answer, BaseException):
@@ -294,17 +262,7 @@ class Server:
                 else:
                     fut.set_result(answer)
 
-    def _may_send_early(self, out: Output) -> bool:
-        """Whether ``out``'s packets may leave before the batch's sync: a leader's PROPOSALs and COMMITs in
-        BROADCAST, with no storage work but log appends (the module docstring says why that is safe)."""
-        core = self.core
-        return (core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST and out.role is None
-                and not out.close and all(isinstance(op, AppendTxns) for op in out.persist)
-                and all(packet.type in EARLY_TYPES for _, packet in out.send))
-
     async def _persist(self, ops: list[Any]) -> None:
-        """`apply_persist` in the loop's thread when the batch is small appends and the disk is quick, otherwise in
-        the disk thread (so the loop keeps reading sockets during a slow sync)."""
         inline = (self._last_sync_s <= INLINE_SYNC_SECONDS and all(isinstance(op, AppendTxns) for op in ops)
                   and sum(len(txn.value) for op in ops for txn in op.txns) <= INLINE_SYNC_BYTES)
         if inline:
@@ -313,38 +271,85 @@ class Server:
             self._last_sync_s = await asyncio.get_running_loop().run_in_executor(
                 self._disk, _timed_persist, ops, self.storage)
 
-    def _apply(self, out: Output, *, send: bool = True) -> bool:
-        """Send (unless sent early), deliver, close, change role: everything of ``out`` but persist (done already).
-        The packets are queued on their connections; `flush` writes them."""
-        assert self.core is not None
-        if send:
-            for peer, packet in out.send:
-                self.send(peer, packet)
-        for peer in out.close:
+    def _apply(self, eff: Effects) -> bool:
+        """Everything of ``eff`` but persist (durable already); True if it delivered or changed role."""
+        for peer in eff.dial:
+            self._dial(peer)
+        for peer, packet in eff.send:
+            self.send(peer, packet)
+        for send in eff.notify:
+            if send.to not in self.cut_peers:
+                self.senders[send.to].send(send.notification)
+        for peer in eff.close:
             conn = self.conns.get(peer)
             if conn is not None:
                 self.close_connection(conn, "this server went back to leader election", report=False)
-        if out.role is not None:
+        for rid, answer in eff.answers:
+            fut = self.client_waiters.get(rid)
+            if fut is not None and not fut.done():
+                fut.set_result(answer)
+        for rid, leader, request in eff.forwards:
+            if self.forward_to is not None:
+                self.spawn(self.forward_to(rid, leader, request), f"forward-{rid}")
+        if eff.role is not None:
             core = self.core
             log.info("state -> %s (zabState %s, leader %d, acceptedEpoch %d, currentEpoch %d, lastZxid %#x)",
-                     out.role.name, core.zab_state, core.leader, core.accepted_epoch, core.current_epoch,
+                     eff.role.name, core.zab_state, core.leader, core.accepted_epoch, core.current_epoch,
                      core.last_zxid)
-            if self.normal is not None:
-                self.normal.on_role(out.role)
-        return bool(out.deliver) or out.role is not None
+            for conn in self.conns.values():
+                conn.blocked = False
+            self.driver.unblocked(self)
+        return bool(eff.deliver) or eff.role is not None
 
-    # ------------------------------------------------------------------------------------------ connections
+    # ------------------------------------------------------------------------------------------ inbound
+
+    def deliver(self, conn: peers.Connection) -> Effects | None:
+        """The event of the head packet of ``conn``'s queue reaching the node (the one step path for packets)."""
+        if conn.closed or not conn.inbound or conn.blocked:
+            return None
+        packet = conn.inbound.popleft()
+        try:
+            eff = self.node.packet(conn.peer, packet, self.driver.now())
+        except RemoteProtocolError as e:
+            self.close_connection(conn, f"protocol error: {e}", report=True)
+            raise
+        if eff.deferred:
+            conn.inbound.appendleft(packet)
+            conn.blocked = True
+        return eff
+
+    def deliver_vote(self, channel: peers.VoteChannel) -> Effects | None:
+        """The event of the head notification of ``channel`` reaching the node."""
+        if channel.closed or not channel.inbound:
+            return None
+        n = channel.inbound.popleft()
+        try:
+            return self.node.notification(channel.peer, n, self.driver.now())
+        except RemoteProtocolError as e:
+            log.warning("election notification from %d dropped: %s", channel.peer, e)
+            return None
+
+    def _arrived(self, conn: peers.Connection, packet: QuorumPacket) -> None:
+        if packet.type not in QUORUM_TYPES:
+            raise ValueError(f"{packet.type.name} (type {int(packet.type)}) is not a packet of this protocol")
+        conn.received += 1
+        if packet.type == PacketType.PING:  # never held: keepalives only say the peer is there
+            self.enqueue(lambda: None if conn.closed else self.node.packet(conn.peer, packet, self.driver.now()))
+            return
+        if len(conn.inbound) >= HOLD_LIMIT:
+            raise ValueError(f"more than {HOLD_LIMIT} packets wait on this connection")
+        conn.inbound.append(packet)
+        self.driver.arrived(self, conn)
+
+    # ------------------------------------------------------------------------------------------ quorum connections
 
     def send(self, peer: int, packet: QuorumPacket) -> None:
-        assert self.core is not None
         conn = self.conns.get(peer)
         if conn is None:
-            if self.core.state in (ServerState.FOLLOWING, ServerState.OBSERVING) and self.core.leader == peer:
-                conn = self._dial(peer)
-            else:
-                log.warning("%s(zxid %#x) to %d dropped: no connection", packet.type.name, packet.zxid, peer)
-                return
-        conn.catching_up = self._catching_up(peer)
+            log.debug("%s(zxid %#x) to %d dropped: no connection", packet.type.name, packet.zxid, peer)
+            return
+        conn.catching_up = (self.core.state == ServerState.LEADING
+                            and self.core.learner_phase.get(peer) != LearnerPhase.UPTODATE)
         was_open = not conn.closed
         conn.send(packet, flush=False)
         self._unflushed[conn.serial] = conn
@@ -361,38 +366,27 @@ class Server:
                 self._closed_by_send(conn, was_open)
 
     def _closed_by_send(self, conn: peers.Connection, was_open: bool) -> None:
-        if was_open:  # the connection closed itself (SEND_BUFFER_LIMIT): say so, as close_connection would
+        if was_open:
             log.warning("quorum connection with %d closed: %s", conn.peer, conn.close_reason)
-        # It stays in `conns` until the core is told: the rest of this batch's packets to the peer are lost with it
-        # (as in the spec), never sent on a new connection that lacks the ones before them.
         self._report_later(conn)
 
-    def _catching_up(self, peer: int) -> bool:
-        """Whether this server leads ``peer`` and ``peer`` is not UPTODATE yet: its catch-up burst is exempt from
-        `peers.SEND_BUFFER_LIMIT` (the peers module docstring says why; ``init_limit`` bounds its time)."""
-        core = self.core
-        if core.state != ServerState.LEADING:
-            return False
-        if peer in self.config.observers:
-            return core.observer_phase.get(peer) != ObserverPhase.UPTODATE
-        return core.learner_phase.get(peer) != LearnerPhase.UPTODATE
-
-    def _dial(self, peer: int) -> peers.Connection:
+    def _dial(self, peer: int) -> None:
+        old = self.conns.get(peer)
+        if old is not None and not old.closed:
+            return
         conn = peers.Connection(peer, initiated=True)
         self.conns[peer] = conn
         self.spawn(self._run_dialed(conn), f"quorum-to-{peer}")
-        return conn
 
     async def _run_dialed(self, conn: peers.Connection) -> None:
         target = self.config.server(conn.peer)
         if conn.peer in self.cut_peers:
             self.close_connection(conn, "link cut by the fault layer", report=None)
             return
-        attempts = 20 if self.control else max(3, self.config.cluster.init_limit)
-        max_delay = 0.5 if self.control else self.config.cluster.tick_ms / 1000
+        attempts = max(3, self.config.cluster.init_limit)
         try:
             reader, writer = await peers.dial(target.host, target.quorum_port, self.sid, attempts=attempts,
-                                              timeout=2.0, max_delay=max_delay)
+                                              timeout=2.0, max_delay=self.config.cluster.tick_ms / 1000)
         except (OSError, TimeoutError) as e:
             self.close_connection(conn, f"cannot connect to {target.host}:{target.quorum_port}: {e}", report=None)
             return
@@ -405,21 +399,8 @@ class Server:
 
     @peers.quiet_cancel
     async def _accept_quorum(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address = writer.get_extra_info("peername")
-        try:
-            sid = await peers.accept_handshake(reader)
-        except peers.HandshakeError as e:
-            log.warning("quorum connection from %s closed: %s", address, e)
-            writer.close()
-            return
-        if sid == self.sid or sid not in self.config.sids:
-            log.warning("quorum connection from %s closed: handshake names server %d, not another server of %s",
-                        address, sid, list(self.config.sids))
-            writer.close()
-            return
-        if sid in self.cut_peers:
-            log.info("quorum connection from %d refused: link cut by the fault layer", sid)
-            writer.close()
+        sid = await self._handshake(reader, writer, "quorum")
+        if sid is None:
             return
         old = self.conns.get(sid)
         if old is not None:
@@ -428,38 +409,41 @@ class Server:
         self.conns[sid] = conn
         conn.attach(writer)
         log.info("quorum connection from %d open", sid)
-        if self.normal is not None:
-            self.normal.heard(sid)
+        self.enqueue(lambda: self.node.connection_opened(sid, inbound=True))
         await self._read(conn, reader)
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str) -> int | None:
+        address = writer.get_extra_info("peername")
+        try:
+            sid = await peers.accept_handshake(reader)
+        except peers.HandshakeError as e:
+            log.warning("%s connection from %s closed: %s", kind, address, e)
+            writer.close()
+            return None
+        if sid == self.sid or sid not in self.config.sids:
+            log.warning("%s connection from %s closed: handshake names server %d, not another server of %s", kind,
+                        address, sid, list(self.config.sids))
+            writer.close()
+            return None
+        if sid in self.cut_peers:
+            log.info("%s connection from %d refused: link cut by the fault layer", kind, sid)
+            writer.close()
+            return None
+        return sid
 
     async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader) -> None:
         def on_body(body: bytes) -> None:
             packet = wire.decode_quorum_packet(body)
-            if conn.closed:
-                return
-            conn.received += 1
-            if packet.type not in QUORUM_TYPES:
-                raise ValueError(f"{packet.type.name} (type {int(packet.type)}) is not a packet of this protocol")
-            if self.normal is not None:
-                self.normal.heard(conn.peer)
-            if packet.type == PacketType.PING:
-                if self.normal is not None:
-                    self.normal.on_ping(conn, packet)
-            elif self.control:
-                if len(conn.held) >= HOLD_LIMIT:
-                    raise ValueError(f"more than {HOLD_LIMIT} packets held")
-                conn.held.append(packet)
-            else:
-                self.enqueue(lambda: self.receive(conn, packet))
+            if not conn.closed:
+                self._arrived(conn, packet)
 
         reason = await peers.read_frames(reader, peers.MAX_QUORUM_FRAME, f"quorum stream from {conn.peer}", on_body)
         self.close_connection(conn, reason, report=None)
 
-    def close_connection(self, conn: peers.Connection, reason: str, *, report: bool | None) -> list[Output]:
-        """Close ``conn`` (logged once, with ``reason``) and forget it.
+    def close_connection(self, conn: peers.Connection, reason: str, *, report: bool | None) -> None:
+        """Close ``conn`` (logged once, with ``reason``) and forget it; what waited on it is dropped.
 
-        ``report``: True -- report to the core now and return its Outputs (call only from inside the pump);
-        None -- report through an event (from outside the pump); False -- never (the core closed it itself).
+        ``report``: True/None -- tell the node (through an event); False -- never (the node closed it itself).
         """
         if not conn.closed:
             conn.close(reason)
@@ -467,79 +451,96 @@ class Server:
             log.log(level, "quorum connection with %d closed: %s", conn.peer, reason)
         if self.conns.get(conn.peer) is conn:
             del self.conns[conn.peer]
-        conn.held.clear()
+        conn.inbound.clear()
         if report is False:
             conn.reported = True
-        elif report is None:
+        else:
             self._report_later(conn)
-        elif not conn.reported:
-            return self._report(conn)
-        return []
 
     def _report_later(self, conn: peers.Connection) -> None:
-        if not conn.reported:
-            self.enqueue(lambda: self._report(conn))
-
-    def _report(self, conn: peers.Connection) -> list[Output]:
-        assert self.core is not None
         if conn.reported:
-            return []
+            return
         conn.reported = True
         if self.conns.get(conn.peer) is conn:
             del self.conns[conn.peer]
-        outs = [self.core.connection_closed(conn.peer)]
-        if self.normal is not None:
-            outs += self.normal.on_connection_closed(conn.peer)
-        return outs
+        self.enqueue(lambda: self.node.connection_closed(conn.peer, self.driver.now(), inbound=not conn.initiated))
+        self.driver.closed(self)
 
-    def receive(self, conn: peers.Connection, packet: QuorumPacket) -> list[Output]:
-        """The event of one packet from ``conn``: lost if the connection closed meanwhile (as in the spec)."""
-        assert self.core is not None
-        if conn.closed:
-            return []
-        if self.normal is not None and self.normal.park(conn, packet):
-            return []
+    # ------------------------------------------------------------------------------------------ election connections
+
+    @peers.quiet_cancel
+    async def _accept_votes(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sid = await self._handshake(reader, writer, "election")
+        if sid is None:
+            return
+        channel = peers.VoteChannel(sid, writer)
+        self.votes[channel.serial] = channel
+
+        def on_body(body: bytes) -> None:
+            n = wire.decode_notification(body)
+            check_notification(n)  # ValueError: the connection is closed as bad input, nothing reaches the node
+            if sid in self.cut_peers or channel.closed:
+                return
+            if len(channel.inbound) >= HOLD_LIMIT:
+                raise ValueError(f"more than {HOLD_LIMIT} notifications wait on this connection")
+            channel.received += 1
+            channel.inbound.append(n)
+            self.driver.vote_arrived(self, channel)
+
         try:
-            return [self.core.receive(conn.peer, packet)]
-        except RemoteProtocolError as e:
-            outs = self.close_connection(conn, f"protocol error: {e}", report=True)
-            raise StepError(f"closed the connection with {conn.peer}: {e}", outs) from None
+            reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body,
+                                             frame_timeout=peers.ELECTION_FRAME_TIMEOUT)
+        finally:
+            channel.close()
+            self.votes.pop(channel.serial, None)
+        level = logging.WARNING if reason.startswith("bad input") else logging.DEBUG
+        log.log(level, "election connection from %d closed: %s", sid, reason)
+
+    # ------------------------------------------------------------------------------------------ fault layer
+
+    def cut_links(self, sids: set[int]) -> None:
+        """Cut the links to ``sids``: close their quorum and election connections, refuse new ones, drop traffic."""
+        unknown = sorted(sids - set(self.config.sids) | (sids & {self.sid}))
+        if unknown:
+            raise ValueError(f"cannot cut links to {unknown}: not other servers of this cluster")
+        self.cut_peers |= sids
+        log.warning("fault layer: links to %s cut (now cut: %s)", sorted(sids), sorted(self.cut_peers))
+        for sid in sids:
+            conn = self.conns.get(sid)
+            if conn is not None:
+                self.close_connection(conn, "link cut by the fault layer", report=None)
+            self.senders[sid].set_link_cut(True)
+            for channel in list(self.votes.values()):
+                if channel.peer == sid:
+                    channel.close()
+
+    def heal_links(self, sids: set[int]) -> None:
+        """Undo `cut_links` for ``sids``."""
+        self.cut_peers -= sids
+        log.warning("fault layer: links to %s healed (now cut: %s)", sorted(sids), sorted(self.cut_peers))
+        for sid in sids:
+            self.senders[sid].set_link_cut(False)
 
     # ------------------------------------------------------------------------------------------ waiting
 
-    @property
-    def committed_zxid(self) -> int:
-        """The zxid of the last delivered transaction (0 when none)."""
-        core = self.core
-        assert core is not None
-        return core.history[core.last_committed - 1].zxid if core.last_committed else 0
-
-    async def wait_delivered(self, zxid: int, timeout: float) -> None:
-        """Return once transaction ``zxid`` is delivered here; ProtocolError if another took its place."""
-        assert self.core is not None
-        if zxid == 0:
-            return
-
-        async def wait() -> None:
-            while self.committed_zxid < zxid:
-                await self._changed.wait()
-
-        try:
-            await asyncio.wait_for(wait(), timeout)
-        except TimeoutError:
-            raise ProtocolError(f"transaction {zxid:#x} not delivered within {timeout} s: outcome unknown") from None
-        k = self.core.index_of(self.core.history, zxid)
-        if not 0 < k <= self.core.last_committed:
-            raise ProtocolError(f"transaction {zxid:#x} was not committed: the next epoch skipped it")
+    async def wait_changed(self) -> None:
+        """Return after the next batch that delivered something or changed role."""
+        await self._changed.wait()
 
 
 def _timed_persist(ops: list[Any], storage: Storage) -> float:
-    """`apply_persist`; returns the seconds it took."""
     started = time.perf_counter()
     apply_persist(ops, storage)
     return time.perf_counter() - started
 
 
-def run_server(config: Config, sid: int, *, control: bool) -> int:
+def run_server(config: Config, sid: int, *, control: bool, action_log: str | None = None) -> int:
     """Run one server until SIGTERM/SIGINT; returns the exit code (0 clean, 2 storage failure, 3 internal error)."""
-    return asyncio.run(Server(config, sid, control=control).run())
+    from zabref.drivers import ControlDriver, NormalDriver  # noqa: PLC0415
+
+    async def main() -> int:
+        driver = ControlDriver() if control else NormalDriver(config.cluster.tick_ms / 1000)
+        log_ = ActionLog.open(action_log, sid) if action_log else None
+        return await Server(config, sid, driver, action_log=log_).run()
+
+    return asyncio.run(main())

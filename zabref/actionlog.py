@@ -1,0 +1,151 @@
+"""The action log: every spec action a server takes, one JSON line each, for `zabref validate` (docs/validation.md).
+
+Theory of operation
+-------------------
+With ``zabref serve --action-log DIR`` (``zabref cluster --log-actions``, ``zabref faults --validate``) a server
+appends to ``DIR/actions-<sid>.jsonl`` one line per step of spec/Zab.tla it takes, written by the pump right after
+the node took the step (`zabref.runtime`), so lines are in the server's own order:
+
+``{"sid": 2, "n": 17, "t": 123456789, "kind": "step", "action": "FollowerProcessPROPOSAL", "params": {"i": 2, "j": 1},
+"recv": PACKET, "sends": [[1, PACKET]], "persist": [OP, ...], "vars": {...}}``
+
+* ``n`` counts the lines of this process (it restarts at 0 with the process), ``t`` is ``time.monotonic_ns()``
+  (one clock for every process on a machine: the validator orders lines of different servers by it where nothing
+  else does);
+* ``recv`` is the packet the step took (receive actions only), ``sends`` the quorum packets it sent (PINGs left out:
+  the spec has none), as ``{"type", "zxid", "data"}`` with data decoded as the spec models it;
+* ``persist`` the storage operations of the step (``["append", [[zxid, value], ...]]``, ``["truncate", zxid]``,
+  ``["replace", [...]]``, ``["acceptedEpoch", e]``, ``["currentEpoch", e]``): the history is logged as its changes,
+  so a line costs O(what the step changed), not O(history);
+* ``vars`` every other spec variable of this server after the step (`zabref.core.SPEC_VARIABLES` but ``history``).
+
+Two more kinds: ``restart`` (the process started: ``vars`` holds every variable, ``history`` included, as read from
+disk -- the spec's Crash when it is not the first start) and ``closed`` (a quorum connection with ``peer`` ended
+here: a leader forgets that learner, a follower notes its leader gone; the validator uses it to place the spec's
+GoLooking of the other side, which closes both ends at once). Lines are written whole with one ``write``; a process
+killed in the middle leaves at most a torn last line, which the reader reports and ignores.
+
+The cost is one ``json.dumps`` and one buffered write per step (measured in docs/performance.md); the file is
+flushed to the OS every `FLUSH_EVERY` lines and at exit, never fsynced: it is a record, not state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from zabref import wire
+from zabref.core import AppendTxns, ReplaceHistory, SetAcceptedEpoch, SetCurrentEpoch, TruncateHistory
+from zabref.errors import CodecError
+from zabref.packets import PacketType, QuorumPacket
+
+__all__ = ["ActionLog", "FLUSH_EVERY", "describe_packet", "log_path"]
+
+FLUSH_EVERY = 64
+
+
+def log_path(folder: str | os.PathLike[str], sid: int) -> Path:
+    return Path(folder) / f"actions-{sid}.jsonl"
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", errors="backslashreplace")
+
+
+def describe_packet(p: QuorumPacket) -> dict[str, Any]:
+    """A QuorumPacket as ``{type, zxid, data}`` with ``data`` decoded as spec/Zab.tla models it (seed 000's table)."""
+    data: Any = None
+    try:
+        match p.type:
+            case PacketType.ACKEPOCH:
+                data = wire.decode_ackepoch_data(p.data)
+            case PacketType.FOLLOWERINFO:
+                data = wire.decode_followerinfo_data(p.data).serverid
+            case PacketType.PROPOSAL:
+                data = _text(wire.decode_proposal_data(p.data))
+            case PacketType.SNAP:
+                data = [[z, _text(v)] for z, v in wire.decode_snap_data(p.data)]
+            case PacketType.LEADERINFO:
+                data = wire.decode_leaderinfo_data(p.data)
+    except CodecError as e:
+        return {"type": p.type.name, "zxid": p.zxid, "data": None, "data_error": str(e)}
+    return {"type": p.type.name, "zxid": p.zxid, "data": data}
+
+
+def _op(op: Any) -> list[Any]:
+    match op:
+        case AppendTxns(txns):
+            return ["append", [[t.zxid, _text(t.value)] for t in txns]]
+        case TruncateHistory(zxid):
+            return ["truncate", zxid]
+        case ReplaceHistory(history):
+            return ["replace", [[t.zxid, _text(t.value)] for t in history]]
+        case SetAcceptedEpoch(epoch):
+            return ["acceptedEpoch", epoch]
+        case SetCurrentEpoch(epoch):
+            return ["currentEpoch", epoch]
+    raise TypeError(f"not a storage operation: {op!r}")
+
+
+def _vars(node: Any, *, history: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.core.variables().items():
+        if key == "history" and not history:
+            continue
+        if key in ("history", "staged_history"):
+            out[key] = [[z, _text(v)] for z, v in value]
+        elif isinstance(value, dict):
+            out[key] = {str(k): v for k, v in sorted(value.items())}
+        else:
+            out[key] = value
+    return out
+
+
+class ActionLog:
+    """One server's action log file (module docstring)."""
+
+    def __init__(self, file: TextIO, sid: int) -> None:
+        self._file = file
+        self.sid = sid
+        self.n = 0
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike[str], sid: int) -> ActionLog:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return cls(open(log_path(folder, sid), "a", encoding="utf-8"), sid)
+
+    def _write(self, kind: str, **fields: Any) -> None:
+        line = {"sid": self.sid, "n": self.n, "t": time.monotonic_ns(), "kind": kind, **fields}
+        self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self.n += 1
+        if self.n % FLUSH_EVERY == 0:
+            self._file.flush()
+
+    def restart(self, sid: int, node: Any) -> None:
+        """The process started with the persistent state on its disk (a fresh server, or after a crash)."""
+        self._write("restart", vars=_vars(node, history=True))
+        self._file.flush()
+
+    def step(self, node: Any, effects: Any, received: QuorumPacket | None = None) -> None:
+        """The Zab actions of one node input (at most one: the node takes one spec action per input)."""
+        for action in effects.actions:
+            if action.module != "Zab":
+                continue
+            params = dict(action.params)
+            if action.name == "ConnectionClosed":
+                self._write("closed", peer=params["j"])
+                continue
+            fields: dict[str, Any] = {"action": action.name, "params": params}
+            if action.packet is not None:
+                fields["recv"] = describe_packet(action.packet)
+            fields["sends"] = [[peer, describe_packet(p)] for peer, p in effects.send if p.type != PacketType.PING]
+            fields["persist"] = [_op(op) for op in effects.persist]
+            fields["vars"] = _vars(node, history=False)
+            self._write("step", **fields)
+
+    def close(self) -> None:
+        self._file.flush()
+        self._file.close()

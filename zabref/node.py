@@ -1,0 +1,439 @@
+"""One server's every decision, with no I/O: the Zab core, FastLeaderElection, timers, keepalives and clients.
+
+Theory of operation
+-------------------
+A `Node` is what a zabref server *decides*; `zabref.server` (real sockets, a real disk) and `zabref.sim` (a
+simulated network, clock and disk) only carry its inputs in and its effects out. Both modes of a real server --
+normal (inputs delivered as they arrive, ticks from the clock) and control (the conformance driver delivers inputs
+and advances a logical clock) -- run this same code; so does every simulated server. One entry point per kind of
+input, each returning the `Effects` to carry out:
+
+* ``start(now)`` -- the process started (a fresh server, or a restart after a crash): FastLeaderElection's first
+  round (spec/FastLeaderElection.tla ``Init``/``Restart``);
+* ``packet(peer, packet, now)`` -- a QuorumPacket from a peer's connection, in arrival order. PING keeps the
+  connection alive (a follower answers its leader's); every other type goes to the Zab core, except FOLLOWERINFO
+  at a server that does not lead: the spec's LeaderProcessFOLLOWERINFO is not enabled there, so the packet waits
+  (``Effects.deferred``: the carrier keeps it at the head of its connection and offers it again after the next
+  change of role);
+* ``connection_closed(peer, now)`` -- a quorum connection ended: a leader forgets that learner (the core's
+  ``connection_closed``); a follower whose leader connection ended gives up at its next tick;
+* ``notification(peer, n, now)`` -- an election notification; a `Decision` becomes the core's ``become_leader`` or
+  ``become_follower(leader)`` (spec BecomeLeader / BecomeFollower);
+* ``tick(now)`` -- time passed. The only place timers live (`Timing`): the finalize wait and the resend of a
+  LOOKING server's vote (when it heard nothing for a while: ZooKeeper's notTimeout), a follower's silence limit
+  (FollowerTimeout), a leader's PINGs and its quorum of responsive learners (LeaderTimeout), and clients waiting too
+  long. A tick may come at any time -- the carrier ticks right after a connection closes, so that the follower
+  reacts at once -- because every timer compares times, never counts ticks;
+* ``client_submit(rid, value, now)``, ``client_sync(rid, now)``, ``forward_reply(rid, reply, now)`` and
+  ``client_read(...)`` -- the client protocol: the leader runs ClientRequest; a follower forwards to its leader and
+  answers once the transaction is delivered HERE (so that a later read here sees it).
+
+Silence. ``now`` is a time in seconds on any clock the carrier likes (a real server's loop clock, the driver's
+logical clock, the simulator's); the node stamps ``heard[peer]`` when it takes a packet and compares with
+``limit * tick_s``. `stalled(now)` says the carrier itself did not run for a while (a long fsync, a SIGSTOP): silence
+is then counted from the end of the stall, so a server never blames its peers for its own pause.
+
+Effects are carried out in their field order: ``persist`` durable first, then everything else (sends, election
+notifications, deliveries, closes, client answers) -- nothing leaves before the persistence of its step is durable
+(`zabref.server` keeps this for a whole batch of steps, which is what makes a power cut equal the spec's Crash).
+``actions`` names each spec action taken (spec/Zab.tla and spec/FastLeaderElection.tla), for the action log.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from zabref.core import SPEC_ACTIONS, LearnerPhase, Output, Persistent, PersistOp, Txn, ZabCore, ZabState
+from zabref.election import Decision, FastLeaderElection, Send, Step
+from zabref.errors import LocalProtocolError
+from zabref.packets import Notification, PacketType, QuorumPacket, ServerState
+
+__all__ = ["Timing", "Action", "Effects", "Node", "READ_LIMIT", "DECISIONS_KEPT"]
+
+#: Most transactions one ``read`` answer carries (the client asks again for more).
+READ_LIMIT = 10_000
+#: Election decisions a node remembers for inspection (the control socket's ``state``; the oldest are forgotten).
+DECISIONS_KEPT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The timers, in ticks of ``tick_s`` seconds (ZooKeeper's tickTime, initLimit, syncLimit)."""
+
+    tick_s: float = 0.1
+    init_limit: int = 10  # ticks a follower may take to connect and sync, and a leader to establish its epoch
+    sync_limit: int = 5  # ticks of silence after which the other side is given up
+    finalize_ticks: int = 2  # FastLeaderElection's finalizeWait
+    resend_ticks: int = 4  # a LOOKING server that heard no notification this long sends its vote again
+    submit_timeout_s: float = 30.0  # a client waits this long for its transaction before "outcome unknown"
+
+    def limit(self, ticks: int) -> float:
+        return ticks * self.tick_s
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A spec action this server took: ``module`` is "Zab" or "FLE", ``params`` its parameters (sids)."""
+
+    module: str
+    name: str
+    params: tuple[tuple[str, int], ...]
+    packet: QuorumPacket | None = None  # the packet a receive action took
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What one input makes the server do, in field order (module docstring)."""
+
+    persist: tuple[PersistOp, ...] = ()
+    dial: tuple[int, ...] = ()  # open a quorum connection to this peer (before the packets sent to it)
+    send: tuple[tuple[int, QuorumPacket], ...] = ()
+    notify: tuple[Send, ...] = ()
+    deliver: tuple[Txn, ...] = ()
+    close: tuple[int, ...] = ()
+    answers: tuple[tuple[int, dict[str, Any]], ...] = ()
+    forwards: tuple[tuple[int, int, dict[str, Any]], ...] = ()  # (request id, to the leader sid, request)
+    actions: tuple[Action, ...] = ()
+    role: ServerState | None = None
+    deferred: bool = False  # the packet was not taken now; offer it again after the next change of role
+
+
+@dataclass
+class _Builder:
+    persist: list[PersistOp] = field(default_factory=list)
+    dial: list[int] = field(default_factory=list)
+    send: list[tuple[int, QuorumPacket]] = field(default_factory=list)
+    notify: list[Send] = field(default_factory=list)
+    deliver: list[Txn] = field(default_factory=list)
+    close: list[int] = field(default_factory=list)
+    answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    forwards: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    role: ServerState | None = None
+
+    def build(self) -> Effects:
+        return Effects(tuple(self.persist), tuple(self.dial), tuple(self.send), tuple(self.notify), tuple(self.deliver),
+                       tuple(self.close), tuple(self.answers), tuple(self.forwards), tuple(self.actions), self.role)
+
+
+def _refused(message: str, retry: bool) -> dict[str, Any]:
+    return {"error": message, "retry": retry}
+
+
+class Node:
+    """One server's decisions (module docstring). ``core`` and ``fle`` are its Zab and election state machines."""
+
+    def __init__(self, sid: int, servers: tuple[int, ...], persistent: Persistent, timing: Timing) -> None:
+        self.sid = sid
+        self.timing = timing
+        self.core = ZabCore(sid, servers, persistent)
+        self.fle = FastLeaderElection(sid, frozenset(servers))
+        self.heard: dict[int, float] = {}  # when a packet of each peer was last taken
+        self.role_since = 0.0
+        self.stalled_until = 0.0
+        self.leader_lost = False  # a follower's connection to its leader ended: give up at the next tick
+        self.no_quorum_since: float | None = None  # since when a leader lacks a quorum of responsive learners
+        self.finalizing_since: float | None = None
+        self.election_quiet_since = 0.0  # last notification sent or taken while LOOKING (the resend timer)
+        self.learner_conns: set[int] = set()  # open quorum connections that learners opened to this server
+        self.outbound: set[int] = set()  # quorum connections this server opened (to its leader), open or opening
+        self._waiting: dict[int, list[tuple[int, float]]] = {}  # zxid -> [(request id, deadline)]: until delivered
+        self._forwarded: dict[int, float] = {}  # request id -> deadline: forwarded, the leader has not answered
+        self.decisions: list[dict[str, Any]] = []  # the election's decisions (FLE's checking-only ``decisions``)
+
+    # ------------------------------------------------------------------------------------------ inputs
+
+    def start(self, now: float) -> Effects:
+        """The process started: the first election round (FLE ``Init``; ``Restart`` after a crash)."""
+        out = _Builder()
+        self.role_since = self.election_quiet_since = now
+        step = self.fle.start_election(self.core.last_zxid, self.core.current_epoch)
+        self._fle_step(out, step, now)
+        return out.build()
+
+    def packet(self, peer: int, packet: QuorumPacket, now: float) -> Effects:
+        """A quorum packet from ``peer``; RemoteProtocolError (nothing changed) when no spec action takes it."""
+        if packet.type == PacketType.PING:
+            self.heard[peer] = now
+            out = _Builder()
+            core = self.core
+            if core.state == ServerState.FOLLOWING and peer == core.leader:
+                out.send.append((peer, QuorumPacket(PacketType.PING, self.committed_zxid)))
+            return out.build()
+        if packet.type == PacketType.FOLLOWERINFO and self.core.state != ServerState.LEADING:
+            return Effects(deferred=True)  # LeaderProcessFOLLOWERINFO needs a LEADING server
+        handler = self.core.handler_for(peer, packet)
+        self.heard[peer] = now
+        out = _Builder()
+        self._core(out, handler(self.core, peer, packet), now, SPEC_ACTIONS[handler.__name__], packet, i=self.sid,
+                   j=peer)
+        return out.build()
+
+    def connection_opened(self, peer: int, inbound: bool) -> None:
+        """A quorum connection with ``peer`` is up; ``inbound``: the peer opened it (a learner of this server)."""
+        if inbound:
+            self.learner_conns.add(peer)
+
+    def connection_closed(self, peer: int, now: float, *, inbound: bool) -> Effects:
+        """A quorum connection with ``peer`` ended (the peer left, the network broke it, or bad input)."""
+        out = _Builder()
+        if inbound:
+            self.learner_conns.discard(peer)
+            out.actions.append(Action("Zab", "ConnectionClosed", (("i", self.sid), ("j", peer))))
+            self._core(out, self.core.connection_closed(peer), now, None)
+        else:
+            self.outbound.discard(peer)
+            if self.core.state == ServerState.FOLLOWING and peer == self.core.leader:
+                self.leader_lost = True
+        return out.build()
+
+    def notification(self, peer: int, n: Notification, now: float) -> Effects:
+        """An election notification from ``peer``; RemoteProtocolError for one no server sends."""
+        out = _Builder()
+        try:
+            action = self.fle.action_for(peer, n)
+            step = self.fle.receive(peer, n)
+        except LocalProtocolError:
+            return out.build()  # e.g. before start: nothing to do with it
+        if self.fle.state is ServerState.LOOKING:
+            self.election_quiet_since = now
+        out.actions.append(Action("FLE", action, (("i", self.sid), ("j", peer))))
+        self._fle_step(out, step, now)
+        return out.build()
+
+    def stalled(self, now: float) -> None:
+        """The carrier did not run until ``now`` (module docstring: silence counts from here)."""
+        self.stalled_until = max(self.stalled_until, now)
+
+    def tick(self, now: float) -> Effects:
+        """Time is ``now``: run every timer that is due (module docstring)."""
+        out = _Builder()
+        self._expire_clients(out, now)
+        core, t = self.core, self.timing
+        if core.state == ServerState.LOOKING:
+            self._election_tick(out, now)
+        elif core.state == ServerState.FOLLOWING:
+            limit = t.limit(t.sync_limit if core.zab_state == ZabState.BROADCAST else t.init_limit)
+            if self.leader_lost or self.silent(core.leader, now) > limit:
+                self._core(out, core.follower_timeout(), now, "FollowerTimeout", i=self.sid)
+        else:
+            self._leader_tick(out, now)
+        return out.build()
+
+    # ------------------------------------------------------------------------------------------ clients
+
+    def client_submit(self, rid: int, value: bytes, now: float) -> Effects:
+        """A client's value: ClientRequest at the leader; a follower forwards it. Answered once delivered here."""
+        out = _Builder()
+        core = self.core
+        if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
+            output = core.client_request(value)
+            zxid = output.persist[0].txns[0].zxid
+            self._waiting.setdefault(zxid, []).append((rid, now + self.timing.submit_timeout_s))
+            self._core(out, output, now, "ClientRequest", i=self.sid)
+        elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
+            self._forwarded[rid] = now + self.timing.submit_timeout_s
+            out.forwards.append((rid, core.leader, {"op": "submit", "value": value.decode("utf-8")}))
+        else:
+            out.answers.append((rid, self._not_serving()))
+        return out.build()
+
+    def client_sync(self, rid: int, now: float) -> Effects:
+        """Answered once this server has delivered what the leader had committed when the sync reached it."""
+        out = _Builder()
+        core = self.core
+        if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
+            out.answers.append((rid, {"zxid": self.committed_zxid}))
+        elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
+            self._forwarded[rid] = now + self.timing.submit_timeout_s
+            out.forwards.append((rid, core.leader, {"op": "sync"}))
+        else:
+            out.answers.append((rid, self._not_serving()))
+        return out.build()
+
+    def forward_reply(self, rid: int, reply: dict[str, Any], now: float) -> Effects:
+        """The leader's answer to a forwarded request (or the carrier's error when the forward failed)."""
+        out = _Builder()
+        deadline = self._forwarded.pop(rid, None)
+        if deadline is None:
+            return out.build()  # answered already (timed out)
+        zxid = reply.get("zxid")
+        if "error" in reply or not isinstance(zxid, int) or isinstance(zxid, bool):
+            out.answers.append((rid, reply if "error" in reply else _refused(f"bad answer from the leader: {reply}",
+                                                                             False)))
+        else:
+            self._waiting.setdefault(zxid, []).append((rid, deadline))
+            self._answer_delivered(out)
+        return out.build()
+
+    def client_read(self, after: int, limit: int = READ_LIMIT) -> dict[str, Any]:
+        """The delivered transactions after zxid ``after``, in delivery order (at most ``limit``)."""
+        core = self.core
+        delivered = core.last_committed  # history[:delivered]: bisect it in place (no copy per read)
+        start = bisect.bisect_right(core.history, after, 0, delivered, key=lambda t: t.zxid)
+        limit = max(1, min(limit, READ_LIMIT))
+        chunk = core.history[start: min(start + limit, delivered)]
+        return {"txns": [[t.zxid, t.value.decode("utf-8", "backslashreplace")] for t in chunk],
+                "more": start + limit < delivered}
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def committed_zxid(self) -> int:
+        """The zxid of the last delivered transaction (0 when none)."""
+        core = self.core
+        return core.history[core.last_committed - 1].zxid if core.last_committed else 0
+
+    def silent(self, peer: int, now: float) -> float:
+        """Seconds ``peer`` has been silent at ``now``, counted from this role's start and this server's stalls."""
+        return now - max(self.heard.get(peer, self.role_since), self.role_since, self.stalled_until)
+
+    def fle_variables(self) -> dict[str, Any]:
+        """FastLeaderElection's variables of this server (spec/FastLeaderElection.tla), as plain values."""
+        f = self.fle
+
+        def vote(v: Any) -> Any:
+            return None if v is None else {"leader": v.leader, "zxid": v.zxid, "epoch": v.epoch}
+
+        def box(b: dict[int, Notification]) -> dict[str, Any]:
+            return {str(s): {"state": n.state.name, "leader": n.leader, "zxid": n.zxid,
+                             "electionEpoch": n.election_epoch, "peerEpoch": n.peer_epoch}
+                    for s, n in sorted(b.items())}
+
+        return {"state": f.state.name, "logicalclock": f.logicalclock, "proposedVote": vote(f.proposed_vote),
+                "recvVotes": box(f.recv_votes), "outOfElection": box(f.out_of_election),
+                "finalizing": f.finalizing}
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _core(self, out: _Builder, output: Output, now: float, action: str | None,
+              packet: QuorumPacket | None = None, **params: int) -> None:
+        """Take one core Output (spec action ``action``) into ``out``; react to a change of role."""
+        if action is not None:
+            out.actions.append(Action("Zab", action, tuple(params.items()), packet))
+        out.persist += output.persist
+        for peer in output.close:
+            self.learner_conns.discard(peer)
+            self.outbound.discard(peer)
+        core = self.core
+        for peer, packet in output.send:
+            # A follower connects to its leader when it first sends to it (FOLLOWERINFO); a leader only answers on
+            # the connections its learners opened.
+            if core.state == ServerState.FOLLOWING and peer == core.leader and peer not in self.outbound:
+                self.outbound.add(peer)
+                out.dial.append(peer)
+            out.send.append((peer, packet))
+        out.deliver += output.deliver
+        out.close += output.close
+        if output.deliver:
+            self._answer_delivered(out)
+        if output.role is not None:
+            out.role = output.role
+            self._role_changed(out, now)
+
+    def _role_changed(self, out: _Builder, now: float) -> None:
+        self.role_since = now
+        self.heard.clear()
+        self.leader_lost = False
+        self.no_quorum_since = None
+        if self.core.state == ServerState.LOOKING:  # GoLooking: a new election round (FLE StartElection)
+            if self.fle.state is not ServerState.LOOKING:
+                self.election_quiet_since = now
+                self._fle_step(out, self.fle.start_election(self.core.last_zxid, self.core.current_epoch), now)
+
+    def _fle_step(self, out: _Builder, step: Step, now: float) -> None:
+        if step.action in ("StartElection", "Restart"):
+            out.actions.append(Action("FLE", step.action, (("i", self.sid),)))
+        out.notify += step.sends
+        if self.fle.finalizing:
+            if self.finalizing_since is None:
+                self.finalizing_since = now
+        else:
+            self.finalizing_since = None
+        if step.decision is not None:
+            d = step.decision
+            self.decisions.append({"sid": self.sid, "round": d.round, "leader": d.leader,
+                                   "quorum": sorted(d.quorum), "looking": sorted(d.looking)})
+            del self.decisions[:-DECISIONS_KEPT]
+            self._decide(out, d, now)
+
+    def _decide(self, out: _Builder, d: Decision, now: float) -> None:
+        """An election decision becomes BecomeLeader or BecomeFollower (the core refuses one it cannot take)."""
+        core = self.core
+        try:
+            if d.leader == self.sid:
+                self._core(out, core.become_leader(), now, "BecomeLeader", i=self.sid)
+            else:
+                self._core(out, core.become_follower(d.leader), now, "BecomeFollower", i=self.sid, j=d.leader)
+        except LocalProtocolError:  # e.g. no epoch left above acceptedEpoch: look again, in the next round
+            self._fle_step(out, self.fle.start_election(core.last_zxid, core.current_epoch), now)
+
+    def _election_tick(self, out: _Builder, now: float) -> None:
+        t = self.timing
+        fle = self.fle
+        if fle.finalizing:
+            if self.finalizing_since is not None and now - self.finalizing_since >= t.limit(t.finalize_ticks):
+                out.actions.append(Action("FLE", "FinalizeTimeout", (("i", self.sid),)))
+                self._fle_step(out, fle.finalize_timeout(), now)
+        elif fle.logicalclock and now - max(self.election_quiet_since, self.stalled_until) >= t.limit(t.resend_ticks):
+            self.election_quiet_since = now
+            out.actions.append(Action("FLE", "ResendNotifications", (("i", self.sid),)))
+            out.notify += fle.resend()
+
+    def _leader_tick(self, out: _Builder, now: float) -> None:
+        core, t = self.core, self.timing
+        ping = QuorumPacket(PacketType.PING, self.committed_zxid)
+        out.send += [(f, ping) for f in sorted(self.learner_conns)]
+        established = core.zab_state == ZabState.BROADCAST
+        responsive = set()
+        for f in core.servers:
+            phase = core.learner_phase.get(f, LearnerPhase.NONE)
+            limit = t.limit(t.sync_limit if phase == LearnerPhase.UPTODATE else t.init_limit)
+            if f != self.sid and phase != LearnerPhase.NONE and self.silent(f, now) <= limit:
+                responsive.add(f)
+        if core.is_quorum(responsive | {self.sid}):
+            self.no_quorum_since = None
+            return
+        if self.no_quorum_since is None:
+            self.no_quorum_since = now - t.tick_s  # it began at most a tick ago
+        lacking = now - max(self.no_quorum_since, self.stalled_until)
+        if lacking > t.limit(t.sync_limit if established else t.init_limit):
+            self._core(out, core.leader_timeout(), now, "LeaderTimeout", i=self.sid)
+
+    def _not_serving(self) -> dict[str, Any]:
+        core = self.core
+        if core.state == ServerState.LEADING:
+            return _refused(f"leader {self.sid} is still establishing its epoch", True)
+        return _refused(f"server {self.sid} has no established leader yet ({core.state.name})", True)
+
+    def _answer_delivered(self, out: _Builder) -> None:
+        """Answer every waiting client whose transaction is now delivered, or was skipped by a later epoch."""
+        core = self.core
+        top = self.committed_zxid
+        for zxid in sorted(z for z in self._waiting if z <= top):
+            k = core.index_of(core.history, zxid)
+            answer = ({"zxid": zxid} if 0 < k <= core.last_committed else
+                      _refused(f"transaction {zxid:#x} was not committed: a later epoch skipped it", False))
+            out.answers += [(rid, answer) for rid, _ in self._waiting.pop(zxid)]
+
+    def _expire_clients(self, out: _Builder, now: float) -> None:
+        for zxid in list(self._waiting):
+            keep = []
+            for rid, deadline in self._waiting[zxid]:
+                if deadline <= now:
+                    out.answers.append((rid, _refused(f"transaction {zxid:#x} not delivered within "
+                                                      f"{self.timing.submit_timeout_s:g} s: outcome unknown", False)))
+                else:
+                    keep.append((rid, deadline))
+            if keep:
+                self._waiting[zxid] = keep
+            else:
+                del self._waiting[zxid]
+        for rid, deadline in list(self._forwarded.items()):
+            if deadline <= now:
+                del self._forwarded[rid]
+                out.answers.append((rid, _refused("the leader did not answer the forwarded request in time: "
+                                                  "outcome unknown", False)))
+
