@@ -113,7 +113,7 @@ def _fig4(m: Memory, before: State, action: str, params: dict, after: State) -> 
 
 def _join(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
     if m is None:
-        if action == "JoinLeader":
+        if action == "BecomeFollower":
             i, j = _srv(params), _srv(params, "j")
             if _established(before, j) and before["history"][j]:
                 return ("joining", i, j)

@@ -15,7 +15,9 @@ better than anything the server proposes (one epoch above both its proposal and 
 waiting in finalize takes it too (FastLeaderElection drops a notification that is not better during the wait):
 
 * BecomeLeader(i): FOLLOWING ballots for i from the other servers; with a quorum of them (i's round, CheckLeader of
-  itself) FastLeaderElection's HandleFromDecided decides LEADING;
+  itself) FastLeaderElection's HandleFromDecided decides LEADING. When i proposes its own vote already, the ballots
+  carry exactly that vote, so that i's own ballot counts too (two servers need it); and when i waits in finalize on
+  its own vote, the finalize wait simply runs out (the control socket's ``tick``: FinalizeTimeout);
 * BecomeFollower(i, j): first j's own LEADING ballot, then FOLLOWING ballots for j from the others; with a quorum
   agreeing and j LEADING in the box (CheckLeader), HandleFromDecided decides FOLLOWING j.
 
@@ -41,17 +43,24 @@ def _better_epoch(fle: dict[str, Any], own_epoch: int) -> int:
     return max(int(proposed.get("epoch", 0)), own_epoch) + 1
 
 
-def plan(state: dict[str, Any], leader: int, n: int) -> list[tuple[int, Notification]]:
-    """(sender, notification) pairs, in order, that make the server of ``state`` decide for ``leader``."""
+def plan(state: dict[str, Any], leader: int, n: int) -> list[tuple[int, Notification]] | None:
+    """(sender, notification) pairs, in order, that make the server of ``state`` decide for ``leader``; None when
+    letting its finalize wait run out does it (it waits on its own vote and ``leader`` is itself)."""
     sid = int(state["sid"])
     fle = state["fle"]
     if fle["state"] != "LOOKING" or not fle["logicalclock"]:
         raise SteerError(f"server {sid}'s election is not looking (FastLeaderElection state {fle['state']}, "
                          f"round {fle['logicalclock']})")
     r = int(fle["logicalclock"])
+    proposed = fle["proposedVote"]
+    others = [s for s in range(1, n + 1) if s != sid]
+    if leader == sid and proposed["leader"] == sid:
+        if fle["finalizing"]:
+            return None
+        v = proposed  # i's own ballot agrees too
+        return [(s, Notification(ServerState.FOLLOWING, sid, int(v["zxid"]), r, int(v["epoch"]))) for s in others]
     epoch = _better_epoch(fle, int(state["variables"]["current_epoch"]))
     zxid = int(state["variables"]["history"][-1][0]) if state["variables"]["history"] else 0
-    others = [s for s in range(1, n + 1) if s != sid]
     if leader != sid:
         others.remove(leader)
         others.insert(0, leader)
@@ -75,7 +84,13 @@ def steer(cluster: Any, sid: int, leader: int, n: int, state: dict[str, Any], wa
     it took. SteerError when it decides otherwise or not at all."""
     taken: list[dict[str, Any]] = []
     want = "BecomeLeader" if leader == sid else "BecomeFollower"
-    for sender, notification in plan(state, leader, n):
+    steps = plan(state, leader, n)
+    if steps is None:
+        answer = cluster.request(sid, "tick", count=100, until_action="FinalizeTimeout")
+        taken = answer["actions"]
+        _check(sid, leader, want, [a for a in taken if a["module"] == "Zab"], taken)
+        return taken
+    for sender, notification in steps:
         cluster.vote(sid, sender, notification)
         serial = wait(f"server {sid} to hold the notification from {sender}",
                       lambda: _held(cluster.request(sid, "state"), sender, notification))
@@ -83,9 +98,15 @@ def steer(cluster: Any, sid: int, leader: int, n: int, state: dict[str, Any], wa
         taken += answer["actions"]
         zab = [a for a in taken if a["module"] == "Zab"]
         if zab:
-            got = zab[0]
-            if got["name"] != want or (leader != sid and got["params"].get("j") != leader):
-                raise SteerError(f"server {sid} took {got['name']}({got['params']}) instead of {want} for {leader}")
+            _check(sid, leader, want, zab, taken)
             return taken
-    raise SteerError(f"server {sid} did not decide after {n - 1} ballots for {leader} (it took "
+    raise SteerError(f"server {sid} did not decide after {len(steps)} ballots for {leader} (it took "
                      f"{', '.join(a['name'] for a in taken) or 'nothing'})")
+
+
+def _check(sid: int, leader: int, want: str, zab: list[dict[str, Any]], taken: list[dict[str, Any]]) -> None:
+    if not zab:
+        raise SteerError(f"server {sid} did not decide (it took {', '.join(a['name'] for a in taken) or 'nothing'})")
+    got = zab[0]
+    if got["name"] != want or (leader != sid and got["params"].get("j") != leader):
+        raise SteerError(f"server {sid} took {got['name']}({got['params']}) instead of {want} for {leader}")

@@ -31,7 +31,7 @@ def tla() -> Toolchain:
 
 @pytest.fixture(scope="session")
 def tiny_dot(tmp_path_factory, tla) -> Path:
-    """The labeled state graph of spec/MC_tiny (7,017 states), dumped once per test session."""
+    """The labeled state graph of spec/MC_tiny, dumped once per test session."""
     from conformance.model import prepare
     from conformance.tla import Outcome, run_tlc
 

@@ -15,3 +15,23 @@ def wait_for(what: str, predicate, timeout: float):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+def decide(node, leader: int, now: float):
+    """Make ``node``'s FastLeaderElection decide for ``leader`` (itself: LEADING), through the node's election entry
+    point: the notifications the conformance driver would send on its election port (conformance/steer.py).
+    Returns the Effects of the last one (the decision's)."""
+    from conformance.steer import plan
+
+    core = node.core
+    state = {"sid": node.sid, "fle": node.fle_variables(),
+             "variables": {"current_epoch": core.current_epoch, "history": [[t.zxid, ""] for t in core.history]}}
+    steps = plan(state, leader, len(core.servers))
+    if steps is None:  # finalizing on its own vote: the wait runs out
+        return node.tick(now + node.timing.finalize_ticks * node.timing.tick_s)
+    effects = None
+    for sender, n in steps:
+        effects = node.notification(sender, n, now)
+        if core.state.name != "LOOKING":
+            return effects
+    raise AssertionError(f"server {node.sid} did not decide for {leader}")

@@ -132,7 +132,7 @@ def test_a_new_spec_variable_without_a_mapping_is_reported(tmp_path):
     root = copy_tree(tmp_path)
     spec = root / "spec" / "Zab.tla"
     spec.write_text(spec.read_text().replace(
-        "    faults            \\* crashes", "    pings,            \\* a new variable\n    faults            \\* crashes"))
+        "    faults            \\* faults so far", "    pings,            \\* a new variable\n    faults            \\* faults so far"))
     problems = compute_map(root).problems
     assert any(p.startswith("spec variable pings ") for p in problems), problems
 

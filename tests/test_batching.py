@@ -1,13 +1,13 @@
 """The runtime's fast paths keep their safety rules (docs/performance.md, "Hot spots fixed").
 
 * one socket write per connection per pump batch, however many packets the batch sends there;
-* a leader (normal mode) writes its PROPOSALs before the fsync of its own log append, but takes the followers' ACKs
-  -- where it counts itself in the quorum -- only after that fsync; a follower's ACK still leaves after its fsync;
-* liveness is judged in loop time at the moment the ticker enqueued the tick, and a stall of this process (the ticker
-  woke late) is not blamed on the peers.
+* nothing leaves before the persistence of its batch is durable -- a leader's PROPOSALs and a follower's ACKs
+  alike -- so that a power cut loses only steps none of whose packets left (a crash is the spec's Crash);
+* liveness is judged by the node in the time of its driver's clock, and a stall of this process (the ticker woke
+  late) is not blamed on the peers.
 
 The servers run in process, in control mode, with Storage.sync and the socket writes recording into one list (as
-tests/test_runtime.py does); ``send_before_sync`` is switched on by hand where normal mode would have it.
+tests/test_runtime.py does).
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers import decide
 from zabref import runtime, wire
 from zabref.config import Config, parse_config
 from zabref.disklog import Storage
-from zabref.normal import NormalMode
+from zabref.drivers import ControlDriver, NormalDriver
+from zabref.node import Node, Timing
+from zabref.core import Persistent
 from zabref.packets import LearnerInfo, PacketType, QuorumPacket, ServerState
 from zabref.peers import Connection
 
@@ -57,11 +60,11 @@ class _RecordingWriter:
 def _config(tmp_path: Path) -> Config:
     from zabref.cluster import find_free_base_port
 
-    base = find_free_base_port(2)
+    base = find_free_base_port(3)
     text = "[cluster]\ntick_ms = 50\n" + "".join(
         f"[[server]]\nid = {i}\nhost = \"127.0.0.1\"\nquorum_port = {base + 10 * i}\n"
         f"election_port = {base + 10 * i + 1}\nclient_port = {base + 10 * i + 2}\ncontrol_port = {base + 10 * i + 3}\n"
-        f"data_dir = \"d{i}\"\n" for i in (1, 2))
+        f"data_dir = \"d{i}\"\n" for i in (1, 2, 3))
     return parse_config(text, "t.toml", tmp_path)
 
 
@@ -80,30 +83,38 @@ def events(monkeypatch) -> list[str]:
 
 
 async def _started(tmp_path: Path) -> tuple[runtime.Server, asyncio.Task[int]]:
-    server = runtime.Server(_config(tmp_path), 1, control=True)
+    server = runtime.Server(_config(tmp_path), 1, ControlDriver())
     task = asyncio.create_task(server.run())
     for _ in range(500):
-        if server._tasks:
+        if server._tasks and server.node is not None:
             break
         await asyncio.sleep(0.01)
+    await server.call(lambda: None)  # the node's start ran
     return server, task
+
+
+def _take(server: runtime.Server, conn: Connection, packet: QuorumPacket) -> object:
+    conn.inbound.append(packet)
+    return server.deliver(conn)
 
 
 async def _leader_in_broadcast(server: runtime.Server, conn: Connection) -> None:
     core = server.core
     info = wire.encode_followerinfo_data(LearnerInfo(0x10000, 2))
-    await server.call(lambda: [core.elect_leader(1, [1, 2])])
+    await server.call(lambda: decide(server.node, 1, 0.0))
     for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, info),
                    QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)),
                    QuorumPacket(PacketType.ACK, E1)):
-        await server.call(lambda p=packet: server.receive(conn, p))
+        await server.call(lambda p=packet: _take(server, conn, p))
     assert core.zab_state == "BROADCAST"
 
 
-@pytest.mark.parametrize("early", [False, True], ids=["control-order", "send-before-sync"])
-def test_one_batch_of_proposals_is_one_socket_write(tmp_path: Path, events: list[str], early: bool) -> None:
-    """Five client requests taken in one pump batch: one fsync, and the five PROPOSALs in ONE write -- after the
-    fsync in control mode, before it when the leader sends before its sync (normal mode)."""
+def _submit(server: runtime.Server, value: bytes) -> object:
+    return server.node.client_submit(0, value, server.driver.now())
+
+
+def test_one_batch_of_proposals_is_one_socket_write_after_the_fsync(tmp_path: Path, events: list[str]) -> None:
+    """Five client requests taken in one pump batch: one fsync, then the five PROPOSALs in ONE write."""
 
     async def scenario() -> None:
         server, task = await _started(tmp_path)
@@ -111,14 +122,12 @@ def test_one_batch_of_proposals_is_one_socket_write(tmp_path: Path, events: list
         conn.attach(_RecordingWriter(events))
         server.conns[2] = conn
         await _leader_in_broadcast(server, conn)
-        server.send_before_sync = early
         events.clear()
         writes, sent = conn.writes, conn.sent
         for i in range(4):
-            server.enqueue(lambda i=i: [server.core.client_request(b"v%d" % i)])
-        await server.call(lambda: [server.core.client_request(b"v4")])  # the same batch: queued before the pump ran
-        proposals = "write " + "+".join(["PROPOSAL"] * 5)
-        assert events == ([proposals, "fsync"] if early else ["fsync", proposals])
+            server.enqueue(lambda i=i: _submit(server, b"v%d" % i))
+        await server.call(lambda: _submit(server, b"v4"))  # the same batch: queued before the pump ran
+        assert events == ["fsync", "write " + "+".join(["PROPOSAL"] * 5)]
         assert (conn.writes - writes, conn.sent - sent) == (1, 5)
         server.stop()
         await task
@@ -127,9 +136,9 @@ def test_one_batch_of_proposals_is_one_socket_write(tmp_path: Path, events: list
 
 
 @pytest.mark.parametrize("inline", [True, False], ids=["inline-sync", "disk-thread"])
-def test_leader_counts_itself_only_after_its_fsync(tmp_path: Path, events: list[str], inline: bool) -> None:
-    """The follower ACKs at once, while the leader's own append is not durable yet (the ACK is queued from inside
-    the PROPOSAL's write): the leader takes that ACK -- and commits -- only after its fsync, in the next batch."""
+def test_the_leaders_proposal_leaves_only_after_its_own_fsync(tmp_path: Path, events: list[str], inline: bool) -> None:
+    """The leader's log write is durable before its PROPOSAL leaves, so it may count itself in every quorum of ACKs;
+    the follower's ACK, taken in a later batch, commits."""
 
     async def scenario() -> None:
         server, task = await _started(tmp_path)
@@ -139,43 +148,42 @@ def test_leader_counts_itself_only_after_its_fsync(tmp_path: Path, events: list[
         def ack_at_once(p: QuorumPacket) -> None:
             if p.type == PacketType.PROPOSAL:
                 events.append(f"ACK queued (leader committed {core.last_committed})")
-                server.enqueue(lambda: server.receive(conn, QuorumPacket(PacketType.ACK, p.zxid)))
+                server.enqueue(lambda: _take(server, conn, QuorumPacket(PacketType.ACK, p.zxid)))
 
         conn.attach(_RecordingWriter(events, ack_at_once))
         server.conns[2] = conn
         await _leader_in_broadcast(server, conn)
-        server.send_before_sync = True
         server._last_sync_s = 0.0 if inline else 1.0  # 1 s: "the disk is slow", the sync goes to the disk thread
         events.clear()
-        zxid = (await server.call(lambda: [core.client_request(b"v")]))[0].send[0][1].zxid
-        await server.wait_delivered(zxid, 10)
-        assert events == ["write PROPOSAL", "ACK queued (leader committed 0)", "fsync", "write COMMIT"]
+        await server.call(lambda: _submit(server, b"v"))
+        for _ in range(200):
+            if core.last_committed == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert events == ["fsync", "write PROPOSAL", "ACK queued (leader committed 0)", "write COMMIT"]
         server.stop()
         await task
 
     asyncio.run(scenario())
 
 
-def test_a_follower_acks_only_after_its_fsync_even_when_sending_before_sync(tmp_path: Path,
-                                                                            events: list[str]) -> None:
-    """Sending before the sync is for a leader's PROPOSALs only: a follower's ACK still waits for its fsync."""
+def test_a_follower_acks_only_after_its_fsync(tmp_path: Path, events: list[str]) -> None:
+    """Seed 000, phase 3, step 2: 'log and sync proposals to disk and send ACK(zxid)'."""
 
     async def scenario() -> None:
         server, task = await _started(tmp_path)
-        server.send_before_sync = True
         core = server.core
-        conn = Connection(2, initiated=True)
+        await server.call(lambda: decide(server.node, 2, 0.0))
+        conn = server.conns[2]
         conn.attach(_RecordingWriter(events))
-        server.conns[2] = conn
-        await server.call(lambda: [core.join_leader(2)])
         for packet in (QuorumPacket(PacketType.LEADERINFO, E1, wire.encode_leaderinfo_data(0x10000)),
                        QuorumPacket(PacketType.DIFF, 0), QuorumPacket(PacketType.NEWLEADER, E1),
                        QuorumPacket(PacketType.UPTODATE, 0)):
-            await server.call(lambda p=packet: server.receive(conn, p))
+            await server.call(lambda p=packet: _take(server, conn, p))
         assert core.state == ServerState.FOLLOWING and core.zab_state == "BROADCAST"
         events.clear()
         proposal = QuorumPacket(PacketType.PROPOSAL, E1 + 1, wire.encode_proposal_data(b"v"))
-        await server.call(lambda: server.receive(conn, proposal))
+        await server.call(lambda: _take(server, conn, proposal))
         assert events == ["fsync", "write ACK"]
         server.stop()
         await task
@@ -183,55 +191,61 @@ def test_a_follower_acks_only_after_its_fsync_even_when_sending_before_sync(tmp_
     asyncio.run(scenario())
 
 
-# ------------------------------------------------------------------------------------------ liveness in loop time
+# ------------------------------------------------------------------------------------------ liveness in clock time
 
 
-def _follower_mode(tmp_path: Path, timeouts: list[str]) -> NormalMode:
-    """A NormalMode over a stub server whose core follows leader 2 in BROADCAST (tick 50 ms, syncLimit 5 ticks)."""
-    core = SimpleNamespace(state=ServerState.FOLLOWING, zab_state="BROADCAST", leader=2,
-                           follower_timeout=lambda: timeouts.append("FollowerTimeout") or "timeout")
-    server = SimpleNamespace(config=_config(tmp_path), sid=1, core=core, conns={})
-    return NormalMode(server)
+def _follower(tmp_path: Path) -> Node:
+    """A node following leader 2 in BROADCAST (tick 50 ms, syncLimit 5 ticks)."""
+    node = Node(1, (1, 2, 3), Persistent(), Timing(tick_s=0.05, init_limit=10, sync_limit=5))
+    node.start(0.0)
+    decide(node, 2, 0.0)
+    core = node.core
+    core.receive(2, QuorumPacket(PacketType.LEADERINFO, E1, wire.encode_leaderinfo_data(0x10000)))
+    core.receive(2, QuorumPacket(PacketType.DIFF, 0))
+    core.receive(2, QuorumPacket(PacketType.NEWLEADER, E1))
+    assert core.zab_state == "BROADCAST"
+    return node
 
 
-def test_silence_is_measured_in_loop_time_from_the_last_frame(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        timeouts: list[str] = []
-        mode = _follower_mode(tmp_path, timeouts)
-        limit = mode.sync_limit * mode.tick_s  # 0.25 s
-        mode.heard(2)
-        t = mode.last_heard[2]
-        assert mode._on_tick(t + limit - 0.01) == [] and timeouts == []
-        # However many ticks ran meanwhile (a tick count would have said "silent"), only the time counts.
-        mode.tick += 1000
-        assert mode._on_tick(t + limit - 0.01) == [] and timeouts == []
-        assert mode._on_tick(t + limit + 0.01) == ["timeout"] and timeouts == ["FollowerTimeout"]
+def _timed_out(node: Node, now: float) -> bool:
+    return any(a.name == "FollowerTimeout" for a in node.tick(now).actions)
 
-    asyncio.run(scenario())
+
+def test_silence_is_measured_in_clock_time_from_the_last_packet(tmp_path: Path) -> None:
+    node = _follower(tmp_path)
+    limit = node.timing.sync_limit * node.timing.tick_s  # 0.25 s
+    node.packet(2, QuorumPacket(PacketType.PING, 0), 1.0)
+    for _ in range(1000):  # however many ticks run meanwhile (a tick count would say "silent"), only time counts
+        assert not _timed_out(node, 1.0 + limit - 0.01)
+    assert _timed_out(node, 1.0 + limit + 0.01)
 
 
 def test_a_stall_of_this_process_is_not_blamed_on_the_leader(tmp_path: Path) -> None:
-    """The loop blocked for several ticks (a long pump batch): the ticker wakes late, and the leader's silence is
-    counted from the end of the stall."""
+    """The loop blocked for several ticks (a long pump batch): the ticker wakes late, tells the node, and the
+    leader's silence is counted from the end of the stall."""
 
     async def scenario() -> None:
-        timeouts: list[str] = []
-        mode = _follower_mode(tmp_path, timeouts)
-        mode.server.enqueue = lambda event: None  # the ticks' events are judged by hand below
-        mode.heard(2)
-        t = mode.last_heard[2]
-        ticker = asyncio.create_task(mode._ticker())
+        node = _follower(tmp_path)
+        loop = asyncio.get_running_loop()
+        node.packet(2, QuorumPacket(PacketType.PING, 0), loop.time())
+        t = loop.time()
+        driver = NormalDriver(node.timing.tick_s)
+        events: list = []
+        server = SimpleNamespace(node=node, enqueue=events.append)
+        ticker = asyncio.create_task(driver._ticker(server))
         await asyncio.sleep(0)  # the ticker starts its first sleep
-        time.sleep(3 * mode.sync_limit * mode.tick_s)  # the loop is blocked: nothing is read, no tick runs
+        limit = node.timing.sync_limit * node.timing.tick_s
+        time.sleep(3 * limit)  # the loop is blocked: nothing is read, no tick runs
         for _ in range(100):
-            await asyncio.sleep(mode.tick_s / 5)
-            if mode.stalled_until:
+            await asyncio.sleep(node.timing.tick_s / 5)
+            if events:
                 break
         ticker.cancel()
-        assert mode.stalled_until > t + 2 * mode.sync_limit * mode.tick_s
-        assert mode._on_tick(mode.stalled_until + 0.01) == [] and timeouts == []
-        limit = mode.sync_limit * mode.tick_s
-        assert mode._on_tick(mode.stalled_until + limit + 0.01) == ["timeout"]
+        effects = events[0]()  # the late tick: it marks the stall
+        assert node.stalled_until > t + 2 * limit
+        assert not any(a.name == "FollowerTimeout" for a in effects.actions)
+        assert not _timed_out(node, node.stalled_until + limit - 0.01)
+        assert _timed_out(node, node.stalled_until + limit + 0.01)
 
     asyncio.run(scenario())
 

@@ -184,23 +184,22 @@ def test_write_png(tmp_path):
 # ------------------------------------------------------------------------------------------ client port read
 
 
-def test_clientport_read_pages_only_the_delivered_prefix():
-    """`ClientPort.read` bisects the history in place (no copy per read): same answers as slicing the delivered
+def test_client_read_pages_only_the_delivered_prefix():
+    """`Node.client_read` bisects the history in place (no copy per read): same answers as slicing the delivered
     prefix -- nothing past lastCommitted, pages of `limit`, "more" exactly when delivered transactions remain."""
-    from types import SimpleNamespace
-
-    from zabref.clientport import ClientPort
-    from zabref.core_types import Txn
+    from zabref.core_types import Persistent, Txn
+    from zabref.node import Node, Timing
 
     history = [Txn((1 << 32) | c, f"a{c}".encode()) for c in range(1, 6)] + \
               [Txn((2 << 32) | c, f"b{c}".encode()) for c in range(1, 4)]
-    port = ClientPort(SimpleNamespace(core=SimpleNamespace(history=history, last_committed=6)))
+    node = Node(1, (1, 2, 3), Persistent(tuple(history), 2, 2), Timing())
+    node.core.last_committed = 6
     delivered = [[t.zxid, t.value.decode()] for t in history[:6]]
-    assert port.read({"from_zxid": 0}) == {"txns": delivered, "more": False}
-    assert port.read({"from_zxid": 0, "limit": 4}) == {"txns": delivered[:4], "more": True}
-    assert port.read({"from_zxid": delivered[3][0], "limit": 2}) == {"txns": delivered[4:6], "more": False}
-    assert port.read({"from_zxid": delivered[2][0] - 1, "limit": 1}) == {"txns": [delivered[2]], "more": True}
-    assert port.read({"from_zxid": history[-1].zxid}) == {"txns": [], "more": False}
+    assert node.client_read(0) == {"txns": delivered, "more": False}
+    assert node.client_read(0, 4) == {"txns": delivered[:4], "more": True}
+    assert node.client_read(delivered[3][0], 2) == {"txns": delivered[4:6], "more": False}
+    assert node.client_read(delivered[2][0] - 1, 1) == {"txns": [delivered[2]], "more": True}
+    assert node.client_read(history[-1].zxid) == {"txns": [], "more": False}
 
 
 # ------------------------------------------------------------------------------------------ the command

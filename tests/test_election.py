@@ -312,7 +312,7 @@ def _snake(name: str) -> str:
 
 def test_every_spec_action_has_a_handler_that_names_it() -> None:
     actions = _next_actions()
-    assert len(actions) == 9
+    assert len(actions) == 10
     for action in actions:
         method = getattr(FastLeaderElection, _snake(action))
         assert f"Spec ``{action}(i" in method.__doc__, action

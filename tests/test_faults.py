@@ -98,10 +98,11 @@ def test_bad_histories_are_rejected() -> None:
 # ------------------------------------------------------------------------------------------ the fault layer
 
 
-def test_partition_is_refused_in_control_mode() -> None:
-    port = ControlPort(SimpleNamespace(control=True))
-    answer = asyncio.run(port.answer(b'{"op": "partition", "peers": [2]}'))
-    assert "only in normal mode" in answer["error"]
+def test_stepping_is_refused_in_normal_mode() -> None:
+    """release, release_vote and tick step a server: in normal mode inputs and time are the clock's, not the driver's."""
+    port = ControlPort(SimpleNamespace(driver=SimpleNamespace(name="normal")))
+    for line in (b'{"op": "release", "from": 2}', b'{"op": "release_vote", "from": 2}', b'{"op": "tick"}'):
+        assert "only in control mode" in asyncio.run(port.answer(line))["error"]
 
 
 def _state(cluster: LocalCluster, sid: int) -> dict:

@@ -24,6 +24,9 @@ from conformance.values import ParseError
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 
 
+from test_spec import TINY_DISTINCT_STATES  # noqa: E402 -- one recorded figure
+
+
 def dump(config: str, folder: Path) -> Path:
     path = folder / f"{config}.dot"
     subprocess.run([sys.executable, "-m", "zabref.cli", "check", "--config", config, "--spec-dir", str(SPEC),
@@ -73,7 +76,7 @@ def _steps(trace) -> tuple:
 def test_parquet_holds_every_state_and_every_edge_line(tiny, tiny_dot: Path) -> None:
     summary, _, _, nodes, edges = tiny
     text = tiny_dot.read_text().splitlines()
-    assert len(nodes) == summary.states == 7017
+    assert len(nodes) == summary.states == TINY_DISTINCT_STATES
     assert len(edges) == summary.edges == sum(1 for line in text if " -> " in line and line[0] in "-0123456789")
     for e in edges[:200]:  # the line number is the edge's own line in the file
         assert text[e["line"] - 1].startswith(f"{e['src']} -> {e['dst']} [label=\"{e['label']}\"")
@@ -86,8 +89,8 @@ def test_edge_parameters_are_recovered_by_name(tiny) -> None:
     for e in edges:
         params = json.loads(e["params_json"])
         assert e["label"].split("__")[0] == e["action"] and set(params) == set(names[e["action"]])
-    elect = next(e for e in edges if e["label"] == "ElectLeader__2__S1_2")
-    assert json.loads(elect["params_json"]) == {"i": 2, "Q": {"$set": [1, 2]}}
+    follow = next(e for e in edges if e["label"] == "BecomeFollower__1__3")
+    assert json.loads(follow["params_json"]) == {"i": 1, "j": 3}
 
 
 def test_every_action_instance_in_the_graph_is_covered(tiny) -> None:
@@ -148,7 +151,7 @@ def test_progress_lines_and_one_summary_line(tiny) -> None:
     summary, lines, *_ = tiny
     assert [line.split(":")[1].strip() for line in lines[1:-1]] == ["parse", "bfs", "select", "write"]
     assert lines[-1] == summary.line()
-    assert "states=7017" in lines[-1] and "action_names=17/19" in lines[-1]  # tiny never takes TRUNC, InSync
+    assert f"states={TINY_DISTINCT_STATES}" in lines[-1] and "action_names=17/19" in lines[-1]  # no TRUNC, InSync
 
 
 def test_edge_criterion_capped_keeps_action_coverage(spark, tiny_dot: Path, tiny, tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Conformance replay (conformance/replay.py, conform.py, report.py) against real zabref server processes.
 
 The hand-written trace below is a real path of the tiny model (spec/MC_tiny.cfg; it is the pipeline's trace for
-ClientRequest__2 extended by two steps): ElectLeader(2, {1, 2}), discovery and synchronization of follower 1, a
-client request and its PROPOSAL logged by the follower. Each step lists only the spec variables it changes, as
+ClientRequest__2 extended by two steps): server 2 decides to lead and server 1 to follow it (BecomeLeader,
+BecomeFollower -- the driver steers their real elections), discovery and synchronization of follower 1, a client
+request (which the driver submits on a client port) and its PROPOSAL logged by the follower. Each step lists only the spec variables it changes, as
 `msgs[a][b]`-style paths with 1-based server ids, so it reads beside spec/Zab.tla. Loopback only; every wait is
 bounded by the replay's settle timeout.
 """
@@ -40,9 +41,10 @@ INIT = {
 }
 # (action, params, {(variable, sid, ...): new value})
 HAND = [
-    ("ElectLeader", {"i": 2, "Q": {"$set": [1, 2]}},
-     {("leader", 1): 2, ("leader", 2): 2, ("state", 1): "FOLLOWING", ("state", 2): "LEADING",
-      ("zabState", 1): "DISCOVERY", ("zabState", 2): "DISCOVERY", ("newEpoch", 2): 1,
+    ("BecomeLeader", {"i": 2},
+     {("leader", 2): 2, ("state", 2): "LEADING", ("zabState", 2): "DISCOVERY", ("newEpoch", 2): 1}),
+    ("BecomeFollower", {"i": 1, "j": 2},
+     {("leader", 1): 2, ("state", 1): "FOLLOWING", ("zabState", 1): "DISCOVERY",
       ("msgs", 1, 2): [pkt("FOLLOWERINFO", 0, 0, 1)]}),
     ("LeaderProcessFOLLOWERINFO", {"i": 2, "j": 1},
      {("acceptedEpoch", 2): 1, ("learnerPhase", 2, 1): "LEADERINFO", ("msgs", 1, 2): [],
@@ -101,37 +103,35 @@ def hand_file(tmp_path: Path) -> Path:
 
 def test_hand_trace_is_well_formed(hand_file: Path) -> None:
     trace = read_trace(hand_file)  # the reader checks every field, the labels and covers
-    assert [s.action for s in trace.steps][:3] == ["Init", "ElectLeader", "LeaderProcessFOLLOWERINFO"]
-    assert len(trace.steps) == 11
+    assert [s.action for s in trace.steps][:4] == ["Init", "BecomeLeader", "BecomeFollower",
+                                                   "LeaderProcessFOLLOWERINFO"]
+    assert len(trace.steps) == 12
 
 
 @pytest.mark.parametrize("action, params, expected", [
-    ("ElectLeader", {"i": 2, "Q": {"$set": [1, 2, 3]}},
-     Command(((2, "elect", {"leader": 2, "quorum": [1, 2, 3]}), (1, "elect", {"leader": 2, "quorum": [1, 2, 3]}),
-              (3, "elect", {"leader": 2, "quorum": [1, 2, 3]})))),
-    ("JoinLeader", {"i": 3, "j": 1}, Command(((3, "join", {"leader": 1}),))),
-    ("LeaderProcessACKNEWLEADER", {"i": 2, "j": 1}, Command(((2, "release", {"from": 1}),), expect_head=(2, 1, "ACK"))),
-    ("FollowerProcessPROPOSALInSync", {"i": 1, "j": 3},
-     Command(((1, "release", {"from": 3}),), expect_head=(1, 3, "PROPOSAL"))),
-    ("FollowerProcessTRUNC", {"i": 1, "j": 3}, Command(((1, "release", {"from": 3}),), expect_head=(1, 3, "TRUNC"))),
-    ("FollowerTimeout", {"i": 1}, Command(((1, "timeout", {"kind": "follower"}),))),
-    ("LeaderTimeout", {"i": 2}, Command(((2, "timeout", {"kind": "leader"}),))),
-    ("Crash", {"i": 3}, Command(crash=3)),
+    ("BecomeLeader", {"i": 2}, Command("steer", 2, 2)),
+    ("BecomeFollower", {"i": 3, "j": 1}, Command("steer", 3, 1)),
+    ("LeaderProcessACKNEWLEADER", {"i": 2, "j": 1}, Command("release", 2, 1, "ACK")),
+    ("FollowerProcessPROPOSALInSync", {"i": 1, "j": 3}, Command("release", 1, 3, "PROPOSAL")),
+    ("FollowerProcessTRUNC", {"i": 1, "j": 3}, Command("release", 1, 3, "TRUNC")),
+    ("FollowerTimeout", {"i": 1}, Command("timeout", 1)),
+    ("LeaderTimeout", {"i": 2}, Command("timeout", 2)),
+    ("Crash", {"i": 3}, Command("crash", 3)),
 ])
-def test_plan_maps_each_action_to_its_control_request(action, params, expected) -> None:
+def test_plan_maps_each_action_to_what_the_driver_does(action, params, expected) -> None:
     steps = [(action, params, {})]
     trace = hand_trace(steps)
     assert plan(trace, "t.jsonl.gz") == [expected]
 
 
-def test_client_request_submits_the_value_the_spec_numbered() -> None:
-    assert plan(hand_trace(), "t")[7] == Command(((2, "client_request", {"value": "1"}),))
+def test_client_request_is_a_submit_at_the_leader() -> None:
+    assert plan(hand_trace(), "t")[8] == Command("submit", 2)
 
 
 @pytest.mark.parametrize("action, params, says", [
     ("FollowerProcessPING", {"i": 1, "j": 2}, "unknown action 'FollowerProcessPING'"),
     ("Bogus", {"i": 1}, "unknown action 'Bogus'"),
-    ("JoinLeader", {"i": 1}, "JoinLeader takes parameters i, j"),
+    ("BecomeFollower", {"i": 1}, "BecomeFollower takes parameters i, j"),
     ("Crash", {"i": 4}, "must be a server in 1..3"),
 ])
 def test_a_step_the_driver_cannot_take_is_an_error_naming_trace_and_step(tmp_path, action, params, says) -> None:
@@ -141,21 +141,21 @@ def test_a_step_the_driver_cannot_take_is_an_error_naming_trace_and_step(tmp_pat
     with pytest.raises(TraceActionError) as caught:
         replay_file(path)  # raised before any server starts
     text = str(caught.value)
-    assert f"{path}:6" in text and "step 4" in text and says in text
+    assert f"{path}:6" in text and "step 4" in text and says in text  # line 6: the header, then steps 0..4
 
 
 @pytest.mark.slow
 def test_hand_trace_replays_with_no_difference(hand_file: Path) -> None:
     result = replay_file(hand_file)
     assert result.error is None and result.failure is None, result.failure
-    assert (result.passed, result.replayed, result.steps) == (True, 10, 10)
-    assert result.labels[0] == "ElectLeader__2__S1_2" and result.labels[-1] == "FollowerProcessPROPOSAL__1__2"
+    assert (result.passed, result.replayed, result.steps) == (True, 11, 11)
+    assert result.labels[0] == "BecomeLeader__2" and result.labels[-1] == "FollowerProcessPROPOSAL__1__2"
 
 
 @pytest.mark.slow
 def test_tampered_state_fails_at_that_step_with_diff_command_and_report(tmp_path: Path) -> None:
     trace = hand_trace()
-    k = 6  # FollowerProcessNEWLEADER(1, 2): the spec says currentEpoch[1] = 1; claim 7
+    k = 7  # FollowerProcessNEWLEADER(1, 2): the spec says currentEpoch[1] = 1; claim 7
     steps = list(trace.steps)
     state = copy.deepcopy(steps[k].state)
     state["currentEpoch"][0] = 7
@@ -187,7 +187,7 @@ def test_conform_command_exit_codes_and_summary(tmp_path: Path, hand_file: Path)
     ok = runner.invoke(conform, [str(hand_file), "--jobs", "1", "--report", str(tmp_path / "r1")])
     assert ok.exit_code == 0, ok.output
     last = ok.output.strip().splitlines()[-1]
-    assert last.startswith("conform: traces=1 steps=10 passed=1 failed=0") and "steps/s=" in last
+    assert last.startswith("conform: traces=1 steps=11 passed=1 failed=0") and "steps/s=" in last
 
     bad = tmp_path / "bad.jsonl.gz"
     dump_trace(bad, hand_trace(list(HAND[:2]) + [("Bogus", {"i": 1}, {})]))

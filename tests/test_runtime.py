@@ -105,57 +105,6 @@ class _RecordingWriter:
         pass
 
 
-def test_outputs_are_persisted_and_synced_before_any_packet_is_written(tmp_path: Path, monkeypatch) -> None:
-    """A leader's PROPOSAL (and a follower's ACK) leaves only after the log write was fsynced: the server runs in
-    process, in control mode, with Storage.sync and the socket write both recording into one list."""
-    from zabref.cluster import find_free_base_port
-    from zabref.packets import LearnerInfo
-
-    events: list[str] = []
-    real_sync = Storage.sync
-
-    def sync(self: Storage) -> int:
-        events.append("fsync")
-        return real_sync(self)
-
-    monkeypatch.setattr(Storage, "sync", sync)
-    base = find_free_base_port(2)
-    text = "[cluster]\ntick_ms = 50\n" + "".join(
-        f"[[server]]\nid = {i}\nhost = \"127.0.0.1\"\nquorum_port = {base + 10 * i}\n"
-        f"election_port = {base + 10 * i + 1}\nclient_port = {base + 10 * i + 2}\ncontrol_port = {base + 10 * i + 3}\n"
-        f"data_dir = \"d{i}\"\n" for i in (1, 2))
-    config = parse_config(text, "t.toml", tmp_path)
-
-    async def scenario() -> None:
-        server = runtime.Server(config, 1, control=True)
-        task = asyncio.create_task(server.run())
-        for _ in range(500):
-            if server._tasks:
-                break
-            await asyncio.sleep(0.01)
-        core = server.core
-        conn = Connection(2, initiated=False)
-        conn.attach(_RecordingWriter(events))
-        server.conns[2] = conn
-        info = wire.encode_followerinfo_data(LearnerInfo(0x10000, 2))
-        await server.call(lambda: [core.elect_leader(1, [1, 2])])
-        for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, info),
-                       QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)),
-                       QuorumPacket(PacketType.ACK, 1 << 32)):
-            await server.call(lambda p=packet: server.receive(conn, p))
-        assert core.zab_state == "BROADCAST"
-        events.clear()
-        await server.call(lambda: [core.client_request(b"v")])
-        assert events == ["fsync", "write PROPOSAL"]
-        server.stop()
-        await task
-
-    asyncio.run(scenario())
-
-
-# ------------------------------------------------------------------------------------------ garbage on every port
-
-
 @pytest.fixture(scope="module")
 def lone_server(tmp_path_factory):
     """Three configured servers, one running in normal mode (the others never start: it stays LOOKING)."""

@@ -191,7 +191,7 @@ class FastLeaderElection:
         step = self.start_election(zxid, epoch)
         return Step("Restart", step.sends)
 
-    def resend(self) -> tuple[Send, ...]:
+    def resend_notifications(self) -> tuple[Send, ...]:
         """Spec ``ResendNotifications(i)``: a LOOKING server that heard nothing for a while (ZooKeeper's notTimeout)
         sends its current proposal to every other voter again -- notifications lost with a broken connection are
         replaced. The caller decides when (`zabref.node`)."""

@@ -380,7 +380,7 @@ class Node:
         elif fle.logicalclock and now - max(self.election_quiet_since, self.stalled_until) >= t.limit(t.resend_ticks):
             self.election_quiet_since = now
             out.actions.append(Action("FLE", "ResendNotifications", (("i", self.sid),)))
-            out.notify += fle.resend()
+            out.notify += fle.resend_notifications()
 
     def _leader_tick(self, out: _Builder, now: float) -> None:
         core, t = self.core, self.timing

@@ -232,6 +232,13 @@ class Server:
                         log.warning("%s", e)
                     done.append((fut, e))
                     continue
+                except Exception as e:  # a bug: stop (exit 3), but never leave a caller waiting
+                    log.exception("internal error in an event; stopping")
+                    for f in [f for _, f in batch] + [f for f, _ in done]:
+                        if f is not None and not f.done():
+                            f.set_exception(ZabError(f"internal error: {type(e).__name__}: {e}"))
+                    self.stop(3)
+                    return
                 effects.append(eff)
                 done.append((fut, eff))
                 if self.action_log is not None and eff.actions:
