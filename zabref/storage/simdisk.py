@@ -28,6 +28,7 @@ by flipping bytes in files), lose a directory itself (directories are created du
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 from dataclasses import dataclass, field
 
@@ -43,6 +44,9 @@ class _Inode:
     durable: bytearray = field(default_factory=bytearray)
     # unsynced changes since the last fsync, in order: ("w", offset, length) or ("t", size)
     ops: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+_GENERATIONS = itertools.count(1)
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -62,7 +66,7 @@ class ModelDisk(Disk):
         self._reset()
 
     def _reset(self) -> None:
-        self._generation = getattr(self, "_generation", 0) + 1
+        self._generation = next(_GENERATIONS)  # unique across disks: a handle never outlives its power cycle
         # directory -> name -> inode (None: absent). Only names the model touched; others are the backing's.
         self._current: dict[str, dict[str, _Inode | None]] = {}
         self._durable: dict[str, dict[str, _Inode | None]] = {}
@@ -259,7 +263,7 @@ class ModelDisk(Disk):
             inode.ops.clear()
         self._last_write = None
         self._locks.clear()
-        self._generation += 1
+        self._generation = next(_GENERATIONS)
 
     def cut_power(self, *, torn: bool = False):  # type: ignore[override]
         last = self._last_write
