@@ -9,12 +9,18 @@ already show what recovery will give (a missing fsync shows without crashing). S
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from storage_steps import BASE, BASE_STEPS, STEP_GROUPS, states
 from zabref.storage import CrashPoint, PowerCut, PowerLossDisk, SimDisk, Storage, read_durable
+
+HERE = Path(__file__).resolve().parent
 
 
 class Rig:
@@ -130,3 +136,51 @@ def test_a_step_is_not_durable_before_sync(kind, tmp_path):
     assert rig.durable() == BASE
     rig.storage.sync()
     assert rig.durable() == rig.storage.persistent() == states(STEP_GROUPS["newleader_trunc"])[-1]
+
+
+def child(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(HERE / "storage_child.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, "ZABREF_DISK": "powerloss", **env}, timeout=60)
+
+
+@pytest.mark.slow  # about 50 processes
+@pytest.mark.parametrize("name", ["newleader_trunc", "group"])
+def test_a_server_process_killed_at_its_crash_points_recovers_a_whole_step(tmp_path, name):
+    """The same property across a real SIGKILL: a child process (zabref.storage.disk_from_env, as a server) is
+    killed by its own crash point -- every fsync, and a write torn at each batch boundary and inside batches."""
+    group = STEP_GROUPS[name]
+    expected = states(group)
+    probe = Rig("sim", tmp_path, 0)
+    ends = probe.run(group, None)
+    points = [f"fsync:{k}" for k in range(1, probe.disk.counts.fsyncs + 1)]
+    tears = sorted({0, 1, *ends, *(e - 1 for e in ends), ends[-1] // 2})
+    points += [f"write:1:{t}" for t in tears]
+    for n, point in enumerate(points):
+        d = tmp_path / f"p{n}"
+        d.mkdir()
+        assert child("setup", str(d)).returncode == 0
+        run = child("step", str(d), name, ZABREF_CRASH_AT=point)
+        assert run.returncode == -signal.SIGKILL and run.stdout == "", (point, run.stderr)
+        durable = read_durable(d).persistent()  # plain reads: the real files are the durable state
+        storage, _ = Storage.open(d, disk=PowerLossDisk())
+        with storage:
+            assert storage.persistent() == durable, point
+        whole = 0 if point.startswith("fsync") else sum(1 for e in ends if e <= int(point.split(":")[2]))
+        assert durable == expected[whole], point
+    d = tmp_path / "clean"
+    d.mkdir()
+    assert child("setup", str(d)).returncode == 0
+    assert child("step", str(d), name).stdout == "done\n"
+    assert read_durable(d).persistent() == expected[-1]
+
+
+def test_unsynced_steps_die_with_the_server_process(tmp_path):
+    assert child("setup", str(tmp_path)).returncode == 0
+    p = subprocess.Popen([sys.executable, str(HERE / "storage_child.py"), "hold", str(tmp_path), "group"],
+                         stdout=subprocess.PIPE, text=True, env={**os.environ, "ZABREF_DISK": "powerloss"})
+    try:
+        assert p.stdout.readline() == "ready\n"
+    finally:
+        p.kill()
+        p.wait(10)
+    assert read_durable(tmp_path).persistent() == BASE
