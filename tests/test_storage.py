@@ -58,14 +58,13 @@ def reopen(d) -> Persistent:
 
 
 def test_record_layout_exact_bytes():
-    # uint32 length (kind + body), uint32 crc32(length, kind, body), uint8 kind, body
-    body = bytes.fromhex("0000000100000001") + b"v"
-    assert zlib.crc32(bytes.fromhex("0000000a 01") + body) == 0xB7F77C90
-    assert rec.encode_txn(0x100000001, b"v") == bytes.fromhex("0000000a b7f77c90 01 0000000100000001 76")
-    assert rec.encode_truncate(0x100000001) == bytes.fromhex("00000009 97f05ce8 02 0000000100000001")
-    assert rec.encode_reset() == bytes.fromhex("00000001 463097e6 03")
-    assert rec.encode_epoch(rec.Kind.CURRENT_EPOCH, 7) == bytes.fromhex("00000005 e0409fce 05 00000007")
-    assert rec.encode_commit(3, 2) == bytes.fromhex("0000000d 775e45c7 06 0000000000000003 00000002")
+    # uint32 crc32(everything after it), uint32 length (kind + body), uint8 kind, body
+    assert zlib.crc32(bytes.fromhex("0000000a 01 0000000100000001 76")) == 0xB7F77C90
+    assert rec.encode_txn(0x100000001, b"v") == bytes.fromhex("b7f77c90 0000000a 01 0000000100000001 76")
+    assert rec.encode_truncate(0x100000001) == bytes.fromhex("97f05ce8 00000009 02 0000000100000001")
+    assert rec.encode_reset() == bytes.fromhex("463097e6 00000001 03")
+    assert rec.encode_epoch(rec.Kind.CURRENT_EPOCH, 7) == bytes.fromhex("e0409fce 00000005 05 00000007")
+    assert rec.encode_commit(3, 2) == bytes.fromhex("775e45c7 0000000d 06 0000000000000003 00000002")
 
 
 def test_fresh_directory_is_initialized_with_the_header_only(data_dir):
@@ -266,7 +265,7 @@ def test_a_zero_filled_tail_is_torn(data_dir):
 def record_spans(data: bytes) -> list[tuple[int, int]]:
     out, off = [], rec.HEADER_SIZE
     while off < len(data):
-        (length,) = rec._U32.unpack_from(data, off)
+        (length,) = rec._U32.unpack_from(data, off + 4)
         out.append((off, off + 8 + length))
         off += 8 + length
     return out

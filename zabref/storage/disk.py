@@ -99,7 +99,7 @@ class DiskCounts:
     writes: int = 0
     fsyncs: int = 0  # of files and of directories
     bytes_written: int = 0
-    write_sizes: list[int] = field(default_factory=list)
+    write_sizes: list[int] = field(default_factory=list)  # only after `Disk.arm` (a server runs for long)
 
 
 class DiskFile:
@@ -139,11 +139,14 @@ class Disk(abc.ABC):
         self.on_cut: OnCut = on_cut
         self.counts = DiskCounts()
         self.crash_at = crash_at
+        self._record_sizes = False
 
     def arm(self, crash_at: CrashPoint | None) -> None:
-        """Set (or clear) the crash point and count from zero again."""
+        """Set (or clear) the crash point, count from zero again and record the size of every write from now on
+        (``counts.write_sizes``: a test enumerates the torn-write points of a workload from them)."""
         self.crash_at = crash_at
         self.counts = DiskCounts()
+        self._record_sizes = True
 
     # ------------------------------------------------------------------------------------------ counted, crashable
 
@@ -153,7 +156,8 @@ class Disk(abc.ABC):
         c = self.counts
         c.writes += 1
         c.bytes_written += len(data)
-        c.write_sizes.append(len(data))
+        if self._record_sizes:
+            c.write_sizes.append(len(data))
         cp = self.crash_at
         if cp is not None and cp.kind == "write" and cp.index == c.writes:
             self._write(f, bytes(data[: cp.tear]))

@@ -5,8 +5,8 @@ Theory of operation
 One file, ``zab.log``, holds a server's whole persistent state (seed 000: history, acceptedEpoch, currentEpoch) as
 an 8-byte header (``ZABLOG\\0\\1``) and then *records*, big-endian::
 
-    uint32 length   bytes after the CRC: 1 + len(body); 1 .. max_record
-    uint32 crc32    CRC-32 (zlib) of the length field, the kind and the body
+    uint32 crc32    CRC-32 (zlib) of every byte after it: the length, the kind and the body (as LevelDB's log)
+    uint32 length   bytes after the length: 1 + len(body); 1 .. max_record
     uint8  kind     TXN 1, TRUNCATE 2, RESET 3, ACCEPTED_EPOCH 4, CURRENT_EPOCH 5, COMMIT 6
     body            TXN: int64 zxid, value | TRUNCATE: int64 zxid | RESET: - | *_EPOCH: uint32 epoch |
                     COMMIT: uint64 batch number, uint32 count of the records before it in the batch
@@ -61,24 +61,27 @@ class Kind(enum.IntEnum):
     COMMIT = 6
 
 
-_PREFIX = struct.Struct(">II")  # length, crc
+_PREFIX = struct.Struct(">II")  # crc, length
+_LENGTH_KIND = struct.Struct(">IB")
+_TXN_HEAD = struct.Struct(">IBq")  # length, kind, zxid
 _PREFIX_SIZE = _PREFIX.size
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _COMMIT = struct.Struct(">QI")
 _COMMIT_LENGTH = 1 + _COMMIT.size
-_COMMIT_LENGTH_BYTES = _U32.pack(_COMMIT_LENGTH)
+_COMMIT_MARK = _LENGTH_KIND.pack(_COMMIT_LENGTH, 6)  # the length and kind of every COMMIT record
 #: Body sizes of the fixed-size kinds.
 _BODY_SIZE = {Kind.TRUNCATE: 8, Kind.RESET: 0, Kind.ACCEPTED_EPOCH: 4, Kind.CURRENT_EPOCH: 4, Kind.COMMIT: 12}
 
 
 def _record(kind: Kind, body: bytes) -> bytes:
-    head = _U32.pack(1 + len(body)) + bytes((kind,))
-    return head[:4] + _U32.pack(zlib.crc32(body, zlib.crc32(head))) + head[4:] + body
+    rest = _LENGTH_KIND.pack(1 + len(body), kind) + body
+    return _U32.pack(zlib.crc32(rest)) + rest
 
 
 def encode_txn(zxid: int, value: bytes) -> bytes:
-    return _record(Kind.TXN, _I64.pack(zxid) + value)
+    rest = _TXN_HEAD.pack(9 + len(value), Kind.TXN, zxid) + value
+    return _U32.pack(zlib.crc32(rest)) + rest
 
 
 def txn_record_size(value: bytes) -> int:
@@ -140,13 +143,12 @@ def _damage(data: bytes, off: int, max_record: int) -> str | None:
     n = len(data)
     if n - off < _PREFIX_SIZE + 1:
         return f"incomplete record header, {n - off} of {_PREFIX_SIZE + 1} bytes"
-    length, crc = _PREFIX.unpack_from(data, off)
+    crc, length = _PREFIX.unpack_from(data, off)
     if not 1 <= length <= max_record:
         return f"length {length} is outside 1..{max_record}"
     if off + _PREFIX_SIZE + length > n:
         return f"incomplete record: length {length}, but only {n - off - _PREFIX_SIZE} bytes follow the CRC"
-    view = memoryview(data)
-    actual = zlib.crc32(view[off + _PREFIX_SIZE : off + _PREFIX_SIZE + length], zlib.crc32(view[off : off + 4]))
+    actual = zlib.crc32(memoryview(data)[off + 4 : off + _PREFIX_SIZE + length])
     if actual != crc:
         return f"CRC mismatch (stored {crc:08x}, computed {actual:08x})"
     return None
@@ -154,12 +156,11 @@ def _damage(data: bytes, off: int, max_record: int) -> str | None:
 
 def _find_commit(data: bytes, start: int) -> int | None:
     """Offset of the first COMMIT record that checks at or after ``start``, or None."""
-    p = data.find(_COMMIT_LENGTH_BYTES, start)
+    p = data.find(_COMMIT_MARK, start + 4)
     while p >= 0:
-        end = p + _PREFIX_SIZE + _COMMIT_LENGTH
-        if end <= len(data) and data[p + _PREFIX_SIZE] == Kind.COMMIT and _damage(data, p, _COMMIT_LENGTH) is None:
-            return p
-        p = data.find(_COMMIT_LENGTH_BYTES, p + 1)
+        if _damage(data, p - 4, _COMMIT_LENGTH) is None:
+            return p - 4
+        p = data.find(_COMMIT_MARK, p + 1)
     return None
 
 
@@ -224,7 +225,7 @@ def scan_log(data: bytes, path: str, max_record: int = DEFAULT_MAX_RECORD) -> Lo
             if batch:
                 reason += f"; the incomplete batch from byte {start} ({len(batch)} records) is dropped"
             return LogScan(state.history, state.accepted, state.current, seq, batches, records, start, n, reason)
-        length, _ = _PREFIX.unpack_from(data, off)
+        _, length = _PREFIX.unpack_from(data, off)
         end = off + _PREFIX_SIZE + length
         kind_byte = data[off + _PREFIX_SIZE]
         body = data[off + _PREFIX_SIZE + 1 : end]

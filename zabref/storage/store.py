@@ -96,7 +96,7 @@ class StorageStats:
     bytes_written: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Plan:
     """A step applied to a view of the state, before anything changes: ``history[:base] + extra``."""
 
@@ -111,46 +111,52 @@ class _Plan:
 
     def op(self, zxids: list[int], i: int, op: PersistOp) -> list[bytes]:
         """The records of ``op`` (the step's ``i``-th); ValueError/TypeError naming it if it is not valid here."""
-        where = f"apply: operation {i} ({type(op).__name__})"
         match op:
             case AppendTxns(txns):
-                return self._txns(where, txns)
+                return self._txns(i, op, txns)
             case TruncateHistory(zxid):
                 if not 0 <= zxid <= rec.ZXID_MAX:
-                    raise ValueError(f"{where}: zxid {zxid} is outside 0..{rec.ZXID_MAX:#x}")
+                    raise ValueError(f"{_where(i, op)}: zxid {zxid} is outside 0..{rec.ZXID_MAX:#x}")
                 self.base = bisect.bisect_right(zxids, zxid, 0, self.base)
                 self.extra = [e for e in self.extra if e[0].zxid <= zxid]
                 self.last = self.extra[-1][0].zxid if self.extra else (zxids[self.base - 1] if self.base else 0)
                 return [rec.encode_truncate(zxid)]
             case ReplaceHistory(history):
                 self.base, self.last, self.extra, self.reset = 0, 0, [], True
-                return [rec.encode_reset(), *self._txns(where, history)]
+                return [rec.encode_reset(), *self._txns(i, op, history)]
             case SetAcceptedEpoch(epoch):
-                self.accepted = _epoch(where, epoch)
+                self.accepted = _epoch(i, op, epoch)
                 return [rec.encode_epoch(rec.Kind.ACCEPTED_EPOCH, epoch)]
             case SetCurrentEpoch(epoch):
-                self.current = _epoch(where, epoch)
+                self.current = _epoch(i, op, epoch)
                 return [rec.encode_epoch(rec.Kind.CURRENT_EPOCH, epoch)]
         raise TypeError(f"apply: operation {i}: not a storage operation: {op!r}")
 
-    def _txns(self, where: str, txns: tuple[Txn, ...]) -> list[bytes]:
+    def _txns(self, i: int, op: PersistOp, txns: tuple[Txn, ...]) -> list[bytes]:
         out = []
-        for zxid, value in txns:
-            if not self.last < zxid <= rec.ZXID_MAX:
-                raise ValueError(f"{where}: zxid {zxid:#x} does not follow {self.last:#x}")
+        last, extra = self.last, self.extra
+        for t in txns:  # Txns: AppendTxns and ReplaceHistory made them (zxids increase, values are bytes)
+            zxid, value = t
+            if not last < zxid <= rec.ZXID_MAX:
+                raise ValueError(f"{_where(i, op)}: zxid {zxid:#x} does not follow {last:#x}")
             if 9 + len(value) > self.max_record:
-                raise ValueError(f"{where}: zxid {zxid:#x}: {len(value)} bytes exceed the record limit")
+                raise ValueError(f"{_where(i, op)}: zxid {zxid:#x}: {len(value)} bytes exceed the record limit")
             record = rec.encode_txn(zxid, value)
             out.append(record)
-            self.extra.append((Txn(zxid, bytes(value)), len(record)))
-            self.last = zxid
+            extra.append((t, len(record)))
+            last = zxid
+        self.last = last
         self.txns += len(txns)
         return out
 
 
-def _epoch(where: str, epoch: object) -> int:
+def _where(i: int, op: object) -> str:
+    return f"apply: operation {i} ({type(op).__name__})"
+
+
+def _epoch(i: int, op: object, epoch: object) -> int:
     if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch <= MAX_EPOCH:
-        raise ValueError(f"{where}: epoch {epoch!r} is not an int in 0..{MAX_EPOCH}")
+        raise ValueError(f"{_where(i, op)}: epoch {epoch!r} is not an int in 0..{MAX_EPOCH}")
     return epoch
 
 
