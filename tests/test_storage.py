@@ -106,6 +106,12 @@ def test_each_step_kind_gives_the_model_state_in_memory_on_disk_and_after_reopen
     assert reopen(data_dir) == expected[-1]
 
 
+def test_the_core_reads_its_state_from_storage(data_dir):
+    """What zabref.core_types needs: Persistent.from_storage reads the three properties; persistent() is the same."""
+    with at_base(data_dir) as s:
+        assert Persistent.from_storage(s) == s.persistent() == BASE
+
+
 def test_group_commit_is_one_write_and_one_fsync(data_dir):
     disk = RealDisk()
     with at_base(data_dir, disk=disk) as s:

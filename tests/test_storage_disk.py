@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zabref.errors import StorageError
+from zabref.errors import ConfigError, StorageError
 from zabref.storage import (
     CrashPoint,
     PowerCut,
@@ -320,9 +320,9 @@ def test_disk_from_env():
     assert type(disk_from_env({})) is RealDisk
     d = disk_from_env({"ZABREF_DISK": "powerloss", "ZABREF_CRASH_AT": "write:3:7"})
     assert type(d) is PowerLossDisk and d.crash_at == CrashPoint("write", 3, 7) and d.on_cut == "kill"
-    with pytest.raises(ValueError, match="ZABREF_DISK='ssd'"):
+    with pytest.raises(ConfigError, match="ZABREF_DISK='ssd'"):
         disk_from_env({"ZABREF_DISK": "ssd"})
-    with pytest.raises(ValueError, match="expected 'fsync:K' or 'write:K:T'"):
+    with pytest.raises(ConfigError, match="ZABREF_CRASH_AT: crash point 'fsync': expected 'fsync:K' or 'write:K:T'"):
         disk_from_env({"ZABREF_CRASH_AT": "fsync"})
 
 
