@@ -106,7 +106,6 @@ class _Plan:
     current: int
     max_record: int
     extra: list[tuple[Txn, int]] = field(default_factory=list)  # (transaction, record size)
-    txns: int = 0
     reset: bool = False
 
     def op(self, zxids: list[int], i: int, op: PersistOp) -> list[bytes]:
@@ -146,7 +145,6 @@ class _Plan:
             extra.append((t, len(record)))
             last = zxid
         self.last = last
-        self.txns += len(txns)
         return out
 
 
@@ -182,7 +180,6 @@ class Storage:
         self._seq = scan.seq
         self._file_size = scan.good_end
         self._pending = bytearray()
-        self._pending_txns = 0
         self._pending_reset = False
         self._durable_zxid = self.last_zxid
         self._broken: str | None = None
@@ -304,7 +301,6 @@ class Storage:
             self._zxids.append(txn.zxid)
             self._live.append(self._live[-1] + size)
         self._accepted, self._current = plan.accepted, plan.current
-        self._pending_txns += plan.txns
         self._pending_reset |= plan.reset
         self.stats.steps += 1
 
@@ -326,7 +322,6 @@ class Storage:
             self._broken = f"sync failed: {getattr(e, 'strerror', None) or e}"
             raise StorageError(f"{self.log_path}: {self._broken}") from e
         self._pending.clear()
-        self._pending_txns = 0
         self._pending_reset = False
         self._durable_zxid = self.last_zxid
         self.stats.syncs += 1
