@@ -1,5 +1,10 @@
 """A Zab server's persistent state: the transaction log (``history``), ``acceptedEpoch`` and ``currentEpoch``.
 
+Superseded by `zabref.storage` (docs/wire-and-disk.md) and kept only until the runtime switches to it. What this
+module's docstring calls durable was never checked: every test crash is a SIGKILL, which keeps the page cache, so a
+missing or misplaced fsync here passes every test; and a NEWLEADER step (the history, then `set_current_epoch`) is
+two durable writes that a crash can cut between.
+
 Theory of operation
 -------------------
 Seed 000 names three things a server keeps on disk: its history (the proposals it accepted), acceptedEpoch and

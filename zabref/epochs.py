@@ -1,5 +1,9 @@
 """acceptedEpoch and currentEpoch on disk, and the atomic-replace discipline every small file in a data dir follows.
 
+Superseded by `zabref.storage` (the epochs are records of its log; `zabref.storage.atomic_write` is the one atomic
+replace) and kept only until the runtime switches. The crash claims below follow from POSIX; no test here ever cut
+the power (a SIGKILL keeps the page cache), so none of them was checked.
+
 Theory of operation
 -------------------
 Seed 000 lists two epochs among a server's persistent state: ``acceptedEpoch`` (the epoch of the last LEADERINFO --

@@ -1,0 +1,390 @@
+"""The disks of zabref/storage: the power-loss model (zabref/storage/simdisk.py's docstring), on SimDisk and on
+PowerLossDisk (in-process cuts, a real SIGKILL of a child process, the crash-point environment variables), the
+pass-through RealDisk, and the one atomic-write helper crashed at every boundary.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zabref.errors import ConfigError, StorageError
+from zabref.storage import (
+    CrashPoint,
+    PowerCut,
+    PowerLossDisk,
+    RealDisk,
+    SimDisk,
+    atomic_write,
+    disk_from_env,
+    recover,
+)
+from zabref.storage.disk import MIRROR_TEMP_PREFIX
+
+HERE = Path(__file__).resolve().parent
+
+
+class Machine:
+    """A data directory on one disk kind, with a way to cut the power and get the disk the next boot sees."""
+
+    def __init__(self, kind: str, root: Path) -> None:
+        self.kind = kind
+        if kind == "sim":
+            self.disk = SimDisk()
+            self.dir = "/data"
+            self.disk.mkdir(self.dir)
+        else:
+            self.disk = PowerLossDisk(on_cut="raise")
+            self.dir = str(root)
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def crash(self, tear: int | None = None) -> None:
+        self.disk.crash(tear)
+        if self.kind == "powerloss":
+            self.disk = PowerLossDisk(on_cut="raise")  # a new process
+
+    def files(self) -> dict[str, bytes]:
+        names = [n for n in self.disk.listdir(self.dir) if n != "LOCK"]
+        return {n: self.disk.read(self.path(n)) for n in names}
+
+    def durable_files(self) -> dict[str, bytes]:
+        names = [n for n in self.disk.listdir_durable(self.dir) if n != "LOCK"]
+        return {n: self.disk.read_durable(self.path(n)) for n in names}
+
+
+@pytest.fixture(params=["sim", "powerloss"])
+def m(request, tmp_path) -> Machine:
+    return Machine(request.param, tmp_path)
+
+
+def durable_file(m: Machine, name: str, data: bytes) -> None:
+    f = m.disk.create(m.path(name))
+    m.disk.write(f, data)
+    m.disk.fsync(f)
+    m.disk.close(f)
+    m.disk.fsync_dir(m.dir)
+
+
+# ------------------------------------------------------------------------------------------------- the model
+
+
+def test_unsynced_data_is_lost_synced_data_survives(m):
+    durable_file(m, "f", b"one")
+    f = m.disk.open_append(m.path("f"))
+    m.disk.write(f, b" two")
+    assert m.files() == {"f": b"one two"} and m.durable_files() == {"f": b"one"}
+    m.crash()
+    assert m.files() == {"f": b"one"}
+
+
+def test_a_new_name_needs_the_directory_fsync(m):
+    f = m.disk.create(m.path("f"))
+    m.disk.write(f, b"data")
+    m.disk.fsync(f)  # the data is durable, its name is not
+    assert m.durable_files() == {}
+    m.crash()
+    assert m.files() == {}
+
+
+def test_a_durable_name_without_fsynced_data_is_empty(m):
+    f = m.disk.create(m.path("f"))
+    m.disk.write(f, b"data")
+    m.disk.fsync_dir(m.dir)
+    m.crash()
+    assert m.files() == {"f": b""}
+
+
+def test_a_rename_without_the_directory_fsync_is_undone(m):
+    durable_file(m, "target", b"old")
+    f = m.disk.create(m.path("tmp"))
+    m.disk.write(f, b"new")
+    m.disk.fsync(f)
+    m.disk.rename(m.path("tmp"), m.path("target"))
+    assert m.files() == {"target": b"new"} and m.durable_files() == {"target": b"old"}
+    m.crash()
+    assert m.files() == {"target": b"old"}
+
+
+def test_a_rename_with_the_directory_fsync_survives(m):
+    durable_file(m, "target", b"old")
+    durable_file(m, "tmp", b"new")
+    m.disk.rename(m.path("tmp"), m.path("target"))
+    m.disk.fsync_dir(m.dir)
+    m.crash()
+    assert m.files() == {"target": b"new"}
+
+
+def test_an_unlink_without_the_directory_fsync_is_undone(m):
+    durable_file(m, "f", b"kept")
+    m.disk.unlink(m.path("f"))
+    assert m.files() == {}
+    m.crash()
+    assert m.files() == {"f": b"kept"}
+
+
+def test_a_truncation_is_durable_only_after_fsync(m):
+    durable_file(m, "f", b"abcdef")
+    f = m.disk.open_append(m.path("f"))
+    m.disk.truncate(f, 2)
+    m.disk.write(f, b"XY")
+    assert m.files() == {"f": b"abXY"}
+    m.crash()
+    assert m.files() == {"f": b"abcdef"}
+    f = m.disk.open_append(m.path("f"))
+    m.disk.truncate(f, 2)
+    m.disk.fsync(f)
+    m.crash()
+    assert m.files() == {"f": b"ab"}
+
+
+@pytest.mark.parametrize("tear", range(0, 8))
+def test_a_torn_write_keeps_a_prefix_of_the_last_write(m, tear):
+    durable_file(m, "f", b"base")
+    durable_file(m, "g", b"other")
+    f = m.disk.open_append(m.path("f"))
+    g = m.disk.open_append(m.path("g"))
+    m.disk.write(f, b"-first")  # an earlier unsynced write of the same file: written back before the torn one
+    m.disk.write(g, b"lost")  # another file's unsynced write: lost
+    m.disk.write(f, b"1234567")
+    m.crash(tear)
+    assert m.files() == {"f": b"base-first" + b"1234567"[:tear], "g": b"other"}
+
+
+def test_after_a_cut_old_handles_and_locks_are_dead(m):
+    durable_file(m, "f", b"x")
+    f = m.disk.open_append(m.path("f"))
+    m.disk.lock(m.dir)
+    with pytest.raises(StorageError, match="in use"):
+        m.disk.lock(m.dir)
+    m.crash()
+    with pytest.raises(OSError) as e:
+        m.disk.write(f, b"y")
+        m.disk.fsync(f)
+    assert e.value.errno == errno.EBADF
+    m.disk.lock(m.dir).release()
+
+
+def test_errors_are_the_operating_systems(m):
+    durable_file(m, "f", b"x")
+    with pytest.raises(FileExistsError):
+        m.disk.create(m.path("f"))
+    with pytest.raises(FileNotFoundError):
+        m.disk.open_append(m.path("nope"))
+    with pytest.raises(FileNotFoundError):
+        m.disk.rename(m.path("nope"), m.path("f"))
+    with pytest.raises(FileNotFoundError):
+        m.disk.unlink(m.path("nope"))
+    with pytest.raises(FileNotFoundError):
+        m.disk.listdir(m.path("nodir"))
+    f = m.disk.open_append(m.path("f"))
+    m.disk.close(f)
+    with pytest.raises(OSError, match="closed"):
+        m.disk.write(f, b"y")
+
+
+def test_simdisk_counts_the_time_of_its_fsyncs():
+    disk = SimDisk(fsync_delay=0.004)
+    disk.mkdir("/d")
+    f = disk.create("/d/f")
+    disk.fsync(f)
+    disk.fsync_dir("/d")
+    assert disk.take_delay() == pytest.approx(0.008) and disk.take_delay() == 0.0
+    assert (disk.counts.fsyncs, disk.counts.writes) == (2, 0)
+
+
+# ------------------------------------------------------------------------------------------------- PowerLossDisk
+
+
+def test_powerloss_real_files_are_the_durable_state(tmp_path):
+    disk = PowerLossDisk(on_cut="raise")
+    m = Machine("powerloss", tmp_path)
+    m.disk = disk
+    durable_file(m, "f", b"one")
+    f = disk.open_append(m.path("f"))
+    disk.write(f, b" two")
+    g = disk.create(m.path("g"))
+    assert (tmp_path / "f").read_bytes() == b"one" and not (tmp_path / "g").exists()
+    disk.fsync(f)
+    assert (tmp_path / "f").read_bytes() == b"one two"
+    disk.fsync(g)
+    disk.fsync_dir(tmp_path)
+    assert (tmp_path / "g").read_bytes() == b""
+
+
+def test_powerloss_recover_removes_what_an_interrupted_replace_left(tmp_path):
+    (tmp_path / "f").write_bytes(b"durable")
+    (tmp_path / f"{MIRROR_TEMP_PREFIX}f.tmp").write_bytes(b"half")
+    assert recover(tmp_path) == (str(tmp_path / f"{MIRROR_TEMP_PREFIX}f.tmp"),)
+    assert sorted(os.listdir(tmp_path)) == ["f"]
+
+
+OPS = st.one_of(
+    st.tuples(st.just("create"), st.sampled_from("abc")),
+    st.tuples(st.just("write"), st.sampled_from("abc"), st.binary(min_size=0, max_size=5)),
+    st.tuples(st.just("fsync"), st.sampled_from("abc")),
+    st.tuples(st.just("truncate"), st.sampled_from("abc"), st.integers(0, 6)),
+    st.tuples(st.just("rename"), st.sampled_from("abc"), st.sampled_from("abc")),
+    st.tuples(st.just("unlink"), st.sampled_from("abc")),
+    st.tuples(st.just("fsync_dir")),
+    st.tuples(st.just("crash"), st.none() | st.integers(0, 6)),
+)
+
+
+def _do(m: Machine, handles: dict, op) -> str:
+    name, *args = op
+    try:
+        if name == "create":
+            handles[args[0]] = m.disk.create(m.path(args[0]))
+        elif name in ("write", "fsync", "truncate"):
+            f = m.disk.open_append(m.path(args[0]))
+            if name == "write":
+                m.disk.write(f, args[1])
+            elif name == "fsync":
+                m.disk.fsync(f)
+            else:
+                m.disk.truncate(f, args[1])
+        elif name == "rename":
+            m.disk.rename(m.path(args[0]), m.path(args[1]))
+        elif name == "unlink":
+            m.disk.unlink(m.path(args[0]))
+        elif name == "fsync_dir":
+            m.disk.fsync_dir(m.dir)
+        else:
+            m.crash(args[0])
+    except OSError as e:
+        return type(e).__name__
+    return "ok"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(OPS, max_size=25))
+def test_powerloss_disk_behaves_as_the_simulated_one(ops):
+    """SimDisk is the model; PowerLossDisk must agree with it after every operation, and its real directory must
+    hold exactly the model's durable state."""
+    with tempfile.TemporaryDirectory() as root:
+        sim, real = Machine("sim", Path(root)), Machine("powerloss", Path(root))
+        for op in ops:
+            assert _do(sim, {}, op) == _do(real, {}, op), op
+            assert sim.files() == real.files(), op
+            assert sim.durable_files() == real.durable_files(), op
+            on_disk = {n: (Path(root) / n).read_bytes() for n in os.listdir(root)}
+            assert on_disk == sim.durable_files(), op
+
+
+# ------------------------------------------------------------------------------------------------- real processes
+
+
+def child(*args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(HERE / "storage_child.py"), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, **env}, text=True)
+
+
+@pytest.mark.parametrize(("disk", "survives"), [("powerloss", b"durable"), ("real", b"durable volatile")])
+def test_sigkill_loses_what_a_power_cut_loses_only_on_the_powerloss_disk(tmp_path, disk, survives):
+    p = child("disk", str(tmp_path), ZABREF_DISK=disk)
+    try:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+    assert (tmp_path / "file").read_bytes() == survives
+    # the page cache keeps the created file on a real disk; a power cut would not (its name was never fsynced)
+    assert (tmp_path / "new").exists() == (disk == "real")
+
+
+@pytest.mark.parametrize(("crash_at", "left"), [
+    ("fsync:2", {}),  # fsync 2 is the directory's: the name "file" never became durable
+    ("fsync:3", {"file": b"durable"}),  # before the fsync of "new": " volatile" was never fsynced
+    ("write:2:4", {"file": b"durable vol"}),  # the second write, torn after 4 bytes
+])
+def test_a_crash_point_kills_the_process_there(tmp_path, crash_at, left):
+    p = child("disk", str(tmp_path), ZABREF_DISK="powerloss", ZABREF_CRASH_AT=crash_at)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGKILL, err
+    assert out == ""  # it never reached "ready"
+    assert {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)} == left
+
+
+def test_disk_from_env():
+    assert type(disk_from_env({})) is RealDisk
+    d = disk_from_env({"ZABREF_DISK": "powerloss", "ZABREF_CRASH_AT": "write:3:7"})
+    assert type(d) is PowerLossDisk and d.crash_at == CrashPoint("write", 3, 7) and d.on_cut == "kill"
+    with pytest.raises(ConfigError, match="ZABREF_DISK='ssd'"):
+        disk_from_env({"ZABREF_DISK": "ssd"})
+    with pytest.raises(ConfigError, match="ZABREF_CRASH_AT: crash point 'fsync': expected 'fsync:K' or 'write:K:T'"):
+        disk_from_env({"ZABREF_CRASH_AT": "fsync"})
+
+
+@pytest.mark.parametrize("text", ["fsync:0", "write:1", "write:1:-1", "sync:1", "fsync:x"])
+def test_bad_crash_points_are_named(text):
+    with pytest.raises(ValueError, match="crash point"):
+        CrashPoint.parse(text)
+
+
+def test_crash_point_round_trip():
+    for text in ("fsync:4", "write:2:0", "write:1:99"):
+        assert str(CrashPoint.parse(text)) == text
+
+
+# ------------------------------------------------------------------------------------------------- atomic write
+
+
+@pytest.mark.parametrize("kind", ["sim", "powerloss"])
+def test_atomic_write_at_every_crash_point_leaves_old_or_new(kind, tmp_path):
+    def machine(n: object) -> Machine:
+        root = tmp_path / f"m{n}"
+        root.mkdir()
+        m = Machine(kind, root)
+        durable_file(m, "f", b"old content")
+        m.disk.arm(None)
+        return m
+
+    probe = machine("probe")
+    atomic_write(probe.disk, probe.path("f"), b"new content")
+    assert (probe.disk.counts.writes, probe.disk.counts.fsyncs) == (1, 2)
+    probe.crash()
+    assert probe.files() == {"f": b"new content"}
+    points = [CrashPoint("fsync", k) for k in (1, 2)] + [CrashPoint("write", 1, t) for t in range(12)]
+    for n, cp in enumerate(points):
+        m = machine(n)
+        m.disk.arm(cp)
+        with pytest.raises(PowerCut):
+            atomic_write(m.disk, m.path("f"), b"new content")
+        m.crash()
+        assert m.files() == {"f": b"old content"}, cp
+
+
+def test_atomic_write_names_the_file_on_failure(tmp_path):
+    with pytest.raises(StorageError, match=str(tmp_path / "nodir" / "f")):
+        atomic_write(RealDisk(), tmp_path / "nodir" / "f", b"x")
+
+
+def test_realdisk_passes_through(tmp_path):
+    disk = RealDisk()
+    f = disk.create(tmp_path / "f")
+    disk.write(f, b"abc")
+    disk.truncate(f, 2)
+    disk.fsync(f)
+    disk.close(f)
+    disk.fsync_dir(tmp_path)
+    disk.rename(tmp_path / "f", tmp_path / "g")
+    assert disk.read(tmp_path / "g") == disk.read_durable(tmp_path / "g") == b"ab"
+    assert disk.listdir(tmp_path) == ["g"]
+    disk.unlink(tmp_path / "g")
+    assert disk.recover(tmp_path) == ()
+    lock = disk.lock(tmp_path)
+    with pytest.raises(StorageError, match="in use"):
+        disk.lock(tmp_path)
+    lock.release()
+    assert (disk.counts.writes, disk.counts.fsyncs, disk.counts.bytes_written) == (1, 2, 3)
