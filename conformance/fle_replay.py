@@ -116,5 +116,8 @@ class FleReplay:
                 raise ControlError(f"server {i} took {', '.join(fle) or 'no action'} of FLE as time passed, "
                                    f"the spec takes {step.action}")
 
+    def durable_differences(self, step: Step, cluster: Cluster) -> dict[str, Any]:
+        return {}  # FastLeaderElection.tla has no persistent variable (its InitZxid and InitEpoch are constants)
+
     def check_clients(self, step: Step, cluster: Cluster) -> str:
         return ""

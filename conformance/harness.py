@@ -9,7 +9,11 @@ epoch), written to its data dir through zabref's own storage before the process 
 
 What the replay driver needs besides the control socket, each through the port a real peer or client would use:
 
-* `crash(sid)`: SIGKILL and start again from the same data dir (the spec's Crash);
+* `crash(sid)`: SIGKILL and start again from the same data dir -- a power cut: the servers run on
+  `zabref.storage.PowerLossDisk` (``ZABREF_DISK=powerloss``), so what a server wrote and did not fsync is lost, as
+  the spec's Crash keeps only the persistent variables;
+* `durable(sid)`: what the server's disk holds durably, read from its files by `zabref.storage.read_durable`, not
+  asked of the server;
 * `pause(sids)` / `resume(sids)`: SIGSTOP / SIGCONT -- servers that answer nothing while another one's time passes;
 * `submit(sid, value)`: a client request on the server's client port, in a thread of its own (the answer comes
   when the value is delivered there, perhaps many steps later); `Submit` records the answer and when it came;
@@ -36,12 +40,14 @@ from zabref.cluster import ServerProcess, cluster_config, find_free_base_port, r
 from zabref.config import ClusterConfig, load_config
 from zabref.control import ControlClient
 from zabref.core import AppendTxns, Persistent, SetAcceptedEpoch, SetCurrentEpoch, apply_persist
-from zabref.disklog import Storage
+from zabref.storage import ENV_DISK, Storage, read_durable
 from zabref.errors import ZabError
 from zabref.packets import Notification
 
-__all__ = ["Cluster", "Submit", "TIMING", "LOG_LINES"]
+__all__ = ["Cluster", "Submit", "TIMING", "LOG_LINES", "POWER_LOSS"]
 
+#: The servers' environment: a kill is a power cut (zabref.storage).
+POWER_LOSS = {ENV_DISK: "powerloss"}
 #: The timing of conformance clusters (control mode: a tick is a step of the logical clock, not wall time).
 TIMING = ClusterConfig(tick_ms=100, init_limit=10, sync_limit=5)
 LOG_LINES = 40
@@ -79,7 +85,8 @@ class Cluster:
             self.base = find_free_base_port(n)  # leased until stop(): no parallel replay can take these ports
             path = cluster_config(where, n, self.base, TIMING).resolve()
             self.config = load_config(path)
-            self.servers = {sid: ServerProcess(path, self.config, sid, code_root=root) for sid in self.config.sids}
+            self.servers = {sid: ServerProcess(path, self.config, sid, code_root=root, env=POWER_LOSS)
+                            for sid in self.config.sids}
             try:
                 for sid, state in (seed or {}).items():
                     _write_state(self.servers[sid].me.data_dir, state)
@@ -105,6 +112,18 @@ class Cluster:
         server.kill()
         server.start(control=True).wait_ready(30.0)
         self.controls[sid] = server.control(timeout=30.0)
+
+    def durable(self, sid: int) -> Persistent:
+        """What server ``sid``'s disk holds durably (its files, not its memory)."""
+        return read_durable(self.servers[sid].me.data_dir).persistent()
+
+    def stopped(self, sid: int) -> bool:
+        """Whether server ``sid``'s process is stopped (SIGSTOP: state T in /proc)."""
+        try:
+            stat = Path(f"/proc/{self.servers[sid].proc.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat[stat.rindex(")") + 2] in "Tt"
 
     def pause(self, sids: set[int]) -> None:
         for sid in sids:

@@ -47,6 +47,7 @@ import re
 import shlex
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,7 +55,7 @@ from typing import Any
 
 from conformance.errors import TraceActionError
 from conformance.harness import TIMING, Cluster, wait_until
-from conformance.mapping import differences, spec_state
+from conformance.mapping import MAPPED, differences, spec_state
 from conformance.steer import SteerError, steer
 from conformance.traces import Step, Trace, read_trace
 from zabref.control import ControlError, settle
@@ -70,6 +71,8 @@ _PACKET_ALIAS = {"ACKNEWLEADER": "ACK"}  # LeaderProcessACKNEWLEADER takes the A
 _SIMPLE = {"ClientRequest": ("i",), "FollowerTimeout": ("i",), "LeaderTimeout": ("i",), "Crash": ("i",),
            "BecomeLeader": ("i",), "BecomeFollower": ("i", "j")}
 SETTLE_TIMEOUT = 10.0
+#: The spec's persistent variables: what a server's disk must hold durably after every step.
+PERSISTENT = ("history", "acceptedEpoch", "currentEpoch")
 #: How long the driver waits for something a step must bring about (a forwarded value reaching the leader, ...).
 STEP_TIMEOUT = 10.0
 #: Ticks a timeout step may take: the longest silence a node waits for (a leader: twice initLimit), and some.
@@ -270,6 +273,8 @@ def _run(trace: Trace, source: str, world: Any, cluster: Cluster, result: Replay
         return states, differences(step.state, world.spec_state(states), world.names), ""
 
     states, diffs, problem = observe(trace.steps[0], settle_timeout)
+    if not (problem or diffs):
+        diffs = world.durable_differences(trace.steps[0], cluster)
     if problem or diffs:
         return fail(trace.steps[0], problem or "the fresh servers' state differs from the initial state", diffs)
     for step, command in zip(trace.steps[1:], world.commands):
@@ -281,6 +286,9 @@ def _run(trace: Trace, source: str, world: Any, cluster: Cluster, result: Replay
             after, diffs, problem = observe(step, min(settle_timeout, 2.0))
             return fail(step, f"{step.action}: {e}" + (f"; {problem}" if problem else ""), diffs)
         states, diffs, problem = observe(step, settle_timeout)
+        if not (problem or diffs):
+            diffs = world.durable_differences(step, cluster)
+            problem = "a server's disk holds durably other than the spec's persistent variables" if diffs else ""
         if not (problem or diffs):
             problem = world.check_clients(step, cluster)
         if problem or diffs:
@@ -319,7 +327,29 @@ class ZabReplay:
     def spec_state(self, states: dict[int, dict]) -> dict[str, Any]:
         return spec_state(list(states.values()))
 
+    def durable_differences(self, step: Step, cluster: Cluster) -> dict[str, tuple[Any, Any]]:
+        """history, acceptedEpoch and currentEpoch as each server's FILES hold them durably (a separate reader, not
+        the server's memory) against the step's state: a write that was never fsynced shows here, crash or not."""
+        snaps = []
+        for sid in range(1, self.n + 1):
+            try:
+                p = cluster.durable(sid)
+            except ZabError as e:  # e.g. a log a power cut would leave unreadable
+                return {f"history (durable)": (step.state.get("history"), f"server {sid}: unreadable: {e}")}
+            snaps.append({"sid": sid, "variables": {
+                "history": [(t.zxid, t.value.decode("utf-8", "backslashreplace")) for t in p.history],
+                "accepted_epoch": p.accepted_epoch, "current_epoch": p.current_epoch}})
+        actual = {f"{name} (durable)": MAPPED[name](snaps) for name in PERSISTENT}
+        expected = {f"{name} (durable)": step.state.get(name) for name in PERSISTENT}
+        return differences(expected, actual, list(actual))
+
     def take(self, step: Step, command: Command, cluster: Cluster, states: dict[int, dict]) -> None:
+        if command.kind == "crash":
+            cluster.crash(command.i)
+        else:
+            _persist_before_send(cluster, command.i, states, lambda: self._take(step, command, cluster, states))
+
+    def _take(self, step: Step, command: Command, cluster: Cluster, states: dict[int, dict]) -> None:
         i, j = command.i, command.j
         if command.kind == "release":
             held = states[i]["held"].get(str(j), [])
@@ -338,19 +368,18 @@ class ZabReplay:
             _expect(taken, "Zab", step.action, i)
         elif command.kind == "submit":
             self._submit(step, i, cluster, states)
-        elif command.kind == "timeout":
-            self._timeout(step, i, cluster, states)
         else:
-            cluster.crash(i)
+            self._timeout(step, i, cluster, states)
 
     def _submit(self, step: Step, i: int, cluster: Cluster, states: dict[int, dict]) -> None:
-        """ClientRequest(i): every other one goes through a follower of i in BROADCAST, which forwards it."""
+        """ClientRequest(i): every other one (the first of a trace included) goes through a follower of i in BROADCAST,
+        which forwards it."""
         value = str(step.state["history"][i - 1][-1]["value"])
         self._requests += 1
         followers = [s for s, st in sorted(states.items())
                      if st["variables"]["state"] == "FOLLOWING" and st["variables"]["leader"] == i
                      and st["variables"]["zab_state"] == "BROADCAST"]
-        via = followers[self._requests % len(followers)] if followers and self._requests % 2 == 0 else i
+        via = followers[self._requests % len(followers)] if followers and self._requests % 2 == 1 else i
         before = len(states[i]["variables"]["history"])
         cluster.submit(via, value)
         wait_until(f"server {i} to log the value {value!r} submitted at server {via}",
@@ -384,6 +413,48 @@ class ZabReplay:
             if sub.value in delivered[sub.sid] and got is None and sub.error is None:
                 return f"server {sub.sid} delivered {sub.value!r} but did not answer the client that submitted it"
         return ""
+
+
+def _persist_before_send(cluster: Cluster, i: int, states: dict[int, dict], run: Any) -> None:
+    """Take a step at server i with i armed to stop at its next fsync (`zabref.storage.disk`). If the step persists,
+    i stops before its storage is durable: then no packet of the step may have reached a peer yet (seed 000, phase 3,
+    step 2, "log and sync proposals to disk and send ACK"; and a power cut must lose only steps none of whose packets
+    left). ControlError naming the packet when one did."""
+    before = {p: len(s["held"].get(str(i), [])) for p, s in states.items() if p != i}
+    cluster.request(i, "fsync_pause", on=True)
+    error: list[BaseException] = []
+
+    def step() -> None:
+        try:
+            run()
+        except BaseException as e:  # noqa: BLE001 -- handed to the driver's thread below
+            error.append(e)
+
+    worker = threading.Thread(target=step, name=f"step-at-{i}", daemon=True)
+    worker.start()
+    problem = ""
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while worker.is_alive() and time.monotonic() < deadline:
+        if cluster.stopped(i):
+            try:
+                for p, count in before.items():
+                    held = cluster.request(p, "state")["held"].get(str(i), [])
+                    if len(held) > count:
+                        problem = (f"server {i} sent {held[count]['type']}(zxid {held[count]['zxid']:#x}) to server "
+                                   f"{p} before the storage of its step was durable (it is stopped at that fsync)")
+                        break
+            finally:
+                cluster.resume({i})
+            break
+        time.sleep(0.001)
+    worker.join(STEP_TIMEOUT)
+    if error:
+        raise error[0]
+    if worker.is_alive():
+        raise ControlError(f"the step at server {i} did not finish within {STEP_TIMEOUT} s")
+    cluster.request(i, "fsync_pause", on=False)
+    if problem:
+        raise ControlError(problem)
 
 
 def _delivered(state: dict[str, Any]) -> dict[int, set[str]]:

@@ -183,6 +183,20 @@ def _split_vote(m: Memory, before: State, action: str, params: dict, after: Stat
     return seen or None
 
 
+# -- FastLeaderElection: a decided server's notification of an older round reaches a LOOKING server -----------------
+
+def _older_round_ballot(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    """HandleFromDecided(i, j) takes a FOLLOWING or LEADING notification of a round below i's own, and i goes on
+    looking: the notification belongs to outOfElection only, never to i's ballot box of this round."""
+    if action != "HandleFromDecided":
+        return None
+    i, j = _srv(params), _srv(params, "j")
+    n = before["electionMsgs"][j][i][0]
+    if n["electionEpoch"] < before["logicalclock"][i] and after["state"][i] == "LOOKING":
+        return ACCEPT
+    return None
+
+
 SCENARIOS = (
     Scenario("fig3-committed-survives-leader-crash", "ci", "seed 004, Fig. 3",
              "A transaction committed in epoch e is in the history of the leader established after e's leader "
@@ -214,6 +228,12 @@ SCENARIOS = (
              "vote arrives within the wait, and all three servers decide the better leader. Failing means the vote "
              "order or the finalize wait is wrong (seeded bug fle_vote_order_sid_reversed fails here).",
              _split_vote),
+    Scenario("fle-older-round-ballot-stays-out-of-the-box", "fle_ci",
+             "seed 003, scenarios 2 and 3 (notifications of decided servers); ZooKeeper's lookForLeader",
+             "A LOOKING server in a later round takes a FOLLOWING or LEADING notification of an earlier round and "
+             "keeps looking: the ballot counts toward joining an established leader (outOfElection), never toward "
+             "this round's ballot box. Failing means a server can follow the leader of an older round (seeded bug "
+             "follows_older_round fails here).", _older_round_ballot),
 )
 
 

@@ -7,7 +7,8 @@ form of the spec mutations (spec/mutations/*.toml)::
     config = "tiny"                      # the model whose action-coverage traces exercise it
     action = "FollowerProcessPROPOSAL"   # the spec action at which the replay departs
     expect = "caught"                    # or "regression": those traces miss it (a gap kept on record) and the
-                                         # committed regression traces (traces/regression/) catch it
+                                         # committed regression traces (traces/regression/) catch it; or
+                                         # "storage": the storage crash tests catch it (tests/test_storage_seeded.py)
     [[replace]]
     file = "core_follower.py"            # under zabref/
     find = "..."                         # must occur exactly once
@@ -36,8 +37,9 @@ from conformance.patches import Replacement, apply_replacements, read_replacemen
 __all__ = ["BUGS_DIR", "EXPECT", "SeededBug", "load_bugs", "load_bug", "apply_bug", "patched_package"]
 
 BUGS_DIR = Path(__file__).resolve().parent / "bugs"
-#: Which traces catch a bug: the config's action-coverage traces, or only the committed regression traces.
-EXPECT = ("caught", "regression")
+#: What catches a bug: the config's action-coverage traces, only the committed regression traces, or the storage
+#: crash tests (a crash inside a step's sync, which conformance -- crashing between steps -- never makes).
+EXPECT = ("caught", "regression", "storage")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class SeededBug:
     action: str
     replacements: tuple[Replacement, ...]
     path: Path
-    expect: str = "caught"  # "regression": missed by the action-coverage traces, caught by traces/regression/
+    expect: str = "caught"  # see EXPECT
 
 
 def _load(path: Path) -> SeededBug:

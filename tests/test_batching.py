@@ -22,7 +22,7 @@ import pytest
 from helpers import decide
 from zabref import runtime, wire
 from zabref.config import Config, parse_config
-from zabref.disklog import Storage
+from zabref.storage import Storage
 from zabref.drivers import ControlDriver, NormalDriver
 from zabref.node import Node, Timing
 from zabref.core import Persistent

@@ -27,7 +27,7 @@ from zabref.core import (
     apply_persist,
     sync_packets,
 )
-from zabref.disklog import Storage
+from zabref.storage import Storage
 from zabref.errors import LocalProtocolError, RemoteProtocolError
 from zabref.packets import PROTOCOL_VERSION, LearnerInfo, PacketType, QuorumPacket, ServerState, make_zxid
 
@@ -595,21 +595,17 @@ def test_output_and_storage_operations_validate_their_fields():
         ZabCore(4, (1, 2, 3))
 
 
-def test_apply_persist_syncs_appends_before_later_operations():
-    calls: list[str] = []
+def test_apply_persist_makes_one_step_one_batch_then_syncs():
+    """The storage operations of one step go to Storage.apply together (one atomic batch), then one sync."""
+    calls: list[object] = []
 
     class Recorder:
-        def append(self, txns):
-            calls.append("append")
+        def apply(self, ops):
+            calls.append(ops)
 
         def sync(self):
             calls.append("sync")
 
-        def truncate(self, zxid):
-            calls.append("truncate")
-
-        def set_current_epoch(self, epoch):
-            calls.append("set_current_epoch")
-
-    apply_persist([AppendTxns((t(1, 1),)), AppendTxns((t(1, 2),)), SetCurrentEpoch(1), TruncateHistory(0)], Recorder())
-    assert calls == ["append", "append", "sync", "set_current_epoch", "truncate"]
+    ops = [AppendTxns((t(1, 1),)), AppendTxns((t(1, 2),)), SetCurrentEpoch(1), TruncateHistory(0)]
+    apply_persist(ops, Recorder())
+    assert calls == [tuple(ops), "sync"]

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from zabref.core import LearnerPhase, Output, Persistent, Txn, ZabCore, ZabState, apply_persist
+from zabref.storage import SimDisk, Storage, read_durable
 from zabref.packets import PacketType, QuorumPacket, ServerState, zxid_pair
 
 N = 3
@@ -39,48 +40,18 @@ def is_prefix(a: list[Txn], b: list[Txn]) -> bool:
     return len(a) <= len(b) and b[: len(a)] == a
 
 
-class MemoryStorage:
-    """The parts of zabref.disklog.Storage that `apply_persist` uses, in memory; `durable` is what a crash keeps."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[int, bytes]] = []
-        self.durable = 0  # records of `log` covered by a sync
-        self.accepted_epoch = 0
-        self.current_epoch = 0
-
-    @property
-    def history(self) -> list[tuple[int, bytes]]:
-        return list(self.log[: self.durable])
-
-    def append(self, txns: Iterable[tuple[int, bytes]]) -> int:
-        for zxid, value in txns:
-            assert not self.log or zxid > self.log[-1][0], "append must follow the last zxid"
-            self.log.append((zxid, value))
-        return self.log[-1][0] if self.log else 0
-
-    def sync(self) -> int:
-        self.durable = len(self.log)
-        return self.log[-1][0] if self.log else 0
-
-    def truncate(self, zxid: int) -> None:
-        self.log = [t for t in self.log if t[0] <= zxid]
-        self.durable = len(self.log)
-
-    def replace(self, history: Iterable[tuple[int, bytes]]) -> None:
-        self.log = list(history)
-        self.durable = len(self.log)
-
-    def set_accepted_epoch(self, epoch: int) -> None:
-        self.accepted_epoch = epoch
-
-    def set_current_epoch(self, epoch: int) -> None:
-        self.current_epoch = epoch
+def _storage(disk: SimDisk, s: int) -> Storage:
+    """Server s's real Storage, on the machine's simulated disk (a power cut keeps only what was synced)."""
+    path = f"/data/{s}"
+    disk.mkdir(path)
+    return Storage.open(path, disk=disk)[0]
 
 
 class ZabModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.storage = {s: MemoryStorage() for s in SERVERS}
+        self.disk = {s: SimDisk() for s in SERVERS}
+        self.storage = {s: _storage(self.disk[s], s) for s in SERVERS}
         self.core = {s: ZabCore(s, SERVERS, Persistent.from_storage(self.storage[s])) for s in SERVERS}
         self.channels: dict[tuple[int, int], deque[QuorumPacket]] = {
             (a, b): deque() for a in SERVERS for b in SERVERS if a != b
@@ -257,9 +228,12 @@ class ZabModel(RuleBasedStateMachine):
     @precondition(lambda self: self.crashable())
     @rule(data=st.data())
     def crash(self, data: st.DataObject) -> None:
-        """Crash(i): a new process reads the disk (only what a sync made durable) and starts LOOKING."""
+        """Crash(i): the power goes out (the disk keeps only what a sync made durable), a new process reads the
+        disk and starts LOOKING."""
         i = data.draw(st.sampled_from(self.crashable()), label="i")
         self.faults += 1
+        self.disk[i].crash()
+        self.storage[i] = _storage(self.disk[i], i)
         self.core[i] = ZabCore(i, SERVERS, Persistent.from_storage(self.storage[i]))
         self.delivered[i] = []
         for peer in SERVERS:
@@ -302,8 +276,9 @@ class ZabModel(RuleBasedStateMachine):
         for s in SERVERS:
             c = self.core[s]
             assert self.delivered[s] == c.history[: c.last_committed], f"server {s}"
-            assert Persistent.from_storage(self.storage[s]) == c.persistent(), f"server {s}: disk != core"
-            assert self.storage[s].durable == len(self.storage[s].log), f"server {s}: an append was never synced"
+            assert self.storage[s].persistent() == c.persistent(), f"server {s}: storage != core"
+            assert read_durable(f"/data/{s}", self.disk[s]).persistent() == c.persistent(), \
+                f"server {s}: what the disk holds durably != core"
 
     @invariant()
     def agreement(self) -> None:
@@ -331,7 +306,7 @@ class ZabModel(RuleBasedStateMachine):
     def committed_never_lost(self) -> None:
         """Seed 004, Fig. 3: a delivered transaction is on the disks of a quorum."""
         for t in self.committed:
-            holders = {s for s in SERVERS if (t.zxid, t.value) in self.storage[s].history}
+            holders = {s for s in SERVERS if t in read_durable(f"/data/{s}", self.disk[s]).history}
             assert is_quorum(holders), f"{t} is on the disks of {sorted(holders)} only"
 
     @invariant()

@@ -15,7 +15,7 @@ import pytest
 from zabref import runtime, wire
 from zabref.config import ClusterConfig, load_config, parse_config
 from zabref.control import ControlClient
-from zabref.disklog import Storage
+from zabref.storage import Storage
 from zabref.errors import ConfigError
 from zabref.packets import PacketType, QuorumPacket
 from zabref.peers import Connection

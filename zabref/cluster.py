@@ -5,8 +5,10 @@ Theory of operation
 `cluster_config` lays a cluster out under one folder: ``cluster.toml`` plus ``data/<id>`` per server, ports
 ``base_port + 10*(id-1) + {0: quorum, 1: election, 2: client, 3: control}`` (kept below 32768, outside Linux's
 ephemeral range, so outgoing connections never take them). `ServerProcess` runs one ``zabref serve`` as a child
-process (``python -m zabref.cli``), its stderr appended to ``<data_dir>/stderr.log``; ``kill`` is SIGKILL (a crash:
-only what was fsynced survives), ``stop`` is SIGTERM (clean), ``start`` again reopens the same data dir.
+process (``python -m zabref.cli``), its stderr appended to ``<data_dir>/stderr.log``; ``kill`` is SIGKILL -- a power
+cut when the server runs with ``ZABREF_DISK=powerloss`` (only what it fsynced survives), a mere process crash
+otherwise (the operating system keeps what it wrote) -- ``stop`` is SIGTERM (clean), ``start`` again reopens the
+same data dir.
 `wait_ready` polls the control port. The tests and the conformance driver use these classes too.
 
 The ``cluster`` command writes the config (keeping existing data dirs, so a cluster restarted from the same folder
@@ -54,15 +56,19 @@ class ServerProcess:
     """One ``zabref serve`` child process."""
 
     def __init__(self, config_path: str | os.PathLike[str], config: Config, sid: int,
-                 code_root: str | os.PathLike[str] | None = None) -> None:
+                 code_root: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
         """``code_root``: run the server from the ``zabref`` package in that folder (put first on its import path)
-        instead of the installed one -- e.g. a patched copy."""
+        instead of the installed one -- e.g. a patched copy. ``env``: extra environment variables (e.g.
+        ``ZABREF_DISK=powerloss``: a kill is then a power cut, `zabref.storage`); ``args``: extra ``serve`` options."""
         self.config_path = str(config_path)
         self.sid = sid
         self.me = config.server(sid)
         self.code_root = Path(code_root) if code_root is not None else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.control_mode = False
+        self.env = dict(env or {})
+        self.args = tuple(args)
 
     @property
     def stderr_path(self) -> Path:
@@ -75,11 +81,12 @@ class ServerProcess:
         args = [sys.executable, "-m", "zabref.cli", "serve", "--config", self.config_path, "--id", str(self.sid)]
         if control:
             args.append("--control")
-        env, cwd = None, None
+        args += self.args
+        env, cwd = (dict(os.environ, **self.env) if self.env else None), None
         if self.code_root is not None:  # `-m` puts the working directory first on sys.path
             cwd = self.code_root
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(self.code_root),
-                                                                            os.environ.get("PYTHONPATH")])))
+            env = dict(env or os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(self.code_root),
+                                                                                  os.environ.get("PYTHONPATH")])))
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=err)
@@ -115,7 +122,8 @@ class ServerProcess:
         return ControlClient(self.me.host, self.me.control_port, timeout=timeout)
 
     def kill(self) -> None:
-        """SIGKILL: a crash. Only what the server fsynced survives."""
+        """SIGKILL. With ``ZABREF_DISK=powerloss`` in ``env`` this is a power cut (only what the server fsynced
+        survives); without it the operating system keeps what the server wrote and did not fsync."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)

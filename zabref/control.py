@@ -54,7 +54,7 @@ log = logging.getLogger("zabref")
 MAX_LINE = 1024 * 1024
 #: Seconds a request line may take from its first byte to its newline (a longer one closes that connection).
 LINE_TIMEOUT = 10.0
-_STEP_OPS = ("release", "release_vote", "tick")
+_STEP_OPS = ("release", "release_vote", "tick", "fsync_pause")
 _FAULT_OPS = ("partition", "heal")
 #: Most ticks one ``tick`` request may ask for.
 MAX_TICKS = 10_000
@@ -215,6 +215,16 @@ class ControlPort:
             if until is not None and any(a["name"] == until for a in taken):
                 break
         return {"ticks": ticks, "clock": self.server.driver.now(), "actions": taken}
+
+    async def op_fsync_pause(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``{"on": true}``: stop this process (SIGSTOP) at its next fsync, before it takes effect, until SIGCONT
+        (`zabref.storage.disk`); ``{"on": false}`` disarms. Answers whether it was armed before."""
+        on = request.get("on")
+        if not isinstance(on, bool):
+            raise ValueError('"on" must be true or false')
+        disk = self.server.storage.disk
+        was, disk.pause_next_fsync = disk.pause_next_fsync, on
+        return {"was": was}
 
     # ------------------------------------------------------------------------------------------ fault injection
 

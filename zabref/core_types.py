@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from zabref.errors import LocalProtocolError
 from zabref.packets import QuorumPacket, ServerState
@@ -134,8 +134,8 @@ class Persistent:
             )
 
     @classmethod
-    def from_storage(cls, storage: StorageLike) -> Persistent:
-        """Read the three persistent variables from a `zabref.disklog.Storage` (or anything shaped like it)."""
+    def from_storage(cls, storage: Any) -> Persistent:
+        """Read the three persistent variables from a `zabref.storage.Storage` (or anything shaped like it)."""
         return cls(tuple(Txn(z, v) for z, v in storage.history), storage.accepted_epoch, storage.current_epoch)
 
 
@@ -193,50 +193,18 @@ PersistOp = AppendTxns | TruncateHistory | ReplaceHistory | SetAcceptedEpoch | S
 
 
 class StorageLike(Protocol):
-    """The part of `zabref.disklog.Storage` the core's outputs are applied to."""
+    """The part of `zabref.storage.Storage` the core's outputs are applied to."""
 
-    @property
-    def history(self) -> list[tuple[int, bytes]]: ...
-    @property
-    def accepted_epoch(self) -> int: ...
-    @property
-    def current_epoch(self) -> int: ...
-    def append(self, txns: Iterable[tuple[int, bytes]]) -> int: ...
-    def sync(self) -> int: ...
-    def truncate(self, zxid: int) -> None: ...
-    def replace(self, history: Iterable[tuple[int, bytes]]) -> None: ...
-    def set_accepted_epoch(self, epoch: int) -> None: ...
-    def set_current_epoch(self, epoch: int) -> None: ...
+    def apply(self, ops: tuple[PersistOp, ...] | list[PersistOp]) -> None: ...
+    def sync(self) -> None: ...
 
 
 def apply_persist(ops: Iterable[PersistOp], storage: StorageLike) -> None:
-    """Apply ``ops`` in order, each durable before the next starts and all durable on return.
-
-    Consecutive appends share one fsync (group commit); a runtime may also gather the appends of several Outputs
-    into one sync, as long as it sends none of their packets before that sync.
-    """
-    pending_append = False
-    for op in ops:
-        if isinstance(op, AppendTxns):
-            storage.append(op.txns)
-            pending_append = True
-            continue
-        if pending_append:
-            storage.sync()
-            pending_append = False
-        match op:
-            case TruncateHistory(zxid):
-                storage.truncate(zxid)
-            case ReplaceHistory(history):
-                storage.replace(history)
-            case SetAcceptedEpoch(epoch):
-                storage.set_accepted_epoch(epoch)
-            case SetCurrentEpoch(epoch):
-                storage.set_current_epoch(epoch)
-            case _:
-                raise TypeError(f"not a storage operation: {op!r}")
-    if pending_append:
-        storage.sync()
+    """Make the storage operations of ONE step durable: one atomic batch (`zabref.storage.Storage.apply`), then one
+    fsync. A runtime that gathers many steps into one sync calls ``apply`` per step and ``sync`` once, and sends none
+    of their packets before that sync (`zabref.runtime`)."""
+    storage.apply(tuple(ops))
+    storage.sync()
 
 
 # ---------------------------------------------------------------------------------------------- Output

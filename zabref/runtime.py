@@ -8,9 +8,9 @@ tick of the clock, a client request, a forwarded request's answer -- is an *even
 node entry point and returns its `Effects`. ONE task, the *pump*, runs events in arrival order, a batch at a time
 (all that are ready, at most `BATCH_LIMIT`), and then, for the whole batch:
 
-1. makes every ``persist`` operation durable (`apply_persist`; consecutive appends share one fsync: group
-   commit) -- in a worker thread, or in the loop's own thread when the batch only appends a little
-   (`INLINE_SYNC_BYTES`) and the last sync was quick (`INLINE_SYNC_SECONDS`);
+1. makes every step's ``persist`` operations durable: each step is one atomic batch (`zabref.storage.Storage.apply`),
+   and ONE ``sync`` -- one write, one fsync -- makes the whole pump batch durable (group commit), in a worker thread,
+   or in the loop's own thread when the last sync was quick (`INLINE_SYNC_SECONDS`);
 2. only then carries out the rest, in order: quorum packets (one socket write per connection per batch), election
    notifications, connections to close, client answers, forwards; after a change of role, packets the node deferred
    are offered again.
@@ -51,14 +51,14 @@ from typing import Any
 from zabref import peers, wire
 from zabref.actionlog import ActionLog
 from zabref.config import Config
-from zabref.core import HANDLERS, AppendTxns, LearnerPhase, Persistent, apply_persist
-from zabref.disklog import Storage
+from zabref.core import HANDLERS, LearnerPhase
+from zabref.storage import Storage, disk_from_env
 from zabref.election import check_notification
 from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
 from zabref.node import Effects, Node, Timing
 from zabref.packets import PacketType, QuorumPacket, ServerState
 
-__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_BYTES", "INLINE_SYNC_SECONDS", "run_server"]
+__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "run_server"]
 
 log = logging.getLogger("zabref")
 
@@ -66,9 +66,8 @@ log = logging.getLogger("zabref")
 HOLD_LIMIT = 10_000
 #: Most events run by the pump before it persists and sends (bounds the latency of one batch).
 BATCH_LIMIT = 1_000
-#: A batch whose storage work is only appends of at most this many value bytes syncs in the loop's thread ...
-INLINE_SYNC_BYTES = 64 * 1024
-#: ... provided the previous sync took at most this long.
+#: A batch syncs in the loop's own thread when the previous sync took at most this long (a slow disk goes to the
+#: disk thread, so that the loop keeps reading sockets while it waits).
 INLINE_SYNC_SECONDS = 0.002
 #: Packet types a quorum connection may carry: what some role of the core takes, and PING.
 QUORUM_TYPES = frozenset(t for table in HANDLERS.values() for t in table) | {PacketType.PING}
@@ -120,9 +119,9 @@ class Server:
         from zabref import clientport, control  # noqa: PLC0415 (they import this module)
 
         self.me.data_dir.mkdir(parents=True, exist_ok=True)
-        self.storage, report = Storage.open(self.me.data_dir)
+        self.storage, report = Storage.open(self.me.data_dir, disk=disk_from_env())
         log.info("storage: %s", report)
-        self.node = Node(self.sid, self.config.sids, Persistent.from_storage(self.storage), timing_of(self.config))
+        self.node = Node(self.sid, self.config.sids, self.storage.persistent(), timing_of(self.config))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
@@ -243,10 +242,10 @@ class Server:
                 done.append((fut, eff))
                 if self.action_log is not None and eff.actions:
                     self.action_log.step(self.node, eff)
-            ops = [op for eff in effects for op in eff.persist]
-            if ops:
+            steps = [eff.persist for eff in effects if eff.persist]
+            if steps:
                 try:
-                    await self._persist(ops)
+                    await self._persist(steps)
                 except (StorageError, OSError, ValueError) as e:
                     log.critical("storage failed, stopping: %s", e)
                     for fut, _ in done:
@@ -269,14 +268,14 @@ class Server:
                 else:
                     fut.set_result(answer)
 
-    async def _persist(self, ops: list[Any]) -> None:
-        inline = (self._last_sync_s <= INLINE_SYNC_SECONDS and all(isinstance(op, AppendTxns) for op in ops)
-                  and sum(len(txn.value) for op in ops for txn in op.txns) <= INLINE_SYNC_BYTES)
-        if inline:
-            self._last_sync_s = _timed_persist(ops, self.storage)
+    async def _persist(self, steps: list[Any]) -> None:
+        """Each step one atomic batch, then one sync for them all (inline when the disk has been quick)."""
+        for ops in steps:
+            self.storage.apply(ops)
+        if self._last_sync_s <= INLINE_SYNC_SECONDS:
+            self._last_sync_s = _timed_sync(self.storage)
         else:
-            self._last_sync_s = await asyncio.get_running_loop().run_in_executor(
-                self._disk, _timed_persist, ops, self.storage)
+            self._last_sync_s = await asyncio.get_running_loop().run_in_executor(self._disk, _timed_sync, self.storage)
 
     def _apply(self, eff: Effects) -> bool:
         """Everything of ``eff`` but persist (durable already); True if it delivered or changed role."""
@@ -535,9 +534,9 @@ class Server:
         await self._changed.wait()
 
 
-def _timed_persist(ops: list[Any], storage: Storage) -> float:
+def _timed_sync(storage: Storage) -> float:
     started = time.perf_counter()
-    apply_persist(ops, storage)
+    storage.sync()
     return time.perf_counter() - started
 
 

@@ -16,6 +16,9 @@ read, rename and unlink files, to fsync a directory, and to lock a data director
 Files are append-only: `Disk.write` appends, `Disk.truncate` shortens. Errors are the operating system's `OSError`
 (with ``filename`` set); `zabref.storage.store` turns them into `StorageError` naming the file.
 
+Fsync pauses. ``pause_next_fsync`` stops the process (SIGSTOP) at the next fsync, before it takes effect, until
+someone sends SIGCONT: the conformance driver checks at that moment that no packet of the step left the server.
+
 Crash points (CrashMonkey's "crash at every fsync boundary"). A disk may be armed with a `CrashPoint`: at the k-th
 `write` (after only its first ``tear`` bytes reached the disk) or the k-th fsync (file or directory, before it takes
 effect), counted from the moment it was armed, the disk calls `Disk.cut_power`: the process is killed with SIGKILL
@@ -140,6 +143,9 @@ class Disk(abc.ABC):
         self.counts = DiskCounts()
         self.crash_at = crash_at
         self._record_sizes = False
+        #: Stop this process (SIGSTOP) at the next fsync, before it takes effect: the conformance driver looks, from
+        #: outside, at what the server already sent (nothing of the step may have left) and then resumes it.
+        self.pause_next_fsync = False
 
     def arm(self, crash_at: CrashPoint | None) -> None:
         """Set (or clear) the crash point, count from zero again and record the size of every write from now on
@@ -176,6 +182,9 @@ class Disk(abc.ABC):
         self._fsync_dir(os.fspath(path))
 
     def _count_fsync(self) -> None:
+        if self.pause_next_fsync:
+            self.pause_next_fsync = False
+            os.kill(os.getpid(), signal.SIGSTOP)  # until the driver sends SIGCONT; then the fsync goes on
         self.counts.fsyncs += 1
         cp = self.crash_at
         if cp is not None and cp.kind == "fsync" and cp.index == self.counts.fsyncs:
