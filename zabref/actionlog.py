@@ -25,8 +25,11 @@ here: a leader forgets that learner, a follower notes its leader gone; the valid
 GoLooking of the other side, which closes both ends at once). Lines are written whole with one ``write``; a process
 killed in the middle leaves at most a torn last line, which the reader reports and ignores.
 
-The cost is one ``json.dumps`` and one buffered write per step (measured in docs/performance.md); the file is
-flushed to the OS every `FLUSH_EVERY` lines and at exit, never fsynced: it is a record, not state.
+The pump flushes the log to the operating system after running a batch's inputs and BEFORE their storage is made
+durable and their packets leave (`zabref.runtime`): a step whose effects anybody could see is in the log, whatever
+kills the process afterwards. A SIGKILL keeps what was flushed (the page cache survives it); the log is a record,
+not state, and is never fsynced, so a real power cut may lose its tail. The cost is one ``json.dumps`` per step and
+one ``write`` per pump batch (measured in docs/performance.md).
 """
 
 from __future__ import annotations
@@ -42,9 +45,7 @@ from zabref.core import AppendTxns, ReplaceHistory, SetAcceptedEpoch, SetCurrent
 from zabref.errors import CodecError
 from zabref.packets import PacketType, QuorumPacket
 
-__all__ = ["ActionLog", "FLUSH_EVERY", "describe_packet", "log_path"]
-
-FLUSH_EVERY = 64
+__all__ = ["ActionLog", "describe_packet", "log_path"]
 
 
 def log_path(folder: str | os.PathLike[str], sid: int) -> Path:
@@ -108,21 +109,19 @@ class ActionLog:
     """One server's action log file (module docstring)."""
 
     def __init__(self, file: TextIO, sid: int) -> None:
-        self._file = file
+        self._file = file  # buffered: `flush` once per pump batch
         self.sid = sid
         self.n = 0
 
     @classmethod
     def open(cls, folder: str | os.PathLike[str], sid: int) -> ActionLog:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        return cls(open(log_path(folder, sid), "a", encoding="utf-8"), sid)
+        return cls(open(log_path(folder, sid), "a", encoding="utf-8", buffering=1 << 20), sid)
 
     def _write(self, kind: str, **fields: Any) -> None:
         line = {"sid": self.sid, "n": self.n, "t": time.monotonic_ns(), "kind": kind, **fields}
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
         self.n += 1
-        if self.n % FLUSH_EVERY == 0:
-            self._file.flush()
 
     def restart(self, sid: int, node: Any) -> None:
         """The process started with the persistent state on its disk (a fresh server, or after a crash)."""
@@ -136,7 +135,7 @@ class ActionLog:
                 continue
             params = dict(action.params)
             if action.name == "ConnectionClosed":
-                self._write("closed", peer=params["j"])
+                self._write("closed", peer=params["j"], vars=_vars(node, history=False))
                 continue
             fields: dict[str, Any] = {"action": action.name, "params": params}
             if action.packet is not None:
@@ -145,6 +144,9 @@ class ActionLog:
             fields["persist"] = [_op(op) for op in effects.persist]
             fields["vars"] = _vars(node, history=False)
             self._write("step", **fields)
+
+    def flush(self) -> None:
+        self._file.flush()
 
     def close(self) -> None:
         self._file.flush()

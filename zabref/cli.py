@@ -119,11 +119,13 @@ def serve(config_path: str, sid: int, control: bool, action_log: str | None) -> 
               help="Folder for cluster.toml and the servers' data dirs.")
 @click.option("--base-port", type=int, default=21000, show_default=True, help="First port (all below 32768).")
 @click.option("--tick-ms", type=click.IntRange(1, 60_000), default=100, show_default=True)
-def cluster(servers: int, data_dir: str, base_port: int, tick_ms: int) -> None:
+@click.option("--log-actions", type=click.Path(file_okay=False), default=None,
+              help="Every server appends the spec actions it takes to this folder (check with zabref validate).")
+def cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actions: str | None) -> None:
     """Start SERVERS zabref servers on 127.0.0.1 and wait until interrupted (Ctrl-C stops them cleanly)."""
     from zabref.cluster import run_cluster  # noqa: PLC0415
 
-    run_cluster(servers, data_dir, base_port, tick_ms)
+    run_cluster(servers, data_dir, base_port, tick_ms, log_actions)
 
 
 @main.group()

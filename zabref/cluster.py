@@ -151,10 +151,15 @@ class ServerProcess:
 class LocalCluster:
     """Every server of one config file as child processes (a context manager that stops them all)."""
 
-    def __init__(self, config_path: str | os.PathLike[str]) -> None:
+    def __init__(self, config_path: str | os.PathLike[str], *, action_log: str | os.PathLike[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """``action_log``: every server appends the spec actions it takes to that folder (`zabref validate`);
+        ``env``: extra environment for every server (e.g. ``ZABREF_DISK=powerloss``)."""
         self.config_path = Path(config_path)
         self.config = load_config(self.config_path)
-        self.servers = {sid: ServerProcess(self.config_path, self.config, sid) for sid in self.config.sids}
+        args = ("--action-log", str(Path(action_log).resolve())) if action_log else ()
+        self.servers = {sid: ServerProcess(self.config_path, self.config, sid, env=env, args=args)
+                        for sid in self.config.sids}
 
     def __getitem__(self, sid: int) -> ServerProcess:
         return self.servers[sid]
@@ -183,10 +188,10 @@ class LocalCluster:
         self.stop()
 
 
-def run_cluster(servers: int, data_dir: str, base_port: int, tick_ms: int) -> None:
+def run_cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actions: str | None = None) -> None:
     """The ``zabref cluster`` command: start the servers, print where they listen, wait for SIGINT/SIGTERM."""
     path = cluster_config(data_dir, servers, base_port, ClusterConfig(tick_ms=tick_ms))
-    cluster = LocalCluster(path)
+    cluster = LocalCluster(path, action_log=log_actions)
     stop = {"now": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -202,6 +207,8 @@ def run_cluster(servers: int, data_dir: str, base_port: int, tick_ms: int) -> No
                        f"election {m.election_port}, control {m.control_port}, data {m.data_dir} "
                        f"(log {s.stderr_path})")
         click.echo(f"try: zabref client --config {path} submit hello; zabref client --config {path} read")
+        if log_actions:
+            click.echo(f"action logs: {log_actions} (check them with: zabref validate {log_actions})")
         click.echo("Ctrl-C stops the cluster.")
         exited: set[int] = set()
         while not stop["now"]:

@@ -179,9 +179,9 @@ class Node:
     def connection_closed(self, peer: int, now: float, *, inbound: bool) -> Effects:
         """A quorum connection with ``peer`` ended (the peer left, the network broke it, or bad input)."""
         out = _Builder()
+        out.actions.append(Action("Zab", "ConnectionClosed", (("i", self.sid), ("j", peer))))  # the action log's
         if inbound:
             self.learner_conns.discard(peer)
-            out.actions.append(Action("Zab", "ConnectionClosed", (("i", self.sid), ("j", peer))))
             self._core(out, self.core.connection_closed(peer), now, None)
         else:
             self.outbound.discard(peer)

@@ -242,6 +242,8 @@ class Server:
                 done.append((fut, eff))
                 if self.action_log is not None and eff.actions:
                     self.action_log.step(self.node, eff)
+            if self.action_log is not None:
+                self.action_log.flush()  # before anything of the batch takes effect: no effect without its line
             steps = [eff.persist for eff in effects if eff.persist]
             if steps:
                 try:
