@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from zabref import wire
+from zabref.peers import new_connection_id
 from zabref.client import recv_exactly
 from zabref.cluster import ServerProcess, cluster_config, find_free_base_port, release_base_port
 from zabref.config import ClusterConfig, load_config
@@ -187,7 +188,7 @@ class Cluster:
         if sock is None:
             me = self.config.server(target)
             sock = socket.create_connection((me.host, me.election_port), timeout=5.0)
-            sock.sendall(wire.frame(wire.encode_handshake(sender)))
+            sock.sendall(wire.frame(wire.encode_handshake(sender, new_connection_id())))
             self._votes[key] = sock
         sock.sendall(wire.frame(wire.encode_notification(n)))
 

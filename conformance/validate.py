@@ -7,8 +7,9 @@ Trace validation as etcd's raft and CCF do it, for TLC 2.15 (no IOUtils, no Json
 1. `conformance.actionlogs` reads ``LOGDIR/actions-<sid>.jsonl`` (every line checked; a torn last line dropped);
 2. `conformance.merge` orders every server's lines into ONE behaviour, numbering the client values as the spec does;
 3. `trace_module` writes a module ``VZab`` that EXTENDS Zab and holds that behaviour as a constant sequence of
-   records -- in operators of `CHUNK` records each, joined with ``\\o``, since one huge tuple expression breaks TLC's
-   front end -- with a cursor variable ``l``. Its next-state relation is: the ``l``-th record's action with its
+   records -- in operators of `CHUNK` records each (one huge tuple expression breaks TLC's front end), the ``l``-th
+   record read by ``Rec(l)`` from its chunk, never by concatenating the chunks (``\\o`` of them all is evaluated
+   again at every step) -- with a cursor variable ``l``. Its next-state relation is: the ``l``-th record's action with its
    parameters (a ``Check`` record: no action) AND the record's constraints on the state after it: the acting
    server's variables as its line logged them, the packet it took at the head of its channel, the packets it sent
    appended to its channels. Everything else -- the other servers, ``proposed``, ``committed``, ``faults`` -- is
@@ -36,7 +37,7 @@ import click
 
 from conformance.actionlogs import read_logs
 from conformance.errors import ConformanceError, InputError
-from conformance.merge import Behaviour, MergeError, SpecStep, merge
+from conformance.merge import Behaviour, MergeError, SpecStep, merge, state_before
 from conformance.tla import Outcome, run_tlc, toolchain
 from conformance.values import format_value
 
@@ -47,8 +48,9 @@ SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
 CHUNK = 200
 BIG = 1_000_000_000
 #: The acting server's variables a record constrains (history apart: see the module docstring).
-PER_SERVER = ("acceptedEpoch", "currentEpoch", "state", "zabState", "leader", "lastCommitted", "stagedHistory",
-              "newEpoch", "learnerPhase", "learnerLastZxid", "ackIndex")
+PER_SERVER = ("acceptedEpoch", "currentEpoch", "state", "zabState", "leader", "lastCommitted", "newEpoch",
+              "learnerPhase", "learnerLastZxid", "ackIndex")
+_NO_TXN = "[value |-> 0, zxid |-> <<0, 0>>]"
 
 
 @dataclass
@@ -88,12 +90,16 @@ def _record(step: SpecStep, n: int) -> str:
               f"hasv |-> {'FALSE' if e is None else 'TRUE'}"]
     if e is None:
         e = {name: 0 for name in PER_SERVER}
-        e["history"] = []
-    h = e["history"]
-    full = step.action in ("FollowerProcessNEWLEADER", "Crash")
+        e.update(history=None, hl=0, hlast=None, stagedHistory=None, sl=0, slast=None)
+    full = e["history"] is not None
+
+    def txn(t: Any) -> str:
+        return format_value(t) if t is not None else _NO_TXN
+
     v = [f"{name} |-> {format_value(e[name])}" for name in PER_SERVER]
-    v += [f"hl |-> {len(h)}", f"hlast |-> {format_value(h[-1]) if h else '[value |-> 0, zxid |-> <<0, 0>>]'}",
-          f"hfull |-> {'TRUE' if full else 'FALSE'}", f"hall |-> {format_value(h) if full else '<<>>'}"]
+    v += [f"hl |-> {e['hl']}", f"hlast |-> {txn(e['hlast'])}", f"sl |-> {e['sl']}", f"slast |-> {txn(e['slast'])}",
+          f"hfull |-> {'TRUE' if full else 'FALSE'}", f"hall |-> {format_value(e['history']) if full else '<<>>'}",
+          f"sall |-> {format_value(e['stagedHistory']) if full else '<<>>'}"]
     fields.append("v |-> [" + ", ".join(v) + "]")
     fields.append(f"hasr |-> {'FALSE' if step.recv is None else 'TRUE'}")
     fields.append(f"r |-> {_NO_PACKET if step.recv is None else format_value(step.recv)}")
@@ -118,7 +124,7 @@ def trace_module(behaviour: Behaviour, actions: list[str]) -> str:
         arms.append(f'    \\/ e.a = "{name}" /\\ {name}({args})' if args else f'    \\/ e.a = "{name}" /\\ {name}')
     arms.append('    \\/ e.a = "Check" /\\ UNCHANGED vars')
     per = "\n".join(f"    /\\ {v}'[e.s] = e.v.{v}" for v in PER_SERVER)
-    trace = " \\o ".join(names) if records else "<<>>"
+    table = ", ".join(names)
     chunks = "\n".join(parts)
     act = "\n".join(arms)
     return f"""---------------------------- MODULE VZab ----------------------------
@@ -128,7 +134,9 @@ VARIABLE l
 
 {chunks}
 
-Tr == {trace}
+Chunks == <<{table}>>
+Steps == {len(records)}
+Rec(k) == LET c == Chunks[((k - 1) \\div {CHUNK}) + 1] IN c[((k - 1) % {CHUNK}) + 1]
 
 Act(e) ==
 {act}
@@ -136,7 +144,9 @@ Act(e) ==
 Logged(e) ==
     /\\ Len(history'[e.s]) = e.v.hl
     /\\ IF e.v.hl = 0 THEN TRUE ELSE history'[e.s][e.v.hl] = e.v.hlast
-    /\\ IF e.v.hfull THEN history'[e.s] = e.v.hall ELSE TRUE
+    /\\ Len(stagedHistory'[e.s]) = e.v.sl
+    /\\ IF e.v.sl = 0 THEN TRUE ELSE stagedHistory'[e.s][e.v.sl] = e.v.slast
+    /\\ IF e.v.hfull THEN history'[e.s] = e.v.hall /\\ stagedHistory'[e.s] = e.v.sall ELSE TRUE
 {per}
 
 \\* IF, not \\/: TLC takes every disjunct of an action as a possible successor, so it would evaluate both sides.
@@ -148,8 +158,8 @@ Sent(e) == IF e.g THEN TRUE ELSE \\A k \\in Server \\ {{e.s}} : msgs'[e.s][k] = 
 
 TraceInit == Init /\\ l = 1
 
-TraceNext == /\\ l <= Len(Tr)
-             /\\ LET e == Tr[l] IN Took(e) /\\ Act(e) /\\ Post(e) /\\ Sent(e)
+TraceNext == /\\ l <= Steps
+             /\\ LET e == Rec(l) IN Took(e) /\\ Act(e) /\\ Post(e) /\\ Sent(e)
              /\\ l' = l + 1
 =============================================================================
 """
@@ -208,7 +218,7 @@ def validate(logdir: Path, *, work: Path | None = None, echo: Callable[[str], No
         step = behaviour.steps[result.matched]
         result.failure = (f"step {result.matched + 1} of {result.steps}: no step of spec/Zab.tla takes "
                           f"{step.action}({_params(step)}) at server {step.sid} with the variables {step.where} "
-                          f"logs\n" + diagnose(behaviour, result.matched))
+                          f"logs\n" + diagnose(logs, behaviour, result.matched))
     return result
 
 
@@ -222,10 +232,10 @@ def _loc(event: Any) -> Any:
     return Location(event.path, event.line)
 
 
-def diagnose(behaviour: Behaviour, k: int) -> str:
+def diagnose(logs: Any, behaviour: Behaviour, k: int) -> str:
     """What the spec state was before step ``k`` and what the log says after it, variable by variable."""
     step = behaviour.steps[k]
-    before = behaviour.states[k]
+    before = state_before(logs, k)
     lines = [f"  line: {step.where}", f"  action: {step.action}({_params(step)})"]
     if step.recv is not None:
         j = step.params.get("j")
@@ -233,11 +243,14 @@ def diagnose(behaviour: Behaviour, k: int) -> str:
         lines.append(f"  took: {format_value(step.recv)}; head of msgs[{j}][{step.sid}] before: "
                      f"{format_value(head[0]) if head else '<<>>'}")
     if step.expected is not None:
-        for name in ("history", *PER_SERVER):
+        for name in PER_SERVER:
             was = before[name][step.sid - 1]
             now = step.expected[name]
             if was != now:
                 lines.append(f"  {name}[{step.sid}]: {format_value(was)} -> {format_value(now)} (logged)")
+        h = before["history"][step.sid - 1]
+        lines.append(f"  history[{step.sid}]: {len(h)} transactions, last {format_value(h[-1]) if h else 'none'} -> "
+                     f"{step.expected['hl']}, last {format_value(step.expected['hlast']) if step.expected['hlast'] else 'none'} (logged)")
     return "\n".join(lines)
 
 

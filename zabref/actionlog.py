@@ -13,16 +13,21 @@ the node took the step (`zabref.runtime`), so lines are in the server's own orde
   (one clock for every process on a machine: the validator orders lines of different servers by it where nothing
   else does);
 * ``recv`` is the packet the step took (receive actions only), ``sends`` the quorum packets it sent (PINGs left out:
-  the spec has none), as ``{"type", "zxid", "data"}`` with data decoded as the spec models it;
+  the spec has none), as ``{"type", "zxid", "data", "conn"}`` with data decoded as the spec models it and ``conn``
+  the id of the connection it came on or goes to (the handshake's, known at both ends; null: no connection, the
+  packet is dropped);
 * ``persist`` the storage operations of the step (``["append", [[zxid, value], ...]]``, ``["truncate", zxid]``,
   ``["replace", [...]]``, ``["acceptedEpoch", e]``, ``["currentEpoch", e]``): the history is logged as its changes,
   so a line costs O(what the step changed), not O(history);
-* ``vars`` every other spec variable of this server after the step (`zabref.core.SPEC_VARIABLES` but ``history``).
+* ``vars`` every other spec variable of this server after the step (`zabref.core.SPEC_VARIABLES` but ``history``);
+  the staged history, which a sync builds one PROPOSAL at a time, is logged whole only by the steps that set it
+  whole (DIFF, TRUNC, SNAP: ``staged_history``) and otherwise as its length and last transaction (``staged``), so a
+  sync of n transactions costs O(n) lines of O(1), not O(n^2).
 
 Two more kinds: ``restart`` (the process started: ``vars`` holds every variable, ``history`` included, as read from
 disk -- the spec's Crash when it is not the first start) and ``closed`` (a quorum connection with ``peer`` ended
-here: a leader forgets that learner, a follower notes its leader gone; the validator uses it to place the spec's
-GoLooking of the other side, which closes both ends at once). Lines are written whole with one ``write``; a process
+here, ``conn`` its id: a leader forgets that learner, a follower notes its leader gone; the validator uses it to
+place the spec's GoLooking of the other side, which closes both ends at once). Lines are written whole with one ``write``; a process
 killed in the middle leaves at most a torn last line, which the reader reports and ignores.
 
 The pump flushes the log to the operating system after running a batch's inputs and BEFORE their storage is made
@@ -37,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -91,10 +97,18 @@ def _op(op: Any) -> list[Any]:
     raise TypeError(f"not a storage operation: {op!r}")
 
 
-def _vars(node: Any, *, history: bool) -> dict[str, Any]:
+#: The steps that set the staged history whole (every other step logs its length and last transaction).
+STAGES_WHOLE = frozenset({"FollowerProcessDIFF", "FollowerProcessTRUNC", "FollowerProcessSNAP"})
+
+
+def _vars(node: Any, *, history: bool, staged: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in node.core.variables().items():
         if key == "history" and not history:
+            continue
+        if key == "staged_history" and not staged:
+            last = value[-1] if value else None
+            out["staged"] = {"len": len(value), "last": None if last is None else [last[0], _text(last[1])]}
             continue
         if key in ("history", "staged_history"):
             out[key] = [[z, _text(v)] for z, v in value]
@@ -128,21 +142,24 @@ class ActionLog:
         self._write("restart", vars=_vars(node, history=True))
         self._file.flush()
 
-    def step(self, node: Any, effects: Any, received: QuorumPacket | None = None) -> None:
-        """The Zab actions of one node input (at most one: the node takes one spec action per input)."""
+    def step(self, node: Any, effects: Any, cid_of: Callable[[int], int | None]) -> None:
+        """The Zab actions of one node input (at most one: the node takes one spec action per input).
+        ``cid_of(peer)``: the id of the connection a packet to ``peer`` goes to now (None: dropped)."""
         for action in effects.actions:
             if action.module != "Zab":
                 continue
             params = dict(action.params)
             if action.name == "ConnectionClosed":
-                self._write("closed", peer=params["j"], vars=_vars(node, history=False))
+                self._write("closed", peer=params["j"], conn=action.tag,
+                            vars=_vars(node, history=False, staged=False))
                 continue
             fields: dict[str, Any] = {"action": action.name, "params": params}
             if action.packet is not None:
-                fields["recv"] = describe_packet(action.packet)
-            fields["sends"] = [[peer, describe_packet(p)] for peer, p in effects.send if p.type != PacketType.PING]
+                fields["recv"] = {**describe_packet(action.packet), "conn": action.tag}
+            fields["sends"] = [[peer, {**describe_packet(p), "conn": cid_of(peer)}]
+                               for peer, p in effects.send if p.type != PacketType.PING]
             fields["persist"] = [_op(op) for op in effects.persist]
-            fields["vars"] = _vars(node, history=False)
+            fields["vars"] = _vars(node, history=False, staged=action.name in STAGES_WHOLE)
             self._write("step", **fields)
 
     def flush(self) -> None:

@@ -74,7 +74,8 @@ class ServerProcess:
     def stderr_path(self) -> Path:
         return self.me.data_dir / "stderr.log"
 
-    def start(self, *, control: bool = False) -> ServerProcess:
+    def start(self, *, control: bool = False, env: dict[str, str] | None = None) -> ServerProcess:
+        """Start the process (``env``: extra environment for this start only, e.g. a crash point)."""
         if self.running:
             raise ZabError(f"server {self.sid} is already running (pid {self.proc.pid})")
         self.me.data_dir.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,8 @@ class ServerProcess:
         if control:
             args.append("--control")
         args += self.args
-        env, cwd = (dict(os.environ, **self.env) if self.env else None), None
+        extra = {**self.env, **(env or {})}
+        env, cwd = (dict(os.environ, **extra) if extra else None), None
         if self.code_root is not None:  # `-m` puts the working directory first on sys.path
             cwd = self.code_root
             env = dict(env or os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(self.code_root),

@@ -81,6 +81,7 @@ class Action:
     name: str
     params: tuple[tuple[str, int], ...]
     packet: QuorumPacket | None = None  # the packet a receive action took
+    tag: int | None = None  # the carrier's id of the connection it came on (for the action log; opaque here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +154,9 @@ class Node:
         self._fle_step(out, step, now)
         return out.build()
 
-    def packet(self, peer: int, packet: QuorumPacket, now: float) -> Effects:
-        """A quorum packet from ``peer``; RemoteProtocolError (nothing changed) when no spec action takes it."""
+    def packet(self, peer: int, packet: QuorumPacket, now: float, tag: int | None = None) -> Effects:
+        """A quorum packet from ``peer``; RemoteProtocolError (nothing changed) when no spec action takes it.
+        ``tag``: the carrier's id of the connection (recorded with the action, never used by the node)."""
         if packet.type == PacketType.PING:
             self.heard[peer] = now
             out = _Builder()
@@ -167,8 +169,8 @@ class Node:
         handler = self.core.handler_for(peer, packet)
         self.heard[peer] = now
         out = _Builder()
-        self._core(out, handler(self.core, peer, packet), now, SPEC_ACTIONS[handler.__name__], packet, i=self.sid,
-                   j=peer)
+        self._core(out, handler(self.core, peer, packet), now, SPEC_ACTIONS[handler.__name__], packet, tag,
+                   i=self.sid, j=peer)
         return out.build()
 
     def connection_opened(self, peer: int, inbound: bool) -> None:
@@ -176,10 +178,10 @@ class Node:
         if inbound:
             self.learner_conns.add(peer)
 
-    def connection_closed(self, peer: int, now: float, *, inbound: bool) -> Effects:
+    def connection_closed(self, peer: int, now: float, *, inbound: bool, tag: int | None = None) -> Effects:
         """A quorum connection with ``peer`` ended (the peer left, the network broke it, or bad input)."""
         out = _Builder()
-        out.actions.append(Action("Zab", "ConnectionClosed", (("i", self.sid), ("j", peer))))  # the action log's
+        out.actions.append(Action("Zab", "ConnectionClosed", (("i", self.sid), ("j", peer)), None, tag))  # for the log
         if inbound:
             self.learner_conns.discard(peer)
             self._core(out, self.core.connection_closed(peer), now, None)
@@ -309,10 +311,10 @@ class Node:
     # ------------------------------------------------------------------------------------------ internals
 
     def _core(self, out: _Builder, output: Output, now: float, action: str | None,
-              packet: QuorumPacket | None = None, **params: int) -> None:
+              packet: QuorumPacket | None = None, tag: int | None = None, **params: int) -> None:
         """Take one core Output (spec action ``action``) into ``out``; react to a change of role."""
         if action is not None:
-            out.actions.append(Action("Zab", action, tuple(params.items()), packet))
+            out.actions.append(Action("Zab", action, tuple(params.items()), packet, tag))
         out.persist += output.persist
         for peer in output.close:
             self.learner_conns.discard(peer)

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-Every server-to-server TCP connection starts with one handshake frame (the connecting server's sid, `zabref.wire`)
-and then carries frames (``int32 length, body``). Two kinds exist:
+Every server-to-server TCP connection starts with one handshake frame (the connecting server's sid and a random
+connection id, `zabref.wire`) and then carries frames (``int32 length, body``). Two kinds exist:
 
 * **quorum** -- ONE connection per follower-leader pair, opened by the follower to the leader's quorum port; it
   carries both directions (the spec's channels ``msgs[f][l]`` and ``msgs[l][f]``). Bodies are QuorumPackets.
@@ -42,6 +42,7 @@ import asyncio
 import functools
 import itertools
 import logging
+import secrets
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,8 @@ __all__ = [
     "VoteChannel",
     "ElectionSender",
     "accept_handshake",
+    "new_connection_id",
+    "HANDSHAKE_SIZE",
     "quiet_cancel",
     "dial",
     "read_frames",
@@ -77,6 +80,8 @@ SEND_BUFFER_LIMIT = 32 * 1024 * 1024
 #: Most bytes of queued frames joined into one transport write by `Connection.flush`.
 WRITE_CHUNK = 256 * 1024
 HANDSHAKE_TIMEOUT = 5.0
+#: Bytes of a handshake body: sid and connection id.
+HANDSHAKE_SIZE = 16
 #: Seconds an election frame (at most MAX_ELECTION_FRAME bytes) may take from its first byte to its last.
 ELECTION_FRAME_TIMEOUT = 5.0
 ELECTION_QUEUE_LIMIT = 1000
@@ -101,14 +106,16 @@ class HandshakeError(Exception):
     """The first frame of an inbound connection was not a valid handshake."""
 
 
-async def accept_handshake(reader: asyncio.StreamReader) -> int:
-    """Read the handshake frame of an inbound connection: the peer's sid. Raises HandshakeError saying why."""
+async def accept_handshake(reader: asyncio.StreamReader) -> tuple[int, int]:
+    """Read the handshake frame of an inbound connection: the peer's sid and the connection id. Raises
+    HandshakeError saying why."""
     try:
         prefix = await asyncio.wait_for(reader.readexactly(4), HANDSHAKE_TIMEOUT)
         length = int.from_bytes(prefix, "big", signed=True)
-        if length != 8:
-            raise HandshakeError(f"handshake length prefix is {length}, expected 8 (an int64 sid)")
-        body = await asyncio.wait_for(reader.readexactly(8), HANDSHAKE_TIMEOUT)
+        if length != HANDSHAKE_SIZE:
+            raise HandshakeError(f"handshake length prefix is {length}, expected {HANDSHAKE_SIZE} (an int64 sid "
+                                 "and an int64 connection id)")
+        body = await asyncio.wait_for(reader.readexactly(HANDSHAKE_SIZE), HANDSHAKE_TIMEOUT)
         return wire.decode_handshake(body)
     except asyncio.IncompleteReadError as e:
         raise HandshakeError(f"connection ended after {len(e.partial)} bytes of the handshake") from None
@@ -118,7 +125,12 @@ async def accept_handshake(reader: asyncio.StreamReader) -> int:
         raise HandshakeError(str(e)) from None
 
 
-async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float,
+def new_connection_id() -> int:
+    """A random, non-negative int64: a connection's id in its handshake (`zabref.wire.encode_handshake`)."""
+    return secrets.randbits(63)
+
+
+async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float, cid: int | None = None,
                first_delay: float = 0.02, max_delay: float = 1.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect to ``host:port`` and send the handshake (``sid``); up to ``attempts`` tries with exponential backoff.
 
@@ -132,7 +144,7 @@ async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float,
     ):
         with attempt:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-            writer.write(wire.frame(wire.encode_handshake(sid)))
+            writer.write(wire.frame(wire.encode_handshake(sid, new_connection_id() if cid is None else cid)))
             return reader, writer
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -180,9 +192,10 @@ async def read_frames(reader: asyncio.StreamReader, max_frame: int, what: str,
 class Connection:
     """One quorum connection with a peer server (see the module docstring)."""
 
-    def __init__(self, peer: int, *, initiated: bool) -> None:
+    def __init__(self, peer: int, *, initiated: bool, cid: int | None = None) -> None:
         self.peer = peer
         self.initiated = initiated  # True: we connected to the peer (we follow it); False: it connected to us
+        self.cid = new_connection_id() if cid is None else cid  # the connection id both ends know (handshake)
         self.serial = next(_serials)
         self.state = "connecting"
         self.sent = 0
@@ -196,6 +209,7 @@ class Connection:
         self.blocked = False  # the node deferred the head packet; offered again after its next change of role
         self.reported = False  # whether the core was told (connection_closed) or needs no telling
         self.catching_up = False  # set by the runtime: SEND_BUFFER_LIMIT is suspended (module docstring)
+        self.dialing = False  # an outbound connection whose dial task runs
         self.opened: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
     @property
@@ -278,7 +292,7 @@ class Connection:
             self.opened.set_result(False)
 
     def describe(self) -> dict[str, Any]:
-        return {"peer": self.peer, "initiated": self.initiated, "state": self.state,
+        return {"peer": self.peer, "cid": self.cid, "initiated": self.initiated, "state": self.state,
                 "sent": self.sent, "received": self.received}
 
 

@@ -240,8 +240,10 @@ class Server:
                     return
                 effects.append(eff)
                 done.append((fut, eff))
+                for peer in eff.dial:  # the connection (and its id) exists from now on; it is dialed in _apply
+                    self._new_outbound(peer)
                 if self.action_log is not None and eff.actions:
-                    self.action_log.step(self.node, eff)
+                    self.action_log.step(self.node, eff, self._cid)
             if self.action_log is not None:
                 self.action_log.flush()  # before anything of the batch takes effect: no effect without its line
             steps = [eff.persist for eff in effects if eff.persist]
@@ -282,7 +284,10 @@ class Server:
     def _apply(self, eff: Effects) -> bool:
         """Everything of ``eff`` but persist (durable already); True if it delivered or changed role."""
         for peer in eff.dial:
-            self._dial(peer)
+            conn = self.conns.get(peer)
+            if conn is not None and conn.state == "connecting" and not conn.dialing:
+                conn.dialing = True
+                self.spawn(self._run_dialed(conn), f"quorum-to-{peer}")
         for peer, packet in eff.send:
             self.send(peer, packet)
         for send in eff.notify:
@@ -317,7 +322,7 @@ class Server:
             return None
         packet = conn.inbound.popleft()
         try:
-            eff = self.node.packet(conn.peer, packet, self.driver.now())
+            eff = self.node.packet(conn.peer, packet, self.driver.now(), tag=conn.cid)
         except RemoteProtocolError as e:
             self.close_connection(conn, f"protocol error: {e}", report=True)
             raise
@@ -342,7 +347,8 @@ class Server:
             raise ValueError(f"{packet.type.name} (type {int(packet.type)}) is not a packet of this protocol")
         conn.received += 1
         if packet.type == PacketType.PING:  # never held: keepalives only say the peer is there
-            self.enqueue(lambda: None if conn.closed else self.node.packet(conn.peer, packet, self.driver.now()))
+            self.enqueue(lambda: None if conn.closed else self.node.packet(conn.peer, packet, self.driver.now(),
+                                                                           tag=conn.cid))
             return
         if len(conn.inbound) >= HOLD_LIMIT:
             raise ValueError(f"more than {HOLD_LIMIT} packets wait on this connection")
@@ -378,13 +384,16 @@ class Server:
             log.warning("quorum connection with %d closed: %s", conn.peer, conn.close_reason)
         self._report_later(conn)
 
-    def _dial(self, peer: int) -> None:
+    def _new_outbound(self, peer: int) -> None:
+        """The connection the node asked for (``Effects.dial``), not dialed yet: packets sent meanwhile wait in it."""
         old = self.conns.get(peer)
-        if old is not None and not old.closed:
-            return
-        conn = peers.Connection(peer, initiated=True)
-        self.conns[peer] = conn
-        self.spawn(self._run_dialed(conn), f"quorum-to-{peer}")
+        if old is None or old.closed:
+            self.conns[peer] = peers.Connection(peer, initiated=True)
+
+    def _cid(self, peer: int) -> int | None:
+        """The id of the connection a packet to ``peer`` would go to now (None: it would be dropped)."""
+        conn = self.conns.get(peer)
+        return None if conn is None or conn.closed else conn.cid
 
     async def _run_dialed(self, conn: peers.Connection) -> None:
         target = self.config.server(conn.peer)
@@ -394,7 +403,7 @@ class Server:
         attempts = max(3, self.config.cluster.init_limit)
         try:
             reader, writer = await peers.dial(target.host, target.quorum_port, self.sid, attempts=attempts,
-                                              timeout=2.0, max_delay=self.config.cluster.tick_ms / 1000)
+                                              timeout=2.0, cid=conn.cid, max_delay=self.config.cluster.tick_ms / 1000)
         except (OSError, TimeoutError) as e:
             self.close_connection(conn, f"cannot connect to {target.host}:{target.quorum_port}: {e}", report=None)
             return
@@ -407,23 +416,26 @@ class Server:
 
     @peers.quiet_cancel
     async def _accept_quorum(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sid = await self._handshake(reader, writer, "quorum")
-        if sid is None:
+        shaken = await self._handshake(reader, writer, "quorum")
+        if shaken is None:
             return
+        sid, cid = shaken
         old = self.conns.get(sid)
         if old is not None:
             self.close_connection(old, f"server {sid} opened a new connection", report=None)
-        conn = peers.Connection(sid, initiated=False)
+        conn = peers.Connection(sid, initiated=False, cid=cid)
         self.conns[sid] = conn
         conn.attach(writer)
         log.info("quorum connection from %d open", sid)
         self.enqueue(lambda: self.node.connection_opened(sid, inbound=True))
         await self._read(conn, reader)
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str) -> int | None:
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         kind: str) -> tuple[int, int] | None:
+        """(sid, connection id) of an inbound connection, or None (refused, logged, closed)."""
         address = writer.get_extra_info("peername")
         try:
-            sid = await peers.accept_handshake(reader)
+            sid, cid = await peers.accept_handshake(reader)
         except peers.HandshakeError as e:
             log.warning("%s connection from %s closed: %s", kind, address, e)
             writer.close()
@@ -437,7 +449,7 @@ class Server:
             log.info("%s connection from %d refused: link cut by the fault layer", kind, sid)
             writer.close()
             return None
-        return sid
+        return sid, cid
 
     async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader) -> None:
         def on_body(body: bytes) -> None:
@@ -471,16 +483,18 @@ class Server:
         conn.reported = True
         if self.conns.get(conn.peer) is conn:
             del self.conns[conn.peer]
-        self.enqueue(lambda: self.node.connection_closed(conn.peer, self.driver.now(), inbound=not conn.initiated))
+        self.enqueue(lambda: self.node.connection_closed(conn.peer, self.driver.now(), inbound=not conn.initiated,
+                                                         tag=conn.cid))
         self.driver.closed(self)
 
     # ------------------------------------------------------------------------------------------ election connections
 
     @peers.quiet_cancel
     async def _accept_votes(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sid = await self._handshake(reader, writer, "election")
-        if sid is None:
+        shaken = await self._handshake(reader, writer, "election")
+        if shaken is None:
             return
+        sid, _ = shaken
         channel = peers.VoteChannel(sid, writer)
         self.votes[channel.serial] = channel
 

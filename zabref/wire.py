@@ -250,21 +250,28 @@ class FrameDecoder:
 # ---------------------------------------------------------------------------------------------------------- handshake
 
 
-def encode_handshake(sid: int) -> bytes:
-    """The first frame's body on every connection: the connecting server's sid, an int64 (>= 0)."""
-    if sid < 0:
-        raise ValueError(f"sid = {sid} must not be negative")
-    return _LONG.pack(_check_long("sid", sid))
+def encode_handshake(sid: int, cid: int = 0) -> bytes:
+    """The first frame's body on every connection between servers: the connecting server's sid and a connection id
+    (two int64 >= 0). The dialer picks the id at random; both ends log it with every packet of the connection, so
+    that `zabref validate` tells a new connection's packets from an old one's."""
+    if sid < 0 or cid < 0:
+        raise ValueError(f"sid = {sid} and connection id = {cid} must not be negative")
+    return _LONG.pack(_check_long("sid", sid)) + _LONG.pack(_check_long("connection id", cid))
 
 
-def decode_handshake(body: bytes) -> int:
+def decode_handshake(body: bytes) -> tuple[int, int]:
+    """(sid, connection id) of a handshake body."""
     r = _Reader(_bytes_like(body, "handshake"), "handshake")
     start = r.pos
     sid = r.i64("sid")
     if sid < 0:
         raise r.fail(f"sid is negative ({sid})", start)
+    start = r.pos
+    cid = r.i64("connection id")
+    if cid < 0:
+        raise r.fail(f"connection id is negative ({cid})", start)
     r.end()
-    return sid
+    return sid, cid
 
 
 # ---------------------------------------------------------------------------------------------------------- QuorumPacket

@@ -26,8 +26,10 @@ LONG_DURATION = 600.0
               help="Folder for the cluster (kept). [default: a temp folder, removed if the run passes]")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the summary, counts and events to this JSON file.")
+@click.option("--validate", is_flag=True,
+              help="Log every server's spec actions and check them with TLC (zabref validate) after the run.")
 def faults(servers: int, duration: float | None, seed: int, long_: bool, writers: int, concurrency: int | None,
-           data_dir: str | None, json_path: str | None) -> None:
+           data_dir: str | None, json_path: str | None, validate: bool) -> None:
     """Run a cluster under a write load while killing (-9), pausing (SIGSTOP) and cutting links between servers;
     then check that no acknowledged write was lost and that all servers delivered the same sequence (docs/faults.md).
     """
@@ -36,7 +38,7 @@ def faults(servers: int, duration: float | None, seed: int, long_: bool, writers
     if duration is None:
         duration = LONG_DURATION if long_ else 40.0
     result = run_faults(servers, duration, seed, long=long_, data_dir=data_dir, writers=writers,
-                        concurrency=concurrency, echo=click.echo)
+                        concurrency=concurrency, validate=validate, echo=click.echo)
     if json_path is not None:
         write_json(result, json_path)
     if not result.ok:

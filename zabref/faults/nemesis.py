@@ -2,9 +2,14 @@
 
 Theory of operation
 -------------------
-Four kinds of fault, each one *episode* with a start and an end:
+Five kinds of fault, each one *episode* with a start and an end. The servers run on the power-loss disk
+(``ZABREF_DISK=powerloss``, `zabref.storage`), so a SIGKILL is a power cut: what a server wrote and did not fsync is
+lost.
 
-``kill``     SIGKILL a server (a crash: only what it fsynced survives); at the end, start it again from its data dir.
+``kill``     SIGKILL a server -- a power cut; at the end, start it again from its data dir.
+``torn``     a power cut in the middle of a write: SIGKILL the server, start it again armed with a crash point
+             (``ZABREF_CRASH_AT=write:K:T``) so that it dies at its K-th write with only T bytes of it on disk (a torn
+             write); at the end, start it again unarmed (its recovery drops the torn batch).
 ``pause``    SIGSTOP a server (a long GC pause, a hung VM: its sockets stay open, nothing answers); at the end, SIGCONT.
 ``cut``      cut the link between two servers, both directions (the runtime's fault layer, docs/faults.md: the
              control op ``partition`` at both ends); at the end, ``heal`` it.
@@ -32,10 +37,11 @@ from dataclasses import dataclass, field
 
 from zabref.cluster import LocalCluster
 from zabref.control import ControlError
+from zabref.storage import ENV_CRASH_AT
 
 __all__ = ["KINDS", "Timing", "Episode", "Nemesis"]
 
-KINDS = ("kill", "pause", "cut", "isolate")
+KINDS = ("kill", "torn", "pause", "cut", "isolate")
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,13 @@ class Nemesis:
         if ep.kind == "kill":
             server.kill()
             self.counts["kill"] += 1
+        elif ep.kind == "torn":
+            server.kill()
+            point = f"write:{self.rng.randint(1, 20)}:{self.rng.randint(0, 64)}"
+            server.start(env={ENV_CRASH_AT: point})
+            self.counts["torn"] += 1
+            ep.links = ()
+            self._log(f"torn write armed at {ep.target}: {point}")
         elif ep.kind == "pause":
             os.kill(server.proc.pid, signal.SIGSTOP)
             self.counts["pause"] += 1
@@ -156,7 +169,9 @@ class Nemesis:
     def _end(self, ep: Episode) -> None:
         server = self.cluster[ep.target]
         self.active.remove(ep)
-        if ep.kind == "kill":
+        if ep.kind in ("kill", "torn"):
+            if server.running:  # "torn": it may not have reached its crash point
+                server.kill()
             server.start()
             try:
                 server.wait_ready(30.0)
@@ -185,7 +200,7 @@ class Nemesis:
                 time.sleep(0.2)
 
     def check_exits(self) -> None:
-        killed = {e.target for e in self.active if e.kind == "kill"}
+        killed = {e.target for e in self.active if e.kind in ("kill", "torn")}
         for sid, server in sorted(self.cluster.servers.items()):
             if sid in killed or server.running:
                 continue

@@ -12,6 +12,11 @@ Theory of operation
 6. Stop the cluster and run `zabref.faults.check.check`. The `RunResult` holds the fault counts, the verdict, the
    nemesis's events and any problem (a server that exited by itself, a cluster that did not settle); it is OK only
    when the verdict is and there was no problem.
+7. With ``validate``, every server wrote the spec actions it took to ``<data dir>/actions`` (``--action-log``), and
+   ``zabref validate`` checks them with TLC against spec/Zab.tla (run as a command: zabref does not import the
+   conformance package); a departure is a problem of the run.
+
+The servers run on the power-loss disk (``ZABREF_DISK=powerloss``): a kill is a power cut.
 
 The data directory is kept (``--data-dir``, or a temp folder that is removed only when the run passed), with every
 server's ``server.log`` and, with ``--json``, the summary.
@@ -22,6 +27,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -37,6 +44,7 @@ from zabref.control import ControlError
 from zabref.faults.check import Verdict, check
 from zabref.faults.nemesis import Nemesis, Timing
 from zabref.faults.workload import Sampler, Writer
+from zabref.storage import ENV_DISK
 
 __all__ = ["RunResult", "run_faults", "CI_TIMING", "LONG_TIMING", "PROGRESS"]
 
@@ -44,6 +52,7 @@ PROGRESS = 5.0
 CI_TIMING = Timing(duration=(1.0, 3.0), gap=(0.5, 1.5))
 LONG_TIMING = Timing(duration=(0.5, 8.0), gap=(0.2, 3.0))
 SETTLE_TIMEOUT = 60.0
+VALIDATE_TIMEOUT = 1800.0
 
 
 @dataclass
@@ -56,6 +65,7 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
     events: list[tuple[float, str]] = field(default_factory=list)
     data_dir: str = ""
+    validation: str = ""  # the last line of zabref validate, when the run was validated
 
     @property
     def ok(self) -> bool:
@@ -63,12 +73,12 @@ class RunResult:
 
     @property
     def faults(self) -> int:
-        return sum(self.counts.get(k, 0) for k in ("kill", "pause", "cut", "isolate"))
+        return sum(self.counts.get(k, 0) for k in ("kill", "torn", "pause", "cut", "isolate"))
 
     def summary(self) -> str:
         c = self.counts
         return (f"faults injected {self.faults} (kill {c.get('kill', 0)}, restart {c.get('restart', 0)}, pause "
-                f"{c.get('pause', 0)}, resume {c.get('resume', 0)}, cut {c.get('cut', 0)}, isolate "
+                f"{c.get('pause', 0)}, resume {c.get('resume', 0)}, torn write {c.get('torn', 0)}, cut {c.get('cut', 0)}, isolate "
                 f"{c.get('isolate', 0)}; links cut {c.get('link cut', 0)}, healed {c.get('link heal', 0)}); "
                 f"{self.verdict.summary()}; unexpected exits {c.get('unexpected exit', 0)}")
 
@@ -81,7 +91,7 @@ class RunResult:
                 "lost": v.lost, "divergent": v.divergent, "duplicates": v.duplicates,
                 "out_of_order": v.out_of_order, "misplaced": v.misplaced, "phantoms": v.phantoms,
                 "examples": v.examples, "problems": self.problems, "events": self.events,
-                "data_dir": self.data_dir}
+                "data_dir": self.data_dir, "validation": self.validation}
 
 
 def _settle(cluster: LocalCluster, timeout: float) -> str | None:
@@ -109,18 +119,21 @@ def _settle(cluster: LocalCluster, timeout: float) -> str | None:
 
 def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long: bool = False,
                data_dir: str | os.PathLike[str] | None = None, writers: int = 3, concurrency: int | None = None,
-               calm: float = 3.0, echo: Callable[[str], None] = print) -> RunResult:
+               calm: float = 3.0, validate: bool = False, echo: Callable[[str], None] = print) -> RunResult:
     """One fault run; see the module docstring. ``echo`` gets the progress lines and the summary."""
     keep = data_dir is not None
     folder = Path(data_dir) if keep else Path(tempfile.mkdtemp(prefix="zabref-faults-"))
     folder.mkdir(parents=True, exist_ok=True)
     base = find_free_base_port(servers)
+    actions = folder / "actions" if validate else None
     try:
         path = cluster_config(folder, servers, base, ClusterConfig())
-        with LocalCluster(path) as cluster:
+        with LocalCluster(path, action_log=actions, env={ENV_DISK: "powerloss"}) as cluster:
             result = _run(cluster, servers, duration, seed, long, writers, concurrency, calm, echo)
     finally:
         release_base_port(base)
+    if actions is not None:
+        _validate(actions, result, echo)
     result.data_dir = str(folder)
     if not keep and result.ok:
         shutil.rmtree(folder, ignore_errors=True)
@@ -154,7 +167,7 @@ def _run(cluster: LocalCluster, servers: int, duration: float, seed: int, long: 
             if now >= next_progress:
                 next_progress += PROGRESS
                 acked = sum(w.outcome == "ok" for c in clients for w in c.writes)
-                injected = sum(nemesis.counts[k] for k in ("kill", "pause", "cut", "isolate"))
+                injected = sum(nemesis.counts[k] for k in ("kill", "torn", "pause", "cut", "isolate"))
                 echo(f"  t={now - t0:5.0f} s  faults {injected}"
                      f"  active {[f'{e.kind} {e.target}' for e in nemesis.active]}  acknowledged {acked}")
             time.sleep(0.05)
@@ -179,6 +192,19 @@ def _run(cluster: LocalCluster, servers: int, duration: float, seed: int, long: 
     writes = [w for c in clients for w in c.writes]
     verdict = check(writes, finals, sampler.samples) if finals else Verdict()
     return RunResult(servers, seed, duration, dict(nemesis.counts), verdict, problems, nemesis.events)
+
+
+def _validate(actions: Path, result: RunResult, echo: Callable[[str], None]) -> None:
+    """``zabref validate`` on the run's action logs, as a command (zabref never imports conformance)."""
+    proc = subprocess.run([sys.executable, "-m", "zabref.cli", "validate", str(actions)], capture_output=True,
+                          text=True, timeout=VALIDATE_TIMEOUT)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    for line in lines:
+        echo(f"  {line}")
+    result.validation = next((x for x in reversed(lines) if x.startswith("validate: servers=")), "")
+    if proc.returncode != 0:
+        result.problems.append(f"zabref validate {actions} failed (exit {proc.returncode}): "
+                               + " / ".join(lines[-5:]))
 
 
 def write_json(result: RunResult, path: str | os.PathLike[str]) -> None:

@@ -81,7 +81,7 @@ class Kind:
 
 
 def _hs(sid: int) -> bytes:
-    return wire.frame(wire.encode_handshake(sid))
+    return wire.frame(wire.encode_handshake(sid, 1))
 
 
 def _pkt(ptype: PacketType, zxid: int = 0, data: bytes | None = None) -> bytes:
