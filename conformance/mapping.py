@@ -88,7 +88,7 @@ def _per_pair(snaps: Sequence[ServerSnapshot], key: str, default: Value, convert
 # ---- every server, persistent ---------------------------------------------------------------------------------
 
 def history(snaps):
-    """history[s]: the server's transaction log (zabref/disklog.py), as the core holds it after fsync."""
+    """history[s]: the server's transaction log (zabref/storage), as the core holds it after fsync."""
     return _per_server(snaps, "history", lambda h: [txn(e) for e in h])
 
 

@@ -9,6 +9,8 @@ form of the spec mutations (spec/mutations/*.toml)::
     expect = "caught"                    # or "regression": those traces miss it (a gap kept on record) and the
                                          # committed regression traces (traces/regression/) catch it; or
                                          # "storage": the storage crash tests catch it (tests/test_storage_seeded.py)
+    validated = true                     # optional: a short run of the patched servers in normal mode (zabref
+                                         # cluster) fails `zabref validate` too (tests/test_validate.py)
     [[replace]]
     file = "core_follower.py"            # under zabref/
     find = "..."                         # must occur exactly once
@@ -51,6 +53,7 @@ class SeededBug:
     replacements: tuple[Replacement, ...]
     path: Path
     expect: str = "caught"  # see EXPECT
+    validated: bool = False  # a normal-mode run of the patched servers fails `zabref validate`
 
 
 def _load(path: Path) -> SeededBug:
@@ -58,9 +61,11 @@ def _load(path: Path) -> SeededBug:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         reps = read_replacements(data["replace"])
         bug = SeededBug(path.stem, data["description"], data["config"], data.get("action", ""), reps, path,
-                        data.get("expect", "caught"))
+                        data.get("expect", "caught"), data.get("validated", False))
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise SeededBugError(f"{path}: not a seeded bug ({type(exc).__name__}: {exc})") from None
+    if not isinstance(bug.validated, bool):
+        raise SeededBugError(f"{path}: validated = {bug.validated!r}; expected true or false")
     if bug.expect not in EXPECT:
         raise SeededBugError(f"{path}: expect = {bug.expect!r}; known: {', '.join(EXPECT)}")
     return bug

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""How fast is zabref.storage beside the old zabref.disklog? Appends + syncs per second, measured in one run.
+"""How fast is zabref.storage beside the file system's floor? Appends + syncs per second, measured in one run.
 
-Theory of operation: the same workload runs, interleaved round by round, against the old log (``disklog.Storage``:
-``append`` + ``sync``) and the new storage (``storage.Storage``: ``apply`` of one step per transaction + ``sync``) on
-RealDisk, and on PowerLossDisk (the conformance mode); ratios against the old log are what to read, since absolute
-rates depend on the machine's disk and load. Two shapes:
+Theory of operation: the same workload runs, interleaved round by round, against a baseline that only appends the
+bytes to one file and fsyncs it (what any durable log must at least do: no framing, no checksum, no directory
+fsync) and the storage (``storage.Storage``: ``apply`` of one step per transaction + ``sync``) on RealDisk, and on
+PowerLossDisk (the conformance mode); ratios against the baseline are what to read, since absolute rates depend on
+the machine's disk and load. Two shapes:
 
     single   one transaction per sync (a follower ACKing each PROPOSAL alone): the fsync dominates
     group    G transactions per sync (group commit: G steps applied, one write, one fsync)
@@ -30,23 +31,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zabref import disklog  # noqa: E402
 from zabref.core_types import AppendTxns, Txn  # noqa: E402
 from zabref.storage import PowerLossDisk, RealDisk, Storage  # noqa: E402
 
 VALUE = b"x" * 100
 
 
-def run_old(d: Path, syncs: int, group: int) -> tuple[float, int]:
-    s, _ = disklog.Storage.open(d)
-    batches = [[[(k * group + j + 1, VALUE)] for j in range(group)] for k in range(syncs)]
+def run_raw(d: Path, syncs: int, group: int) -> tuple[float, int]:
+    """The floor: each transaction's zxid and value appended to one file, one fsync per sync."""
+    fd = os.open(d / "raw.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    batches = [[(k * group + j + 1).to_bytes(8, "big") + VALUE for j in range(group)] for k in range(syncs)]
     start = time.perf_counter()
     for batch in batches:
-        for txns in batch:
-            s.append(txns)
-        s.sync()
+        for record in batch:
+            os.write(fd, record)
+        os.fsync(fd)
     elapsed = time.perf_counter() - start
-    s.close()
+    os.close(fd)
     return elapsed, syncs
 
 
@@ -74,12 +75,12 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="where to make the temporary data directories")
     ap.add_argument("--no-cpu", action="store_true", help="skip the runs with fsync replaced by a no-op")
     args = ap.parse_args()
-    print(f"{'shape':11} {'system':24} {'txns/s':>10} {'syncs/s':>9} {'fsyncs/sync':>12} {'vs old':>7}")
+    print(f"{'shape':11} {'system':24} {'txns/s':>10} {'syncs/s':>9} {'fsyncs/sync':>12} {'vs raw':>7}")
     table(args, "")
     if not args.no_cpu:
         with no_fsync():
             table(args, "/cpu")
-    print(f"bench_storage: {args.rounds} rounds, median; 'vs old' = rate / disklog's rate in the same run; "
+    print(f"bench_storage: {args.rounds} rounds, median; 'vs raw' = rate / the raw write+fsync rate in the same run; "
           f"/cpu = os.fsync replaced by a no-op")
     return 0
 
@@ -96,7 +97,7 @@ def no_fsync():
 
 def table(args: argparse.Namespace, suffix: str) -> None:
     shapes = {"single": (args.syncs, 1), "group": (max(1, args.syncs // 10), args.group)}
-    systems = {"disklog (old)": lambda d, n, g: run_old(d, n, g),
+    systems = {"raw write+fsync": lambda d, n, g: run_raw(d, n, g),
                "storage RealDisk": lambda d, n, g: run_new(d, n, g, "real"),
                "storage PowerLossDisk": lambda d, n, g: run_new(d, n, g, "powerloss")}
     for shape, (syncs, group) in shapes.items():
@@ -109,7 +110,7 @@ def table(args: argparse.Namespace, suffix: str) -> None:
                     elapsed, n_fsyncs = fn(Path(tmp), syncs, group)
                 times[name].append(elapsed)
                 fsyncs[name] = n_fsyncs
-        base = statistics.median(times["disklog (old)"])
+        base = statistics.median(times["raw write+fsync"])
         for name in systems:
             t = statistics.median(times[name])
             print(f"{shape:11} {name:24} {syncs * group / t:10.0f} {syncs / t:9.0f} {fsyncs[name] / syncs:12.2f} "

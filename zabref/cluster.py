@@ -154,13 +154,14 @@ class LocalCluster:
     """Every server of one config file as child processes (a context manager that stops them all)."""
 
     def __init__(self, config_path: str | os.PathLike[str], *, action_log: str | os.PathLike[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, code_root: str | os.PathLike[str] | None = None) -> None:
         """``action_log``: every server appends the spec actions it takes to that folder (`zabref validate`);
-        ``env``: extra environment for every server (e.g. ``ZABREF_DISK=powerloss``)."""
+        ``env``: extra environment for every server (e.g. ``ZABREF_DISK=powerloss``); ``code_root``: run every
+        server from the ``zabref`` package in that folder (`ServerProcess`)."""
         self.config_path = Path(config_path)
         self.config = load_config(self.config_path)
         args = ("--action-log", str(Path(action_log).resolve())) if action_log else ()
-        self.servers = {sid: ServerProcess(self.config_path, self.config, sid, env=env, args=args)
+        self.servers = {sid: ServerProcess(self.config_path, self.config, sid, code_root=code_root, env=env, args=args)
                         for sid in self.config.sids}
 
     def __getitem__(self, sid: int) -> ServerProcess:

@@ -7,7 +7,7 @@ what must happen next, in the order it must happen:
 
 1. ``persist`` -- storage operations (`AppendTxns`, `TruncateHistory`, `ReplaceHistory`, `SetAcceptedEpoch`,
    `SetCurrentEpoch`), in order. The runtime makes each durable before the next one starts and all of them durable
-   before it sends anything (`apply_persist` does exactly that against `zabref.disklog.Storage`). This is how "a
+   before it sends anything (`zabref.storage.Storage.apply` takes one step's operations as one batch). This is how "a
    follower logs and syncs proposals to disk before it sends ACK(zxid)" (seed 000, phase 3, step 2) and "the follower
    sets f.acceptedEpoch = e before it sends ACKEPOCH" (phase 1, step 4) are carried in the data, as etcd-io/raft's
    ``Ready`` carries them.
@@ -59,7 +59,7 @@ NO_SERVER = 0
 class Txn(NamedTuple):
     """The spec's transaction ``[zxid |-> <<e, c>>, value |-> v]``; here ``zxid`` is the int ``e << 32 | c``.
 
-    A NamedTuple so that it is also the ``(zxid, value)`` pair `zabref.disklog.Storage` reads and writes.
+    A NamedTuple so that it is also the ``(zxid, value)`` pair `zabref.storage` reads and writes.
     """
 
     zxid: int
