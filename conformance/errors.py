@@ -15,6 +15,7 @@ A model-checking *verdict* (an invariant violated, a deadlock) is not an excepti
 from __future__ import annotations
 
 from dataclasses import dataclass
+import gzip
 from pathlib import Path
 from typing import Sequence
 
@@ -48,9 +49,12 @@ class Location:
         if self.line is None:
             return ""
         try:
-            lines = Path(self.file).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
+            raw = Path(self.file).read_bytes()
+            if raw[:2] == b"\x1f\x8b":  # a gzipped trace: quote the line of its text, not of its bytes
+                raw = gzip.decompress(raw)
+        except (OSError, EOFError, gzip.BadGzipFile):
             return ""
+        lines = raw.decode("utf-8", errors="replace").splitlines()
         if not 1 <= self.line <= len(lines):
             return ""
         text = lines[self.line - 1].expandtabs(1)

@@ -8,13 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_control import Driver, establish, make_cluster, z  # tests/ is on sys.path (no package)
+from test_control import Driver, establish, z  # tests/ is on sys.path (no package)
 
 import helpers
 from zabref.client import ZabClient
-from zabref.cluster import LocalCluster
+from conformance.harness import Cluster
+from zabref.cluster import LocalCluster, cluster_config, find_free_base_port
+from zabref.config import ClusterConfig
 
 pytestmark = pytest.mark.slow
+
+
+def make_cluster(tmp_path: Path) -> LocalCluster:
+    path = cluster_config(tmp_path, 3, find_free_base_port(3), ClusterConfig(tick_ms=50, init_limit=20, sync_limit=10))
+    return LocalCluster(path).start()
 
 
 def state(cluster: LocalCluster, sid: int) -> dict:
@@ -44,7 +51,7 @@ def delivered(cluster: LocalCluster, sid: int) -> list[tuple[int, str]]:
 
 
 def test_leader_crash_keeps_every_committed_value_once_and_in_order(tmp_path: Path) -> None:
-    with make_cluster(tmp_path, control=False) as cluster:
+    with make_cluster(tmp_path) as cluster:
         sids = set(cluster.servers)
         old = wait_for("a leader", lambda: established_leader(cluster, sids))
         committed: list[tuple[int, str]] = []
@@ -73,58 +80,60 @@ def test_leader_crash_keeps_every_committed_value_once_and_in_order(tmp_path: Pa
 def test_seed004_fig3_committed_survives_and_fig4_skipped_is_purged(tmp_path: Path) -> None:
     """Seed 004, Figures 3 and 4: leader 1 delivers message 2 but crashes before its COMMIT reaches anyone (it must
     not be forgotten), and holds proposal 3 that no other server saw (it must be skipped, and purged at rejoin)."""
-    with make_cluster(tmp_path, control=True) as cluster:
+    cluster = Cluster(tmp_path, 3, None)
+    try:
         d = Driver(cluster)
-        try:
-            establish(d, 1, [2, 3])
-            d.step(1, "client_request", value="m1")
-            for f in (2, 3):
-                d.release(f, 1)
-                d.release(1, f)
-                d.release(f, 1)  # COMMIT of m1
-            d.step(1, "client_request", value="m2")
-            d.release(2, 1)
-            d.release(3, 1)  # both log m2
-            d.release(1, 2)  # ACK from 2: {1, 2} is a quorum: 1 delivers m2; the COMMITs stay in flight
-            assert d.var(1, "last_committed") == 2 and d.var(2, "last_committed") == 1
-            d.step(1, "client_request", value="m3")  # proposal 3: nobody else will ever see it
-            assert d.var(1, "history")[-1] == [z(1, 3), "m3"]
+        establish(d, 1, [2, 3])
+        d.submit(1, "m1")
+        for f in (2, 3):
+            d.release(f, 1)
+            d.release(1, f)
+            d.release(f, 1)  # COMMIT of m1
+        d.submit(1, "m2")
+        d.release(2, 1)
+        d.release(3, 1)  # both log m2
+        d.release(1, 2)  # ACK from 2: {1, 2} is a quorum: 1 delivers m2; the COMMITs stay in flight
+        assert d.var(1, "last_committed") == 2 and d.var(2, "last_committed") == 1
+        d.submit(1, "m3")  # proposal 3: nobody else will ever see it
+        assert d.var(1, "history")[-1] == [z(1, 3), "m3"]
 
-            d.crash(1)  # Fig. 3: the only server that saw the COMMIT of m2 fails
-            assert d.var(1, "history") == [[z(1, 1), "m1"], [z(1, 2), "m2"], [z(1, 3), "m3"]]
-            for f in (2, 3):
-                d.step(f, "timeout", kind="follower")  # FollowerTimeout: their leader's connection is gone
-            establish(d, 3, [2])  # 3 and 2 elect 3 for epoch 2; m2 is in both logs
-            assert d.var(3, "last_committed") == 2  # m2 committed by the new leader: not forgotten
-            for v in ("n1", "n2"):
-                d.step(3, "client_request", value=v)
-                d.release(2, 3)
-                d.release(3, 2)
-                d.release(2, 3)
-            assert d.var(2, "last_committed") == 4
+        d.crash(1)  # Fig. 3: the only server that saw the COMMIT of m2 fails
+        assert d.var(1, "history") == [[z(1, 1), "m1"], [z(1, 2), "m2"], [z(1, 3), "m3"]]
+        for f in (2, 3):
+            assert d.timeout(f, "FollowerTimeout") == ["FollowerTimeout"]  # their leader's connection is gone
+        establish(d, 3, [2])  # 3 and 2 elect 3 for epoch 2; m2 is in both logs
+        assert d.var(3, "last_committed") == 2  # m2 committed by the new leader: not forgotten
+        for v in ("n1", "n2"):
+            d.submit(3, v)
+            d.release(2, 3)
+            d.release(3, 2)
+            d.release(2, 3)
+        assert d.var(2, "last_committed") == 4
 
-            d.step(1, "join", leader=3)  # Fig. 4: server 1 comes back; the leader tells it to purge m3
-            d.release(3, 1)
+        assert d.decide(1, 3) == ["BecomeFollower"]  # Fig. 4: server 1 comes back; the leader makes it purge m3
+        d.release(3, 1)
+        d.release(1, 3)
+        d.release(3, 1)
+        assert [(p["type"], p["zxid"]) for p in d.held(1, 3)] == [
+            ("TRUNC", z(1, 2)), ("PROPOSAL", z(2, 1)), ("PROPOSAL", z(2, 2)), ("NEWLEADER", z(2, 0))]
+        while d.held(1, 3):
             d.release(1, 3)
-            d.release(3, 1)
-            assert [(p["type"], p["zxid"]) for p in d.held(1, 3)] == [
-                ("TRUNC", z(1, 2)), ("PROPOSAL", z(2, 1)), ("PROPOSAL", z(2, 2)), ("NEWLEADER", z(2, 0))]
-            while d.held(1, 3):
-                d.release(1, 3)
-                if d.held(3, 1):
-                    d.release(3, 1)
-            expected = [[z(1, 1), "m1"], [z(1, 2), "m2"], [z(2, 1), "n1"], [z(2, 2), "n2"]]
-            for s in (1, 2, 3):
-                assert d.var(s, "history") == expected, (s, d.states[s])
-        finally:
-            d.close()
+            if d.held(3, 1):
+                d.release(3, 1)
+        expected = [[z(1, 1), "m1"], [z(1, 2), "m2"], [z(2, 1), "n1"], [z(2, 2), "n2"]]
+        for s in (1, 2, 3):
+            assert d.var(s, "history") == expected, (s, d.states[s])
 
         # The same data dirs in normal mode: m3 stays skipped, every committed message is delivered everywhere.
+        for proc in cluster.servers.values():
+            proc.stop()
+        live = LocalCluster(cluster.servers[1].config_path)
+        with live.start():
+            leader = wait_for("a leader", lambda: established_leader(live, {1, 2, 3}))
+            with ZabClient([(live[leader].me.host, live[leader].me.client_port)]) as client:
+                last = client.submit("after")
+            want = [(z(1, 1), "m1"), (z(1, 2), "m2"), (z(2, 1), "n1"), (z(2, 2), "n2"), (last, "after")]
+            for s in (1, 2, 3):
+                assert delivered(live, s) == want
+    finally:
         cluster.stop()
-        cluster.start(control=False)
-        leader = wait_for("a leader", lambda: established_leader(cluster, {1, 2, 3}))
-        with ZabClient([(cluster[leader].me.host, cluster[leader].me.client_port)]) as client:
-            last = client.submit("after")
-        want = [(z(1, 1), "m1"), (z(1, 2), "m2"), (z(2, 1), "n1"), (z(2, 2), "n2"), (last, "after")]
-        for s in (1, 2, 3):
-            assert delivered(cluster, s) == want

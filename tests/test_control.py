@@ -1,9 +1,10 @@
 """Control mode with three real server processes: the conformance driver's view of zabref.
 
-Each test drives spec actions by hand through the control sockets (elect = ElectLeader, release = the Process*
-action that takes the head packet of one channel, client_request = ClientRequest, timeout = *Timeout, SIGKILL +
-restart = Crash) and checks every server's state after the step against what spec/Zab.tla says that step does.
-Loopback only; every wait is bounded (`settle` polls at most 10 s).
+Each test drives spec actions by hand, the way conformance/replay.py does: an election decision through the
+server's own FastLeaderElection (notifications on its election port, conformance/steer.py), a release = the Process*
+action that takes the head packet of one channel, a client's submit on the client port = ClientRequest, time passing
+(``tick``) = *Timeout, SIGKILL + restart = Crash. After each step it checks every server's state against what
+spec/Zab.tla says that step does. Loopback only; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from zabref.cluster import LocalCluster, cluster_config, find_free_base_port
-from zabref.config import ClusterConfig
-from zabref.control import ControlClient, ControlError, settle
+from conformance.harness import Cluster, wait_until
+from conformance.replay import MAX_TIMEOUT_TICKS
+from conformance.steer import steer
+from zabref.control import ControlClient, settle
 
 pytestmark = pytest.mark.slow
 
@@ -29,12 +31,10 @@ def z(epoch: int, counter: int) -> int:
 class Driver:
     """A hand-held conformance driver: one step, then wait until every packet sent has arrived."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.ctl: dict[int, ControlClient] = {}
-        for sid in cluster.servers:
-            self.ctl[sid] = cluster[sid].control()
-        self.states: dict[int, dict] = {}
+        self.ctl: dict[int, ControlClient] = cluster.controls
+        self.states: dict[int, dict] = settle(self.ctl)
 
     def step(self, sid: int, op: str, **fields) -> dict:
         answer = self.ctl[sid].request(op, **fields)
@@ -44,6 +44,27 @@ class Driver:
     def release(self, at: int, frm: int) -> dict:
         return self.step(at, "release", **{"from": frm})["released"]
 
+    def decide(self, sid: int, leader: int) -> list[str]:
+        """BecomeLeader(sid) (leader == sid) or BecomeFollower(sid, leader), decided by sid's own election."""
+        taken = steer(self.cluster, sid, leader, len(self.ctl), self.states[sid],
+                      lambda what, p: wait_until(what, p, 10.0))
+        self.states = settle(self.ctl)
+        return [a["name"] for a in taken if a["module"] == "Zab"]
+
+    def submit(self, sid: int, value: str) -> None:
+        """ClientRequest(sid): a client's submit on sid's client port, until sid has logged it."""
+        before = len(self.var(sid, "history"))
+        self.cluster.submit(sid, value)
+        wait_until(f"server {sid} to log {value!r}",
+                   lambda: len(self.ctl[sid].request("state")["variables"]["history"]) > before, 10.0)
+        self.states = settle(self.ctl)
+
+    def timeout(self, sid: int, action: str) -> list[str]:
+        """Let time pass at sid (at most MAX_TIMEOUT_TICKS ticks) until it takes ``action``; the Zab actions taken."""
+        answer = self.ctl[sid].request("tick", count=MAX_TIMEOUT_TICKS, until_action=action)
+        self.states = settle(self.ctl)
+        return [a["name"] for a in answer["actions"] if a["module"] == "Zab"]
+
     def var(self, sid: int, name: str):
         return self.states[sid]["variables"][name]
 
@@ -51,38 +72,26 @@ class Driver:
         return self.states[at]["held"].get(str(frm), [])
 
     def crash(self, sid: int) -> None:
-        """Crash(i): SIGKILL, restart from the same data dir, in control mode."""
-        self.ctl[sid].close()
-        self.cluster[sid].kill()
-        self.cluster[sid].start(control=True).wait_ready()
-        self.ctl[sid] = self.cluster[sid].control()
+        """Crash(i): SIGKILL (a power cut: the servers run on the power-loss disk), restart from the same data dir."""
+        self.cluster.crash(sid)
+        self.ctl = self.cluster.controls
         self.states = settle(self.ctl)
-
-    def close(self) -> None:
-        for c in self.ctl.values():
-            c.close()
-
-
-def make_cluster(tmp_path: Path, control: bool = True) -> LocalCluster:
-    path = cluster_config(tmp_path, 3, find_free_base_port(3), ClusterConfig(tick_ms=50, init_limit=20, sync_limit=10))
-    return LocalCluster(path).start(control=control)
 
 
 @pytest.fixture
 def driver(tmp_path: Path) -> Iterator[Driver]:
-    with make_cluster(tmp_path) as cluster:
-        d = Driver(cluster)
-        try:
-            yield d
-        finally:
-            d.close()
+    cluster = Cluster(tmp_path, 3, None)
+    try:
+        yield Driver(cluster)
+    finally:
+        cluster.stop()
 
 
 def establish(d: Driver, leader: int, followers: list[int]) -> None:
-    """ElectLeader(leader, {leader} + followers), then discovery and sync, one release at a time, to BROADCAST."""
-    quorum = [leader, *followers]
-    for sid in quorum:
-        d.step(sid, "elect", leader=leader, quorum=quorum)
+    """BecomeLeader(leader), BecomeFollower(f, leader), then discovery and sync, one release at a time, to BROADCAST."""
+    assert d.decide(leader, leader) == ["BecomeLeader"]
+    for f in followers:
+        assert d.decide(f, leader) == ["BecomeFollower"]
     for f in followers:
         d.release(leader, f)  # FOLLOWERINFO
     for f in followers:
@@ -96,6 +105,8 @@ def establish(d: Driver, leader: int, followers: list[int]) -> None:
     for f in followers:
         while d.held(f, leader):
             d.release(f, leader)  # UPTODATE
+        while d.held(leader, f):
+            d.release(leader, f)  # the ACK after UPTODATE
     assert d.var(leader, "zab_state") == "BROADCAST"
     for f in followers:
         assert d.var(f, "zab_state") == "BROADCAST"
@@ -103,9 +114,10 @@ def establish(d: Driver, leader: int, followers: list[int]) -> None:
 
 def test_discovery_and_synchronization_step_by_step(driver: Driver) -> None:
     d = driver
-    # ElectLeader(3, {1, 2, 3}): the leader proposes acceptedEpoch + 1; followers connect and send FOLLOWERINFO.
+    # BecomeLeader(3): the leader proposes acceptedEpoch + 1; BecomeFollower(f, 3): followers connect and send
+    # FOLLOWERINFO.
     for sid in (3, 1, 2):
-        d.step(sid, "elect", leader=3, quorum=[1, 2, 3])
+        d.decide(sid, 3)
     assert (d.var(3, "state"), d.var(3, "zab_state"), d.var(3, "new_epoch")) == ("LEADING", "DISCOVERY", 1)
     for f in (1, 2):
         assert (d.var(f, "state"), d.var(f, "zab_state"), d.var(f, "leader")) == ("FOLLOWING", "DISCOVERY", 3)
@@ -144,8 +156,7 @@ def test_discovery_and_synchronization_step_by_step(driver: Driver) -> None:
     d.release(1, 3)
 
     # ClientRequest(3): logged at the leader, PROPOSAL to the forwarding list (1 only: 2 is still in LEADERINFO).
-    zxid = d.step(3, "client_request", value="a")["zxid"]
-    assert zxid == z(1, 1)
+    d.submit(3, "a")
     assert d.var(3, "history") == [[z(1, 1), "a"]]
     assert d.held(1, 3) == [{"type": "PROPOSAL", "zxid": z(1, 1), "data": "a"}]
     assert d.held(2, 3) == [{"type": "LEADERINFO", "zxid": E1, "data": 0x10000}]
@@ -175,7 +186,7 @@ def test_discovery_and_synchronization_step_by_step(driver: Driver) -> None:
 def test_crash_keeps_history_and_epochs_and_closes_both_ends(driver: Driver) -> None:
     d = driver
     establish(d, 3, [1, 2])
-    d.step(3, "client_request", value="x")
+    d.submit(3, "x")
     d.release(1, 3)  # 1 logs x, its ACK is now held at 3
     assert d.held(3, 1) == [{"type": "ACK", "zxid": z(1, 1), "data": None}]
 
@@ -190,8 +201,8 @@ def test_crash_keeps_history_and_epochs_and_closes_both_ends(driver: Driver) -> 
     assert [c["peer"] for c in d.states[3]["connections"]] == [2]
     assert d.var(3, "last_committed") == 0  # x was never committed: only 3 ACKed it
 
-    # JoinLeader(1, 3): 1 rejoins the established leader and is synced with a DIFF.
-    d.step(1, "join", leader=3)
+    # BecomeFollower(1, 3): 1 rejoins the established leader.
+    assert d.decide(1, 3) == ["BecomeFollower"]
     assert d.held(3, 1) == [{"type": "FOLLOWERINFO", "zxid": E1, "data": 1}]
     d.release(3, 1)
     d.release(1, 3)  # LEADERINFO(1) with acceptedEpoch 1 already: ACKEPOCH(-1)
@@ -201,14 +212,13 @@ def test_crash_keeps_history_and_epochs_and_closes_both_ends(driver: Driver) -> 
 def test_timeouts_close_connections_at_both_ends(driver: Driver) -> None:
     d = driver
     establish(d, 3, [1, 2])
-    d.step(2, "timeout", kind="follower")  # FollowerTimeout(2)
+    # FollowerTimeout(2): time passes at 2 while its leader is silent (3's clock does not run: no PING)
+    assert d.timeout(2, "FollowerTimeout") == ["FollowerTimeout"]
     assert d.var(2, "state") == "LOOKING"
     assert d.var(3, "learner_phase")["2"] == "NONE"
     assert d.var(3, "state") == "LEADING"  # {3, 1} is still a quorum
-    with pytest.raises(ControlError, match="LeaderTimeout"):
-        d.step(3, "timeout", kind="leader")
-    d.step(1, "timeout", kind="follower")
-    d.step(3, "timeout", kind="leader")  # LeaderTimeout(3): no quorum of learners left
+    assert d.timeout(1, "FollowerTimeout") == ["FollowerTimeout"]
+    assert d.timeout(3, "LeaderTimeout") == ["LeaderTimeout"]  # no quorum of learners left
     assert [d.var(s, "state") for s in (1, 2, 3)] == ["LOOKING"] * 3
     assert all(s["connections"] == [] for s in d.states.values())
 
@@ -216,13 +226,10 @@ def test_timeouts_close_connections_at_both_ends(driver: Driver) -> None:
 @pytest.mark.parametrize(
     ("request_", "error"),
     [
-        ({"op": "release", "from": 2}, "no packet held from server 2"),
-        ({"op": "elect", "leader": 1, "quorum": [1]}, "must be a quorum"),
-        ({"op": "elect", "leader": 1}, "quorum"),
-        ({"op": "timeout", "kind": "follower"}, "FollowerTimeout not enabled"),
-        ({"op": "timeout", "kind": "sideways"}, "kind"),
-        ({"op": "client_request", "value": "v"}, "ClientRequest not enabled"),
-        ({"op": "join", "leader": 1}, "JoinLeader not enabled"),
+        ({"op": "release", "from": 2}, "no packet waits from server 2"),
+        ({"op": "release_vote", "conn": 999999}, "no notification waits on 999999"),
+        ({"op": "tick", "count": 0}, "count"),
+        ({"op": "elect", "leader": 1}, "unknown op"),
         ({"op": "fly"}, "unknown op"),
         ({"nope": 1}, "op"),
     ],

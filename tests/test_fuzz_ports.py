@@ -91,7 +91,7 @@ def test_a_packet_from_a_follower_that_is_not_the_leader_is_refused_and_logged(c
     log = me.data_dir / "server.log"
     seen = len(log.read_text())
     with socket.create_connection((me.host, me.quorum_port), timeout=10) as sock:
-        sock.sendall(wire.frame(wire.encode_handshake(other)) + wire.frame(wire.encode_quorum_packet(packet)))
+        sock.sendall(wire.frame(wire.encode_handshake(other, 1)) + wire.frame(wire.encode_quorum_packet(packet)))
         assert _closed(sock)
     line = helpers.wait_for("the log line", lambda: "is not this follower's leader" in log.read_text()[seen:], 10)
     assert line
@@ -165,7 +165,7 @@ def test_a_negative_vote_does_not_stop_a_looking_server(tmp_path: Path) -> None:
                          for r in (1, 2, 3))
         log = me.data_dir / "server.log"
         with socket.create_connection((me.host, me.election_port), timeout=10) as sock:
-            sock.sendall(wire.frame(wire.encode_handshake(2)) + votes)
+            sock.sendall(wire.frame(wire.encode_handshake(2, 1)) + votes)
             assert _closed(sock)
         helpers.wait_for("the close line", lambda: "election connection from 2 closed: bad input: notification "
                          "peerEpoch is negative (-1)" in log.read_text(), 10)

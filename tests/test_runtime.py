@@ -126,14 +126,14 @@ GARBAGE = {
     "not a handshake": b"GET / HTTP/1.1\r\n\r\n",
     "huge length prefix": struct.pack(">i", 0x7FFFFFF0) + b"xx",
     "negative length prefix": struct.pack(">i", -5),
-    "unknown sid": _frame(wire.encode_handshake(99)),
-    "unknown packet type": _frame(wire.encode_handshake(2)) + _frame(struct.pack(">iqii", 99, 0, -1, -1)),
-    "truncated packet": _frame(wire.encode_handshake(2)) + _frame(b"\x00\x00\x00\x0b"),
-    "packet of another protocol": _frame(wire.encode_handshake(2)) + _frame(
+    "unknown sid": _frame(wire.encode_handshake(99, 1)),
+    "unknown packet type": _frame(wire.encode_handshake(2, 1)) + _frame(struct.pack(">iqii", 99, 0, -1, -1)),
+    "truncated packet": _frame(wire.encode_handshake(2, 1)) + _frame(b"\x00\x00\x00\x0b"),
+    "packet of another protocol": _frame(wire.encode_handshake(2, 1)) + _frame(
         wire.encode_quorum_packet(QuorumPacket(PacketType.REVALIDATE))),
-    "out-of-phase packet": _frame(wire.encode_handshake(2)) + _frame(
+    "out-of-phase packet": _frame(wire.encode_handshake(2, 1)) + _frame(
         wire.encode_quorum_packet(QuorumPacket(PacketType.ACK, 1 << 32))),
-    "huge frame after handshake": _frame(wire.encode_handshake(2)) + struct.pack(">i", 0x7FFFFFF0),
+    "huge frame after handshake": _frame(wire.encode_handshake(2, 1)) + struct.pack(">i", 0x7FFFFFF0),
 }
 
 

@@ -83,7 +83,8 @@ TABLE = [
         h("00000000 0000000000000003 0000000100000002 0000000000000007 0000000000000001"),
         id="Notification: state, leader, zxid, electionEpoch, peerEpoch",
     ),
-    pytest.param(2, wire.encode_handshake, wire.decode_handshake, h("0000000000000002"), id="handshake sid=2"),
+    pytest.param((2, 0x0102030405060708), lambda v: wire.encode_handshake(*v), wire.decode_handshake,
+                 h("0000000000000002 0102030405060708"), id="handshake sid=2 connection id"),
     pytest.param(
         [(0x100000001, b"a"), (0x100000002, b"")], wire.encode_snap_data, wire.decode_snap_data,
         h("00000002 0000000100000001 00000001 61 0000000100000002 00000000"), id="SNAP history",
@@ -129,9 +130,20 @@ def test_learner_info_and_followerinfo_round_trip(version, sid):
     assert wire.decode_followerinfo_data(wire.encode_followerinfo_data(info)) == info
 
 
-@given(st.integers(0, (1 << 63) - 1))
-def test_handshake_round_trip(sid):
-    assert wire.decode_handshake(wire.encode_handshake(sid)) == sid
+@given(st.integers(0, (1 << 63) - 1), st.integers(0, (1 << 63) - 1))
+def test_handshake_round_trip(sid, cid):
+    assert wire.decode_handshake(wire.encode_handshake(sid, cid)) == (sid, cid)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (h("0000000000000002"), "connection id"),
+    (h("FFFFFFFFFFFFFFFF 0000000000000001"), "sid is negative"),
+    (h("0000000000000002 8000000000000000"), "connection id is negative"),
+    (h("0000000000000002 0000000000000001 00"), ""),
+])
+def test_a_bad_handshake_is_refused_naming_what_is_wrong(body, message):
+    with pytest.raises(CodecError, match=message):
+        wire.decode_handshake(body)
 
 
 @given(int32s)
@@ -314,7 +326,9 @@ def test_error_names_the_packet_type_once_known():
         (wire.encode_learner_info, LearnerInfo(1 << 31, 1)),
         (wire.encode_notification, Notification(ServerState.LOOKING, 1 << 63, 0, 0, 0)),
         (wire.encode_ackepoch_data, -2),
-        (wire.encode_handshake, -1),
+        (lambda sid: wire.encode_handshake(sid, 1), -1),
+        (lambda cid: wire.encode_handshake(1, cid), -1),
+        (lambda cid: wire.encode_handshake(1, cid), 1 << 63),
         (wire.encode_snap_data, [(1 << 63, b"")]),
     ],
 )

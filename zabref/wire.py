@@ -250,7 +250,7 @@ class FrameDecoder:
 # ---------------------------------------------------------------------------------------------------------- handshake
 
 
-def encode_handshake(sid: int, cid: int = 0) -> bytes:
+def encode_handshake(sid: int, cid: int) -> bytes:
     """The first frame's body on every connection between servers: the connecting server's sid and a connection id
     (two int64 >= 0). The dialer picks the id at random; both ends log it with every packet of the connection, so
     that `zabref validate` tells a new connection's packets from an old one's."""
