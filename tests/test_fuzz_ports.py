@@ -20,7 +20,7 @@ import helpers
 from zabref import wire
 from zabref.client import ZabClient
 from zabref.cluster import LocalCluster
-from zabref.fuzz import KINDS, Fuzzer, fuzz_cluster
+from zabref.fuzz import KINDS, RUNNING, Fuzzer, fuzz_cluster
 from zabref.packets import PROTOCOL_VERSION, PacketType, QuorumPacket
 
 pytestmark = pytest.mark.slow
@@ -36,14 +36,14 @@ def cluster(tmp_path_factory):
     path = fuzz_cluster(tmp_path_factory.mktemp("fuzz"))
     c = LocalCluster(path)
     try:
-        for sid in c.config.participants:
+        for sid in RUNNING:
             c[sid].start()
-        for sid in c.config.participants:
+        for sid in RUNNING:
             c[sid].wait_ready()
         with ZabClient(c.client_addresses(), attempts=60) as client:
             client.submit("before-fuzz")
         helpers.wait_for("every participant in BROADCAST", lambda: all(
-            _state(c, sid)["variables"]["zab_state"] == "BROADCAST" for sid in c.config.participants), 30)
+            _state(c, sid)["variables"]["zab_state"] == "BROADCAST" for sid in RUNNING), 30)
         yield c
     finally:
         c.stop()
@@ -84,7 +84,7 @@ def _closed(sock: socket.socket) -> bool:
 ], ids=["LEADERINFO", "COMMIT-before-PROPOSAL"])
 def test_a_packet_from_a_follower_that_is_not_the_leader_is_refused_and_logged(cluster, packet) -> None:
     """Seed 000: a follower takes the synchronization and broadcast packets from its leader only."""
-    states = {sid: _state(cluster, sid)["variables"] for sid in cluster.config.participants}
+    states = {sid: _state(cluster, sid)["variables"] for sid in RUNNING}
     leader = next(s for s, v in states.items() if v["state"] == "LEADING")
     follower, other = sorted(s for s in states if s != leader)
     me = cluster[follower].me
@@ -128,27 +128,37 @@ def test_no_kind_has_an_open_issue() -> None:
     assert [name for name, k in KINDS.items() if k.known_issue] == []
 
 
-def test_control_mode_client_request_with_a_lone_surrogate_is_refused(tmp_path: Path) -> None:
-    from zabref.cluster import cluster_config, find_free_base_port
-    from zabref.control import ControlClient
+def test_a_submit_with_a_lone_surrogate_is_refused_and_the_connection_kept(tmp_path: Path) -> None:
+    import json
 
-    c = LocalCluster(cluster_config(tmp_path, 2, find_free_base_port(2)))
+    from zabref.cluster import cluster_config, find_free_base_port
+
+    c = LocalCluster(cluster_config(tmp_path, 1, find_free_base_port(1)))
     try:
-        for sid in (1, 2):
-            c[sid].start(control=True)
-        for sid in (1, 2):
-            c[sid].wait_ready()
-        with ControlClient(c[1].me.host, c[1].me.control_port) as ctl:
-            ctl.request("elect", leader=1, quorum=[1, 2])
-            answer = ctl.raw({"op": "client_request", "value": "\ud800"})
-            assert answer == {"error": 'client_request: "value" is not valid Unicode text: surrogates not allowed '
-                                       'at index 0'}
-            assert ctl.request("state")["variables"]["state"] == "LEADING"  # same connection, server untouched
-        with ControlClient(c[1].me.host, c[1].me.control_port) as ctl:
-            assert ctl.request("ping")["sid"] == 1
+        c[1].start().wait_ready()
+        me = c[1].me
+
+        def ask(sock: socket.socket, request: dict) -> dict:
+            sock.sendall(wire.frame(json.dumps(request).encode()))
+            size = int.from_bytes(_read(sock, 4), "big")
+            return json.loads(_read(sock, size))
+
+        with socket.create_connection((me.host, me.client_port), timeout=10) as sock:
+            answer = ask(sock, {"op": "submit", "value": "\ud800"})
+            assert answer["error"] == '"value" is not valid Unicode text: surrogates not allowed at index 0'
+            assert "txns" in ask(sock, {"op": "read", "from_zxid": 0})  # same connection, server untouched
         assert c[1].running
     finally:
         c.stop()
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        assert chunk, "connection closed"
+        out += chunk
+    return out
 
 
 def test_a_negative_vote_does_not_stop_a_looking_server(tmp_path: Path) -> None:

@@ -457,7 +457,11 @@ class Server:
             if not conn.closed:
                 self._arrived(conn, packet)
 
-        reason = await peers.read_frames(reader, peers.MAX_QUORUM_FRAME, f"quorum stream from {conn.peer}", on_body)
+        # A frame unfinished for initLimit ticks is a broken peer (ZooKeeper bounds its sync reads by initLimit too):
+        # the connection is closed as bad input, which the node sees as any lost connection.
+        timing = self.config.cluster
+        reason = await peers.read_frames(reader, peers.MAX_QUORUM_FRAME, f"quorum stream from {conn.peer}", on_body,
+                                         frame_timeout=timing.init_limit * timing.tick_ms / 1000)
         self.close_connection(conn, reason, report=None)
 
     def close_connection(self, conn: peers.Connection, reason: str, *, report: bool | None) -> None:

@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-A run starts three participants of a config that also declares a fourth server, an observer that never runs: the
-*ghost*, whose sid lets an input pass the handshake without replacing any real connection. Worker tasks then
+A run starts servers 1-3 of a config that also declares a fourth server that never runs: the *ghost*
+(`GHOST`), whose sid lets an input pass the handshake without replacing any real connection. (With four servers
+configured a quorum is three: every running server takes part in every quorum.) Worker tasks then
 throw inputs -- each built from ``random.Random(f"{seed}:{i}")``, so a failing one can be rebuilt -- at the four
 ports of every server, while a client thread keeps committing, and each input's outcome is checked against what
 its kind demands (close, close after silence, answer, or just survive). After the run every server must be alive,
@@ -22,12 +23,12 @@ from typing import Any
 
 from zabref.fuzz.command import DEFAULT_INPUTS, fuzz_command
 
-__all__ = ["KINDS", "Kind", "Input", "Target", "kind_table", "Fuzzer", "Report", "fuzz_cluster", "rss_kib",
+__all__ = ["GHOST", "RUNNING", "KINDS", "Kind", "Input", "Target", "kind_table", "Fuzzer", "Report", "fuzz_cluster", "rss_kib",
            "fuzz_command", "DEFAULT_INPUTS"]
 
 #: Imported on first use (PEP 562): `zabref.cli` imports this package for the command, and every ``zabref serve``
 #: would otherwise load the cluster harness too (whose port leases ask for the temp directory at import).
-_LAZY = {"KINDS": "inputs", "Kind": "inputs", "Input": "inputs", "Target": "inputs", "kind_table": "inputs",
+_LAZY = {"GHOST": "harness", "RUNNING": "harness", "KINDS": "inputs", "Kind": "inputs", "Input": "inputs", "Target": "inputs", "kind_table": "inputs",
          "Fuzzer": "harness", "fuzz_cluster": "harness", "rss_kib": "harness", "Report": "report"}
 
 

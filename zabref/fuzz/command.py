@@ -27,15 +27,15 @@ def fuzz_command(inputs: int, seed: int, data_dir: str | None, include_known: bo
 
     from zabref.client import ZabClient  # noqa: PLC0415 (not at import: `zabref serve` loads this module too)
     from zabref.cluster import LocalCluster  # noqa: PLC0415
-    from zabref.fuzz.harness import Fuzzer, fuzz_cluster  # noqa: PLC0415
+    from zabref.fuzz.harness import RUNNING, Fuzzer, fuzz_cluster  # noqa: PLC0415
 
     folder = Path(data_dir or tempfile.mkdtemp(prefix="zabref-fuzz-"))
     path = fuzz_cluster(folder)
     cluster = LocalCluster(path)
     try:
-        for sid in cluster.config.participants:
+        for sid in RUNNING:
             cluster[sid].start()
-        for sid in cluster.config.participants:
+        for sid in RUNNING:
             cluster[sid].wait_ready()
         with ZabClient(cluster.client_addresses(), attempts=60) as c:
             c.submit("before-fuzz")

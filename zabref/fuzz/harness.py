@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-`fuzz_cluster` lays out three participants plus a fourth server configured as an observer that never runs: the
-ghost (`zabref.fuzz.inputs`). `Fuzzer.run` runs `WORKERS` asyncio tasks that take inputs one by one. Input i is
+`fuzz_cluster` lays out four servers of which 1-3 run (`RUNNING`) and 4, the ghost (`GHOST`,
+`zabref.fuzz.inputs`), never does. `Fuzzer.run` runs `WORKERS` asyncio tasks that take inputs one by one. Input i is
 built from ``random.Random(f"{seed}:{i}")``: a kind (weighted, or round robin over the kinds a caller named), a
 server whose role fits the kind, then bytes. At most `MAX_SILENT` silence inputs wait at once.
 
@@ -26,31 +26,31 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
-from zabref import control
+from zabref import control, peers
 from zabref.client import ClientError, ZabClient
 from zabref.cluster import LocalCluster, cluster_config
-from zabref.config import ClusterConfig, load_config, render_config, write_config
+from zabref.config import ClusterConfig
 from zabref.fuzz.inputs import ANSWER, CLOSE, CLOSE_WAIT, ROLES, SILENCE, Input, Kind, Target, kind_table
 from zabref.fuzz.report import CLOSE_LINE, Report, reason_class
 from zabref.ports import find_free_base_port
 
-__all__ = ["Fuzzer", "fuzz_cluster", "rss_kib", "WORKERS", "MAX_SILENT", "POLL"]
+__all__ = ["GHOST", "RUNNING", "Fuzzer", "fuzz_cluster", "rss_kib", "WORKERS", "MAX_SILENT", "POLL"]
 
 WORKERS = 8
 MAX_SILENT = 64  # silence inputs waiting at once
 POLL = 1.0
 _I32 = struct.Struct(">i")
+#: The servers a fuzz run starts, and the configured server that never runs (its sid passes the handshake).
+RUNNING = (1, 2, 3)
+GHOST = 4
 
 
 def fuzz_cluster(folder: str | os.PathLike[str], timing: ClusterConfig = ClusterConfig()) -> Path:
-    """Write ``folder/cluster.toml``: participants 1-3 and the ghost, observer 4 (never started). Returns its path."""
-    path = cluster_config(folder, 4, find_free_base_port(4), timing)
-    config = load_config(path)
-    servers = [replace(s, role="observer") if s.id == 4 else s for s in config.servers]
-    return write_config(path, render_config(config.cluster, servers))
+    """Write ``folder/cluster.toml``: servers 1-3 (`RUNNING`) and the ghost 4 (`GHOST`, never started). Returns its
+    path."""
+    return cluster_config(folder, len(RUNNING) + 1, find_free_base_port(len(RUNNING) + 1), timing)
 
 
 def rss_kib(pid: int) -> int:
@@ -80,8 +80,8 @@ class Fuzzer:
         self.report.skipped = [n for n in names if table[n] not in self.kinds]
         self.round_robin = kinds is not None
         self.inputs, self.seed, self.progress = inputs, seed, progress
-        self.ghost = max(cluster.config.observers)
-        self.participants = tuple(sorted(cluster.config.participants))
+        self.ghost = GHOST
+        self.participants = RUNNING
         self.targets: dict[int, Target] = {}
         self.last_change: dict[int, float] = {sid: 0.0 for sid in self.live}
         self._stop = threading.Event()
@@ -198,7 +198,7 @@ class Fuzzer:
     def _log_key(self, port: str, payload: bytes, target: int) -> str:
         """``port``, or ``port`` "as a live server" when the input's handshake names a participant: its close is
         logged under that sid, among the closes of real connections."""
-        if payload[:4] == _I32.pack(8) and len(payload) >= 12:
+        if payload[:4] == _I32.pack(peers.HANDSHAKE_SIZE) and len(payload) >= 4 + peers.HANDSHAKE_SIZE:
             sid = int.from_bytes(payload[4:12], "big")
             if sid in self.participants and sid != target:  # its own sid is refused at the handshake, by address
                 return f"{port} as a live server"
@@ -273,11 +273,12 @@ class Fuzzer:
         for sid, s in self.live.items():
             if not s.running:
                 r.problems.append(f"server {sid} exited with code {s.proc.returncode}: {s.tail(5)}")
+        addresses = [(s.me.host, s.me.client_port) for s in self.live.values()]
         try:
-            with ZabClient(self.cluster.client_addresses(), timeout=15, attempts=60) as c:
+            with ZabClient(addresses, timeout=15, attempts=60) as c:
                 r.after_zxid = c.submit("after-fuzz")
         except ClientError as e:
-            r.problems.append(f"no commit after the run: {e}")
+            r.problems.append(f"no commit after the run: {e}; servers: {self._roles()}")
         for sid, s in self.live.items():
             r.rss_after[sid] = rss_kib(s.proc.pid)
             r.rss_peak[sid] = max(r.rss_peak.get(sid, 0), r.rss_after[sid])
@@ -289,6 +290,17 @@ class Fuzzer:
                 r.problems.append(f"server {key[0]} {key[1]}: closed {n} fuzz connections but logged only "
                                   f"{r.logged_closes[key]} reasons")
         return r
+
+    def _roles(self) -> str:
+        out = []
+        for sid, s in self.live.items():
+            try:
+                with s.control(timeout=5) as c:
+                    v = c.request("state")["variables"]
+                out.append(f"{sid}: {v['state']}/{v['zab_state']} leader {v['leader']}")
+            except (OSError, control.ControlError) as e:
+                out.append(f"{sid}: no state ({e})")
+        return "; ".join(out)
 
     def _count_log(self, sid: int, text: str) -> None:
         live_sids = {str(p) for p in self.participants}

@@ -13,7 +13,7 @@ An `Input` carries its bytes and what the server must do with them (``expect``):
   connection;
 * `SEND`    -- nothing to check on that connection (valid but wild election votes); the fuzzer closes it.
 
-Whenever an input needs a valid handshake it speaks as the *ghost* (``Target.ghost``, an observer configured but
+Whenever an input needs a valid handshake it speaks as the *ghost* (``Target.ghost``, a server configured but
 never started), so it never replaces a real connection; ``quorum-impersonate`` and the participants' election
 votes speak as a live server on purpose. An input with a quorum-port handshake of a configured sid is
 ``exclusive``: the harness lets one such input at a time reach a server. `kind_table` builds the table for a cluster's
@@ -129,9 +129,6 @@ def _out_of_phase_packet(rng: random.Random, t: Target) -> bytes:
         # a negative zxid, written by hand (the encoder refuses nothing here, but QuorumPacket keeps it)
         lambda: wire.frame(struct.pack(">iqii", int(rng.choice([2, 3, 4])), -rng.randint(1, 1 << 62), -1, -1)),
     ]
-    if t.role == "LEADING":  # FOLLOWERINFO from an observer; elsewhere a LOOKING server would park it
-        choices.append(lambda: _pkt(PacketType.FOLLOWERINFO, 0,
-                                    wire.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, t.ghost))))
     return rng.choice(choices)()
 
 
@@ -193,7 +190,7 @@ def _q_out_of_phase(rng: random.Random, t: Target) -> Input:
     return Input(_hs(_sender(rng, t)) + _out_of_phase_packet(rng, t), CLOSE, exclusive=True)
 
 
-def _q_observer_then_junk(rng: random.Random, t: Target) -> Input:
+def _q_ghost_observerinfo_then_junk(rng: random.Random, t: Target) -> Input:
     hello = _pkt(PacketType.OBSERVERINFO, (t.last_zxid >> 32) << 32,
                  wire.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, t.ghost)))
     junk = rng.choice([_out_of_phase_packet(rng, t), wire.frame(rng.randbytes(rng.randint(0, 40))),
@@ -329,9 +326,9 @@ def _k_bad_lines(rng: random.Random, t: Target) -> Input:
         line, bad = rng.choice([
             lambda: (rng.randbytes(rng.randint(0, 64)).replace(b"\n", b" ") or b"x", True),
             lambda: (rng.choice([b"not json", b"[1, 2]", b"{}", b'{"op": 5}', b'{"op": "nope"}', b"\xff"]), True),
-            lambda: (json.dumps({"op": rng.choice(["release", "elect", "join", "timeout", "client_request"]),
-                                 "from": rng.choice([1, "x", None]), "value": "v", "leader": 1, "quorum": [1],
-                                 "kind": "leader"}).encode(), True),
+            lambda: (json.dumps({"op": rng.choice(["release", "release_vote", "tick", "elect", "client_request"]),
+                                 "from": rng.choice([9, "x", None]), "conn": rng.choice([-1, "x"]),
+                                 "count": rng.choice([0, "x", 10 ** 9]), "value": "v"}).encode(), True),
             lambda: (b'{"op": "ping"}', False),
         ])()
         if line.strip() == b"":
@@ -363,7 +360,7 @@ def kind_table(tick_s: float = 0.1, init_limit: int = 10) -> dict[str, Kind]:
         Kind("quorum-mutated-packet", "quorum_port", 8, _q_mutated),
         Kind("quorum-wrong-type", "quorum_port", 6, _q_wrong_type),
         Kind("quorum-out-of-phase", "quorum_port", 20, _q_out_of_phase),
-        Kind("quorum-observer-then-junk", "quorum_port", 4, _q_observer_then_junk, frozenset({"LEADING"})),
+        Kind("quorum-observerinfo-then-junk", "quorum_port", 4, _q_ghost_observerinfo_then_junk, frozenset({"LEADING"})),
         Kind("quorum-impersonate", "quorum_port", 0.3, _q_impersonate),
         Kind("quorum-half-handshake", "quorum_port", 0.5, _q_half_handshake),
         Kind("quorum-half-frame-leader", "quorum_port", 0.3, _q_half_frame(idle), frozenset({"LEADING"})),
