@@ -31,6 +31,10 @@ connection is closed as bad input), and `receive` applies it again (`RemoteProto
 cannot exist never reaches `Vote` nor the ballot box. `MAX_ROUND` exists because a round is adopted: a server that
 took round 2**63 - 1 could never start the next one (its number does not fit the wire's int64). A real ensemble's
 rounds grow by one per election, so 2**62 refuses nothing a real server sends and leaves 2**62 rounds of headroom.
+The check cannot protect against a configured peer that lies: a vote at round MAX_ROUND itself is valid, every server
+adopts it, and the rounds they then start are above MAX_ROUND and refused by each other -- no election ends again.
+A lying configured server is outside Zab's fault model (crash-recovery); the fuzzer's wild votes stay at or below
+MAX_ROUND / 2 for that reason (docs/fuzzing.md).
 """
 
 from __future__ import annotations
