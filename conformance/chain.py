@@ -9,7 +9,9 @@ is written under a temporary name and renamed when complete: an interrupted run 
 
 `zabref chain --config ci` then builds the auditor's site (`zabref docs`, beside the report: out/site), replays the
 generated traces and the committed ones in traces/ (each of its folders with a manifest.json), writes the report
-(which links to the site), and prints where both are.
+(which links to the site), runs a short fault run of real servers in normal mode whose action logs `zabref validate`
+checks against spec/Zab.tla (`--fault-seconds`; its summary in ``<report>/faults.json``), and prints where the
+report and the site are.
 """
 
 from __future__ import annotations
@@ -94,7 +96,11 @@ def committed_trace_dirs(root: Path = REPO / "traces") -> list[Path]:
 @click.option("--regenerate", is_flag=True, help="Generate the traces again even when cached.")
 @click.option("--committed/--no-committed", default=True, show_default=True,
               help="Also replay the committed regression traces in traces/.")
-def chain(config: str, jobs: int | None, report_dir: Path, regenerate: bool, committed: bool) -> None:
+@click.option("--fault-seconds", type=click.FloatRange(min=0), default=15.0, show_default=True,
+              help="A fault run of this many seconds on `zabref cluster`'s servers (normal mode: their own election, "
+                   "timeouts and clients), its action logs validated against spec/Zab.tla; 0 skips it.")
+def chain(config: str, jobs: int | None, report_dir: Path, regenerate: bool, committed: bool,
+          fault_seconds: float) -> None:
     """Run the whole chain on model NAME: model-check, generate traces, replay them on real servers, report."""
     start = time.monotonic()
     generated = ensure_traces(config, regenerate=regenerate)  # model-checks the spec when it changed
@@ -105,6 +111,10 @@ def chain(config: str, jobs: int | None, report_dir: Path, regenerate: bool, com
         _hop(["docs", "--out", str(site), "--config", config, "--traces", str(generated)])
         link = ["--site", str(site / "index.html")]
     _hop(["conform", *paths, "--report", str(report_dir), *link, *(["--jobs", str(jobs)] if jobs else [])])
+    if fault_seconds and config_module_base(REPO / "spec", config) == "Zab":
+        # the other direction: the program users run, under faults, checked against the spec from its own logs
+        _hop(["faults", "--duration", str(fault_seconds), "--seed", "1", "--validate",
+              "--json", str(report_dir / "faults.json")])
     click.echo(f"chain: config={config} traces={generated} report={report_dir.resolve() / 'index.html'} "
                + (f"site={site.resolve() / 'index.html'} " if link else "")
                + f"wall={time.monotonic() - start:.1f}s result=ok")

@@ -27,6 +27,7 @@ election decision, a crash). Measured speed: docs/performance.md.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -211,14 +212,18 @@ def validate(logdir: Path, *, work: Path | None = None, echo: Callable[[str], No
                   tools=toolchain())
     result.tlc_seconds = time.monotonic() - t0
     if tlc.outcome is not Outcome.OK or tlc.depth is None:
-        result.failure = f"TLC did not finish the check ({tlc.result_text()}): {tlc.message}"
+        result.failure = (f"TLC did not finish the check ({tlc.result_text()}): {tlc.message}\n"
+                          f"  the generated module is kept in {folder}")
         return result
     result.matched = min(tlc.depth - 1, result.steps)
     if result.matched < result.steps:
         step = behaviour.steps[result.matched]
         result.failure = (f"step {result.matched + 1} of {result.steps}: no step of spec/Zab.tla takes "
                           f"{step.action}({_params(step)}) at server {step.sid} with the variables {step.where} "
-                          f"logs\n" + diagnose(logs, behaviour, result.matched))
+                          f"logs\n" + diagnose(logs, behaviour, result.matched)
+                          + f"\n  the generated module is kept in {folder}")
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
     return result
 
 

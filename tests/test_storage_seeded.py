@@ -54,11 +54,13 @@ CASES = {
         [f"{CRASH}[proposal-sim]", f"{CRASH}[leaderinfo-powerloss]"],
     ),
 }
-BUGS = {b.name: b for b in load_bugs(BUGS_DIR)}
+BUGS = {b.name: b for b in load_bugs(BUGS_DIR) if any(r.file.startswith("storage/") for r in b.replacements)}
 
 
-def test_every_pending_bug_has_a_case():
+def test_every_storage_bug_has_a_case():
     assert set(BUGS) == set(CASES)
+    # and the catalogue says that the storage tests are what catches the one conformance misses
+    assert {b.name for b in load_bugs(BUGS_DIR) if b.expect == "storage"} <= set(CASES)
 
 
 def run_tests(root: Path, tests: list[str]) -> dict[str, str]:

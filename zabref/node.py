@@ -340,6 +340,13 @@ class Node:
         self.heard.clear()
         self.leader_lost = False
         self.no_quorum_since = None
+        # A forwarded request waits for the answer of the leader it went to; once this server stops following that
+        # leader, the answer can no longer come (its connection is gone), and nothing here knows the request's zxid:
+        # the client learns now that the outcome is unknown, not when the forward's deadline runs out.
+        for rid in list(self._forwarded):
+            del self._forwarded[rid]
+            out.answers.append((rid, _refused(f"server {self.sid} stopped following before its leader answered the "
+                                              "forwarded request: outcome unknown", False)))
         if self.core.state == ServerState.LOOKING:  # GoLooking: a new election round (FLE StartElection)
             if self.fle.state is not ServerState.LOOKING:
                 self.election_quiet_since = now
