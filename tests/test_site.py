@@ -264,7 +264,7 @@ def test_the_real_tiny_graph_site_has_no_broken_link(tmp_path, tiny_dot, trace_d
     build_site(tmp_path / "site", data, dot=tiny_dot, echo=lambda _: None)
     assert broken_links(tmp_path / "site") == []
     page = (tmp_path / "site" / "graph.html").read_text()
-    assert "7,017 states" in page and 'href="actions/FollowerProcessDIFF.html"' in page
+    assert "12,376 states" in page and 'href="actions/FollowerProcessDIFF.html"' in page
     assert b"FollowerProcessDIFF" in (tmp_path / "site" / "graph" / "overview.svg").read_bytes()
 
 
