@@ -137,3 +137,14 @@ def test_seed004_fig3_committed_survives_and_fig4_skipped_is_purged(tmp_path: Pa
                 assert delivered(live, s) == want
     finally:
         cluster.stop()
+
+
+def test_a_sync_before_anything_is_committed_answers_zxid_0_at_every_server(tmp_path: Path) -> None:
+    """A follower forwards ``sync``; the leader answers its commit point, 0 on a fresh cluster, which every server
+    has delivered (the follower used to refuse it as a zxid "a later epoch skipped")."""
+    with make_cluster(tmp_path) as cluster:
+        sids = set(cluster.servers)
+        wait_for("a leader", lambda: established_leader(cluster, sids))
+        for s in sorted(sids):
+            with ZabClient([(cluster[s].me.host, cluster[s].me.client_port)], attempts=1) as c:
+                assert c.sync() == 0

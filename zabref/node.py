@@ -423,7 +423,8 @@ class Node:
         top = self.committed_zxid
         for zxid in sorted(z for z in self._waiting if z <= top):
             k = core.index_of(core.history, zxid)
-            answer = ({"zxid": zxid} if 0 < k <= core.last_committed else
+            # zxid 0: a sync answered by a leader that had committed nothing yet -- delivered by every server
+            answer = ({"zxid": zxid} if zxid == 0 or 0 < k <= core.last_committed else
                       _refused(f"transaction {zxid:#x} was not committed: a later epoch skipped it", False))
             out.answers += [(rid, answer) for rid, _ in self._waiting.pop(zxid)]
 
