@@ -1,7 +1,7 @@
 """The fault runner (issue 6): the checker on hand-made histories, the runtime's fault layer, and the CI fault run.
 
-The CI run is bounded: 30 s of faults on 3 servers with a fixed seed, its action logs validated against
-spec/Zab.tla (ZABREF_FAULTS_SECONDS / ZABREF_FAULTS_SEED override both; the long mode is `zabref faults --long`, docs/faults.md). Loopback only.
+The CI run is bounded: 30 s of faults on 3 servers with a fixed seed (ZABREF_FAULTS_SECONDS / ZABREF_FAULTS_SEED
+override both; the long mode is `zabref faults --long`, docs/faults.md). Loopback only.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import helpers
+from conformance.actionlogs import read_logs
 from zabref.cli import main
 from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 from zabref.config import ClusterConfig
@@ -155,13 +156,13 @@ def test_isolating_the_leader_cuts_quorum_and_election_traffic_until_healed(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(480)
-def test_ci_fault_run_loses_nothing_diverges_nowhere_and_validates(tmp_path: Path) -> None:
+@pytest.mark.timeout(240)
+def test_ci_fault_run_loses_nothing_and_diverges_nowhere(tmp_path: Path) -> None:
     seconds = os.environ.get("ZABREF_FAULTS_SECONDS", "30")
     seed = os.environ.get("ZABREF_FAULTS_SEED", "7")
     summary = tmp_path / "faults.json"
     result = CliRunner().invoke(main, ["faults", "--servers", "3", "--duration", seconds, "--seed", seed,
-                                       "--data-dir", str(tmp_path / "cluster"), "--json", str(summary), "--validate"])
+                                       "--data-dir", str(tmp_path / "cluster"), "--json", str(summary)])
     assert result.exit_code == 0, result.output
     s = json.loads(summary.read_text())
     assert s["ok"] and s["lost"] == 0 and s["divergent"] == 0, s
@@ -172,7 +173,24 @@ def test_ci_fault_run_loses_nothing_diverges_nowhere_and_validates(tmp_path: Pat
         assert c.get(kind, 0) > 0, f"no {kind} injected: {c}"
     assert c["kill"] + c.get("torn", 0) == c["restart"] and c["pause"] == c["resume"]
     assert c["link cut"] == c["link heal"]
-    # the run's own action logs are a behaviour of spec/Zab.tla (zabref validate)
-    assert s["validation"].endswith("result=ok") and " matched=" in s["validation"], s["validation"]
     assert s["writes"]["acknowledged"] > 0
     assert "PASS: faults injected" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)
+def test_a_short_fault_run_is_validated_against_the_spec(tmp_path: Path) -> None:
+    """`zabref faults --validate`: a run with a power cut, a partition and a new leader, whose servers' action logs
+    `zabref validate` checks with TLC (the logs of a longer run take minutes: docs/performance.md)."""
+    summary = tmp_path / "faults.json"
+    result = CliRunner().invoke(main, ["faults", "--servers", "3", "--duration", "8", "--seed", "3", "--writers", "1",
+                                       "--data-dir", str(tmp_path / "cluster"), "--json", str(summary), "--validate"])
+    assert result.exit_code == 0, result.output
+    s = json.loads(summary.read_text())
+    assert s["ok"] and s["problems"] == [], s
+    c = s["counts"]
+    assert c.get("kill", 0) + c.get("torn", 0) > 0 and c.get("cut", 0) + c.get("isolate", 0) > 0, c
+    logs = read_logs(tmp_path / "cluster" / "actions")
+    leaders = {e.sid for events in logs.events.values() for e in events if e.fields.get("action") == "BecomeLeader"}
+    assert len(leaders) >= 2, f"one leader only: {leaders}"
+    assert s["validation"].endswith("result=ok") and " matched=" in s["validation"], s["validation"]
