@@ -139,7 +139,7 @@ def test_handshake_round_trip(sid, cid):
     (h("0000000000000002"), "connection id"),
     (h("FFFFFFFFFFFFFFFF 0000000000000001"), "sid is negative"),
     (h("0000000000000002 8000000000000000"), "connection id is negative"),
-    (h("0000000000000002 0000000000000001 00"), ""),
+    (h("0000000000000002 0000000000000001 00"), None),  # a byte after the body
 ])
 def test_a_bad_handshake_is_refused_naming_what_is_wrong(body, message):
     with pytest.raises(CodecError, match=message):
