@@ -89,26 +89,29 @@ class CoreState:
 
     # ---------------------------------------------------------------------------------------------- reading
 
-    def variables(self) -> dict[str, Any]:
+    def variables(self, *, histories: bool = True) -> dict[str, Any]:
         """Every spec-visible variable of this server as plain values (zxids as ints, enums as the spec's strings).
 
         Keys are `SPEC_VARIABLES`' values; per-learner maps are keyed by every server's sid, as the spec's functions
-        over ``Server`` are.
+        over ``Server`` are. ``histories=False`` leaves out ``history`` and ``staged_history`` (whose copies cost
+        O(history): the action log takes them from the core itself, as changes).
         """
-        return {
-            "history": [(t.zxid, t.value) for t in self.history],
+        out = {
             "accepted_epoch": self.accepted_epoch,
             "current_epoch": self.current_epoch,
             "state": self.state.name,
             "zab_state": str(self.zab_state),
             "leader": self.leader,
             "last_committed": self.last_committed,
-            "staged_history": [(t.zxid, t.value) for t in self.staged_history],
             "new_epoch": self.new_epoch,
             "learner_phase": {f: str(p) for f, p in self.learner_phase.items()},
             "learner_last_zxid": dict(self.learner_last_zxid),
             "ack_index": dict(self.ack_index),
         }
+        if histories:
+            out["history"] = [(t.zxid, t.value) for t in self.history]
+            out["staged_history"] = [(t.zxid, t.value) for t in self.staged_history]
+        return out
 
     def persistent(self) -> Persistent:
         """The persistent variables as this core believes they are on disk (every `Output.persist` applied)."""
