@@ -114,7 +114,8 @@ def _vars(node: Any, *, history: bool, staged: bool = True) -> dict[str, Any]:
         out["staged_history"] = [[t.zxid, _text(t.value)] for t in core.staged_history]
     else:
         last = core.staged_history[-1] if core.staged_history else None
-        out["staged"] = {"len": len(core.staged_history), "last": None if last is None else [last.zxid, _text(last.value)]}
+        out["staged"] = {"len": len(core.staged_history),
+                         "last": None if last is None else [last.zxid, _text(last.value)]}
     return out
 
 
