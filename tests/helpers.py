@@ -17,6 +17,25 @@ def wait_for(what: str, predicate, timeout: float):
         time.sleep(0.05)
 
 
+def established_leader(cluster, sids) -> int | None:
+    """The sid of the one leader in BROADCAST whose servers ``sids`` all follow it in BROADCAST, else None (also
+    while a server's control port does not answer: it is starting or stopped)."""
+    from zabref.control import ControlError
+
+    states = {}
+    for s in sids:
+        try:
+            with cluster[s].control(timeout=5.0) as c:
+                states[s] = c.request("state")["variables"]
+        except (OSError, ControlError):
+            return None
+    leaders = [s for s, v in states.items() if v["state"] == "LEADING" and v["zab_state"] == "BROADCAST"]
+    if len(leaders) == 1 and all(v["zab_state"] == "BROADCAST" and (s == leaders[0] or v["leader"] == leaders[0])
+                                 for s, v in states.items()):
+        return leaders[0]
+    return None
+
+
 def decide(node, leader: int, now: float):
     """Make ``node``'s FastLeaderElection decide for ``leader`` (itself: LEADING), through the node's election entry
     point: the notifications the conformance driver would send on its election port (conformance/steer.py).

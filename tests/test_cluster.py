@@ -11,6 +11,7 @@ import pytest
 from test_control import Driver, establish, z  # tests/ is on sys.path (no package)
 
 import helpers
+from helpers import established_leader
 from zabref.client import ZabClient
 from conformance.harness import Cluster
 from zabref.cluster import LocalCluster, cluster_config, find_free_base_port
@@ -31,16 +32,6 @@ def state(cluster: LocalCluster, sid: int) -> dict:
 
 def wait_for(what: str, predicate, timeout: float = 30.0):
     return helpers.wait_for(what, predicate, timeout)
-
-
-def established_leader(cluster: LocalCluster, sids) -> int | None:
-    """The sid of a leader in BROADCAST whose live followers are all in BROADCAST, else None."""
-    states = {s: state(cluster, s)["variables"] for s in sids}
-    leaders = [s for s, v in states.items() if v["state"] == "LEADING" and v["zab_state"] == "BROADCAST"]
-    if len(leaders) != 1:
-        return None
-    ok = all(v["zab_state"] == "BROADCAST" and v["leader"] == leaders[0] for v in states.values())
-    return leaders[0] if ok else None
 
 
 def delivered(cluster: LocalCluster, sid: int) -> list[tuple[int, str]]:

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import helpers
+from helpers import established_leader
 from conformance.actionlogs import read_logs
 from conformance.errors import InputError
 from conformance.seeded import load_bugs, patched_package
@@ -23,29 +24,8 @@ from zabref.cli import main
 from zabref.client import ClientError, ZabClient
 from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 from zabref.config import ClusterConfig
-from zabref.control import ControlError
 
 TIMING = ClusterConfig(tick_ms=50, init_limit=10, sync_limit=5)
-
-
-def _variables(cluster: LocalCluster, sid: int) -> dict | None:
-    try:
-        with cluster[sid].control(timeout=5.0) as c:
-            return c.request("state")["variables"]
-    except (OSError, ControlError):
-        return None
-
-
-def _established(cluster: LocalCluster, sids) -> int | None:
-    """The one leader in BROADCAST whose servers ``sids`` all follow it in BROADCAST, else None."""
-    states = {s: _variables(cluster, s) for s in sids}
-    if any(v is None for v in states.values()):
-        return None
-    leaders = [s for s, v in states.items() if v["state"] == "LEADING" and v["zab_state"] == "BROADCAST"]
-    if len(leaders) == 1 and all(v["zab_state"] == "BROADCAST" and (s == leaders[0] or v["leader"] == leaders[0])
-                                 for s, v in states.items()):
-        return leaders[0]
-    return None
 
 
 def _write(cluster: LocalCluster, sids, *values: str) -> None:
@@ -71,7 +51,7 @@ def test_a_real_run_through_a_partition_a_crash_and_a_new_leader_is_a_behaviour_
         path = cluster_config(tmp_path, 3, base, TIMING)
         with LocalCluster(path, action_log=logs).start() as cluster:
             sids = {1, 2, 3}
-            first = helpers.wait_for("a leader", lambda: _established(cluster, sids), 30)
+            first = helpers.wait_for("a leader", lambda: established_leader(cluster, sids), 30)
             _write(cluster, sids, "a", "b")
             # a follower cut off from both others (both ends cut: TCP closes, its leader forgets it), then healed
             cut = min(sids - {first})
@@ -82,14 +62,14 @@ def test_a_real_run_through_a_partition_a_crash_and_a_new_leader_is_a_behaviour_
             for s in sids:
                 with cluster[s].control() as c:
                     c.request("heal")
-            helpers.wait_for("the cut follower back", lambda: _established(cluster, sids) == first, 30)
+            helpers.wait_for("the cut follower back", lambda: established_leader(cluster, sids) == first, 30)
             # the leader's process dies (SIGKILL); the others elect a new leader; the old one restarts and follows
             cluster[first].kill()
-            second = helpers.wait_for("a new leader", lambda: _established(cluster, sids - {first}), 30)
+            second = helpers.wait_for("a new leader", lambda: established_leader(cluster, sids - {first}), 30)
             _write(cluster, sids - {first}, "d")
             cluster[first].start()
             cluster[first].wait_ready(30)
-            helpers.wait_for("the old leader to follow", lambda: _established(cluster, sids) == second, 30)
+            helpers.wait_for("the old leader to follow", lambda: established_leader(cluster, sids) == second, 30)
             _write(cluster, sids, "e")
     finally:
         release_base_port(base)
@@ -121,7 +101,7 @@ def test_a_run_of_a_seeded_bug_fails_validation_at_its_action(tmp_path: Path, bu
         path = cluster_config(tmp_path, 3, base, TIMING)
         with patched_package(bug, tmp_path) as root, LocalCluster(path, action_log=logs, code_root=root) as cluster:
             cluster.start()
-            helpers.wait_for("a leader", lambda: _established(cluster, {1, 2, 3}), 30)
+            helpers.wait_for("a leader", lambda: established_leader(cluster, {1, 2, 3}), 30)
             # a buggy cluster may never answer: submit without waiting for the answer, then wait for the bug's step
             with ZabClient(cluster.client_addresses(), timeout=2.0, attempts=1) as c:
                 with contextlib.suppress(ClientError, OSError):
