@@ -2,9 +2,12 @@
 """What does the action log cost? Writes per second of a 3-server cluster with and without ``--action-log``.
 
 Theory of operation: the same workload -- W writes by C concurrent clients, each a `ZabClient` submitting one value
-at a time to the leader -- runs against a fresh 3-server `LocalCluster` (normal mode, the real disk) without and
-with the action log, alternating round by round so that the machine's load drifts over both alike. The ratio of the
-medians is what to read (absolute rates depend on the machine's disk and load).
+at a time to the leader -- runs against a fresh 3-server cluster of the benchmark (`ZabrefHarness`: normal mode, the
+real disk, the benchmark's timing) without and with the action log, alternating round by round so that the
+machine's load drifts over both alike. The ratio of the medians is what to read (absolute rates depend on the
+machine's disk and load). Beside the rate, the servers' CPU time per write (user + system, from /proc): where the
+servers share their cores with the clients the rate is CPU-bound, and CPU per write is the figure other load on the
+machine disturbs least.
 
     .venv/bin/python scripts/bench_actionlog.py [--writes 2000] [--clients 1,16] [--rounds 3]
 """
@@ -12,6 +15,7 @@ medians is what to read (absolute rates depend on the machine's disk and load).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -22,56 +26,41 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from zabref.bench.systems import ZabrefHarness  # noqa: E402
 from zabref.client import ZabClient  # noqa: E402
-from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port  # noqa: E402
-from zabref.control import ControlError  # noqa: E402
 
 
-def _leader(cluster: LocalCluster) -> int | None:
-    for sid, s in cluster.servers.items():
-        try:
-            with s.control(timeout=5) as c:
-                v = c.request("state")["variables"]
-        except (OSError, ControlError):
-            continue
-        if v["state"] == "LEADING" and v["zab_state"] == "BROADCAST":
-            return sid
-    return None
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(writes: int, clients: int, logged: bool) -> float:
-    """Writes per second of one fresh cluster."""
+def run(writes: int, clients: int, logged: bool) -> tuple[float, float]:
+    """(writes per second, the three servers' CPU microseconds per write) of one fresh cluster."""
     with tempfile.TemporaryDirectory() as tmp:
-        base = find_free_base_port(3)
-        try:
-            path = cluster_config(tmp, 3, base)
-            with LocalCluster(path, action_log=Path(tmp) / "actions" if logged else None).start() as cluster:
-                deadline = time.monotonic() + 30
-                leader = _leader(cluster)
-                while leader is None and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                    leader = _leader(cluster)
-                if leader is None:
-                    raise SystemExit("no leader within 30 s")
-                address = [cluster.client_addresses()[leader - 1]]
+        with ZabrefHarness(Path(tmp) / "cluster", action_log=Path(tmp) / "actions" if logged else None) as harness:
+            address = [harness.adapter.addresses[harness.leader(timeout=30)]]
+            with ZabClient(address) as c:
+                c.submit("warm-up")
+            per = writes // clients
+
+            def client(k: int) -> None:
                 with ZabClient(address) as c:
-                    c.submit("warm-up")
-                per = writes // clients
+                    for i in range(per):
+                        c.submit(f"c{k}-{i}")
 
-                def client(k: int) -> None:
-                    with ZabClient(address) as c:
-                        for i in range(per):
-                            c.submit(f"c{k}-{i}")
-
-                threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-                start = time.perf_counter()
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-                return per * clients / (time.perf_counter() - start)
-        finally:
-            release_base_port(base)
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+            pids = [harness.cluster[sid].proc.pid for sid in harness.sids]
+            cpu = sum(_cpu_seconds(pid) for pid in pids)
+            start = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - start
+            cpu = sum(_cpu_seconds(pid) for pid in pids) - cpu
+            return per * clients / elapsed, cpu / (per * clients) * 1e6
 
 
 def main() -> int:
@@ -80,15 +69,19 @@ def main() -> int:
     ap.add_argument("--clients", default="1,16", help="concurrent clients, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    print(f"{'clients':>7} {'without log w/s':>16} {'with log w/s':>13} {'with / without':>15}")
+    print(f"{'clients':>7} {'w/s without':>12} {'w/s with':>9} {'ratio':>6}   "
+          f"{'CPU us/write without':>20} {'with':>6} {'ratio':>6}")
     for clients in (int(c) for c in args.clients.split(",")):
-        rates: dict[bool, list[float]] = {False: [], True: []}
+        runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
         for _ in range(args.rounds):
             for logged in (False, True):
-                rates[logged].append(run(args.writes, clients, logged))
-        off, on = statistics.median(rates[False]), statistics.median(rates[True])
-        print(f"{clients:>7} {off:>16.0f} {on:>13.0f} {on / off:>14.2f}x")
-    print(f"bench_actionlog: {args.writes} writes per run, {args.rounds} rounds alternated, medians")
+                runs[logged].append(run(args.writes, clients, logged))
+        off, on = (statistics.median(r[0] for r in runs[x]) for x in (False, True))
+        cpu_off, cpu_on = (statistics.median(r[1] for r in runs[x]) for x in (False, True))
+        print(f"{clients:>7} {off:>12.0f} {on:>9.0f} {on / off:>5.2f}x   "
+              f"{cpu_off:>20.0f} {cpu_on:>6.0f} {cpu_on / cpu_off:>5.2f}x")
+    print(f"bench_actionlog: {args.writes} writes per run, {args.rounds} rounds alternated, medians; CPU: the three "
+          "servers' user+system time over the writes")
     return 0
 
 

@@ -216,13 +216,15 @@ def test_cli_refuses_bad_options_before_starting_anything(tmp_path):
 @pytest.mark.slow
 def test_smoke_zabref_side(tmp_path):
     """The zabref side end to end with a tiny count: every row complete, reads return what was written, one failover
-    trial, bench.json valid, bench.png written."""
+    trial, bench.json valid, bench.png written; with --log-actions the failover run's logs are a behaviour of the
+    spec."""
     pytest.importorskip("matplotlib")
+    from conformance.validate import validate
     from zabref.bench.runner import run_bench
 
     lines: list[str] = []
     report = run_bench(writes=30, in_flight=[1, 4], systems=["zabref"], out=tmp_path, failover_trials=1,
-                       echo=lines.append)
+                       log_actions=True, echo=lines.append)
     check_report(json.loads((tmp_path / "bench.json").read_text()))
     assert (tmp_path / "bench.png").stat().st_size > 0
     rows = report["rows"]
@@ -234,3 +236,8 @@ def test_smoke_zabref_side(tmp_path):
     assert report["comparison"] == []  # ZooKeeper not run
     assert not (tmp_path / "work").exists()
     assert any(line.startswith("op ") for line in lines)
+    assert report["settings"]["zabref"]["action_log"] == str(tmp_path / "actions" / "throughput")
+    assert sorted(p.name for p in (tmp_path / "actions" / "throughput").iterdir()) == [
+        f"actions-{sid}.jsonl" for sid in (1, 2, 3)]
+    result = validate(tmp_path / "actions" / "failover", work=tmp_path)
+    assert result.failure is None and result.steps > 0 and result.matched == result.steps, result.failure

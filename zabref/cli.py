@@ -181,8 +181,10 @@ def bench() -> None:
 @click.option("--keep", is_flag=True, help="Keep the servers' data folders (out/work).")
 @click.option("--zabref-code", type=click.Path(file_okay=False, exists=True), default=None,
               help="Run the zabref servers from the zabref package in this folder (e.g. a patched copy).")
+@click.option("--log-actions", is_flag=True,
+              help="zabref's servers write action logs to OUT/actions (for `zabref validate`; costs write rate).")
 def bench_cluster(writes: int, in_flight: str, systems: str, out: str, failover_trials: int, quick: bool,
-                  keep: bool, zabref_code: str | None) -> None:
+                  keep: bool, zabref_code: str | None, log_actions: bool) -> None:
     """A 3-server zabref cluster beside a 3-server ZooKeeper 3.8 ensemble: same workload, ratios, failover."""
     from pathlib import Path  # noqa: PLC0415
 
@@ -197,7 +199,8 @@ def bench_cluster(writes: int, in_flight: str, systems: str, out: str, failover_
         writes, counts, failover_trials = QUICK_WRITES, list(QUICK_IN_FLIGHT), min(failover_trials, 1)
     run_bench(writes=writes, in_flight=counts, systems=[s.strip() for s in systems.split(",") if s.strip()],
               out=Path(out), failover_trials=failover_trials, keep=keep,
-              zabref_code=Path(zabref_code).resolve() if zabref_code else None, echo=click.echo)
+              zabref_code=Path(zabref_code).resolve() if zabref_code else None, log_actions=log_actions,
+              echo=click.echo)
 
 
 from zabref.faults.command import faults  # noqa: E402  (the fault runner, docs/faults.md)

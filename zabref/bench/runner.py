@@ -54,13 +54,18 @@ def _java_version() -> str | None:
     return (out.stderr or out.stdout).splitlines()[0] if (out.stderr or out.stdout) else None
 
 
-def _harness(system: str, folder: Path, classpath: str | None, code_root: Path | None) -> Any:
+def _harness(system: str, folder: Path, classpath: str | None, code_root: Path | None,
+             action_log: Path | None = None) -> Any:
+    """``action_log``: the zabref servers' action logs go there (emptied first); ZooKeeper has none."""
     from zabref.bench.systems import ZabrefHarness, ZooKeeperHarness  # noqa: PLC0415
 
-    if folder.exists():
-        shutil.rmtree(folder)
+    for path in (folder, action_log):
+        if path is not None and path.exists():
+            shutil.rmtree(path)
     folder.mkdir(parents=True)
-    return ZabrefHarness(folder, code_root) if system == "zabref" else ZooKeeperHarness(folder, classpath)
+    if system == "zabref":
+        return ZabrefHarness(folder, code_root, action_log)
+    return ZooKeeperHarness(folder, classpath)
 
 
 def _rows(h: Any, writes: int, in_flight: Sequence[int], echo: Callable[[str], None]) -> list[Row]:
@@ -123,9 +128,11 @@ def _failover(h: Any, trials: int, echo: Callable[[str], None], errors: list[str
 
 
 def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], out: Path, failover_trials: int,
-              keep: bool = False, zabref_code: Path | None = None, echo: Callable[[str], None] = print
-              ) -> dict[str, Any]:
-    """Run the whole benchmark; returns the report (also written to ``out/bench.json`` and ``out/bench.png``)."""
+              keep: bool = False, zabref_code: Path | None = None, log_actions: bool = False,
+              echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the whole benchmark; returns the report (also written to ``out/bench.json`` and ``out/bench.png``).
+    ``log_actions``: zabref's servers write their action logs (`zabref.actionlog`) to ``out/actions/throughput``
+    and ``out/actions/failover``, kept for `zabref validate`."""
     if zabref_code is not None and not (zabref_code / "zabref" / "cli.py").is_file():
         raise BenchError(f"--zabref-code: {zabref_code} has no zabref/cli.py")
     if writes < 1 or not in_flight or min(in_flight) < 1:
@@ -155,11 +162,13 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
                                 "failover_trials": failover_trials}
     try:
         for system in systems:
-            with _harness(system, work / system, classpath, zabref_code) as h:
+            logs = out / "actions" if log_actions and system == "zabref" else None
+            with _harness(system, work / system, classpath, zabref_code, logs and logs / "throughput") as h:
                 settings[system] = h.settings
                 rows += _rows(h, writes, in_flight, echo)
             if failover_trials:
-                with _harness(system, work / f"{system}-failover", classpath, zabref_code) as h:
+                with _harness(system, work / f"{system}-failover", classpath, zabref_code,
+                              logs and logs / "failover") as h:
                     fails += _failover(h, failover_trials, echo, fail_errors)
     finally:
         if not keep:

@@ -39,13 +39,13 @@ TIMING = ClusterConfig(tick_ms=100, init_limit=200, sync_limit=100)
 class ZabrefHarness:
     system = "zabref"
 
-    def __init__(self, folder: Path, code_root: Path | None = None) -> None:
-        """``code_root``: run the servers from the ``zabref`` package in that folder (e.g. a patched copy)."""
+    def __init__(self, folder: Path, code_root: Path | None = None, action_log: Path | None = None) -> None:
+        """``code_root``: run the servers from the ``zabref`` package in that folder (e.g. a patched copy);
+        ``action_log``: every server writes its action log there (`zabref.actionlog`)."""
         self.base = find_free_base_port(SERVERS)
         try:
-            self.cluster = LocalCluster(cluster_config(folder, SERVERS, self.base, TIMING))
-            for s in self.cluster.servers.values():
-                s.code_root = code_root
+            self.cluster = LocalCluster(cluster_config(folder, SERVERS, self.base, TIMING), action_log=action_log,
+                                        code_root=code_root)
             self.cluster.start()
         except BaseException:
             self.close()
@@ -55,7 +55,8 @@ class ZabrefHarness:
         self.settings = {"tick_ms": self.cluster.config.cluster.tick_ms,
                          "init_limit": self.cluster.config.cluster.init_limit,
                          "sync_limit": self.cluster.config.cluster.sync_limit, "fsync": "before every ACK",
-                         "code_root": str(code_root) if code_root else None}
+                         "code_root": str(code_root) if code_root else None,
+                         "action_log": str(action_log) if action_log else None}
 
     def _state(self, sid: int) -> dict[str, Any] | None:
         s = self.cluster[sid]
