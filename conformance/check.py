@@ -30,6 +30,7 @@ from conformance.labels import decode_label
 from conformance.model import prepare
 from conformance.tla import Outcome, TLCMessage, TLCResult, run_sany, run_tlc, toolchain
 from conformance.tla_output import Code, Severity
+from zabref.storage.atomic import write_file
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_BROKEN = 0, 1, 2, 3
 _PROGRESS_CODES = {
@@ -55,23 +56,13 @@ def config_files(spec_dir: Path, name: str) -> tuple[Path, Path]:
     return module, cfg
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_counterexample(result: TLCResult, config: str, path: Path) -> None:
     header = (
         f"\\* zabref check --config {config}: {result.result_text()}\n"
         f"\\* {result.tlc_version or 'TLC version unknown'}; jar {result.jar.describe()}\n"
         f"\\* TLC said: {result.message}\n\n"
     )
-    _write_atomically(path, header + result.trace_text())
+    write_file(path, header + result.trace_text())
 
 
 def summary_line(config: str, result: TLCResult | None, wall: float, counterexample: Path | None) -> str:

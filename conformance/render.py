@@ -16,7 +16,6 @@ The picture goes to a temporary name, then is renamed to --out (default: the tra
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import click
 from conformance.errors import ConformanceError, InputError, Location
 from conformance.traces import Trace, read_trace
 from conformance.values import format_value
+from zabref.storage.atomic import write_file
 
 __all__ = ["trace_graph", "state_graph", "render_command"]
 
@@ -113,13 +113,7 @@ def state_graph(path: str, max_states: int):
 
 
 def write_svg(graph, out: Path) -> None:
-    svg = graph.pipe(format="svg")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(svg)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_file(out, graph.pipe(format="svg"))
 
 
 @click.command()

@@ -35,6 +35,7 @@ from conformance.errors import ConformanceError
 from conformance.mutations import Mutation, load_mutations
 from conformance.site_pages import CSS, Page, slug, source_page
 from conformance.traces import MANIFEST, Trace, read_trace
+from zabref.storage.atomic import write_file
 
 __all__ = ["SiteData", "TraceInfo", "InvariantInfo", "collect", "build_site", "docs_command", "seeds_dir",
            "load_seed_steps", "SEED_STEPS"]
@@ -255,7 +256,7 @@ def collect(root: Path = REPO, config: str = "ci", graph_config: str = "tiny", t
 def _graph_files(data: SiteData, out: Path, dot: Path | None, graph: bool, echo) -> dict | None:
     """Render (or take from the cache) the overview and detail SVGs into out/graph/; None when not drawn."""
     from conformance.site_graph import (RENDER_VERSION, action_colours, detail_svg, ensure_dump, overview_svg,
-                                        read_graph, write_atomically)
+                                        read_graph)
 
     if not graph:
         return None
@@ -281,7 +282,7 @@ def _graph_files(data: SiteData, out: Path, dot: Path | None, graph: bool, echo)
             svg = draw(g, colours, title if kind == "overview" else title + " (the first states in BFS order)")
             echo(f"docs: drew the {kind} of {data.graph_config} in {time.monotonic() - start:.1f}s")
             if cached is not None:
-                write_atomically(cached, svg)
+                write_file(cached, svg)
         else:
             svg = cached.read_bytes()
         (out / "graph" / f"{kind}.svg").write_bytes(svg)

@@ -29,6 +29,7 @@ from conformance.dotparse import Edge, Node, parse_dot_file
 from conformance.errors import ConformanceError
 from conformance.labels import decode_label
 from conformance.render import _box, _tooltip
+from zabref.storage.atomic import write_file
 
 __all__ = ["DETAIL_STATES", "RENDER_VERSION", "Graph", "read_graph", "action_colours", "overview_svg",
            "detail_svg", "ensure_dump"]
@@ -149,16 +150,6 @@ def detail_svg(graph: Graph, colours: dict[str, str], title: str, limit: int = D
                            [e for e in graph.edges if e[0] in shown and e[1] in shown]))
     g.node("legend", _legend(colours, counts), shape="plaintext", fontname="sans-serif")
     return g.pipe(format="svg")
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def ensure_dump(spec_dir: Path, config: str, cache: Path, key: str, echo=print) -> Path:

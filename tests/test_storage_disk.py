@@ -28,6 +28,7 @@ from zabref.storage import (
     disk_from_env,
     recover,
 )
+from zabref.storage.atomic import write_file
 from zabref.storage.disk import MIRROR_TEMP_PREFIX
 
 HERE = Path(__file__).resolve().parent
@@ -368,6 +369,38 @@ def test_atomic_write_at_every_crash_point_leaves_old_or_new(kind, tmp_path):
 def test_atomic_write_names_the_file_on_failure(tmp_path):
     with pytest.raises(StorageError, match=str(tmp_path / "nodir" / "f")):
         atomic_write(RealDisk(), tmp_path / "nodir" / "f", b"x")
+
+
+def test_write_file_replaces_creates_the_folder_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "new" / "out.json"
+    assert write_file(target, "first") == target
+    write_file(target, b"second")
+    assert target.read_bytes() == b"second"
+    assert [p.name for p in target.parent.iterdir()] == ["out.json"]
+
+
+def test_write_file_failing_keeps_the_old_content_and_removes_its_temp(tmp_path, monkeypatch):
+    """A rename that fails (here: refused by the disk) leaves the old file and no temp file of this process."""
+    target = tmp_path / "out.json"
+    write_file(target, "old")
+
+    def refuse(self, src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(RealDisk, "_rename", refuse)
+    with pytest.raises(StorageError, match=f"{target}: cannot replace atomically: No space left on device"):
+        write_file(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_write_file_uses_a_temp_name_of_its_process(tmp_path):
+    """Another process's temp file of the same path (mid-write) is neither reused nor removed."""
+    target = tmp_path / "out.json"
+    theirs = tmp_path / ".out.json.999999999.tmp"
+    theirs.write_text("half")
+    write_file(target, "mine")
+    assert theirs.read_text() == "half" and target.read_text() == "mine"
 
 
 def test_realdisk_passes_through(tmp_path):

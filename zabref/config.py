@@ -203,13 +203,7 @@ def _toml_string(s: str) -> str:
 
 
 def write_config(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` atomically: a temp file in the same folder, fsync, rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, p)
-    return p
+    """Write ``text`` to ``path`` atomically and durably (`zabref.storage.atomic.write_file`)."""
+    from zabref.storage.atomic import write_file  # noqa: PLC0415 -- the storage package is not needed to read one
+
+    return write_file(path, text)

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from zabref.bench import BenchError
 from zabref.bench.stats import Row, compare
+from zabref.storage.atomic import write_file
 
 __all__ = ["FORMAT", "build_report", "check_report", "format_table", "format_failover", "write_json", "write_png"]
 
@@ -126,23 +125,9 @@ def format_failover(results: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(report: dict[str, Any], path: Path) -> None:
     check_report(report)
-    _atomic_write(path, (json.dumps(report, indent=1) + "\n").encode())
+    write_file(path, (json.dumps(report, indent=1) + "\n").encode())
 
 
 def write_png(report: dict[str, Any], path: Path) -> None:
@@ -178,4 +163,4 @@ def write_png(report: dict[str, Any], path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
-    _atomic_write(path, buf.getvalue())
+    write_file(path, buf.getvalue())

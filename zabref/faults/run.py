@@ -44,6 +44,7 @@ from zabref.control import ControlError
 from zabref.faults.check import Verdict, check
 from zabref.faults.nemesis import Nemesis, Timing
 from zabref.faults.workload import Sampler, Writer
+from zabref.storage.atomic import write_file
 from zabref.storage import ENV_DISK
 
 __all__ = ["RunResult", "run_faults", "CI_TIMING", "LONG_TIMING", "PROGRESS"]
@@ -208,8 +209,5 @@ def _validate(actions: Path, result: RunResult, echo: Callable[[str], None]) -> 
 
 
 def write_json(result: RunResult, path: str | os.PathLike[str]) -> None:
-    """The summary as JSON, written to a temp name and renamed (never half-written)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result.to_json(), indent=1) + "\n")
-    os.replace(tmp, path)
+    """The summary as JSON, replaced atomically (`zabref.storage.atomic.write_file`: never half-written)."""
+    write_file(path, json.dumps(result.to_json(), indent=1) + "\n")

@@ -7,16 +7,21 @@ content or the new, never a mix) and fsyncs the directory (so the rename itself 
 the old content comes back). A crash at any point leaves either the old file or the new one, plus perhaps a stale
 temp file that `remove_stale_temp` deletes on the next open. Each of the two fsyncs is shown necessary by a seeded
 bug (conformance/bugs_storage_pending/) that tests/test_storage_seeded.py catches.
+
+`write_file` is the same replace for files outside a server's data directory (a cluster's config, a report, a fault
+run's summary, conformance's outputs): on the real disk, the folder created, and a temp name of this process, so two
+processes writing one path never take each other's temp file; a failed write removes its temp file.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from zabref.errors import StorageError
-from zabref.storage.disk import Disk
+from zabref.storage.disk import Disk, RealDisk
 
-__all__ = ["atomic_write", "temp_path", "remove_stale_temp"]
+__all__ = ["atomic_write", "temp_path", "remove_stale_temp", "write_file"]
 
 
 def temp_path(path: str | os.PathLike[str]) -> str:
@@ -25,14 +30,18 @@ def temp_path(path: str | os.PathLike[str]) -> str:
     return os.path.join(head, f".{name}.tmp")
 
 
-def atomic_write(disk: Disk, path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write(disk: Disk, path: str | os.PathLike[str], data: bytes, *, tmp: str | None = None) -> None:
     """Replace ``path`` with ``data``: temp file, fsync it, rename over ``path``, fsync the directory.
 
-    StorageError naming the path if any step fails (then ``path`` still holds its old content)."""
+    ``tmp``: the temp file's name (default `temp_path`, whose stale copy is removed first; a name of the caller's
+    is removed if the replace fails). StorageError naming the path if any step fails (then ``path`` still holds
+    its old content)."""
     path = os.fspath(path)
-    tmp = temp_path(path)
+    own = tmp is not None
+    tmp = tmp if own else temp_path(path)
     try:
-        remove_stale_temp(disk, path)
+        if not own:
+            remove_stale_temp(disk, path)
         f = disk.create(tmp)
         try:
             disk.write(f, data)
@@ -42,7 +51,25 @@ def atomic_write(disk: Disk, path: str | os.PathLike[str], data: bytes) -> None:
         disk.rename(tmp, path)
         disk.fsync_dir(os.path.dirname(path) or ".")
     except OSError as e:
+        if own:
+            try:
+                disk.unlink(tmp)
+            except OSError:
+                pass
         raise StorageError(f"{path}: cannot replace atomically: {e.strerror or e}") from e
+
+
+def write_file(path: str | os.PathLike[str], data: bytes | str) -> Path:
+    """`atomic_write` of ``data`` (text as UTF-8) to ``path`` on the real disk, its folder created first; returns
+    the path. StorageError naming the path if it cannot be written (then it still holds its old content)."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"{target.parent}: cannot create the folder: {e.strerror or e}") from e
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    atomic_write(RealDisk(), target, payload, tmp=str(target.with_name(f".{target.name}.{os.getpid()}.tmp")))
+    return target
 
 
 def remove_stale_temp(disk: Disk, path: str | os.PathLike[str]) -> str | None:
