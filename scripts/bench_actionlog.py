@@ -9,7 +9,10 @@ machine's disk and load). Beside the rate, the servers' CPU time per write (user
 servers share their cores with the clients the rate is CPU-bound, and CPU per write is the figure other load on the
 machine disturbs least.
 
-    .venv/bin/python scripts/bench_actionlog.py [--writes 2000] [--clients 1,16] [--rounds 3]
+    .venv/bin/python scripts/bench_actionlog.py [--writes 2000] [--clients 1,16] [--rounds 3] [--line]
+
+It first prints the CPU time of one typical line (a follower's PROPOSAL step) written to memory (``--line``: only
+that).
 """
 
 from __future__ import annotations
@@ -63,12 +66,44 @@ def run(writes: int, clients: int, logged: bool) -> tuple[float, float]:
             return per * clients / elapsed, cpu / (per * clients) * 1e6
 
 
+def line_cost(repeat: int = 40, number: int = 2000) -> float:
+    """CPU microseconds of one typical line: a follower's FollowerProcessPROPOSAL (the packet taken, its ACK sent,
+    the append, the variables), written to memory; the best of ``repeat`` runs of ``number`` lines."""
+    import io  # noqa: PLC0415
+    import timeit  # noqa: PLC0415
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from zabref import wire  # noqa: PLC0415
+    from zabref.actionlog import ActionLog  # noqa: PLC0415
+    from zabref.core_state import CoreState  # noqa: PLC0415
+    from zabref.core_types import AppendTxns, Persistent, Txn  # noqa: PLC0415
+    from zabref.node import Action, Effects  # noqa: PLC0415
+    from zabref.packets import PacketType, QuorumPacket  # noqa: PLC0415
+
+    epoch = 1 << 32
+    history = tuple(Txn(epoch + k, b"v%d" % k) for k in range(1, 2000))
+    node = SimpleNamespace(core=CoreState(1, (1, 2, 3), Persistent(history, 1, 1)))
+    zxid = epoch + 2000
+    proposal = QuorumPacket(PacketType.PROPOSAL, zxid, wire.encode_proposal_data(b"c1-1234"))
+    effects = Effects(persist=(AppendTxns((Txn(zxid, b"c1-1234"),)),),
+                      send=((3, QuorumPacket(PacketType.ACK, zxid, b"")),),
+                      actions=(Action("Zab", "FollowerProcessPROPOSAL", (("i", 1), ("j", 3)), proposal, 7),))
+    log = ActionLog(io.BytesIO(), 1)  # type: ignore[arg-type]
+    best = min(timeit.repeat(lambda: log.step(node, effects, lambda peer: 7), number=number, repeat=repeat,
+                             timer=time.process_time))
+    return best / number * 1e6
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--writes", type=int, default=2000)
     ap.add_argument("--clients", default="1,16", help="concurrent clients, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--line", action="store_true", help="Only measure the CPU time of one typical line.")
     args = ap.parse_args()
+    print(f"bench_actionlog: one FollowerProcessPROPOSAL line costs {line_cost():.1f} us of CPU (best of 40 x 2000)")
+    if args.line:
+        return 0
     print(f"{'clients':>7} {'w/s without':>12} {'w/s with':>9} {'ratio':>6}   "
           f"{'CPU us/write without':>20} {'with':>6} {'ratio':>6}")
     for clients in (int(c) for c in args.clients.split(",")):
