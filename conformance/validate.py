@@ -64,6 +64,7 @@ class ValidationResult:
     unlogged: int
     notes: list[str] = field(default_factory=list)
     failure: str | None = None
+    inconclusive: bool = False  # TLC did not finish the check: no verdict on the logs
     merge_seconds: float = 0.0
     tlc_seconds: float = 0.0
 
@@ -75,7 +76,11 @@ class ValidationResult:
         rate = self.steps / (self.merge_seconds + self.tlc_seconds) if self.steps else 0.0
         return (f"validate: servers={self.servers} lines={self.lines} steps={self.steps} matched={self.matched} "
                 f"unlogged={self.unlogged} merge={self.merge_seconds:.1f}s tlc={self.tlc_seconds:.1f}s "
-                f"steps/s={rate:.0f} result={'ok' if self.passed else 'FAILED'}")
+                f"steps/s={rate:.0f} result={self.verdict}")
+
+    @property
+    def verdict(self) -> str:
+        return "ok" if self.passed else "INCONCLUSIVE" if self.inconclusive else "FAILED"
 
 
 _NO_PACKET = '[data |-> "n/a", type |-> "none", zxid |-> <<0, 0>>]'
@@ -214,6 +219,7 @@ def validate(logdir: Path, *, work: Path | None = None, echo: Callable[[str], No
     if tlc.outcome is not Outcome.OK or tlc.depth is None:
         result.failure = (f"TLC did not finish the check ({tlc.result_text()}): {tlc.message}\n"
                           f"  the generated module is kept in {folder}")
+        result.inconclusive = True
         return result
     result.matched = min(tlc.depth - 1, result.steps)
     if result.matched < result.steps:
@@ -266,7 +272,8 @@ def validate_command(logdir: Path, workers: int) -> None:
     """Check with TLC that the action logs in LOGDIR (zabref serve --action-log) are a behaviour of spec/Zab.tla.
 
     Exit codes: 0 the logs are a behaviour of the spec; 1 they depart from it (the report names the line, the
-    server and the action); 3 bad input (a malformed log)."""
+    server and the action); 3 bad input (a malformed log); 4 no verdict (TLC did not finish, or the toolchain
+    failed)."""
     try:
         result = validate(logdir, echo=click.echo, workers=workers)
     except InputError as e:
@@ -274,10 +281,10 @@ def validate_command(logdir: Path, workers: int) -> None:
         raise SystemExit(3) from None
     except ConformanceError as e:
         click.echo(f"validate: {e}", err=True)
-        raise SystemExit(1) from None
+        raise SystemExit(4) from None
     for note in result.notes:
         click.echo(f"validate: note: {note}")
     if result.failure:
         click.echo(f"validate: {result.failure}", err=True)
     click.echo(result.line())
-    raise SystemExit(0 if result.passed else 1)
+    raise SystemExit(0 if result.passed else 4 if result.inconclusive else 1)

@@ -194,3 +194,40 @@ def test_a_short_fault_run_is_validated_against_the_spec(tmp_path: Path) -> None
     leaders = {e.sid for events in logs.events.values() for e in events if e.fields.get("action") == "BecomeLeader"}
     assert len(leaders) >= 2, f"one leader only: {leaders}"
     assert s["validation"].endswith("result=ok") and " matched=" in s["validation"], s["validation"]
+
+
+def test_a_validation_that_runs_out_of_time_is_a_problem_and_leaves_no_process(tmp_path, monkeypatch):
+    """The runner's `zabref validate` runs in a process group of its own: when its time is up, the command and what
+    it started (TLC) are killed together, and the run records the missing verdict as a problem. The command here is
+    a stand-in that starts a long-lived child and waits, as `zabref validate` waits for TLC."""
+    import subprocess
+
+    from zabref.faults import run as fault_run
+
+    stand_in = tmp_path / "validate-stand-in"
+    stand_in.write_text("#!/bin/sh\nsleep 60 &\nwait\n")
+    stand_in.chmod(0o755)
+    started: list[int] = []
+    real_popen = subprocess.Popen
+
+    def popen(args, **kwargs):
+        assert args[1:4] == ["-m", "zabref.cli", "validate"]
+        proc = real_popen([str(stand_in)], **kwargs)
+        started.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(fault_run.subprocess, "Popen", popen)
+    monkeypatch.setattr(fault_run, "VALIDATE_TIMEOUT", 1.0)
+    result = SimpleNamespace(validation="", problems=[])
+    fault_run._validate(tmp_path, result, lambda line: None)
+    assert len(started) == 1
+    assert result.problems and "no verdict within 1 s" in result.problems[0], result.problems
+
+    def group_gone() -> bool:  # nobody is left in the command's process group (a killed process takes a moment)
+        try:
+            os.killpg(started[0], 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    helpers.wait_for("the validation's process group to be gone", group_gone, 10)

@@ -154,3 +154,22 @@ def test_a_server_that_starts_with_data_is_refused(tmp_path: Path) -> None:
     (tmp_path / "actions-1.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(InputError, match=r"actions-1\.jsonl:1.*empty data directory"):
         validate(tmp_path)
+
+
+def test_a_check_tlc_did_not_finish_is_no_verdict_exit_4(tmp_path: Path, monkeypatch) -> None:
+    """TLC dying (out of memory, killed) says nothing about the logs: exit 4 and INCONCLUSIVE, never 0, and not 1
+    (which says the run departed from the spec)."""
+    from types import SimpleNamespace
+
+    import conformance.validate as v
+    from conformance.tla_output import Outcome
+
+    for sid in (1, 2, 3):
+        (tmp_path / f"actions-{sid}.jsonl").write_text(_line(sid, 0))
+    died = SimpleNamespace(outcome=Outcome.ERROR, depth=None, message="java.lang.OutOfMemoryError",
+                           result_text=lambda: "error")
+    monkeypatch.setattr(v, "run_tlc", lambda *a, **k: died)
+    result = validate(tmp_path, work=tmp_path)
+    assert result.inconclusive and not result.passed and "OutOfMemoryError" in result.failure
+    out = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert out.exit_code == 4 and "result=INCONCLUSIVE" in out.output, out.output

@@ -24,9 +24,11 @@ server's ``server.log`` and, with ``--json``, the summary.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -196,14 +198,24 @@ def _run(cluster: LocalCluster, servers: int, duration: float, seed: int, long: 
 
 
 def _validate(actions: Path, result: RunResult, echo: Callable[[str], None]) -> None:
-    """``zabref validate`` on the run's action logs, as a command (zabref never imports conformance)."""
-    proc = subprocess.run([sys.executable, "-m", "zabref.cli", "validate", str(actions)], capture_output=True,
-                          text=True, timeout=VALIDATE_TIMEOUT)
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    """``zabref validate`` on the run's action logs, as a command (zabref never imports conformance), in a process
+    group of its own: whatever ends the wait (its timeout, an interrupt) also ends the TLC it started."""
+    proc = subprocess.Popen([sys.executable, "-m", "zabref.cli", "validate", str(actions)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=VALIDATE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        out, err = "", f"validate: no verdict within {VALIDATE_TIMEOUT:.0f} s; stopped"
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = (out + err).strip().splitlines()
     for line in lines:
         echo(f"  {line}")
     result.validation = next((x for x in reversed(lines) if x.startswith("validate: servers=")), "")
-    if proc.returncode != 0:
+    if proc.returncode != 0 or not result.validation:
         result.problems.append(f"zabref validate {actions} failed (exit {proc.returncode}): "
                                + " / ".join(lines[-5:]))
 
