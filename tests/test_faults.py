@@ -111,17 +111,6 @@ def _state(cluster: LocalCluster, sid: int) -> dict:
         return c.request("state")["variables"]
 
 
-def _leader(cluster: LocalCluster, sids) -> int | None:
-    try:
-        states = {s: _state(cluster, s) for s in sids}
-    except (OSError, ControlError):
-        return None
-    leaders = [s for s, v in states.items() if (v["state"], v["zab_state"]) == ("LEADING", "BROADCAST")]
-    if len(leaders) == 1 and all(v["zab_state"] == "BROADCAST" for v in states.values()):
-        return leaders[0]
-    return None
-
-
 @pytest.mark.slow
 def test_isolating_the_leader_cuts_quorum_and_election_traffic_until_healed(tmp_path: Path) -> None:
     base = find_free_base_port(3)
@@ -129,7 +118,7 @@ def test_isolating_the_leader_cuts_quorum_and_election_traffic_until_healed(tmp_
         path = cluster_config(tmp_path, 3, base, ClusterConfig(tick_ms=50, init_limit=10, sync_limit=5))
         with LocalCluster(path).start() as cluster:
             sids = {1, 2, 3}
-            old = helpers.wait_for("a leader", lambda: _leader(cluster, sids), 30)
+            old = helpers.wait_for("a leader", lambda: helpers.established_leader(cluster, sids), 30)
             epoch = _state(cluster, old)["current_epoch"]
             others = sorted(sids - {old})
             with cluster[old].control() as c:
@@ -139,7 +128,7 @@ def test_isolating_the_leader_cuts_quorum_and_election_traffic_until_healed(tmp_
             for s in others:
                 with cluster[s].control() as c:
                     c.request("partition", peers=[old])
-            new = helpers.wait_for("a new leader", lambda: _leader(cluster, others), 30)
+            new = helpers.wait_for("a new leader", lambda: helpers.established_leader(cluster, others), 30)
             assert new != old and _state(cluster, new)["current_epoch"] > epoch
             # cut off from any quorum, the old leader gives up (LeaderTimeout) and cannot join the new one
             helpers.wait_for("the old leader to give up", lambda: _state(cluster, old)["state"] == "LOOKING", 30)
@@ -147,7 +136,7 @@ def test_isolating_the_leader_cuts_quorum_and_election_traffic_until_healed(tmp_
             for s in sids:
                 with cluster[s].control() as c:
                     assert c.request("heal")["cut"] == []
-            assert helpers.wait_for("the old leader to rejoin", lambda: _leader(cluster, sids), 30) == new
+            assert helpers.wait_for("the old leader to rejoin", lambda: helpers.established_leader(cluster, sids), 30) == new
     finally:
         release_base_port(base)
 
