@@ -101,7 +101,7 @@ def test_bad_histories_are_rejected() -> None:
 
 def test_stepping_is_refused_in_normal_mode() -> None:
     """release, release_vote and tick step a server: in normal mode inputs and time are the clock's, not the driver's."""
-    port = ControlPort(SimpleNamespace(driver=SimpleNamespace(name="normal")))
+    port = ControlPort(SimpleNamespace(driver=SimpleNamespace(name="normal")), b"t" * 32)
     for line in (b'{"op": "release", "from": 2}', b'{"op": "release_vote", "from": 2}', b'{"op": "tick"}'):
         assert "only in control mode" in asyncio.run(port.answer(line))["error"]
 

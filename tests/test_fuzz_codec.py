@@ -155,7 +155,7 @@ def _control_port() -> control.ControlPort:
     async def call(event):
         raise ZabError("no pump in this test")
 
-    return control.ControlPort(SimpleNamespace(sid=1, driver=SimpleNamespace(name="normal"), call=call))
+    return control.ControlPort(SimpleNamespace(sid=1, driver=SimpleNamespace(name="normal"), call=call), b"t" * 32)
 
 
 @FUZZ

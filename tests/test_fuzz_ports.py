@@ -179,7 +179,7 @@ def test_a_negative_vote_does_not_stop_a_looking_server(tmp_path: Path) -> None:
             assert _closed(sock)
         helpers.wait_for("the close line", lambda: "election connection from 2 closed: bad input: notification "
                          "peerEpoch is negative (-1)" in log.read_text(), 10)
-        with ControlClient(me.host, me.control_port, timeout=5) as ctl:
+        with c[1].control(timeout=5) as ctl:
             assert ctl.request("ping")["sid"] == 1
             assert ctl.request("state")["variables"]["state"] == "LOOKING"
         assert c[1].running

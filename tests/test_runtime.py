@@ -14,7 +14,6 @@ import pytest
 
 from zabref import runtime, wire
 from zabref.config import ClusterConfig, load_config, parse_config
-from zabref.control import ControlClient
 from zabref.storage import Storage
 from zabref.errors import ConfigError
 from zabref.packets import PacketType, QuorumPacket
@@ -53,8 +52,9 @@ def test_good_config_resolves_data_dirs_against_the_file(tmp_path: Path) -> None
         (("tick_ms = 50", "tick_ms = 0"), r"\[cluster\]: tick_ms: 0 is outside"),
         (("sync_limit = 5", 'sync_limit = "5"'), r"\[cluster\]: sync_limit: expected an integer"),
         (("init_limit = 10", "init_limit = 10\nretries = 3"), r"\[cluster\]: unknown key 'retries'"),
-        (('host = "127.0.0.1"', 'host = "10.0.0.1"'), r"\[\[server\]\] #1 \(id 1\): host: 10.0.0.1 is not a loopback"),
-        (('host = "127.0.0.1"', 'host = "example.org"'), r"host: 'example.org' is not an IP address"),
+        (('host = "127.0.0.1"', 'host = "bad host!"'), r"\[\[server\]\] #1 \(id 1\): host: 'bad host!' is neither"),
+        (('host = "127.0.0.1"', 'host = "-a.example"'), r"host: '-a.example' is neither a host name"),
+        (('host = "127.0.0.1"', 'host = "[example.org]"'), r"host: '\[example.org\]' is neither"),
         (("quorum_port = 20001", "quorum_port = 70000"), r"\(id 1\): quorum_port: 70000 is outside 1..65535"),
         (("client_port = 20003", "client_port = 20001"), r"client_port: port 20001 is already the quorum_port"),
         (('data_dir = "d1"', ""), r"\[\[server\]\] #1 \(id 1\): missing key 'data_dir'"),
@@ -137,6 +137,11 @@ GARBAGE = {
 }
 
 
+def _auth(server) -> bytes:
+    """The auth line of ``server``'s control port."""
+    return json.dumps({"op": "auth", "token": server.token.decode()}).encode() + b"\n"
+
+
 def _closed_by_server(sock: socket.socket) -> bool:
     sock.settimeout(10)
     try:
@@ -160,7 +165,7 @@ def test_garbage_closes_that_connection_and_the_server_keeps_serving(lone_server
             # well-framed bytes on the client port get an error answer and the connection stays open: end it
             sock.shutdown(socket.SHUT_WR)
         assert _closed_by_server(sock)
-    with ControlClient(me.host, me.control_port) as c:
+    with lone_server.control() as c:
         state = c.request("state")
     assert state["variables"]["state"] == "LOOKING"
     assert state["connections"] == []
@@ -177,9 +182,9 @@ def test_garbage_closes_that_connection_and_the_server_keeps_serving(lone_server
 @pytest.mark.slow
 def test_bad_control_lines_get_an_error_and_the_connection_keeps_working(lone_server) -> None:
     me = lone_server.me
-    with socket.create_connection((me.host, me.control_port), timeout=10) as sock:
+    with socket.create_connection((me.control_host, me.control_port), timeout=10) as sock:
         f = sock.makefile("rwb")
-        for line in (b"not json\n", b"[1, 2]\n", b'{"op": "state"}\n'):
+        for line in (_auth(lone_server), b"not json\n", b"[1, 2]\n", b'{"op": "state"}\n'):
             f.write(line)
             f.flush()
             answer = json.loads(f.readline())
@@ -187,5 +192,5 @@ def test_bad_control_lines_get_an_error_and_the_connection_keeps_working(lone_se
         f.write(b"x" * (2 * 1024 * 1024) + b"\n")  # longer than MAX_LINE
         f.flush()
         assert "longer than" in json.loads(f.readline())["error"]
-    with ControlClient(me.host, me.control_port) as c:
+    with lone_server.control() as c:
         assert c.request("ping")["sid"] == 1

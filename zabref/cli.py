@@ -92,14 +92,18 @@ DEFAULT_CLUSTER_CONFIG = "zabref-cluster/cluster.toml"
               help="Control mode: inputs wait until the control socket releases them; time moves when it says tick.")
 @click.option("--action-log", type=click.Path(file_okay=False), default=None,
               help="Append every spec action taken to DIR/actions-<id>.jsonl (for zabref validate).")
-def serve(config_path: str, sid: int, control: bool, action_log: str | None) -> None:
-    """Run one zabref server until SIGTERM/SIGINT (docs/runtime.md)."""
+@click.option("--control-token", type=click.Path(dir_okay=False), default=None,
+              help="Open the control port (loopback only), admitting only the token in this file (chmod 600).")
+def serve(config_path: str, sid: int, control: bool, action_log: str | None, control_token: str | None) -> None:
+    """Run one zabref server until SIGTERM/SIGINT (docs/runtime.md; the config: TOML, or ZooKeeper's zoo.cfg)."""
     import logging  # noqa: PLC0415
 
     from zabref.config import load_config  # noqa: PLC0415
+    from zabref.control import read_token  # noqa: PLC0415
     from zabref.runtime import run_server  # noqa: PLC0415
 
     config = load_config(config_path)
+    token = read_token(control_token) if control_token is not None else None
     me = config.server(sid)
     me.data_dir.mkdir(parents=True, exist_ok=True)
     fmt = logging.Formatter(f"%(asctime)s zabref[{sid}] %(levelname)s %(message)s")
@@ -109,7 +113,7 @@ def serve(config_path: str, sid: int, control: bool, action_log: str | None) -> 
         h.setFormatter(fmt)
         logger.addHandler(h)
     logger.setLevel(logging.INFO)
-    raise SystemExit(run_server(config, sid, control=control, action_log=action_log))
+    raise SystemExit(run_server(config, sid, control=control, action_log=action_log, control_token=token))
 
 
 @main.command()

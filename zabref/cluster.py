@@ -11,6 +11,11 @@ otherwise (the operating system keeps what it wrote) -- ``stop`` is SIGTERM (cle
 same data dir.
 `wait_ready` polls the control port. The tests and the conformance driver use these classes too.
 
+Control token: `LocalCluster` gives every server the token in ``control.token`` beside the config (`control_token`
+creates it, 32 random bytes as hex, readable by its owner only), so that its clients -- the tests, the conformance
+driver, the fault runner, the benchmark -- can inspect and step the servers; a server started by hand without
+``--control-token`` has no control port.
+
 The ``cluster`` command writes the config (keeping existing data dirs, so a cluster restarted from the same folder
 keeps its history), starts the servers, prints where each listens and the client commands to use, and waits; SIGINT
 or SIGTERM stops the children with SIGTERM (SIGKILL after a grace period).
@@ -19,6 +24,7 @@ or SIGTERM stops the children with SIGTERM (SIGKILL after a grace period).
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -28,7 +34,7 @@ from pathlib import Path
 import click
 
 from zabref.config import ClusterConfig, Config, ServerConfig, load_config, render_config, write_config
-from zabref.control import ControlClient, ControlError
+from zabref.control import ControlClient, ControlError, read_token
 from zabref.errors import ConfigError, ZabError
 from zabref.ports import find_free_base_port, release_base_port
 
@@ -36,6 +42,22 @@ __all__ = ["cluster_config", "find_free_base_port", "release_base_port", "Server
            "run_cluster"]
 
 CONFIG_NAME = "cluster.toml"
+TOKEN_NAME = "control.token"
+
+
+def control_token(folder: str | os.PathLike[str]) -> Path:
+    """``folder/control.token``, created (mode 600 from its first byte) with a fresh random token if missing."""
+    path = Path(folder) / TOKEN_NAME
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path
+    try:
+        os.write(fd, secrets.token_hex(32).encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
 
 
 def cluster_config(folder: str | os.PathLike[str], servers: int, base_port: int,
@@ -57,11 +79,14 @@ class ServerProcess:
 
     def __init__(self, config_path: str | os.PathLike[str], config: Config, sid: int,
                  code_root: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = ()) -> None:
+                 args: tuple[str, ...] = (), token_path: str | os.PathLike[str] | None = None) -> None:
         """``code_root``: run the server from the ``zabref`` package in that folder (put first on its import path)
         instead of the installed one -- e.g. a patched copy. ``env``: extra environment variables (e.g.
-        ``ZABREF_DISK=powerloss``: a kill is then a power cut, `zabref.storage`); ``args``: extra ``serve`` options."""
+        ``ZABREF_DISK=powerloss``: a kill is then a power cut, `zabref.storage`); ``args``: extra ``serve`` options;
+        ``token_path``: the control token file (default: `control_token` beside the config)."""
         self.config_path = str(config_path)
+        self.token_path = Path(token_path) if token_path is not None else control_token(Path(config_path).parent)
+        self.token = read_token(self.token_path)
         self.sid = sid
         self.me = config.server(sid)
         self.code_root = Path(code_root) if code_root is not None else None
@@ -79,7 +104,8 @@ class ServerProcess:
         if self.running:
             raise ZabError(f"server {self.sid} is already running (pid {self.proc.pid})")
         self.me.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "zabref.cli", "serve", "--config", self.config_path, "--id", str(self.sid)]
+        args = [sys.executable, "-m", "zabref.cli", "serve", "--config", self.config_path, "--id", str(self.sid),
+                "--control-token", str(self.token_path.resolve())]
         if control:
             args.append("--control")
         args += self.args
@@ -107,9 +133,14 @@ class ServerProcess:
                 raise ZabError(f"server {self.sid} exited with code {self.proc.returncode if self.proc else None}; "
                                f"see {self.stderr_path}:\n{self.tail()}")
             try:
-                with ControlClient(self.me.host, self.me.control_port, timeout=2.0) as c:
+                with self.control(timeout=2.0) as c:
                     pid = c.request("ping").get("pid")
-            except (OSError, ControlError):
+            except ControlError as e:
+                if "not authenticated" in str(e):  # another cluster's server, with another token, has our port
+                    raise ZabError(f"server {self.sid}: control port {self.me.control_port} refuses this cluster's "
+                                   f"token ({self.token_path}): another server has the port") from None
+                pid = None
+            except OSError:
                 pid = None
             if pid == self.proc.pid:
                 return
@@ -121,7 +152,9 @@ class ServerProcess:
             time.sleep(0.05)
 
     def control(self, timeout: float = 30.0) -> ControlClient:
-        return ControlClient(self.me.host, self.me.control_port, timeout=timeout)
+        if self.me.control_port is None:
+            raise ConfigError(f"{self.config_path}: server {self.sid} has no control_port")
+        return ControlClient(self.me.control_host, self.me.control_port, self.token, timeout=timeout)
 
     def kill(self) -> None:
         """SIGKILL. With ``ZABREF_DISK=powerloss`` in ``env`` this is a power cut (only what the server fsynced

@@ -11,24 +11,32 @@ One file describes the whole cluster, and every server reads the same file (``za
 
     [[server]]
     id = 1
-    host = "127.0.0.1"   # loopback only: zabref is a reference, not a hardened network service
+    host = "127.0.0.1"   # where this server listens and the others reach it: a host name, IPv4 or IPv6
     quorum_port = 21001
     election_port = 21002
     client_port = 21003
-    control_port = 21004
+    control_port = 21004 # optional; listens on loopback only, and only with --control-token (docs/operations.md)
     data_dir = "data/1"  # relative paths are taken from the config file's folder
 
-`load_config` checks everything before anything starts -- keys present and known, types, id uniqueness, ports in
-range and all distinct, loopback hosts, limits positive -- and raises
-`ConfigError` naming the file and the key (``cluster.toml: [[server]] #2 (id 3): quorum_port: ...``).
-`render_config` writes the same format back (used by ``zabref cluster``); `write_config` writes it atomically (temp
-file, fsync, rename).
+`load_config` checks everything before anything starts -- keys present and known, types, id uniqueness, host names
+and addresses, ports in range and distinct per host, limits positive -- and raises `ConfigError` naming the file
+and the key (``cluster.toml: [[server]] #2 (id 3): quorum_port: ...``).
+
+ZooKeeper's own form is read too (`parse_zoo_cfg`): a ``zoo.cfg`` of ``key=value`` lines with ``tickTime``,
+``initLimit``, ``syncLimit``, ``dataDir``, ``clientPort`` and one ``server.N=host:quorumPort:electionPort;clientPort``
+line per server (``[;[address:]clientPort]`` optional when ``clientPort`` is given; ``:participant`` accepted,
+``:observer`` refused). As in ZooKeeper, each machine has its own file, whose ``dataDir`` is the data directory of
+the server started with it; such servers have no control port. `load_config` takes a file as ``zoo.cfg`` when its
+name ends in ``.cfg``.
+
+`render_config` writes the TOML format back (used by ``zabref cluster``); `write_config` writes it atomically.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,9 +45,14 @@ from typing import Any
 
 from zabref.errors import ConfigError
 
-__all__ = ["ClusterConfig", "ServerConfig", "Config", "load_config", "parse_config", "render_config", "write_config"]
+__all__ = ["ClusterConfig", "ServerConfig", "Config", "load_config", "parse_config", "parse_zoo_cfg", "render_config",
+           "write_config"]
 
 PORT_KEYS = ("quorum_port", "election_port", "client_port", "control_port")
+#: The ports every server must have (the control port is optional).
+REQUIRED_PORTS = ("quorum_port", "election_port", "client_port")
+#: A DNS host name (RFC 1123): dot-separated labels of letters, digits and inner hyphens, at most 253 characters.
+_HOST_NAME = re.compile(r"(?=.{1,253}\.?$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +73,38 @@ class ServerConfig:
     quorum_port: int
     election_port: int
     client_port: int
-    control_port: int
+    control_port: int | None
     data_dir: Path
+
+    @property
+    def control_host(self) -> str:
+        """Where the control port listens: this server's host when that is a loopback address, else 127.0.0.1 --
+        never an interface other machines reach."""
+        return self.host if is_loopback(self.host) else "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` ``localhost`` or a loopback address (127.0.0.0/8, ::1)?"""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_host(where: str, raw: Any) -> str:
+    """A host name or an IPv4/IPv6 address (an IPv6 one may come in brackets); ConfigError naming ``where``."""
+    if not isinstance(raw, str):
+        raise ConfigError(f"{where}: host: expected a string, got {type(raw).__name__}")
+    host = raw[1:-1] if raw.startswith("[") and raw.endswith("]") else raw
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    if raw.startswith("[") or not _HOST_NAME.fullmatch(host):
+        raise ConfigError(f"{where}: host: {raw!r} is neither a host name nor an IPv4 or IPv6 address")
+    return host
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,19 +166,10 @@ def _server(path: str, base: Path, k: int, raw: Any) -> ServerConfig:
     sid = _int(where, "id", raw["id"], 1, (1 << 31) - 1)  # 0 is the spec's NoServer
     where = f"{where} (id {sid})"
     for key in fields:
-        if key not in raw:
+        if key not in raw and key != "control_port":
             raise ConfigError(f"{where}: missing key {key!r}")
-    host = raw["host"]
-    if not isinstance(host, str):
-        raise ConfigError(f"{where}: host: expected a string, got {type(host).__name__}")
-    if host != "localhost":
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            raise ConfigError(f"{where}: host: {host!r} is not an IP address or 'localhost'") from None
-        if not loopback:
-            raise ConfigError(f"{where}: host: {host} is not a loopback address (zabref listens on loopback only)")
-    ports = {key: _int(where, key, raw[key], 1, 65535) for key in PORT_KEYS}
+    host = check_host(where, raw["host"])
+    ports = {key: _int(where, key, raw[key], 1, 65535) if key in raw else None for key in PORT_KEYS}
     data_dir = raw["data_dir"]
     if not isinstance(data_dir, str) or not data_dir:
         raise ConfigError(f"{where}: data_dir: expected a non-empty string")
@@ -156,22 +190,108 @@ def parse_config(text: str, path: str = "<config>", base: Path | None = None) ->
         raise ConfigError(f"{path}: server: expected one or more [[server]] tables")
     base = base if base is not None else Path.cwd()
     servers = tuple(_server(path, base, k, e) for k, e in enumerate(entries))
-    seen_ids: dict[int, int] = {}
+    _check_together(servers, [f"{path}: [[server]] #{k + 1} (id {s.id})" for k, s in enumerate(servers)],
+                    shared_data_dir=False)
+    return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)))
+
+
+def _machine(host: str) -> str:
+    """Which machine a host is, as far as a configuration can tell: every loopback address is this one."""
+    return "loopback" if is_loopback(host) else host
+
+
+def _check_together(servers: tuple[ServerConfig, ...], wheres: list[str], *, shared_data_dir: bool) -> None:
+    """Ids distinct; no two listeners on one address and port (the control port counts at its own host); no two
+    servers of one machine in one data dir (unless ``shared_data_dir``: a zoo.cfg names only its own server's)."""
+    seen_ids: dict[int, str] = {}
     seen_ports: dict[tuple[str, int], str] = {}
-    seen_dirs: dict[Path, int] = {}
-    for k, s in enumerate(servers):
-        where = f"{path}: [[server]] #{k + 1} (id {s.id})"
+    seen_dirs: dict[tuple[str, Path], int] = {}
+    for where, s in zip(wheres, servers, strict=True):
         if s.id in seen_ids:
-            raise ConfigError(f"{where}: id: {s.id} is also the id of [[server]] #{seen_ids[s.id] + 1}")
-        seen_ids[s.id] = k
+            raise ConfigError(f"{where}: id: {s.id} is also the id of {seen_ids[s.id]}")
+        seen_ids[s.id] = where.split(": ", 1)[-1]
         for key in PORT_KEYS:
             port = getattr(s, key)
-            if (s.host, port) in seen_ports:
-                raise ConfigError(f"{where}: {key}: port {port} is already the {seen_ports[(s.host, port)]}")
-            seen_ports[(s.host, port)] = f"{key} of server {s.id}"
-        if s.data_dir in seen_dirs:
-            raise ConfigError(f"{where}: data_dir: {s.data_dir} is also the data_dir of server {seen_dirs[s.data_dir]}")
-        seen_dirs[s.data_dir] = s.id
+            if port is None:
+                continue
+            at = (s.control_host if key == "control_port" else s.host, port)  # a listener's own address
+            if at in seen_ports:
+                raise ConfigError(f"{where}: {key}: port {port} is already the {seen_ports[at]}")
+            seen_ports[at] = f"{key} of server {s.id}"
+        place = (_machine(s.host), s.data_dir)
+        if place in seen_dirs and not shared_data_dir:
+            raise ConfigError(f"{where}: data_dir: {s.data_dir} is also the data_dir of server {seen_dirs[place]} "
+                              "on the same machine")
+        seen_dirs[place] = s.id
+
+
+def _zoo_int(where: str, key: str, value: str, low: int, high: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{where}: {key}: expected an integer, got {value!r}") from None
+    return _int(where, key, number, low, high)
+
+
+#: ``server.N=host:quorumPort:electionPort[:participant|:observer][;[address:]clientPort]``
+_ZOO_SERVER = re.compile(r"(?P<host>\[[^\]]*\]|[^:;\s]+):(?P<quorum>[^:;]*):(?P<election>[^:;]*)"
+                         r"(?::(?P<role>[^;]*))?(?:;(?:(?P<client_host>\[[^\]]*\]|[^;]*):)?(?P<client>[^:;]*))?")
+
+
+def parse_zoo_cfg(text: str, path: str = "<zoo.cfg>", base: Path | None = None) -> Config:
+    """A ZooKeeper ``zoo.cfg`` (module docstring) as a `Config`; ConfigError naming the file and the line."""
+    base = base if base is not None else Path.cwd()
+    values: dict[str, tuple[int, str]] = {}
+    server_lines: list[tuple[int, int, str]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        where = f"{path}:{number}"
+        key, eq, value = stripped.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key:
+            raise ConfigError(f"{where}: expected key=value, got {stripped!r}")
+        if key.startswith("server."):
+            sid = _zoo_int(where, key, key.removeprefix("server."), 1, (1 << 31) - 1)
+            server_lines.append((number, sid, value))
+        elif key in ("tickTime", "initLimit", "syncLimit", "dataDir", "clientPort"):
+            if key in values:
+                raise ConfigError(f"{where}: {key}: given twice (also line {values[key][0]})")
+            values[key] = (number, value)
+        # ZooKeeper's other settings (autopurge, 4lw, metrics, ...) do not concern the protocol: ignored.
+    cluster = ClusterConfig(**{
+        field: _zoo_int(f"{path}:{values[key][0]}", key, values[key][1], 1, 3_600_000)
+        for field, key in (("tick_ms", "tickTime"), ("init_limit", "initLimit"), ("sync_limit", "syncLimit"))
+        if key in values})
+    if "dataDir" not in values or not values["dataDir"][1]:
+        raise ConfigError(f"{path}: dataDir: missing (the data directory of the server started with this file)")
+    data_dir = Path(values["dataDir"][1])
+    data_dir = data_dir if data_dir.is_absolute() else base / data_dir
+    default_client = (_zoo_int(f"{path}:{values['clientPort'][0]}", "clientPort", values["clientPort"][1], 1, 65535)
+                      if "clientPort" in values else None)
+    if not server_lines:
+        raise ConfigError(f"{path}: no server.N=host:quorumPort:electionPort;clientPort line")
+    servers, wheres = [], []
+    for number, sid, value in server_lines:
+        where = f"{path}:{number}: server.{sid}"
+        m = _ZOO_SERVER.fullmatch(value)
+        if m is None:
+            raise ConfigError(f"{where}: expected host:quorumPort:electionPort[:participant][;clientPort], "
+                              f"got {value!r}")
+        if m["role"] not in (None, "participant"):
+            raise ConfigError(f"{where}: {m['role']}: zabref has no observers (spec/Zab.tla does not model them); "
+                              "every server votes" if m["role"] == "observer" else
+                              f"{where}: unknown role {m['role']!r} (participant or observer)")
+        client = (_zoo_int(where, "clientPort", m["client"], 1, 65535) if m["client"] is not None
+                  else default_client)
+        if client is None:
+            raise ConfigError(f"{where}: no client port: add ;clientPort to the line or a clientPort=N line")
+        servers.append(ServerConfig(sid, check_host(where, m["host"]), _zoo_int(where, "quorumPort", m["quorum"], 1,
+                                    65535), _zoo_int(where, "electionPort", m["election"], 1, 65535), client, None,
+                                    data_dir))
+        wheres.append(where)
+    _check_together(tuple(servers), wheres, shared_data_dir=True)
     return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)))
 
 
@@ -184,6 +304,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    if p.suffix == ".cfg":
+        return parse_zoo_cfg(text, str(p), p.resolve().parent)
     return parse_config(text, str(p), p.resolve().parent)
 
 
@@ -193,7 +315,7 @@ def render_config(cluster: ClusterConfig, servers: list[ServerConfig] | tuple[Se
     lines += [f"{k} = {getattr(cluster, k)}" for k in ("tick_ms", "init_limit", "sync_limit")]
     for s in servers:
         lines += ["", "[[server]]", f"id = {s.id}", f'host = "{s.host}"']
-        lines += [f"{k} = {getattr(s, k)}" for k in PORT_KEYS]
+        lines += [f"{k} = {getattr(s, k)}" for k in PORT_KEYS if getattr(s, k) is not None]
         lines.append(f"data_dir = {_toml_string(str(s.data_dir))}")
     return "\n".join(lines) + "\n"
 

@@ -2,9 +2,15 @@
 
 Theory of operation
 -------------------
-Each server listens on its ``control_port`` (loopback) for JSON Lines: one request object a line, one response
-object a line, in order, on any number of connections. Every response has ``"ok": true`` or an ``"error"`` text; a
-failed request never stops the server. docs/runtime.md lists every request and response shape.
+A server has a control port only when it is started with a token (``zabref serve --control-token FILE``) and its
+configuration names a ``control_port``; the port listens on loopback only (`zabref.config.ServerConfig.control_host`).
+It speaks JSON Lines: one request object a line, one response object a line, in order, on any number of
+connections. The first line of every connection must be ``{"op": "auth", "token": "..."}`` with the token of the
+file; anything else -- a wrong token, another op, bytes that are not such a line, or no complete line within
+`AUTH_TIMEOUT` seconds -- is answered with an error and the connection closed, before any other line is read: a
+stranger on the port reads nothing and changes nothing. Tokens are compared in constant time (`hmac.compare_digest`);
+`read_token` refuses a token file that other users may read. Every response has ``"ok": true`` or an ``"error"``
+text; a failed request never stops the server. docs/runtime.md lists every request and response shape.
 
 Read-only requests (``ping``, ``state``) work in both modes. The requests that step a server work only in control
 mode (``zabref serve --control``, `zabref.drivers.ControlDriver`), where nothing reaches the node by itself:
@@ -35,18 +41,22 @@ driver keeps one open per server for a whole replay.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import os
 import socket
+import stat
 import time
+from pathlib import Path
 from typing import Any
 
 from zabref import peers
 from zabref.actionlog import describe_packet
-from zabref.errors import ZabError
+from zabref.errors import ConfigError, ZabError
 
-__all__ = ["ControlPort", "ControlClient", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "MAX_TICKS", "settle"]
+__all__ = ["ControlPort", "ControlClient", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "MAX_TICKS", "settle",
+           "read_token", "AUTH_TIMEOUT"]
 
 log = logging.getLogger("zabref")
 
@@ -58,6 +68,30 @@ _STEP_OPS = ("release", "release_vote", "tick", "fsync_pause")
 _FAULT_OPS = ("partition", "heal")
 #: Most ticks one ``tick`` request may ask for.
 MAX_TICKS = 10_000
+#: Seconds a new connection has to send its whole ``auth`` line; and the longest such line, in bytes.
+AUTH_TIMEOUT = 5.0
+MAX_AUTH_LINE = 4096
+#: The shortest token a token file may hold (bytes, after stripping surrounding whitespace).
+MIN_TOKEN = 16
+
+
+def read_token(path: str | os.PathLike[str]) -> bytes:
+    """The control token in ``path``; ConfigError naming the file if it cannot be read, is too short or too long,
+    or may be read by other users than its owner (chmod 600 it)."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+        token = p.read_bytes().strip()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the control token: {e.strerror or e}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"{p}: the control token file may be read by others (mode {stat.S_IMODE(mode):o}); "
+                          "chmod 600 it")
+    if not MIN_TOKEN <= len(token) <= MAX_AUTH_LINE // 2:
+        raise ConfigError(f"{p}: a control token is {MIN_TOKEN} to {MAX_AUTH_LINE // 2} bytes, this one {len(token)}")
+    if any(b < 0x21 or b > 0x7E for b in token):
+        raise ConfigError(f"{p}: a control token is printable ASCII without spaces")
+    return token
 
 
 class ControlError(ZabError):
@@ -82,15 +116,43 @@ def _notification(n: Any) -> dict[str, Any]:
 
 
 class ControlPort:
-    """The server side: ``asyncio.start_server(ControlPort(server).handle, ...)``."""
+    """The server side: ``asyncio.start_server(ControlPort(server, token).handle, ...)``."""
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: Any, token: bytes) -> None:
         self.server = server  # zabref.runtime.Server
+        self._token = token
+
+    async def _authenticated(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: Any) -> bool:
+        """Read the connection's first line, at most `MAX_AUTH_LINE` bytes within `AUTH_TIMEOUT` s: is it the auth
+        request with this server's token? If not, say why (without telling which part was wrong) and log it."""
+        why = "the first line must be {\"op\": \"auth\", \"token\": ...} with this server's token"
+        try:
+            line = await asyncio.wait_for(reader.readuntil(b"\n"), AUTH_TIMEOUT)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError) as e:
+            log.warning("control connection from %s closed: not authenticated: no auth line (%s)", address,
+                        type(e).__name__)
+            return False
+        if len(line) > MAX_AUTH_LINE:
+            request = None
+        else:
+            try:
+                request = json.loads(line)
+            except (ValueError, RecursionError):
+                request = None
+        token = request.get("token") if isinstance(request, dict) and request.get("op") == "auth" else None
+        if isinstance(token, str) and hmac.compare_digest(token.encode("utf-8", "surrogateescape"), self._token):
+            await self._write(writer, {"ok": True})
+            return True
+        await self._write(writer, {"error": f"not authenticated: {why}"})
+        log.warning("control connection from %s closed: not authenticated: a wrong or missing token", address)
+        return False
 
     @peers.quiet_cancel
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = writer.get_extra_info("peername")
         try:
+            if not await self._authenticated(reader, writer, address):
+                return
             while True:
                 try:
                     first = await reader.readexactly(1)  # between requests: no timeout
@@ -267,15 +329,21 @@ def _sid(request: dict[str, Any], key: str) -> int:
 class ControlClient:
     """A blocking client of one server's control socket (JSON Lines over TCP)."""
 
-    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, token: bytes, timeout: float = 30.0) -> None:
+        """``token``: the server's control token (`read_token`), sent first on every connection."""
         self.address = (host, port)
         self.timeout = timeout
+        self._token = token
         self._sock: socket.socket | None = None
         self._file: Any = None
 
     def _connect(self) -> None:
         self._sock = socket.create_connection(self.address, timeout=self.timeout)
         self._file = self._sock.makefile("rwb")
+        answer = self._exchange({"op": "auth", "token": self._token.decode("ascii")})
+        if "error" in answer:
+            self.close()
+            raise ControlError(f"server {self.address[1]}: {answer['error']}")
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request; return the response, or raise ControlError with its error text."""
@@ -288,6 +356,9 @@ class ControlClient:
         """Send one request object and return the response object as it is (OSError if the server is gone)."""
         if self._file is None:
             self._connect()
+        return self._exchange(request)
+
+    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
             self._file.write(json.dumps(request).encode() + b"\n")
             self._file.flush()

@@ -83,12 +83,15 @@ def timing_of(config: Config) -> Timing:
 class Server:
     """One zabref server: ``await Server(config, sid, driver).run()``; `stop` ends it."""
 
-    def __init__(self, config: Config, sid: int, driver: Any, *, action_log: ActionLog | None = None) -> None:
+    def __init__(self, config: Config, sid: int, driver: Any, *, action_log: ActionLog | None = None,
+                 control_token: bytes | None = None) -> None:
+        """``control_token``: open the control port (`zabref.control`), which admits only this token."""
         self.config = config
         self.sid = sid
         self.me = config.server(sid)
         self.driver = driver  # zabref.drivers.NormalDriver or ControlDriver
         self.action_log = action_log
+        self.control_token = control_token
         self.storage: Storage | None = None
         self.node: Node | None = None
         self.conns: dict[int, peers.Connection] = {}  # quorum connections by peer
@@ -128,7 +131,9 @@ class Server:
         await self.listen("quorum_port", self._accept_quorum)
         await self.listen("election_port", self._accept_votes)
         await self.listen("client_port", clientport.ClientPort(self).handle)
-        await self.listen("control_port", control.ControlPort(self).handle, limit=control.MAX_LINE)
+        if self.control_token is not None:
+            await self.listen("control_port", control.ControlPort(self, self.control_token).handle,
+                              host=self.me.control_host, limit=control.MAX_LINE)
         for other in self.config.servers:
             if other.id != self.sid:
                 self.senders[other.id] = peers.ElectionSender(self.sid, other.id, other.host, other.election_port)
@@ -137,25 +142,28 @@ class Server:
             self.action_log.restart(self.sid, self.node)
         self.enqueue(lambda: self.node.start(self.driver.now()))
         self.driver.start(self)
-        log.info("server %d ready (%s mode): quorum %s:%d, election %d, client %d, control %d; history %d txns, "
+        control_at = f"{self.me.control_host}:{self.me.control_port}" if self.control_token is not None else "none"
+        log.info("server %d ready (%s mode): quorum %s:%d, election %d, client %d, control %s; history %d txns, "
                  "acceptedEpoch %d, currentEpoch %d", self.sid, self.driver.name, self.me.host, self.me.quorum_port,
-                 self.me.election_port, self.me.client_port, self.me.control_port, len(self.core.history),
+                 self.me.election_port, self.me.client_port, control_at, len(self.core.history),
                  self.core.accepted_epoch, self.core.current_epoch)
         await self._stopping.wait()
         await self._shutdown()
         return self.exit_code
 
-    async def listen(self, key: str, handler: Any, **kwargs: Any) -> None:
-        """Listen on this server's ``key`` port (a config key); ConfigError naming it if the port is taken."""
+    async def listen(self, key: str, handler: Any, host: str | None = None, **kwargs: Any) -> None:
+        """Listen on this server's ``key`` port (a config key) at its host (or ``host``); ConfigError naming it if
+        the port is taken."""
         port = getattr(self.me, key)
+        host = self.me.host if host is None else host
         try:
-            self._listeners.append(await asyncio.start_server(handler, self.me.host, port, **kwargs))
+            self._listeners.append(await asyncio.start_server(handler, host, port, **kwargs))
         except OSError as e:
             for listener in self._listeners:
                 listener.close()
             self.storage.close()
             raise ConfigError(f"{self.config.path}: server {self.sid}: {key}: cannot listen on "
-                              f"{self.me.host}:{port}: {e.strerror or e}") from None
+                              f"{host}:{port}: {e.strerror or e}") from None
 
     def stop(self, code: int = 0) -> None:
         self.exit_code = self.exit_code or code
@@ -560,13 +568,20 @@ def _timed_sync(storage: Storage) -> float:
     return time.perf_counter() - started
 
 
-def run_server(config: Config, sid: int, *, control: bool, action_log: str | None = None) -> int:
-    """Run one server until SIGTERM/SIGINT; returns the exit code (0 clean, 2 storage failure, 3 internal error)."""
+def run_server(config: Config, sid: int, *, control: bool, action_log: str | None = None,
+               control_token: bytes | None = None) -> int:
+    """Run one server until SIGTERM/SIGINT; returns the exit code (0 clean, 2 storage failure, 3 internal error).
+    ConfigError if control mode or a control token is asked for and the server has no control port."""
     from zabref.drivers import ControlDriver, NormalDriver  # noqa: PLC0415
+
+    if control and control_token is None:
+        raise ConfigError("control mode (--control) is driven through the control port: give --control-token")
+    if control_token is not None and config.server(sid).control_port is None:
+        raise ConfigError(f"{config.path}: server {sid} has no control_port, so --control-token has no port to open")
 
     async def main() -> int:
         driver = ControlDriver() if control else NormalDriver(config.cluster.tick_ms / 1000)
         log_ = ActionLog.open(action_log, sid) if action_log else None
-        return await Server(config, sid, driver, action_log=log_).run()
+        return await Server(config, sid, driver, action_log=log_, control_token=control_token).run()
 
     return asyncio.run(main())

@@ -19,6 +19,7 @@ in a server's stderr, or a server that closed more fuzz connections than its log
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -163,6 +164,13 @@ class Fuzzer:
     async def _one(self, i: int, kind: Kind, t: Target, inp: Input) -> None:
         s = self.live[t.sid]
         start = time.monotonic()
+        host = s.me.host
+        if kind.port == "control_port":
+            host = s.me.control_host
+            if kind.authenticate:  # past the gate: the input is read as requests of an authenticated connection
+                auth = json.dumps({"op": "auth", "token": s.token.decode()}).encode() + b"\n"
+                inp = dataclasses.replace(inp, payload=auth + inp.payload,
+                                          bad=(False, *inp.bad) if inp.expect == ANSWER else inp.bad)
         lock = self._locks[t.sid] if inp.exclusive else None
         if lock is not None:
             await lock.acquire()
@@ -170,7 +178,7 @@ class Fuzzer:
         try:
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(s.me.host, getattr(s.me, kind.port), limit=4 << 20), CLOSE_WAIT)
+                    asyncio.open_connection(host, getattr(s.me, kind.port), limit=4 << 20), CLOSE_WAIT)
             except (OSError, TimeoutError, asyncio.TimeoutError) as e:
                 return self._outcome(i, kind, t, start, f"cannot connect: {e}")
             wrote = True

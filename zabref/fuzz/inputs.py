@@ -75,6 +75,9 @@ class Kind:
     make: Callable[[random.Random, Target], Input]
     roles: frozenset[str] = ROLES
     known_issue: str | None = None
+    #: control port: the harness sends the auth line with the server's token first (the kinds that test the gate
+    #: itself say False)
+    authenticate: bool = True
 
 
 # ------------------------------------------------------------------------------------------------------ bytes
@@ -352,6 +355,25 @@ def _k_half_line(rng: random.Random, t: Target) -> Input:
     return Input(b'{"op": "pi', SILENCE, wait=control.LINE_TIMEOUT + 5)
 
 
+def _k_no_auth(rng: random.Random, t: Target) -> Input:
+    """A first line that is not the auth request: a real request, a bad line, an auth without or with a non-text
+    token. Refused (an error answer) and closed; nothing after it is read."""
+    first = rng.choice([b'{"op": "state"}', b'{"op": "partition", "peers": [2]}', b'{"op": "tick"}', b"not json",
+                        b'{"op": "auth"}', b'{"op": "auth", "token": 5}', rng.randbytes(rng.randint(1, 64))])
+    return Input(first.replace(b"\n", b" ") + b"\n" + b'{"op": "ping"}\n', CLOSE)
+
+
+def _k_wrong_token(rng: random.Random, t: Target) -> Input:
+    """An auth request with a token that is not the server's (random, empty, too long, a prefix of a real one)."""
+    token = rng.choice([rng.randbytes(32).hex(), "", "x" * (control.MAX_AUTH_LINE + 1), "0" * 63])
+    return Input(json.dumps({"op": "auth", "token": token}).encode() + b"\n" + b'{"op": "ping"}\n', CLOSE)
+
+
+def _k_auth_silence(rng: random.Random, t: Target) -> Input:
+    """Nothing, or half an auth line: closed once `AUTH_TIMEOUT` has passed."""
+    return Input(rng.choice([b"", b'{"op": "auth", "tok']), CLOSE, wait=control.AUTH_TIMEOUT + 5)
+
+
 def kind_table(tick_s: float = 0.1, init_limit: int = 10) -> dict[str, Kind]:
     """Every kind by name, with the waits of its silence inputs for a cluster of that timing."""
     idle = (init_limit + 3) * tick_s + 3  # a quorum connection silent for initLimit ticks is closed, on any role
@@ -384,6 +406,9 @@ def kind_table(tick_s: float = 0.1, init_limit: int = 10) -> dict[str, Kind]:
         Kind("control-long-line", "control_port", 0.2, _k_long_line),
         Kind("control-parser-bombs", "control_port", 2, _k_parser_bombs),
         Kind("control-half-line", "control_port", 0.3, _k_half_line),
+        Kind("control-no-auth", "control_port", 3, _k_no_auth, authenticate=False),
+        Kind("control-wrong-token", "control_port", 3, _k_wrong_token, authenticate=False),
+        Kind("control-auth-silence", "control_port", 0.3, _k_auth_silence, authenticate=False),
     ]
     return {k.name: k for k in table}
 
