@@ -277,3 +277,72 @@ def test_servers_started_without_a_token_have_no_control_port_and_control_mode_n
             except subprocess.TimeoutExpired:
                 p.kill()
         release_base_port(base)
+
+
+# ------------------------------------------------------------------------------------------------- client limits
+
+
+def _open_from(source: str, address: tuple[str, int], n: int) -> tuple[list[socket.socket], int]:
+    """Open ``n`` client connections from ``source``; (those the server keeps open, how many it closed at once)."""
+    import select
+
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind((source, 0))
+        s.connect(address)
+        socks.append(s)
+    kept, closed = list(socks), 0
+    deadline = 2.0
+    while deadline > 0:
+        readable, _, _ = select.select(kept, [], [], 0.5)
+        deadline -= 0.5
+        for s in readable:
+            if s.recv(1) == b"":
+                kept.remove(s)
+                s.close()
+                closed += 1
+    return kept, closed
+
+
+@pytest.mark.slow
+def test_one_address_takes_its_share_of_client_connections_and_the_others_are_served(tmp_path: Path) -> None:
+    base = find_free_base_port(3)
+    held: list[socket.socket] = []
+    try:
+        path = cluster_config(tmp_path, 3, base)
+        with open(path, "a") as f:
+            f.write("\n[limits]\nclient_connections = 12\nclient_connections_per_address = 8\n")
+        with LocalCluster(path).start() as cluster:
+            me = cluster[1].me
+            address = (me.host, me.client_port)
+            kept, closed = _open_from("127.0.0.2", address, 20)
+            held += kept
+            assert (len(kept), closed) == (8, 12)  # the per-address limit
+            with ZabClient([address], attempts=120) as c:  # another address is still served
+                assert c.submit("still served") > 0
+            kept, closed = _open_from("127.0.0.3", address, 10)
+            held += kept
+            assert (len(kept), closed) == (4, 6)  # the limit of all together: 8 + 4 = 12
+            log = (me.data_dir / "server.log").read_text()
+            assert "client_connections_per_address" in log and "(limits.client_connections)" in log
+            for s in held:
+                s.close()
+            held.clear()
+            with ZabClient([address], attempts=120) as c:
+                assert c.submit("served again") > 0
+    finally:
+        for s in held:
+            s.close()
+        release_base_port(base)
+
+
+def test_limits_are_read_and_checked() -> None:
+    text = _toml(dict(sid=1, host="127.0.0.1", q=1, e=2, c=3, data="d"))
+    assert parse_config(text + "[limits]\nclient_frame_bytes = 4096\n", "c.toml").limits.client_frame_bytes == 4096
+    with pytest.raises(ConfigError, match=r"c.toml: \[limits\]: client_connections: 0 is outside 1..100000"):
+        parse_config(text + "[limits]\nclient_connections = 0\n", "c.toml")
+    with pytest.raises(ConfigError, match=r"c.toml: \[limits\]: unknown key 'max_clients'"):
+        parse_config(text + "[limits]\nmax_clients = 3\n", "c.toml")
+    zoo = parse_zoo_cfg(ZOO + "maxClientCnxns=60\njute.maxbuffer=2048\n", "zoo.cfg")
+    assert (zoo.limits.client_connections_per_address, zoo.limits.client_frame_bytes) == (60, 2048)

@@ -25,10 +25,13 @@ ClientRequest values here).
 Bad input. A body that is not a JSON object (bad UTF-8, bad JSON, nesting too deep for the parser, an integer with
 more digits than Python converts, a ``value`` that is not encodable Unicode such as a lone surrogate) gets an error
 answer and the connection stays usable. A bad length prefix closes the connection at once. Bounds, so that clients
-cannot exhaust the server: at most `MAX_CLIENT_CONNECTIONS` client connections at a time (one more is closed at
-once); a request must arrive whole within `FRAME_TIMEOUT` seconds of its first byte (half a frame then silence is
-closed); an answer the client does not read within `WRITE_TIMEOUT` seconds closes the connection. Every close for
-one of these reasons is logged with the client's address.
+cannot exhaust the server, from the configuration's ``[limits]`` (`zabref.config.Limits`): at most
+``client_connections`` client connections at a time, and at most ``client_connections_per_address`` from one
+address (as ZooKeeper's maxClientCnxns: one host that opens thousands of connections takes its share, and the
+others are still served); one more is closed at once. A request is at most ``client_frame_bytes`` long (a longer
+length prefix closes the connection before the body is read) and must arrive whole within `FRAME_TIMEOUT` seconds
+of its first byte (half a frame then silence is closed); an answer the client does not read within `WRITE_TIMEOUT`
+seconds closes the connection. Every close for one of these reasons is logged with the client's address.
 """
 
 from __future__ import annotations
@@ -42,16 +45,15 @@ from zabref import peers, wire
 from zabref.errors import CodecError, ProtocolError
 from zabref.node import READ_LIMIT
 
-__all__ = ["ClientPort", "request_async", "MAX_CLIENT_FRAME", "READ_LIMIT", "SUBMIT_TIMEOUT", "MAX_CLIENT_CONNECTIONS",
-           "FRAME_TIMEOUT", "WRITE_TIMEOUT"]
+__all__ = ["ClientPort", "request_async", "MAX_CLIENT_FRAME", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT",
+           "WRITE_TIMEOUT"]
 
 log = logging.getLogger("zabref")
 
+#: The largest ANSWER a client reads (a request's bound is the configuration's ``limits.client_frame_bytes``).
 MAX_CLIENT_FRAME = 1024 * 1024
 #: Seconds a submit waits for its transaction to be delivered here before answering "outcome unknown".
 SUBMIT_TIMEOUT = 30.0
-#: Most client connections open at once (each may buffer up to MAX_CLIENT_FRAME bytes of an incomplete request).
-MAX_CLIENT_CONNECTIONS = 256
 #: Seconds between the first byte of a request frame and its last.
 FRAME_TIMEOUT = 10.0
 #: Seconds an answer may wait for the client to read it.
@@ -101,23 +103,38 @@ class ClientPort:
     def __init__(self, server: Any) -> None:
         self.server = server  # zabref.runtime.Server
         server.forward_to = self.forward
+        self.limits = server.config.limits  # zabref.config.Limits
         self.open_connections = 0
+        self.per_address: dict[str, int] = {}  # open client connections by the client's IP address
         #: Idle connections to a leader's client port, reused by `_forward` (at most FORWARD_POOL per address).
         self._forward_pool: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
 
     @peers.quiet_cancel
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = writer.get_extra_info("peername")
-        if self.open_connections >= MAX_CLIENT_CONNECTIONS:
-            log.warning("client connection from %s closed: %d client connections are open already", address,
-                        self.open_connections)
+        host = address[0] if isinstance(address, tuple) and address else str(address)
+        limits = self.limits
+        if self.open_connections >= limits.client_connections:
+            log.warning("client connection from %s closed: %d client connections are open already (limits."
+                        "client_connections)", address, self.open_connections)
+            writer.close()
+            return
+        if self.per_address.get(host, 0) >= limits.client_connections_per_address:
+            log.warning("client connection from %s closed: %d client connections from %s are open already (limits."
+                        "client_connections_per_address)", address, self.per_address[host], host)
             writer.close()
             return
         self.open_connections += 1
+        self.per_address[host] = self.per_address.get(host, 0) + 1
         try:
             reason = await self._serve(reader, writer)
         finally:
             self.open_connections -= 1
+            left = self.per_address[host] - 1
+            if left:
+                self.per_address[host] = left
+            else:
+                del self.per_address[host]
             writer.close()
         if reason is not None:
             log.warning("client connection from %s closed: %s", address, reason)
@@ -125,7 +142,7 @@ class ClientPort:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str | None:
         """Answer requests until the client leaves (None) or misbehaves (the reason, for the log line)."""
         loop = asyncio.get_running_loop()
-        decoder = wire.FrameDecoder(MAX_CLIENT_FRAME, "client request")
+        decoder = wire.FrameDecoder(self.limits.client_frame_bytes, "client request")
         started = 0.0  # when the first byte of the incomplete frame in `decoder` arrived
         try:
             while True:

@@ -9,6 +9,11 @@ One file describes the whole cluster, and every server reads the same file (``za
     init_limit = 10      # ticks a follower (or a new leader) may take to connect and sync (initLimit)
     sync_limit = 5       # ticks without hearing the other side before giving up on it (syncLimit)
 
+    [limits]             # optional; what one client can take of a server (the defaults shown)
+    client_connections = 1024              # client connections open at once, all addresses together
+    client_connections_per_address = 256   # ... from one address (ZooKeeper's maxClientCnxns)
+    client_frame_bytes = 1048576           # the largest client request (ZooKeeper's jute.maxbuffer)
+
     [[server]]
     id = 1
     host = "127.0.0.1"   # where this server listens and the others reach it: a host name, IPv4 or IPv6
@@ -25,7 +30,7 @@ and the key (``cluster.toml: [[server]] #2 (id 3): quorum_port: ...``).
 ZooKeeper's own form is read too (`parse_zoo_cfg`): a ``zoo.cfg`` of ``key=value`` lines with ``tickTime``,
 ``initLimit``, ``syncLimit``, ``dataDir``, ``clientPort`` and one ``server.N=host:quorumPort:electionPort;clientPort``
 line per server (``[;[address:]clientPort]`` optional when ``clientPort`` is given; ``:participant`` accepted,
-``:observer`` refused). As in ZooKeeper, each machine has its own file, whose ``dataDir`` is the data directory of
+``:observer`` refused), and the limits ``maxClientCnxns`` and ``jute.maxbuffer``. As in ZooKeeper, each machine has its own file, whose ``dataDir`` is the data directory of
 the server started with it; such servers have no control port. `load_config` takes a file as ``zoo.cfg`` when its
 name ends in ``.cfg``.
 
@@ -45,8 +50,8 @@ from typing import Any
 
 from zabref.errors import ConfigError
 
-__all__ = ["ClusterConfig", "ServerConfig", "Config", "load_config", "parse_config", "parse_zoo_cfg", "render_config",
-           "write_config"]
+__all__ = ["ClusterConfig", "Limits", "ServerConfig", "Config", "load_config", "parse_config", "parse_zoo_cfg",
+           "render_config", "write_config"]
 
 PORT_KEYS = ("quorum_port", "election_port", "client_port", "control_port")
 #: The ports every server must have (the control port is optional).
@@ -62,6 +67,15 @@ class ClusterConfig:
     tick_ms: int = 100
     init_limit: int = 10
     sync_limit: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The ``[limits]`` table: how much of a server clients may hold (docs/runtime.md, "Caps")."""
+
+    client_connections: int = 1024
+    client_connections_per_address: int = 256
+    client_frame_bytes: int = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +128,7 @@ class Config:
     path: str
     cluster: ClusterConfig
     servers: tuple[ServerConfig, ...]
+    limits: Limits = Limits()
 
     @property
     def sids(self) -> tuple[int, ...]:
@@ -183,8 +198,9 @@ def parse_config(text: str, path: str = "<config>", base: Path | None = None) ->
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    _known(path, raw, ("cluster", "server"))
+    _known(path, raw, ("cluster", "server", "limits"))
     cluster = _cluster(path, raw.get("cluster", {}))
+    limits = _limits(path, raw.get("limits", {}))
     entries = raw.get("server")
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{path}: server: expected one or more [[server]] tables")
@@ -192,7 +208,21 @@ def parse_config(text: str, path: str = "<config>", base: Path | None = None) ->
     servers = tuple(_server(path, base, k, e) for k, e in enumerate(entries))
     _check_together(servers, [f"{path}: [[server]] #{k + 1} (id {s.id})" for k, s in enumerate(servers)],
                     shared_data_dir=False)
-    return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)))
+    return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)), limits)
+
+
+#: The bounds of each limit: at least one connection and a request of 1 KiB; at most what a process can hold.
+_LIMIT_RANGES = {"client_connections": (1, 100_000), "client_connections_per_address": (1, 100_000),
+                 "client_frame_bytes": (1024, 64 * 1024 * 1024)}
+
+
+def _limits(path: str, raw: Any) -> Limits:
+    where = f"{path}: [limits]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table")
+    _known(where, raw, tuple(_LIMIT_RANGES))
+    default = Limits()
+    return Limits(**{k: _int(where, k, raw.get(k, getattr(default, k)), *r) for k, r in _LIMIT_RANGES.items()})
 
 
 def _machine(host: str) -> str:
@@ -255,7 +285,7 @@ def parse_zoo_cfg(text: str, path: str = "<zoo.cfg>", base: Path | None = None) 
         if key.startswith("server."):
             sid = _zoo_int(where, key, key.removeprefix("server."), 1, (1 << 31) - 1)
             server_lines.append((number, sid, value))
-        elif key in ("tickTime", "initLimit", "syncLimit", "dataDir", "clientPort"):
+        elif key in ("tickTime", "initLimit", "syncLimit", "dataDir", "clientPort", "maxClientCnxns", "jute.maxbuffer"):
             if key in values:
                 raise ConfigError(f"{where}: {key}: given twice (also line {values[key][0]})")
             values[key] = (number, value)
@@ -292,7 +322,10 @@ def parse_zoo_cfg(text: str, path: str = "<zoo.cfg>", base: Path | None = None) 
                                     data_dir))
         wheres.append(where)
     _check_together(tuple(servers), wheres, shared_data_dir=True)
-    return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)))
+    limits = Limits(**{field: _zoo_int(f"{path}:{values[key][0]}", key, values[key][1], *_LIMIT_RANGES[field])
+                       for field, key in (("client_connections_per_address", "maxClientCnxns"),
+                                          ("client_frame_bytes", "jute.maxbuffer")) if key in values})
+    return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)), limits)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -309,10 +342,13 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return parse_config(text, str(p), p.resolve().parent)
 
 
-def render_config(cluster: ClusterConfig, servers: list[ServerConfig] | tuple[ServerConfig, ...]) -> str:
-    """The TOML text of a configuration (data dirs written as given)."""
+def render_config(cluster: ClusterConfig, servers: list[ServerConfig] | tuple[ServerConfig, ...],
+                  limits: Limits | None = None) -> str:
+    """The TOML text of a configuration (data dirs written as given; ``limits`` only when given)."""
     lines = ["[cluster]"]
     lines += [f"{k} = {getattr(cluster, k)}" for k in ("tick_ms", "init_limit", "sync_limit")]
+    if limits is not None:
+        lines += ["", "[limits]"] + [f"{k} = {getattr(limits, k)}" for k in _LIMIT_RANGES]
     for s in servers:
         lines += ["", "[[server]]", f"id = {s.id}", f'host = "{s.host}"']
         lines += [f"{k} = {getattr(s, k)}" for k in PORT_KEYS if getattr(s, k) is not None]

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zabref import clientport, control, peers, wire
+from zabref.config import Limits
 from zabref.election import MAX_ROUND
 from zabref.packets import PROTOCOL_VERSION, LearnerInfo, Notification, PacketType, QuorumPacket, ServerState
 from zabref.runtime import QUORUM_TYPES
@@ -283,7 +284,7 @@ def _e_half_frame(rng: random.Random, t: Target) -> Input:
 
 
 def _c_bad_length(rng: random.Random, t: Target) -> Input:
-    return Input(_bad_length(rng, clientport.MAX_CLIENT_FRAME) + rng.randbytes(rng.randint(0, 64)), CLOSE)
+    return Input(_bad_length(rng, Limits().client_frame_bytes) + rng.randbytes(rng.randint(0, 64)), CLOSE)
 
 
 _PARSER_BOMBS = [lambda rng: b"[" * rng.randint(10_000, 200_000),
@@ -322,7 +323,7 @@ def _c_bad_requests(rng: random.Random, t: Target) -> Input:
 
 def _c_half_frame(rng: random.Random, t: Target) -> Input:
     whole = wire.frame(json.dumps({"op": "read", "from_zxid": 0, "limit": 1}).encode())
-    payload = rng.choice([_half(rng, whole), _I32.pack(rng.randint(64, clientport.MAX_CLIENT_FRAME)) + b"{"])
+    payload = rng.choice([_half(rng, whole), _I32.pack(rng.randint(64, Limits().client_frame_bytes)) + b"{"])
     return Input(payload, SILENCE, wait=clientport.FRAME_TIMEOUT + 3)
 
 
