@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from zabref import control, election, peers, wire
 from zabref.clientport import ClientPort
+from zabref.config import Limits
 from zabref.core import Persistent
 from zabref.errors import CodecError, RemoteProtocolError, ZabError
 from zabref.node import Node, Timing
@@ -116,7 +117,8 @@ class _StandIn(SimpleNamespace):
 
 
 def _client_port(refuse: bool = False) -> ClientPort:
-    return ClientPort(_StandIn(node=Node(1, (1, 2, 3), Persistent(), Timing()), sid=1, config=None, refuse=refuse))
+    return ClientPort(_StandIn(node=Node(1, (1, 2, 3), Persistent(), Timing()), sid=1,
+                               config=SimpleNamespace(limits=Limits()), refuse=refuse))
 
 
 PARSER_BOMBS = [b"[" * 100_000, b'{"op": "read", "from_zxid": ' + b"7" * 5000 + b"}", b'{"op": "read", "limit": '
