@@ -52,6 +52,7 @@ from typing import Any, Protocol
 from zabref.clientport import request_async
 from zabref.config import ClusterConfig, Config, ServerConfig, parse_config, render_config
 from zabref.drivers import NormalDriver
+from zabref.errors import ZabError
 from zabref.machine import Machine
 from zabref.node import Effects
 from zabref.packets import ServerState
@@ -344,7 +345,11 @@ class Simulation:
         process.spawn(loop, self._serve(sid, server), f"server-{sid}")
 
     async def _serve(self, sid: int, server: Server) -> None:
-        code = await server.run()
+        try:
+            code = await server.run()
+        except ZabError as e:  # e.g. a log its recovery refuses: what a power cut must never leave
+            self._fail(f"server {sid} cannot start: {type(e).__name__}: {e}")
+            return
         if self.machines[sid].server is server and self.machines[sid].up:
             self._fail(f"server {sid} stopped by itself with exit code {code}")
 
@@ -516,11 +521,18 @@ class Simulation:
         self.recovering = True
         self._event(f"recovery after {self.steps} steps")
         self.net.heal()
+        # Half the runs end with a minority down for good (the last fault): the rest must still make progress.
+        down = set(self.rng.sample(self.sids, self.rng.randint(1, len(self.sids) // 2))) \
+            if "crash" in self.faults and self.rng.random() < 0.5 else set()
         for sid, m in self.machines.items():
             m.disk.crash_at = None
             m.disk.fsync_delay = 0.0
-            if not m.up:
+            if sid in down:
+                self._power_off(sid)
+            elif not m.up:
                 self._power_on(sid)
+        if down:
+            self._event(f"stays down: {sorted(down)}")
         probe = Process("probe")
         self._clients.append(probe)
         probe.spawn(self.loop, self._liveness(), "liveness")

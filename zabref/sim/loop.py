@@ -18,7 +18,8 @@ election senders, client handlers -- is that server's. A power cut (`Process.kil
 the order they were created.
 
 Nothing in asyncio's scheduling depends on anything but the order of calls: callbacks run first in first out, timers
-by due time (ties in the order they were pushed), and this loop has no threads, signals or selector. The executor of
+by due time (ties in an order fixed by the sequence of pushes and pops -- deterministic, but not first in first out:
+whoever needs an order gives its timers distinct times, as `zabref.sim.net` does), and this loop has no threads, signals or selector. The executor of
 ``run_in_executor`` is whatever the caller passes (`zabref.sim.cluster` passes one that runs inline).
 """
 

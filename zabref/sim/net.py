@@ -256,7 +256,8 @@ class SimNetwork:
         link, direction = end.link, end.out
         if link.broken:
             return
-        arrival = max(direction.last, self.loop.time() + self.delay())
+        # Strictly after the previous chunk of this direction: asyncio's timer heap does not keep ties in order.
+        arrival = max(direction.last + 1e-6, self.loop.time() + self.delay())
         direction.last = arrival
         self.loop.call_at(arrival, self._arrive, end, item)
 
