@@ -49,12 +49,24 @@ def _summary(seed: int, options: Options) -> dict[str, Any]:
             "replay": r.replay}
 
 
-def run_seeds(seeds: range, options: Options, workers: int = 1) -> list[dict[str, Any]]:
-    """Every seed's summary, in seed order."""
+def run_seeds(seeds: range, options: Options, workers: int = 1, *, until_failure: bool = False) -> list[dict[str, Any]]:
+    """Every seed's summary, in seed order (``until_failure``: stop after the batch holding the first failure)."""
     if workers <= 1:
-        return [_summary(s, options) for s in seeds]
+        rows = []
+        for s in seeds:
+            rows.append(_summary(s, options))
+            if until_failure and not rows[-1]["ok"]:
+                break
+        return rows
+    batch = 4 * workers if until_failure else len(seeds)
+    rows = []
     with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(_summary, seeds, [options] * len(seeds), chunksize=max(1, len(seeds) // (8 * workers))))
+        for start in range(0, len(seeds), batch):
+            part = seeds[start: start + batch]
+            rows += pool.map(_summary, part, [options] * len(part), chunksize=max(1, len(part) // (8 * workers)))
+            if until_failure and not all(row["ok"] for row in rows):
+                break
+    return rows
 
 
 def shrink(seed: int, options: Options) -> tuple[Options, Result]:
@@ -115,13 +127,14 @@ def _in_patched_package(bug_name: str, argv: list[str]) -> int:
                                f"and rates: swarm testing). Kinds: {', '.join(FAULTS)}.")
 @click.option("--clients", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--workers", type=click.IntRange(1), default=1, show_default=True, help="Processes for --seeds.")
+@click.option("--until-failure", is_flag=True, help="With --seeds: stop at the first failing seed (bug hunting).")
 @click.option("--spark", is_flag=True, help="Run --seeds as a Spark job (local mode).")
 @click.option("--shrink", "do_shrink", is_flag=True, help="With --seed: shrink a failing run.")
 @click.option("--log", "show_log", is_flag=True, help="With --seed: print the event log.")
 @click.option("--bug", help="Run against zabref with this seeded bug (conformance/bugs/NAME.toml).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def simulate_command(seed: int | None, seed_range: str | None, servers: str, steps: int, faults: str | None,
-                     clients: int, workers: int, spark: bool, do_shrink: bool, show_log: bool, bug: str | None,
+                     clients: int, workers: int, until_failure: bool, spark: bool, do_shrink: bool, show_log: bool, bug: str | None,
                      as_json: bool) -> None:
     """Simulate a whole cluster in one process: seeded faults, virtual time, the spec's invariants after every step."""
     if (seed is None) == (seed_range is None):
@@ -130,7 +143,7 @@ def simulate_command(seed: int | None, seed_range: str | None, servers: str, ste
         argv = ["--seed", str(seed)] if seed is not None else ["--seeds", str(seed_range)]
         argv += ["--servers", servers, "--steps", str(steps), "--clients", str(clients), "--workers", str(workers)]
         argv += ["--faults", faults] if faults is not None else []
-        flags = {"--spark": spark, "--shrink": do_shrink, "--log": show_log, "--json": as_json}
+        flags = {"--until-failure": until_failure, "--spark": spark, "--shrink": do_shrink, "--log": show_log, "--json": as_json}
         argv += [flag for flag, on in flags.items() if on]
         sys.exit(_in_patched_package(bug, argv))
     kinds: tuple[str, ...] | None = None
@@ -168,7 +181,7 @@ def simulate_command(seed: int | None, seed_range: str | None, servers: str, ste
 
         rows = run_seeds_spark(seeds, options)
     else:
-        rows = run_seeds(seeds, options, workers)
+        rows = run_seeds(seeds, options, workers, until_failure=until_failure)
     seconds = time.perf_counter() - started
     failed = [row for row in rows if not row["ok"]]
     if as_json:

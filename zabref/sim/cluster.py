@@ -275,9 +275,12 @@ class Simulation:
                 m.process.kill()
         for c in self._clients:
             c.kill()
-        for task in asyncio.all_tasks(self.loop):
-            task.cancel()
-        for _ in range(3):  # let the cancellations run (deterministically: nothing new is started)
+        for _ in range(100):  # let the cancellations run to their end (a cancelled task may await once more)
+            pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+            if not pending:
+                break
+            for task in pending:
+                task.cancel()
             try:
                 self.loop.run_until_complete(asyncio.sleep(0))
             except Stuck:

@@ -254,7 +254,7 @@ class SimNetwork:
     # ---- carrying data
     def transmit(self, end: _End, item: Any) -> None:
         link, direction = end.link, end.out
-        if link.broken:
+        if link.broken or self.loop.is_closed():  # after the run: a coroutine's finally block closing its stream
             return
         # Strictly after the previous chunk of this direction: asyncio's timer heap does not keep ties in order.
         arrival = max(direction.last + 1e-6, self.loop.time() + self.delay())
