@@ -33,7 +33,7 @@ Faults (`FAULTS`): ``reset`` (a connection breaks), ``partition`` (the leader is
 with a majority, or a random split; healed after a while), ``crash`` (one machine loses power, torn or not, and
 comes back later: several may overlap), ``cluster_power`` (every machine at once), ``sync_crash`` (a quorum loses
 power just as a server enters synchronization), ``fsync_crash`` (the power goes at one of a server's next fsyncs,
-before it takes effect), ``torn_write`` (at one of its next writes, keeping a prefix), ``slow_disk`` (fsyncs take
+before it takes effect), ``torn_write`` (at one of its next writes, keeping a prefix of up to 4 KiB), ``slow_disk`` (fsyncs take
 tens to hundreds of milliseconds for a while) and ``client_retry`` (clients send a write again when its outcome is
 unknown).
 """
@@ -439,7 +439,7 @@ class Simulation:
         self.loop.call_later(self.rng.uniform(0.2, 3.0), self._power_on, sid)
 
     async def _fault_reset(self) -> None:
-        links = list(self.net.links.values())
+        links = self.net.open_links()
         if links:
             link = self.rng.choice(links)
             self._event(f"reset {link.a.owner.machine}->{link.b.owner.machine}")
@@ -493,7 +493,7 @@ class Simulation:
         self._arm(CrashPoint("fsync", self.rng.randint(1, 4)))
 
     async def _fault_torn_write(self) -> None:
-        self._arm(CrashPoint("write", self.rng.randint(1, 3), self.rng.randint(0, 80)))
+        self._arm(CrashPoint("write", self.rng.randint(1, 3), int(2 ** self.rng.uniform(0, 12))))
 
     def _arm(self, point: CrashPoint) -> None:
         up = self._up()

@@ -17,9 +17,10 @@ Faults, all driven by the simulator (`zabref.sim.cluster`):
   time, a chunk arriving while anything of its direction is held is held behind it, and healing delivers what was
   held at once, ahead of what is still in flight), and a new connection across waits (the
   dialer's timeout gives up). Healing delivers what was held;
-* ``power_off(machine)`` -- the machine's process is gone: its ends stop existing, its listeners too; the peers hear
-  nothing (no FIN, no RST: a dead machine says nothing) until the machine comes back (`power_on`), when each peer
-  end gets a RST, as a packet reaching the rebooted machine would.
+* ``power_off(machine)`` -- the machine's process is gone: its ends stop existing, its listeners too; what it wrote
+  before is on the wire and still arrives; then the peers hear nothing (no FIN, no RST: a dead machine says nothing)
+  until the machine comes back (`power_on`), when each peer end gets a RST, as a packet reaching the rebooted
+  machine would.
 
 A connection to an address nobody listens on is refused after one delay (ConnectionRefusedError). Every callback
 into a protocol runs in the context of the process that owns it (`zabref.sim.loop.OWNER`).
@@ -292,6 +293,12 @@ class SimNetwork:
         """Machines in different groups cannot reach each other (a machine in no group reaches everyone)."""
         self.groups = {m: k for k, group in enumerate(groups) for m in group}
 
+    def open_links(self) -> list[Link]:
+        """Links whose both ends are open (what a reset may break); links with both ends gone are forgotten."""
+        for serial in [k for k, link in self.links.items() if link.broken or (link.a.lost and link.b.lost)]:
+            del self.links[serial]
+        return [link for link in self.links.values() if not (link.a.lost or link.b.lost)]
+
     def heal(self) -> None:
         """Every machine reaches every other again; what the partition held arrives, in order."""
         self.groups = None
@@ -304,7 +311,8 @@ class SimNetwork:
                     self._arrive(end, item)
 
     def power_off(self, machine: str) -> None:
-        """``machine`` lost power: its ends and listeners are gone; its peers hear nothing until `power_on`."""
+        """``machine`` lost power: its ends and listeners are gone; its peers hear nothing until `power_on`. What it
+        sent before is still on the wire and arrives (a packet does not need its sender alive)."""
         for address, listener in list(self.listeners.items()):
             if listener.owner.machine == machine:
                 listener.close()
@@ -313,17 +321,14 @@ class SimNetwork:
             mine = [e for e in link.ends() if e.owner.machine == machine]
             if not mine:
                 continue
-            link.broken = True
-            self.links.pop(link.serial, None)
-            for end in link.ends():
-                end.out.held.clear()
-                if end.owner.machine == machine:
-                    end.lost = True
-                else:
+            for end in mine:  # the link stays listed: its RST (power_on) may have to wait for a partition to heal
+                end.lost = end.closing = True
+                end.out.held.clear()  # held back by a partition: only the dead sender would have retransmitted it
+                if end.peer.owner.machine != machine:
                     silent.append(end)
 
     def power_on(self, machine: str) -> None:
-        """``machine`` is back: every peer end still open gets a RST, after a delay."""
-        for end in self.silent.pop(machine, []):
-            if not end.lost:
-                self.loop.call_later(self.delay(), self._reset_end, end)
+        """``machine`` is back: every peer end still open gets a RST, after what was in flight from the dead end."""
+        for dead in self.silent.pop(machine, []):
+            if not dead.peer.lost and not dead.link.broken:
+                self.transmit(dead, ConnectionResetError("connection reset by peer (the machine restarted)"))
