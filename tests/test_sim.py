@@ -58,8 +58,8 @@ def _run_bug(bug: str, seed: int, *extra: str) -> tuple[int, str]:
     ("ack_without_logging", 0, ("--steps", "100"), "invariant CommittedNeverLost violated"),
     ("leader_reuses_epoch", 44, ("--steps", "100"), "invariant LeaderUniqueness violated"),
     ("forward_answered_early", 0, ("--steps", "100"), "acknowledged write lost"),
-    ("no_vote_resend", 53, ("--steps", "100"), "liveness: no leader committed a write"),
-    ("snap_without_fsync", 1, ("--steps", "100"), "unreadable after its power cut"),
+    ("no_vote_resend", 43, ("--steps", "100"), "liveness: no leader committed a write"),
+    ("snap_without_fsync", 4, ("--steps", "100"), "unreadable after its power cut"),
 ])
 def test_each_check_fails_a_run_of_a_seeded_bug_it_catches(bug: str, seed: int, extra: tuple[str, ...],
                                                             caught_by: str) -> None:
@@ -71,7 +71,7 @@ def test_each_check_fails_a_run_of_a_seeded_bug_it_catches(bug: str, seed: int, 
 def test_the_same_seed_passes_without_the_bug() -> None:
     from conformance.simulate import run_seed
 
-    for seed in (0, 44, 53):
+    for seed in (0, 4, 43, 44):
         r = run_seed(seed, Options(steps=100))
         assert r.ok, (seed, r.failure)
 
@@ -87,7 +87,7 @@ def test_a_failing_seed_shrinks_to_fewer_steps_that_still_fail() -> None:
 # ---- CI seeds (M4): a few thousand short seeded runs of the clean implementation, all checked -------------------
 
 #: Seeds the test suite runs (steps each): every seed of tests/test_sim_bugs.py's table lies below it.
-CI_SEEDS, CI_STEPS = 1000, 100
+CI_SEEDS, CI_STEPS = 2000, 100
 
 
 def test_ci_seeds_all_pass() -> None:
