@@ -97,3 +97,15 @@ def test_ci_seeds_all_pass() -> None:
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
     assert not failed, failed[:5]
     assert all(r["steps"] >= CI_STEPS for r in rows)
+
+
+@pytest.mark.slow
+def test_spark_runs_seeds_to_the_same_digests_as_worker_processes() -> None:
+    """M6: ``zabref simulate --seeds A..B --spark`` (local mode) gives the same runs, digest for digest."""
+    from conformance.simspark import run_seeds_spark
+    from conformance.simulate import run_seeds
+
+    seeds, options = range(6), Options(steps=60)
+    spark, local = run_seeds_spark(seeds, options), run_seeds(seeds, options, workers=2)
+    assert [r["digest"] for r in spark] == [r["digest"] for r in local]
+    assert [r["seed"] for r in spark] == list(seeds)

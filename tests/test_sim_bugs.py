@@ -20,6 +20,7 @@ from test_sim import CI_SEEDS
 CAUGHT: dict[str, tuple[int, int, int, str]] = {
     "ack_without_logging": (0, 3, 100, "invariant CommittedNeverLost violated"),
     "commit_on_minority": (0, 3, 100, "invariant CommittedNeverLost violated"),
+    "epoch_ignores_acceptedepoch": (100, 3, 1000, "invariant LeaderUniqueness violated"),
     "epoch_without_fsync": (94, 3, 100, "invariant SkippedNeverDelivered violated"),
     "forward_answered_early": (6, 3, 100, "acknowledged write lost"),
     "leader_not_in_quorum": (16, 3, 100, "liveness: no leader committed a write"),
@@ -34,9 +35,14 @@ CAUGHT: dict[str, tuple[int, int, int, str]] = {
     "trunc_not_logged": (188, 3, 100, "invariant Agreement violated"),
 }
 #: Bugs the simulator does not catch yet within the CI seeds, and what the search tried.
-NOT_YET: dict[str, str] = {name: "no failure in seeds 0..599 at 100 steps" for name in (
-    "epoch_ignores_acceptedepoch", "fle_vote_order_sid_reversed", "fle_vote_zxid_counter_only", "follows_older_round",
-    "newleader_before_sync", "proposal_to_unsynced", "step_not_atomic")}
+NOT_YET: dict[str, str] = {
+    "fle_vote_order_sid_reversed": "no failure in seeds 0..599 at 100 steps nor 0..199 at 1000 (every server breaks "
+                                   "ties the same wrong way: the harm needs a mix of patched and clean servers)",
+    "fle_vote_zxid_counter_only": "no failure in seeds 0..599 at 100 steps nor 0..199 at 1000: it needs a follower "
+                                  "synced into a new epoch that missed its first proposals, then its leader's loss",
+    **{name: "no failure in seeds 0..599 at 100 steps (the search at 1000 steps was not run to its end)" for name in (
+        "follows_older_round", "newleader_before_sync", "proposal_to_unsynced", "step_not_atomic")},
+}
 
 
 def simulate_bug(bug: str, seed: int, servers: int, steps: int, *extra: str) -> subprocess.CompletedProcess[str]:
