@@ -9,6 +9,8 @@ form of the spec mutations (spec/mutations/*.toml)::
     expect = "caught"                    # or "regression": those traces miss it (a gap kept on record) and the
                                          # committed regression traces (traces/regression/) catch it; or
                                          # "storage": the storage crash tests catch it (tests/test_storage_seeded.py)
+                                         # or "simulation": only the deterministic simulator catches it
+                                         # (zabref simulate; tests/test_sim_bugs.py)
     validated = true                     # optional: a short run of the patched servers in normal mode (zabref
                                          # cluster) fails `zabref validate` too (tests/test_validate.py)
     [[replace]]
@@ -39,9 +41,10 @@ from conformance.patches import Replacement, apply_replacements, read_replacemen
 __all__ = ["BUGS_DIR", "EXPECT", "SeededBug", "load_bugs", "load_bug", "apply_bug", "patched_package"]
 
 BUGS_DIR = Path(__file__).resolve().parent / "bugs"
-#: What catches a bug: the config's action-coverage traces, only the committed regression traces, or the storage
-#: crash tests (a crash inside a step's sync, which conformance -- crashing between steps -- never makes).
-EXPECT = ("caught", "regression", "storage")
+#: What catches a bug: the config's action-coverage traces, only the committed regression traces, the storage
+#: crash tests (a crash inside a step's sync, which conformance -- crashing between steps -- never makes), or only
+#: the deterministic simulator (`zabref simulate`: five servers, long fault schedules).
+EXPECT = ("caught", "regression", "storage", "simulation")
 
 
 @dataclass(frozen=True)

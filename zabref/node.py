@@ -20,7 +20,10 @@ input, each returning the `Effects` to carry out:
 * ``notification(peer, n, now)`` -- an election notification; a `Decision` becomes the core's ``become_leader`` or
   ``become_follower(leader)`` (spec BecomeLeader / BecomeFollower);
 * ``tick(now)`` -- time passed. The only place timers live (`Timing`): the finalize wait and the resend of a
-  LOOKING server's vote (when it heard nothing for a while: ZooKeeper's notTimeout), a follower's silence limit
+  LOOKING server's vote (when it heard nothing for a while: ZooKeeper's notTimeout, which doubles at each resend of
+  a round -- without it, two servers of one round whose resends arrive just before each other's timer are silent
+  to each other forever: one keeps resending a worse vote, the other keeps hearing it and never resends its own,
+  a livelock the simulator found, docs/simulation.md), a follower's silence limit
   (FollowerTimeout), a leader's PINGs and its quorum of responsive learners (LeaderTimeout), and clients waiting too
   long. A tick may come at any time -- the carrier ticks right after a connection closes, so that the follower
   reacts at once -- because every timer compares times, never counts ticks;
@@ -67,6 +70,7 @@ class Timing:
     sync_limit: int = 5  # ticks of silence after which the other side is given up
     finalize_ticks: int = 2  # FastLeaderElection's finalizeWait
     resend_ticks: int = 4  # a LOOKING server that heard no notification this long sends its vote again
+    resend_max_ticks: int = 32  # ... and waits twice as long before the next resend of the round, up to this
     submit_timeout_s: float = 30.0  # a client waits this long for its transaction before "outcome unknown"
 
     def limit(self, ticks: int) -> float:
@@ -138,6 +142,7 @@ class Node:
         self.no_quorum_since: float | None = None  # since when a leader lacks a quorum of responsive learners
         self.finalizing_since: float | None = None
         self.election_quiet_since = 0.0  # last notification sent or taken while LOOKING (the resend timer)
+        self.resend_after = timing.limit(timing.resend_ticks)  # doubles at each resend of a round (notTimeout)
         self.learner_conns: set[int] = set()  # open quorum connections that learners opened to this server
         self.outbound: set[int] = set()  # quorum connections this server opened (to its leader), open or opening
         self._waiting: dict[int, list[tuple[int, float]]] = {}  # zxid -> [(request id, deadline)]: until delivered
@@ -355,6 +360,7 @@ class Node:
     def _fle_step(self, out: _Builder, step: Step, now: float) -> None:
         if step.action in ("StartElection", "Restart"):
             out.actions.append(Action("FLE", step.action, (("i", self.sid),)))
+            self.resend_after = self.timing.limit(self.timing.resend_ticks)
         out.notify += step.sends
         if self.fle.finalizing:
             if self.finalizing_since is None:
@@ -386,8 +392,9 @@ class Node:
             if self.finalizing_since is not None and now - self.finalizing_since >= t.limit(t.finalize_ticks):
                 out.actions.append(Action("FLE", "FinalizeTimeout", (("i", self.sid),)))
                 self._fle_step(out, fle.finalize_timeout(), now)
-        elif fle.logicalclock and now - max(self.election_quiet_since, self.stalled_until) >= t.limit(t.resend_ticks):
+        elif fle.logicalclock and now - max(self.election_quiet_since, self.stalled_until) >= self.resend_after:
             self.election_quiet_since = now
+            self.resend_after = min(2 * self.resend_after, t.limit(t.resend_max_ticks))
             out.actions.append(Action("FLE", "ResendNotifications", (("i", self.sid),)))
             out.notify += fle.resend_notifications()
 

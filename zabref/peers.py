@@ -329,12 +329,15 @@ class ElectionSender:
     notification is dropped -- as a network partition would lose them.
     """
 
-    def __init__(self, sid: int, peer: int, host: str, port: int) -> None:
+    def __init__(self, sid: int, peer: int, host: str, port: int, *,
+                 new_id: Callable[[], int] = new_connection_id) -> None:
         self.sid, self.peer, self.host, self.port = sid, peer, host, port
+        self._new_id = new_id  # the handshake's connection id (`zabref.machine.Machine.new_connection_id`)
         self.queue: deque[Notification] = deque(maxlen=ELECTION_QUEUE_LIMIT)
         self.link_cut = False
         self.sent = 0  # notifications written on the current connection
         self._writer: asyncio.StreamWriter | None = None
+        self._watcher: asyncio.Task[None] | None = None  # reads the current connection until it ends
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"election-to-{peer}")
         self._task.add_done_callback(self._task_done)
@@ -391,9 +394,10 @@ class ElectionSender:
                 writer = self._writer
                 if writer is None or writer.is_closing():
                     try:
-                        reader, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0)
+                        reader, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0,
+                                                    cid=self._new_id())
                         self._writer, self.sent = writer, 0
-                        asyncio.get_running_loop().create_task(self._watch(reader, writer))
+                        self._watcher = asyncio.get_running_loop().create_task(self._watch(reader, writer))
                         log.info("election connection to %d open", self.peer)
                         delay = 0.05
                     except (OSError, TimeoutError) as e:

@@ -9,8 +9,8 @@ node entry point and returns its `Effects`. ONE task, the *pump*, runs events in
 (all that are ready, at most `BATCH_LIMIT`), and then, for the whole batch:
 
 1. makes every step's ``persist`` operations durable: each step is one atomic batch (`zabref.storage.Storage.apply`),
-   and ONE ``sync`` -- one write, one fsync -- makes the whole pump batch durable (group commit), in a worker thread,
-   or in the loop's own thread when the last sync was quick (`INLINE_SYNC_SECONDS`);
+   and ONE ``sync`` -- one write, one fsync -- makes the whole pump batch durable (group commit), in the machine's
+   worker (a thread), or in the loop's own thread when the last sync was quick (`INLINE_SYNC_SECONDS`);
 2. only then carries out the rest, in order: quorum packets (one socket write per connection per batch), election
    notifications, connections to close, client answers, forwards; after a change of role, packets the node deferred
    are offered again.
@@ -32,6 +32,11 @@ packet no spec action takes) is closed, logged with its reason, and reported to 
 the node when their connection closes are dropped (the spec empties both channels of a closed connection). Election
 notifications go out through one `zabref.peers.ElectionSender` per peer and come in on connections the peers open.
 
+Surroundings. The network and time are the running event loop's (asyncio streams, ``loop.time()``); the disk, the
+connection ids, the clock that times a sync, the sync worker and the signals are the `zabref.machine.Machine`'s. A
+real process gets asyncio's loop and `Machine()`; the simulator (`zabref.sim`) runs every server of a cluster on one
+virtual-time loop with simulated machines. Nothing here depends on which.
+
 Fault layer (docs/faults.md). ``cut_links(peers)`` makes this server behave as if the network between it and those
 peers were cut, both directions: its quorum and election connections with them are closed, new ones are refused or
 fail, and notifications to them are dropped, until ``heal_links``.
@@ -42,17 +47,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import signal
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from zabref import peers, wire
 from zabref.actionlog import ActionLog
 from zabref.config import Config
 from zabref.core import HANDLERS, LearnerPhase
-from zabref.storage import Storage, disk_from_env
+from zabref.machine import Machine
+from zabref.storage import Storage
 from zabref.election import check_notification
 from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
 from zabref.node import Effects, Node, Timing
@@ -81,16 +84,18 @@ def timing_of(config: Config) -> Timing:
 
 
 class Server:
-    """One zabref server: ``await Server(config, sid, driver).run()``; `stop` ends it."""
+    """One zabref server: ``await Server(config, sid, driver).run()``; `stop` ends it. ``machine``: what it runs on
+    (`zabref.machine`; default: this process, its disk and its signals)."""
 
-    def __init__(self, config: Config, sid: int, driver: Any, *, action_log: ActionLog | None = None,
-                 control_token: bytes | None = None) -> None:
+    def __init__(self, config: Config, sid: int, driver: Any, *, action_log: Any = None,
+                 machine: Machine | None = None, control_token: bytes | None = None) -> None:
         """``control_token``: open the control port (`zabref.control`), which admits only this token."""
         self.config = config
         self.sid = sid
         self.me = config.server(sid)
         self.driver = driver  # zabref.drivers.NormalDriver or ControlDriver
-        self.action_log = action_log
+        self.action_log = action_log  # an ActionLog, or anything with its restart/step/flush/close
+        self.machine = Machine() if machine is None else machine
         self.control_token = control_token
         self.storage: Storage | None = None
         self.node: Node | None = None
@@ -104,10 +109,9 @@ class Server:
         self._rids = itertools.count(1)
         self._events: asyncio.Queue[tuple[Event, asyncio.Future[Effects] | None]] = asyncio.Queue()
         self._changed = asyncio.Event()
-        self._disk = ThreadPoolExecutor(1, thread_name_prefix=f"zabref-{sid}-disk")
         self._stopping = asyncio.Event()
         self._listeners: list[asyncio.base_events.Server] = []
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: dict[asyncio.Task[Any], None] = {}  # in creation order (a set's order would vary by run)
         self._last_sync_s = 0.0
         self._unflushed: dict[int, peers.Connection] = {}
 
@@ -121,13 +125,12 @@ class Server:
         """Open the data dir, listen, serve until `stop` (SIGTERM/SIGINT); returns the process exit code."""
         from zabref import clientport, control  # noqa: PLC0415 (they import this module)
 
-        self.me.data_dir.mkdir(parents=True, exist_ok=True)
-        self.storage, report = Storage.open(self.me.data_dir, disk=disk_from_env())
+        disk = self.machine.disk
+        disk.mkdir(self.me.data_dir)
+        self.storage, report = Storage.open(self.me.data_dir, disk=disk)
         log.info("storage: %s", report)
         self.node = Node(self.sid, self.config.sids, self.storage.persistent(), timing_of(self.config))
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
+        self.machine.install_signals(asyncio.get_running_loop(), self.stop)
         await self.listen("quorum_port", self._accept_quorum)
         await self.listen("election_port", self._accept_votes)
         await self.listen("client_port", clientport.ClientPort(self).handle)
@@ -136,7 +139,8 @@ class Server:
                               host=self.me.control_host, limit=control.MAX_LINE)
         for other in self.config.servers:
             if other.id != self.sid:
-                self.senders[other.id] = peers.ElectionSender(self.sid, other.id, other.host, other.election_port)
+                self.senders[other.id] = peers.ElectionSender(self.sid, other.id, other.host, other.election_port,
+                                                              new_id=self.machine.new_connection_id)
         self.spawn(self._pump(), "pump")
         if self.action_log is not None:
             self.action_log.restart(self.sid, self.node)
@@ -179,7 +183,8 @@ class Server:
             conn.close("server stopping")
         for task in list(self._tasks):
             task.cancel()
-        self._disk.shutdown(wait=True)
+        if self.machine.executor is not None:
+            self.machine.executor.shutdown(wait=True)
         if self.action_log is not None:
             self.action_log.close()
         if self.storage is not None:
@@ -191,12 +196,12 @@ class Server:
 
     def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
+        self._tasks[task] = None
         task.add_done_callback(self._task_done)
         return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("task %s failed", task.get_name(), exc_info=task.exception())
             self.stop(3)
@@ -285,9 +290,17 @@ class Server:
         for ops in steps:
             self.storage.apply(ops)
         if self._last_sync_s <= INLINE_SYNC_SECONDS:
-            self._last_sync_s = _timed_sync(self.storage)
+            self._last_sync_s = self._timed_sync()
         else:
-            self._last_sync_s = await asyncio.get_running_loop().run_in_executor(self._disk, _timed_sync, self.storage)
+            worker = self.machine.worker(f"zabref-{self.sid}-disk")
+            self._last_sync_s = await asyncio.get_running_loop().run_in_executor(worker, self._timed_sync)
+
+    def _timed_sync(self) -> float:
+        """Sync the storage; the seconds it took on the machine's clock."""
+        clock = self.machine.clock
+        started = clock()
+        self.storage.sync()
+        return clock() - started
 
     def _apply(self, eff: Effects) -> bool:
         """Everything of ``eff`` but persist (durable already); True if it delivered or changed role."""
@@ -396,7 +409,7 @@ class Server:
         """The connection the node asked for (``Effects.dial``), not dialed yet: packets sent meanwhile wait in it."""
         old = self.conns.get(peer)
         if old is None or old.closed:
-            self.conns[peer] = peers.Connection(peer, initiated=True)
+            self.conns[peer] = peers.Connection(peer, initiated=True, cid=self.machine.new_connection_id())
 
     def _cid(self, peer: int) -> int | None:
         """The id of the connection a packet to ``peer`` would go to now (None: it would be dropped)."""
@@ -560,12 +573,6 @@ class Server:
     async def wait_changed(self) -> None:
         """Return after the next batch that delivered something or changed role."""
         await self._changed.wait()
-
-
-def _timed_sync(storage: Storage) -> float:
-    started = time.perf_counter()
-    storage.sync()
-    return time.perf_counter() - started
 
 
 def run_server(config: Config, sid: int, *, control: bool, action_log: str | None = None,

@@ -236,6 +236,10 @@ class Disk(abc.ABC):
     def unlink(self, path: str | os.PathLike[str]) -> None:
         self._unlink(os.fspath(path))
 
+    def mkdir(self, path: str | os.PathLike[str]) -> None:
+        """Create the directory ``path`` and its parents (an existing one is fine): a server's data directory."""
+        os.makedirs(os.fspath(path), exist_ok=True)
+
     def lock(self, path: str | os.PathLike[str]) -> DiskLock:
         """Lock ``path`` (a data directory) for this process; StorageError if someone else holds it."""
         return self._lock(os.fspath(path))

@@ -22,7 +22,8 @@ by flipping bytes in files), lose a directory itself (directories are created du
 
 `SimDisk` holds everything in memory, has no clock and no threads: for the simulator it adds `SimDisk.fsync_delay`
 (seconds each fsync would take), summed in `SimDisk.pending_delay` for the simulator to read and reset with
-`SimDisk.take_delay`. One SimDisk is one machine's disk: crash it when that machine loses power.
+`SimDisk.take_delay`, and in `SimDisk.busy_s`, which only grows (`zabref.sim` times syncs by it). One SimDisk is
+one machine's disk: crash it when that machine loses power.
 """
 
 from __future__ import annotations
@@ -279,6 +280,7 @@ class SimDisk(ModelDisk):
         super().__init__(crash_at=crash_at, on_cut="raise")
         self.fsync_delay = fsync_delay
         self.pending_delay = 0.0
+        self.busy_s = 0.0  # every fsync's delay so far (a simulated clock of the time this disk was busy)
 
     def mkdir(self, path: str | os.PathLike[str]) -> None:
         """Create a directory (and its parents), durably at once; an existing one is fine."""
@@ -292,6 +294,7 @@ class SimDisk(ModelDisk):
 
     def _count_fsync(self) -> None:
         self.pending_delay += self.fsync_delay
+        self.busy_s += self.fsync_delay
         super()._count_fsync()
 
     def take_delay(self) -> float:
