@@ -30,9 +30,9 @@ and the key (``cluster.toml: [[server]] #2 (id 3): quorum_port: ...``).
 ZooKeeper's own form is read too (`parse_zoo_cfg`): a ``zoo.cfg`` of ``key=value`` lines with ``tickTime``,
 ``initLimit``, ``syncLimit``, ``dataDir``, ``clientPort`` and one ``server.N=host:quorumPort:electionPort;clientPort``
 line per server (``[;[address:]clientPort]`` optional when ``clientPort`` is given; ``:participant`` accepted,
-``:observer`` refused), and the limits ``maxClientCnxns`` and ``jute.maxbuffer``. As in ZooKeeper, each machine has its own file, whose ``dataDir`` is the data directory of
-the server started with it; such servers have no control port. `load_config` takes a file as ``zoo.cfg`` when its
-name ends in ``.cfg``.
+``:observer`` refused), and the limits ``maxClientCnxns`` and ``jute.maxbuffer``. As in ZooKeeper, each machine
+has its own file, whose ``dataDir`` is the data directory of the server started with it; such servers have no
+control port. `load_config` takes a file as ``zoo.cfg`` when its name ends in ``.cfg``.
 
 `render_config` writes the TOML format back (used by ``zabref cluster``); `write_config` writes it atomically.
 """
@@ -54,8 +54,6 @@ __all__ = ["ClusterConfig", "Limits", "ServerConfig", "Config", "load_config", "
            "render_config", "write_config"]
 
 PORT_KEYS = ("quorum_port", "election_port", "client_port", "control_port")
-#: The ports every server must have (the control port is optional).
-REQUIRED_PORTS = ("quorum_port", "election_port", "client_port")
 #: A DNS host name (RFC 1123): dot-separated labels of letters, digits and inner hyphens, at most 253 characters.
 _HOST_NAME = re.compile(r"(?=.{1,253}\.?$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
 
@@ -342,13 +340,10 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return parse_config(text, str(p), p.resolve().parent)
 
 
-def render_config(cluster: ClusterConfig, servers: list[ServerConfig] | tuple[ServerConfig, ...],
-                  limits: Limits | None = None) -> str:
-    """The TOML text of a configuration (data dirs written as given; ``limits`` only when given)."""
+def render_config(cluster: ClusterConfig, servers: list[ServerConfig] | tuple[ServerConfig, ...]) -> str:
+    """The TOML text of a configuration (data dirs written as given; no ``[limits]``: the defaults)."""
     lines = ["[cluster]"]
     lines += [f"{k} = {getattr(cluster, k)}" for k in ("tick_ms", "init_limit", "sync_limit")]
-    if limits is not None:
-        lines += ["", "[limits]"] + [f"{k} = {getattr(limits, k)}" for k in _LIMIT_RANGES]
     for s in servers:
         lines += ["", "[[server]]", f"id = {s.id}", f'host = "{s.host}"']
         lines += [f"{k} = {getattr(s, k)}" for k in PORT_KEYS if getattr(s, k) is not None]
