@@ -207,6 +207,7 @@ def _first_lines(server, *lines: bytes) -> list[dict]:
     b'{"op": "partition", "peers": [2]}\n',  # a real request, without auth
     b'{"op": "auth", "token": "0123456789abcdef0123456789abcdef"}\n',  # a wrong token
     b'{"op": "auth"}\n',
+    b'{"op": "auth", "token": "\\ud800"}\n',  # a lone surrogate: no UTF-8 form
     b"\xff\xfe not json\n",
 ])
 def test_a_connection_without_the_token_is_answered_once_and_closed_and_nothing_else_is_read(one, first) -> None:

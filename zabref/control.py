@@ -140,7 +140,7 @@ class ControlPort:
             except (ValueError, RecursionError):
                 request = None
         token = request.get("token") if isinstance(request, dict) and request.get("op") == "auth" else None
-        if isinstance(token, str) and hmac.compare_digest(token.encode("utf-8", "surrogateescape"), self._token):
+        if isinstance(token, str) and hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self._token):
             await self._write(writer, {"ok": True})
             return True
         await self._write(writer, {"error": f"not authenticated: {why}"})
