@@ -365,8 +365,8 @@ def _k_no_auth(rng: random.Random, t: Target) -> Input:
 
 
 def _k_wrong_token(rng: random.Random, t: Target) -> Input:
-    """An auth request with a token that is not the server's (random, empty, too long, a prefix of a real one)."""
-    token = rng.choice([rng.randbytes(32).hex(), "", "x" * (control.MAX_AUTH_LINE + 1), "0" * 63])
+    """An auth request with a token that is not the server's (random, empty, too long, a lone surrogate)."""
+    token = rng.choice([rng.randbytes(32).hex(), "", "x" * (control.MAX_AUTH_LINE + 1), "0" * 63, "\ud800"])
     return Input(json.dumps({"op": "auth", "token": token}).encode() + b"\n" + b'{"op": "ping"}\n', CLOSE)
 
 
