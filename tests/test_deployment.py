@@ -284,8 +284,11 @@ def test_servers_started_without_a_token_have_no_control_port_and_control_mode_n
 
 
 def _open_from(source: str, address: tuple[str, int], n: int) -> tuple[list[socket.socket], int]:
-    """Open ``n`` client connections from ``source``; (those the server keeps open, how many it closed at once)."""
-    import select
+    """Open ``n`` client connections from ``source`` and ask a question on each; (the connections the server answers
+    on, how many it closed instead). Every connection gets one or the other, so no timing decides which."""
+    import selectors
+
+    from zabref import wire
 
     socks = []
     for _ in range(n):
@@ -293,16 +296,34 @@ def _open_from(source: str, address: tuple[str, int], n: int) -> tuple[list[sock
         s.bind((source, 0))
         s.connect(address)
         socks.append(s)
-    kept, closed = list(socks), 0
-    deadline = 2.0
-    while deadline > 0:
-        readable, _, _ = select.select(kept, [], [], 0.5)
-        deadline -= 0.5
-        for s in readable:
-            if s.recv(1) == b"":
-                kept.remove(s)
+    kept, closed = [], 0
+    with selectors.DefaultSelector() as sel:
+        for s in socks:
+            try:
+                s.sendall(wire.frame(json.dumps({"op": "read", "from_zxid": 0, "limit": 1}).encode()))
+            except OSError:  # closed by the server already
                 s.close()
                 closed += 1
+                continue
+            sel.register(s, selectors.EVENT_READ)
+        waiting = len(sel.get_map())
+        deadline = 30.0
+        while waiting and deadline > 0:
+            for key, _ in sel.select(0.5):
+                s = key.fileobj
+                sel.unregister(s)
+                waiting -= 1
+                try:
+                    answered = s.recv(1) != b""
+                except OSError:
+                    answered = False
+                if answered:
+                    kept.append(s)
+                else:
+                    s.close()
+                    closed += 1
+            deadline -= 0.5
+        assert not waiting, f"{waiting} connections neither answered nor closed within 30 s"
     return kept, closed
 
 
