@@ -110,6 +110,18 @@ def test_zoo_cfg_errors_name_the_line(edit, message) -> None:
         parse_zoo_cfg(ZOO.replace(*edit), "zoo.cfg")
 
 
+def _end(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every server started here (they have no control port), SIGKILL one still running after 10 s."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def _zoo_cfgs(folder: Path, hosts: list[str], base: int) -> list[Path]:
     """One zoo.cfg per server, as on three machines: each names every server, and its own dataDir."""
     lines = [f"server.{sid}={host}:{base}:{base + 1};{base + 2}" for sid, host in enumerate(hosts, 1)]
@@ -145,13 +157,7 @@ def test_three_servers_on_three_addresses_from_zoo_cfg_files_serve_without_contr
         for p in procs:
             assert p.poll() is None, (tmp_path / "stderr1").read_text()[-2000:]
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _end(procs)
         release_base_port(base)
 
 
@@ -270,13 +276,7 @@ def test_servers_started_without_a_token_have_no_control_port_and_control_mode_n
                 socket.create_connection((me.control_host, me.control_port), timeout=2).close()
             assert "control none" in (me.data_dir / "server.log").read_text()
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _end(procs)
         release_base_port(base)
 
 
