@@ -54,3 +54,30 @@ def decide(node, leader: int, now: float):
         if core.state.name != "LOOKING":
             return effects
     raise AssertionError(f"server {node.sid} did not decide for {leader}")
+
+
+def run_tests(root, tests: list[str], probe: str = "zabref") -> dict[str, str]:
+    """Run ``tests`` (node ids under the repo) in a child pytest with the package in ``root`` first on the path
+    (a seeded bug's patched copy): node id -> PASSED / FAILED / ERROR. ``probe``: a module that must come from
+    ``root``."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    which = subprocess.run([sys.executable, "-c", f"import {probe}; print({probe}.__file__)"], cwd=root, env=env,
+                           capture_output=True, text=True, check=True)
+    assert which.stdout.startswith(str(root)), which.stdout  # the child runs the patched copy
+    args = [str(repo / t) for t in tests]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "--tb=no", "-p", "no:cacheprovider",
+                           "--rootdir", str(repo), *args], cwd=root, env=env, capture_output=True, text=True)
+    outcomes = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"(PASSED|FAILED|ERROR) \S*?(tests/test_\S+)", line)  # node ids are relative to the cwd
+        if m:
+            outcomes[m[2]] = m[1]
+    assert outcomes, proc.stdout + proc.stderr
+    return outcomes

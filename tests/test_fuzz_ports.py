@@ -185,3 +185,41 @@ def test_a_negative_vote_does_not_stop_a_looking_server(tmp_path: Path) -> None:
         assert c[1].running
     finally:
         c.stop()
+
+
+# ------------------------------------------------------------------------------------------------ TLS and quorum auth
+
+
+def test_a_secured_cluster_takes_every_kind_and_refuses_at_each_gate(tmp_path) -> None:
+    """TLS on every port and quorum authentication on: each kind round robin -- the ordinary ones behind a member's
+    certificate and the secret's proof, the gate kinds (plain bytes, another CA's certificate, half a TLS hello, a
+    wrong or missing proof) at their gate -- with no problem, and the cluster keeps committing."""
+    from zabref.config import load_config
+    from zabref.fuzz import kind_table
+    from zabref.fuzz.command import throwaway_security
+
+    security, stranger = throwaway_security(tmp_path / "security")
+    path = fuzz_cluster(tmp_path / "cluster", security=security)
+    assert load_config(path).security == security
+    table = kind_table(tls=True, auth=True, stranger=True)
+    gates = sorted(name for name, k in table.items() if k.gate)
+    assert len(gates) == 10
+    c = LocalCluster(path)
+    try:
+        for sid in RUNNING:
+            c[sid].start()
+        for sid in RUNNING:
+            c[sid].wait_ready()
+        fuzzer = Fuzzer(c, inputs=3 * len(table), seed=3, kinds=sorted(table), stranger=stranger)
+        with ZabClient(c.client_addresses(), attempts=60, tls=fuzzer.member_tls) as client:
+            client.submit("before-fuzz")
+        report = fuzzer.run()
+    finally:
+        c.stop()
+    print("\n" + report.summary())
+    assert report.problems == []
+    assert report.after_zxid is not None and report.writes_ok > 0
+    for name in gates:
+        assert report.outcomes[(name, "closed")] == 3, (name, dict(report.outcomes))
+    assert any(port.startswith("quorum") and "TLS handshake failed" in why for port, why in report.reasons)
+    assert any("quorum authentication failed" in why for _, why in report.reasons)

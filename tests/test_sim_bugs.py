@@ -52,7 +52,8 @@ def simulate_bug(bug: str, seed: int, servers: int, steps: int, *extra: str) -> 
 
 
 def test_every_seeded_bug_is_in_the_table() -> None:
-    assert set(CAUGHT) | set(NOT_YET) == {b.name for b in load_bugs()}
+    # TLS and quorum authentication are off in simulation: their bugs are the security tests' (test_security.py).
+    assert set(CAUGHT) | set(NOT_YET) == {b.name for b in load_bugs() if b.expect != "security"}
     assert all(seed < CI_SEEDS for seed, *_ in CAUGHT.values())
 
 

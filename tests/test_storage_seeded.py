@@ -8,14 +8,11 @@ modelled). The clean package passes the same tests in the ordinary run.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import helpers
 from conformance.seeded import load_bugs, patched_package
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,29 +60,11 @@ def test_every_storage_bug_has_a_case():
     assert {b.name for b in load_bugs(BUGS_DIR) if b.expect == "storage"} <= set(CASES)
 
 
-def run_tests(root: Path, tests: list[str]) -> dict[str, str]:
-    """Run ``tests`` (node ids under the repo) with the package in ``root`` first on the path: node id -> outcome."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    which = subprocess.run([sys.executable, "-c", "import zabref.storage; print(zabref.storage.__file__)"], cwd=root,
-                           env=env, capture_output=True, text=True, check=True)
-    assert which.stdout.startswith(str(root)), which.stdout  # the child runs the patched copy
-    args = [str(REPO / t) for t in tests]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "--tb=no", "-p", "no:cacheprovider",
-                           "--rootdir", str(REPO), *args], cwd=root, env=env, capture_output=True, text=True)
-    outcomes = {}
-    for line in proc.stdout.splitlines():
-        m = re.match(r"(PASSED|FAILED|ERROR) \S*?(tests/test_\S+)", line)  # node ids are relative to the cwd
-        if m:
-            outcomes[m[2]] = m[1]
-    assert outcomes, proc.stdout + proc.stderr
-    return outcomes
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_storage_tests_catch_the_bug(name, tmp_path):
     tests, must_fail, must_pass = CASES[name]
     with patched_package(BUGS[name], tmp_path) as root:
-        outcomes = run_tests(root, tests)
+        outcomes = helpers.run_tests(root, tests, probe="zabref.storage")
     missed = [t for t in must_fail if outcomes.get(t) not in ("FAILED", "ERROR")]
     assert not missed, f"{name}: not caught by {missed}"
     wrongly = [t for t in must_pass if outcomes.get(t) != "PASSED"]

@@ -138,9 +138,9 @@ def cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actio
 @click.pass_context
 def client(ctx: click.Context, config_path: str) -> None:
     """Talk to a running cluster through its client ports."""
-    from zabref.client import ZabClient, addresses_from_config  # noqa: PLC0415
+    from zabref.client import ZabClient, addresses_from_config, tls_from_config  # noqa: PLC0415
 
-    ctx.obj = ZabClient(addresses_from_config(config_path))
+    ctx.obj = ZabClient(addresses_from_config(config_path), tls=tls_from_config(config_path))
     ctx.call_on_close(ctx.obj.close)
 
 

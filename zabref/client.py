@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from zabref import wire
 from zabref.errors import ZabError
 
-__all__ = ["ZabClient", "ClientError", "addresses_from_config", "recv_exactly"]
+__all__ = ["ZabClient", "ClientError", "addresses_from_config", "tls_from_config", "recv_exactly"]
 
 MAX_RESPONSE = 64 * 1024 * 1024
 
@@ -38,11 +39,29 @@ def addresses_from_config(path: str) -> list[tuple[str, int]]:
     return [(s.host, s.client_port) for s in load_config(path).servers]
 
 
+def tls_from_config(path: str) -> ssl.SSLContext | None:
+    """The TLS context for a cluster's client ports (its ``[security]`` cert, key and ca), or None when its client
+    ports are plain."""
+    from zabref.config import load_config  # noqa: PLC0415
+    from zabref.errors import ConfigError  # noqa: PLC0415
+    from zabref.security import client_context  # noqa: PLC0415
+
+    config = load_config(path)
+    if not config.security.client_tls:
+        return None
+    try:
+        return client_context(config.security)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
 class ZabClient:
     """``ZabClient([("127.0.0.1", 21003), ...])``; ``submit(value) -> zxid``, ``read(from_zxid)``, ``sync()``."""
 
     def __init__(self, addresses: Iterable[tuple[str, int]], *, timeout: float = 40.0, attempts: int = 40,
-                 max_backoff: float = 1.0) -> None:
+                 max_backoff: float = 1.0, tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: connect with TLS (a client port with ``[security] client_tls``; `tls_from_config`)."""
+        self.tls = tls
         self.addresses = list(addresses)
         if not self.addresses:
             raise ValueError("ZabClient needs at least one server address")
@@ -116,7 +135,15 @@ class ZabClient:
 
     def _roundtrip(self, request: dict[str, Any]) -> dict[str, Any]:
         if self._sock is None:
-            self._sock = socket.create_connection(self.addresses[self._current], timeout=self.timeout)
+            address = self.addresses[self._current]
+            sock = socket.create_connection(address, timeout=self.timeout)
+            if self.tls is not None:
+                try:
+                    sock = self.tls.wrap_socket(sock, server_hostname=address[0])
+                except OSError:
+                    sock.close()
+                    raise
+            self._sock = sock
         sock = self._sock
         sock.sendall(wire.frame(json.dumps(request).encode()))
         length = int.from_bytes(self._recv(sock, 4), "big", signed=True)

@@ -32,6 +32,10 @@ others are still served); one more is closed at once. A request is at most ``cli
 length prefix closes the connection before the body is read) and must arrive whole within `FRAME_TIMEOUT` seconds
 of its first byte (half a frame then silence is closed); an answer the client does not read within `WRITE_TIMEOUT`
 seconds closes the connection. Every close for one of these reasons is logged with the client's address.
+
+TLS. With ``[security] client_tls`` the connection is upgraded to TLS first (`zabref.security.Guard.accept_tls`),
+counted against the limits while it shakes hands; a failed handshake is logged and closed before any request is
+read. A follower forwards with its own certificate.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from typing import Any
 from zabref import peers, wire
 from zabref.errors import CodecError, ProtocolError
 from zabref.node import READ_LIMIT
+from zabref.security import AuthError, Guard
 
 __all__ = ["ClientPort", "request_async", "MAX_CLIENT_FRAME", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT",
            "WRITE_TIMEOUT"]
@@ -127,7 +132,11 @@ class ClientPort:
         self.open_connections += 1
         self.per_address[host] = self.per_address.get(host, 0) + 1
         try:
-            reason = await self._serve(reader, writer)
+            try:
+                await Guard.accept_tls(writer, self.server.guard.client_server, FRAME_TIMEOUT)
+                reason = await self._serve(reader, writer)
+            except AuthError as e:
+                reason = str(e)
         finally:
             self.open_connections -= 1
             left = self.per_address[host] - 1
@@ -217,7 +226,8 @@ class ClientPort:
         answered = False
         try:
             if conn is None:
-                conn = await asyncio.wait_for(asyncio.open_connection(*address), SUBMIT_TIMEOUT + 5)
+                conn = await asyncio.wait_for(asyncio.open_connection(*address, **self._tls(address[0])),
+                                              SUBMIT_TIMEOUT + 5)
             answer = await _exchange(*conn, obj, SUBMIT_TIMEOUT + 5, f"{address[0]}:{address[1]}")
             answered = True
             return answer
@@ -229,6 +239,11 @@ class ClientPort:
                     idle.append(conn)
                 else:
                     conn[1].close()
+
+    def _tls(self, host: str) -> dict[str, Any]:
+        """open_connection's TLS arguments for the leader's client port (none when client TLS is off)."""
+        ctx = self.server.guard.forward_client
+        return {} if ctx is None else {"ssl": ctx, "server_hostname": host, "ssl_handshake_timeout": FRAME_TIMEOUT}
 
     async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
         value = request.get("value")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import click
 
-from zabref.config import ClusterConfig, Config, ServerConfig, load_config, render_config, write_config
+from zabref.config import ClusterConfig, Config, Security, ServerConfig, load_config, render_config, write_config
 from zabref.control import ControlClient, ControlError, read_token
 from zabref.errors import ConfigError, ZabError
 from zabref.ports import find_free_base_port, release_base_port
@@ -61,8 +61,10 @@ def control_token(folder: str | os.PathLike[str]) -> Path:
 
 
 def cluster_config(folder: str | os.PathLike[str], servers: int, base_port: int,
-                   timing: ClusterConfig = ClusterConfig(), host: str = "127.0.0.1") -> Path:
-    """Write ``folder/cluster.toml`` for ``servers`` servers; returns its path."""
+                   timing: ClusterConfig = ClusterConfig(), host: str = "127.0.0.1",
+                   security: Security = Security()) -> Path:
+    """Write ``folder/cluster.toml`` for ``servers`` servers (with ``security``'s ``[security]`` table); returns its
+    path."""
     if servers < 1:
         raise ConfigError(f"--servers: {servers} must be at least 1")
     top = base_port + 10 * (servers - 1) + 3
@@ -71,7 +73,7 @@ def cluster_config(folder: str | os.PathLike[str], servers: int, base_port: int,
     entries = [ServerConfig(i, host, base_port + 10 * (i - 1), base_port + 10 * (i - 1) + 1,
                             base_port + 10 * (i - 1) + 2, base_port + 10 * (i - 1) + 3, Path("data") / str(i))
                for i in range(1, servers + 1)]
-    return write_config(Path(folder) / CONFIG_NAME, render_config(timing, entries))
+    return write_config(Path(folder) / CONFIG_NAME, render_config(timing, entries, security))
 
 
 class ServerProcess:

@@ -14,6 +14,16 @@ One file describes the whole cluster, and every server reads the same file (``za
     client_connections_per_address = 256   # ... from one address (ZooKeeper's maxClientCnxns)
     client_frame_bytes = 1048576           # the largest client request (ZooKeeper's jute.maxbuffer)
 
+    [security]          # optional; everything off by default (docs/operations.md, "TLS and quorum authentication")
+    quorum_tls = false   # TLS, both ends with certificates, on the quorum and election ports (ZooKeeper's sslQuorum)
+    client_tls = false   # TLS on the client port
+    cert = "tls/server.pem"    # this machine's certificate chain, PEM (needed when either TLS is on)
+    key = "tls/server.key"     # its private key, PEM (may be the cert file when that holds both)
+    ca = "tls/ca.pem"          # the CA certificates a peer's certificate must chain to, PEM
+    client_auth = "need"       # client port: "need" a client certificate, or "none"
+    hostname_verification = true   # a peer's certificate must name the host it was dialed at
+    quorum_secret = "quorum.secret"  # a file (mode 600): quorum authentication on (`zabref.security`)
+
     [[server]]
     id = 1
     host = "127.0.0.1"   # where this server listens and the others reach it: a host name, IPv4 or IPv6
@@ -30,7 +40,10 @@ and the key (``cluster.toml: [[server]] #2 (id 3): quorum_port: ...``).
 ZooKeeper's own form is read too (`parse_zoo_cfg`): a ``zoo.cfg`` of ``key=value`` lines with ``tickTime``,
 ``initLimit``, ``syncLimit``, ``dataDir``, ``clientPort`` and one ``server.N=host:quorumPort:electionPort;clientPort``
 line per server (``[;[address:]clientPort]`` optional when ``clientPort`` is given; ``:participant`` accepted,
-``:observer`` refused), and the limits ``maxClientCnxns`` and ``jute.maxbuffer``. As in ZooKeeper, each machine
+``:observer`` refused), and the limits ``maxClientCnxns`` and ``jute.maxbuffer``. Quorum TLS comes from ``sslQuorum``,
+``ssl.quorum.keyStore.location`` (a PEM file with the key and the chain), ``ssl.quorum.trustStore.location`` (PEM)
+and ``ssl.quorum.hostnameVerification``; a key or trust store of another type than PEM is refused, and so is
+``quorum.auth.enableSasl`` (zabref's quorum authentication is a shared secret, ``[security] quorum_secret``). As in ZooKeeper, each machine
 has its own file, whose ``dataDir`` is the data directory of the server started with it; such servers have no
 control port. `load_config` takes a file as ``zoo.cfg`` when its name ends in ``.cfg``.
 
@@ -39,6 +52,7 @@ control port. `load_config` takes a file as ``zoo.cfg`` when its name ends in ``
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -50,7 +64,7 @@ from typing import Any
 
 from zabref.errors import ConfigError
 
-__all__ = ["ClusterConfig", "Limits", "ServerConfig", "Config", "load_config", "parse_config", "parse_zoo_cfg",
+__all__ = ["ClusterConfig", "Limits", "Security", "ServerConfig", "Config", "load_config", "parse_config", "parse_zoo_cfg",
            "render_config", "write_config"]
 
 PORT_KEYS = ("quorum_port", "election_port", "client_port", "control_port")
@@ -74,6 +88,28 @@ class Limits:
     client_connections: int = 1024
     client_connections_per_address: int = 256
     client_frame_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Security:
+    """The ``[security]`` table: TLS and quorum authentication, all off by default (`zabref.security` uses it).
+    Paths are resolved against the config file's folder; the files are read when a server starts."""
+
+    quorum_tls: bool = False
+    client_tls: bool = False
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None
+    client_auth: str = "need"
+    hostname_verification: bool = True
+    quorum_secret: Path | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.quorum_tls or self.client_tls or self.quorum_secret is not None
+
+
+CLIENT_AUTH = ("need", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +163,7 @@ class Config:
     cluster: ClusterConfig
     servers: tuple[ServerConfig, ...]
     limits: Limits = Limits()
+    security: Security = Security()
 
     @property
     def sids(self) -> tuple[int, ...]:
@@ -196,17 +233,53 @@ def parse_config(text: str, path: str = "<config>", base: Path | None = None) ->
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    _known(path, raw, ("cluster", "server", "limits"))
+    _known(path, raw, ("cluster", "server", "limits", "security"))
     cluster = _cluster(path, raw.get("cluster", {}))
     limits = _limits(path, raw.get("limits", {}))
+    base = base if base is not None else Path.cwd()
+    security = _security(path, base, raw.get("security", {}))
     entries = raw.get("server")
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{path}: server: expected one or more [[server]] tables")
-    base = base if base is not None else Path.cwd()
     servers = tuple(_server(path, base, k, e) for k, e in enumerate(entries))
     _check_together(servers, [f"{path}: [[server]] #{k + 1} (id {s.id})" for k, s in enumerate(servers)],
                     shared_data_dir=False)
-    return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)), limits)
+    return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)), limits, security)
+
+
+def _security(path: str, base: Path, raw: Any) -> Security:
+    where = f"{path}: [security]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table")
+    _known(where, raw, Security.__slots__)
+    values: dict[str, Any] = {}
+    for key in ("quorum_tls", "client_tls", "hostname_verification"):
+        if key in raw:
+            if not isinstance(raw[key], bool):
+                raise ConfigError(f"{where}: {key}: expected true or false, got {raw[key]!r}")
+            values[key] = raw[key]
+    for key in ("cert", "key", "ca", "quorum_secret"):
+        if key in raw:
+            if not isinstance(raw[key], str) or not raw[key]:
+                raise ConfigError(f"{where}: {key}: expected a file path (a non-empty string), got {raw[key]!r}")
+            values[key] = Path(raw[key]) if os.path.isabs(raw[key]) else base / raw[key]
+    if "client_auth" in raw:
+        if raw["client_auth"] not in CLIENT_AUTH:
+            raise ConfigError(f"{where}: client_auth: expected one of {', '.join(CLIENT_AUTH)}, "
+                              f"got {raw['client_auth']!r}")
+        values["client_auth"] = raw["client_auth"]
+    return _tls_complete(where, Security(**values))
+
+
+def _tls_complete(where: str, security: Security) -> Security:
+    """With TLS on, cert, key and ca are all named (a key may live in the cert file: then key = cert)."""
+    if security.quorum_tls or security.client_tls:
+        if security.cert is not None and security.key is None:
+            security = dataclasses.replace(security, key=security.cert)
+        for key in ("cert", "key", "ca"):
+            if getattr(security, key) is None:
+                raise ConfigError(f"{where}: {key}: missing (TLS is on: quorum_tls or client_tls)")
+    return security
 
 
 #: The bounds of each limit: at least one connection and a request of 1 KiB; at most what a process can hold.
@@ -283,7 +356,9 @@ def parse_zoo_cfg(text: str, path: str = "<zoo.cfg>", base: Path | None = None) 
         if key.startswith("server."):
             sid = _zoo_int(where, key, key.removeprefix("server."), 1, (1 << 31) - 1)
             server_lines.append((number, sid, value))
-        elif key in ("tickTime", "initLimit", "syncLimit", "dataDir", "clientPort", "maxClientCnxns", "jute.maxbuffer"):
+        elif key in _ZOO_REFUSED:
+            raise ConfigError(f"{where}: {key}: {_ZOO_REFUSED[key]}")
+        elif key in _ZOO_KEYS:
             if key in values:
                 raise ConfigError(f"{where}: {key}: given twice (also line {values[key][0]})")
             values[key] = (number, value)
@@ -323,7 +398,51 @@ def parse_zoo_cfg(text: str, path: str = "<zoo.cfg>", base: Path | None = None) 
     limits = Limits(**{field: _zoo_int(f"{path}:{values[key][0]}", key, values[key][1], *_LIMIT_RANGES[field])
                        for field, key in (("client_connections_per_address", "maxClientCnxns"),
                                           ("client_frame_bytes", "jute.maxbuffer")) if key in values})
-    return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)), limits)
+    return Config(path, cluster, tuple(sorted(servers, key=lambda s: s.id)), limits,
+                  _zoo_security(path, base, values))
+
+
+_ZOO_KEYS = ("tickTime", "initLimit", "syncLimit", "dataDir", "clientPort", "maxClientCnxns", "jute.maxbuffer",
+             "sslQuorum", "ssl.quorum.keyStore.location", "ssl.quorum.keyStore.type",
+             "ssl.quorum.trustStore.location", "ssl.quorum.trustStore.type", "ssl.quorum.hostnameVerification")
+_ZOO_REFUSED = {
+    "quorum.auth.enableSasl": "zabref has no SASL; its quorum authentication is a shared secret "
+                              "([security] quorum_secret in a zabref TOML config, docs/operations.md)",
+    "ssl.quorum.keyStore.password": "zabref reads unencrypted PEM keys only",
+    "secureClientPort": "zabref has one client port; client TLS is [security] client_tls in a zabref TOML config",
+}
+
+
+def _zoo_security(path: str, base: Path, values: dict[str, tuple[int, str]]) -> Security:
+    """Quorum TLS from ZooKeeper's ``sslQuorum`` family of keys (PEM stores only)."""
+    def flag(key: str, default: bool) -> bool:
+        if key not in values:
+            return default
+        number, value = values[key]
+        if value.lower() not in ("true", "false"):
+            raise ConfigError(f"{path}:{number}: {key}: expected true or false, got {value!r}")
+        return value.lower() == "true"
+
+    for key in ("ssl.quorum.keyStore.type", "ssl.quorum.trustStore.type"):
+        if key in values and values[key][1].upper() != "PEM":
+            raise ConfigError(f"{path}:{values[key][0]}: {key}: zabref reads PEM files only, got {values[key][1]!r}")
+
+    def file(key: str) -> Path | None:
+        if key not in values or not values[key][1]:
+            return None
+        p = Path(values[key][1])
+        return p if p.is_absolute() else base / p
+
+    store = file("ssl.quorum.keyStore.location")
+    security = Security(quorum_tls=flag("sslQuorum", False), cert=store, key=store,
+                        ca=file("ssl.quorum.trustStore.location"),
+                        hostname_verification=flag("ssl.quorum.hostnameVerification", True))
+    names = {"cert": "ssl.quorum.keyStore.location", "key": "ssl.quorum.keyStore.location",
+             "ca": "ssl.quorum.trustStore.location"}
+    for field, key in names.items():
+        if security.quorum_tls and getattr(security, field) is None:
+            raise ConfigError(f"{path}: {key}: missing (sslQuorum=true)")
+    return security
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -340,10 +459,20 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return parse_config(text, str(p), p.resolve().parent)
 
 
-def render_config(cluster: ClusterConfig, servers: list[ServerConfig] | tuple[ServerConfig, ...]) -> str:
-    """The TOML text of a configuration (data dirs written as given; no ``[limits]``: the defaults)."""
+def render_config(cluster: ClusterConfig, servers: list[ServerConfig] | tuple[ServerConfig, ...],
+                  security: Security = Security()) -> str:
+    """The TOML text of a configuration (data dirs and security files written as given; no ``[limits]``: the
+    defaults; a ``[security]`` table when some security is on)."""
     lines = ["[cluster]"]
     lines += [f"{k} = {getattr(cluster, k)}" for k in ("tick_ms", "init_limit", "sync_limit")]
+    if security.enabled:
+        lines += ["", "[security]"]
+        for key in Security.__slots__:
+            value = getattr(security, key)
+            if isinstance(value, bool):
+                lines.append(f"{key} = {'true' if value else 'false'}")
+            elif value is not None:
+                lines.append(f"{key} = {_toml_string(str(value))}")
     for s in servers:
         lines += ["", "[[server]]", f"id = {s.id}", f'host = "{s.host}"']
         lines += [f"{k} = {getattr(s, k)}" for k in PORT_KEYS if getattr(s, k) is not None]

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 Every server-to-server TCP connection starts with one handshake frame (the connecting server's sid and a random
-connection id, `zabref.wire`) and then carries frames (``int32 length, body``). Two kinds exist:
+connection id, `zabref.wire`) and then carries frames (``int32 length, body``). With ``[security]`` on
+(`zabref.security`), a connection is TLS from its first byte and/or the handshake frame is followed by quorum
+authentication; both are done before either end reads or sends a packet. Two kinds exist:
 
 * **quorum** -- ONE connection per follower-leader pair, opened by the follower to the leader's quorum port; it
   carries both directions (the spec's channels ``msgs[f][l]`` and ``msgs[l][f]``). Bodies are QuorumPackets.
@@ -43,6 +45,7 @@ import functools
 import itertools
 import logging
 import secrets
+import ssl
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +55,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from zabref import wire
 from zabref.errors import CodecError
 from zabref.packets import Notification, QuorumPacket
+from zabref.security import AuthError, Guard
 
 __all__ = [
     "Connection",
@@ -131,11 +135,17 @@ def new_connection_id() -> int:
 
 
 async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float, cid: int | None = None,
-               first_delay: float = 0.02, max_delay: float = 1.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+               first_delay: float = 0.02, max_delay: float = 1.0,
+               guard: Guard | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect to ``host:port`` and send the handshake (``sid``); up to ``attempts`` tries with exponential backoff.
 
-    Raises the last OSError (or TimeoutError) when every attempt failed.
+    With a ``guard`` (`zabref.security`), the connection is TLS when quorum TLS is on, and quorum authentication is
+    done before this returns. Raises the last OSError (or TimeoutError; `zabref.security.AuthError`, an OSError, for a
+    failed authentication) when every attempt failed.
     """
+    tls: dict[str, Any] = {}
+    if guard is not None and guard.quorum_client is not None:
+        tls = {"ssl": guard.quorum_client, "server_hostname": host, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT}
     async for attempt in AsyncRetrying(
         stop=stop_after_attempt(max(1, attempts)),
         wait=wait_exponential(multiplier=first_delay, max=max_delay),
@@ -143,8 +153,15 @@ async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float,
         reraise=True,
     ):
         with attempt:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-            writer.write(wire.frame(wire.encode_handshake(sid, new_connection_id() if cid is None else cid)))
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **tls), timeout)
+            handshake = wire.encode_handshake(sid, new_connection_id() if cid is None else cid)
+            writer.write(wire.frame(handshake))
+            if guard is not None:
+                try:
+                    await guard.prove(reader, writer, handshake, HANDSHAKE_TIMEOUT)
+                except OSError:
+                    writer.close()
+                    raise
             return reader, writer
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -330,8 +347,9 @@ class ElectionSender:
     """
 
     def __init__(self, sid: int, peer: int, host: str, port: int, *,
-                 new_id: Callable[[], int] = new_connection_id) -> None:
+                 new_id: Callable[[], int] = new_connection_id, guard: Guard | None = None) -> None:
         self.sid, self.peer, self.host, self.port = sid, peer, host, port
+        self.guard = guard  # TLS and quorum authentication (`zabref.security`), None: neither
         self._new_id = new_id  # the handshake's connection id (`zabref.machine.Machine.new_connection_id`)
         self.queue: deque[Notification] = deque(maxlen=ELECTION_QUEUE_LIMIT)
         self.link_cut = False
@@ -395,14 +413,16 @@ class ElectionSender:
                 if writer is None or writer.is_closing():
                     try:
                         reader, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0,
-                                                    cid=self._new_id())
+                                                    cid=self._new_id(), guard=self.guard)
                         self._writer, self.sent = writer, 0
                         self._watcher = asyncio.get_running_loop().create_task(self._watch(reader, writer))
                         log.info("election connection to %d open", self.peer)
                         delay = 0.05
                     except (OSError, TimeoutError) as e:
                         self._writer = None
-                        log.debug("election connection to %d failed: %s", self.peer, e)
+                        refused = isinstance(e, (AuthError, ssl.SSLError))  # a stranger, not a peer that is down
+                        log.log(logging.WARNING if refused else logging.DEBUG, "election connection to %d failed: %s",
+                                self.peer, e)
                         await asyncio.sleep(delay)
                         delay = min(delay * 2, 1.0)
                     continue  # a cut may have emptied the queue while the dial was awaited: check again

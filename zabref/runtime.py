@@ -60,6 +60,7 @@ from zabref.election import check_notification
 from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
 from zabref.node import Effects, Node, Timing
 from zabref.packets import PacketType, QuorumPacket, ServerState
+from zabref.security import AuthError, Guard
 
 __all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "run_server"]
 
@@ -97,6 +98,7 @@ class Server:
         self.action_log = action_log  # an ActionLog, or anything with its restart/step/flush/close
         self.machine = Machine() if machine is None else machine
         self.control_token = control_token
+        self.guard = Guard()  # TLS and quorum authentication (`zabref.security`), read from the config by `run`
         self.storage: Storage | None = None
         self.node: Node | None = None
         self.conns: dict[int, peers.Connection] = {}  # quorum connections by peer
@@ -125,6 +127,7 @@ class Server:
         """Open the data dir, listen, serve until `stop` (SIGTERM/SIGINT); returns the process exit code."""
         from zabref import clientport, control  # noqa: PLC0415 (they import this module)
 
+        self.guard = Guard.from_config(self.config)  # reads the certificates and the secret: ConfigError first
         disk = self.machine.disk
         disk.mkdir(self.me.data_dir)
         self.storage, report = Storage.open(self.me.data_dir, disk=disk)
@@ -140,7 +143,7 @@ class Server:
         for other in self.config.servers:
             if other.id != self.sid:
                 self.senders[other.id] = peers.ElectionSender(self.sid, other.id, other.host, other.election_port,
-                                                              new_id=self.machine.new_connection_id)
+                                                              new_id=self.machine.new_connection_id, guard=self.guard)
         self.spawn(self._pump(), "pump")
         if self.action_log is not None:
             self.action_log.restart(self.sid, self.node)
@@ -424,7 +427,8 @@ class Server:
         attempts = max(3, self.config.cluster.init_limit)
         try:
             reader, writer = await peers.dial(target.host, target.quorum_port, self.sid, attempts=attempts,
-                                              timeout=2.0, cid=conn.cid, max_delay=self.config.cluster.tick_ms / 1000)
+                                              timeout=2.0, cid=conn.cid, max_delay=self.config.cluster.tick_ms / 1000,
+                                              guard=self.guard)
         except (OSError, TimeoutError) as e:
             self.close_connection(conn, f"cannot connect to {target.host}:{target.quorum_port}: {e}", report=None)
             return
@@ -456,8 +460,9 @@ class Server:
         """(sid, connection id) of an inbound connection, or None (refused, logged, closed)."""
         address = writer.get_extra_info("peername")
         try:
+            await self.guard.accept_tls(writer, self.guard.quorum_server, peers.HANDSHAKE_TIMEOUT)
             sid, cid = await peers.accept_handshake(reader)
-        except peers.HandshakeError as e:
+        except (peers.HandshakeError, AuthError) as e:
             log.warning("%s connection from %s closed: %s", kind, address, e)
             writer.close()
             return None
@@ -468,6 +473,12 @@ class Server:
             return None
         if sid in self.cut_peers:
             log.info("%s connection from %d refused: link cut by the fault layer", kind, sid)
+            writer.close()
+            return None
+        try:  # quorum authentication: no packet of the dialer is read before it proved the secret
+            await self.guard.check(reader, writer, wire.encode_handshake(sid, cid), peers.HANDSHAKE_TIMEOUT)
+        except AuthError as e:
+            log.warning("%s connection from %s closed: %s (its handshake named server %d)", kind, address, e, sid)
             writer.close()
             return None
         return sid, cid

@@ -23,19 +23,22 @@ import dataclasses
 import json
 import os
 import random
+import ssl
 import struct
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from zabref import control, peers
 from zabref.client import ClientError, ZabClient
 from zabref.cluster import LocalCluster, cluster_config
-from zabref.config import ClusterConfig
+from zabref.config import ClusterConfig, Security
 from zabref.fuzz.inputs import ANSWER, CLOSE, CLOSE_WAIT, ROLES, SILENCE, Input, Kind, Target, kind_table
 from zabref.fuzz.report import CLOSE_LINE, Report, reason_class
 from zabref.ports import find_free_base_port
+from zabref.security import AuthError, Guard, client_context, read_secret
 
 __all__ = ["GHOST", "RUNNING", "Fuzzer", "fuzz_cluster", "rss_kib", "WORKERS", "MAX_SILENT", "POLL"]
 
@@ -48,10 +51,12 @@ RUNNING = (1, 2, 3)
 GHOST = 4
 
 
-def fuzz_cluster(folder: str | os.PathLike[str], timing: ClusterConfig = ClusterConfig()) -> Path:
-    """Write ``folder/cluster.toml``: servers 1-3 (`RUNNING`) and the ghost 4 (`GHOST`, never started). Returns its
-    path."""
-    return cluster_config(folder, len(RUNNING) + 1, find_free_base_port(len(RUNNING) + 1), timing)
+def fuzz_cluster(folder: str | os.PathLike[str], timing: ClusterConfig = ClusterConfig(),
+                 security: Security = Security()) -> Path:
+    """Write ``folder/cluster.toml``: servers 1-3 (`RUNNING`) and the ghost 4 (`GHOST`, never started), with
+    ``security``. Returns its path."""
+    return cluster_config(folder, len(RUNNING) + 1, find_free_base_port(len(RUNNING) + 1), timing,
+                          security=security)
 
 
 def rss_kib(pid: int) -> int:
@@ -70,11 +75,21 @@ class Fuzzer:
     """Throws ``inputs`` inputs at every port of every running server of ``cluster`` (see the module docstring)."""
 
     def __init__(self, cluster: LocalCluster, *, inputs: int, seed: int = 0, kinds: list[str] | None = None,
-                 include_known: bool = False, progress: Callable[[int], None] | None = None) -> None:
+                 include_known: bool = False, progress: Callable[[int], None] | None = None,
+                 stranger: ssl.SSLContext | None = None) -> None:
+        """``stranger``: a TLS client context with a certificate of another CA (the tls-*-stranger kinds)."""
         self.cluster = cluster
         self.live = {sid: s for sid, s in cluster.servers.items() if s.running}
         timing = cluster.config.cluster
-        table = kind_table(timing.tick_ms / 1000, timing.init_limit)
+        sec = cluster.config.security
+        # Past the gates: a member's certificate and the quorum secret, as the servers themselves hold them.
+        self.member_tls = client_context(sec) if sec.quorum_tls or sec.client_tls else None
+        self.tls_ports = {p for p, on in (("quorum_port", sec.quorum_tls), ("election_port", sec.quorum_tls),
+                                          ("client_port", sec.client_tls)) if on}
+        self.guard = Guard(secret=read_secret(sec.quorum_secret) if sec.quorum_secret is not None else None)
+        self.stranger = stranger
+        table = kind_table(timing.tick_ms / 1000, timing.init_limit, tls=bool(self.tls_ports),
+                           auth=self.guard.secret is not None, stranger=stranger is not None)
         names = kinds if kinds is not None else list(table)
         self.kinds = [table[n] for n in names if include_known or kinds is not None or not table[n].known_issue]
         self.report = Report(inputs=inputs, seed=seed)
@@ -114,7 +129,8 @@ class Fuzzer:
             await asyncio.sleep(POLL)
 
     def _writer(self) -> None:
-        with ZabClient(self.cluster.client_addresses(), timeout=15, attempts=10, max_backoff=0.5) as c:
+        with ZabClient(self.cluster.client_addresses(), timeout=15, attempts=10, max_backoff=0.5,
+                       tls=self._client_tls) as c:
             k = 0
             while not self._stop.is_set():
                 try:
@@ -176,15 +192,25 @@ class Fuzzer:
             await lock.acquire()
         writer = None
         try:
+            tls = self._tls(kind, inp, host)
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, getattr(s.me, kind.port), limit=4 << 20), CLOSE_WAIT)
+                    asyncio.open_connection(host, getattr(s.me, kind.port), limit=4 << 20, **tls), CLOSE_WAIT)
+            except ssl.SSLError as e:
+                if inp.tls == "member" or inp.expect != CLOSE:
+                    return self._outcome(i, kind, t, start, f"TLS with a member's certificate failed: {e}")
+                self.report.closed_by_server[(t.sid, kind.port)] += 1  # refused during the TLS handshake: logged
+                return self._outcome(i, kind, t, start, None, "closed")
             except (OSError, TimeoutError, asyncio.TimeoutError) as e:
                 return self._outcome(i, kind, t, start, f"cannot connect: {e}")
             wrote = True
+            payload = inp.payload
             try:
-                writer.write(inp.payload)
+                payload = await self._pass_auth(kind, t, reader, writer, payload)
+                writer.write(payload)
                 await asyncio.wait_for(writer.drain(), CLOSE_WAIT)
+            except AuthError as e:
+                return self._outcome(i, kind, t, start, f"quorum authentication with the secret failed: {e}")
             except (ConnectionError, OSError, TimeoutError, asyncio.TimeoutError):
                 wrote = False
             if inp.expect in (CLOSE, SILENCE):
@@ -202,6 +228,33 @@ class Fuzzer:
                 writer.transport.abort()
             if lock is not None:
                 lock.release()
+
+    @property
+    def _client_tls(self) -> ssl.SSLContext | None:
+        return self.member_tls if "client_port" in self.tls_ports else None
+
+    def _tls(self, kind: Kind, inp: Input, host: str) -> dict[str, Any]:
+        """open_connection's TLS arguments: a member's certificate on a TLS port, unless the input tests the gate."""
+        if kind.port not in self.tls_ports or inp.tls == "none":
+            return {}
+        ctx = self.stranger if inp.tls == "stranger" else self.member_tls
+        return {"ssl": ctx, "server_hostname": host, "ssl_handshake_timeout": CLOSE_WAIT}
+
+    async def _pass_auth(self, kind: Kind, t: Target, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         payload: bytes) -> bytes:
+        """With quorum authentication on, an input that starts with a handshake the server accepts (a configured sid
+        other than the target's) proves the secret after it, as a server would; returns the bytes left to send.
+        Gate kinds and every other input go as they are."""
+        if (self.guard.secret is None or kind.gate is not None or kind.port not in ("quorum_port", "election_port")
+                or payload[:4] != _I32.pack(peers.HANDSHAKE_SIZE) or len(payload) < 4 + peers.HANDSHAKE_SIZE):
+            return payload
+        handshake = payload[4:4 + peers.HANDSHAKE_SIZE]
+        sid = int.from_bytes(handshake[:8], "big", signed=True)
+        if sid not in self.cluster.config.sids or sid == t.sid:
+            return payload
+        writer.write(payload[:4 + peers.HANDSHAKE_SIZE])
+        await self.guard.prove(reader, writer, handshake, CLOSE_WAIT)
+        return payload[4 + peers.HANDSHAKE_SIZE:]
 
     def _log_key(self, port: str, payload: bytes, target: int) -> str:
         """``port``, or ``port`` "as a live server" when the input's handshake names a participant: its close is
@@ -283,7 +336,7 @@ class Fuzzer:
                 r.problems.append(f"server {sid} exited with code {s.proc.returncode}: {s.tail(5)}")
         addresses = [(s.me.host, s.me.client_port) for s in self.live.values()]
         try:
-            with ZabClient(addresses, timeout=15, attempts=60) as c:
+            with ZabClient(addresses, timeout=15, attempts=60, tls=self._client_tls) as c:
                 r.after_zxid = c.submit("after-fuzz")
         except ClientError as e:
             r.problems.append(f"no commit after the run: {e}; servers: {self._roles()}")

@@ -66,6 +66,9 @@ class Input:
     bad: tuple[bool, ...] = ()  # answer: one entry per request, True when it must get an "error" answer
     wait: float = CLOSE_WAIT  # close, silence: seconds the server has to close the connection
     exclusive: bool = False  # holds the target's quorum lock (it carries a handshake of a configured sid)
+    #: with TLS on the port: "member" (the harness connects with a member's certificate), "none" (plain bytes on the
+    #: TLS port), "stranger" (a certificate of another CA)
+    tls: str = "member"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,10 @@ class Kind:
     #: control port: the harness sends the auth line with the server's token first (the kinds that test the gate
     #: itself say False)
     authenticate: bool = True
+    #: the gate a kind tests on a secured cluster ("tls", "auth"; None: none): the harness passes every other gate
+    #: for the input (a member's certificate, the quorum secret's proof) and leaves that one to the input's bytes.
+    #: Gate kinds are in the table only when their gate is on (`kind_table`).
+    gate: str | None = None
 
 
 # ------------------------------------------------------------------------------------------------------ bytes
@@ -375,8 +382,54 @@ def _k_auth_silence(rng: random.Random, t: Target) -> Input:
     return Input(rng.choice([b"", b'{"op": "auth", "tok']), CLOSE, wait=control.AUTH_TIMEOUT + 5)
 
 
-def kind_table(tick_s: float = 0.1, init_limit: int = 10) -> dict[str, Kind]:
-    """Every kind by name, with the waits of its silence inputs for a cluster of that timing."""
+# ------------------------------------------------------------------------------------------------------ the gates
+
+
+def _tls_plain(rng: random.Random, t: Target) -> Input:
+    """Plain bytes on a TLS port: a handshake (as the ghost) and a packet, or random bytes. Refused by TLS."""
+    payload = rng.choice([_hs(t.ghost) + _pkt(PacketType.COMMIT, 1), _not_handshake(rng)])
+    return Input(payload, CLOSE, tls="none")
+
+
+def _tls_client_plain(rng: random.Random, t: Target) -> Input:
+    return Input(wire.frame(b'{"op": "read", "from_zxid": 0, "limit": 1}'), CLOSE, tls="none")
+
+
+def _tls_stranger(rng: random.Random, t: Target) -> Input:
+    """TLS with a certificate of another CA: the handshake fails before any byte is read as protocol."""
+    return Input(_hs(t.ghost) + _pkt(PacketType.COMMIT, 1), CLOSE, tls="stranger")
+
+
+def _tls_half_hello(rng: random.Random, t: Target) -> Input:
+    """The first bytes of a TLS ClientHello record, then nothing: closed when the TLS handshake times out."""
+    record = b"\x16\x03\x01" + _I32.pack(rng.randint(64, 512))[2:] + b"\x01" + rng.randbytes(rng.randint(0, 16))
+    return Input(record, SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 5, tls="none")
+
+
+def _auth_wrong_proof(rng: random.Random, t: Target) -> Input:
+    """A handshake (as the ghost), then a proof frame of the right size that is not the proof, then a packet."""
+    return Input(_hs(t.ghost) + wire.frame(rng.randbytes(64)) + _pkt(PacketType.COMMIT, 1), CLOSE)
+
+
+def _auth_bad_frame(rng: random.Random, t: Target) -> Input:
+    """A handshake, then where the proof goes: a frame of another size, a huge or negative length, a packet."""
+    body = rng.choice([wire.frame(rng.randbytes(rng.choice([0, 1, 32, 63, 65, 200]))), _bad_length(rng, 64),
+                       _pkt(PacketType.FOLLOWERINFO, 0, wire.encode_followerinfo_data(
+                           LearnerInfo(PROTOCOL_VERSION, t.ghost)))])
+    return Input(_hs(t.ghost) + body, CLOSE)
+
+
+def _auth_silence(rng: random.Random, t: Target) -> Input:
+    """A handshake, then nothing or half a proof: closed when the exchange times out."""
+    return Input(_hs(t.ghost) + rng.choice([b"", _half(rng, wire.frame(rng.randbytes(64)))]), CLOSE,
+                 wait=peers.HANDSHAKE_TIMEOUT + 5)
+
+
+def kind_table(tick_s: float = 0.1, init_limit: int = 10, *, tls: bool = False, auth: bool = False,
+               stranger: bool = False) -> dict[str, Kind]:
+    """Every kind by name, with the waits of its silence inputs for a cluster of that timing. ``tls``, ``auth``:
+    the cluster's quorum and client ports are TLS, its servers prove a quorum secret -- the gate kinds of each are
+    added; ``stranger``: the harness holds a certificate of another CA (the kinds that use it are added)."""
     idle = (init_limit + 3) * tick_s + 3  # a quorum connection silent for initLimit ticks is closed, on any role
     table = [
         Kind("quorum-random-bytes", "quorum_port", 8, _q_random),
@@ -411,6 +464,23 @@ def kind_table(tick_s: float = 0.1, init_limit: int = 10) -> dict[str, Kind]:
         Kind("control-wrong-token", "control_port", 3, _k_wrong_token, authenticate=False),
         Kind("control-auth-silence", "control_port", 0.3, _k_auth_silence, authenticate=False),
     ]
+    if tls:
+        table += [
+            Kind("tls-quorum-plain", "quorum_port", 3, _tls_plain, gate="tls"),
+            Kind("tls-election-plain", "election_port", 3, _tls_plain, gate="tls"),
+            Kind("tls-client-plain", "client_port", 3, _tls_client_plain, gate="tls"),
+            Kind("tls-quorum-half-hello", "quorum_port", 0.5, _tls_half_hello, gate="tls"),
+        ]
+        if stranger:
+            table += [Kind("tls-quorum-stranger", "quorum_port", 3, _tls_stranger, gate="tls"),
+                      Kind("tls-client-stranger", "client_port", 2, _tls_stranger, gate="tls")]
+    if auth:
+        table += [
+            Kind("auth-quorum-wrong-proof", "quorum_port", 3, _auth_wrong_proof, gate="auth"),
+            Kind("auth-election-wrong-proof", "election_port", 3, _auth_wrong_proof, gate="auth"),
+            Kind("auth-bad-frame", "quorum_port", 3, _auth_bad_frame, gate="auth"),
+            Kind("auth-silence", "election_port", 0.5, _auth_silence, gate="auth"),
+        ]
     return {k.name: k for k in table}
 
 
