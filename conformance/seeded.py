@@ -11,7 +11,8 @@ form of the spec mutations (spec/mutations/*.toml)::
                                          # "storage": the storage crash tests catch it (tests/test_storage_seeded.py)
                                          # or "simulation": only the deterministic simulator catches it
                                          # (zabref simulate; tests/test_sim_bugs.py); or "security": the
-                                         # TLS / quorum-auth ensemble tests catch it (tests/test_security.py)
+                                         # TLS / quorum-auth ensemble tests catch it (tests/test_security.py);
+                                         # or "reads": the fault runner's read checker (tests/test_faults.py)
     validated = true                     # optional: a short run of the patched servers in normal mode (zabref
                                          # cluster) fails `zabref validate` too (tests/test_validate.py)
     [[replace]]
@@ -45,8 +46,8 @@ BUGS_DIR = Path(__file__).resolve().parent / "bugs"
 #: What catches a bug: the config's action-coverage traces, only the committed regression traces, the storage
 #: crash tests (a crash inside a step's sync, which conformance -- crashing between steps -- never makes), or only
 #: the deterministic simulator (`zabref simulate`: five servers, long fault schedules), or the security tests (TLS
-#: and quorum authentication are off in conformance).
-EXPECT = ("caught", "regression", "storage", "simulation", "security")
+#: and quorum authentication are off in conformance), or the fault runner's read checker (conformance never syncs).
+EXPECT = ("caught", "regression", "storage", "simulation", "security", "reads")
 
 
 @dataclass(frozen=True)

@@ -195,11 +195,12 @@ def test_client_read_pages_only_the_delivered_prefix():
     node = Node(1, (1, 2, 3), Persistent(tuple(history), 2, 2), Timing())
     node.core.last_committed = 6
     delivered = [[t.zxid, t.value.decode()] for t in history[:6]]
-    assert node.client_read(0) == {"txns": delivered, "more": False}
-    assert node.client_read(0, 4) == {"txns": delivered[:4], "more": True}
-    assert node.client_read(delivered[3][0], 2) == {"txns": delivered[4:6], "more": False}
-    assert node.client_read(delivered[2][0] - 1, 1) == {"txns": [delivered[2]], "more": True}
-    assert node.client_read(history[-1].zxid) == {"txns": [], "more": False}
+    end = delivered[-1][0]  # "zxid": the last delivered, whatever the page
+    assert node.client_read(0) == {"txns": delivered, "more": False, "zxid": end}
+    assert node.client_read(0, 4) == {"txns": delivered[:4], "more": True, "zxid": end}
+    assert node.client_read(delivered[3][0], 2) == {"txns": delivered[4:6], "more": False, "zxid": end}
+    assert node.client_read(delivered[2][0] - 1, 1) == {"txns": [delivered[2]], "more": True, "zxid": end}
+    assert node.client_read(history[-1].zxid) == {"txns": [], "more": False, "zxid": end}
 
 
 # ------------------------------------------------------------------------------------------ the command

@@ -21,7 +21,8 @@ from zabref.cli import main
 from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 from zabref.config import ClusterConfig
 from zabref.control import ControlError, ControlPort
-from zabref.faults.check import Sample, Write, check
+from zabref.client import ZabClient
+from zabref.faults.check import Read, Sample, Write, check
 
 # ------------------------------------------------------------------------------------------ the checker
 
@@ -87,6 +88,108 @@ def test_a_value_nobody_submitted_or_that_was_refused_is_a_phantom() -> None:
     writes = [*WRITES, Write("r", 0, 4, 5, "fail")]
     v = check(writes, {1: [*SEQ, (0x100000004, "r"), (0x100000005, "zz")]})
     assert v.phantoms == 2 and not v.ok
+
+
+def rd(end: int, invoked: float, completed: float, *, reader: int = 0, server: int = 1, session: int = 1,
+       synced: bool = True) -> Read:
+    return Read(reader, server, session, invoked, completed, synced, end)
+
+
+def test_reads_that_fit_one_order_pass() -> None:
+    """A synced read may see a write that was still in flight, or miss one acknowledged while it ran."""
+    reads = [rd(0, -1, 0.5), rd(0x100000001, 0.5, 1.5), rd(0x100000001, 1.5, 2.5), rd(0x100000003, 2.5, 3.5),
+             rd(0x100000002, 0.2, 9, synced=False, session=2)]
+    v = check(WRITES, {1: SEQ}, reads=reads)
+    assert v.ok and (v.reads, v.synced_reads, v.stale_reads, v.backward_reads) == (5, 4, 0, 0), v.examples
+
+
+def test_a_synced_read_missing_a_write_acknowledged_before_it_is_stale() -> None:
+    v = check(WRITES, {1: SEQ}, reads=[rd(0x100000001, 2.5, 3)])  # "b" was acknowledged at 2
+    assert not v.ok and v.stale_reads == 1
+    assert "sync+read at server 1 saw up to zxid 0x100000001, but 'b' (zxid 0x100000002) was acknowledged before" \
+        in v.examples[0]
+    # A plain read may be that stale: only sequential consistency is promised for it.
+    assert check(WRITES, {1: SEQ}, reads=[rd(0x100000001, 2.5, 3, synced=False)]).ok
+
+
+def test_reads_that_are_each_possible_but_not_together_are_stale() -> None:
+    """Two writes in flight at once, "a" before "b"; one reader saw "b", a later reader saw neither. Each read alone
+    fits an order; together they would need "b" to take effect before "a"."""
+    writes = [unknown("a", 0, 10), unknown("b", 0, 10)]
+    seq = [(0x100000001, "a"), (0x100000002, "b")]
+    reads = [rd(0x100000002, 1, 2, reader=1), rd(0, 3, 4, reader=2)]
+    assert check(writes, {1: seq}, reads=reads[:1]).ok and check(writes, {1: seq}, reads=reads[1:]).ok
+    v = check(writes, {1: seq}, reads=reads)
+    assert v.stale_reads == 1 and "no linearization" in v.examples[0], v.examples
+
+
+def test_a_read_going_backwards_on_one_connection_is_counted() -> None:
+    reads = [rd(0x100000002, 2, 2.1, synced=False), rd(0x100000001, 3, 3.1, synced=False)]
+    v = check(WRITES, {1: SEQ}, reads=reads)
+    assert v.backward_reads == 1 and "delivered up to 0x100000002, then up to 0x100000001" in v.examples[0]
+    # on a new connection (the server may have restarted, or be another one) it is not a violation
+    assert check(WRITES, {1: SEQ}, reads=[reads[0], rd(0x100000001, 3, 3.1, synced=False, session=2)]).ok
+    v = check(WRITES, {1: SEQ}, reads=[rd(0x200000001, 3, 3.1, synced=False)])
+    assert v.divergent == 1 and "which the reference never delivered" in v.examples[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_leader_cut_off_confirms_no_sync(tmp_path: Path) -> None:
+    """A leader cut off from both followers keeps leading for syncLimit ticks (3 s here) while they elect a new
+    leader, which commits a write. A sync+read at the old leader must not miss it: the clean leader cannot get a
+    quorum to confirm its leadership and refuses the sync (retry) when it steps down. With the seeded bug
+    leader_sync_without_quorum it answers at once with its stale commit point, and the read checker calls the read
+    stale."""
+    import socket
+    import time
+
+    from conformance.seeded import load_bug, patched_package
+    from zabref.faults.workload import request_once
+
+    def run(code_root) -> tuple[dict, int]:
+        base = find_free_base_port(3)
+        try:
+            path = cluster_config(tmp_path / ("bug" if code_root else "clean"), 3, base,
+                                  ClusterConfig(tick_ms=100, init_limit=10, sync_limit=30))
+            with LocalCluster(path, code_root=code_root) as cluster:
+                cluster.start()
+                old = helpers.wait_for("a leader", lambda: helpers.established_leader(cluster, (1, 2, 3)), 30)
+                with ZabClient(cluster.client_addresses()) as c:
+                    c.submit("before")
+                followers = tuple(s for s in (1, 2, 3) if s != old)
+                for a, b in [(old, f) for f in followers] + [(f, old) for f in followers]:
+                    with cluster[a].control(timeout=5) as c:
+                        c.request("partition", peers=[b])
+                new = helpers.wait_for("a new leader", lambda: helpers.established_leader(cluster, followers), 20)
+                with cluster[old].control(timeout=5) as c:
+                    assert c.request("state")["variables"]["state"] == "LEADING"  # it does not know yet
+                invoked_write = time.monotonic()
+                me = cluster[new].me
+                with ZabClient([(me.host, me.client_port)]) as c:
+                    zxid = c.submit("after")
+                write = Write("after", 0, invoked_write, time.monotonic(), "ok", zxid)
+                me = cluster[old].me
+                invoked = time.monotonic()
+                with socket.create_connection((me.host, me.client_port), timeout=20) as sock:
+                    answer = request_once(sock, {"op": "sync"})
+                    if "error" in answer:
+                        return answer, 0
+                    end = request_once(sock, {"op": "read", "from_zxid": 0, "limit": 1})["zxid"]
+                with ZabClient([(me.host, me.client_port) for me in (cluster[f].me for f in followers)]) as c:
+                    final = c.read()
+        finally:
+            release_base_port(base)
+        first = Write("before", 0, 0.0, invoked_write, "ok", final[0][0])
+        v = check([first, write], {1: final}, reads=[Read(0, old, 1, invoked, time.monotonic(), True, end)])
+        return answer, v.stale_reads
+
+    answer, stale = run(None)
+    assert stale == 0 and "stopped leading before a quorum confirmed the sync" in answer["error"], answer
+    assert answer["retry"] is True
+    with patched_package(load_bug("leader_sync_without_quorum"), tmp_path) as root:
+        answer, stale = run(root)
+    assert "error" not in answer and stale == 1, answer
 
 
 def test_bad_histories_are_rejected() -> None:
@@ -173,7 +276,8 @@ def test_a_short_fault_run_is_validated_against_the_spec(tmp_path: Path) -> None
     `zabref validate` checks with TLC (the logs of a longer run take minutes: docs/performance.md)."""
     summary = tmp_path / "faults.json"
     result = CliRunner().invoke(main, ["faults", "--servers", "3", "--duration", "8", "--seed", "3", "--writers", "1",
-                                       "--data-dir", str(tmp_path / "cluster"), "--json", str(summary), "--validate"])
+                                       "--readers", "1", "--data-dir", str(tmp_path / "cluster"), "--json", str(summary),
+                                       "--validate"])
     assert result.exit_code == 0, result.output
     s = json.loads(summary.read_text())
     assert s["ok"] and s["problems"] == [], s

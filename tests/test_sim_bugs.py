@@ -42,6 +42,8 @@ NOT_YET: dict[str, str] = {
                                   "synced into a new epoch that missed its first proposals, then its leader's loss",
     **{name: "no failure in seeds 0..599 at 100 steps (the search at 1000 steps was not run to its end)" for name in (
         "follows_older_round", "newleader_before_sync", "proposal_to_unsynced", "step_not_atomic")},
+    "leader_sync_without_quorum": "the simulator's clients write and never sync or read (issue 18, item 3); the fault "
+                                  "runner's read checker catches it (tests/test_faults.py)",
 }
 
 

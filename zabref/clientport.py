@@ -11,10 +11,12 @@ them: every decision -- who runs ClientRequest, where a request is forwarded, wh
   server. The leader runs ClientRequest; a follower forwards the request to its leader's client port, relays the
   zxid, and answers once it has delivered z itself (so a later ``read`` here sees it). Forwarded requests go over
   connections to the leader's client port kept open for reuse (at most `FORWARD_POOL` idle ones).
-* ``{"op": "read", "from_zxid": z, "limit": n}`` -> ``{"txns": [[zxid, text], ...], "more": bool}``: the delivered
-  transactions after z, in delivery order, at most n (default and cap `READ_LIMIT`).
+* ``{"op": "read", "from_zxid": z, "limit": n}`` -> ``{"txns": [[zxid, text], ...], "more": bool, "zxid": last}``:
+  the delivered transactions after z, in delivery order, at most n (default and cap `READ_LIMIT`), and the last zxid
+  delivered here.
 * ``{"op": "sync"}`` -> ``{"zxid": z}``: returns when this server has delivered everything the leader had committed
-  when the sync reached it (z is that commit point).
+  when the sync reached it (z is that commit point), once a quorum confirmed that leader still leads
+  (`Node.client_sync`).
 
 Errors are ``{"error": text, "retry": bool}``; ``retry`` is true when asking again later (or elsewhere) is safe --
 no leader yet, the leader is still synchronizing, the forward failed before the leader took the value. A submit

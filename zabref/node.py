@@ -147,6 +147,12 @@ class Node:
         self.outbound: set[int] = set()  # quorum connections this server opened (to its leader), open or opening
         self._waiting: dict[int, list[tuple[int, float]]] = {}  # zxid -> [(request id, deadline)]: until delivered
         self._forwarded: dict[int, float] = {}  # request id -> deadline: forwarded, the leader has not answered
+        #: leader: per learner connection, PINGs sent on it and PINGs its learner sent back (a follower answers each
+        #: of its leader's PINGs, in order): a reply counted here answers a PING at least that recent
+        self._pings: dict[int, list[int]] = {}
+        #: leader: syncs waiting for a quorum to confirm this leadership: (request id, commit point at arrival,
+        #: learner -> the PINGs it must have answered, deadline)
+        self._syncs: list[tuple[int, int, dict[int, int], float]] = []
         self.decisions: list[dict[str, Any]] = []  # the election's decisions (FLE's checking-only ``decisions``)
 
     # ------------------------------------------------------------------------------------------ inputs
@@ -168,6 +174,9 @@ class Node:
             core = self.core
             if core.state == ServerState.FOLLOWING and peer == core.leader:
                 out.send.append((peer, QuorumPacket(PacketType.PING, self.committed_zxid)))
+            elif core.state == ServerState.LEADING and peer in self._pings:
+                self._pings[peer][1] += 1
+                self._confirm_syncs(out)
             return out.build()
         if packet.type == PacketType.FOLLOWERINFO and self.core.state != ServerState.LEADING:
             return Effects(deferred=True)  # LeaderProcessFOLLOWERINFO needs a LEADING server
@@ -182,6 +191,7 @@ class Node:
         """A quorum connection with ``peer`` is up; ``inbound``: the peer opened it (a learner of this server)."""
         if inbound:
             self.learner_conns.add(peer)
+            self._pings[peer] = [0, 0]
 
     def connection_closed(self, peer: int, now: float, *, inbound: bool, tag: int | None = None) -> Effects:
         """A quorum connection with ``peer`` ended (the peer left, the network broke it, or bad input)."""
@@ -189,6 +199,10 @@ class Node:
         out.actions.append(Action("Zab", "ConnectionClosed", (("i", self.sid), ("j", peer)), None, tag))  # for the log
         if inbound:
             self.learner_conns.discard(peer)
+            self._pings.pop(peer, None)
+            for _, _, marks, _ in self._syncs:  # a new connection is newer than any waiting sync: one reply will do
+                if peer in marks:
+                    marks[peer] = 1
             self._core(out, self.core.connection_closed(peer), now, None)
         else:
             self.outbound.discard(peer)
@@ -248,11 +262,26 @@ class Node:
         return out.build()
 
     def client_sync(self, rid: int, now: float) -> Effects:
-        """Answered once this server has delivered what the leader had committed when the sync reached it."""
+        """Answered once this server has delivered what the leader had committed when the sync reached it.
+
+        A leader answers only once a quorum has confirmed that it still leads: it PINGs every learner and waits
+        until a quorum (itself included) has answered a PING sent after the sync arrived. A leader cut off from
+        its followers may not know yet that others elected a new leader and committed more; its own commit point
+        would then be stale (the fault runner's read checker found exactly that). A confirming follower still
+        followed this leader after the sync arrived, and a new leader needs a quorum that left this one, so
+        nothing was committed elsewhere before the sync arrived (Raft's ReadIndex makes the same argument)."""
         out = _Builder()
         core = self.core
         if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
-            out.answers.append((rid, {"zxid": self.committed_zxid}))
+            ping = QuorumPacket(PacketType.PING, self.committed_zxid)
+            marks = {}
+            for f in sorted(self.learner_conns):
+                if f in self._pings:
+                    out.send.append((f, ping))
+                    self._pings[f][0] += 1
+                    marks[f] = self._pings[f][0]
+            self._syncs.append((rid, self.committed_zxid, marks, now + self.timing.submit_timeout_s))
+            self._confirm_syncs(out)
         elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
             self._forwarded[rid] = now + self.timing.submit_timeout_s
             out.forwards.append((rid, core.leader, {"op": "sync"}))
@@ -276,14 +305,15 @@ class Node:
         return out.build()
 
     def client_read(self, after: int, limit: int = READ_LIMIT) -> dict[str, Any]:
-        """The delivered transactions after zxid ``after``, in delivery order (at most ``limit``)."""
+        """The delivered transactions after zxid ``after``, in delivery order (at most ``limit``), and ``zxid``: the
+        last delivered here (0: none), as ZooKeeper's reply header carries the server's last zxid."""
         core = self.core
         delivered = core.last_committed  # history[:delivered]: bisect it in place (no copy per read)
         start = bisect.bisect_right(core.history, after, 0, delivered, key=lambda t: t.zxid)
         limit = max(1, min(limit, READ_LIMIT))
         chunk = core.history[start: min(start + limit, delivered)]
         return {"txns": [[t.zxid, t.value.decode("utf-8", "backslashreplace")] for t in chunk],
-                "more": start + limit < delivered}
+                "more": start + limit < delivered, "zxid": core.history[delivered - 1].zxid if delivered else 0}
 
     # ------------------------------------------------------------------------------------------ reading
 
@@ -352,6 +382,10 @@ class Node:
             del self._forwarded[rid]
             out.answers.append((rid, _refused(f"server {self.sid} stopped following before its leader answered the "
                                               "forwarded request: outcome unknown", False)))
+        for rid, _, _, _ in self._syncs:  # a sync changes nothing: asking again is safe
+            out.answers.append((rid, _refused(f"leader {self.sid} stopped leading before a quorum confirmed the "
+                                              "sync", True)))
+        self._syncs = []
         if self.core.state == ServerState.LOOKING:  # GoLooking: a new election round (FLE StartElection)
             if self.fle.state is not ServerState.LOOKING:
                 self.election_quiet_since = now
@@ -402,6 +436,9 @@ class Node:
         core, t = self.core, self.timing
         ping = QuorumPacket(PacketType.PING, self.committed_zxid)
         out.send += [(f, ping) for f in sorted(self.learner_conns)]
+        for f in self.learner_conns:
+            if f in self._pings:
+                self._pings[f][0] += 1
         established = core.zab_state == ZabState.BROADCAST
         responsive = set()
         for f in core.servers:
@@ -417,6 +454,17 @@ class Node:
         lacking = now - max(self.no_quorum_since, self.stalled_until)
         if lacking > t.limit(t.sync_limit if established else t.init_limit):
             self._core(out, core.leader_timeout(), now, "LeaderTimeout", i=self.sid)
+
+    def _confirm_syncs(self, out: _Builder) -> None:
+        """Answer each waiting sync that a quorum has confirmed (`client_sync`)."""
+        keep = []
+        for rid, zxid, marks, deadline in self._syncs:
+            confirmed = {f for f, mark in marks.items() if f in self._pings and self._pings[f][1] >= mark}
+            if self.core.is_quorum(confirmed | {self.sid}):
+                out.answers.append((rid, {"zxid": zxid}))
+            else:
+                keep.append((rid, zxid, marks, deadline))
+        self._syncs = keep
 
     def _not_serving(self) -> dict[str, Any]:
         core = self.core
@@ -448,6 +496,11 @@ class Node:
                 self._waiting[zxid] = keep
             else:
                 del self._waiting[zxid]
+        for rid, _, _, deadline in self._syncs:
+            if deadline <= now:
+                out.answers.append((rid, _refused("no quorum confirmed this leader within "
+                                                  f"{self.timing.submit_timeout_s:g} s", True)))
+        self._syncs = [s for s in self._syncs if s[3] > now]
         for rid, deadline in list(self._forwarded.items()):
             if deadline <= now:
                 del self._forwarded[rid]

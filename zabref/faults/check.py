@@ -32,6 +32,22 @@ The *reference* is the longest final sequence. The checks, each a count in the `
 ``phantoms``
     delivered values that no client submitted, or whose submit the server said it refused.
 
+Reads (`Read`: one reader's ``read`` at one server, with or without a ``sync`` first on the same connection; its
+result is ``end``, the last zxid delivered at that server, which the read answer carries) are held to what
+docs/runtime.md promises for them:
+
+``stale_reads``
+    a ``sync`` then ``read`` is linearizable: there are moments ``t_1 < t_2 < ...``, one per transaction of the
+    reference in its order, each within its write's interval (invocation to acknowledgement; to infinity for an
+    unknown outcome), such that every synced read has a moment within its own interval after ``t_end`` and before
+    the next. With the order fixed by the reference this is decided exactly and in linear time: a read ending at
+    position p forces ``t_{p+1}`` after the read's invocation and ``t_p`` before its completion, and the earliest
+    increasing schedule within the narrowed windows exists iff the history is linearizable (`_linearizable`). The
+    usual form of a failure: a write acknowledged before the sync was sent, missing from what the read saw;
+``backward_reads``
+    a plain ``read`` is sequentially consistent at one server: on one connection (a server that restarts closes it)
+    what it reports delivered never goes backwards; and every ``end`` is a zxid of the reference (or 0).
+
 ``ok`` is true when every count above is 0. ``unacked_delivered`` (unknown outcomes that were committed) is
 information, not an error.
 """
@@ -43,7 +59,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Write", "Sample", "Verdict", "check"]
+__all__ = ["Write", "Sample", "Read", "Verdict", "check"]
 
 Txn = tuple[int, str]
 Outcome = Literal["ok", "fail", "unknown"]
@@ -79,6 +95,25 @@ class Sample:
     txns: tuple[Txn, ...]
 
 
+@dataclass(frozen=True)
+class Read:
+    """One read by ``reader`` at ``server`` on connection ``session`` (a number the reader gives each connection),
+    invoked at ``invoked``, answered at ``completed``: the server had delivered up to zxid ``end``. ``synced``: a
+    ``sync`` on the same connection came first (and the interval covers both)."""
+
+    reader: int
+    server: int
+    session: int
+    invoked: float
+    completed: float
+    synced: bool
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.completed < self.invoked:
+            raise ValueError(f"read by reader {self.reader}: completed before it was invoked")
+
+
 @dataclass
 class Verdict:
     """The counts of one check, and up to `MAX_EXAMPLES` lines that show the first problems."""
@@ -94,12 +129,16 @@ class Verdict:
     duplicates: int = 0
     out_of_order: int = 0
     phantoms: int = 0
+    reads: int = 0
+    synced_reads: int = 0
+    stale_reads: int = 0
+    backward_reads: int = 0
     examples: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.divergent or self.misplaced or self.duplicates or self.out_of_order
-                    or self.phantoms)
+                    or self.phantoms or self.stale_reads or self.backward_reads)
 
     def note(self, text: str) -> None:
         if len(self.examples) < MAX_EXAMPLES:
@@ -109,7 +148,9 @@ class Verdict:
         return (f"writes acknowledged {self.acked}, lost {self.lost}, divergent {self.divergent}, duplicates "
                 f"{self.duplicates}, out of order {self.out_of_order}, misplaced {self.misplaced}, phantoms "
                 f"{self.phantoms}; refused {self.failed}, unknown outcome {self.unknown} "
-                f"({self.unacked_delivered} of them delivered); delivered sequence {self.delivered} txns")
+                f"({self.unacked_delivered} of them delivered); delivered sequence {self.delivered} txns; reads "
+                f"{self.reads} ({self.synced_reads} after a sync), stale {self.stale_reads}, backward "
+                f"{self.backward_reads}")
 
 
 def _first_difference(a: Sequence[Txn], b: Sequence[Txn]) -> int:
@@ -119,7 +160,8 @@ def _first_difference(a: Sequence[Txn], b: Sequence[Txn]) -> int:
     return min(len(a), len(b))
 
 
-def check(writes: Iterable[Write], finals: Mapping[int, Sequence[Txn]], samples: Iterable[Sample] = ()) -> Verdict:
+def check(writes: Iterable[Write], finals: Mapping[int, Sequence[Txn]], samples: Iterable[Sample] = (),
+          reads: Iterable[Read] = ()) -> Verdict:
     """Check one run; see the module docstring for what each count means."""
     writes = list(writes)
     by_value: dict[str, Write] = {}
@@ -200,4 +242,66 @@ def check(writes: Iterable[Write], finals: Mapping[int, Sequence[Txn]], samples:
             v.note(f"{value!r} ({w.outcome}, zxid {zxid:#x}) precedes a write acknowledged before it was invoked")
         if w.outcome == "ok":
             earliest_ack_after = min(earliest_ack_after, w.completed)
+    _check_reads(v, list(reads), ref, index, by_value)
     return v
+
+
+def _check_reads(v: Verdict, reads: list[Read], ref: list[Txn], index: dict[int, int],
+                 by_value: Mapping[str, Write]) -> None:
+    v.reads, v.synced_reads = len(reads), sum(r.synced for r in reads)
+    positions: list[tuple[Read, int]] = []  # (read, how many transactions of the reference it saw)
+    last: dict[tuple[int, int], Read] = {}
+    for r in sorted(reads, key=lambda r: r.invoked):
+        if r.end != 0 and r.end not in index:
+            v.divergent += 1
+            v.note(f"reader {r.reader} read zxid {r.end:#x} as delivered at server {r.server}, which the reference "
+                   "never delivered")
+            continue
+        positions.append((r, 0 if r.end == 0 else index[r.end] + 1))
+        prev = last.get((r.reader, r.session))
+        if prev is not None and r.end < prev.end:
+            v.backward_reads += 1
+            v.note(f"reader {r.reader} at server {r.server}, one connection: delivered up to {prev.end:#x}, then "
+                   f"up to {r.end:#x}")
+        last[(r.reader, r.session)] = r
+    synced = [(r, p) for r, p in positions if r.synced]
+    for text in _linearizable(ref, by_value, synced):
+        v.stale_reads += 1
+        v.note(text)
+
+
+def _linearizable(ref: list[Txn], by_value: Mapping[str, Write], reads: list[tuple[Read, int]]) -> list[str]:
+    """Why the reference's writes and the synced reads are not linearizable (empty: they are). See the module
+    docstring: each read narrows two writes' windows; then the earliest increasing schedule must fit them."""
+    n = len(ref)
+    lo = [by_value[val].invoked if val in by_value else 0.0 for _, val in ref]
+    hi = [by_value[val].completed if val in by_value and by_value[val].outcome == "ok" else float("inf")
+          for _, val in ref]
+    why_lo: dict[int, Read] = {}
+    why_hi: dict[int, Read] = {}
+    for r, p in reads:
+        if p < n and r.invoked > lo[p]:  # the (p+1)-th write (index p) takes effect after the read began
+            lo[p], why_lo[p] = r.invoked, r
+        if p > 0 and r.completed < hi[p - 1]:  # the p-th write (index p-1) took effect before the read ended
+            hi[p - 1], why_hi[p - 1] = r.completed, r
+    problems: list[str] = []
+    t = float("-inf")
+    for i in range(n):
+        t = max(t, lo[i])
+        if t > hi[i]:
+            zxid, value = ref[i]
+            w, early, late = by_value.get(value), why_lo.get(i), why_hi.get(i)
+            if early is not None and w is not None and w.outcome == "ok" and w.completed <= early.invoked:
+                problems.append(f"reader {early.reader}: sync+read at server {early.server} saw up to zxid "
+                                f"{early.end:#x}, but {value!r} (zxid {zxid:#x}) was acknowledged before the sync "
+                                "was sent")
+            elif late is not None and w is not None and late.completed < w.invoked:
+                problems.append(f"reader {late.reader}: sync+read at server {late.server} saw {value!r} (zxid "
+                                f"{zxid:#x}) before it was submitted")
+            else:
+                r = early or late
+                problems.append(f"no linearization: {value!r} (zxid {zxid:#x}) must take effect after "
+                                f"{t:.3f} and by {hi[i]:.3f}" + (f" (reader {r.reader} at server {r.server}, read "
+                                                                  f"up to {r.end:#x})" if r else ""))
+            t = hi[i]  # go on from the latest moment allowed, to report the next independent problem
+    return problems

@@ -20,6 +20,10 @@ LONG_DURATION = 600.0
 @click.option("--seed", type=int, default=1, show_default=True, help="Seeds the fault schedule.")
 @click.option("--long", "long_", is_flag=True, help="The long mode: 10 minutes, episodes of 0.5-8 s.")
 @click.option("--writers", type=click.IntRange(1, 64), default=3, show_default=True, help="Concurrent clients.")
+@click.option("--readers", type=click.IntRange(0, 64), default=2, show_default=True,
+              help="Clients reading (plain reads and sync+read), checked for consistency.")
+@click.option("--faults", "fault_count", type=click.IntRange(1), default=None,
+              help="Run until this many fault episodes were injected (short episodes) instead of for --duration.")
 @click.option("--concurrency", type=click.IntRange(1, 8), default=None,
               help="Fault episodes at once (on disjoint servers). [default: (servers-1)//2]")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
@@ -28,8 +32,9 @@ LONG_DURATION = 600.0
               help="Also write the summary, counts and events to this JSON file.")
 @click.option("--validate", is_flag=True,
               help="Log every server's spec actions and check them with TLC (zabref validate) after the run.")
-def faults(servers: int, duration: float | None, seed: int, long_: bool, writers: int, concurrency: int | None,
-           data_dir: str | None, json_path: str | None, validate: bool) -> None:
+def faults(servers: int, duration: float | None, seed: int, long_: bool, writers: int, readers: int,
+           fault_count: int | None, concurrency: int | None, data_dir: str | None, json_path: str | None,
+           validate: bool) -> None:
     """Run a cluster under a write load while killing (-9), pausing (SIGSTOP) and cutting links between servers;
     then check that no acknowledged write was lost and that all servers delivered the same sequence (docs/faults.md).
     """
@@ -37,8 +42,8 @@ def faults(servers: int, duration: float | None, seed: int, long_: bool, writers
 
     if duration is None:
         duration = LONG_DURATION if long_ else 40.0
-    result = run_faults(servers, duration, seed, long=long_, data_dir=data_dir, writers=writers,
-                        concurrency=concurrency, validate=validate, echo=click.echo)
+    result = run_faults(servers, duration, seed, long=long_, data_dir=data_dir, writers=writers, readers=readers,
+                        concurrency=concurrency, validate=validate, faults=fault_count, echo=click.echo)
     if json_path is not None:
         write_json(result, json_path)
     if not result.ok:

@@ -3,8 +3,10 @@
 Theory of operation
 -------------------
 1. Lay out a cluster of normal-mode servers on leased loopback ports (`zabref.cluster`), start it, wait for ready.
-2. Start the `Writer` threads (one per client) and the `Sampler`; every ``PROGRESS`` seconds print one line.
-3. For ``duration`` seconds, call `Nemesis.step` in a loop: faults begin and end on its seeded schedule.
+2. Start the `Writer` threads (one per writing client), the `Reader` threads and the `Sampler`; every ``PROGRESS``
+   seconds print one line.
+3. For ``duration`` seconds (or until ``faults`` episodes were injected), call `Nemesis.step` in a loop: faults begin
+   and end on its seeded schedule.
 4. Heal everything (restart the killed, resume the paused, heal the cut), keep writing for ``calm`` seconds so the
    run also shows the cluster recovering, then stop the writers and the sampler.
 5. Settle: wait (bounded) until one leader and every follower are in BROADCAST with the same committed zxid; then
@@ -44,8 +46,8 @@ from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, re
 from zabref.config import ClusterConfig
 from zabref.control import ControlError
 from zabref.faults.check import Verdict, check
-from zabref.faults.nemesis import Nemesis, Timing
-from zabref.faults.workload import Sampler, Writer
+from zabref.faults.nemesis import KINDS, Nemesis, Timing
+from zabref.faults.workload import Reader, Sampler, Writer
 from zabref.storage.atomic import write_file
 from zabref.storage import ENV_DISK
 
@@ -54,6 +56,8 @@ __all__ = ["RunResult", "run_faults", "CI_TIMING", "LONG_TIMING", "PROGRESS"]
 PROGRESS = 5.0
 CI_TIMING = Timing(duration=(1.0, 3.0), gap=(0.5, 1.5))
 LONG_TIMING = Timing(duration=(0.5, 8.0), gap=(0.2, 3.0))
+#: A run by fault count (``--faults N``): short episodes, short gaps, so that a thousand fit in well under an hour.
+FAST_TIMING = Timing(duration=(0.3, 2.0), gap=(0.1, 0.6))
 SETTLE_TIMEOUT = 60.0
 VALIDATE_TIMEOUT = 1800.0
 
@@ -76,7 +80,7 @@ class RunResult:
 
     @property
     def faults(self) -> int:
-        return sum(self.counts.get(k, 0) for k in ("kill", "torn", "pause", "cut", "isolate"))
+        return sum(self.counts.get(k, 0) for k in KINDS)
 
     def summary(self) -> str:
         c = self.counts
@@ -93,6 +97,8 @@ class RunResult:
                            "unknown_delivered": v.unacked_delivered, "delivered": v.delivered},
                 "lost": v.lost, "divergent": v.divergent, "duplicates": v.duplicates,
                 "out_of_order": v.out_of_order, "misplaced": v.misplaced, "phantoms": v.phantoms,
+                "reads": {"all": v.reads, "after_sync": v.synced_reads, "stale": v.stale_reads,
+                          "backward": v.backward_reads},
                 "examples": v.examples, "problems": self.problems, "events": self.events,
                 "data_dir": self.data_dir, "validation": self.validation}
 
@@ -121,9 +127,11 @@ def _settle(cluster: LocalCluster, timeout: float) -> str | None:
 
 
 def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long: bool = False,
-               data_dir: str | os.PathLike[str] | None = None, writers: int = 3, concurrency: int | None = None,
-               calm: float = 3.0, validate: bool = False, echo: Callable[[str], None] = print) -> RunResult:
-    """One fault run; see the module docstring. ``echo`` gets the progress lines and the summary."""
+               data_dir: str | os.PathLike[str] | None = None, writers: int = 3, readers: int = 2,
+               concurrency: int | None = None, calm: float = 3.0, validate: bool = False, faults: int | None = None,
+               echo: Callable[[str], None] = print) -> RunResult:
+    """One fault run; see the module docstring. ``echo`` gets the progress lines and the summary. ``faults``: run
+    until that many fault episodes were injected (with `FAST_TIMING`) instead of for ``duration`` seconds."""
     keep = data_dir is not None
     folder = Path(data_dir) if keep else Path(tempfile.mkdtemp(prefix="zabref-faults-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -132,7 +140,8 @@ def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long:
     try:
         path = cluster_config(folder, servers, base, ClusterConfig())
         with LocalCluster(path, action_log=actions, env={ENV_DISK: "powerloss"}) as cluster:
-            result = _run(cluster, servers, duration, seed, long, writers, concurrency, calm, echo)
+            result = _run(cluster, servers, duration, seed, long, writers, readers, concurrency, calm, faults,
+                          echo)
     finally:
         release_base_port(base)
     if actions is not None:
@@ -149,36 +158,45 @@ def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long:
     return result
 
 
-def _run(cluster: LocalCluster, servers: int, duration: float, seed: int, long: bool, writers: int,
-         concurrency: int | None, calm: float, echo: Callable[[str], None]) -> RunResult:
+def _run(cluster: LocalCluster, servers: int, duration: float, seed: int, long: bool, writers: int, readers: int,
+         concurrency: int | None, calm: float, faults: int | None, echo: Callable[[str], None]) -> RunResult:
     cluster.start()
     addresses = {sid: (s.me.host, s.me.client_port) for sid, s in sorted(cluster.servers.items())}
     stop = threading.Event()
     clients = [Writer(k, list(addresses.values()), stop, timeout=10.0) for k in range(writers)]
+    lookers = [Reader(k, addresses, stop, timeout=10.0, seed=seed) for k in range(readers)]
     sampler = Sampler(addresses, stop)
-    nemesis = Nemesis(cluster, seed, LONG_TIMING if long else CI_TIMING,
-                      concurrency if concurrency is not None else max(1, (servers - 1) // 2))
-    echo(f"fault run: {servers} servers, {duration:g} s of faults, seed {seed}, {writers} writers, "
+    timing = FAST_TIMING if faults is not None else LONG_TIMING if long else CI_TIMING
+    nemesis = Nemesis(cluster, seed, timing, concurrency if concurrency is not None else max(1, (servers - 1) // 2))
+    until = f"{faults} faults" if faults is not None else f"{duration:g} s of faults"
+    echo(f"fault run: {servers} servers, {until}, seed {seed}, {writers} writers, {readers} readers, "
          f"{nemesis.concurrency} fault(s) at a time; config {cluster.config_path}")
-    for t in (*clients, sampler):
+    for t in (*clients, *lookers, sampler):
         t.start()
     t0 = time.monotonic()
     next_progress = t0 + PROGRESS
+
+    def injected() -> int:
+        return sum(nemesis.counts[k] for k in KINDS)
+
     try:
-        while (now := time.monotonic()) < t0 + duration:
+        while injected() < faults if faults is not None else time.monotonic() < t0 + duration:
+            now = time.monotonic()
             nemesis.step()
             if now >= next_progress:
                 next_progress += PROGRESS
                 acked = sum(w.outcome == "ok" for c in clients for w in c.writes)
-                injected = sum(nemesis.counts[k] for k in ("kill", "torn", "pause", "cut", "isolate"))
-                echo(f"  t={now - t0:5.0f} s  faults {injected}"
-                     f"  active {[f'{e.kind} {e.target}' for e in nemesis.active]}  acknowledged {acked}")
+                echo(f"  t={now - t0:5.0f} s  faults {injected()}"
+                     f"  active {[f'{e.kind} {e.target}' for e in nemesis.active]}  acknowledged {acked}  reads "
+                     f"{sum(len(r.reads) for r in lookers)}")
             time.sleep(0.05)
     finally:
+        elapsed = time.monotonic() - t0
+        # The faults still active end now (a run by fault count waits for its last episode to run its course).
         nemesis.heal_all()
         stop.wait(calm)
         stop.set()
-        for t in (*clients, sampler):
+        for t in (*clients, *lookers, sampler):
             t.join(30.0)
     problems: list[str] = []
     if (why := _settle(cluster, SETTLE_TIMEOUT)) is not None:
@@ -192,9 +210,10 @@ def _run(cluster: LocalCluster, servers: int, duration: float, seed: int, long: 
             problems.append(f"server {sid} could not be read at the end: {e}")
     nemesis.check_exits()
     problems = nemesis.problems + problems
-    writes = [w for c in clients for w in c.writes]
-    verdict = check(writes, finals, sampler.samples) if finals else Verdict()
-    return RunResult(servers, seed, duration, dict(nemesis.counts), verdict, problems, nemesis.events)
+    writes = [w for c in (*clients, *lookers) for w in c.writes]
+    reads = [r for looker in lookers for r in looker.reads]
+    verdict = check(writes, finals, sampler.samples, reads) if finals else Verdict()
+    return RunResult(servers, seed, elapsed, dict(nemesis.counts), verdict, problems, nemesis.events)
 
 
 def _validate(actions: Path, result: RunResult, echo: Callable[[str], None]) -> None:

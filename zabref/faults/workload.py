@@ -1,4 +1,4 @@
-"""The write load of a fault run, and the reader that samples what servers deliver while it runs.
+"""The load of a fault run -- writers and readers -- and the sampler of what servers deliver while it runs.
 
 Theory of operation
 -------------------
@@ -15,6 +15,11 @@ each submit is recorded as a `zabref.faults.check.Write`:
 
 After any outcome but ``ok`` the writer moves to the next server (and pauses `BACKOFF` seconds), as a client would.
 
+Each `Reader` is a thread standing for a client that reads: it asks, at random, for a plain ``read``, a ``sync``
+followed by a ``read``, or writes a value of its own and then syncs and reads at another server, and records each
+read as a `zabref.faults.check.Read`: the interval and the last zxid the server says it delivered (the read answer's
+``zxid``). The checker holds synced reads to linearizability and plain ones to monotonic reads on one connection.
+
 The `Sampler` is one thread that reads every server about twice a second, each time asking for what was delivered
 after the last zxid it saw there, and records each answer as a `zabref.faults.check.Sample`: the checker holds every
 sample against the final sequences, so a server that delivered something it later forgot is caught even if it
@@ -24,6 +29,7 @@ recovers before the end.
 from __future__ import annotations
 
 import json
+import random
 import socket
 import threading
 import time
@@ -31,11 +37,13 @@ from typing import Any
 
 from zabref import wire
 from zabref.client import recv_exactly
-from zabref.faults.check import Outcome, Sample, Write
+from zabref.faults.check import Outcome, Read, Sample, Write
 
-__all__ = ["Writer", "Sampler", "request_once", "BACKOFF"]
+__all__ = ["Writer", "Reader", "Sampler", "request_once", "BACKOFF", "READ_PAUSE"]
 
 BACKOFF = 0.05
+#: Seconds a reader waits between two reads.
+READ_PAUSE = 0.02
 MAX_RESPONSE = 64 * 1024 * 1024
 
 
@@ -104,6 +112,97 @@ class Writer(threading.Thread):
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+class Reader(threading.Thread):
+    """One client reading until ``stop`` is set. Each turn, at random (from ``seed``): a plain read, a sync and a
+    read, or a write (``r<reader>-<k>``, recorded like a writer's) followed by a sync and a read at ANOTHER server --
+    the read of one's own write through another server, which is what sync is for. One connection per server; a
+    server that fails or refuses is dropped and its connection closed (a new one is a new session)."""
+
+    def __init__(self, reader: int, addresses: dict[int, tuple[str, int]], stop: threading.Event, timeout: float,
+                 seed: int) -> None:
+        super().__init__(name=f"reader-{reader}", daemon=True)
+        self.reader = reader
+        self.addresses = dict(addresses)
+        self.sids = sorted(addresses)
+        self.stop = stop
+        self.timeout = timeout
+        self.rng = random.Random(f"{seed}:reader:{reader}")
+        self.reads: list[Read] = []
+        self.writes: list[Write] = []
+        self._socks: dict[int, socket.socket] = {}
+        self._sessions = 0
+        self._session: dict[int, int] = {}  # server -> session number of its open connection
+        self._end: dict[int, int] = {}  # server -> last end seen on its open connection
+
+    def run(self) -> None:
+        k = 0
+        current = self.sids[self.reader % len(self.sids)]
+        while not self.stop.is_set():
+            op = self.rng.choice(("read", "sync", "write"))
+            invoked = time.monotonic()
+            target = current
+            if op == "write":
+                value = f"r{self.reader}-{k}"
+                k += 1
+                outcome, zxid = self._submit(current, value)
+                self.writes.append(Write(value, -1 - self.reader, invoked, time.monotonic(), outcome, zxid))
+                if outcome != "ok":
+                    current = self._drop(current)
+                    continue
+                target = self.sids[(self.sids.index(current) + 1) % len(self.sids)]
+                invoked = time.monotonic()
+            end = self._read(target, synced=op != "read")
+            if end is None:
+                current = self._drop(target)
+                continue
+            self.reads.append(Read(self.reader, target, self._session[target], invoked, time.monotonic(),
+                                   op != "read", end))
+            self._end[target] = end
+            self.stop.wait(READ_PAUSE)
+        for sid in list(self._socks):
+            self._drop(sid)
+
+    def _sock(self, sid: int) -> socket.socket:
+        if sid not in self._socks:
+            self._socks[sid] = socket.create_connection(self.addresses[sid], timeout=self.timeout)
+            self._sessions += 1
+            self._session[sid], self._end[sid] = self._sessions, 0
+        return self._socks[sid]
+
+    def _drop(self, sid: int) -> int:
+        """Close the connection to ``sid``; the next server to use."""
+        sock = self._socks.pop(sid, None)
+        if sock is not None:
+            sock.close()
+        self.stop.wait(BACKOFF)
+        return self.sids[(self.sids.index(sid) + 1) % len(self.sids)]
+
+    def _submit(self, sid: int, value: str) -> tuple[Outcome, int | None]:
+        try:
+            sock = self._sock(sid)
+        except OSError:
+            return "fail", None
+        try:
+            answer = request_once(sock, {"op": "submit", "value": value})
+        except OSError:
+            return "unknown", None
+        if "zxid" in answer and "error" not in answer:
+            return "ok", int(answer["zxid"])
+        return ("fail" if answer.get("retry") else "unknown"), None
+
+    def _read(self, sid: int, synced: bool) -> int | None:
+        """The server's last delivered zxid after an optional sync; None if the server could not answer."""
+        try:
+            sock = self._sock(sid)
+            if synced and "error" in request_once(sock, {"op": "sync"}):
+                return None
+            answer = request_once(sock, {"op": "read", "from_zxid": self._end[sid], "limit": 1})
+        except OSError:
+            return None
+        end = answer.get("zxid")
+        return end if isinstance(end, int) and "error" not in answer else None
 
 
 class Sampler(threading.Thread):
