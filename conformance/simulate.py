@@ -126,6 +126,8 @@ def _in_patched_package(bug_name: str, argv: list[str]) -> int:
 @click.option("--faults", help=f"Comma-separated fault kinds, or 'none' (default: each seed picks its own subset "
                                f"and rates: swarm testing). Kinds: {', '.join(FAULTS)}.")
 @click.option("--clients", type=click.IntRange(0), default=2, show_default=True)
+@click.option("--readers", type=click.IntRange(0), default=0, show_default=True,
+              help="Clients that read (plain, and sync + read); their reads are checked at the end.")
 @click.option("--workers", type=click.IntRange(1), default=1, show_default=True, help="Processes for --seeds.")
 @click.option("--until-failure", is_flag=True, help="With --seeds: stop at the first failing seed (bug hunting).")
 @click.option("--spark", is_flag=True, help="Run --seeds as a Spark job (local mode).")
@@ -134,14 +136,15 @@ def _in_patched_package(bug_name: str, argv: list[str]) -> int:
 @click.option("--bug", help="Run against zabref with this seeded bug (conformance/bugs/NAME.toml).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def simulate_command(seed: int | None, seed_range: str | None, servers: str, steps: int, faults: str | None,
-                     clients: int, workers: int, until_failure: bool, spark: bool, do_shrink: bool, show_log: bool, bug: str | None,
+                     clients: int, readers: int, workers: int, until_failure: bool, spark: bool, do_shrink: bool, show_log: bool, bug: str | None,
                      as_json: bool) -> None:
     """Simulate a whole cluster in one process: seeded faults, virtual time, the spec's invariants after every step."""
     if (seed is None) == (seed_range is None):
         raise click.UsageError("give exactly one of --seed N and --seeds A..B")
     if bug is not None:
         argv = ["--seed", str(seed)] if seed is not None else ["--seeds", str(seed_range)]
-        argv += ["--servers", servers, "--steps", str(steps), "--clients", str(clients), "--workers", str(workers)]
+        argv += ["--servers", servers, "--steps", str(steps), "--clients", str(clients), "--readers", str(readers),
+                 "--workers", str(workers)]
         argv += ["--faults", faults] if faults is not None else []
         flags = {"--until-failure": until_failure, "--spark": spark, "--shrink": do_shrink, "--log": show_log, "--json": as_json}
         argv += [flag for flag, on in flags.items() if on]
@@ -150,7 +153,7 @@ def simulate_command(seed: int | None, seed_range: str | None, servers: str, ste
     if faults is not None:
         kinds = () if faults == "none" else tuple(k.strip() for k in faults.split(",") if k.strip())
     try:
-        options = Options(servers=int(servers), steps=steps, faults=kinds, clients=clients)
+        options = Options(servers=int(servers), steps=steps, faults=kinds, clients=clients, readers=readers)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     if seed is not None:
@@ -163,13 +166,13 @@ def simulate_command(seed: int | None, seed_range: str | None, servers: str, ste
         if show_log:
             click.echo("\n".join(r.events))
         out = {"seed": seed, "ok": r.ok, "failure": r.failure, "steps": r.steps, "virtual_s": r.virtual_s,
-               "faults": r.faults, "injected": r.injected, "acked": r.acked, "digest": r.digest,
+               "faults": r.faults, "injected": r.injected, "acked": r.acked, "reads": r.reads, "digest": r.digest,
                "replay": r.replay, "seconds": round(time.perf_counter() - started, 3)}
         if as_json:
             click.echo(json.dumps(out))
         else:
             click.echo(f"seed {seed}: {'ok' if r.ok else 'FAILED: ' + str(r.failure)}")
-            click.echo(f"  steps {r.steps}, virtual {r.virtual_s:.3f}s, acked writes {r.acked}, injected "
+            click.echo(f"  steps {r.steps}, virtual {r.virtual_s:.3f}s, acked writes {r.acked}, reads {r.reads}, injected "
                        f"{r.injected or 'nothing'}")
             click.echo(f"  digest {r.digest}")
             click.echo(f"  replay: {r.replay}")

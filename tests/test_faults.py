@@ -22,6 +22,7 @@ from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, re
 from zabref.config import ClusterConfig
 from zabref.control import ControlError, ControlPort
 from zabref.client import ZabClient
+from zabref.faults.availability import availability
 from zabref.faults.check import Read, Sample, Write, check
 
 # ------------------------------------------------------------------------------------------ the checker
@@ -209,6 +210,46 @@ def test_stepping_is_refused_in_normal_mode() -> None:
         assert "only in control mode" in asyncio.run(port.answer(line))["error"]
 
 
+def test_a_clock_jump_is_refused_in_control_mode_and_out_of_range() -> None:
+    """The control mode's clock is logical (`tick` moves it); a jump is a positive number of seconds, at most 600."""
+    port = ControlPort(SimpleNamespace(driver=SimpleNamespace(name="control")), b"t" * 32)
+    assert "logical" in asyncio.run(port.answer(b'{"op": "clock_jump", "seconds": 1}'))["error"]
+    port = ControlPort(SimpleNamespace(driver=SimpleNamespace(name="normal")), b"t" * 32)
+    for seconds in ("0", "-1", '"5"', "true", "601", "null"):
+        answer = asyncio.run(port.answer(b'{"op": "clock_jump", "seconds": %s}' % seconds.encode()))
+        assert '"seconds" must be a number' in answer["error"], (seconds, answer)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_clock_jump_makes_a_follower_and_then_the_leader_time_out(tmp_path: Path) -> None:
+    """The fault runner's `clock` fault: a server whose clock moves forward sees its peers silent that long and takes
+    the spec's timeout at once -- a follower its FollowerTimeout (and rejoins the same leader), a leader its
+    LeaderTimeout (and the others elect a leader of a later epoch). Without the jump, the same tick takes nothing."""
+    base = find_free_base_port(3)
+    try:
+        path = cluster_config(tmp_path, 3, base, ClusterConfig(tick_ms=100, init_limit=10, sync_limit=5))
+        with LocalCluster(path).start() as cluster:
+            sids = {1, 2, 3}
+            old = helpers.wait_for("a leader", lambda: helpers.established_leader(cluster, sids), 30)
+            epoch = _state(cluster, old)["current_epoch"]
+            follower = min(sids - {old})
+            with cluster[follower].control() as c:
+                taken = [a["name"] for a in c.request("clock_jump", seconds=0.01)["actions"]]
+                assert "FollowerTimeout" not in taken, taken
+                taken = [a["name"] for a in c.request("clock_jump", seconds=2.0)["actions"]]
+            assert "FollowerTimeout" in taken, taken
+            assert helpers.wait_for("the follower to rejoin", lambda: helpers.established_leader(cluster, sids),
+                                    30) == old
+            with cluster[old].control() as c:
+                taken = [a["name"] for a in c.request("clock_jump", seconds=2.0)["actions"]]
+            assert "LeaderTimeout" in taken, taken
+            new = helpers.wait_for("a leader again", lambda: helpers.established_leader(cluster, sids), 30)
+            assert _state(cluster, new)["current_epoch"] > epoch
+    finally:
+        release_base_port(base)
+
+
 def _state(cluster: LocalCluster, sid: int) -> dict:
     with cluster[sid].control(timeout=5.0) as c:
         return c.request("state")["variables"]
@@ -324,3 +365,28 @@ def test_a_validation_that_runs_out_of_time_is_a_problem_and_leaves_no_process(t
         return False
 
     helpers.wait_for("the validation's process group to be gone", group_gone, 10)
+
+
+# ------------------------------------------------------------------------------------------ availability
+
+
+def test_availability_counts_each_kind_against_fault_free_time() -> None:
+    """Window 0..10 s, one ack a second (at 0.5, 1.5, ...), except none during the kill (2..5): the kill's rate is 0
+    and its longest outage spans from the last ack before it to the first after; the pause (7..8) cost nothing."""
+    acks = [0.5, 1.5, 5.5, 6.5, 7.5, 8.5, 9.5]
+    rows = {a.kind: a for a in availability([("kill", 2.0, 5.0), ("pause", 7.0, 8.0)], acks, (0.0, 10.0))}
+    assert list(rows) == ["kill", "pause"]
+    kill, pause = rows["kill"], rows["pause"]
+    assert (kill.episodes, kill.seconds, kill.rate, kill.ratio) == (1, 3.0, 0.0, 0.0)
+    assert kill.longest_outage == pytest.approx(4.0)  # 1.5 .. 5.5
+    assert pause.rate == pytest.approx(1.0) and pause.ratio == pytest.approx(1.0 / (6 / 6))
+    assert pause.longest_outage == pytest.approx(1.0)
+
+
+def test_availability_counts_an_outage_that_runs_to_the_end_and_overlapping_episodes_once() -> None:
+    rows = availability([("cut", 1.0, 3.0), ("cut", 2.0, 4.0)], [0.5], (0.0, 6.0))
+    (cut,) = rows
+    assert cut.episodes == 2 and cut.seconds == pytest.approx(3.0) and cut.longest_outage == pytest.approx(5.5)
+    assert cut.ratio == 0.0
+    with pytest.raises(ValueError, match="before it starts"):
+        availability([], [], (2.0, 1.0))

@@ -52,7 +52,7 @@ from zabref.errors import CodecError, ProtocolError
 from zabref.node import READ_LIMIT
 from zabref.security import AuthError, Guard
 
-__all__ = ["ClientPort", "request_async", "MAX_CLIENT_FRAME", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT",
+__all__ = ["ClientPort", "request_async", "exchange", "MAX_CLIENT_FRAME", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT",
            "WRITE_TIMEOUT"]
 
 log = logging.getLogger("zabref")
@@ -82,12 +82,12 @@ async def request_async(host: str, port: int, obj: dict[str, Any], timeout: floa
     """One request to a client port, on a fresh connection; OSError/TimeoutError if it cannot be done."""
     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
     try:
-        return await _exchange(reader, writer, obj, timeout, f"{host}:{port}")
+        return await exchange(reader, writer, obj, timeout, f"{host}:{port}")
     finally:
         writer.close()
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, obj: dict[str, Any], timeout: float,
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, obj: dict[str, Any], timeout: float,
                     where: str) -> dict[str, Any]:
     """One request and its answer on an open client-port connection; OSError/TimeoutError if it cannot be done."""
     try:
@@ -230,7 +230,7 @@ class ClientPort:
             if conn is None:
                 conn = await asyncio.wait_for(asyncio.open_connection(*address, **self._tls(address[0])),
                                               SUBMIT_TIMEOUT + 5)
-            answer = await _exchange(*conn, obj, SUBMIT_TIMEOUT + 5, f"{address[0]}:{address[1]}")
+            answer = await exchange(*conn, obj, SUBMIT_TIMEOUT + 5, f"{address[0]}:{address[1]}")
             answered = True
             return answer
         except TimeoutError as e:

@@ -22,7 +22,8 @@ written to the sockets. There is no request that takes a protocol decision for t
 from notifications on the election port, a timeout from time passing, a client value through the client port.
 
 Fault injection (``partition``, ``heal``) cuts or heals this server's links with the named peers
-(`zabref.runtime.Server.cut_links`; docs/faults.md).
+(`zabref.runtime.Server.cut_links`; docs/faults.md); ``clock_jump`` (normal mode only) moves the server's clock
+forward, so that the node takes the timeouts then due (`zabref.drivers.NormalDriver.jump`).
 
 ``state`` maps the server onto the spec: every Zab variable the core holds (`zabref.core.SPEC_VARIABLES`; zxids as
 ints, transaction values as UTF-8 text, per-learner maps keyed by the sid as text), FastLeaderElection's variables,
@@ -65,7 +66,9 @@ MAX_LINE = 1024 * 1024
 #: Seconds a request line may take from its first byte to its newline (a longer one closes that connection).
 LINE_TIMEOUT = 10.0
 _STEP_OPS = ("release", "release_vote", "tick", "fsync_pause")
-_FAULT_OPS = ("partition", "heal")
+_FAULT_OPS = ("partition", "heal", "clock_jump")
+#: The longest clock jump one ``clock_jump`` may ask for, in seconds.
+MAX_JUMP = 600.0
 #: Most ticks one ``tick`` request may ask for.
 MAX_TICKS = 10_000
 #: Seconds a new connection has to send its whole ``auth`` line; and the longest such line, in bytes.
@@ -299,6 +302,17 @@ class ControlPort:
         sids = set(self.server.cut_peers) if request.get("peers") is None else _sids(request, "peers")
         self.server.heal_links(sids)
         return {"cut": sorted(self.server.cut_peers)}
+
+    async def op_clock_jump(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Normal mode: move this server's clock ``seconds`` forward (0 < seconds <= `MAX_JUMP`) and tick its node
+        at once: the timeouts then due are taken (`zabref.drivers.NormalDriver.jump`). Answers the actions taken."""
+        seconds = request.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_JUMP:
+            raise ValueError(f'"seconds" must be a number in (0, {MAX_JUMP:g}]')
+        if self.server.driver.name != "normal":
+            raise ValueError("the control mode's clock is logical: move it with tick")
+        effects = await self.server.driver.jump(self.server, float(seconds))
+        return {"clock": self.server.driver.now(), "actions": _actions(effects)}
 
 
 def _actions(effects: Any) -> list[dict[str, Any]]:

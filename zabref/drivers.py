@@ -15,7 +15,9 @@ Theory of operation
 ticks the node every ``tick_s`` seconds of the loop's clock (``loop.time()``) -- and once more right after a
 connection closed, so that a follower whose leader went away gives up at once instead of at the next tick -- and
 tells the node when the loop itself stalled (the ticker woke more than two ticks late: a long batch, a SIGSTOP), so
-that the node does not blame its peers for its own pause.
+that the node does not blame its peers for its own pause. Its clock may be moved forward (`NormalDriver.jump`, the
+control op ``clock_jump`` of the fault runner): the node then sees every peer silent for that long and takes the
+timeouts that are due -- the spec's spontaneous FollowerTimeout / LeaderTimeout, on a running cluster.
 
 `ControlDriver` (``zabref serve --control``, for the conformance driver) delivers nothing by itself: packets and
 notifications wait on their connection until the control socket releases one (`zabref.control`, ``release`` and
@@ -41,9 +43,16 @@ class NormalDriver:
 
     def __init__(self, tick_s: float) -> None:
         self.tick_s = tick_s
+        self.skew = 0.0  # seconds the clock was moved forward (`jump`)
 
     def now(self) -> float:
-        return asyncio.get_running_loop().time()
+        return asyncio.get_running_loop().time() + self.skew
+
+    async def jump(self, server: Any, seconds: float) -> Effects:
+        """Move the clock ``seconds`` forward, then tick the node at once (not as a stall: to the node, its peers
+        were silent that long); the tick's Effects once carried out."""
+        self.skew += seconds
+        return await server.call(lambda: server.node.tick(self.now()))
 
     def start(self, server: Any) -> None:
         server.spawn(self._ticker(server), "ticker")
@@ -70,7 +79,7 @@ class NormalDriver:
             now = loop.time()
             stalled = now - last > 2 * self.tick_s  # the loop did not run for over a tick: our stall, not theirs
             last = now
-            server.enqueue(lambda t=now, s=stalled: _tick(server, t, s))
+            server.enqueue(lambda t=now + self.skew, s=stalled: _tick(server, t, s))
 
 
 def _tick(server: Any, now: float, stalled: bool) -> Effects:

@@ -139,7 +139,6 @@ class Node:
         self.role_since = 0.0
         self.stalled_until = 0.0
         self.leader_lost = False  # a follower's connection to its leader ended: give up at the next tick
-        self.no_quorum_since: float | None = None  # since when a leader lacks a quorum of responsive learners
         self.finalizing_since: float | None = None
         self.election_quiet_since = 0.0  # last notification sent or taken while LOOKING (the resend timer)
         self.resend_after = timing.limit(timing.resend_ticks)  # doubles at each resend of a round (notTimeout)
@@ -374,7 +373,6 @@ class Node:
         self.role_since = now
         self.heard.clear()
         self.leader_lost = False
-        self.no_quorum_since = None
         # A forwarded request waits for the answer of the leader it went to; once this server stops following that
         # leader, the answer can no longer come (its connection is gone), and nothing here knows the request's zxid:
         # the client learns now that the outcome is unknown, not when the forward's deadline runs out.
@@ -440,19 +438,26 @@ class Node:
             if f in self._pings:
                 self._pings[f][0] += 1
         established = core.zab_state == ZabState.BROADCAST
-        responsive = set()
+        # Until when each learner counts as responsive: its silence is within its limit. The quorum of responsive
+        # learners (with this leader) lasted until the latest moment at which those responsive then still formed
+        # one -- computed from the times heard, not from when ticks ran, so a tick that comes late (or a clock
+        # that jumps) sees the lack as long as it really was.
+        until = []
         for f in core.servers:
             phase = core.learner_phase.get(f, LearnerPhase.NONE)
-            limit = t.limit(t.sync_limit if phase == LearnerPhase.UPTODATE else t.init_limit)
-            if f != self.sid and phase != LearnerPhase.NONE and self.silent(f, now) <= limit:
-                responsive.add(f)
-        if core.is_quorum(responsive | {self.sid}):
-            self.no_quorum_since = None
-            return
-        if self.no_quorum_since is None:
-            self.no_quorum_since = now - t.tick_s  # it began at most a tick ago
-        lacking = now - max(self.no_quorum_since, self.stalled_until)
-        if lacking > t.limit(t.sync_limit if established else t.init_limit):
+            if f != self.sid and phase != LearnerPhase.NONE:
+                limit = t.limit(t.sync_limit if phase == LearnerPhase.UPTODATE else t.init_limit)
+                until.append((now - self.silent(f, now) + limit, f))
+        lost = max(self.role_since, self.stalled_until)  # never a quorum this role: lacking since the role began
+        members = {self.sid}
+        for end, f in sorted(until, reverse=True):
+            members.add(f)
+            if core.is_quorum(members):
+                if end >= now:
+                    return  # a quorum is responsive now
+                lost = max(end, self.stalled_until)
+                break
+        if now - lost > t.limit(t.sync_limit if established else t.init_limit):
             self._core(out, core.leader_timeout(), now, "LeaderTimeout", i=self.sid)
 
     def _confirm_syncs(self, out: _Builder) -> None:

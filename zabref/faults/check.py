@@ -59,7 +59,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Write", "Sample", "Read", "Verdict", "check"]
+__all__ = ["Write", "Sample", "Read", "Verdict", "check", "check_reads"]
 
 Txn = tuple[int, str]
 Outcome = Literal["ok", "fail", "unknown"]
@@ -246,6 +246,21 @@ def check(writes: Iterable[Write], finals: Mapping[int, Sequence[Txn]], samples:
     return v
 
 
+def check_reads(writes: Iterable[Write], ref: Sequence[Txn], reads: Iterable[Read]) -> Verdict:
+    """Only the reads (``stale_reads``, ``backward_reads``, reads of a zxid outside ``ref`` as ``divergent``),
+    against the reference order ``ref`` -- for a checker that has its own reference (the simulator's final
+    leader). Values must be unique among ``writes``."""
+    by_value: dict[str, Write] = {}
+    for w in writes:
+        if w.value in by_value:
+            raise ValueError(f"value {w.value!r} was submitted twice: values must be unique in a run")
+        by_value[w.value] = w
+    ref = list(ref)
+    v = Verdict()
+    _check_reads(v, list(reads), ref, {z: i for i, (z, _) in enumerate(ref)}, by_value)
+    return v
+
+
 def _check_reads(v: Verdict, reads: list[Read], ref: list[Txn], index: dict[int, int],
                  by_value: Mapping[str, Write]) -> None:
     v.reads, v.synced_reads = len(reads), sum(r.synced for r in reads)
@@ -275,8 +290,10 @@ def _linearizable(ref: list[Txn], by_value: Mapping[str, Write], reads: list[tup
     docstring: each read narrows two writes' windows; then the earliest increasing schedule must fit them."""
     n = len(ref)
     lo = [by_value[val].invoked if val in by_value else 0.0 for _, val in ref]
-    hi = [by_value[val].completed if val in by_value and by_value[val].outcome == "ok" else float("inf")
-          for _, val in ref]
+    # an acknowledged write took effect by its acknowledgement -- at the zxid it was told; the same value elsewhere
+    # (a client's retry of an unknown outcome, committed twice) has no such bound
+    hi = [by_value[val].completed if val in by_value and by_value[val].zxid == zxid else float("inf")
+          for zxid, val in ref]
     why_lo: dict[int, Read] = {}
     why_hi: dict[int, Read] = {}
     for r, p in reads:

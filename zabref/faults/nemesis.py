@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Five kinds of fault, each one *episode* with a start and an end. The servers run on the power-loss disk
+Six kinds of fault, each one *episode* with a start and an end. The servers run on the power-loss disk
 (``ZABREF_DISK=powerloss``, `zabref.storage`), so a SIGKILL is a power cut: what a server wrote and did not fsync is
 lost.
 
@@ -14,9 +14,12 @@ lost.
 ``cut``      cut the link between two servers, both directions (the runtime's fault layer, docs/faults.md: the
              control op ``partition`` at both ends); at the end, ``heal`` it.
 ``isolate``  cut every link of one server; at the end, heal them.
+``clock``    move one server's clock forward by twice (initLimit + 1) ticks (the control op ``clock_jump``): its node
+             sees every peer silent that long and takes its timeout at once -- a follower FollowerTimeout, a leader
+             LeaderTimeout, the spec's spontaneous timeouts on a running cluster; nothing to undo at the end.
 
 The schedule comes from one `random.Random(seed)`: kinds are taken in rounds, each round a shuffled list of all
-four (so a short run still injects every kind); the target is the current leader half of the time (the fault that
+six (so a short run still injects every kind); the target is the current leader half of the time (the fault that
 forces an election and a recovery), else any server; an episode lasts `Timing.duration` and the next one starts
 `Timing.gap` later. At most ``concurrency`` episodes run at once and they touch disjoint sets of servers, so no cut
 has to be re-applied to a server that was killed or paused meanwhile. The workload's timing is not seeded, so two
@@ -41,7 +44,7 @@ from zabref.storage import ENV_CRASH_AT
 
 __all__ = ["KINDS", "Timing", "Episode", "Nemesis"]
 
-KINDS = ("kill", "torn", "pause", "cut", "isolate")
+KINDS = ("kill", "torn", "pause", "cut", "isolate", "clock")
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Episode:
     servers: frozenset[int]  # every server it touches
     links: tuple[tuple[int, int], ...] = ()
     until: float = 0.0
+    began: float = 0.0  # time.monotonic() when it began
 
 
 @dataclass
@@ -70,6 +74,8 @@ class Nemesis:
     counts: Counter[str] = field(default_factory=Counter)
     events: list[tuple[float, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: every episode over: (kind, began, ended) in time.monotonic() seconds (for the availability figures)
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -157,18 +163,24 @@ class Nemesis:
         elif ep.kind == "pause":
             os.kill(server.proc.pid, signal.SIGSTOP)
             self.counts["pause"] += 1
+        elif ep.kind == "clock":
+            c = self.cluster.config.cluster
+            self._control(ep.target, "clock_jump", seconds=2 * (c.init_limit + 1) * c.tick_ms / 1000)
+            self.counts["clock"] += 1
         else:
             for a, b in ep.links:
-                self._control(a, "partition", [b])
-                self._control(b, "partition", [a])
+                self._control(a, "partition", peers=[b])
+                self._control(b, "partition", peers=[a])
             self.counts[ep.kind] += 1
             self.counts["link cut"] += len(ep.links)
+        ep.began = time.monotonic()
         self.active.append(ep)
         self._log(f"{ep.kind} {ep.target}" + (f" links {list(ep.links)}" if ep.links else ""))
 
     def _end(self, ep: Episode) -> None:
         server = self.cluster[ep.target]
         self.active.remove(ep)
+        self.spans.append((ep.kind, ep.began, time.monotonic()))
         if ep.kind in ("kill", "torn"):
             if server.running:  # "torn": it may not have reached its crash point
                 server.kill()
@@ -181,22 +193,24 @@ class Nemesis:
         elif ep.kind == "pause":
             os.kill(server.proc.pid, signal.SIGCONT)
             self.counts["resume"] += 1
+        elif ep.kind == "clock":
+            pass  # a jump is over once taken
         else:
             for a, b in ep.links:
-                self._control(a, "heal", [b])
-                self._control(b, "heal", [a])
+                self._control(a, "heal", peers=[b])
+                self._control(b, "heal", peers=[a])
             self.counts["link heal"] += len(ep.links)
         self._log(f"end {ep.kind} {ep.target}")
 
-    def _control(self, sid: int, op: str, peers: list[int]) -> None:
+    def _control(self, sid: int, op: str, **fields: object) -> None:
         for attempt in range(3):
             try:
                 with self.cluster[sid].control(timeout=5.0) as c:
-                    c.request(op, peers=peers)
+                    c.request(op, **fields)
                 return
             except (OSError, ControlError) as e:
                 if attempt == 2:
-                    self.problems.append(f"{op} {peers} at server {sid} failed: {e}")
+                    self.problems.append(f"{op} {fields} at server {sid} failed: {e}")
                 time.sleep(0.2)
 
     def check_exits(self) -> None:

@@ -45,6 +45,7 @@ from zabref.client import ClientError, ZabClient
 from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 from zabref.config import ClusterConfig
 from zabref.control import ControlError
+from zabref.faults.availability import KindAvailability, availability
 from zabref.faults.check import Verdict, check
 from zabref.faults.nemesis import KINDS, Nemesis, Timing
 from zabref.faults.workload import Reader, Sampler, Writer
@@ -73,6 +74,7 @@ class RunResult:
     events: list[tuple[float, str]] = field(default_factory=list)
     data_dir: str = ""
     validation: str = ""  # the last line of zabref validate, when the run was validated
+    available: list[KindAvailability] = field(default_factory=list)  # per kind of fault
 
     @property
     def ok(self) -> bool:
@@ -86,8 +88,18 @@ class RunResult:
         c = self.counts
         return (f"faults injected {self.faults} (kill {c.get('kill', 0)}, restart {c.get('restart', 0)}, pause "
                 f"{c.get('pause', 0)}, resume {c.get('resume', 0)}, torn write {c.get('torn', 0)}, cut {c.get('cut', 0)}, isolate "
-                f"{c.get('isolate', 0)}; links cut {c.get('link cut', 0)}, healed {c.get('link heal', 0)}); "
-                f"{self.verdict.summary()}; unexpected exits {c.get('unexpected exit', 0)}")
+                f"{c.get('isolate', 0)}, clock jump {c.get('clock', 0)}; links cut {c.get('link cut', 0)}, healed "
+                f"{c.get('link heal', 0)}); {self.verdict.summary()}; unexpected exits {c.get('unexpected exit', 0)}")
+
+    def availability_table(self) -> str:
+        """One line per kind of fault: episodes, seconds, acknowledged writes per second and against fault-free
+        time, the longest stretch without an acknowledged write."""
+        lines = ["availability per kind of fault (writes acknowledged while such an episode was under way):"]
+        for a in self.available:
+            ratio = "n/a" if a.ratio is None else f"{a.ratio:.2f}x"
+            lines.append(f"  {a.kind:8} {a.episodes:5} episodes  {a.seconds:8.1f} s  {a.rate:8.1f} acks/s "
+                         f"({ratio} of fault-free)  longest outage {a.longest_outage:.2f} s")
+        return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         v = self.verdict
@@ -99,6 +111,7 @@ class RunResult:
                 "out_of_order": v.out_of_order, "misplaced": v.misplaced, "phantoms": v.phantoms,
                 "reads": {"all": v.reads, "after_sync": v.synced_reads, "stale": v.stale_reads,
                           "backward": v.backward_reads},
+                "availability": {a.kind: a.to_json() for a in self.available},
                 "examples": v.examples, "problems": self.problems, "events": self.events,
                 "data_dir": self.data_dir, "validation": self.validation}
 
@@ -150,6 +163,7 @@ def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long:
     if not keep and result.ok:
         shutil.rmtree(folder, ignore_errors=True)
         result.data_dir = ""
+    echo(result.availability_table())
     echo(("PASS: " if result.ok else "FAIL: ") + result.summary())
     for line in result.problems + result.verdict.examples:
         echo(f"  {line}")
@@ -213,7 +227,10 @@ def _run(cluster: LocalCluster, servers: int, duration: float, seed: int, long: 
     writes = [w for c in (*clients, *lookers) for w in c.writes]
     reads = [r for looker in lookers for r in looker.reads]
     verdict = check(writes, finals, sampler.samples, reads) if finals else Verdict()
-    return RunResult(servers, seed, elapsed, dict(nemesis.counts), verdict, problems, nemesis.events)
+    acks = [w.completed for w in writes if w.outcome == "ok"]
+    available = availability(nemesis.spans, acks, (t0, t0 + elapsed))
+    return RunResult(servers, seed, elapsed, dict(nemesis.counts), verdict, problems, nemesis.events,
+                     available=available)
 
 
 def _validate(actions: Path, result: RunResult, echo: Callable[[str], None]) -> None:

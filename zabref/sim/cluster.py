@@ -49,10 +49,11 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from zabref.clientport import request_async
+from zabref.clientport import exchange, request_async
 from zabref.config import ClusterConfig, Config, ServerConfig, parse_config, render_config
 from zabref.drivers import NormalDriver
 from zabref.errors import ZabError
+from zabref.faults.check import Read, Write, check_reads
 from zabref.machine import Machine
 from zabref.node import Effects
 from zabref.packets import ServerState
@@ -78,6 +79,7 @@ class Options:
     steps: int = 1000
     faults: tuple[str, ...] | None = None
     clients: int = 2
+    readers: int = 0  # clients that read (plain, and sync + read), checked for consistency at the end
     liveness_s: float = 30.0
     max_time: float = 300.0
     tick_ms: int = 100
@@ -87,8 +89,9 @@ class Options:
     def __post_init__(self) -> None:
         if self.servers not in SERVER_COUNTS:
             raise ValueError(f"servers = {self.servers}: the simulator runs {', '.join(map(str, SERVER_COUNTS))}")
-        if self.steps < 1 or self.clients < 0:
-            raise ValueError(f"steps = {self.steps}, clients = {self.clients}: steps >= 1, clients >= 0")
+        if self.steps < 1 or self.clients < 0 or self.readers < 0:
+            raise ValueError(f"steps = {self.steps}, clients = {self.clients}, readers = {self.readers}: steps >= 1, "
+                             "clients >= 0, readers >= 0")
         unknown = sorted(set(self.faults or ()) - set(FAULTS))
         if unknown:
             raise ValueError(f"unknown fault kinds {unknown} (known: {', '.join(FAULTS)})")
@@ -99,7 +102,7 @@ class Options:
         if self.faults is not None:
             parts.append(f"--faults {','.join(self.faults) or 'none'}")
         default = Options()
-        for name in ("clients", "liveness_s", "max_time"):
+        for name in ("clients", "readers", "liveness_s", "max_time"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"--{name.replace('_', '-')} {getattr(self, name)}")
         return " ".join(parts)
@@ -117,6 +120,7 @@ class Result:
     acked: int
     digest: str
     events: list[str] = field(repr=False)
+    reads: int = 0  # reads the readers recorded (all checked at the end of a run that got there)
 
     @property
     def ok(self) -> bool:
@@ -231,6 +235,9 @@ class Simulation:
         self.steps = 0
         self.injected: dict[str, int] = {}
         self.acked: list[tuple[int, str]] = []  # (zxid, value) of every write a client was told is in
+        #: every write, for the read check: value -> (first invoked, last completed, zxid if acknowledged)
+        self.writes: dict[str, tuple[float, float, int | None]] = {}
+        self.reads: list[Read] = []
         self.failure: str | None = None
         self.recovering = False
         self._done: asyncio.Future[None] | None = None
@@ -252,7 +259,8 @@ class Simulation:
             zlog.setLevel(level)
             self.loop.close()
         return Result(self.seed, self.options, self.failure, self.steps, round(self.loop.now, 6), self.faults,
-                      dict(sorted(self.injected.items())), len(self.acked), self._hash.hexdigest(), self.events)
+                      dict(sorted(self.injected.items())), len(self.acked), self._hash.hexdigest(), self.events,
+                      len(self.reads))
 
     async def _main(self) -> None:
         self._done = self.loop.create_future()
@@ -264,6 +272,10 @@ class Simulation:
             client = Process(f"c{k + 1}")
             self._clients.append(client)
             client.spawn(self.loop, self._client(k + 1), f"client-{k + 1}")
+        for k in range(self.options.readers):
+            reader = Process(f"r{k + 1}")
+            self._clients.append(reader)
+            reader.spawn(self.loop, self._reader(k + 1), f"reader-{k + 1}")
         if self.faults:
             self.loop.create_task(self._nemesis(), name="nemesis")
         self.loop.create_task(self._deadline(), name="deadline")
@@ -386,15 +398,61 @@ class Simulation:
             if self.recovering:
                 return
             value, n = f"c{k}.{n}", n + 1
+            invoked = self.loop.now
             for _attempt in range(3 if retry else 1):
                 sid = self.rng.choice(self.sids)
                 answer = await self._request(sid, {"op": "submit", "value": value})
+                self.writes[value] = (invoked, self.loop.now, answer.get("zxid"))
                 if "zxid" in answer:
                     self.acked.append((answer["zxid"], value))
                     self._event(f"ack {value} {answer['zxid']:x} via s{sid}")
                     break
                 if not retry or not (answer.get("retry") or answer.get("unknown")):
                     break
+
+    async def _reader(self, k: int) -> None:
+        """Reads until recovery, from its own random source (so readers change no writer's choices): at a random
+        server, a plain ``read`` or a ``sync`` then a ``read``, on a connection kept per server (a new connection is
+        a new session); records each answered read as a `Read` for `_check_reads`."""
+        rng = random.Random(f"{self.seed}:reader:{k}")
+        conns: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter, int]] = {}
+        ends: dict[int, int] = {}
+        sessions = 0
+        while not self.recovering:
+            await asyncio.sleep(rng.uniform(0.005, 0.1))
+            sid, synced = rng.choice(self.sids), rng.random() < 0.5
+            invoked = self.loop.now
+            try:
+                if sid not in conns:
+                    s = self.config.server(sid)
+                    r, w = await asyncio.wait_for(asyncio.open_connection(s.host, s.client_port), 5.0)
+                    sessions += 1
+                    conns[sid], ends[sid] = (r, w, sessions), 0
+                r, w, session = conns[sid]
+                if synced and "error" in await exchange(r, w, {"op": "sync"}, 5.0, f"s{sid}"):
+                    raise OSError("sync refused")
+                answer = await exchange(r, w, {"op": "read", "from_zxid": ends[sid], "limit": 1}, 5.0, f"s{sid}")
+                if "error" in answer or not isinstance(answer.get("zxid"), int):
+                    raise OSError("read refused")
+            except (OSError, TimeoutError):
+                if sid in conns:
+                    conns.pop(sid)[1].close()
+                continue
+            ends[sid] = answer["zxid"]
+            self.reads.append(Read(k, sid, session, invoked, self.loop.now, synced, answer["zxid"]))
+        for _, w, _ in conns.values():
+            w.close()
+
+    def _check_reads(self, leader: int) -> str | None:
+        """The readers' reads against the leader's history (`zabref.faults.check.check_reads`); why they fail."""
+        ref = [(t.zxid, t.value.decode("utf-8", "backslashreplace"))
+               for t in self.machines[leader].server.node.core.history]
+        writes = [Write(v, 0, a, b, "unknown" if z is None else "ok", z) for v, (a, b, z) in self.writes.items()]
+        v = check_reads(writes, ref, self.reads)
+        if v.stale_reads or v.backward_reads or v.divergent:
+            return (f"read check: {len(self.reads)} reads, stale {v.stale_reads}, backward {v.backward_reads}, "
+                    f"divergent {v.divergent}: {v.examples[0]}")
+        return None
 
     async def _request(self, sid: int, request: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
         s = self.config.server(sid)
@@ -560,7 +618,9 @@ class Simulation:
             leader = self.established_leader()
             if leader is not None:
                 value, n = f"probe.{n}", n + 1
+                invoked = self.loop.now
                 answer = await self._request(leader, {"op": "submit", "value": value}, timeout=2.0)
+                self.writes[value] = (invoked, self.loop.now, answer.get("zxid"))
                 if "zxid" in answer:
                     self.acked.append((answer["zxid"], value))
                     self._event(f"live: leader s{leader} committed {value} at {answer['zxid']:x} "
@@ -581,6 +641,9 @@ class Simulation:
                 self._fail(f"acknowledged write lost: {value!r} at zxid {zxid:#x} is "
                            f"{'missing' if got is None else repr(got)} in leader s{leader}'s history")
                 return
+        if self.reads and (why := self._check_reads(leader)) is not None:
+            self._fail(why)
+            return
         for observer in self.observers:
             message = observer.finished(self)
             if message is not None:
