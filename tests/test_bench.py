@@ -306,6 +306,23 @@ def test_java_adapter_turns_a_failing_client_into_a_bench_error(tmp_path, script
         adapter.close()
 
 
+def test_java_client_missing_javac_or_jars_is_a_clear_bench_error(tmp_path, monkeypatch):
+    import zabref.bench.javaclient as jc
+    import zabref.bench.zk as zk
+
+    monkeypatch.setattr(jc.shutil, "which", lambda name: None)  # no javac, and no apt-get to install it
+    monkeypatch.setattr(zk.shutil, "which", lambda name: None)
+    with pytest.raises(BenchError, match=r"needs javac .* apt-get is not available.*--zk-clients kazoo"):
+        jc.ensure_javac()
+    (tmp_path / "zookeeper.jar").write_bytes(b"")
+    monkeypatch.setattr(jc, "find_classpath", lambda: str(tmp_path / "zookeeper.jar"))
+    with pytest.raises(BenchError, match=r"needs zookeeper-jute.jar, slf4j-api.jar in .*--zk-clients kazoo"):
+        jc.build()
+    monkeypatch.setattr(jc, "find_classpath", lambda: None)
+    with pytest.raises(BenchError, match=r"zookeeper.jar not found"):
+        jc.build()
+
+
 def _java_or_skip():
     import shutil
 
