@@ -6,6 +6,7 @@ The benchmark's figures themselves are never asserted (speed is measured by the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from zabref.bench import BenchError
 from zabref.bench.failover import FailoverResult, first_commit_after
+from zabref.bench.javaclient import parse_line
 from zabref.bench.report import FORMAT, build_report, check_report, format_table, write_json
 from zabref.bench.stats import compare, make_row, percentile, ratio
 from zabref.bench.workload import VALUE_BYTES, value
@@ -72,22 +74,58 @@ def test_make_row_with_every_request_failed_has_no_percentiles():
 def test_ratio_and_compare_pair_rows_by_op_target_in_flight():
     z1 = make_row("zabref", "write", "follower", 1, [0.002] * 10, 1.0)
     k1 = make_row("zookeeper", "write", "follower", 1, [0.001] * 20, 1.0)
+    j1 = make_row("zookeeper-java", "write", "follower", 1, [0.004] * 5, 1.0)
     z16 = make_row("zabref", "write", "follower", 16, [0.004] * 30, 1.0)  # no ZooKeeper row: not compared
-    cmp = compare([z1, z16, k1])
-    assert cmp == [{"op": "write", "target": "follower", "in_flight": 1, "throughput": 0.5, "p50": 2.0, "p99": 2.0}]
+    cmp = compare([z1, z16, k1, j1])
+    assert cmp == [  # the Java client's row first: the issue's bar
+        {"op": "write", "target": "follower", "in_flight": 1, "against": "zookeeper-java", "throughput": 2.0,
+         "p50": 0.5, "p99": 0.5},
+        {"op": "write", "target": "follower", "in_flight": 1, "against": "zookeeper", "throughput": 0.5,
+         "p50": 2.0, "p99": 2.0}]
     assert ratio(1.0, 0.0) is None and ratio(math.nan, 1.0) is None and ratio(3.0, 2.0) == 1.5
 
 
-def test_table_shows_both_systems_and_the_ratio():
-    rows = [make_row("zabref", "write", "leader", 1, [0.001] * 300, 1.0),
-            make_row("zookeeper", "write", "leader", 1, [0.001] * 200, 1.0),
-            make_row("zabref", "read", "leader", 1, [0.001] * 10, 1.0, errors=2)]
+def test_row_costs_cpu_share_and_cpu_per_thousand_ops():
+    row = dataclasses.replace(make_row("zookeeper-java", "write", "leader", 16, [0.001] * 2000, 2.0,
+                                       client_cpu_s=1.5),
+                              server_cpu_s=3.0, server_rss_mb=(100.0, 90.5, None))
+    assert row.client_cpu_share == 0.75 and row.server_cpu_per_1k == 1.5
+    j = row.to_json()
+    assert j["server_rss_mb"] == [100.0, 90.5, None] and j["client_cpu_share"] == 0.75
+    assert j["server_cpu_s_per_1k_ops"] == 1.5
+    bare = make_row("zabref", "write", "leader", 1, [], 1.0, errors=1)
+    assert bare.client_cpu_share is None and bare.server_cpu_per_1k is None
+
+
+def _cells(table, system, op="write"):
+    """The cells of ``system``'s line under the last (op, ...) heading line."""
+    lines = table.splitlines()
+    start = max(i for i, ln in enumerate(lines) if ln.startswith(op))
+    line = next(ln for ln in lines[start:] if f" {system} " in ln + " ")
+    left, _, right = line.partition("|")
+    return left.split()[left.split().index(system) + 1:], right.split()
+
+
+def test_table_shows_every_system_costs_and_both_ratios():
+    def row(system, n, client_cpu, op="write", errors=0):
+        return dataclasses.replace(make_row(system, op, "leader", 1, [0.001] * n, 1.0, errors=errors,
+                                            client_cpu_s=client_cpu), server_cpu_s=0.6, server_rss_mb=(50.0, 60.0))
+    rows = [row("zabref", 300, 0.95), row("zookeeper", 200, 0.99), row("zookeeper-java", 600, 0.2),
+            row("zabref", 10, 0.1, op="read", errors=2)]
     table = format_table(rows)
-    line = next(ln for ln in table.splitlines() if ln.startswith("write"))
-    assert "300.0" in line and "200.0" in line and line.split("|")[3].split()[0] == "1.50"
-    read = next(ln for ln in table.splitlines() if ln.startswith("read"))
-    assert read.split("|")[2].split()[0] == "-"  # no ZooKeeper read row
+    left, right = _cells(table, "zabref")
+    assert left == ["300.0", "1.00", "1.00", "2.000", "50", "60", "95%"] and right == []
+    left, right = _cells(table, "zookeeper-java")
+    assert left[0] == "600.0" and left[-1] == "20%" and right == ["0.50", "1.00"]  # zabref / the Java client's row
+    left, right = _cells(table, "zookeeper")
+    assert left[0] == "200.0" and right == ["1.50", "1.00"]  # zabref / kazoo's row
+    lines = table.splitlines()
+    assert [ln.split()[3] for ln in lines if ln.startswith(("write", "read"))] == ["zabref", "zabref"]
     assert "2 requests failed" in table
+    check = table[table.index("bottleneck check"):]
+    assert "kazoo (Python)" in check and "near one core in 1 of 1 rows (write leader 1)" in check
+    java = next(ln for ln in check.splitlines() if "[zookeeper-java]" in ln)
+    assert "20%" in java and "not the bottleneck" in java
 
 
 def test_values_are_100_bytes_and_distinct():
@@ -131,7 +169,8 @@ def test_zookeeper_ports_stay_below_the_ephemeral_range():
 
 def _report(**changes):
     rows = [make_row("zabref", "write", "follower", 1, [0.002] * 10, 1.0),
-            make_row("zookeeper", "write", "follower", 1, [0.001] * 20, 1.0)]
+            make_row("zookeeper", "write", "follower", 1, [0.001] * 20, 1.0),
+            make_row("zookeeper-java", "write", "follower", 1, [0.001] * 40, 1.0, client_cpu_s=0.3)]
     fails = [FailoverResult("zabref", 1, 3, 1, 0.25, 0.3, 2)]
     report = build_report(rows, fails, command="zabref bench cluster", started="t0", finished="t1",
                           machine={"cpus": 2, "loadavg_before": [1.0, 1.0, 1.0], "loadavg_after": [2.0, 2.0, 2.0]},
@@ -144,13 +183,16 @@ def test_report_shape_survives_json():
     report = json.loads(json.dumps(_report()))
     check_report(report)
     assert report["format"] == FORMAT
-    assert report["comparison"][0]["throughput"] == 0.5
+    assert [(c["against"], c["throughput"]) for c in report["comparison"]] == [("zookeeper-java", 0.25),
+                                                                                ("zookeeper", 0.5)]
 
 
 @pytest.mark.parametrize("mutate, where", [
     (lambda r: r.pop("rows"), "missing 'rows'"),
     (lambda r: r["rows"][1].pop("p99_ms"), r"report.rows\[1\]: missing 'p99_ms'"),
     (lambda r: r["rows"][0].update(count="10"), r"report.rows\[0\].count"),
+    (lambda r: r["rows"][2].update(server_rss_mb=7), r"report.rows\[2\].server_rss_mb"),
+    (lambda r: r["comparison"][0].pop("against"), r"report.comparison\[0\]: missing 'against'"),
     (lambda r: r["failover"][0].update(leader_s=None), r"report.failover\[0\].leader_s"),
     (lambda r: r.update(format="other/1"), "report.format"),
     (lambda r: r["machine"].pop("cpus"), "report.machine: missing 'cpus'"),
@@ -203,6 +245,130 @@ def test_client_read_pages_only_the_delivered_prefix():
     assert node.client_read(history[-1].zxid) == {"txns": [], "more": False, "zxid": end}
 
 
+# ------------------------------------------------------------------------------------------ the Java client
+
+
+def _result(**changes):
+    r = {"count": 2, "errors": 1, "seconds": 0.5, "cpu_seconds": 0.25, "last_error": "NODEEXISTS (-110)",
+         "latencies_ns": [1_000_000, 3_000_000]}
+    r.update(changes)
+    return "result " + json.dumps(r)
+
+
+def test_java_client_output_parses():
+    assert parse_line("progress 17\n") == ("progress", 17)
+    kind, r = parse_line(_result())
+    assert kind == "result" and r["count"] == 2 and r["latencies_ns"] == [1_000_000, 3_000_000]
+
+
+@pytest.mark.parametrize("line, why", [
+    ("hello world", "unexpected output line 'hello world'"),
+    ("progress many", "unexpected output line"),
+    ("result {\"count\": 2", "malformed result"),
+    ("result [1, 2]", "not an object"),
+    (_result(latencies_ns=None), "'latencies_ns' = 'None' has the wrong type"),
+    (_result(count=True), "'count' = 'True' has the wrong type"),
+    (_result(count=3), "inconsistent: count 3, 2 latencies"),
+    (_result(seconds=0), "inconsistent"),
+    (_result(latencies_ns=[1, -5]), "non-negative integers"),
+    ("result " + json.dumps({"count": 0}), "no 'errors'"),
+    ("error java.io.IOException: no session with 127.0.0.1:1 within 30 s", "failed: java.io.IOException"),
+])
+def test_java_client_bad_output_is_a_bench_error_naming_it(line, why):
+    with pytest.raises(BenchError, match="ZkLoad") as e:
+        parse_line(line)
+    assert why in str(e.value)
+
+
+@dataclasses.dataclass
+class _FakeJava:
+    """Stands in for the compiled client: runs a shell line instead of the JVM."""
+
+    script: str
+
+    def command(self):
+        return ["sh", "-c", self.script]
+
+
+@pytest.mark.parametrize("script, why", [
+    ("echo oops >&2; exit 3", r"ended \(exit 3\)[\s\S]*oops"),
+    ("read line; echo 'progress 1'; echo 'result {bad'", "malformed result"),
+    ("read line; echo 'Exception in thread main'; exit 1", "unexpected output line 'Exception in thread main"),
+])
+def test_java_adapter_turns_a_failing_client_into_a_bench_error(tmp_path, script, why):
+    from zabref.bench.javaclient import JavaZooKeeperAdapter
+
+    adapter = JavaZooKeeperAdapter({1: 2181}, _FakeJava(script), tmp_path / "zkload.stderr.log")
+    try:
+        with pytest.raises(BenchError, match=why):
+            adapter.run_row("write", "leader", 1, 1, 10)
+    finally:
+        adapter.close()
+
+
+def test_java_client_missing_javac_or_jars_is_a_clear_bench_error(tmp_path, monkeypatch):
+    import zabref.bench.javaclient as jc
+    import zabref.bench.zk as zk
+
+    monkeypatch.setattr(jc.shutil, "which", lambda name: None)  # no javac, and no apt-get to install it
+    monkeypatch.setattr(zk.shutil, "which", lambda name: None)
+    with pytest.raises(BenchError, match=r"needs javac .* apt-get is not available.*--zk-clients kazoo"):
+        jc.ensure_javac()
+    (tmp_path / "zookeeper.jar").write_bytes(b"")
+    monkeypatch.setattr(jc, "find_classpath", lambda: str(tmp_path / "zookeeper.jar"))
+    with pytest.raises(BenchError, match=r"needs zookeeper-jute.jar, slf4j-api.jar in .*--zk-clients kazoo"):
+        jc.build()
+    monkeypatch.setattr(jc, "find_classpath", lambda: None)
+    with pytest.raises(BenchError, match=r"zookeeper.jar not found"):
+        jc.build()
+
+
+def _java_or_skip():
+    import shutil
+
+    from zabref.bench.zk import find_classpath
+
+    if find_classpath() is None or shutil.which("javac") is None:
+        pytest.skip("needs Debian's zookeeper jars and javac (the benchmark would install them with apt)")
+
+
+@pytest.mark.slow
+def test_java_client_builds_once_per_source(tmp_path, monkeypatch):
+    _java_or_skip()
+    from zabref.bench.javaclient import build
+
+    monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "cache"))
+    said: list[str] = []
+    first = build(said.append)
+    assert (first.classes / "ZkLoad.class").is_file() and first.classes.is_relative_to(tmp_path / "cache")
+    assert build(said.append) == first and len(said) == 1  # the second build is the cached one
+    assert [p.name for p in (tmp_path / "cache" / "zkload").iterdir()] == [first.classes.name]  # no temp left
+
+
+@pytest.mark.slow
+def test_smoke_zookeeper_with_the_java_client(tmp_path, monkeypatch):
+    """ZooKeeper driven by ZkLoad end to end with a tiny count: compiled, run on a real 3-server ensemble, every row
+    complete, with the client's CPU and the servers' CPU and memory, in bench.json and the table."""
+    _java_or_skip()
+    pytest.importorskip("matplotlib")
+    from zabref.bench.runner import run_bench
+
+    monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "cache"))
+    lines: list[str] = []
+    report = run_bench(writes=200, in_flight=[16], systems=["zookeeper"], zk_clients=["java"], out=tmp_path / "out",
+                       failover_trials=1, echo=lines.append)
+    check_report(json.loads((tmp_path / "out" / "bench.json").read_text()))
+    rows = report["rows"]
+    assert [(r["system"], r["op"], r["target"], r["in_flight"]) for r in rows] == [
+        ("zookeeper-java", op, target, 16) for op in ("write", "read") for target in ("follower", "leader")]
+    assert all(r["count"] == 200 and r["errors"] == 0 and r["p99_ms"] > 0 for r in rows), rows
+    assert all(r["client_cpu_s"] > 0 and r["server_cpu_s"] is not None and len(r["server_rss_mb"]) == 3
+               for r in rows), rows
+    assert report["failover"] == [] and report["settings"]["systems"] == ["zookeeper-java"]  # failover: kazoo only
+    assert "ZkLoad (Java, async API)     [zookeeper-java]" in "\n".join(lines)
+    assert (tmp_path / "out" / "bench.png").stat().st_size > 0
+
+
 # ------------------------------------------------------------------------------------------ the command
 
 
@@ -211,6 +377,8 @@ def test_cli_refuses_bad_options_before_starting_anything(tmp_path):
     assert r.exit_code == 2 and "--in-flight" in r.output
     r = CliRunner().invoke(main, ["bench", "cluster", "--systems", "etcd", "--out", str(tmp_path)])
     assert r.exit_code == 1 and "etcd" in r.output
+    r = CliRunner().invoke(main, ["bench", "cluster", "--zk-clients", "kazoo,curl", "--out", str(tmp_path)])
+    assert r.exit_code == 1 and "--zk-clients" in r.output and "curl" in r.output
     assert not (tmp_path / "bench.json").exists()
 
 

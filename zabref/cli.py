@@ -178,6 +178,9 @@ def bench() -> None:
 @click.option("--writes", type=click.IntRange(1), default=20_000, show_default=True, help="Writes (and reads) per row.")
 @click.option("--in-flight", default="1,16,128", show_default=True, help="Requests in flight, comma-separated.")
 @click.option("--systems", default="zabref,zookeeper", show_default=True, help="Which systems, comma-separated.")
+@click.option("--zk-clients", default="kazoo,java", show_default=True,
+              help="Which clients drive ZooKeeper, comma-separated: kazoo (Python), java (ZooKeeper's own client, "
+                   "compiled at bench time); each on a fresh ensemble.")
 @click.option("--out", type=click.Path(file_okay=False), default="out/bench", show_default=True,
               help="Folder for bench.json and bench.png.")
 @click.option("--failover-trials", type=click.IntRange(0), default=3, show_default=True)
@@ -187,8 +190,8 @@ def bench() -> None:
               help="Run the zabref servers from the zabref package in this folder (e.g. a patched copy).")
 @click.option("--log-actions", is_flag=True,
               help="zabref's servers write action logs to OUT/actions (for `zabref validate`; costs write rate).")
-def bench_cluster(writes: int, in_flight: str, systems: str, out: str, failover_trials: int, quick: bool,
-                  keep: bool, zabref_code: str | None, log_actions: bool) -> None:
+def bench_cluster(writes: int, in_flight: str, systems: str, zk_clients: str, out: str, failover_trials: int,
+                  quick: bool, keep: bool, zabref_code: str | None, log_actions: bool) -> None:
     """A 3-server zabref cluster beside a 3-server ZooKeeper 3.8 ensemble: same workload, ratios, failover."""
     from pathlib import Path  # noqa: PLC0415
 
@@ -204,7 +207,7 @@ def bench_cluster(writes: int, in_flight: str, systems: str, out: str, failover_
     run_bench(writes=writes, in_flight=counts, systems=[s.strip() for s in systems.split(",") if s.strip()],
               out=Path(out), failover_trials=failover_trials, keep=keep,
               zabref_code=Path(zabref_code).resolve() if zabref_code else None, log_actions=log_actions,
-              echo=click.echo)
+              zk_clients=[c.strip() for c in zk_clients.split(",") if c.strip()], echo=click.echo)
 
 
 from zabref.faults.command import faults  # noqa: E402  (the fault runner, docs/faults.md)

@@ -2,11 +2,13 @@
 
 Theory of operation
 -------------------
-For each system asked for (zabref first, then ZooKeeper -- never both running at once, so they do not share the two
-cores): start a fresh 3-server cluster under ``<out>/work/<system>``, find its leader and one follower, and run
+For each system asked for (zabref first, then ZooKeeper once per client asked for with ``zk_clients``: kazoo as
+system ``zookeeper``, the Java client as ``zookeeper-java`` -- never two running at once, so they do not share the
+two cores): start a fresh 3-server cluster under ``<out>/work/<system>``, find its leader and one follower, and run
 the rows: writes against the follower with each in-flight count, then against the leader, then the same for reads
-(of values written before). One line is printed per row as it finishes. Then the failover trials, on a NEW cluster
-of the same system (so the restarted server does not first have to recover the whole benchmark's log, which would
+(of values written before). Around each row the servers' CPU time and, after it, their resident memory are read
+(`zabref.bench.usage`); the client reports its own CPU time. One line is printed per row as it finishes. Then the
+failover trials (zabref, and ZooKeeper with kazoo only), on a NEW cluster of the same system (so the restarted server does not first have to recover the whole benchmark's log, which would
 measure recovery, not failover). At the end: the table with the ratios, the failover lines, ``bench.json`` and
 ``bench.png`` in ``<out>``; the work folders are deleted unless ``keep`` is set.
 
@@ -15,6 +17,7 @@ measure recovery, not failover). At the end: the table with the ratios, the fail
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import importlib.util
 import logging
@@ -32,14 +35,19 @@ from zabref.bench import BenchError
 from zabref.bench.failover import FailoverResult, run_trial
 from zabref.bench.report import build_report, format_failover, format_table, write_json, write_png
 from zabref.bench.stats import Row
+from zabref.bench.usage import Usage
 from zabref.bench.workload import VALUE_BYTES
 
-__all__ = ["run_bench", "QUICK_WRITES", "QUICK_IN_FLIGHT"]
+__all__ = ["run_bench", "QUICK_WRITES", "QUICK_IN_FLIGHT", "ZK_CLIENTS"]
 
 QUICK_WRITES = 200
 QUICK_IN_FLIGHT = (1, 16)
 #: Writes before the measured rows, on each system (JIT, caches, connections): not recorded.
 WARMUP_WRITES = 2000
+#: ``--zk-clients``: the client -> the system name of ZooKeeper's rows driven by it.
+ZK_CLIENTS = {"kazoo": "zookeeper", "java": "zookeeper-java"}
+#: Systems whose failover is measured (ZooKeeper's with kazoo only: the Java client has no failover load).
+FAILOVER_SYSTEMS = ("zabref", "zookeeper")
 
 
 def _now() -> str:
@@ -55,8 +63,9 @@ def _java_version() -> str | None:
 
 
 def _harness(system: str, folder: Path, classpath: str | None, code_root: Path | None,
-             action_log: Path | None = None) -> Any:
-    """``action_log``: the zabref servers' action logs go there (emptied first); ZooKeeper has none."""
+             action_log: Path | None = None, java_client: Any = None) -> Any:
+    """``action_log``: the zabref servers' action logs go there (emptied first); ZooKeeper has none.
+    ``java_client``: the compiled ZkLoad, for system ``zookeeper-java``."""
     from zabref.bench.systems import ZabrefHarness, ZooKeeperHarness  # noqa: PLC0415
 
     for path in (folder, action_log):
@@ -65,24 +74,28 @@ def _harness(system: str, folder: Path, classpath: str | None, code_root: Path |
     folder.mkdir(parents=True)
     if system == "zabref":
         return ZabrefHarness(folder, code_root, action_log)
-    return ZooKeeperHarness(folder, classpath)
+    return ZooKeeperHarness(folder, classpath, java_client if system == "zookeeper-java" else None)
 
 
 def _rows(h: Any, writes: int, in_flight: Sequence[int], echo: Callable[[str], None]) -> list[Row]:
     leader = h.leader()
     follower = next(s for s in h.sids if s != leader)
     warm = min(WARMUP_WRITES, writes)
-    echo(f"{h.system:<10} warm-up: {warm} writes with 16 in flight on the leader (not recorded)")
+    echo(f"{h.system:<14} warm-up: {warm} writes with 16 in flight on the leader (not recorded)")
     h.adapter.run_row("write", "leader", leader, 16, warm)
     rows = []
     for op in ("write", "read"):
         for target, sid in (("follower", follower), ("leader", leader)):
             for n in in_flight:
+                usage = Usage(h.pids())
                 row = _with_progress(f"{h.system} {op} {target} {n}", writes, h.adapter,
                                      lambda: h.adapter.run_row(op, target, sid, n, writes))
+                row = dataclasses.replace(row, server_cpu_s=usage.cpu_s(), server_rss_mb=usage.rss())
                 rows.append(row)
-                echo(f"{h.system:<10} {op:<5} {target:<8} (server {sid}) in flight {n:>3}: {row.ops_per_s:>9,.1f} "
+                share = row.client_cpu_share
+                echo(f"{h.system:<14} {op:<5} {target:<8} (server {sid}) in flight {n:>3}: {row.ops_per_s:>9,.1f} "
                      f"ops/s  p50 {row.p50_ms:.2f} ms  p99 {row.p99_ms:.2f} ms  ({row.count} in {row.seconds:.1f} s"
+                     f"{f'; client CPU {share:.0%} of a core' if share is not None else ''}"
                      f"{f', {row.errors} errors, last: {h.adapter.last_error}' if row.errors else ''})")
     return rows
 
@@ -129,10 +142,11 @@ def _failover(h: Any, trials: int, echo: Callable[[str], None], errors: list[str
 
 def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], out: Path, failover_trials: int,
               keep: bool = False, zabref_code: Path | None = None, log_actions: bool = False,
-              echo: Callable[[str], None] = print) -> dict[str, Any]:
+              zk_clients: Sequence[str] = tuple(ZK_CLIENTS), echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the whole benchmark; returns the report (also written to ``out/bench.json`` and ``out/bench.png``).
     ``log_actions``: zabref's servers write their action logs (`zabref.actionlog`) to ``out/actions/throughput``
-    and ``out/actions/failover``, kept for `zabref validate`."""
+    and ``out/actions/failover``, kept for `zabref validate`. ``zk_clients``: which clients drive ZooKeeper
+    (``kazoo``, ``java``), each on its own ensemble, in this order."""
     if zabref_code is not None and not (zabref_code / "zabref" / "cli.py").is_file():
         raise BenchError(f"--zabref-code: {zabref_code} has no zabref/cli.py")
     if writes < 1 or not in_flight or min(in_flight) < 1:
@@ -140,15 +154,25 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
     unknown = set(systems) - {"zabref", "zookeeper"}
     if unknown or not systems:
         raise BenchError(f"--systems: unknown {sorted(unknown)} (choose from zabref, zookeeper)")
+    unknown = set(zk_clients) - set(ZK_CLIENTS)
+    if unknown or ("zookeeper" in systems and not zk_clients):
+        raise BenchError(f"--zk-clients: unknown {sorted(unknown)} (choose from {', '.join(ZK_CLIENTS)})")
+    runs = [name for system in dict.fromkeys(systems)
+            for name in (["zabref"] if system == "zabref" else [ZK_CLIENTS[c] for c in dict.fromkeys(zk_clients)])]
     if importlib.util.find_spec("matplotlib") is None:
         raise BenchError("matplotlib is not installed (for bench.png): pip install 'zabref[bench]'")
-    classpath = None
+    classpath = java_client = None
     if "zookeeper" in systems:
         from zabref.bench.zk import ensure_zookeeper  # noqa: PLC0415
 
         classpath = ensure_zookeeper(echo)
-        if importlib.util.find_spec("kazoo") is None:
-            raise BenchError("kazoo is not installed: pip install 'zabref[bench]' (or kazoo)")
+        if "kazoo" in zk_clients and importlib.util.find_spec("kazoo") is None:
+            raise BenchError("kazoo is not installed: pip install 'zabref[bench]' (or kazoo), or run with "
+                             "--zk-clients java")
+        if "java" in zk_clients:
+            from zabref.bench.javaclient import build  # noqa: PLC0415
+
+            java_client = build(echo)
     out = out.resolve()  # absolute: with --zabref-code the servers run in another working directory
     out.mkdir(parents=True, exist_ok=True)
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # its "Connection dropped" warnings are expected in failover
@@ -159,14 +183,15 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
     fails: list[FailoverResult] = []
     fail_errors: list[str] = []
     settings: dict[str, Any] = {"writes": writes, "in_flight": list(in_flight), "value_bytes": VALUE_BYTES,
-                                "failover_trials": failover_trials}
+                                "failover_trials": failover_trials, "systems": runs}
     try:
-        for system in systems:
+        for system in runs:
             logs = out / "actions" if log_actions and system == "zabref" else None
-            with _harness(system, work / system, classpath, zabref_code, logs and logs / "throughput") as h:
+            with _harness(system, work / system, classpath, zabref_code, logs and logs / "throughput",
+                          java_client) as h:
                 settings[system] = h.settings
                 rows += _rows(h, writes, in_flight, echo)
-            if failover_trials:
+            if failover_trials and system in FAILOVER_SYSTEMS:
                 with _harness(system, work / f"{system}-failover", classpath, zabref_code,
                               logs and logs / "failover") as h:
                     fails += _failover(h, failover_trials, echo, fail_errors)

@@ -5,8 +5,15 @@ Theory of operation
 A measured row is a (system, op, target, in_flight) with every completed request's latency in seconds and the wall
 time of the whole row. Throughput is completed requests / wall time; percentiles use the nearest-rank definition
 (the smallest latency with at least p% of the samples at or below it), so every reported figure is one that was
-actually observed. `compare` pairs the rows of the two systems with equal (op, target, in_flight) and gives
-zabref/ZooKeeper for throughput (above 1: zabref is faster) and for p50 and p99 latency (above 1: zabref is slower).
+actually observed. `compare` pairs each zabref row with the ZooKeeper rows of equal (op, target, in_flight) -- one
+per ZooKeeper client: ``zookeeper`` (kazoo) and ``zookeeper-java`` (the Java client, `zabref.bench.javaclient`) --
+and gives zabref/ZooKeeper for throughput (above 1: zabref is faster) and for p50 and p99 latency (above 1: zabref is
+slower).
+
+Beside the latencies a row carries what it cost (all optional, None when not measured): the client's CPU seconds
+over the row (its share of one core = ``client_cpu_s / seconds``: near 1.0 a single-threaded client is the
+bottleneck), the servers' CPU seconds over the row (summed over the 3 servers; per 1,000 ops in the table) and each
+server's resident memory at the end of the row.
 """
 
 from __future__ import annotations
@@ -16,9 +23,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["percentile", "Row", "make_row", "compare", "ratio"]
+__all__ = ["percentile", "Row", "make_row", "compare", "ratio", "SYSTEMS", "ZK_SYSTEMS"]
 
-SYSTEMS = ("zabref", "zookeeper")
+SYSTEMS = ("zabref", "zookeeper", "zookeeper-java")
+#: The ZooKeeper rows zabref is compared with, the issue's bar (the Java client) first.
+ZK_SYSTEMS = ("zookeeper-java", "zookeeper")
 OPS = ("write", "read")
 TARGETS = ("follower", "leader")
 
@@ -48,17 +57,34 @@ class Row:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    client_cpu_s: float | None = None  # the load client's CPU time over the row (all its threads)
+    server_cpu_s: float | None = None  # the 3 servers' CPU time over the row, summed
+    server_rss_mb: tuple[float | None, ...] | None = None  # each server's resident memory at the end, by server id
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.op, self.target, self.in_flight)
 
+    @property
+    def client_cpu_share(self) -> float | None:
+        """Client CPU seconds per wall second: 1.0 = one core busy all the row."""
+        return None if self.client_cpu_s is None else round(self.client_cpu_s / self.seconds, 3)
+
+    @property
+    def server_cpu_per_1k(self) -> float | None:
+        """The servers' CPU seconds per 1,000 answered requests."""
+        return None if self.server_cpu_s is None or not self.count else round(self.server_cpu_s / self.count * 1000, 4)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["server_rss_mb"] = None if self.server_rss_mb is None else list(self.server_rss_mb)
+        out["client_cpu_share"] = self.client_cpu_share
+        out["server_cpu_s_per_1k_ops"] = self.server_cpu_per_1k
+        return out
 
 
 def make_row(system: str, op: str, target: str, in_flight: int, latencies_s: Sequence[float], seconds: float,
-             errors: int = 0) -> Row:
+             errors: int = 0, client_cpu_s: float | None = None) -> Row:
     """Summarize one row from its latencies (seconds) and its wall time (seconds)."""
     if system not in SYSTEMS or op not in OPS or target not in TARGETS:
         raise ValueError(f"unknown row ({system}, {op}, {target})")
@@ -68,7 +94,8 @@ def make_row(system: str, op: str, target: str, in_flight: int, latencies_s: Seq
     ms = [x * 1000 for x in latencies_s] or [math.nan]
     return Row(system, op, target, in_flight, n, errors, round(seconds, 4), round(n / seconds, 1),
                round(percentile(ms, 50), 3) if n else math.nan, round(percentile(ms, 99), 3) if n else math.nan,
-               round(max(ms), 3) if n else math.nan)
+               round(max(ms), 3) if n else math.nan,
+               None if client_cpu_s is None else round(client_cpu_s, 4))
 
 
 def ratio(a: float, b: float) -> float | None:
@@ -79,14 +106,18 @@ def ratio(a: float, b: float) -> float | None:
 
 
 def compare(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """One entry per (op, target, in_flight) measured on BOTH systems, in the order zabref's rows were measured."""
-    zk = {r.key: r for r in rows if r.system == "zookeeper"}
+    """One entry per zabref row and ZooKeeper client measured with the same (op, target, in_flight), in the order
+    zabref's rows were measured, ``against`` naming the ZooKeeper row (`ZK_SYSTEMS` order)."""
+    by = {(r.system, r.key): r for r in rows}
     out = []
     for z in rows:
-        if z.system != "zabref" or z.key not in zk:
+        if z.system != "zabref":
             continue
-        k = zk[z.key]
-        out.append({"op": z.op, "target": z.target, "in_flight": z.in_flight,
-                    "throughput": ratio(z.ops_per_s, k.ops_per_s),
-                    "p50": ratio(z.p50_ms, k.p50_ms), "p99": ratio(z.p99_ms, k.p99_ms)})
+        for system in ZK_SYSTEMS:
+            k = by.get((system, z.key))
+            if k is None:
+                continue
+            out.append({"op": z.op, "target": z.target, "in_flight": z.in_flight, "against": system,
+                        "throughput": ratio(z.ops_per_s, k.ops_per_s),
+                        "p50": ratio(z.p50_ms, k.p50_ms), "p99": ratio(z.p99_ms, k.p99_ms)})
     return out

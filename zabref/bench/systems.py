@@ -4,11 +4,12 @@ Theory of operation
 -------------------
 A harness owns one 3-server cluster in a folder of its own, on a leased port block: `ZabrefHarness` wraps
 `zabref.cluster.LocalCluster` (default timing: tick 100 ms, initLimit 10, syncLimit 5; fsync before every ACK, group
-commit), `ZooKeeperHarness` wraps `zabref.bench.zk.ZkEnsemble` (tickTime 2000, forceSync=yes). Each gives the
-workload adapter for its own client, ``leader()`` (blocking until one serves), ``kill(sid)`` (SIGKILL),
+commit), `ZooKeeperHarness` wraps `zabref.bench.zk.ZkEnsemble` (tickTime 2000, forceSync=yes) and is driven by kazoo
+(system ``zookeeper``) or by the Java client (``zookeeper-java``, `zabref.bench.javaclient`). Each gives the
+workload adapter for its client, ``pids()`` (server id -> process id, for CPU and memory), ``leader()`` (blocking until one serves), ``kill(sid)`` (SIGKILL),
 ``restart(sid)`` (same data dir; returns once the whole cluster serves again) and ``serving_leader(sids)`` (a
 non-blocking probe used while timing a failover). Leaving the ``with`` block stops every process and releases the
-ports.
+ports (and ends the client's process, if it has one).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from zabref import wire
 from zabref.bench import BenchError
+from zabref.bench.javaclient import JavaClient, JavaZooKeeperAdapter
 from zabref.bench.workload import ZabrefAdapter, ZooKeeperAdapter
 from zabref.bench.zk import ZkEnsemble, mode_of
 from zabref.config import ClusterConfig
@@ -57,6 +59,9 @@ class ZabrefHarness:
                          "sync_limit": self.cluster.config.cluster.sync_limit, "fsync": "before every ACK",
                          "code_root": str(code_root) if code_root else None,
                          "action_log": str(action_log) if action_log else None}
+
+    def pids(self) -> dict[int, int]:
+        return {sid: s.proc.pid for sid, s in self.cluster.servers.items() if s.proc is not None and s.running}
 
     def _state(self, sid: int) -> dict[str, Any] | None:
         s = self.cluster[sid]
@@ -127,9 +132,9 @@ class ZabrefHarness:
 
 
 class ZooKeeperHarness:
-    system = "zookeeper"
+    """``java_client``: drive it with that compiled Java client (system ``zookeeper-java``), else with kazoo."""
 
-    def __init__(self, folder: Path, classpath: str) -> None:
+    def __init__(self, folder: Path, classpath: str, java_client: JavaClient | None = None) -> None:
         self.base = find_free_base_port(SERVERS)
         try:
             self.ensemble = ZkEnsemble(folder, self.base, SERVERS, classpath=classpath)
@@ -138,9 +143,16 @@ class ZooKeeperHarness:
             self.close()
             raise
         self.sids = [m.id for m in self.ensemble.members]
-        self.adapter = ZooKeeperAdapter({m.id: m.client_port for m in self.ensemble.members})
+        ports = {m.id: m.client_port for m in self.ensemble.members}
+        self.adapter: Any = ZooKeeperAdapter(ports) if java_client is None else \
+            JavaZooKeeperAdapter(ports, java_client, folder / "zkload.stderr.log")
+        self.system = self.adapter.system
         self.settings = {"tickTime_ms": self.ensemble.tick_time_ms, "initLimit": 10, "syncLimit": 5,
-                         "forceSync": "yes", "heap_mb": self.ensemble.heap_mb}
+                         "forceSync": "yes", "heap_mb": self.ensemble.heap_mb,
+                         "client": "kazoo" if java_client is None else "ZkLoad.java (ZooKeeper's Java client, async)"}
+
+    def pids(self) -> dict[int, int]:
+        return {sid: p.pid for sid, p in self.ensemble.procs.items() if p.poll() is None}
 
     def leader(self, timeout: float = 60.0) -> int:
         deadline = time.monotonic() + timeout
@@ -164,6 +176,8 @@ class ZooKeeperHarness:
         self.ensemble.wait_serving(self.sids, timeout)
 
     def close(self) -> None:
+        if getattr(self, "adapter", None) is not None:
+            self.adapter.close()
         if getattr(self, "ensemble", None) is not None:
             self.ensemble.stop()
         release_base_port(self.base)

@@ -12,8 +12,11 @@ one write and one read there:
   pipelines the requests of a session and answers them in order). Write = ``create`` of a new znode
   ``/zabref-bench/<row>/<i>`` holding the value; read = ``get`` of a znode written before.
 
+A third adapter, `zabref.bench.javaclient.JavaZooKeeperAdapter`, drives ZooKeeper with its own Java client.
+
 `run_row` keeps exactly ``in_flight`` requests outstanding until ``count`` have completed (a new one is issued when
-one completes), and returns a `zabref.bench.stats.Row`. A failed request is counted in ``errors`` and not retried
+one completes), and returns a `zabref.bench.stats.Row`, with the client's CPU time over the row (`time.process_time`
+of this process: the client is this process's event loop or kazoo's threads, the servers are other processes). A failed request is counted in ``errors`` and not retried
 (none is expected while nothing is killed). `run_load` is the open-ended version used during failover: workers keep
 issuing writes until told to stop, retrying after failures, and every attempt is recorded as
 ``(t_issue, t_done, ok)`` on `time.monotonic`.
@@ -58,10 +61,13 @@ class ZabrefAdapter:
 
     def run_row(self, op: str, target: str, sid: int, in_flight: int, count: int) -> Row:
         self.completed = 0
-        lat, seconds, errors = asyncio.run(self._row(op, sid, in_flight, count))
-        return make_row(self.system, op, target, in_flight, lat, seconds, errors)
+        lat, seconds, cpu, errors = asyncio.run(self._row(op, sid, in_flight, count))
+        return make_row(self.system, op, target, in_flight, lat, seconds, errors, client_cpu_s=cpu)
 
-    async def _row(self, op: str, sid: int, in_flight: int, count: int) -> tuple[list[float], float, int]:
+    def close(self) -> None:
+        """Nothing outlives a row."""
+
+    async def _row(self, op: str, sid: int, in_flight: int, count: int) -> tuple[list[float], float, float, int]:
         host, port = self.addresses[sid]
         conns = [await ZabConnection.open(host, port) for _ in range(in_flight)]
         if op == "read" and not self.written:
@@ -90,13 +96,13 @@ class ZabrefAdapter:
                     self.completed += 1
                 lat.append(time.perf_counter() - t0)
 
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         try:
             await asyncio.gather(*(worker(c) for c in conns))
         finally:
             for c in conns:
                 c.close()
-        return lat, time.perf_counter() - t, errors
+        return lat, time.perf_counter() - t, time.process_time() - cpu, errors
 
     def run_load(self, sid: int, in_flight: int, stop: threading.Event, out: list[Attempt]) -> None:
         """Write to server ``sid`` until ``stop`` is set, retrying after failures; appends to ``out``."""
@@ -169,11 +175,14 @@ class ZooKeeperAdapter:
                 return zk.get_async(pool[i % len(pool)])
 
             self.completed = 0
-            lat, seconds, errors, self.last_error = _pipelined(issue, in_flight, count, self)
+            lat, seconds, cpu, errors, self.last_error = _pipelined(issue, in_flight, count, self)
         finally:
             zk.stop()
             zk.close()
-        return make_row(self.system, op, target, in_flight, lat, seconds, errors)
+        return make_row(self.system, op, target, in_flight, lat, seconds, errors, client_cpu_s=cpu)
+
+    def close(self) -> None:
+        """Nothing outlives a row."""
 
     def run_load(self, sid: int, in_flight: int, stop: threading.Event, out: list[Attempt]) -> None:
         zk = self.client(sid, fast_reconnect=True)
@@ -205,7 +214,7 @@ class ZooKeeperAdapter:
 
 
 def _pipelined(issue: Callable[[int], Any], in_flight: int, count: int, counter: Any
-               ) -> tuple[list[float], float, int, str | None]:
+               ) -> tuple[list[float], float, float, int, str | None]:
     """Keep ``in_flight`` kazoo async results outstanding until ``count`` completed (``counter.completed`` counts)."""
     slots = threading.Semaphore(in_flight)
     done = threading.Event()
@@ -230,11 +239,11 @@ def _pipelined(issue: Callable[[int], Any], in_flight: int, count: int, counter:
                 done.set()
         slots.release()
 
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     for i in range(count):
         slots.acquire()
         t0 = time.perf_counter()
         issue(i).rawlink(lambda r, t0=t0: on_done(r, t0))
     if not done.wait(300):
         raise TimeoutError(f"ZooKeeper row did not finish within 300 s ({finished[0]} of {count})")
-    return lat, time.perf_counter() - t, errors[0], last[0]
+    return lat, time.perf_counter() - t, time.process_time() - cpu, errors[0], last[0]

@@ -31,7 +31,7 @@ from pathlib import Path
 from zabref.bench import BenchError
 
 __all__ = ["ZkServer", "ZkEnsemble", "ensure_zookeeper", "find_classpath", "render_zoo_cfg", "four_letter",
-           "TICK_TIME_MS"]
+           "TICK_TIME_MS", "apt_install", "install_failed"]
 
 JAR_DIRS = (Path("/usr/share/java"), Path("/usr/share/zookeeper"), Path("/usr/share/zookeeper/lib"))
 TICK_TIME_MS = 2000
@@ -85,6 +85,28 @@ def find_classpath() -> str | None:
     return None
 
 
+def apt_install(package: str, echo=print, *, alternative: str) -> subprocess.CompletedProcess[str] | None:
+    """``apt-get install -y <package>`` (through ``sudo -n`` when not root); None when apt-get is not available.
+    Raises BenchError (ending with ``alternative``, what the user can do instead) when it cannot even try."""
+    if shutil.which("apt-get") is None:
+        return None
+    cmd = ["apt-get", "install", "-y", package]
+    if os.geteuid() != 0:
+        if shutil.which("sudo") is None:
+            raise BenchError(f"{package} is not installed and this user is not root (no sudo): run "
+                             f"`sudo apt-get install -y {package}`, or {alternative}")
+        cmd = ["sudo", "-n", *cmd]
+    echo(f"installing {package}: {' '.join(cmd)}")
+    return subprocess.run(cmd, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"), capture_output=True,
+                          text=True)
+
+
+def install_failed(done: subprocess.CompletedProcess[str], alternative: str) -> BenchError:
+    tail = "\n".join((done.stdout + done.stderr).splitlines()[-8:])
+    return BenchError(f"`{' '.join(done.args)}` failed (exit {done.returncode}); install it by hand or {alternative}:"
+                      f"\n{tail}")
+
+
 def ensure_zookeeper(echo=print) -> str:
     """The classpath; installs Debian's ``zookeeper`` with apt first when it is missing."""
     cp = find_classpath()
@@ -92,22 +114,13 @@ def ensure_zookeeper(echo=print) -> str:
         return cp
     if shutil.which("java") is None:
         raise BenchError("ZooKeeper needs java on PATH (e.g. apt-get install -y openjdk-17-jre-headless)")
-    if shutil.which("apt-get") is None:
+    done = apt_install("zookeeper", echo, alternative="run with --systems zabref")
+    if done is None:
         raise BenchError("zookeeper.jar not found in /usr/share/java and apt-get is not available: install "
                          "Apache ZooKeeper 3.8 and put zookeeper.jar there, or run with --systems zabref")
-    cmd = ["apt-get", "install", "-y", "zookeeper"]
-    if os.geteuid() != 0:
-        if shutil.which("sudo") is None:
-            raise BenchError("zookeeper is not installed and this user is not root (no sudo): run "
-                             "`sudo apt-get install -y zookeeper`, or run with --systems zabref")
-        cmd = ["sudo", "-n", *cmd]
-    echo(f"installing ZooKeeper: {' '.join(cmd)}")
-    done = subprocess.run(cmd, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"), capture_output=True, text=True)
     cp = find_classpath()
     if done.returncode != 0 or cp is None:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-8:])
-        raise BenchError(f"`{' '.join(cmd)}` failed (exit {done.returncode}); install it by hand or run with "
-                         f"--systems zabref:\n{tail}")
+        raise install_failed(done, "run with --systems zabref")
     return cp
 
 
