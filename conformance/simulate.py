@@ -172,8 +172,8 @@ def simulate_command(seed: int | None, seed_range: str | None, servers: str, ste
             click.echo(json.dumps(out))
         else:
             click.echo(f"seed {seed}: {'ok' if r.ok else 'FAILED: ' + str(r.failure)}")
-            click.echo(f"  steps {r.steps}, virtual {r.virtual_s:.3f}s, acked writes {r.acked}, reads {r.reads}, injected "
-                       f"{r.injected or 'nothing'}")
+            click.echo(f"  steps {r.steps}, virtual {r.virtual_s:.3f}s, acked writes {r.acked}, reads {r.reads}, "
+                       f"injected {r.injected or 'nothing'}")
             click.echo(f"  digest {r.digest}")
             click.echo(f"  replay: {r.replay}")
         sys.exit(0 if r.ok else 1)

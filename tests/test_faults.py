@@ -317,8 +317,8 @@ def test_a_short_fault_run_is_validated_against_the_spec(tmp_path: Path) -> None
     `zabref validate` checks with TLC (the logs of a longer run take minutes: docs/performance.md)."""
     summary = tmp_path / "faults.json"
     result = CliRunner().invoke(main, ["faults", "--servers", "3", "--duration", "8", "--seed", "3", "--writers", "1",
-                                       "--readers", "1", "--data-dir", str(tmp_path / "cluster"), "--json", str(summary),
-                                       "--validate"])
+                                       "--readers", "1", "--data-dir", str(tmp_path / "cluster"),
+                                       "--json", str(summary), "--validate"])
     assert result.exit_code == 0, result.output
     s = json.loads(summary.read_text())
     assert s["ok"] and s["problems"] == [], s

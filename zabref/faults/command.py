@@ -22,6 +22,8 @@ LONG_DURATION = 600.0
 @click.option("--writers", type=click.IntRange(1, 64), default=3, show_default=True, help="Concurrent clients.")
 @click.option("--readers", type=click.IntRange(0, 64), default=2, show_default=True,
               help="Clients reading (plain reads and sync+read), checked for consistency.")
+@click.option("--write-pause", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Seconds each writer waits after an acknowledged write (keeps a long run's history small).")
 @click.option("--faults", "fault_count", type=click.IntRange(1), default=None,
               help="Run until this many fault episodes were injected (short episodes) instead of for --duration.")
 @click.option("--concurrency", type=click.IntRange(1, 8), default=None,
@@ -33,7 +35,8 @@ LONG_DURATION = 600.0
 @click.option("--validate", is_flag=True,
               help="Log every server's spec actions and check them with TLC (zabref validate) after the run.")
 def faults(servers: int, duration: float | None, seed: int, long_: bool, writers: int, readers: int,
-           fault_count: int | None, concurrency: int | None, data_dir: str | None, json_path: str | None,
+           write_pause: float, fault_count: int | None, concurrency: int | None, data_dir: str | None,
+           json_path: str | None,
            validate: bool) -> None:
     """Run a cluster under a write load while killing (-9), pausing (SIGSTOP) and cutting links between servers;
     then check that no acknowledged write was lost and that all servers delivered the same sequence (docs/faults.md).
@@ -43,6 +46,7 @@ def faults(servers: int, duration: float | None, seed: int, long_: bool, writers
     if duration is None:
         duration = LONG_DURATION if long_ else 40.0
     result = run_faults(servers, duration, seed, long=long_, data_dir=data_dir, writers=writers, readers=readers,
+                        write_pause=write_pause,
                         concurrency=concurrency, validate=validate, faults=fault_count, echo=click.echo)
     if json_path is not None:
         write_json(result, json_path)

@@ -141,10 +141,13 @@ def _settle(cluster: LocalCluster, timeout: float) -> str | None:
 
 def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long: bool = False,
                data_dir: str | os.PathLike[str] | None = None, writers: int = 3, readers: int = 2,
+               write_pause: float = 0.0,
                concurrency: int | None = None, calm: float = 3.0, validate: bool = False, faults: int | None = None,
                echo: Callable[[str], None] = print) -> RunResult:
     """One fault run; see the module docstring. ``echo`` gets the progress lines and the summary. ``faults``: run
-    until that many fault episodes were injected (with `FAST_TIMING`) instead of for ``duration`` seconds."""
+    until that many fault episodes were injected (with `FAST_TIMING`) instead of for ``duration`` seconds.
+    ``write_pause``: seconds each writer waits after an acknowledged write (a long run keeps its history, and with it
+    each restart's log replay and each SNAP, small)."""
     keep = data_dir is not None
     folder = Path(data_dir) if keep else Path(tempfile.mkdtemp(prefix="zabref-faults-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -153,8 +156,8 @@ def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long:
     try:
         path = cluster_config(folder, servers, base, ClusterConfig())
         with LocalCluster(path, action_log=actions, env={ENV_DISK: "powerloss"}) as cluster:
-            result = _run(cluster, servers, duration, seed, long, writers, readers, concurrency, calm, faults,
-                          echo)
+            result = _run(cluster, servers, duration, seed, long, writers, readers, write_pause, concurrency, calm,
+                          faults, echo)
     finally:
         release_base_port(base)
     if actions is not None:
@@ -173,11 +176,12 @@ def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long:
 
 
 def _run(cluster: LocalCluster, servers: int, duration: float, seed: int, long: bool, writers: int, readers: int,
-         concurrency: int | None, calm: float, faults: int | None, echo: Callable[[str], None]) -> RunResult:
+         write_pause: float, concurrency: int | None, calm: float, faults: int | None,
+         echo: Callable[[str], None]) -> RunResult:
     cluster.start()
     addresses = {sid: (s.me.host, s.me.client_port) for sid, s in sorted(cluster.servers.items())}
     stop = threading.Event()
-    clients = [Writer(k, list(addresses.values()), stop, timeout=10.0) for k in range(writers)]
+    clients = [Writer(k, list(addresses.values()), stop, timeout=10.0, pause=write_pause) for k in range(writers)]
     lookers = [Reader(k, addresses, stop, timeout=10.0, seed=seed) for k in range(readers)]
     sampler = Sampler(addresses, stop)
     timing = FAST_TIMING if faults is not None else LONG_TIMING if long else CI_TIMING

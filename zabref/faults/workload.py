@@ -66,11 +66,14 @@ def request_once(sock: socket.socket, request: dict[str, Any]) -> dict[str, Any]
 
 
 class Writer(threading.Thread):
-    """One client submitting ``c<client>-0``, ``c<client>-1``, ... until ``stop`` is set."""
+    """One client submitting ``c<client>-0``, ``c<client>-1``, ... until ``stop`` is set; ``pause``: seconds it waits
+    after each submit (0: none -- as fast as the cluster answers)."""
 
-    def __init__(self, client: int, addresses: list[tuple[str, int]], stop: threading.Event, timeout: float) -> None:
+    def __init__(self, client: int, addresses: list[tuple[str, int]], stop: threading.Event, timeout: float,
+                 pause: float = 0.0) -> None:
         super().__init__(name=f"writer-{client}", daemon=True)
         self.client = client
+        self.pause = pause
         self.addresses = addresses
         self.stop = stop
         self.timeout = timeout
@@ -90,6 +93,8 @@ class Writer(threading.Thread):
                 self._close()
                 self._current = (self._current + 1) % len(self.addresses)
                 self.stop.wait(BACKOFF)
+            elif self.pause:
+                self.stop.wait(self.pause)
         self._close()
 
     def _submit(self, value: str) -> tuple[Outcome, int | None]:
