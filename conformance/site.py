@@ -32,7 +32,7 @@ import click
 from conformance.auditmap import AuditMap, Definition, comment_text, compute_map
 from conformance.chain import REPO, spec_hash
 from conformance.errors import ConformanceError
-from conformance.mutations import Mutation, load_mutations
+from conformance.mutations import Mutation, load_mutations, model_checks
 from conformance.site_pages import CSS, Page, slug, source_page
 from conformance.traces import MANIFEST, Trace, read_trace
 from zabref.storage.atomic import write_file
@@ -134,16 +134,9 @@ def quote_found(quote: str, seed_text: str) -> bool:
 
 
 def model_invariants(cfg: Path) -> list[str]:
-    names, inside = [], False
-    for line in cfg.read_text(encoding="utf-8").splitlines():
-        if line.strip().startswith("INVARIANT"):
-            inside = True
-            names += line.split()[1:]
-        elif inside and line[:1].isspace() and line.strip() and not line.strip().startswith("\\*"):
-            names.append(line.strip())
-        elif line.strip():
-            inside = False
-    return names
+    """The invariants and then the action properties the model's cfg checks (each has a page and a mutation)."""
+    invariants, properties = model_checks(cfg.read_text(encoding="utf-8"))
+    return invariants + properties
 
 
 def _uses(name: str, amap: AuditMap) -> list[Definition]:

@@ -735,4 +735,110 @@ SkippedNeverDelivered ==
     \A s \in Server : zabState[s] = BROADCAST =>
         \A t \in DeliveredEver : t.zxid[1] < currentEpoch[s] => t \in Range(history[s])
 
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* Invariants about histories, sync and packets in flight.  The papers'   *)
+(* properties above are about deliveries; these say why they hold, one    *)
+(* step earlier, so that a mistake shows in the state where it is made.   *)
+(* ZooKeeper's own specs (zookeeper-specifications, zk_test) check the     *)
+(* same facts under the names given in each comment.                      *)
+(***************************************************************************)
+
+\* Every transaction anywhere: broadcast, in a history, staged by a syncing follower.
+AllTxns == proposed \cup UNION {Range(history[s]) \cup Range(stagedHistory[s]) : s \in Server}
+
+\* Zxid uniqueness: a zxid names one transaction (seed 004: "each proposal has a unique zxid").  Two
+\* transactions with one zxid -- a leader reusing a counter, two leaders of one epoch -- make every
+\* comparison by zxid (DIFF, TRUNC, COMMIT, election votes) ambiguous.
+ZxidUnique == \A a, b \in AllTxns : a.zxid = b.zxid => a = b
+
+\* Log matching: two histories that hold one zxid hold it at the same position, after the same
+\* transactions.  A follower's history is always a copy of a leader's prefix followed by that leader's
+\* proposals in order, and truncation only removes a suffix, so two histories never disagree before a zxid
+\* they share (Raft's Log Matching property; ZooKeeper's spec: PrefixConsistency).
+LogMatching ==
+    \A p, q \in Server : \A k \in 1 .. Len(history[p]) :
+        LET k2 == IndexOf(history[q], history[p][k].zxid)
+        IN  k2 > 0 => k2 = k /\ SubSeq(history[p], 1, k) = SubSeq(history[q], 1, k)
+
+\* A synced follower's history is a prefix of its leader's: after NEWLEADER, while the leader still knows
+\* it as a learner, the follower holds what the sync gave it (the leader's history, which does not change
+\* during sync) and then the leader's proposals in order (ZooKeeper's spec: MonotonicRead, "when a follower
+\* completes log recovery, its log is a prefix of the leader's").
+SyncedFollowerPrefix ==
+    \A f \in Server :
+        LET l == leader[f]
+        IN  state[f] = FOLLOWING /\ zabState[f] = BROADCAST /\ state[l] = LEADING
+            /\ learnerPhase[l][f] \in ForwardingPhases
+            => IsPrefix(history[f], history[l])
+
+\* A leader in broadcast holds every delivered transaction of its own and earlier epochs (ZooKeeper's
+\* spec: LeaderLogCompleteness).  Later epochs are excluded: a deposed primary that has not yet timed out
+\* rightly lacks what a newer leader committed.
+LeaderHoldsCommitted ==
+    \A l \in Server : IsPrimary(l) =>
+        \A t \in DeliveredEver : t.zxid[1] <= currentEpoch[l] => t \in Range(history[l])
+
+\* The packet in position k of the channel from a to b.
+InFlight(a, b, k) == msgs[a][b][k]
+
+\* A PROPOSAL in flight is in its sender's history: a leader logs a transaction before it sends it (seed
+\* 000, phase 3, step 1) and sync sends the leader's own history (ZooKeeper's spec: ProposalConsistent).
+\* A leader never shortens its history while it leads, and leaving LEADING closes its connections.
+ProposalInFlight ==
+    \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
+        InFlight(a, b, k).type = "PROPOSAL" =>
+            [zxid |-> InFlight(a, b, k).zxid, value |-> InFlight(a, b, k).data] \in Range(history[a])
+
+\* An ACK of a proposal in flight names a transaction its sender has logged: a follower writes a
+\* proposal to disk before it acknowledges it (seed 000, phase 3, step 2; ZooKeeper's spec:
+\* AckConsistent).  The ACK of NEWLEADER, <<e, 0>>, names no transaction.
+AckInFlight ==
+    \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
+        InFlight(a, b, k).type = "ACK" /\ InFlight(a, b, k).zxid[2] > 0 =>
+            IndexOf(history[a], InFlight(a, b, k).zxid) > 0
+
+\* A COMMIT (or an UPTODATE, which carries the commit point) in flight names a transaction its sender
+\* has delivered and a quorum holds: a leader commits only what a quorum acknowledged (seed 000, phase 3,
+\* step 3; ZooKeeper's spec: CommitConsistent).
+CommitInFlight ==
+    \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
+        InFlight(a, b, k).type \in {"COMMIT", "UPTODATE"} /\ InFlight(a, b, k).zxid /= <<0, 0>> =>
+            LET p == IndexOf(history[a], InFlight(a, b, k).zxid)
+            IN  /\ 0 < p /\ p <= lastCommitted[a]
+                /\ IsQuorum({s \in Server : history[a][p] \in Range(history[s])})
+
+(***************************************************************************)
+(* An action property: within an incarnation, a server's deliveries only   *)
+(* grow.  What a server delivered stays delivered, in place, until it      *)
+(* crashes (seed 001: delivery is final).  It also says that a truncation  *)
+(* during sync never removes a delivered transaction (ZooKeeper's spec:    *)
+(* CommittedLogDurability): lastCommitted survives going back to election, *)
+(* so a TRUNC or SNAP that dropped or replaced a delivered entry would     *)
+(* change Delivered(s).  Checked by TLC as the PROPERTY DeliveredGrows.    *)
+(***************************************************************************)
+DeliveredGrowsStep == \A s \in Server : Crash(s) \/ IsPrefix(Delivered(s), Delivered(s)')
+DeliveredGrows == [][DeliveredGrowsStep]_vars
+
+(***************************************************************************)
+(* No hidden deadlock.  The models run TLC with -deadlock because a bounded *)
+(* model ends in states where nothing is enabled.  NoHiddenDeadlock says   *)
+(* which: a state where no action is enabled must be one where the bounds, *)
+(* not the protocol, stopped progress -- every server following or leading *)
+(* the one established leader in broadcast, nothing in flight, every      *)
+(* transaction the model allows broadcast, and no fault left to spend.  A  *)
+(* protocol that gets stuck short of that (a leader waiting for a packet   *)
+(* nobody will send, a follower the leader forgot) is reported.            *)
+(***************************************************************************)
+BoundsStopProgress ==
+    /\ faults = MaxFaults
+    /\ Cardinality(proposed) = MaxTxns
+    /\ \A a, b \in Server : msgs[a][b] = <<>>
+    /\ \E l \in Server :
+        /\ IsPrimary(l)
+        /\ \A s \in Server \ {l} : state[s] = FOLLOWING /\ leader[s] = l /\ zabState[s] = BROADCAST
+
+NoHiddenDeadlock == (ENABLED Next) \/ BoundsStopProgress
+
 =============================================================================

@@ -1,4 +1,5 @@
-"""Each invariant can fail: every mutation in spec/mutations is caught by TLC, by exactly the invariant it names."""
+"""Each check can fail: every mutation in spec/mutations is caught by TLC, by exactly the invariant or property it
+names; the matrix peels every check a mutation violates."""
 
 from __future__ import annotations
 
@@ -7,20 +8,20 @@ from pathlib import Path
 import pytest
 
 from conformance.errors import SpecFormatError
-from conformance.mutations import apply_mutation, caught, load_mutations, only_invariant, run_mutation
+from conformance.mutations import (apply_mutation, caught, load_mutations, matrix_row, matrix_table, model_checks,
+                                  run_mutation, with_checks)
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 MUTATIONS = load_mutations(SPEC / "mutations")
-INVARIANTS = ["TypeOK", "Integrity", "Agreement", "TotalOrder", "LocalPrimaryOrder", "GlobalPrimaryOrder",
-              "PrimaryIntegrity", "LeaderUniqueness", "CommittedNeverLost", "SkippedNeverDelivered"]
+CHECKS = model_checks((SPEC / "MC_ci.cfg").read_text())
 
 
-def test_every_invariant_has_a_mutation_and_every_model_checks_them_all():
-    assert sorted(m.invariant for m in MUTATIONS) == sorted(INVARIANTS)
-    for config in ("tiny", "ci"):
-        cfg = (SPEC / f"MC_{config}.cfg").read_text()
-        for invariant in INVARIANTS:
-            assert f"    {invariant}\n" in cfg, (config, invariant)
+def test_every_check_has_a_mutation_and_every_model_checks_them_all():
+    invariants, properties = CHECKS
+    assert len(invariants) >= 18 and properties == ["DeliveredGrows"]
+    assert sorted(m.invariant for m in MUTATIONS) == sorted(invariants + properties)
+    for config in ("tiny", "ci", "deep"):
+        assert model_checks((SPEC / f"MC_{config}.cfg").read_text()) == CHECKS, config
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
@@ -30,11 +31,29 @@ def test_mutation_is_caught_by_its_invariant(mutation, tla):
     assert len(result.trace) >= 2
 
 
-def test_only_invariant_rewrites_the_section():
-    cfg = "CONSTANTS\n    N = 3\nINIT Init\nNEXT Next\nINVARIANTS\n    TypeOK\n    Agreement\n\\* TLC-OPTIONS: -deadlock\n"
-    out = only_invariant(cfg, "Agreement")
-    assert "TypeOK" not in out and out.rstrip().endswith("INVARIANT Agreement")
-    assert "N = 3" in out and "TLC-OPTIONS: -deadlock" in out
+def test_with_checks_rewrites_both_sections():
+    cfg = ("CONSTANTS\n    N = 3\nINIT Init\nNEXT Next\nINVARIANTS\n    TypeOK\n    Agreement\nPROPERTIES\n    Grows\n"
+           "\\* TLC-OPTIONS: -deadlock\n")
+    assert model_checks(cfg) == (["TypeOK", "Agreement"], ["Grows"])
+    out = with_checks(cfg, ["Agreement"], [])
+    assert model_checks(out) == (["Agreement"], [])
+    assert "N = 3" in out and "TLC-OPTIONS: -deadlock" in out and "Grows" not in out
+    assert model_checks(with_checks(cfg, [], ["Grows"])) == ([], ["Grows"])
+    assert model_checks("INVARIANT A B\nPROPERTY P\n") == (["A", "B"], ["P"])
+
+
+@pytest.mark.slow
+def test_the_matrix_peels_every_check_a_mutation_violates(tla):
+    """ProposalInFlight's mutation (a PROPOSAL carrying a wrong value) also makes a follower deliver a value nobody
+    broadcast: the matrix must find both, and the checks it does not violate hold on the whole mutated model."""
+    mutation = next(m for m in MUTATIONS if m.name == "ProposalInFlight")
+    row = matrix_row(mutation, SPEC, tools=tla)
+    assert {"ProposalInFlight", "Integrity"} <= set(row.caught)
+    assert row.runs == len(row.caught) + 1
+    assert set(row.caught) | set(row.holds) == set(CHECKS[0] + CHECKS[1])
+    assert "LeaderUniqueness" in row.holds and row.caught["ProposalInFlight"] == 10
+    table = matrix_table([row])
+    assert "| ProposalInFlight (tiny) |" in table and "**10**" in table
 
 
 def test_a_mutation_that_no_longer_applies_is_an_error(tmp_path):

@@ -1,0 +1,63 @@
+"""The simulator's invariant checks (conformance/simcheck.py): the same checks as the models, each able to fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance.mutations import model_checks
+from conformance.simcheck import (INVARIANTS, NOT_SIMULATED, DeliveredGrows, LeaderUniqueness, LogMatching,
+                                  ZxidUnique, _View)
+from zabref.core_types import Txn
+
+SPEC = Path(__file__).resolve().parent.parent / "spec"
+
+
+def _txn(e: int, c: int, v: int) -> dict:
+    return {"zxid": [e, c], "value": v}
+
+
+def test_every_check_of_the_models_is_simulated_or_says_why_not() -> None:
+    invariants, properties = model_checks((SPEC / "MC_ci.cfg").read_text())
+    simulated = [f.__name__ for f, _ in INVARIANTS]
+    assert sorted(simulated + list(NOT_SIMULATED)) == sorted(invariants + properties)
+    assert all(reason for reason in NOT_SIMULATED.values())
+
+
+def test_leader_uniqueness_fails_on_two_established_leaders_of_one_epoch() -> None:
+    v = _View((1, 2, 3))
+    v.state[1], v.zabState[1], v.currentEpoch[1] = "LEADING", "BROADCAST", 1
+    assert LeaderUniqueness(v, 1)
+    v.state[2], v.zabState[2], v.currentEpoch[2] = "LEADING", "SYNCHRONIZATION", 1
+    assert not LeaderUniqueness(v, 2)
+
+
+def test_zxid_unique_and_log_matching_fail_on_diverging_histories() -> None:
+    v = _View((1, 2, 3))
+    v.history[1] = [_txn(1, 1, 1), _txn(1, 2, 2)]
+    v.history[2] = [_txn(1, 1, 1)]
+    assert ZxidUnique(v, 1) and ZxidUnique(v, 2) and LogMatching(v, 1) and LogMatching(v, 2)
+    v.history[3] = [_txn(1, 1, 1), _txn(1, 2, 9)]  # one zxid, another value
+    assert not ZxidUnique(v, 3)
+    v.history[3] = [_txn(1, 1, 1), _txn(1, 1, 1), _txn(1, 2, 2)]  # the same transaction twice: a shifted log
+    assert not LogMatching(v, 3)
+
+
+def _vars(last_committed: int, state: str = "FOLLOWING", zab_state: str = "BROADCAST") -> dict:
+    return {"last_committed": last_committed, "state": state, "zab_state": zab_state, "accepted_epoch": 1,
+            "current_epoch": 1}
+
+
+def test_delivered_grows_fails_when_a_step_takes_a_delivery_back_but_not_after_a_crash() -> None:
+    one, two, other = Txn(1 << 32 | 1, b"1"), Txn(1 << 32 | 2, b"2"), Txn(2 << 32 | 1, b"3")
+    v = _View((1, 2, 3))
+    v.set(1, _vars(2), [one, two])
+    assert DeliveredGrows(v, 1)
+    v.set(1, _vars(2), [one, two, other])  # appended: what was delivered stays
+    assert DeliveredGrows(v, 1)
+    v.set(1, _vars(1), [one, two, other])  # the commit point went back
+    assert not DeliveredGrows(v, 1)
+    v.set(1, _vars(2), [one, two])
+    v.set(1, _vars(2), [one, other])  # a delivered transaction replaced in place (a bad TRUNC)
+    assert not DeliveredGrows(v, 1)
+    v.set(1, _vars(0, "LOOKING", "ELECTION"), [one], crash=True)  # a power cut starts a new incarnation
+    assert DeliveredGrows(v, 1)
