@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -69,16 +70,32 @@ def run_seeds(seeds: range, options: Options, workers: int = 1, *, until_failure
     return rows
 
 
+_WHERE = re.compile(r"^(?:step \d+ at s\d+|after the power cut of s\d+): ")
+
+
+def failure_kind(failure: str) -> str:
+    """How a run failed, without where and the state: "invariant X violated", "acknowledged write lost",
+    "liveness", ... (what must stay the same while a failure is shrunk)."""
+    text = _WHERE.sub("", failure or "")
+    return re.split(r" \(|:", text, maxsplit=1)[0].strip()
+
+
 def shrink(seed: int, options: Options) -> tuple[Options, Result]:
-    """The smallest options (fewest steps, fewest fault kinds) with which ``seed`` still fails."""
+    """The smallest options (fewest steps, fewest fault kinds) with which ``seed`` still fails the same way (the same
+    `failure_kind`: another invariant violated, or a lost write instead of a violation, is another failure)."""
     best = run_seed(seed, options)
     if best.ok:
         raise click.ClickException(f"seed {seed} does not fail with these options: nothing to shrink")
+    want = failure_kind(best.failure)
+
+    def same(r: Result) -> bool:
+        return not r.ok and failure_kind(r.failure) == want
+
     low, high = 1, min(options.steps, best.steps)
-    while low < high:  # the smallest budget that still fails
+    while low < high:  # the smallest budget that still fails the same way
         mid = (low + high) // 2
         r = run_seed(seed, replace(options, steps=mid))
-        if r.ok:
+        if not same(r):
             low = mid + 1
         else:
             high, best = mid, r
@@ -87,7 +104,7 @@ def shrink(seed: int, options: Options) -> tuple[Options, Result]:
     for kind in list(kinds):
         trial = replace(options, faults=tuple(k for k in kinds if k != kind))
         r = run_seed(seed, trial)
-        if not r.ok:
+        if same(r):
             kinds.remove(kind)
             options, best = trial, r
     return replace(options, faults=tuple(kinds)), best

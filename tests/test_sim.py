@@ -119,3 +119,17 @@ def test_spark_runs_seeds_to_the_same_digests_as_worker_processes() -> None:
     spark, local = run_seeds_spark(seeds, options), run_seeds(seeds, options, workers=2)
     assert [r["digest"] for r in spark] == [r["digest"] for r in local]
     assert [r["seed"] for r in spark] == list(seeds)
+
+
+def test_a_shrunk_failure_must_fail_the_same_way() -> None:
+    """The shrinker keeps a smaller schedule only when it fails as the original did: the same invariant, or the same
+    kind of end-of-run failure; where and in which state do not count."""
+    from conformance.simulate import failure_kind
+
+    a = "step 50 at s2: invariant LeaderUniqueness violated (server 2): s1: FOLLOWING/SYNCHRONIZATION epoch 0/0"
+    b = "step 75 at s2: invariant ZxidUnique violated (server 2): s1: FOLLOWING/BROADCAST epoch 0/0"
+    c = "after the power cut of s1: invariant LeaderUniqueness violated (server 1): s1: LOOKING/ELECTION"
+    assert failure_kind(a) == failure_kind(c) == "invariant LeaderUniqueness violated"
+    assert failure_kind(b) != failure_kind(a)
+    assert failure_kind("acknowledged write lost: 'c1.160' at zxid 0x1 is missing") == "acknowledged write lost"
+    assert failure_kind("liveness: no leader committed a write within 30.0s") == "liveness"
