@@ -72,14 +72,12 @@ class _View:
         if len(history) >= n and history[:n] == raw:  # appended to (the common case): map only what is new
             new = history[n:]
             self.changed = bool(new)
-            if not new:
-                self.shrank[sid] = not crash and self.lastCommitted[sid] < old_lc
-                return False
-            mapped = [mapping.txn((t.zxid, t.value.decode("utf-8", "backslashreplace"))) for t in new]
-            self.raw[sid] = raw + list(new)
-            self.history[sid] = self.history[sid] + mapped
-            self.keys[sid] = self.keys[sid] | {_key(t) for t in mapped}
-            self.shrank[sid] = not crash and self.lastCommitted[sid] < old_lc
+            self.shrank[sid] = not crash and self.lastCommitted[sid] < old_lc  # the delivered prefix is untouched
+            if new:
+                mapped = [mapping.txn((t.zxid, t.value.decode("utf-8", "backslashreplace"))) for t in new]
+                self.raw[sid] = raw + list(new)
+                self.history[sid] = self.history[sid] + mapped
+                self.keys[sid] = self.keys[sid] | {_key(t) for t in mapped}
             return False
         self.changed = True
         self.raw[sid] = list(history)
