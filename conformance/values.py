@@ -275,10 +275,10 @@ class _ToCanonical(lark.Transformer):
 
         return _ESCAPE.sub(unescape, body)
 
-    def true(self):
+    def true(self, _token):
         return True
 
-    def false(self):
+    def false(self, _token):
         return False
 
     def model(self, token):
@@ -472,7 +472,7 @@ class ValueParser:
             for item in items:
                 name, arrow, value = item.partition("|->")
                 name = name.strip()
-                if not arrow or not IDENTIFIER.fullmatch(name) or name in ("TRUE", "FALSE"):
+                if not arrow or not IDENTIFIER.fullmatch(name):  # TRUE and FALSE too: [TRUE |-> 1] is a record
                     raise ValueSyntaxError(0, "not a record field")
                 fields.append((name, parse(value.strip())))
             if len({f for f, _ in fields}) != len(fields):

@@ -393,7 +393,7 @@ def test_smoke_zabref_side(tmp_path):
 
     lines: list[str] = []
     report = run_bench(writes=30, in_flight=[1, 4], systems=["zabref"], out=tmp_path, failover_trials=1,
-                       log_actions=True, echo=lines.append)
+                       log_actions=True, failover_warmup=0.2, echo=lines.append)
     check_report(json.loads((tmp_path / "bench.json").read_text()))
     assert (tmp_path / "bench.png").stat().st_size > 0
     rows = report["rows"]

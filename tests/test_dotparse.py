@@ -255,3 +255,11 @@ def test_generated_state_survives_tlc_label_escaping(state, node_id, initial, fa
 def test_generated_edge_line(src, dst, action, fast):
     line = f'{src} -> {dst} [label="{action}",color="3",fontcolor="3"];'
     assert NodeParser(fast=fast).parse_line(line) == Edge(src, dst, action)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_record_whose_fields_are_keywords_parses_as_tlc_prints_it(fast):
+    """TLC 2.15 prints `[s \\in {"TRUE", "1a"} |-> FALSE]` as a record (seen on its -dump dot output); hypothesis found
+    the parser refusing the field TRUE."""
+    node = NodeParser(fast=fast).parse_line('7 [label="a = [TRUE |-> FALSE, 1a |-> FALSE]",style = filled]')
+    assert node.state == {"a": {"TRUE": False, "1a": False}}

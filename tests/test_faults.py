@@ -311,13 +311,13 @@ def test_ci_fault_run_loses_nothing_and_diverges_nowhere(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(240)
 def test_a_short_fault_run_is_validated_against_the_spec(tmp_path: Path) -> None:
     """`zabref faults --validate`: a run with a power cut, a partition and a new leader, whose servers' action logs
     `zabref validate` checks with TLC (the logs of a longer run take minutes: docs/performance.md)."""
     summary = tmp_path / "faults.json"
     result = CliRunner().invoke(main, ["faults", "--servers", "3", "--duration", "8", "--seed", "3", "--writers", "1",
-                                       "--readers", "1", "--data-dir", str(tmp_path / "cluster"),
+                                       "--readers", "1", "--write-pause", "0.05", "--data-dir", str(tmp_path / "cluster"),
                                        "--json", str(summary), "--validate"])
     assert result.exit_code == 0, result.output
     s = json.loads(summary.read_text())

@@ -151,7 +151,7 @@ class ServerProcess:
                                f"not by the server started here (pid {self.proc.pid})")
             if time.monotonic() > deadline:
                 raise ZabError(f"server {self.sid} not ready within {timeout} s; see {self.stderr_path}")
-            time.sleep(0.05)
+            time.sleep(0.005)
 
     def control(self, timeout: float = 30.0) -> ControlClient:
         if self.me.control_port is None:

@@ -119,7 +119,8 @@ def _with_progress(desc: str, total: int, adapter: Any, run: Callable[[], Row]) 
             t.join()
 
 
-def _failover(h: Any, trials: int, echo: Callable[[str], None], errors: list[str]) -> list[FailoverResult]:
+def _failover(h: Any, trials: int, echo: Callable[[str], None], errors: list[str],
+              warmup: float) -> list[FailoverResult]:
     """The trials; one that fails is reported (echo and ``errors``) and the next one still runs."""
     out = []
     for trial in range(1, trials + 1):
@@ -128,7 +129,7 @@ def _failover(h: Any, trials: int, echo: Callable[[str], None], errors: list[str
         others = [s for s in h.sids if s != leader]
         try:
             r = run_trial(h.system, trial, h.adapter, leader, survivor, lambda: h.kill(leader),
-                          lambda: h.serving_leader(others))
+                          lambda: h.serving_leader(others), warmup=warmup)
         except BenchError as e:
             errors.append(f"{h.system} trial {trial}: {e}")
             echo(f"{h.system:<10} failover {trial} FAILED: {e}")
@@ -142,11 +143,13 @@ def _failover(h: Any, trials: int, echo: Callable[[str], None], errors: list[str
 
 def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], out: Path, failover_trials: int,
               keep: bool = False, zabref_code: Path | None = None, log_actions: bool = False,
-              zk_clients: Sequence[str] = tuple(ZK_CLIENTS), echo: Callable[[str], None] = print) -> dict[str, Any]:
+              zk_clients: Sequence[str] = tuple(ZK_CLIENTS), failover_warmup: float = 2.0,
+              echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the whole benchmark; returns the report (also written to ``out/bench.json`` and ``out/bench.png``).
     ``log_actions``: zabref's servers write their action logs (`zabref.actionlog`) to ``out/actions/throughput``
     and ``out/actions/failover``, kept for `zabref validate`. ``zk_clients``: which clients drive ZooKeeper
-    (``kazoo``, ``java``), each on its own ensemble, in this order."""
+    (``kazoo``, ``java``), each on its own ensemble, in this order. ``failover_warmup``: seconds of load before each
+    kill (a test keeps it short, so that the failover run's action log stays small enough to validate quickly)."""
     if zabref_code is not None and not (zabref_code / "zabref" / "cli.py").is_file():
         raise BenchError(f"--zabref-code: {zabref_code} has no zabref/cli.py")
     if writes < 1 or not in_flight or min(in_flight) < 1:
@@ -194,7 +197,7 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
             if failover_trials and system in FAILOVER_SYSTEMS:
                 with _harness(system, work / f"{system}-failover", classpath, zabref_code,
                               logs and logs / "failover") as h:
-                    fails += _failover(h, failover_trials, echo, fail_errors)
+                    fails += _failover(h, failover_trials, echo, fail_errors, failover_warmup)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
