@@ -11,8 +11,10 @@ import pytest
 from zabref.errors import ZabError
 from zabref.ports import find_free_base_port, release_base_port
 
-# A range with exactly one possible base for 3 servers: randrange(LOW, HIGH - 30) // 10 * 10 == LOW.
-LOW, HIGH = 23450, 23485
+# A range with exactly one possible base for 3 servers: randrange(LOW, HIGH - 30) // 10 * 10 == LOW. It lies below
+# find_free_base_port's default range (10000..32000), which every other caller leases from: a block some earlier
+# test of this pytest process leased there (leases last until release or exit) made these tests fail at random.
+LOW, HIGH = 9450, 9485
 
 
 def _holder() -> subprocess.Popen[str]:
