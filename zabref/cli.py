@@ -15,19 +15,25 @@ document their own codes (`zabref check`: docs/toolchain.md).
 from __future__ import annotations
 
 import functools
-from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING
 
 import click
 
 from zabref import __version__
 from zabref.errors import ZabError
 
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
 PLUGIN_GROUP = "zabref.commands"
 
 
 @functools.lru_cache(maxsize=1)
 def plugin_entry_points() -> dict[str, EntryPoint]:
-    """The installed `zabref.commands` entry points, by command name (read once per process)."""
+    """The installed `zabref.commands` entry points, by command name (read once per process; importlib.metadata is
+    imported here, not at start-up: `zabref serve`, which every test cluster starts, never needs it)."""
+    from importlib.metadata import entry_points  # noqa: PLC0415
+
     return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
 
 

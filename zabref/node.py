@@ -45,6 +45,7 @@ notifications, deliveries, closes, client answers) -- nothing leaves before the 
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +146,7 @@ class Node:
         self.learner_conns: set[int] = set()  # open quorum connections that learners opened to this server
         self.outbound: set[int] = set()  # quorum connections this server opened (to its leader), open or opening
         self._waiting: dict[int, list[tuple[int, float]]] = {}  # zxid -> [(request id, deadline)]: until delivered
+        self._waiting_zxids: list[int] = []  # a heap of _waiting's keys (and of keys since expired: skipped)
         self._forwarded: dict[int, float] = {}  # request id -> deadline: forwarded, the leader has not answered
         #: leader: per learner connection, PINGs sent on it and PINGs its learner sent back (a follower answers each
         #: of its leader's PINGs, in order): a reply counted here answers a PING at least that recent
@@ -251,7 +253,7 @@ class Node:
         if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
             output = core.client_request(value)
             zxid = output.persist[0].txns[0].zxid
-            self._waiting.setdefault(zxid, []).append((rid, now + self.timing.submit_timeout_s))
+            self._wait(zxid, rid, now + self.timing.submit_timeout_s)
             self._core(out, output, now, "ClientRequest", i=self.sid)
         elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
             self._forwarded[rid] = now + self.timing.submit_timeout_s
@@ -299,7 +301,7 @@ class Node:
             out.answers.append((rid, reply if "error" in reply else _refused(f"bad answer from the leader: {reply}",
                                                                              False)))
         else:
-            self._waiting.setdefault(zxid, []).append((rid, deadline))
+            self._wait(zxid, rid, deadline)
             self._answer_delivered(out)
         return out.build()
 
@@ -477,11 +479,23 @@ class Node:
             return _refused(f"leader {self.sid} is still establishing its epoch", True)
         return _refused(f"server {self.sid} has no established leader yet ({core.state.name})", True)
 
+    def _wait(self, zxid: int, rid: int, deadline: float) -> None:
+        """Client request ``rid`` is answered once ``zxid`` is delivered here (or skipped), or at ``deadline``."""
+        waiting = self._waiting.get(zxid)
+        if waiting is None:
+            self._waiting[zxid] = waiting = []
+            heapq.heappush(self._waiting_zxids, zxid)
+        waiting.append((rid, deadline))
+
     def _answer_delivered(self, out: _Builder) -> None:
         """Answer every waiting client whose transaction is now delivered, or was skipped by a later epoch."""
         core = self.core
         top = self.committed_zxid
-        for zxid in sorted(z for z in self._waiting if z <= top):
+        heap = self._waiting_zxids
+        while heap and heap[0] <= top:  # in zxid order, and only the answered ones: a delivery costs O(log waiting)
+            zxid = heapq.heappop(heap)
+            if zxid not in self._waiting:
+                continue  # expired, or a duplicate key of one answered already
             k = core.index_of(core.history, zxid)
             # zxid 0: a sync answered by a leader that had committed nothing yet -- delivered by every server
             answer = ({"zxid": zxid} if zxid == 0 or 0 < k <= core.last_committed else
