@@ -66,7 +66,8 @@ _SECTION = re.compile(r"^\s*(INVARIANTS?|PROPERTY|PROPERTIES)\b(.*)$")
 
 
 def _sections(cfg_text: str) -> tuple[list[str], list[str], list[str]]:
-    """(the lines outside INVARIANT(S)/PROPERTY(IES) sections, the invariants, the properties), in cfg order."""
+    """(the lines outside INVARIANT(S)/PROPERTY(IES) sections, the invariants, the properties), in cfg order. Blank
+    lines and indented `\\*` comments inside a section belong to it; any other line ends it."""
     kept: list[str] = []
     found: dict[str, list[str]] = {"inv": [], "prop": []}
     section: str | None = None
@@ -79,7 +80,7 @@ def _sections(cfg_text: str) -> tuple[list[str], list[str], list[str]]:
         if section and re.match(r"^\s+[A-Za-z]\w*\s*$", line):
             found[section].append(line.strip())
             continue
-        if section and not line.strip():
+        if section and (not line.strip() or re.match(r"^\s+\\\*", line)):  # a blank or an indented comment
             continue
         section = None
         kept.append(line)
@@ -110,9 +111,7 @@ def _run_checks(mutation: Mutation, spec_dir: Path, invariants: list[str], prope
         work = Path(scratch) / "spec"
         shutil.copytree(spec_dir, work, ignore=shutil.ignore_patterns("mutations", "states"))
         apply_mutation(mutation, work)
-        cfg = work / f"MC_{mutation.config}.cfg"
-        if not cfg.is_file():
-            raise SpecFormatError(f"{mutation.path}: no model MC_{mutation.config} in {spec_dir}")
+        cfg = work / f"MC_{mutation.config}.cfg"  # its callers found it in spec_dir (`_model_checks_of`)
         cfg.write_text(with_checks(cfg.read_text(encoding="utf-8"), invariants, properties), encoding="utf-8")
         model = prepare(work, mutation.config, Path(scratch) / "run", labels=False)
         result = run_tlc(model.module, model.cfg, workers=workers, extra_args=model.tlc_options, tools=tools)
