@@ -62,3 +62,12 @@ def test_a_mutation_that_no_longer_applies_is_an_error(tmp_path):
     (tmp_path / "Zab.tla").write_text("nothing to find here\n")
     with pytest.raises(SpecFormatError, match="occurs 0 times"):
         apply_mutation(MUTATIONS[0], tmp_path)
+
+
+def test_a_mutation_of_a_model_that_does_not_exist_is_an_error_naming_its_file():
+    from dataclasses import replace
+
+    ghost = replace(MUTATIONS[0], config="nope")
+    for run in (run_mutation, matrix_row):
+        with pytest.raises(SpecFormatError, match=rf"{ghost.path.name}: no model MC_nope"):
+            run(ghost, SPEC)
