@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 `Cluster` starts N ``zabref serve --control`` processes on a leased block of loopback ports (`zabref.ports`), each
-with its own data dir, and keeps one control connection per server (`zabref.control.ControlClient`). A server may
+with its own data dir (forked by conformance/forkserver.py from a process that has imported zabref already), and keeps one control connection per server (`zabref.control.ControlClient`). A server may
 start from a given persistent state (`seed`: the FastLeaderElection models give every server a last zxid and an
 epoch), written to its data dir through zabref's own storage before the process starts.
 
@@ -37,6 +37,7 @@ from typing import Any
 from zabref import wire
 from zabref.peers import new_connection_id
 from zabref.client import recv_exactly
+from conformance.forkserver import ForkedServer
 from zabref.cluster import ServerProcess, cluster_config, find_free_base_port, release_base_port
 from zabref.config import ClusterConfig, load_config
 from zabref.control import ControlClient
@@ -76,8 +77,11 @@ class Cluster:
     """N control-mode servers for one trace, with one kept control connection each."""
 
     def __init__(self, folder: Path, n: int, root: Path | None, *, seed: dict[int, Persistent] | None = None,
-                 attempts: int = 3) -> None:
+                 attempts: int = 3, forked: bool = True) -> None:
+        """``forked``: fork the servers from this process's zygote (conformance/forkserver.py); False starts each with
+        ``python -m zabref.cli serve`` (`zabref.cluster.ServerProcess`), as scripts/bench_replay.py compares."""
         last: Exception | None = None
+        server_class = ForkedServer if forked else ServerProcess
         self.base: int | None = None
         self.submits: list[Submit] = []
         self._votes: dict[tuple[int, int], socket.socket] = {}
@@ -86,7 +90,7 @@ class Cluster:
             self.base = find_free_base_port(n)  # leased until stop(): no parallel replay can take these ports
             path = cluster_config(where, n, self.base, TIMING).resolve()
             self.config = load_config(path)
-            self.servers = {sid: ServerProcess(path, self.config, sid, code_root=root, env=POWER_LOSS)
+            self.servers = {sid: server_class(path, self.config, sid, code_root=root, env=POWER_LOSS)
                             for sid in self.config.sids}
             try:
                 for sid, state in (seed or {}).items():
@@ -211,12 +215,15 @@ def _write_state(data_dir: Path, state: Persistent) -> None:
 
 
 def wait_until(what: str, predicate: Any, timeout: float) -> Any:
-    """Poll ``predicate`` every 5 ms until it returns something true; ZabError after ``timeout`` seconds."""
+    """Poll ``predicate`` until it returns something true (first after 0.5 ms, backing off to every 8 ms); ZabError
+    after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
+    pause = 0.0005
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             raise ZabError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.005)
+        time.sleep(pause)
+        pause = min(2 * pause, 0.008)

@@ -229,8 +229,9 @@ def pretty_diff(diffs: dict[str, tuple[Any, Any]]) -> str:
 
 
 def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path | None = None,
-           settle_timeout: float = SETTLE_TIMEOUT, workdir: Path | None = None) -> ReplayResult:
-    """Replay one trace on fresh servers; never raises for a divergence (see `ReplayResult.failure`).
+           settle_timeout: float = SETTLE_TIMEOUT, workdir: Path | None = None, forked: bool = True) -> ReplayResult:
+    """Replay one trace on fresh servers; never raises for a divergence (see `ReplayResult.failure`). ``forked``:
+    the servers are forked from a zygote (conformance/forkserver.py), else exec'd (`conformance.harness.Cluster`).
 
     Raises TraceActionError (before any server starts) when a step names an action the driver cannot take.
     """
@@ -243,7 +244,7 @@ def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path 
     cluster: Cluster | None = None
     try:
         try:
-            cluster = Cluster(folder, world.n, bug_root, seed=world.seed())
+            cluster = Cluster(folder, world.n, bug_root, seed=world.seed(), forked=forked)
         except (ZabError, OSError) as e:
             result.error = f"{source}: {e}"
             return result
@@ -446,7 +447,7 @@ def _persist_before_send(cluster: Cluster, i: int, states: dict[int, dict], run:
             finally:
                 cluster.resume({i})
             break
-        time.sleep(0.001)
+        worker.join(0.001)  # returns as soon as the step is done
     worker.join(STEP_TIMEOUT)
     if error:
         raise error[0]

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -92,7 +93,7 @@ class ServerProcess:
         self.sid = sid
         self.me = config.server(sid)
         self.code_root = Path(code_root) if code_root is not None else None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Any = None  # a subprocess.Popen, or what `_launch` returns in its place
         self.control_mode = False
         self.env = dict(env or {})
         self.args = tuple(args)
@@ -106,22 +107,26 @@ class ServerProcess:
         if self.running:
             raise ZabError(f"server {self.sid} is already running (pid {self.proc.pid})")
         self.me.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "zabref.cli", "serve", "--config", self.config_path, "--id", str(self.sid),
+        args = ["serve", "--config", self.config_path, "--id", str(self.sid),
                 "--control-token", str(self.token_path.resolve())]
         if control:
             args.append("--control")
         args += self.args
-        extra = {**self.env, **(env or {})}
+        self.proc = self._launch(args, {**self.env, **(env or {})})
+        self.control_mode = control
+        return self
+
+    def _launch(self, args: list[str], extra: dict[str, str]) -> Any:
+        """Start ``zabref <args>`` as a child process with ``extra`` added to the environment, stderr appended to
+        `stderr_path`; a `subprocess.Popen` (or an object with its pid, poll, wait, kill, terminate, returncode)."""
         env, cwd = (dict(os.environ, **extra) if extra else None), None
         if self.code_root is not None:  # `-m` puts the working directory first on sys.path
             cwd = self.code_root
             env = dict(env or os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(self.code_root),
                                                                                   os.environ.get("PYTHONPATH")])))
         with open(self.stderr_path, "ab") as err:
-            self.proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=err)
-        self.control_mode = control
-        return self
+            return subprocess.Popen([sys.executable, "-m", "zabref.cli", *args], cwd=cwd, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
 
     @property
     def running(self) -> bool:

@@ -409,6 +409,7 @@ def settle(controls: dict[int, ControlClient], timeout: float = 10.0) -> dict[in
     This is what the conformance driver does after each step, before it compares states.
     """
     deadline = time.monotonic() + timeout
+    pause = 0.0005
     while True:
         states = {sid: c.request("state") for sid, c in controls.items()}
         problem = unsettled(states)
@@ -416,7 +417,8 @@ def settle(controls: dict[int, ControlClient], timeout: float = 10.0) -> dict[in
             return states
         if time.monotonic() > deadline:
             raise ControlError(f"not settled within {timeout} s: {problem}")
-        time.sleep(0.005)
+        time.sleep(pause)  # a packet is usually a fraction of a ms away; a stall backs off to 8 ms between looks
+        pause = min(2 * pause, 0.008)
 
 
 def unsettled(states: dict[int, dict[str, Any]]) -> str | None:

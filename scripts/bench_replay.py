@@ -1,0 +1,62 @@
+"""Measure real-process replay: the same traces with servers exec'd per trace and forked from a zygote, one run.
+
+Usage: .venv/bin/python scripts/bench_replay.py [--config ci] [--traces FOLDER] [--rounds 1]
+Replays every trace of the folder (default: the ci model's cached action-coverage traces, generated when missing)
+one at a time in this process -- one core's worth of driver -- first with exec'd servers (``python -m zabref.cli
+serve``, as before the fork server), then forked (conformance/forkserver.py), and prints for each: steps, wall,
+steps/s, mean step time, CPU seconds (this process and its children, servers included) per step; then the ratio.
+Every trace must pass in both modes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from conformance.chain import ensure_traces
+from conformance.forkserver import close_fork_servers
+from conformance.replay import replay_file
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def run(files: list[Path], forked: bool, rounds: int) -> dict[str, float]:
+    wall, cpu = time.perf_counter(), _cpu()
+    steps = step_time = 0.0
+    for _ in range(rounds):
+        for f in files:
+            r = replay_file(f, forked=forked)
+            if not r.passed:
+                raise SystemExit(f"{f}: did not pass ({'forked' if forked else 'exec'}): {r.error or r.failure}")
+            steps += r.replayed
+            step_time += r.step_time
+    close_fork_servers()  # the zygote's CPU (its children's included) is counted once it is reaped
+    wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+    return {"steps": steps, "wall": wall, "rate": steps / wall, "step_ms": 1000 * step_time / steps,
+            "cpu_ms": 1000 * cpu / steps}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="ci")
+    p.add_argument("--traces", type=Path, default=None, help="a folder of traces (default: the config's cached ones)")
+    p.add_argument("--rounds", type=int, default=1)
+    a = p.parse_args()
+    folder = a.traces or ensure_traces(a.config)
+    files = sorted(folder.rglob("*.jsonl.gz"))
+    replay_file(files[0])  # warm the file cache and this process's imports
+    rows = {mode: run(files, mode == "forked", a.rounds) for mode in ("exec", "forked")}
+    for mode, r in rows.items():
+        print(f"{mode:6}: {len(files)} traces x {a.rounds}, {r['steps']:.0f} steps, {r['wall']:.1f} s wall, "
+              f"{r['rate']:.1f} steps/s, step {r['step_ms']:.1f} ms, {r['cpu_ms']:.1f} CPU-ms/step")
+    print(f"forked/exec: {rows['forked']['rate'] / rows['exec']['rate']:.2f}x steps/s, "
+          f"{rows['exec']['cpu_ms'] / rows['forked']['cpu_ms']:.2f}x less CPU per step")
+
+
+if __name__ == "__main__":
+    main()
