@@ -27,7 +27,7 @@ from conformance.edges import SHOW, Summary, check_graph, require_graph
 from conformance.errors import ConformanceError
 from conformance.traces import MANIFEST, OutputDir, Step, Trace, TraceHeader, dump_trace, spec_sha256
 
-__all__ = ["shortest_paths", "report", "write", "edges_command", "recheck_command"]
+__all__ = ["shortest_paths", "edge_trace", "sample_edge_traces", "report", "write", "edges_command", "recheck_command"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -60,6 +60,30 @@ def shortest_paths(graph: Any, targets: set[int]) -> dict[int, list[tuple[int, s
         path.append((at, None, "Init", "{}"))
         paths[target] = path[::-1]
     return paths
+
+
+def edge_trace(g: Any, graph: Path, path: list[tuple[int, str | None, str, str]],
+               edge: tuple[int, str, str, str]) -> Trace:
+    """The trace of `path` (from `shortest_paths`, ending at the edge's source) followed by ``edge`` = (dst, label,
+    action, params_json): what `zabref conform` replays on real servers."""
+    path = [*path, edge]
+    n = len(g.state(path[0][0])["state"])
+    steps = tuple(Step(i, action, json.loads(params), label, node, g.state(node))
+                  for i, (node, label, action, params) in enumerate(path))
+    return Trace(_header(graph, n, edge[1]), steps)
+
+
+def sample_edge_traces(g: Any, graph: Path, k: int, seed: int) -> list[Trace]:
+    """``k`` edges of graph ``g`` drawn with ``random.Random(seed)`` (uniformly, without replacement), each as the
+    trace of the shortest path to its source and then the edge (the edge criterion's trace for it)."""
+    import random
+
+    edges = sorted((src, dst, label, action, params) for src, moves in g.out.items()
+                   for dst, label, action, params in moves)
+    chosen = random.Random(seed).sample(edges, min(k, len(edges)))
+    paths = shortest_paths(g, {src for src, *_ in chosen})
+    return [edge_trace(g, graph, paths[src], (dst, label, action, params))
+            for src, dst, label, action, params in chosen]
 
 
 def _header(graph: Path, n: int, label: str) -> TraceHeader:
@@ -110,14 +134,12 @@ def write(out: Path, rep: dict[str, Any], graph: Path) -> None:
             path = paths.get(d["src"])
             if path is None or g is None:
                 continue
-            path = [*path, (d["dst"], d["label"], d["action"], json.dumps(d["params"], sort_keys=True))]
-            n = len(g.state(d["src"])["state"])
-            steps = tuple(Step(i, action, json.loads(params), label, node, g.state(node))
-                          for i, (node, label, action, params) in enumerate(path))
+            trace = edge_trace(g, graph, path, (d["dst"], d["label"], d["action"],
+                                                json.dumps(d["params"], sort_keys=True)))
             name = f"{k:03d}-{d['label']}.jsonl.gz"
-            dump_trace(tmp / name, Trace(_header(graph, n, d["label"]), steps))
+            dump_trace(tmp / name, trace)
             d["trace"] = str(out / name)
-            entries.append({"file": name, "steps": len(path) - 1, "covers": [d["label"]], "last": d["label"]})
+            entries.append({"file": name, "steps": len(trace.steps) - 1, "covers": [d["label"]], "last": d["label"]})
         (tmp / "report.json").write_text(json.dumps(rep, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         head = _header(graph, 0, "").to_json()
         manifest = {**{k: head[k] for k in ("spec_sha256", "config", "constants", "tlc_version", "criterion")},

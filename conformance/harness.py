@@ -64,13 +64,15 @@ def _tail(path: Path, lines: int = LOG_LINES) -> str:
 
 @dataclass
 class Submit:
-    """One client request in flight: ``answer`` once the server answered (None until then)."""
+    """One client request in flight: ``answer`` once the server answered (None until then); ``judged`` once the
+    driver checked that answer against the spec state of the step after which it first saw it."""
 
     sid: int
     value: str
     answer: dict[str, Any] | None = None
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    judged: bool = False
 
 
 class Cluster:

@@ -33,6 +33,8 @@ NOT_MAPPED = {
                 "no server holds it",
     "committed": "checking only: the order of first deliveries across all servers and crashes, kept by the spec to "
                  "state TotalOrder and Fig. 3/4; no server holds it",
+    "established": "checking only: every <<epoch, leader>> that ever ended discovery, kept by the spec to state "
+                   "LeaderUniqueness over the whole run; no server holds it",
     "faults": "a model bound (crashes and partitions so far, at most MaxFaults); the implementation has no such "
               "counter",
 }

@@ -6,9 +6,10 @@ Theory of operation
 way the conformance driver does (`zabref.control`'s snapshot of the core) and turns them into the spec's variables
 with `conformance.mapping` -- the one mapping from implementation state to spec state. A server whose machine is down
 is what the spec's Crash leaves: its durable history and epochs (read from its simulated disk), LOOKING,
-lastCommitted 0. The two checking-only variables no server holds are kept here, as the spec keeps them:
-``proposed`` (every transaction a ClientRequest broadcast) and ``committed`` (every delivery, in the order of first
-deliveries, across servers and crashes).
+lastCommitted 0. The three checking-only variables no server holds are kept here, as the spec keeps them:
+``proposed`` (every transaction a ClientRequest broadcast), ``committed`` (every delivery, in the order of first
+deliveries, across servers and crashes) and ``established`` (every server that ever established an epoch, by
+epoch).
 
 Each invariant of spec/Zab.tla is one function below, named as in the spec, over those spec-form values (a
 transaction is ``{"zxid": [e, c], "value": v}``). The run fails at the first step after which one is false, with
@@ -51,6 +52,7 @@ class _View:
         self.proposed: set[tuple[int, int, Any]] = set()
         self.committed: list[Txn] = []
         self.committed_keys: set[tuple[int, int, Any]] = set()
+        self.established: dict[int, set[int]] = {}  # epoch -> every server ever established in it
         self.keys: dict[int, set[tuple[int, int, Any]]] = {s: set() for s in sids}
         self.raw: dict[int, list[Any]] = {s: [] for s in sids}  # the core's history as last mapped
         self.by_zxid: dict[tuple[int, int], Any] = {}  # every zxid seen in a history or broadcast -> its value
@@ -158,11 +160,16 @@ def PrimaryIntegrity(v: _View, s: int) -> bool:  # noqa: N802
     return True
 
 
+def _is_established(v: _View, s: int) -> bool:
+    """IsEstablished(s): LEADING, and discovery done (SYNCHRONIZATION or BROADCAST)."""
+    return v.state[s] == "LEADING" and v.zabState[s] in ("SYNCHRONIZATION", "BROADCAST")
+
+
 def LeaderUniqueness(v: _View, s: int) -> bool:  # noqa: N802
-    """No two established leaders (LEADING in SYNCHRONIZATION or BROADCAST) share an epoch."""
-    epochs = [v.currentEpoch[a] for a in v.sids
-              if v.state[a] == "LEADING" and v.zabState[a] in ("SYNCHRONIZATION", "BROADCAST")]
-    return len(epochs) == len(set(epochs))
+    """Every established leader is recorded in ``established``, and no epoch was ever established by two servers
+    (over the whole run, not only at one moment)."""
+    return (all(a in v.established.get(v.currentEpoch[a], ()) for a in v.sids if _is_established(v, a))
+            and all(len(leaders) == 1 for leaders in v.established.values()))
 
 
 def ZxidUnique(v: _View, s: int) -> bool:  # noqa: N802
@@ -260,6 +267,8 @@ class SpecInvariants:
         lost = v.set(sid, _variables(core.variables(histories=False)), core.history)
         if any(a.name == "ClientRequest" for a in eff.actions) and v.history[sid]:
             v.proposed.add(_key(v.history[sid][-1]))
+        if any(a.name == "LeaderProcessACKEPOCH" for a in eff.actions) and _is_established(v, sid):
+            v.established.setdefault(v.currentEpoch[sid], set()).add(sid)  # as the spec's LeaderProcessACKEPOCH
         grew = False
         if eff.deliver:
             for t in v.delivered(sid):

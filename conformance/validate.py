@@ -12,7 +12,7 @@ Trace validation as etcd's raft and CCF do it, for TLC 2.15 (no IOUtils, no Json
    again at every step) -- with a cursor variable ``l``. Its next-state relation is: the ``l``-th record's action with its
    parameters (a ``Check`` record: no action) AND the record's constraints on the state after it: the acting
    server's variables as its line logged them, the packet it took at the head of its channel, the packets it sent
-   appended to its channels. Everything else -- the other servers, ``proposed``, ``committed``, ``faults`` -- is
+   appended to its channels. Everything else -- the other servers, ``proposed``, ``committed``, ``established``, ``faults`` -- is
    left to TLC. The history is constrained by its length and last transaction (the whole of it after a SNAP), which
    with the step's own semantics pins it down, and keeps the module linear in the log's length;
 4. TLC explores it breadth-first from the spec's Init (every server starts from an empty data dir) with

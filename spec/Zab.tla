@@ -115,13 +115,14 @@ VARIABLES
     \* ---- checking only: no protocol action reads them ----
     proposed,         \* every transaction ever broadcast (the paper's "broadcast" events)
     committed,        \* the transactions delivered by any server, in first-delivery order
+    established,      \* every <<epoch, leader>> that ever established an epoch (discovery done)
     \* ---- bound only ----
     faults            \* faults so far (bounded by MaxFaults)
 
 persistentVars == <<history, acceptedEpoch, currentEpoch>>
 serverVars == <<state, zabState, leader, lastCommitted>>
 leaderVars == <<newEpoch, learnerPhase, learnerLastZxid, ackIndex>>
-checkVars == <<proposed, committed>>
+checkVars == <<proposed, committed, established>>
 vars == <<persistentVars, serverVars, stagedHistory, leaderVars, msgs, checkVars, faults>>
 
 -----------------------------------------------------------------------------
@@ -230,6 +231,7 @@ Init ==
     /\ msgs = [a \in Server |-> [b \in Server |-> <<>>]]
     /\ proposed = {}
     /\ committed = <<>>
+    /\ established = {}
     /\ faults = 0
 
 -----------------------------------------------------------------------------
@@ -387,7 +389,11 @@ LeaderProcessACKEPOCH(i, j) ==
                 /\ learnerLastZxid' = [learnerLastZxid EXCEPT ![i][j] = m.zxid]
                 /\ msgs' = SendSeq(Discard(msgs, j, i), i, j, sync(j))
                 /\ UNCHANGED <<currentEpoch, state, zabState, leader, stagedHistory, newEpoch, ackIndex>>
-    /\ UNCHANGED <<history, acceptedEpoch, lastCommitted, checkVars, faults>>
+    \* The one step that establishes a leader: a quorum's ACKEPOCH ends its discovery (IsEstablished).
+    /\ established' = IF zabState[i] = DISCOVERY /\ zabState'[i] = SYNCHRONIZATION
+                      THEN established \cup {<<currentEpoch'[i], i>>}
+                      ELSE established
+    /\ UNCHANGED <<history, acceptedEpoch, lastCommitted, proposed, committed, faults>>
 
 -----------------------------------------------------------------------------
 (* Phase 2: sync with followers (seed 000).  The follower stages what it *)
@@ -478,7 +484,7 @@ LeaderProcessACKNEWLEADER(i, j) ==
                                 Packet("UPTODATE", CommittedZxid(h, lastCommitted[i]), NoData))
                 /\ UNCHANGED <<zabState, lastCommitted, committed>>
     /\ UNCHANGED <<persistentVars, state, leader, stagedHistory, newEpoch, learnerLastZxid, ackIndex,
-                   proposed, faults>>
+                   proposed, established, faults>>
 
 \* UPTODATE(commit point): the follower delivers up to the leader's commit point and serves clients.
 FollowerProcessUPTODATE(i, j) ==
@@ -489,7 +495,8 @@ FollowerProcessUPTODATE(i, j) ==
            THEN Deliver(i, history[i], k)
            ELSE UNCHANGED <<lastCommitted, committed>>
     /\ msgs' = Discard(msgs, j, i)
-    /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, leaderVars, proposed, faults>>
+    /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, leaderVars, proposed, established,
+                   faults>>
 
 -----------------------------------------------------------------------------
 (* Phase 3: broadcast (seed 000). *)
@@ -509,7 +516,8 @@ ClientRequest(i) ==
        IN  /\ history' = [history EXCEPT ![i] = Append(@, t)]
            /\ proposed' = proposed \cup {t}
            /\ msgs' = SendAll(msgs, i, fwd, Packet("PROPOSAL", t.zxid, t.value))
-    /\ UNCHANGED <<acceptedEpoch, currentEpoch, serverVars, stagedHistory, leaderVars, committed, faults>>
+    /\ UNCHANGED <<acceptedEpoch, currentEpoch, serverVars, stagedHistory, leaderVars, committed, established,
+                   faults>>
 
 \* Follower i logs a PROPOSAL (on disk before it answers) and sends ACK(zxid) (step 2).
 FollowerProcessPROPOSAL(i, j) ==
@@ -542,7 +550,7 @@ LeaderProcessACK(i, j) ==
               ELSE /\ msgs' = Discard(msgs, j, i)
                    /\ UNCHANGED <<lastCommitted, committed>>
     /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, newEpoch, learnerPhase,
-                   learnerLastZxid, proposed, faults>>
+                   learnerLastZxid, proposed, established, faults>>
 
 \* COMMIT(zxid): follower i delivers everything in its history up to zxid (step 3).
 FollowerProcessCOMMIT(i, j) ==
@@ -553,7 +561,8 @@ FollowerProcessCOMMIT(i, j) ==
            THEN Deliver(i, history[i], k)
            ELSE UNCHANGED <<lastCommitted, committed>>
     /\ msgs' = Discard(msgs, j, i)
-    /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, leaderVars, proposed, faults>>
+    /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, leaderVars, proposed, established,
+                   faults>>
 
 -----------------------------------------------------------------------------
 (* Failures: timeouts and crashes.  Each sends the server back to leader *)
@@ -674,6 +683,7 @@ TypeOK ==
           /\ msgs[a][b][k].zxid \in Zxids
     /\ proposed \subseteq Txns
     /\ committed \in Seq(Txns)
+    /\ established \subseteq (0 .. MaxEpoch + 1) \X Server
     /\ faults \in 0 .. MaxFaults
 
 \* Integrity: if some process delivers <v, z>, then some process has broadcast <v, z>.
@@ -719,9 +729,13 @@ PrimaryIntegrity ==
                 /\ history[l][k] = t
                 /\ \A k2 \in 1 .. k : history[l][k2].zxid[1] < currentEpoch[l]
 
-\* At most one established leader per epoch.
+\* At most one established leader per epoch, over the whole run (seed 004's "primary uniqueness"; ZooKeeper's
+\* spec checks it with a history variable too): no two servers ever established the same epoch, at the same
+\* time or one after the other. `established` records every <<epoch, leader>> when discovery ends; the
+\* leaders established now are among them (the first conjunct: the record misses none).
 LeaderUniqueness ==
-    \A a, b \in Server : a /= b /\ IsEstablished(a) /\ IsEstablished(b) => currentEpoch[a] /= currentEpoch[b]
+    /\ \A s \in Server : IsEstablished(s) => <<currentEpoch[s], s>> \in established
+    /\ \A a, b \in established : a[1] = b[1] => a[2] = b[2]
 
 \* Seed 004, Fig. 3: a delivered message is never forgotten. It is on the disks of a quorum
 \* ("messages are recorded on the disk media of a quorum of disks before a message is delivered"),

@@ -156,6 +156,8 @@ def test_a_follower_that_does_not_log_a_proposal_disagrees_on_exactly_those_edge
         assert (step.node, step.label) in {(d, lab) for d, lab, _, _ in graph.out[before.node]}
         assert step.state == graph.state(step.node)
     assert len(trace.steps) - 1 == len(shortest_paths(graph, {first["src"]})[first["src"]])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["traces"][0]["steps"] == len(trace.steps) - 1  # the manifest counts the trace's steps
 
 
 def _ack_quorum_without_the_leader(self, j, packet):

@@ -200,3 +200,29 @@ def test_report_refuses_to_replace_a_folder_that_is_not_a_report(tmp_path: Path)
     with pytest.raises(Exception, match="not a report folder"):
         write_report(tmp_path, [], [], "x")
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_a_client_answer_is_judged_once_against_the_step_that_first_shows_it() -> None:
+    """An answer seen while the spec says the server delivered the value stays right after the server crashes (the
+    spec's Crash forgets lastCommitted); an answer first seen while the value is not delivered is a departure."""
+    from types import SimpleNamespace
+
+    from conformance.harness import Submit
+    from conformance.replay import ZabReplay
+
+    def state(last_committed: int) -> Step:
+        st = copy.deepcopy(INIT)
+        st["history"][1] = [TXN]
+        st["lastCommitted"][1] = last_committed
+        return Step(1, "Crash", {"i": 2}, "Crash__2", 0, st)
+
+    world = ZabReplay.__new__(ZabReplay)
+    answered = Submit(2, "1", answer={"zxid": (1 << 32) | 1})
+    answered.done.set()
+    cluster = SimpleNamespace(submits=[answered])
+    assert world.check_clients(state(1), cluster) == ""  # delivered, answered: judged right
+    assert world.check_clients(state(0), cluster) == ""  # then the server crashed: still right
+    early = Submit(2, "1", answer={"zxid": (1 << 32) | 1})
+    early.done.set()
+    says = world.check_clients(state(0), SimpleNamespace(submits=[early]))
+    assert "answered the submit of '1'" in says and "has not delivered" in says

@@ -20,10 +20,10 @@ from test_sim import CI_SEEDS
 CAUGHT: dict[str, tuple[int, int, int, str]] = {
     "ack_without_logging": (0, 3, 100, "invariant CommittedNeverLost violated"),
     "commit_on_minority": (0, 3, 100, "invariant CommittedNeverLost violated"),
-    "epoch_without_fsync": (94, 3, 100, "invariant ZxidUnique violated"),
+    "epoch_without_fsync": (94, 3, 100, "invariant LeaderUniqueness violated"),
     "forward_answered_early": (6, 3, 100, "acknowledged write lost"),
     "leader_not_in_quorum": (16, 3, 100, "liveness: no leader committed a write"),
-    "leader_reuses_epoch": (80, 3, 100, "invariant ZxidUnique violated"),
+    "leader_reuses_epoch": (80, 3, 100, "invariant LeaderUniqueness violated"),
     "no_trunc": (116, 3, 100, "invariant LogMatching violated"),
     "no_vote_resend": (43, 3, 100, "liveness: no leader committed a write"),
     "quorum_of_two": (5, 5, 100, "invariant CommittedNeverLost violated"),

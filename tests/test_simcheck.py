@@ -23,12 +23,21 @@ def test_every_check_of_the_models_is_simulated_or_says_why_not() -> None:
     assert all(reason for reason in NOT_SIMULATED.values())
 
 
-def test_leader_uniqueness_fails_on_two_established_leaders_of_one_epoch() -> None:
+def test_leader_uniqueness_fails_on_two_leaders_of_one_epoch_at_once_or_one_after_the_other() -> None:
     v = _View((1, 2, 3))
     v.state[1], v.zabState[1], v.currentEpoch[1] = "LEADING", "BROADCAST", 1
+    assert not LeaderUniqueness(v, 1)  # an established leader the record misses
+    v.established[1] = {1}
     assert LeaderUniqueness(v, 1)
+    # server 1 is gone (LOOKING); server 2 establishes the same epoch later: the instant check would pass
+    v.state[1], v.zabState[1] = "LOOKING", "ELECTION"
     v.state[2], v.zabState[2], v.currentEpoch[2] = "LEADING", "SYNCHRONIZATION", 1
+    v.established[1].add(2)
     assert not LeaderUniqueness(v, 2)
+    v.established[1] = {1}
+    v.established[2] = {2}
+    v.currentEpoch[2] = 2
+    assert LeaderUniqueness(v, 2)
 
 
 def test_zxid_unique_and_log_matching_fail_on_diverging_histories() -> None:
