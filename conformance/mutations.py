@@ -2,7 +2,7 @@
 checks catch which mutation.
 
 Theory of operation: a mutation (spec/mutations/NAME.toml) is a few exact text replacements in the spec, a model
-config, and the check (an invariant or an action property of the model's cfg) that must catch it. `run_mutation`
+config, and the check (an invariant or a property of the model's cfg) that must catch it. `run_mutation`
 copies spec/ to a scratch folder, applies the replacements (each `find` must occur exactly once: a mutation that no
 longer applies is an error, never silently skipped), rewrites the model's cfg to check only that one, and runs TLC.
 The mutation is *caught* when TLC reports that very check violated.
@@ -12,10 +12,15 @@ stops at the first violation it meets, so `matrix_row` peels: it runs TLC with e
 violated; when TLC reports one, that check is recorded (with the length of its counterexample, shortest since the
 search is breadth-first) and dropped, and TLC runs again with the rest; when a run ends without a violation, the
 remaining checks hold on the mutated model. A row costs one run per catching check plus one full run.
+
+TLC names the invariant or action property it finds violated, but not a temporal (liveness) property: it prints
+"Temporal properties were violated." So a run that checks exactly one property credits an unnamed violation to it,
+and the peel, meeting one in a run of several, runs each of that run's properties alone to tell which.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import tempfile
@@ -117,6 +122,9 @@ def _run_checks(mutation: Mutation, spec_dir: Path, invariants: list[str], prope
         result = run_tlc(model.module, model.cfg, workers=workers, extra_args=model.tlc_options, tools=tools)
         if keep is not None:
             shutil.copytree(work, Path(keep) / mutation.name, dirs_exist_ok=True)
+    if result.outcome is Outcome.PROPERTY_VIOLATED and result.violated is None and len(properties) == 1:
+        # a temporal property: TLC does not name it (module docstring)
+        result = dataclasses.replace(result, violated=properties[0])
     return result
 
 
@@ -171,6 +179,14 @@ def matrix_row(mutation: Mutation, spec_dir: Path, *, workers: int = 2, tools: T
         runs += 1
         if result.outcome is Outcome.OK:
             break
+        if result.outcome is Outcome.PROPERTY_VIOLATED and result.violated is None:
+            # an unnamed temporal violation among several properties: check each alone (module docstring)
+            for p in prop:
+                alone = _run_checks(mutation, spec_dir, [], [p], workers=workers, tools=tools)
+                runs += 1
+                if alone.outcome is Outcome.PROPERTY_VIOLATED and alone.violated == p:
+                    result = alone
+                    break
         name = result.violated
         if result.outcome not in (Outcome.INVARIANT_VIOLATED, Outcome.PROPERTY_VIOLATED) or name not in inv + prop:
             raise SpecFormatError(f"{mutation.path}: TLC ended {result.outcome.value} "

@@ -165,7 +165,8 @@ _NUM = r"([\d,]+)"
 _STATS = re.compile(rf"{_NUM} states generated.*?{_NUM} distinct states found.*?{_NUM} states left on queue")
 _DEPTH = re.compile(r"depth of the complete state graph search is (\d+)")
 _NAMED = re.compile(r"(?:Invariant|property) (\S+?) is violated")
-_STATE_HEAD = re.compile(r"^(\d+): <(.*?)(?: (line \d+, col \d+ to line \d+, col \d+ of module \w+))?>\s*$")
+_STATE_HEAD = re.compile(r"^(\d+): (?:(Back to state): )?<(.*?)(?: (line \d+, col \d+ to line \d+, col \d+ of module \w+))?>\s*$"
+                         r"|^(\d+): (Stuttering)\s*$")
 _COVERAGE = re.compile(r"^<(\w+) line (\d+), col (\d+) to line \d+, col \d+ of module (\w+)>: (\d+):(\d+)")
 _VIOLATIONS = {
     Code.INVARIANT_VIOLATED_INITIAL: Outcome.INVARIANT_VIOLATED,
@@ -187,6 +188,10 @@ def parse_state(text: str) -> TraceState:
     m = _STATE_HEAD.match(head)
     if not m:
         raise ValueError(f"not a TLC state header: {head!r}")
+    if m[5]:  # a liveness counterexample ends stuttering: no variables follow
+        return TraceState(int(m[5]), m[6], None, ())
+    # `N: Back to state: <Action ...>` closes a liveness counterexample's loop (state N repeats)
+    action = m[2] or m[3]
     conjuncts: list[str] = []
     for line in body.rstrip("\n").split("\n"):
         if line.startswith("/\\ ") or not conjuncts:
@@ -198,7 +203,7 @@ def parse_state(text: str) -> TraceState:
         name, eq, value = conjunct.partition(" = ")
         if eq:
             variables.append((name.strip(), value))
-    return TraceState(int(m[1]), m[2], m[3], tuple(variables))
+    return TraceState(int(m[1]), action, m[4], tuple(variables))
 
 
 def read_messages(messages: Iterable[TLCMessage], verdict: Verdict | None = None) -> Verdict:

@@ -486,15 +486,24 @@ LeaderProcessACKNEWLEADER(i, j) ==
     /\ UNCHANGED <<persistentVars, state, leader, stagedHistory, newEpoch, learnerLastZxid, ackIndex,
                    proposed, established, faults>>
 
-\* UPTODATE(commit point): the follower delivers up to the leader's commit point and serves clients.
+(***************************************************************************)
+(* UPTODATE(commit point): the follower delivers up to the leader's commit *)
+(* point and serves clients.  If its history goes beyond that point, it    *)
+(* ACKs its last transaction: the transactions its sync carried were      *)
+(* never ACKed one by one (NEWLEADER's ACK names only the epoch), and      *)
+(* without this ACK a leader that synced it in BROADCAST would not count   *)
+(* them until a later proposal (spec/README.md, "Liveness").               *)
+(***************************************************************************)
 FollowerProcessUPTODATE(i, j) ==
     /\ state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = BROADCAST
     /\ HasPacket(j, i, "UPTODATE")
     /\ LET k == IndexOf(history[i], Head(msgs[j][i]).zxid)
-       IN  IF k > lastCommitted[i]
-           THEN Deliver(i, history[i], k)
-           ELSE UNCHANGED <<lastCommitted, committed>>
-    /\ msgs' = Discard(msgs, j, i)
+       IN  /\ IF k > lastCommitted[i]
+              THEN Deliver(i, history[i], k)
+              ELSE UNCHANGED <<lastCommitted, committed>>
+           /\ msgs' = IF k < Len(history[i])
+                      THEN Send(Discard(msgs, j, i), i, j, Packet("ACK", LastZxid(history[i]), NoData))
+                      ELSE Discard(msgs, j, i)
     /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, leaderVars, proposed, established,
                    faults>>
 
@@ -596,9 +605,16 @@ FollowerTimeout(i) ==
 (* to come; with one, the learners must have gone silent (a partition, a   *)
 (* pause) and it counts against MaxFaults, as FollowerTimeout does.        *)
 (***************************************************************************)
+\* The learners that keep leader i alive: before it has chosen its epoch, every connected one; after, those that
+\* have acknowledged the epoch (ACKEPOCH and later).  A learner that connects and then rejects the epoch (it
+\* accepted a greater one) never counts, however often it comes back (spec/README.md, "Liveness").
+Counted(i, f) == IF zabState[i] = DISCOVERY
+                 THEN learnerPhase[i][f] /= "NONE"
+                 ELSE learnerPhase[i][f] \in {"NEWLEADER", "ACKNEWLEADER", "UPTODATE"}
+
 LeaderTimeout(i) ==
     /\ state[i] = LEADING
-    /\ IF IsQuorum({i} \cup {f \in Server : learnerPhase[i][f] /= "NONE"})
+    /\ IF IsQuorum({i} \cup {f \in Server : Counted(i, f)})
        THEN faults < MaxFaults /\ faults' = faults + 1
        ELSE UNCHANGED faults
     /\ GoLooking(i)
@@ -854,5 +870,116 @@ BoundsStopProgress ==
         /\ \A s \in Server \ {l} : state[s] = FOLLOWING /\ leader[s] = l /\ zabState[s] = BROADCAST
 
 NoHiddenDeadlock == (ENABLED Next) \/ BoundsStopProgress
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* Liveness.  Safety holds whatever the network and the clocks do;        *)
+(* progress needs them to behave (seed 004: "a quorum of processes         *)
+(* eventually is up and can communicate").  LiveSpec says how, in two      *)
+(* parts, and the two properties below are checked on it (MC_live,        *)
+(* MC_live2).                                                              *)
+(*                                                                         *)
+(* 1. Every untimely step is a fault (LiveNext).  The spec already counts  *)
+(*    each fault in `faults` (a crash, a timeout while connected, an       *)
+(*    election decision that needs stale ballots) and bounds them by       *)
+(*    MaxFaults.  LiveSpec asks every other step to be timely (TimelyStep): *)
+(*    an election ends as FastLeaderElection ends when every notification  *)
+(*    arrives in time -- a server leads only with the best vote of those   *)
+(*    in the election (Top), and follows Top or a leader its vote would    *)
+(*    give a quorum (Joinable: checkLeader); a leader gives up only when   *)
+(*    the servers that could still back it are no quorum (Backers: initLimit *)
+(*    is longer than a quorum needs to connect and sync); a follower waits *)
+(*    for a leader whose election is still under way.  So the faults are   *)
+(*    the only disorder, and they end: MaxFaults bounds them.              *)
+(* 2. Weak fairness on what a running server does once it can, for as long *)
+(*    as it can: read the packet at the head of each connection (Receive), *)
+(*    take its election decision (Decide), give up on a leader or a quorum *)
+(*    that is gone (GiveUp).  Clients need not write: ClientRequest has no *)
+(*    fairness.                                                            *)
+(*                                                                         *)
+(* LiveSpec's behaviours are behaviours of Spec (LiveNext implies Next),   *)
+(* so every invariant above holds on them too.  Weaker timing fails: while *)
+(* these were written, TLC found a livelock when a leader could give up    *)
+(* before its followers arrived, a stall when a LOOKING server could join *)
+(* only a leader a quorum followed, and epochs used up when an election    *)
+(* could ignore a leader elected in the same round (spec/README.md).       *)
+(***************************************************************************)
+\* Follower s has lost its leader and is bound to give up (a timely timeout, below): its leader's end of the
+\* connection is gone, or its FOLLOWERINFO waits at a server that decided to follow another.
+Adrift(s) ==
+    /\ state[s] = FOLLOWING
+    /\ ~LeaderConnected(s)
+    /\ ~(state[leader[s]] = LOOKING /\ msgs[s][leader[s]] /= <<>>)
+
+\* The servers in the election: LOOKING ones, leaders, and followers that have lost their leader (a closed
+\* connection is seen at once).  Top(j): j's vote (currentEpoch, lastZxid, sid) is the greatest of them, and j
+\* is LOOKING or leads: the server FastLeaderElection elects when every notification arrives in time, and the
+\* one a leader elected in that round is.
+InElection(s) == state[s] \in {LOOKING, LEADING} \/ Adrift(s)
+Top(j) == state[j] /= FOLLOWING /\ \A s \in Server \ {j} : InElection(s) => VoteLT(Vote(s), Vote(j))
+Followers(l) == {f \in Server : state[f] = FOLLOWING /\ leader[f] = l}
+\* FastLeaderElection's out-of-election rule (checkLeader): a LOOKING server i joins a leader j when j, its
+\* followers and i make a quorum.
+Joinable(i, j) == state[j] = LEADING /\ IsQuorum({i, j} \cup Followers(j))
+
+\* The servers that follow leader l or are LOOKING, and can take its epoch: l has not chosen it yet (it will go
+\* above their acceptedEpoch), or they have not accepted a greater one (FollowerProcessLEADERINFO).
+Backers(l) == {s \in Followers(l) \cup {s2 \in Server : state[s2] = LOOKING} :
+                 acceptedEpoch[l] /= newEpoch[l] \/ acceptedEpoch[s] <= newEpoch[l]}
+
+\* A timely step.  An election decision (LOOKING to LEADING or FOLLOWING) is as above.  A timeout waits for an
+\* election still under way: a leader gives up only when its Backers are no quorum with it; a follower whose
+\* FOLLOWERINFO waits at a server still LOOKING waits for it.  The primed variables are those of the step Next
+\* chose.
+TimelyStep ==
+    /\ \A i \in Server : state[i] = LOOKING /\ state'[i] = LEADING => Top(i)
+    /\ \A i \in Server : state[i] = LOOKING /\ state'[i] = FOLLOWING => Top(leader'[i]) \/ Joinable(i, leader'[i])
+    /\ \A i \in Server : LeaderTimeout(i) => ~IsQuorum({i} \cup Backers(i))
+    /\ \A i \in Server : FollowerTimeout(i) => ~(state[leader[i]] = LOOKING /\ msgs[i][leader[i]] /= <<>>)
+
+\* Server i reads the packet at the head of j's connection to it: the one action that packet enables.
+Receive(i, j) ==
+    \/ LeaderProcessFOLLOWERINFO(i, j) \/ FollowerProcessLEADERINFO(i, j) \/ LeaderProcessACKEPOCH(i, j)
+    \/ FollowerProcessDIFF(i, j) \/ FollowerProcessTRUNC(i, j) \/ FollowerProcessSNAP(i, j)
+    \/ FollowerProcessPROPOSALInSync(i, j) \/ FollowerProcessNEWLEADER(i, j)
+    \/ LeaderProcessACKNEWLEADER(i, j) \/ FollowerProcessUPTODATE(i, j)
+    \/ FollowerProcessPROPOSAL(i, j) \/ LeaderProcessACK(i, j) \/ FollowerProcessCOMMIT(i, j)
+
+Decide(i) == (BecomeLeader(i) \/ \E j \in Server : BecomeFollower(i, j)) /\ TimelyStep
+GiveUp(i) == (FollowerTimeout(i) \/ LeaderTimeout(i)) /\ UNCHANGED faults /\ TimelyStep
+
+LiveNext == Next /\ (faults' > faults \/ TimelyStep)
+
+Fairness ==
+    /\ \A i, j \in Server : WF_vars(Receive(i, j))
+    /\ \A i \in Server : WF_vars(Decide(i)) /\ WF_vars(GiveUp(i))
+
+LiveSpec == Init /\ [][LiveNext]_vars /\ Fairness
+
+\* Leader l is established and a quorum (l with its followers in BROADCAST) follows it.
+Stable(l) == IsPrimary(l) /\ IsQuorum({l} \cup {f \in Followers(l) : zabState[f] = BROADCAST})
+
+(***************************************************************************)
+(* A leader is eventually established for good, with a quorum following  *)
+(* it in BROADCAST.  (It is one leader: two are never Stable together,     *)
+(* since a server follows one leader, and no step makes one Stable as     *)
+(* another stops being: a step moves one server.)                          *)
+(***************************************************************************)
+EventuallyStableLeader == <>[](\E l \in Server : Stable(l))
+
+(***************************************************************************)
+(* A quorum eventually delivers everything the stable leader holds, for    *)
+(* good.  With EventuallyStableLeader this is the promise to clients: a    *)
+(* value a client submits after the last fault goes to a primary, which    *)
+(* keeps its quorum from then on (a timely leader gives up only without    *)
+(* one), so it is the stable leader and a quorum delivers the value.  The  *)
+(* form is "eventually always" because TLC 2.15 cannot check a temporal    *)
+(* formula quantified over values; the models have finitely many writes,   *)
+(* so nothing is lost there.  A value a primary took before a fault, with  *)
+(* no quorum left to replicate it, may be lost with that leader: its       *)
+(* client was never told it was written.                                   *)
+(***************************************************************************)
+StableWritesDelivered ==
+    <>[](\A l \in Server : Stable(l) => IsQuorum({s \in Server : IsPrefix(history[l], Delivered(s))}))
 
 =============================================================================

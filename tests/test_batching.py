@@ -276,3 +276,37 @@ def test_a_large_burst_is_written_in_chunks_in_order() -> None:
         assert all(size <= peers.WRITE_CHUNK for size in sizes[:-2]) and max(sizes) > peers.WRITE_CHUNK
 
     asyncio.run(scenario())
+
+
+def _leader_timed_out(node: Node, now: float) -> bool:
+    return any(a.name == "LeaderTimeout" for a in node.tick(now).actions)
+
+
+@pytest.mark.parametrize("syncing", [False, True])
+def test_a_learner_that_rejects_the_epoch_does_not_keep_the_leader_alive(tmp_path: Path, syncing: bool) -> None:
+    """A leader established with 2 (in SYNCHRONIZATION) loses 2; 3 keeps connecting but has not acknowledged the epoch
+    (phase LEADERINFO: it rejects it when it accepted a greater one, and comes back). However recently 3 spoke, it
+    is not `counted`, so the leader gives up after initLimit; once 3 acknowledges the epoch (syncing) it counts."""
+    node = Node(1, (1, 2, 3), Persistent(), Timing(tick_s=0.05, init_limit=10, sync_limit=5))
+    node.start(0.0)
+    decide(node, 1, 0.0)
+    def info(sid: int) -> bytes:
+        return wire.encode_followerinfo_data(LearnerInfo(0x10000, sid))
+
+    node.packet(2, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(2)), 0.0)
+    node.packet(2, QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)), 0.0)
+    assert node.core.zab_state == "SYNCHRONIZATION"
+    node.connection_closed(2, 0.1, inbound=True)
+    node.packet(3, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(3)), 0.1)
+    assert node.core.learner_phase == {1: "NONE", 2: "NONE", 3: "LEADERINFO"}
+    if syncing:
+        node.packet(3, QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)), 0.1)
+        assert node.core.learner_phase[3] == "NEWLEADER"
+    limit = node.timing.init_limit * node.timing.tick_s  # 0.5 s
+    for k in range(1, 20):  # 3 speaks every 50 ms
+        now = 0.1 + 0.05 * k
+        node.packet(3, QuorumPacket(PacketType.PING, 0), now)
+        if _leader_timed_out(node, now):
+            break
+    assert node.core.state.name == ("LEADING" if syncing else "LOOKING"), (now, node.core.learner_phase)
+    assert syncing or limit < now <= limit + 0.1  # lacking a counted quorum since its role began

@@ -370,11 +370,16 @@ def test_phase2_step3_quorum_of_newleader_acks_delivers_and_sends_uptodate():
 
 
 def test_phase2_step4_uptodate_delivers_up_to_the_commit_point():
-    """Phase 2, step 4 (UPTODATE carries the leader's commit point): deliver the history up to it, no further."""
+    """Phase 2, step 4 (UPTODATE carries the leader's commit point): deliver the history up to it, no further, and
+    ACK the last transaction beyond it (the sync carried it; nothing else tells the leader)."""
     f = follower_in(ZabState.BROADCAST, (t(1, 1), t(1, 2), t(1, 3)), accepted=1, current=1)
     out = f.receive(1, pkt(P.UPTODATE, z(1, 2)))
-    assert out.deliver == (t(1, 1), t(1, 2)) and f.last_committed == 2 and out.send == ()
-    assert f.receive(1, pkt(P.UPTODATE, z(1, 1))) == Output()  # never backwards
+    assert out.deliver == (t(1, 1), t(1, 2)) and f.last_committed == 2
+    assert sent(out) == [(1, P.ACK, z(1, 3))]
+    out = f.receive(1, pkt(P.UPTODATE, z(1, 1)))  # never backwards
+    assert out.deliver == () and f.last_committed == 2 and sent(out) == [(1, P.ACK, z(1, 3))]
+    synced = follower_in(ZabState.BROADCAST, (t(1, 1), t(1, 2)), accepted=1, current=1)
+    assert synced.receive(1, pkt(P.UPTODATE, z(1, 2))) == Output(deliver=(t(1, 1), t(1, 2)))  # nothing beyond: no ACK
 
 
 # ---------------------------------------------------------------------------------------------- phase 3

@@ -89,6 +89,7 @@ def test_the_zygote_refuses_bad_requests_and_kills_its_children_when_closed(conf
             zygote.request("poll", pid=os.getpid())
         path, cfg = config
         s = ForkedServer(path, cfg, 2)
+        s.me.data_dir.mkdir(parents=True, exist_ok=True)  # as ServerProcess.start does before it launches
         pid = zygote.request("spawn", args=["serve", "--config", str(path), "--id", "2"],
                              env={}, stderr=str(s.stderr_path))["pid"]
         assert zygote.request("poll", pid=pid)["returncode"] is None

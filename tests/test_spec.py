@@ -12,11 +12,12 @@ import pytest
 from conformance.check import coverage_by_action
 from conformance.labels import decode_label, encode_label, instances, read_constants, read_next
 from conformance.model import prepare
+from conformance.mutations import model_checks
 from conformance.tla import Outcome, run_sany, run_tlc
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 # Recorded in spec/README.md; a change to the spec that changes these must update both.
-TINY_DISTINCT_STATES = 12918
+TINY_DISTINCT_STATES = 14496
 
 
 def test_sany_parses_every_module(tla):
@@ -70,3 +71,18 @@ def test_tiny_passes_with_recorded_state_count_and_labels_keep_the_graph(tla, tm
 
 def test_constants_are_read_from_cfg():
     assert read_constants((SPEC / "MC_ci.cfg").read_text()) == {"N": 3, "MaxEpoch": 2, "MaxTxns": 2, "MaxFaults": 1}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["live", "live2"])
+def test_liveness_holds_under_livespec(config, tla, tmp_path):
+    """Both liveness properties hold under LiveSpec (spec/Zab.tla, "Liveness"), with one and with two faults; a
+    terminal state of the bounded model stutters and must satisfy them too (spec/mutations breaks each)."""
+    cfg = (SPEC / f"MC_{config}.cfg").read_text()
+    assert re.search(r"^SPECIFICATION LiveSpec$", cfg, re.M)
+    assert model_checks(cfg) == ([], ["EventuallyStableLeader", "StableWritesDelivered"])
+    assert re.search(r"^LiveNext == Next /\\ ", (SPEC / "Zab.tla").read_text(), re.M)  # a behaviour of Spec
+    model = prepare(SPEC, config, tmp_path, labels=False)
+    result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
+    assert result.distinct_states > 5000

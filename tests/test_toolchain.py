@@ -176,6 +176,18 @@ def test_state_with_wrapped_values_and_a_single_variable():
     assert parse_state("1: <Initial predicate>\nn = 0\n").variables == (("n", "0"),)
 
 
+def test_a_liveness_counterexample_ends_in_its_loop_or_in_stuttering():
+    """TLC 2.15's own words, from a run of spec/MC_live: the state a loop returns to, and stuttering for ever."""
+    back = parse_state("2: Back to state: <LiveNext line 921, col 14 to line 921, col 41 of module Zab>\n/\\ n = 2\n")
+    assert (back.index, back.action, back.location) == (2, "Back to state",
+                                                        "line 921, col 14 to line 921, col 41 of module Zab")
+    assert back.variables == (("n", "2"),)
+    stutter = parse_state("4: Stuttering")
+    assert (stutter.index, stutter.action, stutter.location, stutter.variables) == (4, "Stuttering", None, ())
+    with pytest.raises(ValueError, match="not a TLC state header"):
+        parse_state("4: Stuttering around\n")
+
+
 def test_success_needs_exit_code_zero():
     verdict = read_messages([_msg(Code.SUCCESS, 0, "Model checking completed. No error has been found.")])
     assert settle(verdict, 0).outcome is Outcome.OK

@@ -170,11 +170,16 @@ class FollowerActions(CoreState):
 
     def follower_process_uptodate(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessUPTODATE(i, j) -- seed 000, phase 2, step 4: deliver up to the leader's commit point and
-        start serving clients."""
+        start serving clients. If the history goes beyond that point, ACK its last transaction: the sync's
+        transactions were never ACKed one by one, and a leader that synced this follower in BROADCAST would not
+        count them until a later proposal (spec/README.md, "Liveness")."""
         self._require(j, packet, ZabState.BROADCAST)
         if packet.type != PacketType.UPTODATE:
             self._reject(j, packet, "expected UPTODATE")
-        return Output(deliver=self._deliver_upto(j, packet, allow_zero=True))
+        deliver = self._deliver_upto(j, packet, allow_zero=True)
+        if self.index_of(self.history, packet.zxid) < len(self.history):
+            return Output(deliver=deliver, send=((j, QuorumPacket(PacketType.ACK, self.history[-1].zxid)),))
+        return Output(deliver=deliver)
 
     # ------------------------------------------------------------------------------------------ phase 3
 

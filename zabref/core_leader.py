@@ -282,11 +282,21 @@ class LeaderActions(CoreState):
 
     # ------------------------------------------------------------------------------------------ failures
 
+    def counted(self, f: int) -> bool:
+        """Counted(i, f): whether learner f keeps this leader alive -- in DISCOVERY every connected learner, later
+        only those syncing or synced (NEWLEADER, ACKNEWLEADER, UPTODATE). A learner that connects and rejects the
+        epoch (it accepted a greater one) never gets that far, however often it comes back (spec/README.md,
+        "Liveness")."""
+        phase = self.learner_phase.get(f, LearnerPhase.NONE)
+        if self.zab_state == ZabState.DISCOVERY:
+            return phase != LearnerPhase.NONE
+        return phase in (LearnerPhase.NEWLEADER, LearnerPhase.ACKNEWLEADER, LearnerPhase.UPTODATE)
+
     def leader_timeout(self) -> Output:
         """LeaderTimeout(i) -- seed 000, phase 3: "the leader will remain active as long as there is a quorum of
         followers"; when it stops hearing from one it gives up leadership and goes back to election. Which silence
-        counts is `zabref.node`'s decision (the spec allows it at any time, as a fault while a quorum is
-        connected)."""
+        counts is `zabref.node`'s decision (the spec allows it at any time, as a fault while learners that are
+        `counted` make a quorum)."""
         if self.state != ServerState.LEADING:
             self._misuse("LeaderTimeout", "only a LEADING server gives up leadership")
         return self.go_looking()

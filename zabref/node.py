@@ -446,8 +446,8 @@ class Node:
         # that jumps) sees the lack as long as it really was.
         until = []
         for f in core.servers:
-            phase = core.learner_phase.get(f, LearnerPhase.NONE)
-            if f != self.sid and phase != LearnerPhase.NONE:
+            if f != self.sid and core.counted(f):
+                phase = core.learner_phase[f]
                 limit = t.limit(t.sync_limit if phase == LearnerPhase.UPTODATE else t.init_limit)
                 until.append((now - self.silent(f, now) + limit, f))
         lost = max(self.role_since, self.stalled_until)  # never a quorum this role: lacking since the role began
