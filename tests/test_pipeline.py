@@ -175,7 +175,7 @@ def _broken_copy(tiny_dot: Path, folder: Path, lineno: int, edit) -> Path:
 
 
 @pytest.mark.parametrize("what, lineno, edit, error, where", [
-    ("garbled node line", 5000, lambda s: s.replace("/\\\\ msgs = ", "/\\\\ msgs = <<{]"), ParseError, ":5000:"),
+    ("garbled node line", 5000, lambda s: s.replace("/\\\\ msgs = ", "/\\\\ msgs = <<{]"), ParseError, None),
     ("unknown action", None, lambda s: s.replace('[label="', '[label="NoSuchAction__1'), ParseError, None),
     ("server outside the model", None, lambda s: s.replace('[label="Crash__1"', '[label="Crash__7"'),
      ParseError, None),
@@ -186,6 +186,8 @@ def test_malformed_dump_names_the_line_and_writes_nothing(spark, tiny_dot: Path,
     text = tiny_dot.read_text().splitlines()
     if lineno is None:  # the first edge line the edit changes
         lineno = next(k for k, line in enumerate(text, 1) if edit(line) != line and " -> " in line)
+    elif lineno > 0:  # the first line from there on that the edit changes (a node line, deep in the file)
+        lineno = next(k for k, line in enumerate(text, 1) if k >= lineno and edit(line) != line)
     elif lineno < 0:
         lineno = len(text) + 1 + lineno
     broken = _broken_copy(tiny_dot, tmp_path, lineno, edit)
@@ -223,7 +225,7 @@ def test_ci_passes_every_check_and_its_traces_cover_every_action() -> None:
 
     folder = ensure_traces("ci")
     coverage = json.loads((folder / "manifest.json").read_text())["coverage"]
-    assert 10_000 <= coverage["states"] <= 250_000, coverage  # spec/README.md records the figure
+    assert 10_000 <= coverage["states"] <= 300_000, coverage  # spec/README.md records the figure
     names, instances = coverage["action_names"], coverage["action_instances"]
     assert names == [len(read_next(SPEC / "Zab.tla"))] * 2 and instances[0] == instances[1], coverage
     traces = _traces(folder)
