@@ -86,3 +86,18 @@ def test_liveness_holds_under_livespec(config, tla, tmp_path):
     result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
     assert result.outcome is Outcome.OK, result.message
     assert result.distinct_states > 5000
+
+
+@pytest.mark.slow
+def test_safety_does_not_depend_on_the_election(tla, tmp_path):
+    """MC_free: the tiny bounds with every election decision free (TLC's definition override of ElectionFault), the
+    same checks as tiny, and all of them hold -- on a strict superset of tiny's states (spec/README.md, "The
+    election")."""
+    cfg = (SPEC / "MC_free.cfg").read_text()
+    assert re.search(r"^\s*ElectionFault <- FreeElectionFault$", cfg, re.M)
+    assert model_checks(cfg) == model_checks((SPEC / "MC_tiny.cfg").read_text())
+    assert read_constants(cfg) == read_constants((SPEC / "MC_tiny.cfg").read_text())
+    model = prepare(SPEC, "free", tmp_path)
+    result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
+    assert result.distinct_states > 4 * TINY_DISTINCT_STATES
