@@ -598,20 +598,20 @@ FollowerTimeout(i) ==
     /\ GoLooking(i)
     /\ UNCHANGED <<persistentVars, lastCommitted, checkVars>>
 
-(***************************************************************************)
-(* A leader stops hearing from a quorum (phase 3: "the leader will remain  *)
-(* active as long as there is a quorum of followers") and goes back to     *)
-(* election.  Without a quorum of connected learners the timeout is bound  *)
-(* to come; with one, the learners must have gone silent (a partition, a   *)
-(* pause) and it counts against MaxFaults, as FollowerTimeout does.        *)
-(***************************************************************************)
-\* The learners that keep leader i alive: before it has chosen its epoch, every connected one; after, those that
-\* have acknowledged the epoch (ACKEPOCH and later).  A learner that connects and then rejects the epoch (it
-\* accepted a greater one) never counts, however often it comes back (spec/README.md, "Liveness").
+\* The learners that keep leader i alive: in DISCOVERY every connected one; afterwards only those syncing or
+\* synced (NEWLEADER and later).  A learner that connects and then rejects the epoch (it accepted a greater one)
+\* never counts, however often it comes back (spec/README.md, "Liveness").
 Counted(i, f) == IF zabState[i] = DISCOVERY
                  THEN learnerPhase[i][f] /= "NONE"
                  ELSE learnerPhase[i][f] \in {"NEWLEADER", "ACKNEWLEADER", "UPTODATE"}
 
+(***************************************************************************)
+(* A leader stops hearing from a quorum (phase 3: "the leader will remain  *)
+(* active as long as there is a quorum of followers") and goes back to     *)
+(* election.  Without a quorum of Counted learners the timeout is bound    *)
+(* to come; with one, the learners must have gone silent (a partition, a   *)
+(* pause) and it counts against MaxFaults, as FollowerTimeout does.        *)
+(***************************************************************************)
 LeaderTimeout(i) ==
     /\ state[i] = LEADING
     /\ IF IsQuorum({i} \cup {f \in Server : Counted(i, f)})
