@@ -101,3 +101,17 @@ def test_safety_does_not_depend_on_the_election(tla, tmp_path):
     result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
     assert result.outcome is Outcome.OK, result.message
     assert result.distinct_states > 4 * TINY_DISTINCT_STATES
+
+
+@pytest.mark.slow
+def test_departure_1_is_unsafe_with_two_faults(tla, tmp_path):
+    """Known and not yet fixed (spec/README.md, departure 1): an ACKEPOCH carrying -1 counts toward a leader's quorum,
+    so with two faults two leaders establish one epoch -- TLC on `deep` stops at LeaderUniqueness, the second
+    establishment being a -1 ACKEPOCH. When the fix (ZooKeeper's: -1 does not count) lands, `deep` passes and this
+    test becomes that assertion."""
+    model = prepare(SPEC, "deep", tmp_path, labels=False)
+    result = run_tlc(model.module, model.cfg, workers=1, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.INVARIANT_VIOLATED and result.violated == "LeaderUniqueness", result.message
+    assert len(result.trace) == 15 and result.trace[-1].action == "LeaderProcessACKEPOCH"
+    acks = dict(result.trace[-2].variables)["msgs"]
+    assert 'type |-> "ACKEPOCH", data |-> -1' in acks  # the ACKEPOCH the leader took carried -1
