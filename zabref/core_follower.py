@@ -177,7 +177,9 @@ class FollowerActions(CoreState):
         if packet.type != PacketType.UPTODATE:
             self._reject(j, packet, "expected UPTODATE")
         deliver = self._deliver_upto(j, packet, allow_zero=True)
-        if self.index_of(self.history, packet.zxid) < len(self.history):
+        # IndexOf(history, zxid) < Len(history), without a second scan: `_deliver_upto` refused a zxid the history
+        # lacks (but 0), and zxids in a history are distinct, so the point is short of the end iff it is not the last
+        if self.history and self.history[-1].zxid != packet.zxid:
             return Output(deliver=deliver, send=((j, QuorumPacket(PacketType.ACK, self.history[-1].zxid)),))
         return Output(deliver=deliver)
 
