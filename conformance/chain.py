@@ -9,9 +9,9 @@ is written under a temporary name and renamed when complete: an interrupted run 
 
 `zabref chain --config ci` then builds the auditor's site (`zabref docs`, beside the report: out/site), replays the
 generated traces and the committed ones in traces/ (each of its folders with a manifest.json), writes the report
-(which links to the site), runs a short fault run of real servers in normal mode whose action logs `zabref validate`
-checks against spec/Zab.tla (`--fault-seconds`; its summary in ``<report>/faults.json``), and prints where the
-report and the site are.
+(which links to the site), runs a short fault run of real servers in normal mode (writers paced) whose action logs
+`zabref validate` checks against spec/Zab.tla (`--fault-seconds`; its summary in ``<report>/faults.json``), and
+prints where the report and the site are.
 """
 
 from __future__ import annotations
@@ -113,7 +113,9 @@ def chain(config: str, jobs: int | None, report_dir: Path, regenerate: bool, com
     _hop(["conform", *paths, "--report", str(report_dir), *link, *(["--jobs", str(jobs)] if jobs else [])])
     if fault_seconds and config_module_base(REPO / "spec", config) == "Zab":
         # the other direction: the program users run, under faults, checked against the spec from its own logs
-        _hop(["faults", "--duration", str(fault_seconds), "--seed", "1", "--validate",
+        # with paced writers: unpaced, 15 s of faults logged 142,106 actions, and TLC ran out of memory validating
+        # them after 648 s (2026-11-25); the test command's validated fault run paces them the same way
+        _hop(["faults", "--duration", str(fault_seconds), "--seed", "1", "--validate", "--write-pause", "0.05",
               "--json", str(report_dir / "faults.json")])
     click.echo(f"chain: config={config} traces={generated} report={report_dir.resolve() / 'index.html'} "
                + (f"site={site.resolve() / 'index.html'} " if link else "")
