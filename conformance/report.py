@@ -9,9 +9,9 @@ Theory of operation: `write_report` takes the replay results (conformance/replay
   graphviz (conformance/render.py, the failing step filled red; when drawing fails the steps are listed instead and
   the page says why), the server logs and the command that replays that trace alone.
 
-Coverage by action: the action instances (edge labels, e.g. ``FollowerProcessDIFF__2__1``) whose steps the replays
-took and matched, per action name, against the instances the traces' manifest.json says the graph holds (when the
-traces came with one). Everything is written into a temporary sibling folder that replaces DIR at the end; DIR is
+Coverage by action, per model (``ci``, ``fle_ci``, ...: each trace says which): the action instances (edge labels,
+e.g. ``FollowerProcessDIFF__2__1``) whose steps the replays took and matched, per action name, against the instances
+the traces' manifest.json says that model's graph holds (when the traces came with one). Everything is written into a temporary sibling folder that replaces DIR at the end; DIR is
 replaced only when it is empty or holds a previous report (a report.json), so a wrong --report never deletes files.
 """
 
@@ -37,24 +37,37 @@ class ReportError(ConformanceError):
 
 
 def coverage(results: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per action name: instances taken (matched) by the replays, and in the graph when a manifest says so."""
-    taken: dict[str, set[str]] = defaultdict(set)
+    """Per model (a result's ``config``: ``ci``, ``fle_ci``, ...), per action name: the instances the replays took
+    and matched, against the instances that model's graph holds. A generated manifest (one model, with ``coverage``)
+    gives the graph's totals, of action instances, edges and states; the committed traces' manifest names the model
+    of each trace. A model none of whose manifests has totals shows what was taken only."""
+    taken: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for r in results:
         for label in r.get("labels") or []:
-            taken[label.split("__")[0]].add(label)
-    known: dict[str, set[str]] = defaultdict(set)
-    totals = None
+            taken[r.get("config") or "?"][label.split("__")[0]].add(label)
+    known: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    graph: dict[str, dict[str, Any]] = {}
     for m in manifests:
         for t in m.get("traces", []):
             for label in t.get("covers", []):
-                known[label.split("__")[0]].add(label)
-        cov = m.get("coverage", {}).get("action_instances")
-        if cov:
-            totals = [sum(x) for x in zip(totals or [0, 0], cov)]
-    names = sorted(set(taken) | set(known))
-    rows = [{"action": n, "taken": sorted(taken[n]), "in_graph": len(known[n]) if manifests else None} for n in names]
-    return {"by_action": rows, "instances_taken": sum(len(v) for v in taken.values()),
-            "instances_in_graph": totals[1] if totals else None}
+                known[t.get("config") or m.get("config") or "?"][label.split("__")[0]].add(label)
+        cov = m.get("coverage") or {}
+        if m.get("config") and cov.get("action_instances"):
+            graph[m["config"]] = cov
+    models = []
+    for model in sorted(set(taken) | set(known)):
+        names = sorted(set(taken[model]) | set(known[model]))
+        cov = graph.get(model, {})
+        total = cov.get("action_instances", [None, None])[1]
+        models.append({
+            "model": model,
+            "instances_taken": sum(len(v) for v in taken[model].values()),
+            "instances_in_graph": total,
+            "edges_in_graph": cov.get("edges"), "states_in_graph": cov.get("states"),
+            "by_action": [{"action": n, "taken": sorted(taken[model][n]),
+                           "in_graph": len(known[model][n]) if manifests else None} for n in names],
+        })
+    return {"models": models}
 
 
 def _svg(trace_path: str, step: int) -> tuple[str | None, str]:
@@ -133,14 +146,17 @@ def _html(doc: dict[str, Any]) -> str:
         parts.append(f"<h3>Minimized: {_esc(Path(m['original']).name)}</h3><p>{m['original_length']} steps to the "
                      f"divergence &rarr; {m['minimized_length']} steps: <code>{_esc(m['path'])}</code>; "
                      f"reproduce: <code>{_esc(m['command'])}</code></p>")
-    cov = doc["coverage"]
-    rows = "".join(f"<tr><td>{_esc(c['action'])}</td><td>{len(c['taken'])}</td>"
-                   f"<td>{'' if c['in_graph'] is None else c['in_graph']}</td>"
-                   f"<td><small>{_esc(' '.join(c['taken']))}</small></td></tr>" for c in cov["by_action"])
-    total = cov["instances_in_graph"]
-    parts.append(f"<h2>Coverage by action</h2><p>{cov['instances_taken']} action instances taken and matched"
-                 + (f", of {total} in the graph" if total else "") + "</p><table><tr><th>action</th><th>instances "
-                 f"taken</th><th>in graph</th><th>which</th></tr>{rows}</table>")
+    for cov in doc["coverage"]["models"]:
+        rows = "".join(f"<tr><td>{_esc(c['action'])}</td><td>{len(c['taken'])}</td>"
+                       f"<td>{'' if c['in_graph'] is None else c['in_graph']}</td>"
+                       f"<td><small>{_esc(' '.join(c['taken']))}</small></td></tr>" for c in cov["by_action"])
+        total = cov["instances_in_graph"]
+        graph = (f" The graph has {cov['states_in_graph']:,} states and {cov['edges_in_graph']:,} edges; "
+                 "<code>zabref edges</code> checks every edge on the core." if cov.get("edges_in_graph") else "")
+        parts.append(f"<h2>Coverage by action: model {_esc(cov['model'])}</h2><p>{cov['instances_taken']} action "
+                     "instances taken and matched" + (f", of {total} in the graph" if total else "") + f".{graph}</p>"
+                     "<table><tr><th>action</th><th>instances taken</th><th>in graph</th><th>which</th></tr>"
+                     f"{rows}</table>")
     rows = "".join(
         f"<tr><td>{_esc(Path(r['trace']).name)}</td><td class={'ok' if r['passed'] else 'bad'}>"
         f"{'pass' if r['passed'] else ('error' if r.get('error') else 'FAIL at step ' + str(r['failure']['step']))}"

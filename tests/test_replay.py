@@ -226,3 +226,21 @@ def test_a_client_answer_is_judged_once_against_the_step_that_first_shows_it() -
     early.done.set()
     says = world.check_clients(state(0), SimpleNamespace(submits=[early]))
     assert "answered the submit of '1'" in says and "has not delivered" in says
+
+
+def test_coverage_counts_each_model_against_its_own_graph() -> None:
+    """Zab and FastLeaderElection traces replayed together: each model's instances are counted against that model's
+    graph (a generated manifest's totals), never FLE labels against the Zab graph."""
+    from conformance.report import coverage
+
+    results = [{"config": "ci", "labels": ["BecomeLeader__1", "Crash__2", "BecomeLeader__1"]},
+               {"config": "fle_ci", "labels": ["HandleSameRound__1__2", "StartElection__1"]}]
+    generated = {"config": "ci", "coverage": {"action_instances": [2, 97], "edges": 676983, "states": 264746},
+                 "traces": [{"covers": ["BecomeLeader__1"]}, {"covers": ["Crash__2"]}]}
+    committed = {"configs": ["ci", "fle_ci"], "traces": [{"config": "fle_ci", "covers": ["HandleSameRound__1__2"]}]}
+    models = {m["model"]: m for m in coverage(results, [generated, committed])["models"]}
+    assert (models["ci"]["instances_taken"], models["ci"]["instances_in_graph"]) == (2, 97)
+    assert models["ci"]["edges_in_graph"] == 676983
+    assert (models["fle_ci"]["instances_taken"], models["fle_ci"]["instances_in_graph"]) == (2, None)
+    assert {c["action"] for c in models["fle_ci"]["by_action"]} == {"HandleSameRound", "StartElection"}
+    assert {c["action"] for c in models["ci"]["by_action"]} == {"BecomeLeader", "Crash"}
