@@ -354,10 +354,18 @@ FollowerProcessLEADERINFO(i, j) ==
 (* has acknowledged the epoch, i sets currentEpoch (ZooKeeper's Leader     *)
 (* does so here) and starts phase 2 with every acknowledged learner: the   *)
 (* sync packets, then NEWLEADER(e).  A later ACKEPOCH is synced at once.   *)
+(*                                                                         *)
+(* An ACKEPOCH carrying -1 (j had accepted epoch e before, from i or from  *)
+(* another leader of e) does not count toward the quorum: i takes it only *)
+(* once its discovery is over, and syncs j then (ZooKeeper's              *)
+(* Leader.waitForEpochAck).  Were it counted, two leaders that chose the   *)
+(* same epoch could both establish it with one learner's two answers      *)
+(* (spec/README.md, "Where the spec and ZooKeeper 3.8 differ", 1).        *)
 (***************************************************************************)
 LeaderProcessACKEPOCH(i, j) ==
     /\ state[i] = LEADING /\ learnerPhase[i][j] = "LEADERINFO"
     /\ HasPacket(j, i, "ACKEPOCH")
+    /\ Head(msgs[j][i]).data /= -1 \/ zabState[i] /= DISCOVERY
     /\ LET m == Head(msgs[j][i])
            behind == \/ m.data = -1
                      \/ m.data < currentEpoch[i]
@@ -598,11 +606,16 @@ FollowerTimeout(i) ==
     /\ GoLooking(i)
     /\ UNCHANGED <<persistentVars, lastCommitted, checkVars>>
 
-\* The learners that keep leader i alive: in DISCOVERY every connected one; afterwards only those syncing or
-\* synced (NEWLEADER and later).  A learner that connects and then rejects the epoch (it accepted a greater one)
-\* never counts, however often it comes back (spec/README.md, "Liveness").
+\* Learner f's ACKEPOCH(-1) waits at the head of its connection to leader i until i's discovery is over
+\* (LeaderProcessACKEPOCH).
+HeldAck(i, f) == msgs[f][i] /= <<>> /\ Head(msgs[f][i]).type = "ACKEPOCH" /\ Head(msgs[f][i]).data = -1
+
+\* The learners that keep leader i alive: in DISCOVERY every connected one whose ACKEPOCH is not held;
+\* afterwards only those syncing or synced (NEWLEADER and later).  A learner that connects and then rejects the
+\* epoch (it accepted a greater one) never counts, however often it comes back, nor does one that can only
+\* answer -1 (spec/README.md, "Liveness").
 Counted(i, f) == IF zabState[i] = DISCOVERY
-                 THEN learnerPhase[i][f] /= "NONE"
+                 THEN learnerPhase[i][f] /= "NONE" /\ ~HeldAck(i, f)
                  ELSE learnerPhase[i][f] \in {"NEWLEADER", "ACKNEWLEADER", "UPTODATE"}
 
 (***************************************************************************)
@@ -922,10 +935,17 @@ Followers(l) == {f \in Server : state[f] = FOLLOWING /\ leader[f] = l}
 \* followers and i make a quorum.
 Joinable(i, j) == state[j] = LEADING /\ IsQuorum({i, j} \cup Followers(j))
 
-\* The servers that follow leader l or are LOOKING, and can take its epoch: l has not chosen it yet (it will go
-\* above their acceptedEpoch), or they have not accepted a greater one (FollowerProcessLEADERINFO).
+\* The servers that follow leader l or are LOOKING, and can take its epoch in a way that counts: l has not
+\* chosen it yet (it will go above their acceptedEpoch), or they have not accepted it or a greater one
+\* (FollowerProcessLEADERINFO), or they accepted it from l (their ACKEPOCH to l carries their currentEpoch), or
+\* l's discovery is over (an ACKEPOCH(-1) is synced at once).
 Backers(l) == {s \in Followers(l) \cup {s2 \in Server : state[s2] = LOOKING} :
-                 acceptedEpoch[l] /= newEpoch[l] \/ acceptedEpoch[s] <= newEpoch[l]}
+                 \/ acceptedEpoch[l] /= newEpoch[l]
+                 \/ acceptedEpoch[s] < newEpoch[l]
+                 \/ acceptedEpoch[s] = newEpoch[l] /\ zabState[l] /= DISCOVERY
+                 \/ acceptedEpoch[s] = newEpoch[l] /\ learnerPhase[l][s] = "ACKEPOCH"
+                 \/ acceptedEpoch[s] = newEpoch[l] /\ \E k \in 1 .. Len(msgs[s][l]) :
+                        msgs[s][l][k].type = "ACKEPOCH" /\ msgs[s][l][k].data /= -1}
 
 \* A timely step.  An election decision (LOOKING to LEADING or FOLLOWING) is as above.  A timeout waits for an
 \* election still under way: a leader gives up only when its Backers are no quorum with it; a follower whose

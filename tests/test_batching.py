@@ -310,3 +310,71 @@ def test_a_learner_that_rejects_the_epoch_does_not_keep_the_leader_alive(tmp_pat
             break
     assert node.core.state.name == ("LEADING" if syncing else "LOOKING"), (now, node.core.learner_phase)
     assert syncing or limit < now <= limit + 0.1  # lacking a counted quorum since its role began
+
+
+@pytest.mark.parametrize("established", [False, True])
+def test_an_ackepoch_of_minus_one_waits_and_does_not_keep_the_leader_alive(established: bool) -> None:
+    """Learner 2 answers the leader's LEADERINFO with ACKEPOCH(-1) (it had accepted the epoch before): the node
+    defers it (the carrier keeps it at the head of 2's connection) and, however often 2 speaks, 2 does not keep the
+    leader alive, which gives up after initLimit. When 3's real ACKEPOCH establishes the epoch, the effects say to
+    unblock, and the held packet is taken: 2 is synced."""
+    node = Node(1, (1, 2, 3), Persistent(), Timing(tick_s=0.05, init_limit=10, sync_limit=5))
+    node.start(0.0)
+    decide(node, 1, 0.0)
+
+    def info(sid: int) -> bytes:
+        return wire.encode_followerinfo_data(LearnerInfo(0x10000, sid))
+
+    node.packet(2, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(2)), 0.0)
+    assert node.core.learner_phase[2] == "LEADERINFO"  # a quorum with the leader: the epoch is chosen
+    minus_one = QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(-1))
+    assert node.packet(2, minus_one, 0.0).deferred and node.held == {2: minus_one}
+    assert node.core.learner_phase[2] == "LEADERINFO" and node.core.zab_state == "DISCOVERY"
+    if established:
+        node.packet(3, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(3)), 0.05)
+        effects = node.packet(3, QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)), 0.05)
+        assert effects.unblock and node.core.zab_state == "SYNCHRONIZATION"
+        effects = node.packet(2, minus_one, 0.1)
+        assert not effects.deferred and node.held == {}
+        assert [p.type for _, p in effects.send] == [PacketType.DIFF, PacketType.NEWLEADER]
+        assert node.core.learner_phase[2] == "NEWLEADER"
+        return
+    limit = node.timing.init_limit * node.timing.tick_s  # 0.5 s
+    for k in range(1, 20):  # 2 speaks every 50 ms
+        now = 0.05 * k
+        node.packet(2, QuorumPacket(PacketType.PING, 0), now)
+        if _leader_timed_out(node, now):
+            break
+    assert node.core.state.name == "LOOKING" and limit < now <= limit + 0.1
+
+
+def test_a_held_ackepoch_is_offered_again_once_the_epoch_is_established(tmp_path: Path, events: list[str]) -> None:
+    """The carrier's side of the deferral: the ACKEPOCH(-1) the node deferred stays at the head of 2's connection,
+    which is blocked; when 3's ACKEPOCH establishes the epoch the runtime unblocks exactly that connection and asks
+    its driver to offer it again, and the packet is then taken (2 is synced)."""
+
+    async def scenario() -> None:
+        server, task = await _started(tmp_path)
+        offered: list[list[int]] = []
+        server.driver.unblocked = lambda _server, conns: offered.append([c.peer for c in conns])  # type: ignore
+        conns = {}
+        for peer in (2, 3):
+            conns[peer] = conn = Connection(peer, initiated=False)
+            conn.attach(_RecordingWriter(events))
+            server.conns[peer] = conn
+        await server.call(lambda: decide(server.node, 1, 0.0))
+        minus_one = QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(-1))
+        for peer, packet in ((2, QuorumPacket(PacketType.FOLLOWERINFO, 0, wire.encode_followerinfo_data(
+                                  LearnerInfo(0x10000, 2)))), (2, minus_one)):
+            await server.call(lambda p=packet, c=conns[peer]: _take(server, c, p))
+        assert conns[2].blocked and list(conns[2].inbound) == [minus_one] and offered == []
+        for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, wire.encode_followerinfo_data(LearnerInfo(0x10000, 3))),
+                       QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0))):
+            await server.call(lambda p=packet: _take(server, conns[3], p))
+        assert server.core.zab_state == "SYNCHRONIZATION" and offered == [[2]] and not conns[2].blocked
+        await server.call(lambda: server.deliver(conns[2]))
+        assert server.core.learner_phase[2] == "NEWLEADER" and not conns[2].inbound
+        server.stop()
+        await task
+
+    asyncio.run(scenario())

@@ -265,7 +265,7 @@ def test_phase1_steps_5_7_quorum_of_ackepoch_sets_current_epoch_and_starts_sync(
     """Phase 1, steps 5-6 and phase 2, step 1: with a quorum of ACKEPOCH the leader sets currentEpoch (durably, before
     the sync leaves) and sends sync packets then NEWLEADER(e)."""
     leader = leader_awaiting_ackepoch()
-    out = leader.receive(2, ackepoch(z(1, 2), -1))  # ACKEPOCH(-1): "already acknowledged"; with the leader, a quorum
+    out = leader.receive(2, ackepoch(z(1, 2), 1))  # with the leader, a quorum
     assert out.persist == (SetCurrentEpoch(2),)
     assert sent(out) == [(2, P.DIFF, 0), (2, P.NEWLEADER, z(2, 0))]
     assert leader.zab_state == ZabState.SYNCHRONIZATION and leader.current_epoch == 2
@@ -274,6 +274,27 @@ def test_phase1_steps_5_7_quorum_of_ackepoch_sets_current_epoch_and_starts_sync(
     assert sent(out) == [(3, P.DIFF, 0), (3, P.PROPOSAL, z(1, 2)), (3, P.NEWLEADER, z(2, 0))]
     assert leader.learner_last_zxid == {1: 0, 2: z(1, 2), 3: z(1, 1)}
     assert leader.learner_phase == {1: "NONE", 2: "NEWLEADER", 3: "NEWLEADER"}
+
+
+def test_phase1_an_ackepoch_of_minus_one_waits_for_the_epoch_and_does_not_count():
+    """ACKEPOCH(-1) ("already acknowledged": the learner accepted this epoch before, maybe from another leader of
+    it) is held in DISCOVERY -- it does not count toward the quorum (ZooKeeper's waitForEpochAck; counted, it let two
+    leaders establish one epoch: spec/README.md, "Departures", 1) -- and a learner holding one does not keep the
+    leader alive. Once a quorum's real ACKEPOCH establishes the epoch, the held one is synced at once."""
+    leader = leader_awaiting_ackepoch()
+    minus_one = ackepoch(z(1, 2), -1)
+    assert leader.held(2, minus_one) and leader.acks_again(2, minus_one)
+    assert leader.counted(2) and not leader.counted(2, minus_one) and leader.counted(3, None)
+    with pytest.raises(LocalProtocolError, match="waits until the epoch is established"):
+        leader.receive(2, minus_one)
+    assert leader.learner_phase[2] == LearnerPhase.LEADERINFO and leader.zab_state == ZabState.DISCOVERY
+    out = leader.receive(3, ackepoch(z(1, 1), 1))
+    assert out.persist == (SetCurrentEpoch(2),) and leader.zab_state == ZabState.SYNCHRONIZATION
+    assert not leader.held(2, minus_one)
+    out = leader.receive(2, minus_one)
+    assert out.persist == ()
+    assert sent(out) == [(2, P.DIFF, 0), (2, P.NEWLEADER, z(2, 0))]
+    assert leader.learner_phase[2] == LearnerPhase.NEWLEADER
 
 
 def test_phase1_steps_5_6_leader_waits_for_a_quorum_of_ackepoch():

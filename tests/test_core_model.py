@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from zabref import wire
 from zabref.core import LearnerPhase, Output, Persistent, Txn, ZabCore, ZabState, apply_persist
 from zabref.storage import SimDisk, Storage, read_durable
 from zabref.packets import PacketType, QuorumPacket, ServerState, zxid_pair
@@ -118,9 +119,18 @@ class ZabModel(RuleBasedStateMachine):
 
     def takeable(self, j: int, i: int) -> bool:
         """A channel's head some action takes now: everything, except FOLLOWERINFO at a server that does not lead
-        (LeaderProcessFOLLOWERINFO needs state[i] = LEADING; the packet waits)."""
+        (LeaderProcessFOLLOWERINFO needs state[i] = LEADING) and ACKEPOCH(-1) at a leader in DISCOVERY
+        (LeaderProcessACKEPOCH: it waits for the epoch's establishment). The packet waits."""
         head = self.channels[j, i][0]
-        return head.type != PacketType.FOLLOWERINFO or self.var(i, "state") == "LEADING"
+        if head.type == PacketType.FOLLOWERINFO:
+            return self.var(i, "state") == "LEADING"
+        return not self.held_ack(j, i)
+
+    def held_ack(self, f: int, i: int) -> bool:
+        """HeldAck(i, f): f's ACKEPOCH(-1) heads its channel to leader i, and i is in DISCOVERY."""
+        q = self.channels[f, i]
+        return (bool(q) and q[0].type == PacketType.ACKEPOCH and wire.decode_ackepoch_data(q[0].data) == -1
+                and self.var(i, "state") == "LEADING" and self.var(i, "zab_state") == "DISCOVERY")
 
     def nonempty_channels(self) -> list[tuple[int, int]]:
         return [ch for ch, q in self.channels.items() if q and self.takeable(*ch)]
@@ -148,7 +158,10 @@ class ZabModel(RuleBasedStateMachine):
 
     def leader_connected_quorum(self, s: int) -> bool:
         """IsQuorum({i} \\cup {f : Counted(i, f)})."""
-        return is_quorum({s} | {f for f in SERVERS if f != s and self.core[s].counted(f)})
+        return is_quorum({s} | {f for f in SERVERS if f != s and self.core[s].counted(f, self.head(f, s))})
+
+    def head(self, j: int, i: int) -> QuorumPacket | None:
+        return self.channels[j, i][0] if self.channels[j, i] else None
 
     def leaders_without_quorum(self) -> list[int]:
         """LeaderTimeout(i): LEADING; with a quorum of counted learners only with a fault left."""

@@ -111,6 +111,15 @@ class ZabCore(LeaderActions, FollowerActions):
             return ZabCore.leader_process_acknewleader if newleader else ZabCore.leader_process_ack
         return handler
 
+    def held(self, peer: int, packet: QuorumPacket) -> bool:
+        """Whether ``packet`` from ``peer`` waits at the head of its connection: no spec action takes it in this
+        state, but one will after this server's role or zabState changes -- FOLLOWERINFO at a server that does not
+        lead (LeaderProcessFOLLOWERINFO needs LEADING), ACKEPOCH(-1) at a leader in DISCOVERY (`acks_again`). The
+        carrier keeps it and offers it again after the change (`zabref.node`, ``Effects.deferred``)."""
+        if packet.type == PacketType.FOLLOWERINFO:
+            return self.state != ServerState.LEADING
+        return self.acks_again(peer, packet)
+
     # ---------------------------------------------------------------------------------------------- election
 
     def become_leader(self) -> Output:

@@ -35,7 +35,7 @@ from zabref.core_types import (
     Txn,
     ZabState,
 )
-from zabref.errors import CodecError
+from zabref.errors import CodecError, LocalProtocolError
 from zabref.packets import (
     MAX_COUNTER,
     MAX_EPOCH,
@@ -152,6 +152,8 @@ class LeaderActions(CoreState):
         If j is more up to date than the leader (a greater currentEpoch, or the same and a greater lastZxid), the
         leader goes back to election (step 7). Once a quorum has acknowledged the epoch, the leader sets currentEpoch
         and sends each acknowledged learner its sync packets, then NEWLEADER(e). A later ACKEPOCH is synced at once.
+        An ACKEPOCH carrying -1 does not count toward the quorum: it is not taken in DISCOVERY at all (`acks_again`;
+        ZooKeeper's Leader.waitForEpochAck), and is synced at once afterwards.
         """
         self._require_leading(j, packet)
         if packet.type != PacketType.ACKEPOCH:
@@ -162,6 +164,9 @@ class LeaderActions(CoreState):
             their_epoch = wire.decode_ackepoch_data(packet.data)
         except CodecError as e:
             self._reject(j, packet, str(e))
+        if self.acks_again(j, packet):
+            raise LocalProtocolError(f"server {self.sid}: ACKEPOCH(-1) from {j} taken in DISCOVERY: it waits until "
+                                     "the epoch is established (LeaderProcessACKEPOCH is not enabled)")
         their_zxid = packet.zxid
         behind = (
             their_epoch == wire.ACKEPOCH_ALREADY_ACKNOWLEDGED
@@ -282,14 +287,29 @@ class LeaderActions(CoreState):
 
     # ------------------------------------------------------------------------------------------ failures
 
-    def counted(self, f: int) -> bool:
-        """Counted(i, f): whether learner f keeps this leader alive -- in DISCOVERY every connected learner, later
+    def acks_again(self, j: int, packet: QuorumPacket) -> bool:
+        """Whether ``packet`` from learner j is an ACKEPOCH(-1) that must wait for the end of this leader's
+        discovery (LeaderProcessACKEPOCH's enabling condition; HeldAck(i, j) once it heads j's connection): j had
+        accepted the epoch before, from this leader or another leader of the same epoch, so its answer does not
+        count toward the quorum that establishes the epoch (spec/README.md, "Where the spec and ZooKeeper 3.8
+        differ", 1)."""
+        if (packet.type != PacketType.ACKEPOCH or self.state != ServerState.LEADING
+                or self.zab_state != ZabState.DISCOVERY or self.learner_phase.get(j) != LearnerPhase.LEADERINFO):
+            return False
+        try:
+            return wire.decode_ackepoch_data(packet.data) == wire.ACKEPOCH_ALREADY_ACKNOWLEDGED
+        except CodecError:
+            return False  # not an ACKEPOCH this server could take: the handler refuses it
+
+    def counted(self, f: int, head: QuorumPacket | None = None) -> bool:
+        """Counted(i, f): whether learner f keeps this leader alive -- in DISCOVERY every connected learner whose
+        ACKEPOCH(-1) is not held (``head``: the packet at the head of f's connection, if any, `acks_again`), later
         only those syncing or synced (NEWLEADER, ACKNEWLEADER, UPTODATE). A learner that connects and rejects the
-        epoch (it accepted a greater one) never gets that far, however often it comes back (spec/README.md,
-        "Liveness")."""
+        epoch (it accepted a greater one) never gets that far, however often it comes back, nor does one that can
+        only answer -1 (spec/README.md, "Liveness")."""
         phase = self.learner_phase.get(f, LearnerPhase.NONE)
         if self.zab_state == ZabState.DISCOVERY:
-            return phase != LearnerPhase.NONE
+            return phase != LearnerPhase.NONE and not (head is not None and self.acks_again(f, head))
         return phase in (LearnerPhase.NEWLEADER, LearnerPhase.ACKNEWLEADER, LearnerPhase.UPTODATE)
 
     def leader_timeout(self) -> Output:

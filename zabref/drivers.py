@@ -9,7 +9,8 @@ Theory of operation
 * ``arrived(server, conn)`` / ``vote_arrived(server, channel)`` -- a quorum packet (not a PING: those are never
   held) or an election notification was read and queued on its connection;
 * ``closed(server)`` -- a quorum connection was reported closed to the node;
-* ``unblocked(server)`` -- the node changed role: packets it deferred may be taken now.
+* ``unblocked(server, conns)`` -- the node changed role or zabState: the packets it deferred on ``conns`` may be
+  taken now.
 
 `NormalDriver` delivers every input as it arrives (one pump event per packet or notification, in arrival order),
 ticks the node every ``tick_s`` seconds of the loop's clock (``loop.time()``) -- and once more right after a
@@ -66,8 +67,8 @@ class NormalDriver:
     def closed(self, server: Any) -> None:
         server.enqueue(lambda: server.node.tick(self.now()))
 
-    def unblocked(self, server: Any) -> None:
-        for conn in list(server.conns.values()):
+    def unblocked(self, server: Any, conns: list[Any]) -> None:
+        for conn in conns:
             for _ in range(len(conn.inbound)):
                 server.enqueue(lambda c=conn: server.deliver(c))
 
@@ -111,7 +112,7 @@ class ControlDriver:
     def closed(self, server: Any) -> None:
         pass
 
-    def unblocked(self, server: Any) -> None:
+    def unblocked(self, server: Any, conns: list[Any]) -> None:
         pass
 
     def advance(self, server: Any) -> Effects:

@@ -11,10 +11,10 @@ input, each returning the `Effects` to carry out:
 * ``start(now)`` -- the process started (a fresh server, or a restart after a crash): FastLeaderElection's first
   round (spec/FastLeaderElection.tla ``Init``/``Restart``);
 * ``packet(peer, packet, now)`` -- a QuorumPacket from a peer's connection, in arrival order. PING keeps the
-  connection alive (a follower answers its leader's); every other type goes to the Zab core, except FOLLOWERINFO
-  at a server that does not lead: the spec's LeaderProcessFOLLOWERINFO is not enabled there, so the packet waits
-  (``Effects.deferred``: the carrier keeps it at the head of its connection and offers it again after the next
-  change of role);
+  connection alive (a follower answers its leader's); every other type goes to the Zab core, except a packet the
+  core holds (``ZabCore.held``: FOLLOWERINFO at a server that does not lead, ACKEPOCH(-1) at a leader in DISCOVERY
+  -- no spec action takes it yet), which waits (``Effects.deferred``: the carrier keeps it at the head of its
+  connection and offers it again once ``Effects.unblock`` says the node's role or zabState changed);
 * ``connection_closed(peer, now)`` -- a quorum connection ended: a leader forgets that learner (the core's
   ``connection_closed``); a follower whose leader connection ended gives up at its next tick;
 * ``notification(peer, n, now)`` -- an election notification; a `Decision` becomes the core's ``become_leader`` or
@@ -103,7 +103,8 @@ class Effects:
     forwards: tuple[tuple[int, int, dict[str, Any]], ...] = ()  # (request id, to the leader sid, request)
     actions: tuple[Action, ...] = ()
     role: ServerState | None = None
-    deferred: bool = False  # the packet was not taken now; offer it again after the next change of role
+    deferred: bool = False  # the packet was not taken now; offer it again after the next unblock
+    unblock: bool = False  # the role or zabState changed: packets deferred may be taken now
 
 
 @dataclass
@@ -118,10 +119,12 @@ class _Builder:
     forwards: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
     role: ServerState | None = None
+    unblock: bool = False
 
     def build(self) -> Effects:
         return Effects(tuple(self.persist), tuple(self.dial), tuple(self.send), tuple(self.notify), tuple(self.deliver),
-                       tuple(self.close), tuple(self.answers), tuple(self.forwards), tuple(self.actions), self.role)
+                       tuple(self.close), tuple(self.answers), tuple(self.forwards), tuple(self.actions), self.role,
+                       unblock=self.unblock)
 
 
 def _refused(message: str, retry: bool) -> dict[str, Any]:
@@ -144,6 +147,7 @@ class Node:
         self.election_quiet_since = 0.0  # last notification sent or taken while LOOKING (the resend timer)
         self.resend_after = timing.limit(timing.resend_ticks)  # doubles at each resend of a round (notTimeout)
         self.learner_conns: set[int] = set()  # open quorum connections that learners opened to this server
+        self.held: dict[int, QuorumPacket] = {}  # peer -> the packet deferred at the head of its connection
         self.outbound: set[int] = set()  # quorum connections this server opened (to its leader), open or opening
         self._waiting: dict[int, list[tuple[int, float]]] = {}  # zxid -> [(request id, deadline)]: until delivered
         self._waiting_zxids: list[int] = []  # a heap of _waiting's keys (and of keys since expired: skipped)
@@ -179,13 +183,18 @@ class Node:
                 self._pings[peer][1] += 1
                 self._confirm_syncs(out)
             return out.build()
-        if packet.type == PacketType.FOLLOWERINFO and self.core.state != ServerState.LEADING:
-            return Effects(deferred=True)  # LeaderProcessFOLLOWERINFO needs a LEADING server
+        if self.core.held(peer, packet):
+            self.held[peer] = packet  # a learner whose ACKEPOCH(-1) waits does not keep a leader alive (Counted)
+            return Effects(deferred=True)
+        self.held.pop(peer, None)
         handler = self.core.handler_for(peer, packet)
         self.heard[peer] = now
         out = _Builder()
+        before = self.core.zab_state
         self._core(out, handler(self.core, peer, packet), now, SPEC_ACTIONS[handler.__name__], packet, tag,
                    i=self.sid, j=peer)
+        if self.core.zab_state != before:
+            out.unblock = True  # e.g. the epoch is established: a held ACKEPOCH(-1) is synced now
         return out.build()
 
     def connection_opened(self, peer: int, inbound: bool) -> None:
@@ -200,6 +209,7 @@ class Node:
         out.actions.append(Action("Zab", "ConnectionClosed", (("i", self.sid), ("j", peer)), None, tag))  # for the log
         if inbound:
             self.learner_conns.discard(peer)
+            self.held.pop(peer, None)
             self._pings.pop(peer, None)
             for _, _, marks, _ in self._syncs:  # a new connection is newer than any waiting sync: one reply will do
                 if peer in marks:
@@ -354,6 +364,7 @@ class Node:
         out.persist += output.persist
         for peer in output.close:
             self.learner_conns.discard(peer)
+            self.held.pop(peer, None)
             self.outbound.discard(peer)
         core = self.core
         for peer, packet in output.send:
@@ -369,6 +380,7 @@ class Node:
             self._answer_delivered(out)
         if output.role is not None:
             out.role = output.role
+            out.unblock = True
             self._role_changed(out, now)
 
     def _role_changed(self, out: _Builder, now: float) -> None:
@@ -446,7 +458,7 @@ class Node:
         # that jumps) sees the lack as long as it really was.
         until = []
         for f in core.servers:
-            if f != self.sid and core.counted(f):
+            if f != self.sid and core.counted(f, self.held.get(f)):
                 phase = core.learner_phase[f]
                 limit = t.limit(t.sync_limit if phase == LearnerPhase.UPTODATE else t.init_limit)
                 until.append((now - self.silent(f, now) + limit, f))

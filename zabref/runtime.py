@@ -12,7 +12,7 @@ node entry point and returns its `Effects`. ONE task, the *pump*, runs events in
    and ONE ``sync`` -- one write, one fsync -- makes the whole pump batch durable (group commit), in the machine's
    worker (a thread), or in the loop's own thread when the last sync was quick (`INLINE_SYNC_SECONDS`);
 2. only then carries out the rest, in order: quorum packets (one socket write per connection per batch), election
-   notifications, connections to close, client answers, forwards; after a change of role, packets the node deferred
+   notifications, connections to close, client answers, forwards; after a change of role or zabState, packets the node deferred
    are offered again.
 
 So no packet -- an ACK, a LEADERINFO, a leader's PROPOSAL -- leaves before the persistence of its step is durable
@@ -333,9 +333,12 @@ class Server:
             log.info("state -> %s (zabState %s, leader %d, acceptedEpoch %d, currentEpoch %d, lastZxid %#x)",
                      eff.role.name, core.zab_state, core.leader, core.accepted_epoch, core.current_epoch,
                      core.last_zxid)
-            for conn in self.conns.values():
+        if eff.unblock:
+            blocked = [conn for conn in self.conns.values() if conn.blocked]
+            for conn in blocked:
                 conn.blocked = False
-            self.driver.unblocked(self)
+            if blocked:
+                self.driver.unblocked(self, blocked)
         return bool(eff.deliver) or eff.role is not None
 
     # ------------------------------------------------------------------------------------------ inbound
