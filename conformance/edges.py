@@ -26,8 +26,17 @@ changed (None otherwise; a crash reports none); ``<var> (durable)`` -- the disks
 persistent variables (compared with dst when a disk departs from its core). A core that raises where the spec takes
 the step is a difference too (``error``).
 
+The edges say what the spec does; what it does NOT do matters as much. `check_heads` takes every state of the graph
+and every packet at the head of a channel in it, and holds the core's decision on that packet -- take it now, or
+hold it at the head for later (``ZabCore.held``: FOLLOWERINFO at a server that does not lead, ACKEPOCH(-1) at a
+leader in DISCOVERY) -- to the spec's: an edge ``<Role>Process<PACKET>(i, j)`` leaves the state, or none does. A
+core that takes or refuses a packet the spec leaves waiting (refusing closes the connection), or holds one the spec
+takes, disagrees there; the edge check alone cannot see that, since it hands the core only the packets the spec
+takes. These checks are counted under the pseudo-action `HEADS`.
+
 `check_rows` checks a stream of edges (src and dst state JSON beside each) and sums the result: edges per action,
-agreements, and the first few disagreements per action (by label, src, dst: the same whatever the partitioning).
+agreements, and the first few disagreements per action (by label, src, dst: the same whatever the partitioning);
+`check_head_rows` does the same for states (each with the Receive edges leaving it).
 `check_graph` runs it in this process (pyarrow) or as a Spark job (`conformance.spark.session`: edges joined with
 the nodes twice, one task per partition of edges). conformance/edges_report.py writes the report and the command.
 """
@@ -49,8 +58,8 @@ from conformance.values import canonical_json
 from zabref.core import SPEC_ACTIONS
 from zabref.errors import ZabError
 
-__all__ = ["EdgeError", "require_graph", "check_edge", "check_rows", "check_graph", "Summary", "Disagreement",
-           "METHODS", "SHOW"]
+__all__ = ["EdgeError", "require_graph", "check_edge", "check_rows", "check_heads", "check_head_rows", "check_graph",
+           "Summary", "Disagreement", "METHODS", "SHOW", "HEADS"]
 
 #: The columns of an edge as `check_rows` takes it.
 COLUMNS = ("src", "dst", "label", "action", "params_json", "src_json", "dst_json")
@@ -60,6 +69,12 @@ METHODS = {action: method for method, action in SPEC_ACTIONS.items()}
 
 #: Disagreements kept per action (the first by label, src, dst).
 SHOW = 3
+
+#: The pseudo-action under which `check_heads` counts the channel heads it checked.
+HEADS = "ChannelHead"
+
+#: `_PROCESS` (the actions that take a packet) as a Java regular expression, for Spark's rlike (no named groups).
+_RECEIVE_JAVA = "^(Leader|Follower)Process[A-Z]+(InSync)?$"
 
 
 class EdgeError(ConformanceError):
@@ -159,6 +174,64 @@ def check_edge(src: dict[str, Any], action: str, params: dict[str, Any],
     return diffs
 
 
+def check_heads(state: dict[str, Any], receives: Iterable[tuple[str, int, int]]) -> dict[tuple[int, int], dict]:
+    """For every non-empty channel j -> i of spec `state`: does the core take its head packet now exactly when the
+    spec does? ``receives``: the (action, i, j) of the edges of the graph that leave `state` taking a packet.
+    Returns {(i, j): differences} for the heads where they disagree."""
+    try:
+        world = World.from_spec(state)
+    except InverseError as e:
+        raise EdgeError(f"state: {e}") from None
+    spec = {(i, j): action for action, i, j in receives}
+    found = {}
+    for (j, i), channel in sorted(world.channels.items()):
+        if not channel:
+            continue
+        packet, core = channel[0], world.cores[i]
+        where = f"{packet.type.name} at the head of msgs[{j}][{i}]"
+        held = core.held(j, packet)
+        if held:
+            got = "held: it waits at the head"
+        else:
+            try:
+                got = f"taken now, by {core.handler_for(j, packet).__name__}"
+            except ZabError as e:
+                got = f"refused (the connection closes): {e}"
+        if (i, j) in spec:
+            if held:
+                found[(i, j)] = {where: (f"taken now, by {METHODS.get(spec[(i, j)], spec[(i, j)])}", got)}
+        elif not held:
+            found[(i, j)] = {where: ("held: it waits at the head (no spec action takes it here)", got)}
+    return found
+
+
+def _heads_checked(state: dict[str, Any]) -> int:
+    return sum(1 for row in state["msgs"] for channel in row if channel)
+
+
+def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHOW, where: str = "the graph") -> Summary:
+    """Check the channel heads of states given as (id, state_json, receives_json): receives_json a JSON list of
+    [action, params_json] for the edges that leave the state taking a packet (None: none)."""
+    summary = Summary(show)
+    started = time.process_time()
+    for node, state_json, receives_json in rows:
+        try:
+            state = json.loads(state_json)
+            receives = []
+            for action, params_json in json.loads(receives_json or "[]"):
+                params = json.loads(params_json)
+                receives.append((action, params["i"], params["j"]))
+            found = check_heads(state, receives)
+        except (EdgeError, ValueError, KeyError, TypeError) as e:
+            raise EdgeError(f"{where}: state {node}: {e}") from None
+        for _ in range(_heads_checked(state) - len(found)):
+            summary.add(HEADS, None)
+        for (i, j), diffs in sorted(found.items()):
+            summary.add(HEADS, Disagreement(node, node, f"{HEADS}__{i}__{j}", HEADS, {"i": i, "j": j}, diffs))
+    summary.cpu = time.process_time() - started
+    return summary
+
+
 # ---- many edges --------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -192,11 +265,17 @@ class Summary:
 
     @property
     def edges(self) -> int:
-        return sum(self.checked.values())
+        """Edges checked (the channel heads, `HEADS`, are not edges)."""
+        return sum(k for a, k in self.checked.items() if a != HEADS)
+
+    @property
+    def heads(self) -> int:
+        return self.checked.get(HEADS, 0)
 
     @property
     def disagreed(self) -> int:
-        return self.edges - sum(self.agreed.values())
+        """Edges and channel heads that disagree."""
+        return sum(self.checked.values()) - sum(self.agreed.values())
 
     def add(self, action: str, found: Disagreement | None) -> None:
         self.checked[action] = self.checked.get(action, 0) + 1
@@ -233,11 +312,15 @@ def check_rows(rows: Iterable[tuple[int, int, str, str, str, str, str]], show: i
     return summary
 
 
-def _partition(rows: Iterator[Any], show: int, where: str) -> Iterator[Summary | str]:
-    try:
-        yield check_rows(rows, show, where)  # Rows are tuples, in the order of COLUMNS
+def _partition(rows: Iterator[Any], show: int, where: str, heads: bool = False) -> Iterator[Summary | str]:
+    try:  # Rows are tuples, in the order of COLUMNS (edges) or (id, state_json, receives_json) (heads)
+        yield check_head_rows(rows, show, where) if heads else check_rows(rows, show, where)
     except EdgeError as e:  # returned, not raised: the driver reports it as bad input, not as a failed Spark job
         yield str(e)
+
+
+def _receives_json(moves: list[tuple[str, str]]) -> str:
+    return json.dumps(sorted(moves))
 
 
 def require_graph(graph: Path) -> None:
@@ -248,7 +331,7 @@ def require_graph(graph: Path) -> None:
                         "(`zabref traces --parquet` writes one; `zabref edges --config NAME` finds a model's)")
 
 
-def _local_rows(graph: Path, only: tuple[int, int] | None, limit: int | None) -> Iterator[tuple]:
+def _read_local(graph: Path) -> tuple[dict[int, str], dict[str, list]]:
     import pyarrow.parquet as pq
 
     require_graph(graph)
@@ -257,7 +340,20 @@ def _local_rows(graph: Path, only: tuple[int, int] | None, limit: int | None) ->
         edges = pq.read_table(graph / "edges", columns=["src", "dst", "label", "action", "params_json"]).to_pydict()
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise EdgeError(f"{graph}: not a readable graph Parquet folder: {e}") from None
-    text = dict(zip(nodes["id"], nodes["state_json"]))
+    return dict(zip(nodes["id"], nodes["state_json"])), edges
+
+
+def _local_head_rows(text: dict[int, str], edges: dict[str, list], only: int | None) -> Iterator[tuple]:
+    moves: dict[int, list[tuple[str, str]]] = {}
+    for src, action, params_json in zip(edges["src"], edges["action"], edges["params_json"]):
+        if _PROCESS.match(action):
+            moves.setdefault(src, []).append((action, params_json))
+    for node in sorted(text) if only is None else [only] if only in text else []:
+        yield node, text[node], _receives_json(moves.get(node, []))
+
+
+def _local_rows(text: dict[int, str], edges: dict[str, list], graph: Path, only: tuple[int, int] | None,
+                limit: int | None) -> Iterator[tuple]:
     rows = zip(edges["src"], edges["dst"], edges["label"], edges["action"], edges["params_json"])
     if only is not None:
         rows = (r for r in rows if (r[0], r[1]) == only)
@@ -286,13 +382,20 @@ def _collect(ss: Any, rows: Any, task: Any, partitions: int | None) -> list[Any]
 
 
 def check_graph(graph: Path, *, master: str | None = None, spark: bool = False, only: tuple[int, int] | None = None,
-                limit: int | None = None, show: int = SHOW, partitions: int | None = None) -> Summary:
-    """Check the edges of the Parquet graph folder `graph` (all, the edges `only` src -> dst, or the first `limit`):
-    in this process, or on Spark (`partitions` tasks) when `spark` or a `master` is given."""
+                limit: int | None = None, show: int = SHOW, partitions: int | None = None,
+                heads: bool = True) -> Summary:
+    """Check the edges of the Parquet graph folder `graph` (all, the edges `only` src -> dst, or the first `limit`)
+    and, with `heads`, the channel heads of every state (of state src alone with `only`; none with `limit`): in
+    this process, or on Spark (`partitions` tasks) when `spark` or a `master` is given."""
     started = time.monotonic()
     where = str(graph)
+    heads = heads and limit is None
     if not spark and master is None:
-        summary = check_rows(_local_rows(graph, only, limit), show, where)
+        text, edges = _read_local(graph)
+        summary = check_rows(_local_rows(text, edges, graph, only, limit), show, where)
+        if heads:
+            head = check_head_rows(_local_head_rows(text, edges, only[0] if only else None), show, where)
+            summary.merge(head)
     else:
         from pyspark.sql import functions as F
 
@@ -309,6 +412,14 @@ def check_graph(graph: Path, *, master: str | None = None, spark: bool = False, 
                 .join(nodes.withColumnRenamed("id", "dst").withColumnRenamed("state_json", "dst_json"), "dst")
                 .select(*COLUMNS))
         parts = _collect(ss, rows, lambda part: _partition(part, show, where), partitions)
+        if heads:
+            moves = (ss.read.parquet(str(graph / "edges")).where(F.col("action").rlike(_RECEIVE_JAVA))
+                     .groupBy("src").agg(F.collect_list(F.array("action", "params_json")).alias("moves"))
+                     .withColumnRenamed("src", "id"))
+            states = nodes if only is None else nodes.where(F.col("id") == only[0])
+            head_rows = (states.join(moves, "id", "left")
+                         .select("id", "state_json", F.to_json("moves").alias("receives_json")))
+            parts += _collect(ss, head_rows, lambda part: _partition(part, show, where, heads=True), partitions)
         errors = [p for p in parts if isinstance(p, str)]
         if errors:
             raise EdgeError(sorted(errors)[0])

@@ -9,7 +9,10 @@ conformance/traces.py (criterion ``edge``): ``zabref conform OUT`` replays it on
 servers depart from the spec where the core does. `write` puts report.json, the traces and their manifest.json in
 the output folder, whole or not at all (`conformance.traces.OutputDir`).
 
-Exit codes of ``zabref edges``: 0 every edge agrees; 1 some edge disagrees; 3 bad input (a graph folder that is
+Channel heads (`conformance.edges.check_heads`) are reported the same way, under the pseudo-action ``ChannelHead``
+with the state as both src and dst; their trace is the shortest path to that state.
+
+Exit codes of ``zabref edges``: 0 every edge and channel head agrees; 1 some disagrees; 3 bad input (a graph folder that is
 missing or unreadable, an edge this checker cannot take), with an error naming the file.
 """
 
@@ -23,7 +26,7 @@ from typing import Any
 
 import click
 
-from conformance.edges import SHOW, Summary, check_graph, require_graph
+from conformance.edges import HEADS, SHOW, Summary, check_graph, require_graph
 from conformance.errors import ConformanceError
 from conformance.traces import MANIFEST, OutputDir, Step, Trace, TraceHeader, dump_trace, spec_sha256
 
@@ -63,14 +66,15 @@ def shortest_paths(graph: Any, targets: set[int]) -> dict[int, list[tuple[int, s
 
 
 def edge_trace(g: Any, graph: Path, path: list[tuple[int, str | None, str, str]],
-               edge: tuple[int, str, str, str]) -> Trace:
+               edge: tuple[int, str, str, str] | None) -> Trace:
     """The trace of `path` (from `shortest_paths`, ending at the edge's source) followed by ``edge`` = (dst, label,
-    action, params_json): what `zabref conform` replays on real servers."""
-    path = [*path, edge]
+    action, params_json), or by nothing (a channel head's disagreement is about the path's last state): what
+    `zabref conform` replays on real servers."""
+    path = [*path, edge] if edge is not None else path
     n = len(g.state(path[0][0])["state"])
-    steps = tuple(Step(i, action, json.loads(params), label, node, g.state(node))
-                  for i, (node, label, action, params) in enumerate(path))
-    return Trace(_header(graph, n, edge[1]), steps)
+    steps = tuple(Step(i, action, json.loads(params), lab, node, g.state(node))
+                  for i, (node, lab, action, params) in enumerate(path))
+    return Trace(_header(graph, n, steps[-1].label), steps)
 
 
 def sample_edge_traces(g: Any, graph: Path, k: int, seed: int) -> list[Trace]:
@@ -86,7 +90,7 @@ def sample_edge_traces(g: Any, graph: Path, k: int, seed: int) -> list[Trace]:
             for src, dst, label, action, params in chosen]
 
 
-def _header(graph: Path, n: int, label: str) -> TraceHeader:
+def _header(graph: Path, n: int, label: str | None) -> TraceHeader:
     """The traces' header: from the manifest beside the graph (the pipeline's folder), else what the state shows."""
     manifest = Path(graph).parent / MANIFEST
     head: dict[str, Any] = {}
@@ -96,11 +100,12 @@ def _header(graph: Path, n: int, label: str) -> TraceHeader:
         except (OSError, json.JSONDecodeError):
             head = {}
     return TraceHeader(head.get("spec_sha256") or spec_sha256(REPO / "spec"), head.get("config", "unknown"),
-                       head.get("constants") or {"N": n}, head.get("tlc_version", "unknown"), "edge", (label,))
+                       head.get("constants") or {"N": n}, head.get("tlc_version", "unknown"), "edge",
+                       (label,) if label else ())
 
 
 def recheck_command(graph: Path, src: int, dst: int) -> str:
-    """The command that checks the edges src -> dst of `graph` again, alone."""
+    """The command that checks the edges src -> dst of `graph` again, alone (with the channel heads of src)."""
     return f"zabref edges --graph {shlex.quote(str(graph))} --edge={src}:{dst}"
 
 
@@ -109,8 +114,8 @@ def report(summary: Summary, graph: Path, mode: str) -> dict[str, Any]:
     actions = {a: {"checked": k, "agreed": summary.agreed.get(a, 0), "disagreed": k - summary.agreed.get(a, 0)}
                for a, k in sorted(summary.checked.items())}
     shown = [d for a in sorted(summary.shown) for d in summary.shown[a]]
-    return {"graph": str(graph), "mode": mode, "edges": summary.edges, "agreed": summary.edges - summary.disagreed,
-            "disagreed": summary.disagreed, "seconds": round(summary.seconds, 3), "cpu_seconds": round(summary.cpu, 3),
+    return {"graph": str(graph), "mode": mode, "edges": summary.edges, "heads": summary.heads,
+            "agreed": summary.edges + summary.heads - summary.disagreed, "disagreed": summary.disagreed, "seconds": round(summary.seconds, 3), "cpu_seconds": round(summary.cpu, 3),
             "edges_per_second": round(summary.edges / summary.seconds, 1) if summary.seconds else None,
             "actions": actions,
             "disagreements": [{"src": d.src, "dst": d.dst, "label": d.label, "action": d.action, "params": d.params,
@@ -134,12 +139,14 @@ def write(out: Path, rep: dict[str, Any], graph: Path) -> None:
             path = paths.get(d["src"])
             if path is None or g is None:
                 continue
-            trace = edge_trace(g, graph, path, (d["dst"], d["label"], d["action"],
-                                                json.dumps(d["params"], sort_keys=True)))
+            edge = None if d["action"] == HEADS else (d["dst"], d["label"], d["action"],
+                                                      json.dumps(d["params"], sort_keys=True))
+            trace = edge_trace(g, graph, path, edge)
             name = f"{k:03d}-{d['label']}.jsonl.gz"
             dump_trace(tmp / name, trace)
             d["trace"] = str(out / name)
-            entries.append({"file": name, "steps": len(trace.steps) - 1, "covers": [d["label"]], "last": d["label"]})
+            entries.append({"file": name, "steps": len(trace.steps) - 1, "covers": list(trace.header.covers),
+                            "last": trace.steps[-1].label})
         (tmp / "report.json").write_text(json.dumps(rep, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         head = _header(graph, 0, "").to_json()
         manifest = {**{k: head[k] for k in ("spec_sha256", "config", "constants", "tlc_version", "criterion")},
@@ -149,7 +156,7 @@ def write(out: Path, rep: dict[str, Any], graph: Path) -> None:
 
 
 def summary_line(rep: dict[str, Any]) -> str:
-    return (f"edges: checked={rep['edges']} agreed={rep['agreed']} disagreed={rep['disagreed']} "
+    return (f"edges: checked={rep['edges']} heads={rep['heads']} agreed={rep['agreed']} disagreed={rep['disagreed']} "
             f"actions={len(rep['actions'])} mode={rep['mode']} wall={rep['seconds']:.1f}s "
             f"edges/s={rep['edges_per_second'] or 0:.0f} check_cpu={rep['cpu_seconds']:.1f}s")
 
@@ -177,7 +184,8 @@ def _parse_edge(text: str) -> tuple[int, int]:
               help="Disagreements reported per action.")
 def edges_command(graph: Path | None, config: str | None, master: str | None, in_process: bool, edge: str | None,
                   out: Path, limit: int | None, show: int) -> None:
-    """Check every edge of a model's TLC state graph on zabref's sans-IO core (conformance/edges.py)."""
+    """Check every edge of a model's TLC state graph on zabref's sans-IO core, and every packet at a channel's head in
+    every state: the core takes it now exactly when the spec does (conformance/edges.py)."""
     if (graph is None) == (config is None):
         raise click.UsageError("give exactly one of --graph PATH and --config NAME")
     only = _parse_edge(edge) if edge is not None else None
@@ -200,13 +208,15 @@ def edges_command(graph: Path | None, config: str | None, master: str | None, in
         click.echo(f"edges: {action:32} {row['checked']:8} checked {row['disagreed']:8} disagree")
     for d in rep["disagreements"]:
         params = ", ".join(f"{k}={v}" for k, v in sorted(d["params"].items()))
-        click.echo(f"DISAGREE {d['action']}({params}) edge {d['src']}:{d['dst']}: {', '.join(d['differences'])}")
+        where = f"state {d['src']}" if d["action"] == HEADS else f"edge {d['src']}:{d['dst']}"
+        click.echo(f"DISAGREE {d['action']}({params}) {where}: {', '.join(d['differences'])}")
         click.echo(d["diff"])
         click.echo(f"  re-check: {d['command']}")
         if d["trace"]:
             click.echo(f"  replay on servers: zabref conform {shlex.quote(d['trace'])}")
-    if only is not None and rep["edges"] == 0:
-        click.echo(f"edges: error: {graph}: no edge {only[0]}:{only[1]}", err=True)
+    if only is not None and rep["edges"] == 0 and rep["heads"] == 0:
+        click.echo(f"edges: error: {graph}: no edge {only[0]}:{only[1]}, and no packet at a channel's head in a state "
+                   f"{only[0]}", err=True)
         raise SystemExit(3)
     click.echo(f"edges: report {out / 'report.json'}")
     click.echo(summary_line(rep))
