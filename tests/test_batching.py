@@ -282,17 +282,25 @@ def _leader_timed_out(node: Node, now: float) -> bool:
     return any(a.name == "LeaderTimeout" for a in node.tick(now).actions)
 
 
+def _new_leader() -> Node:
+    """Server 1 of three, just elected leader (initLimit 0.5 s, syncLimit 0.25 s)."""
+    node = Node(1, (1, 2, 3), Persistent(), Timing(tick_s=0.05, init_limit=10, sync_limit=5))
+    node.start(0.0)
+    decide(node, 1, 0.0)
+    return node
+
+
+def info(sid: int) -> bytes:
+    """FOLLOWERINFO's data from learner ``sid`` (protocol version 0x10000)."""
+    return wire.encode_followerinfo_data(LearnerInfo(0x10000, sid))
+
+
 @pytest.mark.parametrize("syncing", [False, True])
 def test_a_learner_that_rejects_the_epoch_does_not_keep_the_leader_alive(tmp_path: Path, syncing: bool) -> None:
     """A leader established with 2 (in SYNCHRONIZATION) loses 2; 3 keeps connecting but has not acknowledged the epoch
     (phase LEADERINFO: it rejects it when it accepted a greater one, and comes back). However recently 3 spoke, it
     is not `counted`, so the leader gives up after initLimit; once 3 acknowledges the epoch (syncing) it counts."""
-    node = Node(1, (1, 2, 3), Persistent(), Timing(tick_s=0.05, init_limit=10, sync_limit=5))
-    node.start(0.0)
-    decide(node, 1, 0.0)
-    def info(sid: int) -> bytes:
-        return wire.encode_followerinfo_data(LearnerInfo(0x10000, sid))
-
+    node = _new_leader()
     node.packet(2, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(2)), 0.0)
     node.packet(2, QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)), 0.0)
     assert node.core.zab_state == "SYNCHRONIZATION"
@@ -318,13 +326,7 @@ def test_an_ackepoch_of_minus_one_waits_and_does_not_keep_the_leader_alive(estab
     defers it (the carrier keeps it at the head of 2's connection) and, however often 2 speaks, 2 does not keep the
     leader alive, which gives up after initLimit. When 3's real ACKEPOCH establishes the epoch, the effects say to
     unblock, and the held packet is taken: 2 is synced."""
-    node = Node(1, (1, 2, 3), Persistent(), Timing(tick_s=0.05, init_limit=10, sync_limit=5))
-    node.start(0.0)
-    decide(node, 1, 0.0)
-
-    def info(sid: int) -> bytes:
-        return wire.encode_followerinfo_data(LearnerInfo(0x10000, sid))
-
+    node = _new_leader()
     node.packet(2, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(2)), 0.0)
     assert node.core.learner_phase[2] == "LEADERINFO"  # a quorum with the leader: the epoch is chosen
     minus_one = QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(-1))
@@ -364,11 +366,10 @@ def test_a_held_ackepoch_is_offered_again_once_the_epoch_is_established(tmp_path
             server.conns[peer] = conn
         await server.call(lambda: decide(server.node, 1, 0.0))
         minus_one = QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(-1))
-        for peer, packet in ((2, QuorumPacket(PacketType.FOLLOWERINFO, 0, wire.encode_followerinfo_data(
-                                  LearnerInfo(0x10000, 2)))), (2, minus_one)):
-            await server.call(lambda p=packet, c=conns[peer]: _take(server, c, p))
+        for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, info(2)), minus_one):
+            await server.call(lambda p=packet: _take(server, conns[2], p))
         assert conns[2].blocked and list(conns[2].inbound) == [minus_one] and offered == []
-        for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, wire.encode_followerinfo_data(LearnerInfo(0x10000, 3))),
+        for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, info(3)),
                        QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0))):
             await server.call(lambda p=packet: _take(server, conns[3], p))
         assert server.core.zab_state == "SYNCHRONIZATION" and offered == [[2]] and not conns[2].blocked
