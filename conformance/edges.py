@@ -44,6 +44,7 @@ the nodes twice, one task per partition of edges). conformance/edges_report.py w
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ SHOW = 3
 HEADS = "ChannelHead"
 
 #: `_PROCESS` (the actions that take a packet) as a Java regular expression, for Spark's rlike (no named groups).
-_RECEIVE_JAVA = "^(Leader|Follower)Process[A-Z]+(InSync)?$"
+_RECEIVE_JAVA = re.sub(r"\?P<\w+>", "", _PROCESS.pattern)
 
 
 class EdgeError(ConformanceError):

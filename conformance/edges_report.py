@@ -12,8 +12,8 @@ the output folder, whole or not at all (`conformance.traces.OutputDir`).
 Channel heads (`conformance.edges.check_heads`) are reported the same way, under the pseudo-action ``ChannelHead``
 with the state as both src and dst; their trace is the shortest path to that state.
 
-Exit codes of ``zabref edges``: 0 every edge and channel head agrees; 1 some disagrees; 3 bad input (a graph folder that is
-missing or unreadable, an edge this checker cannot take), with an error naming the file.
+Exit codes of ``zabref edges``: 0 every edge and channel head agrees; 1 some disagrees; 3 bad input (a graph folder
+that is missing or unreadable, an edge this checker cannot take), with an error naming the file.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def report(summary: Summary, graph: Path, mode: str) -> dict[str, Any]:
                for a, k in sorted(summary.checked.items())}
     shown = [d for a in sorted(summary.shown) for d in summary.shown[a]]
     return {"graph": str(graph), "mode": mode, "edges": summary.edges, "heads": summary.heads,
-            "agreed": summary.edges + summary.heads - summary.disagreed, "disagreed": summary.disagreed, "seconds": round(summary.seconds, 3), "cpu_seconds": round(summary.cpu, 3),
+            "agreed": summary.edges + summary.heads - summary.disagreed, "disagreed": summary.disagreed,
+            "seconds": round(summary.seconds, 3), "cpu_seconds": round(summary.cpu, 3),
             "edges_per_second": round(summary.edges / summary.seconds, 1) if summary.seconds else None,
             "actions": actions,
             "disagreements": [{"src": d.src, "dst": d.dst, "label": d.label, "action": d.action, "params": d.params,

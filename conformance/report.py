@@ -11,8 +11,9 @@ Theory of operation: `write_report` takes the replay results (conformance/replay
 
 Coverage by action, per model (``ci``, ``fle_ci``, ...: each trace says which): the action instances (edge labels,
 e.g. ``FollowerProcessDIFF__2__1``) whose steps the replays took and matched, per action name, against the instances
-the traces' manifest.json says that model's graph holds (when the traces came with one). Everything is written into a temporary sibling folder that replaces DIR at the end; DIR is
-replaced only when it is empty or holds a previous report (a report.json), so a wrong --report never deletes files.
+the traces' manifest.json says that model's graph holds (when the traces came with one). Everything is written into
+a temporary sibling folder that replaces DIR at the end; DIR is replaced only when it is empty or holds a previous
+report (a report.json), so a wrong --report never deletes files.
 """
 
 from __future__ import annotations

@@ -317,3 +317,13 @@ def test_the_command_is_registered_as_a_zabref_plugin(monkeypatch) -> None:
     monkeypatch.setattr(cli, "plugin_entry_points", lambda: eps)
     result = CliRunner().invoke(cli.main, ["edges", "--help"])
     assert result.exit_code == 0 and "--graph" in result.output and "--edge SRC:DST" in result.output
+
+
+def test_a_malformed_state_row_of_the_heads_check_is_bad_input_naming_the_state(nodes) -> None:
+    from conformance.edges import check_head_rows
+
+    with pytest.raises(EdgeError, match=r"g\.parquet: state 7: .*"):
+        check_head_rows([(7, "{not json", None)], where="g.parquet")
+    text = next(iter(nodes.values()))
+    with pytest.raises(EdgeError, match=r"state 8: .*'j'"):
+        check_head_rows([(8, text, '[["FollowerProcessDIFF", "{\\"i\\": 1}"]]')], where="g.parquet")

@@ -223,7 +223,8 @@ class Connection:
         self._out: list[bytes] = []  # frames queued with send(flush=False), written by the next flush
         self.writes = 0  # transport writes made (each carries one or more frames)
         self.inbound: deque[QuorumPacket] = deque()  # packets read and not yet taken by the node, in order
-        self.blocked = False  # the node deferred the head packet; offered again after its next change of role or zabState
+        # the node deferred the head packet; it is offered again after the node's next change of role or zabState
+        self.blocked = False
         self.reported = False  # whether the core was told (connection_closed) or needs no telling
         self.catching_up = False  # set by the runtime: SEND_BUFFER_LIMIT is suspended (module docstring)
         self.dialing = False  # an outbound connection whose dial task runs

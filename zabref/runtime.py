@@ -12,8 +12,8 @@ node entry point and returns its `Effects`. ONE task, the *pump*, runs events in
    and ONE ``sync`` -- one write, one fsync -- makes the whole pump batch durable (group commit), in the machine's
    worker (a thread), or in the loop's own thread when the last sync was quick (`INLINE_SYNC_SECONDS`);
 2. only then carries out the rest, in order: quorum packets (one socket write per connection per batch), election
-   notifications, connections to close, client answers, forwards; after a change of role or zabState, packets the node deferred
-   are offered again.
+   notifications, connections to close, client answers, forwards; after a change of role or zabState, packets the
+   node deferred are offered again.
 
 So no packet -- an ACK, a LEADERINFO, a leader's PROPOSAL -- leaves before the persistence of its step is durable
 (seed 000, phase 3, step 2: "log and sync proposals to disk and send ACK"), and a power cut loses exactly the steps
