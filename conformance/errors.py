@@ -9,13 +9,13 @@ Theory of operation: every error the toolchain, the graph pipeline or the replay
 - `SpecError`: SANY or TLC rejected the TLA+ modules or the model config; it carries every diagnostic.
 
 A model-checking *verdict* (an invariant violated, a deadlock) is not an exception: it is the result of a run
-(`conformance.tla.TLCResult`). Later stages add their own subclasses below these.
+(`conformance.tla.tools.TLCResult`). Later stages add their own subclasses below these.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import gzip
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -99,7 +99,7 @@ class SpecFormatError(ConformanceError):
     """The spec is not in the form the toolchain reads (e.g. a disjunct of Next it cannot label); names the line."""
 
 
-# --- the trace pipeline (conformance/pipeline.py, graphparse.py, traces.py) -------------------------------------------
+# --- the trace pipeline (conformance/graph/pipeline.py, graphparse.py, traces.py) -------------------------------------------
 
 
 class GraphError(InputError):
@@ -115,7 +115,7 @@ class PipelineError(ConformanceError):
     """The pipeline cannot do what it was asked (an output folder that holds other files, an unknown config)."""
 
 
-# --- the replay driver (conformance/replay.py, conform.py, seeded.py, minimize.py) -------------------------------------
+# --- the replay driver (conformance/replay/driver.py, conform.py, seeded.py, minimize.py) -------------------------------------
 
 
 class TraceActionError(InputError):
@@ -138,7 +138,7 @@ class ConformanceMismatch(ConformanceError):
 
 
 class SeededBugError(ConformanceError):
-    """A seeded bug (conformance/bugs/NAME.toml) that is unknown, malformed, or no longer applies to zabref/."""
+    """A seeded bug (conformance/replay/bugs/NAME.toml) that is unknown, malformed, or no longer applies to zabref/."""
 
 
 class MinimizeError(ConformanceError):

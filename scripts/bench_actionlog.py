@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zabref.bench.systems import ZabrefHarness  # noqa: E402
+from conformance.bench.systems import ZabrefHarness  # noqa: E402
 from zabref.client import ZabClient  # noqa: E402
 
 
@@ -73,18 +73,18 @@ def line_cost(repeat: int = 40, number: int = 2000) -> float:
     import timeit  # noqa: PLC0415
     from types import SimpleNamespace  # noqa: PLC0415
 
-    from zabref import wire  # noqa: PLC0415
-    from zabref.actionlog import ActionLog  # noqa: PLC0415
-    from zabref.core_state import CoreState  # noqa: PLC0415
-    from zabref.core_types import AppendTxns, Persistent, Txn  # noqa: PLC0415
-    from zabref.node import Action, Effects  # noqa: PLC0415
-    from zabref.packets import PacketType, QuorumPacket  # noqa: PLC0415
+    from zabref.core import payloads  # noqa: PLC0415
+    from zabref.core.node import Action, Effects  # noqa: PLC0415
+    from zabref.core.packets import PacketType, QuorumPacket  # noqa: PLC0415
+    from zabref.core.state import CoreState  # noqa: PLC0415
+    from zabref.core.types import AppendTxns, Persistent, Txn  # noqa: PLC0415
+    from zabref.runtime.actionlog import ActionLog  # noqa: PLC0415
 
     epoch = 1 << 32
     history = tuple(Txn(epoch + k, b"v%d" % k) for k in range(1, 2000))
     node = SimpleNamespace(core=CoreState(1, (1, 2, 3), Persistent(history, 1, 1)))
     zxid = epoch + 2000
-    proposal = QuorumPacket(PacketType.PROPOSAL, zxid, wire.encode_proposal_data(b"c1-1234"))
+    proposal = QuorumPacket(PacketType.PROPOSAL, zxid, payloads.encode_proposal_data(b"c1-1234"))
     effects = Effects(persist=(AppendTxns((Txn(zxid, b"c1-1234"),)),),
                       send=((3, QuorumPacket(PacketType.ACK, zxid, b"")),),
                       actions=(Action("Zab", "FollowerProcessPROPOSAL", (("i", 1), ("j", 3)), proposal, 7),))

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from zabref.client import ZabClient  # noqa: E402
-from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port  # noqa: E402
+from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port  # noqa: E402
 
 
 def latencies(address: tuple[str, int], writes: int, tag: str) -> list[float]:

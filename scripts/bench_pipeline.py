@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from conformance.dotparse import NodeParser  # noqa: E402
-from conformance.pipeline import run  # noqa: E402
+from conformance.graph.dotparse import NodeParser  # noqa: E402
+from conformance.graph.pipeline import run  # noqa: E402
 
 
 def tlc_dump(config: str, folder: Path) -> tuple[Path, float, int]:
@@ -77,7 +77,7 @@ def main() -> None:
             print(f"bench: one-process line parser, {label} values: {states} states in {secs:.1f}s = "
                   f"{states / secs:.0f} states/s")
         start = time.monotonic()
-        from conformance.spark import session
+        from conformance.graph.spark import session
 
         session(None, {"spark.sql.shuffle.partitions": "4"})
         started = time.monotonic() - start

@@ -3,7 +3,7 @@
 Usage: .venv/bin/python scripts/bench_replay.py [--config ci] [--traces FOLDER] [--rounds 1]
 Replays every trace of the folder (default: the ci model's cached action-coverage traces, generated when missing)
 one at a time in this process -- one core's worth of driver -- first with exec'd servers (``python -m zabref.cli
-serve``, as before the fork server), then forked (conformance/forkserver.py), and prints for each: steps, wall,
+serve``, as before the fork server), then forked (conformance/replay/forkserver.py), and prints for each: steps, wall,
 steps/s, mean step time, CPU seconds (this process and its children, servers included) per step; then the ratio.
 Every trace must pass in both modes.
 """
@@ -15,9 +15,9 @@ import os
 import time
 from pathlib import Path
 
-from conformance.chain import ensure_traces
-from conformance.forkserver import close_fork_servers
-from conformance.replay import replay_file
+from conformance.graph.cache import ensure_traces
+from conformance.replay.driver import replay_file
+from conformance.replay.forkserver import close_fork_servers
 
 
 def _cpu() -> float:

@@ -10,8 +10,8 @@ import argparse
 import os
 import time
 
-from conformance.simulate import run_seeds
-from zabref.sim import Options
+from conformance.sim import Options
+from conformance.sim.seeds import run_seeds
 
 
 def main() -> None:

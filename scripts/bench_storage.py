@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zabref.core_types import AppendTxns, Txn  # noqa: E402
+from zabref.core.types import AppendTxns, Txn  # noqa: E402
 from zabref.storage import PowerLossDisk, RealDisk, Storage  # noqa: E402
 
 VALUE = b"x" * 100

@@ -240,7 +240,7 @@ Init ==
 (* server at a time -- it decides LEADING, or FOLLOWING some server --    *)
 (* and servers of one round need not agree (spec/FLE.md: RoundAgreement   *)
 (* and LeaderGreatestInQuorum are false).  So the election is two actions *)
-(* per server, as the implementation takes them (zabref/node.py turns a    *)
+(* per server, as the implementation takes them (zabref/core/node.py turns a    *)
 (* FastLeaderElection Decision into the core's become_leader or            *)
 (* become_follower), and Zab's discovery phase keeps safety whatever was   *)
 (* decided (seed 000: "a best-effort leader election").                   *)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.tla import Toolchain, toolchain
+from conformance.tla.tools import Toolchain, toolchain
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,8 +32,8 @@ def tla() -> Toolchain:
 @pytest.fixture(scope="session")
 def tiny_dot(tmp_path_factory, tla) -> Path:
     """The labeled state graph of spec/MC_tiny, dumped once per test session."""
-    from conformance.model import prepare
-    from conformance.tla import Outcome, run_tlc
+    from conformance.tla.modelconfig import prepare
+    from conformance.tla.tools import Outcome, run_tlc
 
     work = tmp_path_factory.mktemp("tiny-dot")
     model = prepare(REPO_ROOT / "spec", "tiny", work / "model")

@@ -20,7 +20,7 @@ def wait_for(what: str, predicate, timeout: float):
 def established_leader(cluster, sids) -> int | None:
     """The sid of the one leader in BROADCAST whose servers ``sids`` all follow it in BROADCAST, else None (also
     while a server's control port does not answer: it is starting or stopped)."""
-    from zabref.control import ControlError
+    from zabref.runtime.control import ControlError
 
     states = {}
     for s in sids:
@@ -38,9 +38,9 @@ def established_leader(cluster, sids) -> int | None:
 
 def decide(node, leader: int, now: float):
     """Make ``node``'s FastLeaderElection decide for ``leader`` (itself: LEADING), through the node's election entry
-    point: the notifications the conformance driver would send on its election port (conformance/steer.py).
+    point: the notifications the conformance driver would send on its election port (conformance/replay/steer.py).
     Returns the Effects of the last one (the decision's)."""
-    from conformance.steer import plan
+    from conformance.replay.steer import plan
 
     core = node.core
     state = {"sid": node.sid, "fle": node.fle_variables(),

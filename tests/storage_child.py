@@ -18,6 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from storage_steps import BASE_STEPS, STEP_GROUPS  # noqa: E402
+
 from zabref.storage import Storage, disk_from_env  # noqa: E402
 
 

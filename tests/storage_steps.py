@@ -1,13 +1,14 @@
 """Step kinds of the Zab core, as the storage layer sees them: the PersistOp sequence of ONE step (one Output).
 
-Each is named after the spec action that produces it (zabref/core_follower.py, core_leader.py) and starts from
+Each is named after the spec action that produces it (zabref/core/follower.py, core_leader.py) and starts from
 BASE, the state of a follower that accepted epoch 2 in discovery, still has currentEpoch 1 and holds three
 transactions of epoch 1. Shared by tests/test_storage_crash.py and the child process of tests/storage_child.py.
 """
 
 from __future__ import annotations
 
-from zabref.core_types import (
+from zabref.core.packets import make_zxid
+from zabref.core.types import (
     AppendTxns,
     Persistent,
     ReplaceHistory,
@@ -16,7 +17,6 @@ from zabref.core_types import (
     TruncateHistory,
     Txn,
 )
-from zabref.packets import make_zxid
 
 
 def txn(epoch: int, counter: int, value: bytes | None = None) -> Txn:

@@ -1,6 +1,6 @@
-"""The auditor's map (conformance/auditmap.py) is computed from spec/Zab.tla and zabref/, and it goes stale loudly.
+"""The auditor's map (conformance/report/auditmap.py) is computed from spec/Zab.tla and zabref/, and it goes stale loudly.
 
-The staleness tests work on a copy of the tree in tmp_path (spec/Zab.tla, zabref/, conformance/mapping.py): they
+The staleness tests work on a copy of the tree in tmp_path (spec/Zab.tla, zabref/, conformance/replay/mapping.py): they
 rename a handler, drop a mapping function, and show that the map names exactly what broke. The real tree is never
 touched.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.auditmap import NOT_A_METHOD, compute_map, read_definitions, snake
-from conformance.labels import read_next
+from conformance.report.auditmap import NOT_A_METHOD, compute_map, read_definitions, snake
+from conformance.tla.labels import read_next
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,8 +29,8 @@ def copy_tree(tmp_path: Path) -> Path:
     (root / "spec").mkdir(parents=True)
     shutil.copy(REPO / "spec" / "Zab.tla", root / "spec" / "Zab.tla")
     shutil.copytree(REPO / "zabref", root / "zabref", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "conformance").mkdir()
-    shutil.copy(REPO / "conformance" / "mapping.py", root / "conformance" / "mapping.py")
+    (root / "conformance" / "replay").mkdir(parents=True)
+    shutil.copy(REPO / "conformance" / "replay" / "mapping.py", root / "conformance" / "replay" / "mapping.py")
     return root
 
 
@@ -81,7 +81,7 @@ def test_variables_persistence_and_mapping(live):
     assert [v for v in by if by[v].spec_persistent] == ["history", "acceptedEpoch", "currentEpoch"]
     assert by["history"].impl_persistent is True and by["state"].impl_persistent is False
     assert by["acceptedEpoch"].field == "accepted_epoch" and by["acceptedEpoch"].field_code.startswith(
-        "zabref/core_state.py:")
+        "zabref/core/state.py:")
     assert by["msgs"].mapping is not None and by["msgs"].field is None
     assert by["faults"].mapping is None and "bound" in by["faults"].not_mapped
 
@@ -91,16 +91,16 @@ def test_renaming_a_handler_in_a_copy_is_reported_both_ways(tmp_path):
     assert rename_everywhere(root / "zabref", "follower_process_diff", "follower_process_diff_v2") >= 2
     problems = compute_map(root).problems
     assert any(p.startswith("spec action FollowerProcessDIFF has no handler") for p in problems), problems
-    assert any(p.startswith("handler follower_process_diff_v2 (zabref/core_follower.py:") and
+    assert any(p.startswith("handler follower_process_diff_v2 (zabref/core/follower.py:") and
                "names no spec action" in p for p in problems), problems
     assert len(problems) == 2, problems
     # The real tree is untouched.
-    assert "def follower_process_diff(" in (REPO / "zabref" / "core_follower.py").read_text()
+    assert "def follower_process_diff(" in (REPO / "zabref" / "core" / "follower.py").read_text()
 
 
 def test_a_handler_named_after_no_action_is_reported(tmp_path):
     root = copy_tree(tmp_path)
-    path = root / "zabref" / "core_follower.py"
+    path = root / "zabref" / "core" / "follower.py"
     path.write_text(path.read_text().replace(
         "    def follower_timeout(self)",
         "    def follower_process_ping(self, j, packet):\n        return None\n\n    def follower_timeout(self)"))
@@ -117,13 +117,13 @@ def test_a_renamed_entry_point_is_reported(tmp_path):
 
 def test_a_variable_with_no_mapping_and_no_reason_is_reported(tmp_path):
     root = copy_tree(tmp_path)
-    path = root / "conformance" / "mapping.py"
+    path = root / "conformance" / "replay" / "mapping.py"
     text = path.read_text()
     text = re.sub(r'\n    "faults": "[^"]*"\n\s*"[^"]*",\n', "\n", text)
     assert '"faults"' not in text
     path.write_text(text)
     problems = compute_map(root).problems
-    assert problems == ["spec variable faults (spec/Zab.tla:{}) has no mapping function in conformance/mapping.py "
+    assert problems == ["spec variable faults (spec/Zab.tla:{}) has no mapping function in conformance/replay/mapping.py "
                         "and no reason in NOT_MAPPED".format(
                             next(v.line for v in compute_map(REPO).variables if v.name == "faults"))]
 
@@ -156,7 +156,7 @@ def test_an_action_lists_the_spec_operators_and_code_helpers_it_calls(live):
     assert not {"leaderVars", "checkVars", "BROADCAST"} & set(newleader.spec_uses)  # names for tuples, strings
     helpers = {h.name: h for h in newleader.helpers}
     assert {"_require", "_history_ops"} <= set(helpers)
-    assert helpers["_history_ops"].path == "zabref/core_follower.py"
+    assert helpers["_history_ops"].path == "zabref/core/follower.py"
     assert "def _history_ops(" in helpers["_history_ops"].source
     # Another action's handler is never shown as a helper (the dispatcher routes, it does not help).
     names = {a.handler.name for a in live.actions if a.handler}

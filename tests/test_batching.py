@@ -18,16 +18,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from helpers import decide
-from zabref import runtime, wire
+
 from zabref.config import Config, parse_config
+from zabref.core import payloads
+from zabref.core.node import Node, Timing
+from zabref.core.packets import LearnerInfo, PacketType, QuorumPacket, ServerState
+from zabref.core.zab import Persistent
+from zabref.net import wire
+from zabref.net.peers import Connection
+from zabref.runtime import server as runtime
+from zabref.runtime.drivers import ControlDriver, NormalDriver
 from zabref.storage import Storage
-from zabref.drivers import ControlDriver, NormalDriver
-from zabref.node import Node, Timing
-from zabref.core import Persistent
-from zabref.packets import LearnerInfo, PacketType, QuorumPacket, ServerState
-from zabref.peers import Connection
 
 E1 = 1 << 32  # epoch 1, counter 0
 
@@ -58,7 +60,7 @@ class _RecordingWriter:
 
 
 def _config(tmp_path: Path) -> Config:
-    from zabref.cluster import find_free_base_port
+    from zabref.runtime.cluster import find_free_base_port
 
     base = find_free_base_port(3)
     text = "[cluster]\ntick_ms = 50\n" + "".join(
@@ -100,10 +102,10 @@ def _take(server: runtime.Server, conn: Connection, packet: QuorumPacket) -> obj
 
 async def _leader_in_broadcast(server: runtime.Server, conn: Connection) -> None:
     core = server.core
-    info = wire.encode_followerinfo_data(LearnerInfo(0x10000, 2))
+    info = payloads.encode_followerinfo_data(LearnerInfo(0x10000, 2))
     await server.call(lambda: decide(server.node, 1, 0.0))
     for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, info),
-                   QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)),
+                   QuorumPacket(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(0)),
                    QuorumPacket(PacketType.ACK, E1)):
         await server.call(lambda p=packet: _take(server, conn, p))
     assert core.zab_state == "BROADCAST"
@@ -176,13 +178,13 @@ def test_a_follower_acks_only_after_its_fsync(tmp_path: Path, events: list[str])
         await server.call(lambda: decide(server.node, 2, 0.0))
         conn = server.conns[2]
         conn.attach(_RecordingWriter(events))
-        for packet in (QuorumPacket(PacketType.LEADERINFO, E1, wire.encode_leaderinfo_data(0x10000)),
+        for packet in (QuorumPacket(PacketType.LEADERINFO, E1, payloads.encode_leaderinfo_data(0x10000)),
                        QuorumPacket(PacketType.DIFF, 0), QuorumPacket(PacketType.NEWLEADER, E1),
                        QuorumPacket(PacketType.UPTODATE, 0)):
             await server.call(lambda p=packet: _take(server, conn, p))
         assert core.state == ServerState.FOLLOWING and core.zab_state == "BROADCAST"
         events.clear()
-        proposal = QuorumPacket(PacketType.PROPOSAL, E1 + 1, wire.encode_proposal_data(b"v"))
+        proposal = QuorumPacket(PacketType.PROPOSAL, E1 + 1, payloads.encode_proposal_data(b"v"))
         await server.call(lambda: _take(server, conn, proposal))
         assert events == ["fsync", "write ACK"]
         server.stop()
@@ -200,7 +202,7 @@ def _follower(tmp_path: Path) -> Node:
     node.start(0.0)
     decide(node, 2, 0.0)
     core = node.core
-    core.receive(2, QuorumPacket(PacketType.LEADERINFO, E1, wire.encode_leaderinfo_data(0x10000)))
+    core.receive(2, QuorumPacket(PacketType.LEADERINFO, E1, payloads.encode_leaderinfo_data(0x10000)))
     core.receive(2, QuorumPacket(PacketType.DIFF, 0))
     core.receive(2, QuorumPacket(PacketType.NEWLEADER, E1))
     assert core.zab_state == "BROADCAST"
@@ -253,7 +255,7 @@ def test_a_stall_of_this_process_is_not_blamed_on_the_leader(tmp_path: Path) -> 
 def test_a_large_burst_is_written_in_chunks_in_order() -> None:
     """A catch-up burst larger than WRITE_CHUNK leaves in a few writes of at most WRITE_CHUNK bytes (a single frame
     above it alone), every packet once, in order."""
-    from zabref import peers
+    from zabref.net import peers
 
     async def scenario() -> None:
         sizes: list[int] = []
@@ -268,7 +270,7 @@ def test_a_large_burst_is_written_in_chunks_in_order() -> None:
         conn.attach(Writer([]))
         values = [b"x" * 1000] * 600 + [b"y" * (peers.WRITE_CHUNK + 1)] + [b"z"] * 3
         for i, value in enumerate(values, 1):
-            conn.send(QuorumPacket(PacketType.PROPOSAL, E1 + i, wire.encode_proposal_data(value)), flush=False)
+            conn.send(QuorumPacket(PacketType.PROPOSAL, E1 + i, payloads.encode_proposal_data(value)), flush=False)
         assert sizes == []
         conn.flush()
         assert zxids == [E1 + i for i in range(1, len(values) + 1)] and conn.sent == len(values)
@@ -292,7 +294,7 @@ def _new_leader() -> Node:
 
 def info(sid: int) -> bytes:
     """FOLLOWERINFO's data from learner ``sid`` (protocol version 0x10000)."""
-    return wire.encode_followerinfo_data(LearnerInfo(0x10000, sid))
+    return payloads.encode_followerinfo_data(LearnerInfo(0x10000, sid))
 
 
 @pytest.mark.parametrize("syncing", [False, True])
@@ -302,13 +304,13 @@ def test_a_learner_that_rejects_the_epoch_does_not_keep_the_leader_alive(tmp_pat
     is not `counted`, so the leader gives up after initLimit; once 3 acknowledges the epoch (syncing) it counts."""
     node = _new_leader()
     node.packet(2, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(2)), 0.0)
-    node.packet(2, QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)), 0.0)
+    node.packet(2, QuorumPacket(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(0)), 0.0)
     assert node.core.zab_state == "SYNCHRONIZATION"
     node.connection_closed(2, 0.1, inbound=True)
     node.packet(3, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(3)), 0.1)
     assert node.core.learner_phase == {1: "NONE", 2: "NONE", 3: "LEADERINFO"}
     if syncing:
-        node.packet(3, QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)), 0.1)
+        node.packet(3, QuorumPacket(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(0)), 0.1)
         assert node.core.learner_phase[3] == "NEWLEADER"
     limit = node.timing.init_limit * node.timing.tick_s  # 0.5 s
     for k in range(1, 20):  # 3 speaks every 50 ms
@@ -329,12 +331,12 @@ def test_an_ackepoch_of_minus_one_waits_and_does_not_keep_the_leader_alive(estab
     node = _new_leader()
     node.packet(2, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(2)), 0.0)
     assert node.core.learner_phase[2] == "LEADERINFO"  # a quorum with the leader: the epoch is chosen
-    minus_one = QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(-1))
+    minus_one = QuorumPacket(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(-1))
     assert node.packet(2, minus_one, 0.0).deferred and node.held == {2: minus_one}
     assert node.core.learner_phase[2] == "LEADERINFO" and node.core.zab_state == "DISCOVERY"
     if established:
         node.packet(3, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(3)), 0.05)
-        effects = node.packet(3, QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0)), 0.05)
+        effects = node.packet(3, QuorumPacket(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(0)), 0.05)
         assert effects.unblock and node.core.zab_state == "SYNCHRONIZATION"
         effects = node.packet(2, minus_one, 0.1)
         assert not effects.deferred and node.held == {}
@@ -365,12 +367,12 @@ def test_a_held_ackepoch_is_offered_again_once_the_epoch_is_established(tmp_path
             conn.attach(_RecordingWriter(events))
             server.conns[peer] = conn
         await server.call(lambda: decide(server.node, 1, 0.0))
-        minus_one = QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(-1))
+        minus_one = QuorumPacket(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(-1))
         for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, info(2)), minus_one):
             await server.call(lambda p=packet: _take(server, conns[2], p))
         assert conns[2].blocked and list(conns[2].inbound) == [minus_one] and offered == []
         for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, info(3)),
-                       QuorumPacket(PacketType.ACKEPOCH, 0, wire.encode_ackepoch_data(0))):
+                       QuorumPacket(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(0))):
             await server.call(lambda p=packet: _take(server, conns[3], p))
         assert server.core.zab_state == "SYNCHRONIZATION" and offered == [[2]] and not conns[2].blocked
         await server.call(lambda: server.deliver(conns[2]))

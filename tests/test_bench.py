@@ -1,4 +1,4 @@
-"""`zabref bench cluster` (zabref/bench/): the pure parts -- percentiles, rows, ratios, the table, zoo.cfg, the
+"""`zabref bench cluster` (conformance/bench/): the pure parts -- percentiles, rows, ratios, the table, zoo.cfg, the
 report's JSON shape and atomic writing, failover arithmetic -- plus one slow smoke run of the zabref side.
 
 The benchmark's figures themselves are never asserted (speed is measured by the script, not by tests).
@@ -15,13 +15,13 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zabref.bench import BenchError
-from zabref.bench.failover import FailoverResult, first_commit_after
-from zabref.bench.javaclient import parse_line
-from zabref.bench.report import FORMAT, build_report, check_report, format_table, write_json
-from zabref.bench.stats import compare, make_row, percentile, ratio
-from zabref.bench.workload import VALUE_BYTES, value
-from zabref.bench.zk import ZkServer, render_zoo_cfg
+from conformance.bench import BenchError
+from conformance.bench.failover import FailoverResult, first_commit_after
+from conformance.bench.javaclient import parse_line
+from conformance.bench.report import FORMAT, build_report, check_report, format_table, write_json
+from conformance.bench.stats import compare, make_row, percentile, ratio
+from conformance.bench.workload import VALUE_BYTES, value
+from conformance.bench.zk import ZkServer, render_zoo_cfg
 from zabref.cli import main
 
 # ------------------------------------------------------------------------------------------ percentiles and rows
@@ -217,7 +217,7 @@ def test_write_json_is_atomic_and_refuses_a_bad_report(tmp_path):
 
 def test_write_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from zabref.bench.report import write_png
+    from conformance.bench.report import write_png
 
     write_png(_report(), tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -229,8 +229,8 @@ def test_write_png(tmp_path):
 def test_client_read_pages_only_the_delivered_prefix():
     """`Node.client_read` bisects the history in place (no copy per read): same answers as slicing the delivered
     prefix -- nothing past lastCommitted, pages of `limit`, "more" exactly when delivered transactions remain."""
-    from zabref.core_types import Persistent, Txn
-    from zabref.node import Node, Timing
+    from zabref.core.node import Node, Timing
+    from zabref.core.types import Persistent, Txn
 
     history = [Txn((1 << 32) | c, f"a{c}".encode()) for c in range(1, 6)] + \
               [Txn((2 << 32) | c, f"b{c}".encode()) for c in range(1, 4)]
@@ -296,7 +296,7 @@ class _FakeJava:
     ("read line; echo 'Exception in thread main'; exit 1", "unexpected output line 'Exception in thread main"),
 ])
 def test_java_adapter_turns_a_failing_client_into_a_bench_error(tmp_path, script, why):
-    from zabref.bench.javaclient import JavaZooKeeperAdapter
+    from conformance.bench.javaclient import JavaZooKeeperAdapter
 
     adapter = JavaZooKeeperAdapter({1: 2181}, _FakeJava(script), tmp_path / "zkload.stderr.log")
     try:
@@ -307,8 +307,8 @@ def test_java_adapter_turns_a_failing_client_into_a_bench_error(tmp_path, script
 
 
 def test_java_client_missing_javac_or_jars_is_a_clear_bench_error(tmp_path, monkeypatch):
-    import zabref.bench.javaclient as jc
-    import zabref.bench.zk as zk
+    import conformance.bench.javaclient as jc
+    import conformance.bench.zk as zk
 
     monkeypatch.setattr(jc.shutil, "which", lambda name: None)  # no javac, and no apt-get to install it
     monkeypatch.setattr(zk.shutil, "which", lambda name: None)
@@ -326,7 +326,7 @@ def test_java_client_missing_javac_or_jars_is_a_clear_bench_error(tmp_path, monk
 def _java_or_skip():
     import shutil
 
-    from zabref.bench.zk import find_classpath
+    from conformance.bench.zk import find_classpath
 
     if find_classpath() is None or shutil.which("javac") is None:
         pytest.skip("needs Debian's zookeeper jars and javac (the benchmark would install them with apt)")
@@ -335,7 +335,7 @@ def _java_or_skip():
 @pytest.mark.slow
 def test_java_client_builds_once_per_source(tmp_path, monkeypatch):
     _java_or_skip()
-    from zabref.bench.javaclient import build
+    from conformance.bench.javaclient import build
 
     monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "cache"))
     said: list[str] = []
@@ -351,7 +351,7 @@ def test_smoke_zookeeper_with_the_java_client(tmp_path, monkeypatch):
     complete, with the client's CPU and the servers' CPU and memory, in bench.json and the table."""
     _java_or_skip()
     pytest.importorskip("matplotlib")
-    from zabref.bench.runner import run_bench
+    from conformance.bench.runner import run_bench
 
     monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "cache"))
     lines: list[str] = []
@@ -388,8 +388,8 @@ def test_smoke_zabref_side(tmp_path):
     trial, bench.json valid, bench.png written; with --log-actions the failover run's logs are a behaviour of the
     spec."""
     pytest.importorskip("matplotlib")
-    from conformance.validate import validate
-    from zabref.bench.runner import run_bench
+    from conformance.bench.runner import run_bench
+    from conformance.validate.command import validate
 
     lines: list[str] = []
     report = run_bench(writes=30, in_flight=[1, 4], systems=["zabref"], out=tmp_path, failover_trials=1,

@@ -1,12 +1,12 @@
-"""`zabref chain`: traces are cached by spec hash, and a cached folder is reused without running TLC."""
+"""The trace cache (`conformance.graph.cache`, used by `zabref chain`): cached by spec hash, reused without TLC."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from conformance import chain
-from conformance.chain import committed_trace_dirs, ensure_traces, spec_hash
+from conformance.graph import cache
+from conformance.graph.cache import committed_trace_dirs, ensure_traces, spec_hash
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 
@@ -27,23 +27,23 @@ def test_a_cached_folder_is_reused_and_nothing_runs(tmp_path, monkeypatch):
     cached = tmp_path / "cache" / f"ci-{spec_hash(SPEC, 'ci')}"
     cached.mkdir(parents=True)
     (cached / "manifest.json").write_text("{}")
-    monkeypatch.setattr(chain, "_hop", lambda args: (_ for _ in ()).throw(AssertionError(f"ran {args}")))
+    monkeypatch.setattr(cache, "hop", lambda args: (_ for _ in ()).throw(AssertionError(f"ran {args}")))
     assert ensure_traces("ci", SPEC, tmp_path / "cache") == cached
 
 
 def test_a_failed_generation_leaves_no_cache(tmp_path, monkeypatch):
     def fail(args):
-        raise chain.click.ClickException("TLC failed")
+        raise cache.click.ClickException("TLC failed")
 
-    monkeypatch.setattr(chain, "_hop", fail)
-    cache = tmp_path / "cache"
+    monkeypatch.setattr(cache, "hop", fail)
+    folder = tmp_path / "cache"
     try:
-        ensure_traces("ci", SPEC, cache)
-    except chain.click.ClickException:
+        ensure_traces("ci", SPEC, folder)
+    except cache.click.ClickException:
         pass
     else:
         raise AssertionError("expected the hop's failure")
-    assert [p.name for p in cache.iterdir()] == []
+    assert [p.name for p in folder.iterdir()] == []
 
 
 def test_committed_trace_dirs_are_the_folders_with_a_manifest(tmp_path):

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import helpers
 import pytest
+from helpers import established_leader
 from test_control import Driver, establish, z  # tests/ is on sys.path (no package)
 
-import helpers
-from helpers import established_leader
+from conformance.replay.harness import Cluster
 from zabref.client import ZabClient
-from conformance.harness import Cluster
-from zabref.cluster import LocalCluster, cluster_config, find_free_base_port
 from zabref.config import ClusterConfig
+from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port
 
 pytestmark = pytest.mark.slow
 

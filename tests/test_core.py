@@ -1,4 +1,4 @@
-"""Unit tests of `zabref.core`, handler by handler, each citing the seed 000 step (or spec action) it checks."""
+"""Unit tests of `zabref.core.zab`, handler by handler, each citing the seed 000 step (or spec action) it checks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from zabref import wire
-from zabref.core import (
+from zabref.core import payloads
+from zabref.core.packets import PROTOCOL_VERSION, LearnerInfo, PacketType, QuorumPacket, ServerState, make_zxid
+from zabref.core.zab import (
     HANDLERS,
     SPEC_ACTIONS,
     SPEC_VARIABLES,
@@ -27,9 +28,8 @@ from zabref.core import (
     apply_persist,
     sync_packets,
 )
-from zabref.storage import Storage
 from zabref.errors import LocalProtocolError, RemoteProtocolError
-from zabref.packets import PROTOCOL_VERSION, LearnerInfo, PacketType, QuorumPacket, ServerState, make_zxid
+from zabref.storage import Storage
 
 SPEC = Path(__file__).resolve().parent.parent / "spec" / "Zab.tla"
 P = PacketType
@@ -48,15 +48,15 @@ def pkt(type_: PacketType, zxid: int = 0, data: bytes | None = None) -> QuorumPa
 
 
 def followerinfo(sid: int, accepted_epoch: int) -> QuorumPacket:
-    return pkt(P.FOLLOWERINFO, z(accepted_epoch, 0), wire.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, sid)))
+    return pkt(P.FOLLOWERINFO, z(accepted_epoch, 0), payloads.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, sid)))
 
 
 def leaderinfo(e: int) -> QuorumPacket:
-    return pkt(P.LEADERINFO, z(e, 0), wire.encode_leaderinfo_data(PROTOCOL_VERSION))
+    return pkt(P.LEADERINFO, z(e, 0), payloads.encode_leaderinfo_data(PROTOCOL_VERSION))
 
 
 def ackepoch(last_zxid: int, current_epoch: int) -> QuorumPacket:
-    return pkt(P.ACKEPOCH, last_zxid, wire.encode_ackepoch_data(current_epoch))
+    return pkt(P.ACKEPOCH, last_zxid, payloads.encode_ackepoch_data(current_epoch))
 
 
 def proposal(txn: Txn) -> QuorumPacket:
@@ -140,7 +140,7 @@ def test_every_spec_action_has_a_handler_of_the_same_name():
 
 
 def test_spec_actions_table_names_every_action_of_next_by_its_method():
-    """zabref.core.SPEC_ACTIONS (what zabref.node logs) is exactly Next's actions but Crash, each under the name of
+    """zabref.core.zab.SPEC_ACTIONS (what zabref.core.node logs) is exactly Next's actions but Crash, each under the name of
     its method."""
     assert set(SPEC_ACTIONS.values()) == set(spec_next_actions()) - {"Crash"}
     assert all(snake(action) == method for method, action in SPEC_ACTIONS.items())
@@ -189,7 +189,7 @@ def test_phase1_steps_1_2_become_leader_and_follower():
     assert out.role == ServerState.FOLLOWING and out.persist == ()
     [(peer, p)] = out.send
     assert (peer, p.type, p.zxid) == (3, P.FOLLOWERINFO, z(7, 0))
-    assert wire.decode_followerinfo_data(p.data) == LearnerInfo(PROTOCOL_VERSION, 2)
+    assert payloads.decode_followerinfo_data(p.data) == LearnerInfo(PROTOCOL_VERSION, 2)
     assert follower.leader == 3 and follower.zab_state == ZabState.DISCOVERY
 
 
@@ -204,7 +204,7 @@ def test_phase1_step3_leaderinfo_waits_for_a_quorum_and_exceeds_every_accepted_e
     out = leader.receive(3, followerinfo(3, 1))
     assert out.persist == (SetAcceptedEpoch(5),)
     assert sent(out) == [(2, P.LEADERINFO, z(5, 0)), (3, P.LEADERINFO, z(5, 0))]
-    assert wire.decode_leaderinfo_data(out.send[0][1].data) == PROTOCOL_VERSION
+    assert payloads.decode_leaderinfo_data(out.send[0][1].data) == PROTOCOL_VERSION
     assert leader.accepted_epoch == 5
     # A late learner gets LEADERINFO at once; the epoch no longer moves.
     out = leader.receive(4, followerinfo(4, 9))
@@ -217,7 +217,7 @@ def test_phase1_step4_e_greater_than_accepted_epoch_is_accepted_on_disk_before_a
     out = f.receive(1, leaderinfo(3))
     assert out.persist == (SetAcceptedEpoch(3),)
     [(peer, p)] = out.send
-    assert (peer, p.type, p.zxid, wire.decode_ackepoch_data(p.data)) == (1, P.ACKEPOCH, z(1, 2), 1)
+    assert (peer, p.type, p.zxid, payloads.decode_ackepoch_data(p.data)) == (1, P.ACKEPOCH, z(1, 2), 1)
     assert f.accepted_epoch == 3 and f.zab_state == ZabState.SYNCHRONIZATION
 
 
@@ -226,7 +226,7 @@ def test_phase1_step4_e_equal_to_accepted_epoch_answers_ackepoch_with_minus_one(
     f = follower_in(ZabState.DISCOVERY, (t(1, 1),), accepted=3, current=1)
     out = f.receive(1, leaderinfo(3))
     assert out.persist == ()
-    assert wire.decode_ackepoch_data(out.send[0][1].data) == -1 and out.send[0][1].zxid == z(1, 1)
+    assert payloads.decode_ackepoch_data(out.send[0][1].data) == -1 and out.send[0][1].zxid == z(1, 1)
 
 
 def test_phase1_step4_e_below_accepted_epoch_goes_back_to_election():
@@ -340,7 +340,7 @@ def test_phase2_step1_sync_packets_choose_diff_snap_or_trunc(history, committed,
         if p.type == P.PROPOSAL:
             assert p.data == {x.zxid: x.value for x in history}[p.zxid]
         if p.type == P.SNAP:
-            assert wire.decode_snap_data(p.data) == [tuple(x) for x in history]
+            assert payloads.decode_snap_data(p.data) == [tuple(x) for x in history]
 
 
 @pytest.mark.parametrize(
@@ -350,7 +350,7 @@ def test_phase2_step1_sync_packets_choose_diff_snap_or_trunc(history, committed,
         ((t(1, 1), t(1, 2)), [pkt(P.TRUNC, z(1, 1))], (t(1, 1),), TruncateHistory(z(1, 1))),
         ((t(1, 1), t(1, 2)), [pkt(P.TRUNC, z(1, 1)), proposal(t(2, 1))], (t(1, 1), t(2, 1)),
          ReplaceHistory((t(1, 1), t(2, 1)))),
-        ((t(1, 5),), [pkt(P.SNAP, z(2, 1), wire.encode_snap_data([t(1, 1), t(2, 1)]))], (t(1, 1), t(2, 1)),
+        ((t(1, 5),), [pkt(P.SNAP, z(2, 1), payloads.encode_snap_data([t(1, 1), t(2, 1)]))], (t(1, 1), t(2, 1)),
          ReplaceHistory((t(1, 1), t(2, 1)))),
     ],
     ids=["diff", "trunc", "trunc-then-proposal", "snap"],
@@ -469,7 +469,7 @@ def test_phase3_step3_commit_delivers_at_the_follower():
 
 def test_leader_timeout_goes_looking_and_closes_every_connection():
     """LeaderTimeout: 'the leader will remain active as long as there is a quorum of followers'; when it stops
-    hearing from one (zabref.node decides when) it goes back to election."""
+    hearing from one (zabref.core.node decides when) it goes back to election."""
     net = established(3)
     leader = net.core[3]
     leader.connection_closed(1)
@@ -549,8 +549,8 @@ def _bad_cases():
         ("proposal-going-backwards", lambda: follower_in(ZabState.BROADCAST, (t(1, 2),), 1, 1), 1, proposal(t(1, 1)),
          "follow 0x100000002"),
         ("snap-unordered", syncing_follower, 1,
-         pkt(P.SNAP, z(1, 1), wire.encode_snap_data([t(1, 2), t(1, 1)])), "does not follow"),
-        ("snap-zxid-mismatch", syncing_follower, 1, pkt(P.SNAP, z(1, 9), wire.encode_snap_data([t(1, 1)])), "SNAP's"),
+         pkt(P.SNAP, z(1, 1), payloads.encode_snap_data([t(1, 2), t(1, 1)])), "does not follow"),
+        ("snap-zxid-mismatch", syncing_follower, 1, pkt(P.SNAP, z(1, 9), payloads.encode_snap_data([t(1, 1)])), "SNAP's"),
         ("followerinfo-at-follower", broadcast_follower, 1, followerinfo(1, 0), "FOLLOWING server takes"),
         ("packet-at-looking", lambda: ZabCore(1, (1, 2, 3)), 2, leaderinfo(1), "LOOKING server takes no packet"),
         ("ping-not-in-spec", broadcast_follower, 1, pkt(P.PING), "FOLLOWING server takes"),
@@ -560,7 +560,7 @@ def _bad_cases():
         ("second-followerinfo", leader, 2, followerinfo(2, 1), "already sent FOLLOWERINFO"),
         ("followerinfo-wrong-sid", leader_awaiting_followerinfo, 2, followerinfo(3, 0), "names server 3"),
         ("followerinfo-old-protocol", leader_awaiting_followerinfo, 2,
-         pkt(P.FOLLOWERINFO, 0, wire.encode_followerinfo_data(LearnerInfo(1, 2))), "predates Zab 1.0"),
+         pkt(P.FOLLOWERINFO, 0, payloads.encode_followerinfo_data(LearnerInfo(1, 2))), "predates Zab 1.0"),
         ("from-unknown-server", leader, 9, followerinfo(9, 0), "not another server"),
         ("from-itself", leader, 1, followerinfo(1, 0), "not another server"),
         ("negative-zxid", leader, 2, pkt(P.ACK, -5), "never negative"),

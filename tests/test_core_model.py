@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from zabref import wire
-from zabref.core import LearnerPhase, Output, Persistent, Txn, ZabCore, ZabState, apply_persist
+from zabref.core import payloads
+from zabref.core.packets import PacketType, QuorumPacket, ServerState, zxid_pair
+from zabref.core.zab import LearnerPhase, Output, Persistent, Txn, ZabCore, ZabState, apply_persist
 from zabref.storage import SimDisk, Storage, read_durable
-from zabref.packets import PacketType, QuorumPacket, ServerState, zxid_pair
 
 N = 3
 SERVERS = tuple(range(1, N + 1))
@@ -129,7 +129,7 @@ class ZabModel(RuleBasedStateMachine):
     def held_ack(self, f: int, i: int) -> bool:
         """HeldAck(i, f): f's ACKEPOCH(-1) heads its channel to leader i, and i is in DISCOVERY."""
         q = self.channels[f, i]
-        return (bool(q) and q[0].type == PacketType.ACKEPOCH and wire.decode_ackepoch_data(q[0].data) == -1
+        return (bool(q) and q[0].type == PacketType.ACKEPOCH and payloads.decode_ackepoch_data(q[0].data) == -1
                 and self.var(i, "state") == "LEADING" and self.var(i, "zab_state") == "DISCOVERY")
 
     def nonempty_channels(self) -> list[tuple[int, int]]:

@@ -8,20 +8,19 @@ Linux routes to this one. Every wait is bounded.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import helpers
 import pytest
 
-import helpers
 from zabref.client import ZabClient
-from zabref.cluster import LocalCluster, cluster_config, control_token, find_free_base_port, release_base_port
 from zabref.config import load_config, parse_config, parse_zoo_cfg
-from zabref.control import ControlClient, ControlError, read_token
 from zabref.errors import ConfigError
+from zabref.runtime.cluster import LocalCluster, cluster_config, control_token, find_free_base_port, release_base_port
+from zabref.runtime.control import ControlClient, ControlError, read_token
 
 SERVER = """
 [[server]]
@@ -288,7 +287,7 @@ def _open_from(source: str, address: tuple[str, int], n: int) -> tuple[list[sock
     on, how many it closed instead). Every connection gets one or the other, so no timing decides which."""
     import selectors
 
-    from zabref import wire
+    from zabref.net import wire
 
     socks = []
     for _ in range(n):

@@ -15,13 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import helpers
 import pytest
 
-import helpers
 from zabref.client import ZabClient
-from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 from zabref.config import ClusterConfig
-from zabref.control import ControlError
+from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
+from zabref.runtime.control import ControlError
 from zabref.storage import LOG_NAME
 from zabref.storage.records import Kind, records_of
 

@@ -1,4 +1,4 @@
-"""Parsing TLC 2.15's `-dump dot` output (conformance/dotparse.py) on real dumps from tests/fixtures/dot/
+"""Parsing TLC 2.15's `-dump dot` output (conformance/graph/dotparse.py) on real dumps from tests/fixtures/dot/
 (regenerate.sh there makes them), on hand-broken copies of them, and on generated node lines."""
 
 from __future__ import annotations
@@ -9,10 +9,19 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from conformance.dotparse import Edge, Node, NodeParser, Rank, dot_escape, dot_unescape, iter_statements, parse_dot_file
-from conformance.values import ParseError, ValueSyntaxError, canonical_json, format_state, model, parse_state
 from test_values import _names, values  # the strategies of canonical values (tests/ is on sys.path, as for conftest)
+
+from conformance.graph.dotparse import (
+    Edge,
+    Node,
+    NodeParser,
+    Rank,
+    dot_escape,
+    dot_unescape,
+    iter_statements,
+    parse_dot_file,
+)
+from conformance.tla.values import ParseError, ValueSyntaxError, canonical_json, format_state, model, parse_state
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dot"
 REAL_DUMPS = ["dot_values_colorize.dot", "dot_values_plain.dot", "one_var_nolabels.dot", "channels.dot"]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.chain import ensure_traces
-from conformance.edges_report import sample_edge_traces
-from conformance.regress import load_graph
-from conformance.replay import replay
-from conformance.traces import dump_trace
+from conformance.graph.cache import ensure_traces
+from conformance.graph.traces import dump_trace
+from conformance.replay.driver import replay
+from conformance.replay.edges_report import sample_edge_traces
+from conformance.replay.regress import load_graph
 
 REPO = Path(__file__).resolve().parent.parent
 #: Edges replayed per test command (about 25 steps each: some 10 s of replay on two cores).

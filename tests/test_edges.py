@@ -1,5 +1,5 @@
 """`zabref edges`: every edge of the tiny model's state graph (in this process) and of the ci model's (on Spark)
-taken on the sans-IO core (conformance/edges.py).
+taken on the sans-IO core (conformance/replay/edges.py).
 
 The graph comes from `ensure_traces("tiny")` (cached under .cache/traces/; generated with TLC and Spark, about a
 minute, on a machine without the cache).
@@ -17,16 +17,16 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from conformance import mapping
-from conformance.chain import ensure_traces
-from conformance.edges import HEADS, EdgeError, check_edge, check_graph, check_heads, check_rows
-from conformance.edges_report import edges_command, report, shortest_paths
-from conformance.inverse import InverseError, World
-from conformance.regress import load_graph
-from conformance.traces import read_trace
-from zabref.core import Output, ZabCore
-from zabref.core_types import ZabState
-from zabref.packets import PacketType, QuorumPacket
+from conformance.graph.cache import ensure_traces
+from conformance.graph.traces import read_trace
+from conformance.replay import mapping
+from conformance.replay.edges import HEADS, EdgeError, check_edge, check_graph, check_heads, check_rows
+from conformance.replay.edges_report import edges_command, report, shortest_paths
+from conformance.replay.inverse import InverseError, World
+from conformance.replay.regress import load_graph
+from zabref.core.packets import PacketType, QuorumPacket
+from zabref.core.types import ZabState
+from zabref.core.zab import Output, ZabCore
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -110,7 +110,7 @@ def test_every_edge_of_the_tiny_graph_agrees_in_process(tiny, edges, nodes) -> N
 def test_every_edge_of_the_ci_graph_agrees_on_spark_local() -> None:
     """The test command's check of every ci edge (about 500,000; 131 s on two idle cores), on Spark as a campaign
     runs it; the per-action counts are the graph's own."""
-    from conformance.spark import session
+    from conformance.graph.spark import session
 
     ci = ensure_traces("ci") / "graph.parquet"
     session()  # started apart, so the figure below is the job's
@@ -311,7 +311,7 @@ def test_the_command_is_registered_as_a_zabref_plugin(monkeypatch) -> None:
     from zabref import cli
 
     entry = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["zabref.commands"]
-    assert entry["edges"] == "conformance.edges_report:edges_command"
+    assert entry["edges"] == "conformance.replay.edges_report:edges_command"
     # as `zabref` loads it once the package is installed again
     eps = {**cli.plugin_entry_points(), "edges": EntryPoint("edges", entry["edges"], cli.PLUGIN_GROUP)}
     monkeypatch.setattr(cli, "plugin_entry_points", lambda: eps)
@@ -320,7 +320,7 @@ def test_the_command_is_registered_as_a_zabref_plugin(monkeypatch) -> None:
 
 
 def test_a_malformed_state_row_of_the_heads_check_is_bad_input_naming_the_state(nodes) -> None:
-    from conformance.edges import check_head_rows
+    from conformance.replay.edges import check_head_rows
 
     with pytest.raises(EdgeError, match=r"g\.parquet: state 7: .*"):
         check_head_rows([(7, "{not json", None)], where="g.parquet")

@@ -1,4 +1,4 @@
-"""Tests of zabref.election: the sans-IO FastLeaderElection core (spec/FastLeaderElection.tla).
+"""Tests of zabref.core.election: the sans-IO FastLeaderElection core (spec/FastLeaderElection.tla).
 
 Scenario tests replay the three worked elections of seed 003 ("Election Mechanism in ZooKeeper"); property tests
 check the vote order and run many cores over in-memory FIFO channels with random delivery.
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zabref.election import Decision, FastLeaderElection, Step, Vote, is_quorum, total_order_predicate
+from zabref.core.election import Decision, FastLeaderElection, Step, Vote, is_quorum, total_order_predicate
+from zabref.core.packets import Notification, ServerState, make_zxid
 from zabref.errors import LocalProtocolError, RemoteProtocolError, ZabError
-from zabref.packets import Notification, ServerState, make_zxid
 
 LOOKING, FOLLOWING, LEADING = ServerState.LOOKING, ServerState.FOLLOWING, ServerState.LEADING
 SPEC = Path(__file__).resolve().parent.parent / "spec" / "FastLeaderElection.tla"

@@ -12,18 +12,18 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import helpers
 import pytest
 from click.testing import CliRunner
 
-import helpers
-from conformance.actionlogs import read_logs
+from conformance.faults.availability import availability
+from conformance.faults.check import Read, Sample, Write, check
+from conformance.validate.actionlogs import read_logs
 from zabref.cli import main
-from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
-from zabref.config import ClusterConfig
-from zabref.control import ControlError, ControlPort
 from zabref.client import ZabClient
-from zabref.faults.availability import availability
-from zabref.faults.check import Read, Sample, Write, check
+from zabref.config import ClusterConfig
+from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
+from zabref.runtime.control import ControlError, ControlPort
 
 # ------------------------------------------------------------------------------------------ the checker
 
@@ -145,8 +145,8 @@ def test_a_leader_cut_off_confirms_no_sync(tmp_path: Path) -> None:
     import socket
     import time
 
-    from conformance.seeded import load_bug, patched_package
-    from zabref.faults.workload import request_once
+    from conformance.replay.seeded import load_bug, patched_package
+    from zabref.net.clientwire import call as request_once
 
     def run(code_root) -> tuple[dict, int]:
         base = find_free_base_port(3)
@@ -336,7 +336,7 @@ def test_a_validation_that_runs_out_of_time_is_a_problem_and_leaves_no_process(t
     a stand-in that starts a long-lived child and waits, as `zabref validate` waits for TLC."""
     import subprocess
 
-    from zabref.faults import run as fault_run
+    from conformance.faults import run as fault_run
 
     stand_in = tmp_path / "validate-stand-in"
     stand_in.write_text("#!/bin/sh\nsleep 60 &\nwait\n")

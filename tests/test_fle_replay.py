@@ -1,4 +1,4 @@
-"""FastLeaderElection traces replayed on real servers over their election ports (conformance/fle_replay.py): the
+"""FastLeaderElection traces replayed on real servers over their election ports (conformance/replay/fle_driver.py): the
 mapping covers every variable, a departure names the step and the variable, bad traces are refused before any
 server starts."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conformance.errors import TraceActionError
-from conformance.fle_mapping import MAPPED, NOT_MAPPED
-from conformance.replay import replay
-from conformance.traces import Trace, read_trace
+from conformance.graph.traces import Trace, read_trace
+from conformance.replay.driver import replay
+from conformance.replay.fle_mapping import MAPPED, NOT_MAPPED
 
 REPO = Path(__file__).resolve().parent.parent
 SPLIT = REPO / "traces" / "regression" / "fle-split-vote-better-vote-ends-finalize.jsonl.gz"

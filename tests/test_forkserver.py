@@ -1,4 +1,4 @@
-"""The fork server replay starts its servers from (conformance/forkserver.py): the children are real, separate
+"""The fork server replay starts its servers from (conformance/replay/forkserver.py): the children are real, separate
 ``zabref serve`` processes; a kill is a power cut; the zygote reaps only when asked and takes its children with it.
 Loopback only; every wait is bounded."""
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.forkserver import ForkServer, ForkedServer, fork_server
-from conformance.harness import POWER_LOSS, TIMING
-from zabref.cluster import cluster_config, find_free_base_port, release_base_port
+from conformance.replay.forkserver import ForkedServer, ForkServer, fork_server
+from conformance.replay.harness import POWER_LOSS, TIMING
 from zabref.config import load_config
-from zabref.control import settle
 from zabref.errors import ZabError
+from zabref.runtime.cluster import cluster_config, find_free_base_port, release_base_port
+from zabref.runtime.control import settle
 from zabref.storage import ENV_CRASH_AT, ENV_DISK
 
 

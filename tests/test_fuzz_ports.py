@@ -1,11 +1,11 @@
-"""Bad input on every port of a live 3-server cluster (`zabref.fuzz`): no crash, no hang, bounded memory, every bad
+"""Bad input on every port of a live 3-server cluster (`conformance.fuzz`): no crash, no hang, bounded memory, every bad
 connection closed with a logged reason, and the cluster keeps committing.
 
 Short mode by default (`SHORT_INPUTS`); ``ZABREF_FUZZ_INPUTS=100000`` runs the long mode (docs/fuzzing.md records
 one). tests/test_runtime.py holds the fixed garbage table against a lone server; this file throws generated inputs
 at a working cluster, throws the kinds that found bugs (`FOUND_BUGS`, docs/fuzzing.md) in a run of their own, and
 holds a regression test for each server crash those bugs caused. A kind with a new open issue gets a
-``known_issue`` text in `zabref.fuzz.inputs` and a strict-xfail test here until it is fixed.
+``known_issue`` text in `conformance.fuzz.inputs` and a strict-xfail test here until it is fixed.
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ import os
 import socket
 from pathlib import Path
 
+import helpers
 import pytest
 
-import helpers
-from zabref import wire
+from conformance.fuzz import KINDS, RUNNING, Fuzzer, fuzz_cluster
 from zabref.client import ZabClient
-from zabref.cluster import LocalCluster
-from zabref.fuzz import KINDS, RUNNING, Fuzzer, fuzz_cluster
-from zabref.packets import PROTOCOL_VERSION, PacketType, QuorumPacket
+from zabref.core import payloads
+from zabref.core.packets import PROTOCOL_VERSION, PacketType, QuorumPacket
+from zabref.net import wire
+from zabref.runtime.cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +80,7 @@ def _closed(sock: socket.socket) -> bool:
 
 
 @pytest.mark.parametrize("packet", [
-    QuorumPacket(PacketType.LEADERINFO, 1 << 40, wire.encode_leaderinfo_data(PROTOCOL_VERSION)),
+    QuorumPacket(PacketType.LEADERINFO, 1 << 40, payloads.encode_leaderinfo_data(PROTOCOL_VERSION)),
     QuorumPacket(PacketType.COMMIT, (1 << 40) + 1),
 ], ids=["LEADERINFO", "COMMIT-before-PROPOSAL"])
 def test_a_packet_from_a_follower_that_is_not_the_leader_is_refused_and_logged(cluster, packet) -> None:
@@ -131,7 +132,7 @@ def test_no_kind_has_an_open_issue() -> None:
 def test_a_submit_with_a_lone_surrogate_is_refused_and_the_connection_kept(tmp_path: Path) -> None:
     import json
 
-    from zabref.cluster import cluster_config, find_free_base_port
+    from zabref.runtime.cluster import cluster_config, find_free_base_port
 
     c = LocalCluster(cluster_config(tmp_path, 1, find_free_base_port(1)))
     try:
@@ -163,9 +164,8 @@ def _read(sock: socket.socket, n: int) -> bytes:
 
 def test_a_negative_vote_does_not_stop_a_looking_server(tmp_path: Path) -> None:
     """Found by the long run (docs/fuzzing.md): after an election started, wild votes stopped all three servers."""
-    from zabref.cluster import cluster_config, find_free_base_port
-    from zabref.control import ControlClient
-    from zabref.packets import Notification, ServerState
+    from zabref.core.packets import Notification, ServerState
+    from zabref.runtime.cluster import cluster_config, find_free_base_port
 
     c = LocalCluster(cluster_config(tmp_path, 3, find_free_base_port(3)))
     try:
@@ -194,9 +194,9 @@ def test_a_secured_cluster_takes_every_kind_and_refuses_at_each_gate(tmp_path) -
     """TLS on every port and quorum authentication on: each kind round robin -- the ordinary ones behind a member's
     certificate and the secret's proof, the gate kinds (plain bytes, another CA's certificate, half a TLS hello, a
     wrong or missing proof) at their gate -- with no problem, and the cluster keeps committing."""
+    from conformance.fuzz import kind_table
+    from conformance.fuzz.command import throwaway_security
     from zabref.config import load_config
-    from zabref.fuzz import kind_table
-    from zabref.fuzz.command import throwaway_security
 
     security, stranger = throwaway_security(tmp_path / "security")
     path = fuzz_cluster(tmp_path / "cluster", security=security)

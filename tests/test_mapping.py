@@ -1,13 +1,13 @@
-"""The mapping from implementation state to spec variables (conformance/mapping.py)."""
+"""The mapping from implementation state to spec variables (conformance/replay/mapping.py)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from conformance.dotparse import parse_dot_file, Node
-from conformance.mapping import MAPPED, NOT_MAPPED, differences, packet, spec_state, zxid_pair
-from zabref.core import ZabCore
+from conformance.graph.dotparse import Node, parse_dot_file
+from conformance.replay.mapping import MAPPED, NOT_MAPPED, differences, packet, spec_state, zxid_pair
+from zabref.core.zab import ZabCore
 
 SPEC = Path(__file__).resolve().parent.parent / "spec" / "Zab.tla"
 

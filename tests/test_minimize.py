@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conformance.chain import ensure_traces
-from conformance.minimize import graph_for, minimize
-from conformance.replay import replay_file
-from conformance.seeded import load_bug, patched_package
-from conformance.traces import read_trace
+from conformance.graph.cache import ensure_traces
+from conformance.graph.traces import read_trace
+from conformance.replay.driver import replay_file
+from conformance.replay.minimize import graph_for, minimize
+from conformance.replay.seeded import load_bug, patched_package
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(1800)
@@ -66,7 +66,7 @@ def test_a_late_failure_is_cut_to_the_shortest_trace_that_fails_the_same_way(tmp
 
 @pytest.mark.slow
 def test_conform_on_a_spark_master_replays_each_trace_in_an_executor_task(tmp_path: Path) -> None:
-    from conformance.conform import conform
+    from conformance.replay.conform import conform
 
     folder = ensure_traces("ci")
     traces = [str(_one(folder, "Crash__1")), str(_one(folder, "BecomeFollower__1__3")),

@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 
 from conformance.errors import SpecFormatError
-from conformance.mutations import (apply_mutation, caught, load_mutations, matrix_row, matrix_table, model_checks,
-                                  run_mutation, with_checks)
+from conformance.tla.mutations import (
+    apply_mutation,
+    caught,
+    load_mutations,
+    matrix_row,
+    matrix_table,
+    model_checks,
+    run_mutation,
+    with_checks,
+)
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 MUTATIONS = load_mutations(SPEC / "mutations")

@@ -1,4 +1,4 @@
-"""The Spark trace pipeline end to end (conformance/pipeline.py) on TLC's `tiny` graph, and on `ci` (slow).
+"""The Spark trace pipeline end to end (conformance/graph/pipeline.py) on TLC's `tiny` graph, and on `ci` (slow).
 
 The tiny graph is dumped once per session by `zabref check`, the pipeline runs once on it with the action criterion
 (and once with the edge criterion, capped); every test reads those outputs. The checks are on the outputs only:
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.dotparse import Rank, parse_dot_file
 from conformance.errors import ConformanceError, GraphError
-from conformance.labels import read_next
-from conformance.traces import read_trace, spec_sha256
-from conformance.values import ParseError
+from conformance.graph.dotparse import Rank, parse_dot_file
+from conformance.graph.traces import read_trace, spec_sha256
+from conformance.tla.labels import read_next
+from conformance.tla.values import ParseError
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 
@@ -35,7 +35,7 @@ def dump(config: str, folder: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def spark():
-    from conformance.spark import session
+    from conformance.graph.spark import session
 
     return session("local[2]")
 
@@ -46,7 +46,7 @@ def tiny_dot(tmp_path_factory) -> Path:
 
 
 def _run(spark, graph: Path, out: Path, **options):
-    from conformance.pipeline import run
+    from conformance.graph.pipeline import run
 
     lines: list[str] = []
     summary = run(str(graph), out, SPEC, graph.stem, partitions=3, echo=lines.append, **options)
@@ -221,7 +221,7 @@ def test_ci_passes_every_check_and_its_traces_cover_every_action() -> None:
     """`zabref chain`'s generation for ci (cached per spec, shared with the replay tests: the first test to ask pays):
     `zabref check --config ci --dump-dot` passes every invariant and property of MC_ci.cfg (generation stops
     otherwise), every action of Next is taken in the graph, and the selected traces cover every action instance."""
-    from conformance.chain import ensure_traces
+    from conformance.graph.cache import ensure_traces
 
     folder = ensure_traces("ci")
     coverage = json.loads((folder / "manifest.json").read_text())["coverage"]
@@ -241,7 +241,7 @@ def _bfs_rows(result) -> list[tuple]:
 
 def test_the_dump_bfs_tree_equals_the_level_by_level_search(spark, tiny) -> None:
     """The parents read from the dump's first in-edges (a handful of jobs) are exactly the level search's."""
-    from conformance.paths import first_edge_tree, level_bfs
+    from conformance.graph.paths import first_edge_tree, level_bfs
 
     *_, nodes, edges = tiny
     nodes_df = spark.createDataFrame(nodes).select("id", "initial")
@@ -254,7 +254,7 @@ def test_the_dump_bfs_tree_equals_the_level_by_level_search(spark, tiny) -> None
 def test_first_in_edges_that_are_not_a_bfs_tree_are_refused(spark) -> None:
     """A dump whose first edge into a state is not from the previous level (as with several TLC workers) is not
     taken as a BFS tree; the automatic method falls back to the level search and finds the true depth."""
-    from conformance.paths import first_edge_tree, shortest_paths
+    from conformance.graph.paths import first_edge_tree, shortest_paths
 
     nodes = spark.createDataFrame([(0, True), (1, False), (2, False), (3, False)], "id long, initial boolean")
     edges = spark.createDataFrame([(0, 1, 1), (1, 2, 2), (2, 3, 3), (0, 3, 4)], "src long, dst long, line long")

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from zabref.errors import ZabError
-from zabref.ports import find_free_base_port, release_base_port
+from zabref.net.ports import find_free_base_port, release_base_port
 
 # A range with exactly one possible base for 3 servers: randrange(LOW, HIGH - 30) // 10 * 10 == LOW. It lies below
 # find_free_base_port's default range (10000..32000), which every other caller leases from: a block some earlier
@@ -20,7 +20,7 @@ LOW, HIGH = 9450, 9485
 def _holder() -> subprocess.Popen[str]:
     code = textwrap.dedent(f"""
         import sys
-        from zabref.ports import find_free_base_port
+        from zabref.net.ports import find_free_base_port
         print(find_free_base_port(3, low={LOW}, high={HIGH}, tries=5), flush=True)
         sys.stdin.read()  # hold the lease until the parent closes our stdin
     """)

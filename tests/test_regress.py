@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from conformance.regress import REGRESSION_DIR, Graph, search, stale
-from conformance.scenarios import ACCEPT, SCENARIOS, Scenario, by_name
-from conformance.traces import read_trace
+from conformance.graph.traces import read_trace
+from conformance.replay.regress import REGRESSION_DIR, Graph, search, stale
+from conformance.replay.scenarios import ACCEPT, SCENARIOS, Scenario, by_name
 
 MANIFEST = json.loads((REGRESSION_DIR / "manifest.json").read_text())
 ENTRIES = {e["scenario"]: e for e in MANIFEST["traces"]}
@@ -87,7 +87,7 @@ def test_by_name_names_the_known_scenarios_when_it_fails() -> None:
 
 @pytest.mark.slow
 def test_the_committed_traces_are_still_paths_of_their_models_current_graphs() -> None:
-    from conformance.regress import graphs_of
+    from conformance.replay.regress import graphs_of
 
     graphs = graphs_of(sorted({e["config"] for e in MANIFEST["traces"]}))
     assert sorted(graphs) == ["ci", "fle_ci"]

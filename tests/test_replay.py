@@ -1,4 +1,4 @@
-"""Conformance replay (conformance/replay.py, conform.py, report.py) against real zabref server processes.
+"""Conformance replay (conformance/replay/driver.py, conform.py, report.py) against real zabref server processes.
 
 The hand-written trace below is a real path of the tiny model (spec/MC_tiny.cfg; it is the pipeline's trace for
 ClientRequest__2 extended by two steps): server 2 decides to lead and server 1 to follow it (BecomeLeader,
@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conformance.conform import conform
 from conformance.errors import TraceActionError
-from conformance.replay import Command, plan, replay_file
-from conformance.report import write_report
-from conformance.traces import Step, Trace, TraceHeader, dump_trace, read_trace
+from conformance.graph.traces import Step, Trace, TraceHeader, dump_trace, read_trace
+from conformance.replay.commands import Command
+from conformance.replay.conform import conform
+from conformance.replay.driver import plan, replay_file
+from conformance.report.results import write_report
 
 N = 3
 NONE3 = ["NONE"] * 3
@@ -207,8 +208,8 @@ def test_a_client_answer_is_judged_once_against_the_step_that_first_shows_it() -
     spec's Crash forgets lastCommitted); an answer first seen while the value is not delivered is a departure."""
     from types import SimpleNamespace
 
-    from conformance.harness import Submit
-    from conformance.replay import ZabReplay
+    from conformance.replay.driver import ZabReplay
+    from conformance.replay.harness import Submit
 
     def state(last_committed: int) -> Step:
         st = copy.deepcopy(INIT)
@@ -231,7 +232,7 @@ def test_a_client_answer_is_judged_once_against_the_step_that_first_shows_it() -
 def test_coverage_counts_each_model_against_its_own_graph() -> None:
     """Zab and FastLeaderElection traces replayed together: each model's instances are counted against that model's
     graph (a generated manifest's totals), never FLE labels against the Zab graph."""
-    from conformance.report import coverage
+    from conformance.report.results import coverage
 
     results = [{"config": "ci", "labels": ["BecomeLeader__1", "Crash__2", "BecomeLeader__1"]},
                {"config": "fle_ci", "labels": ["HandleSameRound__1__2", "StartElection__1"]}]

@@ -3,7 +3,6 @@ persistence happens before sending (seed 000, phase 3, step 2: "log and sync pro
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import struct
@@ -12,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from zabref import runtime, wire
 from zabref.config import ClusterConfig, load_config, parse_config
-from zabref.storage import Storage
+from zabref.core.packets import PacketType, QuorumPacket
 from zabref.errors import ConfigError
-from zabref.packets import PacketType, QuorumPacket
-from zabref.peers import Connection
+from zabref.net import wire
 
 GOOD = """
 [cluster]
@@ -108,7 +105,7 @@ class _RecordingWriter:
 @pytest.fixture(scope="module")
 def lone_server(tmp_path_factory):
     """Three configured servers, one running in normal mode (the others never start: it stays LOOKING)."""
-    from zabref.cluster import LocalCluster, cluster_config, find_free_base_port
+    from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port
 
     folder = tmp_path_factory.mktemp("lone")
     path = cluster_config(folder, 3, find_free_base_port(3))

@@ -1,4 +1,4 @@
-"""TLS and quorum authentication (zabref/security.py): the configuration, the exchange, and a real ensemble with
+"""TLS and quorum authentication (zabref/net/security.py): the configuration, the exchange, and a real ensemble with
 both on that refuses strangers and keeps committing. Certificates are throwaway ones made by trustme; everything runs
 on loopback and every wait is bounded.
 """
@@ -13,17 +13,17 @@ import ssl
 import time
 from pathlib import Path
 
+import helpers
 import pytest
 import trustme
 
-import helpers
-from conformance.seeded import load_bug, load_bugs, patched_package
-from zabref import peers, wire
+from conformance.replay.seeded import load_bug, load_bugs, patched_package
 from zabref.client import ClientError, ZabClient, tls_from_config
-from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
-from zabref.config import ClusterConfig, Security, load_config, parse_config, parse_zoo_cfg
+from zabref.config import ClusterConfig, Security, parse_config, parse_zoo_cfg
 from zabref.errors import ConfigError
-from zabref.security import MIN_SECRET, AuthError, Guard, read_secret
+from zabref.net import peers, wire
+from zabref.net.security import MIN_SECRET, AuthError, Guard, read_secret
+from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 
 SERVERS = """
 [[server]]

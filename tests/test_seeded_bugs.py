@@ -1,11 +1,11 @@
-"""Seeded implementation bugs (conformance/bugs/*.toml) are caught by replaying action-coverage traces.
+"""Seeded implementation bugs (conformance/replay/bugs/*.toml) are caught by replaying action-coverage traces.
 
 For each bug, the action-coverage traces of its model are replayed in file order with the servers running the
 patched copy of zabref, until one fails; the test reports which trace caught it first and checks that the
 departure happens at the action the bug breaks. The clean implementation passes every one of those traces.
 
 The models' traces (Zab.tla's tiny and ci, replayed on real servers; FastLeaderElection.tla's fle_ci, replayed
-through the election core by conformance/fle_replay.py) come from `conformance.chain.ensure_traces`: generated from
+through the election core by conformance/replay/fle_driver.py) come from `conformance.graph.cache.ensure_traces`: generated from
 the spec (`zabref check --dump-dot`, then the Spark pipeline) and cached by spec hash under .cache/traces, so a fresh
 clone generates them once and an unchanged spec reuses them. $ZABREF_<MODEL>_TRACES names another folder instead.
 Bugs with expect = "regression" are missed by the action traces and caught by the committed traces/regression/.
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.chain import ensure_traces
-from conformance.conform import run_all
 from conformance.errors import SeededBugError
-from conformance.replay import replay_file
-from conformance.seeded import BUGS_DIR, EXPECT, SeededBug, apply_bug, load_bugs, patched_package
+from conformance.graph.cache import ensure_traces
+from conformance.replay.conform import run_all
+from conformance.replay.driver import replay_file
+from conformance.replay.seeded import BUGS_DIR, EXPECT, SeededBug, apply_bug, load_bugs, patched_package
 
 REPO = Path(__file__).resolve().parent.parent
 BUGS = load_bugs()
@@ -52,10 +52,15 @@ def test_every_bug_only_the_storage_tests_catch_has_a_case_there() -> None:
     assert {b.name for b in BUGS if b.expect == "storage"} <= set(CASES)
 
 
+def test_a_folder_that_does_not_exist_is_an_error_not_an_empty_catalogue(tmp_path: Path) -> None:
+    with pytest.raises(SeededBugError, match="no such folder"):
+        load_bugs(tmp_path / "bugs")
+
+
 def test_a_bug_whose_text_no_longer_occurs_is_an_error(tmp_path: Path) -> None:
     bug = BUGS[0]
-    (tmp_path / "zabref").mkdir()
     for rep in bug.replacements:
+        (tmp_path / "zabref" / rep.file).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "zabref" / rep.file).write_text("nothing to find here\n")
     with pytest.raises(SeededBugError, match="occurs 0 times"):
         apply_bug(bug, tmp_path / "zabref")

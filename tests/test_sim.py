@@ -1,4 +1,4 @@
-"""The deterministic simulator (zabref/sim, docs/simulation.md): the real servers in one process, a run a function
+"""The deterministic simulator (conformance/sim, docs/simulation.md): the real servers in one process, a run a function
 of its seed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from zabref.sim import FAULTS, Options, simulate
+from conformance.sim import FAULTS, Options, simulate
 
 
 def test_three_servers_elect_and_commit_client_writes_in_one_process() -> None:
@@ -24,7 +24,7 @@ def test_same_seed_same_run_byte_for_byte_even_in_another_process() -> None:
     a, b = simulate(5, options), simulate(5, options)
     assert a.events == b.events and a.digest == b.digest
     assert sum(a.injected.values()) > 0
-    code = ("from zabref.sim import simulate, Options, FAULTS;"
+    code = ("from conformance.sim import simulate, Options, FAULTS;"
             "print(simulate(5, Options(steps=400, faults=FAULTS)).digest)")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": "12345", "PATH": ""}).stdout.strip()
@@ -69,7 +69,7 @@ def test_each_check_fails_a_run_of_a_seeded_bug_it_catches(bug: str, seed: int, 
 
 
 def test_a_run_with_readers_records_reads_passes_their_check_and_is_deterministic() -> None:
-    from conformance.simulate import run_seed
+    from conformance.sim.seeds import run_seed
 
     a = run_seed(5, Options(steps=100, readers=2))
     b = run_seed(5, Options(steps=100, readers=2))
@@ -79,7 +79,7 @@ def test_a_run_with_readers_records_reads_passes_their_check_and_is_deterministi
 
 
 def test_the_same_seed_passes_without_the_bug() -> None:
-    from conformance.simulate import run_seed
+    from conformance.sim.seeds import run_seed
 
     for seed in (0, 4, 43, 94, 321):
         r = run_seed(seed, Options(steps=100))
@@ -101,7 +101,7 @@ CI_SEEDS, CI_STEPS = 2000, 100
 
 
 def test_ci_seeds_all_pass() -> None:
-    from conformance.simulate import run_seeds
+    from conformance.sim.seeds import run_seeds
 
     rows = run_seeds(range(CI_SEEDS), Options(steps=CI_STEPS), workers=2)
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
@@ -112,8 +112,8 @@ def test_ci_seeds_all_pass() -> None:
 @pytest.mark.slow
 def test_spark_runs_seeds_to_the_same_digests_as_worker_processes() -> None:
     """M6: ``zabref simulate --seeds A..B --spark`` (local mode) gives the same runs, digest for digest."""
-    from conformance.simspark import run_seeds_spark
-    from conformance.simulate import run_seeds
+    from conformance.sim.campaign import run_seeds_spark
+    from conformance.sim.seeds import run_seeds
 
     seeds, options = range(6), Options(steps=60)
     spark, local = run_seeds_spark(seeds, options), run_seeds(seeds, options, workers=2)
@@ -124,7 +124,7 @@ def test_spark_runs_seeds_to_the_same_digests_as_worker_processes() -> None:
 def test_a_shrunk_failure_must_fail_the_same_way() -> None:
     """The shrinker keeps a smaller schedule only when it fails as the original did: the same invariant, or the same
     kind of end-of-run failure; where and in which state do not count."""
-    from conformance.simulate import failure_kind
+    from conformance.sim.command import failure_kind
 
     a = "step 50 at s2: invariant LeaderUniqueness violated (server 2): s1: FOLLOWING/SYNCHRONIZATION epoch 0/0"
     b = "step 75 at s2: invariant ZxidUnique violated (server 2): s1: FOLLOWING/BROADCAST epoch 0/0"

@@ -1,4 +1,4 @@
-"""Every seeded bug of the catalogue (conformance/bugs/*.toml) is caught by the deterministic simulator within the
+"""Every seeded bug of the catalogue (conformance/replay/bugs/*.toml) is caught by the deterministic simulator within the
 CI seeds (tests/test_sim.py's CI_SEEDS), with the check that should catch it (docs/simulation.md).
 
 Each row is the first seed (of seeds 0, 1, ... with those options) whose run fails, found by
@@ -12,9 +12,9 @@ import subprocess
 import sys
 
 import pytest
-
-from conformance.seeded import load_bugs
 from test_sim import CI_SEEDS
+
+from conformance.replay.seeded import load_bugs
 
 #: bug -> (seed, servers, steps, what the failure says)
 CAUGHT: dict[str, tuple[int, int, int, str]] = {

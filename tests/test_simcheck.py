@@ -1,13 +1,20 @@
-"""The simulator's invariant checks (conformance/simcheck.py): the same checks as the models, each able to fail."""
+"""The simulator's invariant checks (conformance/sim/invariants.py): the same checks as the models, each able to fail."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.mutations import model_checks
-from conformance.simcheck import (INVARIANTS, NOT_SIMULATED, DeliveredGrows, LeaderUniqueness, LogMatching,
-                                  ZxidUnique, _View)
-from zabref.core_types import Txn
+from conformance.sim.invariants import (
+    INVARIANTS,
+    NOT_SIMULATED,
+    DeliveredGrows,
+    LeaderUniqueness,
+    LogMatching,
+    ZxidUnique,
+    _View,
+)
+from conformance.tla.mutations import model_checks
+from zabref.core.types import Txn
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 

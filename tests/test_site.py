@@ -20,11 +20,11 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from click.testing import CliRunner
 
-from conformance.auditmap import read_definitions
-from conformance.labels import read_next
-from conformance.mutations import load_mutations, run_mutation
-from conformance.site import build_site, collect, docs_command, load_seed_steps, quote_found, seeds_dir
-from conformance.traces import Step, Trace, TraceHeader, dump_trace
+from conformance.graph.traces import Step, Trace, TraceHeader, dump_trace
+from conformance.report.auditmap import read_definitions
+from conformance.report.site import build_site, collect, docs_command, load_seed_steps, quote_found, seeds_dir
+from conformance.tla.labels import read_next
+from conformance.tla.mutations import load_mutations, run_mutation
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_DOT = REPO / "tests" / "fixtures" / "dot" / "channels.dot"
@@ -134,7 +134,7 @@ def test_an_action_page_shows_the_spec_the_seed_and_the_handler(site):
     page = (out / "actions" / "FollowerProcessDIFF.html").read_text()
     assert "FollowerProcessDIFF(i, j) ==" in page
     assert "def follower_process_diff(self, j: int, packet: QuorumPacket)" in page
-    assert "zabref/core_follower.py:" in page and 'href="../src/zabref/core_follower.py.html#L' in page
+    assert "zabref/core/follower.py:" in page and 'href="../src/zabref/core/follower.py.html#L' in page
     assert "DIFF if the leader is sending transactions that the follower is missing." in page
     assert "mapping.stagedHistory()" in page and "mapping.msgs()" in page
     crash = (out / "actions" / "Crash.html").read_text()
@@ -146,7 +146,7 @@ def test_an_action_page_folds_the_operators_and_helpers_it_uses(site):
     page = (out / "actions" / "FollowerProcessNEWLEADER.html").read_text()
     details = page.split("<details>", 1)[1].split("</details>", 1)[0]
     assert "SyncingFrom(i, j) ==" in details and "def _history_ops(" in details
-    assert 'href="../src/zabref/core_follower.py.html#L' in details
+    assert 'href="../src/zabref/core/follower.py.html#L' in details
 
 
 def test_trace_counts_and_links(site):
@@ -217,9 +217,9 @@ def test_a_stale_map_is_on_the_front_page(tmp_path, trace_dirs):
     root = tmp_path / "tree"
     for folder in ("spec", "zabref"):
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__", "states"))
-    (root / "conformance").mkdir()
-    shutil.copy(REPO / "conformance" / "mapping.py", root / "conformance" / "mapping.py")
-    path = root / "zabref" / "core_follower.py"
+    (root / "conformance" / "replay").mkdir(parents=True)
+    shutil.copy(REPO / "conformance" / "replay" / "mapping.py", root / "conformance" / "replay" / "mapping.py")
+    path = root / "zabref" / "core" / "follower.py"
     path.write_text(path.read_text().replace("def follower_process_snap(", "def follower_take_snap("))
     data = collect(root, traces_dir=trace_dirs[0], committed_dir=tmp_path / "none", echo=lambda _: None)
     assert any("FollowerProcessSNAP has no handler" in p for p in data.problems)
@@ -261,7 +261,7 @@ def test_quote_matching_ignores_line_breaks_only():
 @pytest.mark.slow
 def test_the_site_of_this_checkout_builds_whole_with_no_broken_link(tmp_path, tiny_dot):
     """What `zabref docs` builds from this checkout: the ci traces of this spec, traces/regression/, the tiny graph."""
-    from conformance.chain import ensure_traces
+    from conformance.graph.cache import ensure_traces
 
     generated = ensure_traces("ci")
     result = CliRunner().invoke(docs_command, ["--out", str(tmp_path / "site"), "--traces", str(generated),
@@ -296,7 +296,7 @@ def test_definitions_used_by_the_site_exist():
 
 
 def test_the_conformance_report_links_to_the_site_relative_to_itself(tmp_path):
-    from conformance.report import write_report
+    from conformance.report.results import write_report
 
     (tmp_path / "out" / "site").mkdir(parents=True)
     write_report(tmp_path / "out" / "report", [], [], "conform: traces=0", site=tmp_path / "out" / "site" / "index.html")

@@ -17,14 +17,14 @@ import signal
 import time
 from pathlib import Path
 
+import helpers
 import pytest
 
-import helpers
-from zabref import peers
+from conformance.fuzz import rss_kib
 from zabref.client import ZabClient
-from zabref.cluster import LocalCluster, cluster_config, find_free_base_port
 from zabref.config import ClusterConfig
-from zabref.fuzz import rss_kib
+from zabref.net import peers
+from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port
 
 pytestmark = pytest.mark.slow
 

@@ -69,7 +69,7 @@ def standalone(tmp_path: Path):
 
 
 def test_zabref_edges_runs_on_a_standalone_cluster(standalone, tmp_path: Path) -> None:
-    from conformance.chain import ensure_traces
+    from conformance.graph.cache import ensure_traces
 
     master_url, master_log = standalone
     graph = ensure_traces("tiny") / "graph.parquet"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.check import coverage_by_action
-from conformance.labels import decode_label, encode_label, instances, read_constants, read_next
-from conformance.model import prepare
-from conformance.mutations import model_checks
-from conformance.tla import Outcome, run_sany, run_tlc
+from conformance.tla.check import coverage_by_action
+from conformance.tla.labels import decode_label, encode_label, instances, read_constants, read_next
+from conformance.tla.modelconfig import prepare
+from conformance.tla.mutations import model_checks
+from conformance.tla.tools import Outcome, run_sany, run_tlc
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 # Recorded in spec/README.md; a change to the spec that changes these must update both.

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-
 from storage_steps import BASE, BASE_STEPS, STEP_GROUPS, states, txn
-from zabref.core_types import (
+
+from zabref.core.packets import make_zxid
+from zabref.core.types import (
     AppendTxns,
     Persistent,
     ReplaceHistory,
@@ -25,7 +26,6 @@ from zabref.core_types import (
     Txn,
 )
 from zabref.errors import LogCorruption, StorageError
-from zabref.packets import make_zxid
 from zabref.storage import LOG_NAME, RealDisk, SimDisk, Storage, read_durable
 from zabref.storage import records as rec
 
@@ -107,7 +107,7 @@ def test_each_step_kind_gives_the_model_state_in_memory_on_disk_and_after_reopen
 
 
 def test_the_core_reads_its_state_from_storage(data_dir):
-    """What zabref.core_types needs: Persistent.from_storage reads the three properties; persistent() is the same."""
+    """What zabref.core.types needs: Persistent.from_storage reads the three properties; persistent() is the same."""
     with at_base(data_dir) as s:
         assert Persistent.from_storage(s) == s.persistent() == BASE
 

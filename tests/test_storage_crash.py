@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from storage_steps import BASE, BASE_STEPS, STEP_GROUPS, states
+
 from zabref.storage import CrashPoint, PowerCut, PowerLossDisk, SimDisk, Storage, read_durable
 
 HERE = Path(__file__).resolve().parent

@@ -1,6 +1,6 @@
-"""Seeded durability bugs (conformance/bugs/*.toml, those patching zabref/storage/) are caught by the storage tests.
+"""Seeded durability bugs (conformance/replay/bugs/*.toml, those patching zabref/storage/) are caught by the storage tests.
 
-For each bug, a scratch copy of zabref with the bug applied (conformance.seeded.patched_package) runs a selection
+For each bug, a scratch copy of zabref with the bug applied (conformance.replay.seeded.patched_package) runs a selection
 of the storage tests in a child pytest; the test checks that the tests expected to catch it fail, and, where it
 matters, that a test on RealDisk -- where a SIGKILL keeps the page cache -- does NOT (the reason power loss must be
 modelled). The clean package passes the same tests in the ordinary run.
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import helpers
 import pytest
 
-import helpers
-from conformance.seeded import load_bugs, patched_package
+from conformance.replay.seeded import BUGS_DIR, load_bugs, patched_package
 
 REPO = Path(__file__).resolve().parent.parent
-BUGS_DIR = REPO / "conformance" / "bugs"
 CRASH = "tests/test_storage_crash.py::test_every_crash_point_recovers_a_whole_step"
 STEP = "tests/test_storage.py::test_each_step_kind_gives_the_model_state_in_memory_on_disk_and_after_reopen"
 

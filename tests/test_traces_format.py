@@ -1,4 +1,4 @@
-"""The trace file format (conformance/traces.py): round trip, reproducible bytes, errors that name file:line."""
+"""The trace file format (conformance/graph/traces.py): round trip, reproducible bytes, errors that name file:line."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.errors import PipelineError, TraceFormatError
-from conformance.traces import OutputDir, Step, Trace, TraceHeader, dump_trace, read_trace, spec_sha256
+from conformance.graph.traces import OutputDir, Step, Trace, TraceHeader, dump_trace, read_trace, spec_sha256
 
 HEADER = TraceHeader("ab" * 32, "tiny", {"N": 3, "MaxEpoch": 1}, "TLC2 Version 2.15", "action",
                      ("ElectLeader__2__S1_2",))

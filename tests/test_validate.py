@@ -11,19 +11,19 @@ import contextlib
 import json
 from pathlib import Path
 
+import helpers
 import pytest
 from click.testing import CliRunner
-
-import helpers
 from helpers import established_leader
-from conformance.actionlogs import read_logs
+
 from conformance.errors import InputError
-from conformance.seeded import load_bugs, patched_package
-from conformance.validate import validate
+from conformance.replay.seeded import load_bugs, patched_package
+from conformance.validate.actionlogs import read_logs
+from conformance.validate.command import validate
 from zabref.cli import main
 from zabref.client import ClientError, ZabClient
-from zabref.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 from zabref.config import ClusterConfig
+from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 
 TIMING = ClusterConfig(tick_ms=50, init_limit=10, sync_limit=5)
 
@@ -161,8 +161,8 @@ def test_a_check_tlc_did_not_finish_is_no_verdict_exit_4(tmp_path: Path, monkeyp
     (which says the run departed from the spec)."""
     from types import SimpleNamespace
 
-    import conformance.validate as v
-    from conformance.tla_output import Outcome
+    import conformance.validate.command as v
+    from conformance.tla.output import Outcome
 
     for sid in (1, 2, 3):
         (tmp_path / f"actions-{sid}.jsonl").write_text(_line(sid, 0))

@@ -1,4 +1,4 @@
-"""The canonical form of TLA+ values (conformance/values.py, docs/values.md): parsing TLC's text, printing it back,
+"""The canonical form of TLA+ values (conformance/tla/values.py, docs/values.md): parsing TLC's text, printing it back,
 the one order, the one JSON text, and errors that point at the bad character."""
 
 from __future__ import annotations
@@ -10,9 +10,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.values import (
-    ParseError, ValueParser, canonical_json, canonicalize, equal, format_state, format_value, is_canonical,
-    make_function, make_record, make_set, model, parse_state, parse_value, sort_key,
+from conformance.tla.values import (
+    ParseError,
+    ValueParser,
+    canonical_json,
+    canonicalize,
+    equal,
+    format_state,
+    format_value,
+    is_canonical,
+    make_function,
+    make_record,
+    make_set,
+    model,
+    parse_state,
+    parse_value,
+    sort_key,
 )
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -262,7 +275,7 @@ def test_split_and_memo_agree_with_the_grammar(value, seed):
     "<<[a |-> 1], [a |-> 2], [a |-> 3], [a |-> 4], [a |-> 5], [a |-> 6)>>",
 ])
 def test_memoizing_parser_reports_errors_like_the_grammar(text):
-    from conformance.values import ValueSyntaxError, parse_raw
+    from conformance.tla.values import ValueSyntaxError, parse_raw
     with pytest.raises(ValueSyntaxError) as by_grammar:
         parse_raw(text)
     with pytest.raises(ValueSyntaxError) as by_memo:

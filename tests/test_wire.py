@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zabref import wire
+from zabref.core import payloads
+from zabref.core.packets import AuthId, LearnerInfo, Notification, PacketType, QuorumPacket, ServerState
 from zabref.errors import CodecError
-from zabref.packets import AuthId, LearnerInfo, Notification, PacketType, QuorumPacket, ServerState
+from zabref.net import wire
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -50,13 +51,13 @@ TABLE = [
         id="NEWLEADER(e=5): zxid e<<32",
     ),
     pytest.param(
-        QuorumPacket(PacketType.FOLLOWERINFO, 3 << 32, wire.encode_followerinfo_data(LearnerInfo(0x10000, 2))),
+        QuorumPacket(PacketType.FOLLOWERINFO, 3 << 32, payloads.encode_followerinfo_data(LearnerInfo(0x10000, 2))),
         wire.encode_quorum_packet, wire.decode_quorum_packet,
         h("0000000b 0000000300000000 00000008 00010000 00000002 ffffffff"),
         id="FOLLOWERINFO(acceptedEpoch=3) carrying LearnerInfo(0x10000, 2)",
     ),
     pytest.param(
-        QuorumPacket(PacketType.ACKEPOCH, 0x200000007, wire.encode_ackepoch_data(-1)),
+        QuorumPacket(PacketType.ACKEPOCH, 0x200000007, payloads.encode_ackepoch_data(-1)),
         wire.encode_quorum_packet, wire.decode_quorum_packet,
         h("00000012 0000000200000007 00000004 ffffffff ffffffff"),
         id="ACKEPOCH(lastZxid, -1): already acknowledged",
@@ -74,7 +75,7 @@ TABLE = [
         id="UPTODATE with an empty (not null) buffer",
     ),
     pytest.param(
-        LearnerInfo(0x10000, 3), wire.encode_learner_info, wire.decode_learner_info,
+        LearnerInfo(0x10000, 3), payloads.encode_learner_info, payloads.decode_learner_info,
         h("00010000 00000003"), id="LearnerInfo",
     ),
     pytest.param(
@@ -86,10 +87,10 @@ TABLE = [
     pytest.param((2, 0x0102030405060708), lambda v: wire.encode_handshake(*v), wire.decode_handshake,
                  h("0000000000000002 0102030405060708"), id="handshake sid=2 connection id"),
     pytest.param(
-        [(0x100000001, b"a"), (0x100000002, b"")], wire.encode_snap_data, wire.decode_snap_data,
+        [(0x100000001, b"a"), (0x100000002, b"")], payloads.encode_snap_data, payloads.decode_snap_data,
         h("00000002 0000000100000001 00000001 61 0000000100000002 00000000"), id="SNAP history",
     ),
-    pytest.param(0x10000, wire.encode_leaderinfo_data, wire.decode_leaderinfo_data, h("00010000"), id="LEADERINFO"),
+    pytest.param(0x10000, payloads.encode_leaderinfo_data, payloads.decode_leaderinfo_data, h("00010000"), id="LEADERINFO"),
 ]
 
 
@@ -126,8 +127,8 @@ def test_notification_round_trip(n):
 @given(int32s, int32s)
 def test_learner_info_and_followerinfo_round_trip(version, sid):
     info = LearnerInfo(version, sid)
-    assert wire.decode_learner_info(wire.encode_learner_info(info)) == info
-    assert wire.decode_followerinfo_data(wire.encode_followerinfo_data(info)) == info
+    assert payloads.decode_learner_info(payloads.encode_learner_info(info)) == info
+    assert payloads.decode_followerinfo_data(payloads.encode_followerinfo_data(info)) == info
 
 
 @given(st.integers(0, (1 << 63) - 1), st.integers(0, (1 << 63) - 1))
@@ -148,22 +149,22 @@ def test_a_bad_handshake_is_refused_naming_what_is_wrong(body, message):
 
 @given(int32s)
 def test_leaderinfo_round_trip(version):
-    assert wire.decode_leaderinfo_data(wire.encode_leaderinfo_data(version)) == version
+    assert payloads.decode_leaderinfo_data(payloads.encode_leaderinfo_data(version)) == version
 
 
 @given(st.integers(-1, (1 << 31) - 1))
 def test_ackepoch_round_trip(epoch):
-    assert wire.decode_ackepoch_data(wire.encode_ackepoch_data(epoch)) == epoch
+    assert payloads.decode_ackepoch_data(payloads.encode_ackepoch_data(epoch)) == epoch
 
 
 @given(st.binary(max_size=64))
 def test_proposal_round_trip(value):
-    assert wire.decode_proposal_data(wire.encode_proposal_data(value)) == value
+    assert payloads.decode_proposal_data(payloads.encode_proposal_data(value)) == value
 
 
 @given(histories)
 def test_snap_round_trip(history):
-    assert wire.decode_snap_data(wire.encode_snap_data(history)) == history
+    assert payloads.decode_snap_data(payloads.encode_snap_data(history)) == history
 
 
 # ------------------------------------------------------------------------------------------------- framing
@@ -234,8 +235,8 @@ def test_max_frame_is_configurable_and_inclusive():
 
 
 DECODERS = [
-    wire.decode_quorum_packet, wire.decode_learner_info, wire.decode_notification, wire.decode_handshake,
-    wire.decode_leaderinfo_data, wire.decode_ackepoch_data, wire.decode_followerinfo_data, wire.decode_snap_data,
+    wire.decode_quorum_packet, payloads.decode_learner_info, wire.decode_notification, wire.decode_handshake,
+    payloads.decode_leaderinfo_data, payloads.decode_ackepoch_data, payloads.decode_followerinfo_data, payloads.decode_snap_data,
 ]
 
 
@@ -300,12 +301,12 @@ ACK = h("00000003 0000000100000002 ffffffff ffffffff")
          "not valid UTF-8"),
         (wire.decode_notification, h("00000009") + bytes(32), 0, "unknown server state 9"),
         (wire.decode_handshake, h("ffffffffffffffff"), 0, "sid is negative"),
-        (wire.decode_ackepoch_data, h("fffffffe"), 0, "only -1 may be negative"),
-        (wire.decode_ackepoch_data, None, 0, "data is null"),
-        (wire.decode_snap_data, h("00001000 0000000000000001"), 0, "history count is 4096"),
-        (wire.decode_snap_data, h("ffffffff"), 0, "history count is negative"),
-        (wire.decode_snap_data, h("00000001 0000000000000001 ffffffff"), 12, "history[0].value length is -1"),
-        (wire.decode_learner_info, h("00010000 000000"), 4, "serverid needs 4 bytes"),
+        (payloads.decode_ackepoch_data, h("fffffffe"), 0, "only -1 may be negative"),
+        (payloads.decode_ackepoch_data, None, 0, "data is null"),
+        (payloads.decode_snap_data, h("00001000 0000000000000001"), 0, "history count is 4096"),
+        (payloads.decode_snap_data, h("ffffffff"), 0, "history count is negative"),
+        (payloads.decode_snap_data, h("00000001 0000000000000001 ffffffff"), 12, "history[0].value length is -1"),
+        (payloads.decode_learner_info, h("00010000 000000"), 4, "serverid needs 4 bytes"),
     ],
 )
 def test_errors_name_what_and_where(decode, data, offset, fragment):
@@ -323,13 +324,13 @@ def test_error_names_the_packet_type_once_known():
 @pytest.mark.parametrize(
     ("encode", "value"),
     [
-        (wire.encode_learner_info, LearnerInfo(1 << 31, 1)),
+        (payloads.encode_learner_info, LearnerInfo(1 << 31, 1)),
         (wire.encode_notification, Notification(ServerState.LOOKING, 1 << 63, 0, 0, 0)),
-        (wire.encode_ackepoch_data, -2),
+        (payloads.encode_ackepoch_data, -2),
         (lambda sid: wire.encode_handshake(sid, 1), -1),
         (lambda cid: wire.encode_handshake(1, cid), -1),
         (lambda cid: wire.encode_handshake(1, cid), 1 << 63),
-        (wire.encode_snap_data, [(1 << 63, b"")]),
+        (payloads.encode_snap_data, [(1 << 63, b"")]),
     ],
 )
 def test_encoding_values_that_do_not_fit_is_a_local_error(encode, value):

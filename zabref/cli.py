@@ -105,8 +105,8 @@ def serve(config_path: str, sid: int, control: bool, action_log: str | None, con
     import logging  # noqa: PLC0415
 
     from zabref.config import load_config  # noqa: PLC0415
-    from zabref.control import read_token  # noqa: PLC0415
-    from zabref.runtime import run_server  # noqa: PLC0415
+    from zabref.runtime.control import read_token  # noqa: PLC0415
+    from zabref.runtime.server import run_server  # noqa: PLC0415
 
     config = load_config(config_path)
     token = read_token(control_token) if control_token is not None else None
@@ -133,7 +133,7 @@ def serve(config_path: str, sid: int, control: bool, action_log: str | None, con
               help="Every server appends the spec actions it takes to this folder (check with zabref validate).")
 def cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actions: str | None) -> None:
     """Start SERVERS zabref servers on 127.0.0.1 and wait until interrupted (Ctrl-C stops them cleanly)."""
-    from zabref.cluster import run_cluster  # noqa: PLC0415
+    from zabref.runtime.cluster import run_cluster  # noqa: PLC0415
 
     run_cluster(servers, data_dir, base_port, tick_ms, log_actions)
 
@@ -173,54 +173,6 @@ def read(zab, from_zxid: int) -> None:
 def sync(zab) -> None:
     """Wait until the server has delivered what the leader had committed; prints that zxid."""
     click.echo(f"{zab.sync():#x}")
-
-
-@main.group()
-def bench() -> None:
-    """Benchmarks (docs/performance.md)."""
-
-
-@bench.command("cluster")
-@click.option("--writes", type=click.IntRange(1), default=20_000, show_default=True, help="Writes (and reads) per row.")
-@click.option("--in-flight", default="1,16,128", show_default=True, help="Requests in flight, comma-separated.")
-@click.option("--systems", default="zabref,zookeeper", show_default=True, help="Which systems, comma-separated.")
-@click.option("--zk-clients", default="kazoo,java", show_default=True,
-              help="Which clients drive ZooKeeper, comma-separated: kazoo (Python), java (ZooKeeper's own client, "
-                   "compiled at bench time); each on a fresh ensemble.")
-@click.option("--out", type=click.Path(file_okay=False), default="out/bench", show_default=True,
-              help="Folder for bench.json and bench.png.")
-@click.option("--failover-trials", type=click.IntRange(0), default=3, show_default=True)
-@click.option("--quick", is_flag=True, help="Smoke run: 200 writes, in flight 1 and 16, one failover trial.")
-@click.option("--keep", is_flag=True, help="Keep the servers' data folders (out/work).")
-@click.option("--zabref-code", type=click.Path(file_okay=False, exists=True), default=None,
-              help="Run the zabref servers from the zabref package in this folder (e.g. a patched copy).")
-@click.option("--log-actions", is_flag=True,
-              help="zabref's servers write action logs to OUT/actions (for `zabref validate`; costs write rate).")
-def bench_cluster(writes: int, in_flight: str, systems: str, zk_clients: str, out: str, failover_trials: int,
-                  quick: bool, keep: bool, zabref_code: str | None, log_actions: bool) -> None:
-    """A 3-server zabref cluster beside a 3-server ZooKeeper 3.8 ensemble: same workload, ratios, failover."""
-    from pathlib import Path  # noqa: PLC0415
-
-    from zabref.bench.runner import QUICK_IN_FLIGHT, QUICK_WRITES, run_bench  # noqa: PLC0415
-
-    try:
-        counts = [int(x) for x in in_flight.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{in_flight!r} is not a comma-separated list of integers",
-                                 param_hint="--in-flight") from None
-    if quick:
-        writes, counts, failover_trials = QUICK_WRITES, list(QUICK_IN_FLIGHT), min(failover_trials, 1)
-    run_bench(writes=writes, in_flight=counts, systems=[s.strip() for s in systems.split(",") if s.strip()],
-              out=Path(out), failover_trials=failover_trials, keep=keep,
-              zabref_code=Path(zabref_code).resolve() if zabref_code else None, log_actions=log_actions,
-              zk_clients=[c.strip() for c in zk_clients.split(",") if c.strip()], echo=click.echo)
-
-
-from zabref.faults.command import faults  # noqa: E402  (the fault runner, docs/faults.md)
-from zabref.fuzz import fuzz_command  # noqa: E402  (bad input on every port, docs/fuzzing.md)
-
-main.add_command(faults)
-main.add_command(fuzz_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 `ZabClient` holds a list of server addresses (``(host, client_port)``) and one TCP connection to the server it is
-currently using. Every request is one frame (`zabref.wire` framing) holding a JSON object, answered by one frame
-(protocol: `zabref.clientport`). When the server cannot be reached, or answers with an error that says
+currently using. Every request is one frame (`zabref.net.wire` framing) holding a JSON object, answered by one frame
+(protocol: `zabref.net.clientport`). When the server cannot be reached, or answers with an error that says
 ``retry: true`` (no leader yet, leader still syncing), the client moves on to the next server, and after a full turn
 waits with exponential backoff (bounded: `ZabClient.attempts` requests in all). An error with ``retry: false`` --
 for instance a submit whose outcome is unknown -- is raised at once as `ClientError`: resending might commit the
@@ -13,19 +13,17 @@ value twice.
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from zabref import wire
 from zabref.errors import ZabError
+from zabref.net import clientwire
 
-__all__ = ["ZabClient", "ClientError", "addresses_from_config", "tls_from_config", "recv_exactly"]
+__all__ = ["ZabClient", "ClientError", "addresses_from_config", "tls_from_config"]
 
-MAX_RESPONSE = 64 * 1024 * 1024
 
 
 class ClientError(ZabError):
@@ -44,7 +42,7 @@ def tls_from_config(path: str) -> ssl.SSLContext | None:
     ports are plain."""
     from zabref.config import load_config  # noqa: PLC0415
     from zabref.errors import ConfigError  # noqa: PLC0415
-    from zabref.security import client_context  # noqa: PLC0415
+    from zabref.net.security import client_context  # noqa: PLC0415
 
     config = load_config(path)
     if not config.security.client_tls:
@@ -144,30 +142,4 @@ class ZabClient:
                     sock.close()
                     raise
             self._sock = sock
-        sock = self._sock
-        sock.sendall(wire.frame(json.dumps(request).encode()))
-        length = int.from_bytes(self._recv(sock, 4), "big", signed=True)
-        if not 0 <= length <= MAX_RESPONSE:
-            raise OSError(f"response length {length} outside 0..{MAX_RESPONSE}")
-        try:
-            answer = json.loads(self._recv(sock, length))
-        except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, too many digits, nesting too deep
-            raise OSError(f"response is not JSON: {type(e).__name__}: {e}") from None
-        if not isinstance(answer, dict):
-            raise OSError(f"response is a JSON {type(answer).__name__}, not an object")
-        return answer
-
-    @staticmethod
-    def _recv(sock: socket.socket, n: int) -> bytes:
-        return recv_exactly(sock, n)
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    """Exactly ``n`` bytes from ``sock``; ConnectionError if the server closes first."""
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("server closed the connection")
-        buf += chunk
-    return bytes(buf)
+        return clientwire.call(self._sock, request)

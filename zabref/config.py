@@ -22,7 +22,7 @@ One file describes the whole cluster, and every server reads the same file (``za
     ca = "tls/ca.pem"          # the CA certificates a peer's certificate must chain to, PEM
     client_auth = "need"       # client port: "need" a client certificate, or "none"
     hostname_verification = true   # a peer's certificate must name the host it was dialed at
-    quorum_secret = "quorum.secret"  # a file (mode 600): quorum authentication on (`zabref.security`)
+    quorum_secret = "quorum.secret"  # a file (mode 600): quorum authentication on (`zabref.net.security`)
 
     [[server]]
     id = 1
@@ -92,7 +92,7 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class Security:
-    """The ``[security]`` table: TLS and quorum authentication, all off by default (`zabref.security` uses it).
+    """The ``[security]`` table: TLS and quorum authentication, all off by default (`zabref.net.security` uses it).
     Paths are resolved against the config file's folder; the files are read when a server starts."""
 
     quorum_tls: bool = False

@@ -15,10 +15,9 @@ from zabref.storage.disk import (
     DiskCounts,
     PowerCut,
     RealDisk,
-    disk_from_env,
 )
 from zabref.storage.durable import DurableState, read_durable
-from zabref.storage.powerloss import PowerLossDisk, recover
+from zabref.storage.powerloss import PowerLossDisk, disk_from_env, recover
 from zabref.storage.simdisk import SimDisk
 from zabref.storage.store import LOG_NAME, RecoveryReport, Storage, StorageStats
 

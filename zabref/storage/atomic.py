@@ -11,17 +11,25 @@ bug (conformance/bugs_storage_pending/) that tests/test_storage_seeded.py catche
 `write_file` is the same replace for files outside a server's data directory (a cluster's config, a report, a fault
 run's summary, conformance's outputs): on the real disk, the folder created, and a temp name of this process, so two
 processes writing one path never take each other's temp file; a failed write removes its temp file.
+
+`staged_folder` is the same for a whole folder of outputs (a report, a site, a folder of traces): the caller writes
+into a temp folder beside the target; on a clean exit the old target is renamed aside, the new one renamed into
+place and the old one removed, so a reader sees the old folder or the new one, never a mix; on an exception the temp
+folder is removed and the target is untouched.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from zabref.errors import StorageError
 from zabref.storage.disk import Disk, RealDisk
 
-__all__ = ["atomic_write", "temp_path", "remove_stale_temp", "write_file"]
+__all__ = ["atomic_write", "temp_path", "remove_stale_temp", "write_file", "staged_folder"]
 
 
 def temp_path(path: str | os.PathLike[str]) -> str:
@@ -83,3 +91,26 @@ def remove_stale_temp(disk: Disk, path: str | os.PathLike[str]) -> str | None:
     except OSError as e:
         raise StorageError(f"{tmp}: cannot remove stale temp file: {e.strerror}") from e
     return tmp
+
+
+@contextmanager
+def staged_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """``with staged_folder(target) as tmp:`` write into ``tmp``; on a clean exit ``tmp`` replaces ``target`` whole
+    (its folder created first); on an exception ``tmp`` is removed and ``target`` is left as it was."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

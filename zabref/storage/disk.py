@@ -35,11 +35,10 @@ import errno
 import fcntl
 import os
 import signal
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
-from zabref.errors import ConfigError, StorageError
+from zabref.errors import StorageError
 
 __all__ = [
     "Disk", "DiskFile", "DiskLock", "DiskCounts", "RealDisk", "CrashPoint", "PowerCut", "disk_from_env",
@@ -380,22 +379,3 @@ class RealDisk(Disk):
 
 #: Hidden temp files of `RealDisk.replace_file`; `PowerLossDisk.recover` removes the ones a SIGKILL left.
 MIRROR_TEMP_PREFIX = ".powerloss-"
-
-
-def disk_from_env(environ: Mapping[str, str] | None = None) -> Disk:
-    """The disk a server process uses: ``ZABREF_DISK`` = ``real`` (default) or ``powerloss``; ``ZABREF_CRASH_AT`` =
-    ``fsync:K`` or ``write:K:T`` arms a crash point that SIGKILLs the process. ConfigError naming the variable."""
-    env = os.environ if environ is None else environ
-    kind = env.get(ENV_DISK, "real") or "real"
-    text = env.get(ENV_CRASH_AT, "")
-    try:
-        crash_at = CrashPoint.parse(text) if text else None
-    except ValueError as e:
-        raise ConfigError(f"{ENV_CRASH_AT}: {e}") from None
-    if kind == "real":
-        return RealDisk(crash_at=crash_at)
-    if kind == "powerloss":
-        from zabref.storage.powerloss import PowerLossDisk  # noqa: PLC0415 (it imports this module)
-
-        return PowerLossDisk(crash_at=crash_at)
-    raise ConfigError(f"{ENV_DISK}={kind!r}: expected 'real' or 'powerloss'")

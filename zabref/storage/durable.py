@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from zabref.core_types import Persistent, Txn
+from zabref.core.types import Persistent, Txn
 from zabref.errors import StorageError
 from zabref.storage.disk import Disk, RealDisk
 from zabref.storage.records import DEFAULT_MAX_RECORD, scan_log

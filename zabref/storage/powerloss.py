@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Mapping
 
-from zabref.storage.disk import MIRROR_TEMP_PREFIX, CrashPoint, DiskLock, OnCut, RealDisk
+from zabref.errors import ConfigError
+from zabref.storage.disk import ENV_CRASH_AT, ENV_DISK, MIRROR_TEMP_PREFIX, CrashPoint, Disk, DiskLock, OnCut, RealDisk
 from zabref.storage.simdisk import ModelDisk, _Inode
 
-__all__ = ["PowerLossDisk", "recover"]
+__all__ = ["PowerLossDisk", "recover", "disk_from_env"]
 
 
 class PowerLossDisk(ModelDisk):
@@ -116,3 +118,20 @@ def recover(data_dir: str | os.PathLike[str]) -> tuple[str, ...]:
             real._unlink(path)
             removed.append(path)
     return tuple(removed)
+
+
+def disk_from_env(environ: Mapping[str, str] | None = None) -> Disk:
+    """The disk a server process uses: ``ZABREF_DISK`` = ``real`` (default) or ``powerloss``; ``ZABREF_CRASH_AT`` =
+    ``fsync:K`` or ``write:K:T`` arms a crash point that SIGKILLs the process. ConfigError naming the variable."""
+    env = os.environ if environ is None else environ
+    kind = env.get(ENV_DISK, "real") or "real"
+    text = env.get(ENV_CRASH_AT, "")
+    try:
+        crash_at = CrashPoint.parse(text) if text else None
+    except ValueError as e:
+        raise ConfigError(f"{ENV_CRASH_AT}: {e}") from None
+    if kind == "real":
+        return RealDisk(crash_at=crash_at)
+    if kind == "powerloss":
+        return PowerLossDisk(crash_at=crash_at)
+    raise ConfigError(f"{ENV_DISK}={kind!r}: expected 'real' or 'powerloss'")

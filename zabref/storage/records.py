@@ -36,8 +36,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from zabref.core.packets import MAX_EPOCH
 from zabref.errors import LogCorruption
-from zabref.packets import MAX_EPOCH
 
 __all__ = [
     "MAGIC", "HEADER_SIZE", "DEFAULT_MAX_RECORD", "Kind", "LogScan", "scan_log", "records_of", "encode_txn",

@@ -22,7 +22,7 @@ by flipping bytes in files), lose a directory itself (directories are created du
 
 `SimDisk` holds everything in memory, has no clock and no threads: for the simulator it adds `SimDisk.fsync_delay`
 (seconds each fsync would take), summed in `SimDisk.pending_delay` for the simulator to read and reset with
-`SimDisk.take_delay`, and in `SimDisk.busy_s`, which only grows (`zabref.sim` times syncs by it). One SimDisk is
+`SimDisk.take_delay`, and in `SimDisk.busy_s`, which only grows (`conformance.sim` times syncs by it). One SimDisk is
 one machine's disk: crash it when that machine loses power.
 """
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Seed 000 names what a server keeps across crashes: its history, acceptedEpoch and currentEpoch. The core says how
-they change as a sequence of `zabref.core_types.PersistOp` per step (one event's `Output.persist`); some steps change
+they change as a sequence of `zabref.core.types.PersistOp` per step (one event's `Output.persist`); some steps change
 two of them at once (NEWLEADER: the synced history *and* currentEpoch; a follower whose currentEpoch is ahead of its
 history would vote for transactions the new leader skipped). So a step must reach the disk whole or not at all.
 
@@ -34,7 +34,8 @@ import bisect
 import os
 from dataclasses import dataclass, field
 
-from zabref.core_types import (
+from zabref.core.packets import MAX_EPOCH
+from zabref.core.types import (
     AppendTxns,
     Persistent,
     PersistOp,
@@ -45,7 +46,6 @@ from zabref.core_types import (
     Txn,
 )
 from zabref.errors import StorageError
-from zabref.packets import MAX_EPOCH
 from zabref.storage import records as rec
 from zabref.storage.atomic import atomic_write, remove_stale_temp
 from zabref.storage.disk import Disk, DiskFile, DiskLock, RealDisk
@@ -277,7 +277,7 @@ class Storage:
         return self._durable_zxid
 
     def persistent(self) -> Persistent:
-        """The three persistent variables, as the core takes them (`zabref.core_types.Persistent`)."""
+        """The three persistent variables, as the core takes them (`zabref.core.types.Persistent`)."""
         return Persistent(tuple(self._history), self._accepted, self._current)
 
     # ------------------------------------------------------------------------------------------ writing

@@ -1,0 +1,51 @@
+"""``zabref bench``: the benchmark commands, plugged into `zabref` (the ``zabref.commands`` entry points).
+
+Theory of operation: this module only reads the options; `conformance.bench.runner` runs the benchmark.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from conformance.bench.runner import QUICK_IN_FLIGHT, QUICK_WRITES, run_bench
+
+__all__ = ["bench"]
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks (docs/performance.md)."""
+
+
+@bench.command("cluster")
+@click.option("--writes", type=click.IntRange(1), default=20_000, show_default=True, help="Writes (and reads) per row.")
+@click.option("--in-flight", default="1,16,128", show_default=True, help="Requests in flight, comma-separated.")
+@click.option("--systems", default="zabref,zookeeper", show_default=True, help="Which systems, comma-separated.")
+@click.option("--zk-clients", default="kazoo,java", show_default=True,
+              help="Which clients drive ZooKeeper, comma-separated: kazoo (Python), java (ZooKeeper's own client, "
+                   "compiled at bench time); each on a fresh ensemble.")
+@click.option("--out", type=click.Path(file_okay=False), default="out/bench", show_default=True,
+              help="Folder for bench.json and bench.png.")
+@click.option("--failover-trials", type=click.IntRange(0), default=3, show_default=True)
+@click.option("--quick", is_flag=True, help="Smoke run: 200 writes, in flight 1 and 16, one failover trial.")
+@click.option("--keep", is_flag=True, help="Keep the servers' data folders (out/work).")
+@click.option("--zabref-code", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Run the zabref servers from the zabref package in this folder (e.g. a patched copy).")
+@click.option("--log-actions", is_flag=True,
+              help="zabref's servers write action logs to OUT/actions (for `zabref validate`; costs write rate).")
+def bench_cluster(writes: int, in_flight: str, systems: str, zk_clients: str, out: str, failover_trials: int,
+                  quick: bool, keep: bool, zabref_code: str | None, log_actions: bool) -> None:
+    """A 3-server zabref cluster beside a 3-server ZooKeeper 3.8 ensemble: same workload, ratios, failover."""
+    try:
+        counts = [int(x) for x in in_flight.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{in_flight!r} is not a comma-separated list of integers",
+                                 param_hint="--in-flight") from None
+    if quick:
+        writes, counts, failover_trials = QUICK_WRITES, list(QUICK_IN_FLIGHT), min(failover_trials, 1)
+    run_bench(writes=writes, in_flight=counts, systems=[s.strip() for s in systems.split(",") if s.strip()],
+              out=Path(out), failover_trials=failover_trials, keep=keep,
+              zabref_code=Path(zabref_code).resolve() if zabref_code else None, log_actions=log_actions,
+              zk_clients=[c.strip() for c in zk_clients.split(",") if c.strip()], echo=click.echo)

@@ -1,0 +1,123 @@
+"""Pure arithmetic of the benchmark: percentiles, one measured row, and the zabref/ZooKeeper comparison.
+
+Theory of operation
+-------------------
+A measured row is a (system, op, target, in_flight) with every completed request's latency in seconds and the wall
+time of the whole row. Throughput is completed requests / wall time; percentiles use the nearest-rank definition
+(the smallest latency with at least p% of the samples at or below it), so every reported figure is one that was
+actually observed. `compare` pairs each zabref row with the ZooKeeper rows of equal (op, target, in_flight) -- one
+per ZooKeeper client: ``zookeeper`` (kazoo) and ``zookeeper-java`` (the Java client, `conformance.bench.javaclient`) --
+and gives zabref/ZooKeeper for throughput (above 1: zabref is faster) and for p50 and p99 latency (above 1: zabref is
+slower).
+
+Beside the latencies a row carries what it cost (all optional, None when not measured): the client's CPU seconds
+over the row (its share of one core = ``client_cpu_s / seconds``: near 1.0 a single-threaded client is the
+bottleneck), the servers' CPU seconds over the row (summed over the 3 servers; per 1,000 ops in the table) and each
+server's resident memory at the end of the row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["percentile", "Row", "make_row", "compare", "ratio", "SYSTEMS", "ZK_SYSTEMS"]
+
+SYSTEMS = ("zabref", "zookeeper", "zookeeper-java")
+#: The ZooKeeper rows zabref is compared with, the issue's bar (the Java client) first.
+ZK_SYSTEMS = ("zookeeper-java", "zookeeper")
+OPS = ("write", "read")
+TARGETS = ("follower", "leader")
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile (0 < p <= 100) of ``samples``; ValueError when there are none."""
+    if not samples:
+        raise ValueError("percentile of no samples")
+    if not 0 < p <= 100:
+        raise ValueError(f"percentile {p} outside (0, 100]")
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measured row; latencies in milliseconds."""
+
+    system: str
+    op: str
+    target: str
+    in_flight: int
+    count: int  # requests completed
+    errors: int  # requests that failed (not counted in throughput or latency)
+    seconds: float
+    ops_per_s: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    client_cpu_s: float | None = None  # the load client's CPU time over the row (all its threads)
+    server_cpu_s: float | None = None  # the 3 servers' CPU time over the row, summed
+    server_rss_mb: tuple[float | None, ...] | None = None  # each server's resident memory at the end, by server id
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.op, self.target, self.in_flight)
+
+    @property
+    def client_cpu_share(self) -> float | None:
+        """Client CPU seconds per wall second: 1.0 = one core busy all the row."""
+        return None if self.client_cpu_s is None else round(self.client_cpu_s / self.seconds, 3)
+
+    @property
+    def server_cpu_per_1k(self) -> float | None:
+        """The servers' CPU seconds per 1,000 answered requests."""
+        return None if self.server_cpu_s is None or not self.count else round(self.server_cpu_s / self.count * 1000, 4)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["server_rss_mb"] = None if self.server_rss_mb is None else list(self.server_rss_mb)
+        out["client_cpu_share"] = self.client_cpu_share
+        out["server_cpu_s_per_1k_ops"] = self.server_cpu_per_1k
+        return out
+
+
+def make_row(system: str, op: str, target: str, in_flight: int, latencies_s: Sequence[float], seconds: float,
+             errors: int = 0, client_cpu_s: float | None = None) -> Row:
+    """Summarize one row from its latencies (seconds) and its wall time (seconds)."""
+    if system not in SYSTEMS or op not in OPS or target not in TARGETS:
+        raise ValueError(f"unknown row ({system}, {op}, {target})")
+    if seconds <= 0:
+        raise ValueError(f"row wall time {seconds} must be positive")
+    n = len(latencies_s)
+    ms = [x * 1000 for x in latencies_s] or [math.nan]
+    return Row(system, op, target, in_flight, n, errors, round(seconds, 4), round(n / seconds, 1),
+               round(percentile(ms, 50), 3) if n else math.nan, round(percentile(ms, 99), 3) if n else math.nan,
+               round(max(ms), 3) if n else math.nan,
+               None if client_cpu_s is None else round(client_cpu_s, 4))
+
+
+def ratio(a: float, b: float) -> float | None:
+    """a / b, or None when either is missing or b is 0 (printed as "-")."""
+    if a is None or b is None or math.isnan(a) or math.isnan(b) or b == 0:
+        return None
+    return round(a / b, 3)
+
+
+def compare(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """One entry per zabref row and ZooKeeper client measured with the same (op, target, in_flight), in the order
+    zabref's rows were measured, ``against`` naming the ZooKeeper row (`ZK_SYSTEMS` order)."""
+    by = {(r.system, r.key): r for r in rows}
+    out = []
+    for z in rows:
+        if z.system != "zabref":
+            continue
+        for system in ZK_SYSTEMS:
+            k = by.get((system, z.key))
+            if k is None:
+                continue
+            out.append({"op": z.op, "target": z.target, "in_flight": z.in_flight, "against": system,
+                        "throughput": ratio(z.ops_per_s, k.ops_per_s),
+                        "p50": ratio(z.p50_ms, k.p50_ms), "p99": ratio(z.p99_ms, k.p99_ms)})
+    return out

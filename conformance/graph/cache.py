@@ -1,0 +1,80 @@
+"""The traces of a model, generated once per spec and cached by its hash.
+
+Theory of operation: the traces of a model depend only on the spec folder's modules and the model's cfg. `spec_hash`
+hashes them; `ensure_traces` keeps the generated traces under `.cache/traces/<model>-<hash>/` and regenerates them
+(`zabref check --dump-dot`, then `zabref traces`) only when that folder is missing, so a change to the spec makes
+new traces and an unchanged spec reuses them. Each hop runs as its own `zabref` subcommand, so its progress and its
+one-line summary show as they would by hand; a hop that fails raises click.ClickException with its exit code. The
+cache folder is written under a temporary name and renamed when complete: an interrupted run leaves nothing that
+looks cached. `committed_trace_dirs` lists the reviewed regression traces in traces/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+__all__ = ["REPO", "spec_hash", "zabref_command", "hop", "ensure_traces", "committed_trace_dirs"]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def spec_hash(spec_dir: Path, config: str) -> str:
+    """sha256 over the spec folder's .tla files and the model's cfg (names and contents), first 16 hex digits."""
+    digest = hashlib.sha256()
+    files = sorted(Path(spec_dir).glob("*.tla")) + [Path(spec_dir) / f"MC_{config}.cfg"]
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def zabref_command() -> list[str]:
+    exe = Path(sys.executable).with_name("zabref")
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from zabref.cli import main; main()"]
+
+
+def hop(args: list[str]) -> None:
+    click.echo(f"chain: zabref {' '.join(args)}")
+    code = subprocess.call([*zabref_command(), *args])
+    if code != 0:
+        raise click.ClickException(f"'zabref {' '.join(args)}' failed with exit code {code}")
+
+
+def ensure_traces(config: str, spec_dir: Path = REPO / "spec", cache: Path = REPO / ".cache" / "traces",
+                  regenerate: bool = False) -> Path:
+    """The folder of `config`'s action-coverage traces for the current spec, generating them when not cached."""
+    target = Path(cache) / f"{config}-{spec_hash(spec_dir, config)}"
+    if regenerate and target.exists():
+        shutil.rmtree(target)
+    if (target / "manifest.json").is_file():
+        click.echo(f"chain: {config}: this spec passed the model check and its traces are cached in {target}")
+        return target
+    work = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        dot = work / f"{config}.dot"
+        hop(["check", "--config", config, "--spec-dir", str(spec_dir), "--dump-dot", str(dot),
+              "--out", str(work / "check")])
+        hop(["traces", "--graph", str(dot), "--out", str(work / "traces"), "--spec-dir", str(spec_dir),
+              "--config", config, "--parquet", str(work / "graph.parquet")])
+        dot.unlink()  # the Parquet keeps the graph (for the minimizer) at a tenth of the size
+        shutil.move(str(work / "traces"), str(work / "final"))
+        for name in ("graph.parquet",):
+            if (work / name).exists():
+                shutil.move(str(work / name), str(work / "final" / name))
+        os.replace(work / "final", target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def committed_trace_dirs(root: Path = REPO / "traces") -> list[Path]:
+    """The reviewed regression traces: every folder under traces/ with a manifest.json."""
+    return sorted(p.parent for p in Path(root).glob("*/manifest.json"))

@@ -1,0 +1,320 @@
+"""`zabref traces`: TLC's state graph -> nodes and edges in Parquet -> shortest paths -> conformance traces.
+
+Theory of operation: four stages on one SparkSession (conformance/graph/spark.py), each ending with one progress line:
+
+1. parse (graphparse.py): the DOT is read as text in partitions and parsed in `mapPartitions`, one NodeParser per
+   partition; each edge's label is decoded into the action and its named parameters; the rows are cached once,
+   the few framing/count/error rows come to the driver, and nodes and edges are written as Parquet
+   (`<graph>.parquet/{nodes,edges}` unless --parquet says where) and read back from there;
+2. bfs (paths.py): depth, parent and path of every state, by iterative joins from the initial states;
+3. select (select.py): the traces the criterion asks for, prefixes dropped; only they reach the driver;
+4. write (traces.py): one gzip JSON Lines file per trace and a manifest.json, into a temporary folder renamed to
+   --out at the end, so that on any error --out is left as it was.
+
+The run ends with one summary line of key=value fields (docs/traces.md). Exit codes: 0 done; 2 bad usage;
+3 bad input (a malformed dump, a label that is not an action of Next) or a broken toolchain.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from conformance.errors import ConformanceError, GraphError, Location, PipelineError
+from conformance.graph.paths import shortest_paths
+from conformance.graph.rows import (
+    COUNT,
+    EDGE,
+    FRAME,
+    NODE,
+    ROW_FIELDS,
+    Labels,
+    check_structure,
+    first_error,
+    line_offsets,
+    parse_partition,
+)
+from conformance.graph.select import choose, drop_prefixes, fetch_steps
+from conformance.graph.spark import hadoop_fs, session
+from conformance.graph.traces import MANIFEST, OutputDir, TraceHeader, spec_sha256, step_line, write_trace
+from conformance.tla.check import default_spec_dir
+from conformance.tla.labels import config_module_base, read_constants, read_next, server_count
+from conformance.tla.tools import toolchain
+
+__all__ = ["Summary", "run", "traces_command"]
+
+
+@dataclass
+class Summary:
+    states: int = 0
+    edges: int = 0
+    traces: int = 0
+    steps: int = 0
+    instances_covered: int = 0
+    instances_in_graph: int = 0
+    names_covered: int = 0
+    names_in_next: int = 0
+    edges_covered: int = 0
+    states_covered: int = 0
+    candidates: int = 0
+    wall: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        def pct(a: int, b: int) -> str:
+            return f"{a}/{b}({100.0 * a / b:.1f}%)" if b else f"{a}/{b}"
+
+        return (f"traces: states={self.states} edges={self.edges} traces={self.traces} steps={self.steps} "
+                f"action_instances={pct(self.instances_covered, self.instances_in_graph)} "
+                f"action_names={pct(self.names_covered, self.names_in_next)} "
+                f"edge_coverage={pct(self.edges_covered, self.edges)} "
+                f"state_coverage={pct(self.states_covered, self.states)} wall={self.wall:.1f}s")
+
+
+@dataclass(frozen=True)
+class Model:
+    spec_dir: Path
+    config: str
+    constants: dict[str, int]
+    labels: Labels
+    spec_sha256: str
+    tlc_version: str
+
+
+def load_model(spec_dir: Path, config: str) -> Model:
+    cfg = spec_dir / f"MC_{config}.cfg"
+    if not cfg.is_file():
+        known = sorted(p.stem.removeprefix("MC_") for p in spec_dir.glob("MC_*.cfg"))
+        raise PipelineError(f"{cfg} not found; configs in {spec_dir}: {', '.join(known) or 'none'}")
+    constants = read_constants(cfg.read_text(encoding="utf-8"))
+    if "N" not in constants:  # a model that sets `Server <- Def` (the FLE models) rather than N
+        constants["N"] = server_count(spec_dir, config, cfg.read_text(encoding="utf-8"), cfg)
+    actions = read_next(spec_dir / f"{config_module_base(spec_dir, config)}.tla")
+    try:
+        tlc_version = toolchain().tlc_version
+    except ConformanceError as e:  # a cluster driver may have no java/jar: the header says so
+        tlc_version = f"unknown ({e})"
+    return Model(spec_dir, config, constants, Labels.for_model(actions, constants), spec_sha256(spec_dir),
+                 tlc_version)
+
+
+def _schema():
+    from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType  # noqa: PLC0415 (Spark and its JVM load only when a command runs on Spark)
+
+    kinds = {"kind": StringType(), "pid": IntegerType(), "lno": LongType(), "a": LongType(), "b": LongType(),
+             "s1": StringType(), "s2": StringType(), "s3": StringType(), "flag": BooleanType()}
+    return StructType([StructField(name, kinds[name], name not in ("kind", "pid", "lno")) for name in ROW_FIELDS])
+
+
+def parse_graph(spark, graph: str, model: Model, parquet: str, partitions: int | None, echo):
+    """Stage 1: returns (nodes, edges) DataFrames read back from the Parquet written at `parquet`."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 (Spark and its JVM load only when a command runs on Spark)
+
+
+    started = time.monotonic()
+    sc = spark.sparkContext
+    fs, path = hadoop_fs(spark, graph)
+    if not fs.isFile(path):
+        raise PipelineError(f"{graph}: no such file")
+    partitions = partitions or max(2, sc.defaultParallelism)
+    labels, source = model.labels, graph
+    rows = sc.textFile(graph, minPartitions=partitions).mapPartitionsWithIndex(
+        lambda pid, lines: parse_partition(pid, lines, labels, source))
+    parsed = spark.createDataFrame(rows, _schema(), verifySchema=False).persist()
+    try:
+        meta = parsed.filter(~F.col("kind").isin(NODE, EDGE)).collect()
+        return _finish_parse(spark, parsed, meta, parquet, source, started, echo)
+    finally:
+        parsed.unpersist()
+
+
+def _finish_parse(spark, parsed, meta, parquet: str, source: str, started: float, echo):
+    from pyspark.sql import functions as F  # noqa: PLC0415 (Spark and its JVM load only when a command runs on Spark)
+
+
+    counts = {r["pid"]: r["lno"] for r in meta if r["kind"] == COUNT}
+    offsets = line_offsets(counts)
+    error = first_error([tuple(r) for r in meta], offsets, source)
+    if error is not None:
+        raise error
+    firsts = [offsets[r["pid"]] + r["a"] for r in meta if r["kind"] == COUNT and r["a"] is not None]
+    lasts = [offsets[r["pid"]] + r["b"] for r in meta if r["kind"] == COUNT and r["b"] is not None]
+    frames = [(offsets[r["pid"]] + r["lno"], r["s1"], r["s2"]) for r in meta if r["kind"] == FRAME]
+    check_structure(frames, min(firsts, default=None), max(lasts, default=None), source)
+    n_nodes, n_edges, n_initial = (sum(int(r["s1"].split()[k]) for r in meta if r["kind"] == COUNT) for k in range(3))
+    if n_initial == 0:
+        raise GraphError(Location(source), "no initial state (a node with style = filled)")
+
+    offset_of = F.create_map(*[F.lit(x) for kv in sorted(offsets.items()) for x in kv])
+    line = (F.col("lno") + offset_of[F.col("pid")]).alias("line")
+    nodes = parsed.filter(F.col("kind") == NODE).select(
+        F.col("a").alias("id"), F.col("s1").alias("state_json"), F.col("flag").alias("initial"), line)
+    edges = parsed.filter(F.col("kind") == EDGE).select(
+        F.col("a").alias("src"), F.col("b").alias("dst"), F.col("s1").alias("label"), F.col("s2").alias("action"),
+        F.col("s3").alias("params_json"), line)
+    fs, target = hadoop_fs(spark, parquet)
+    tmp = f"{parquet}.tmp-{int(time.time() * 1000)}"
+    try:  # written to a temporary name, checked, then renamed: a bad graph leaves no Parquet behind
+        nodes.write.parquet(f"{tmp}/nodes")
+        edges.write.parquet(f"{tmp}/edges")
+        _check_graph(spark.read.parquet(f"{tmp}/nodes"), spark.read.parquet(f"{tmp}/edges"), source)
+        fs.delete(target, True)
+        if not fs.rename(hadoop_fs(spark, tmp)[1], target):
+            raise PipelineError(f"cannot rename {tmp} to {parquet}")
+    finally:
+        fs.delete(hadoop_fs(spark, tmp)[1], True)
+    nodes, edges = spark.read.parquet(f"{parquet}/nodes"), spark.read.parquet(f"{parquet}/edges")
+    echo(f"traces: parse: {n_nodes} states ({n_initial} initial), {n_edges} edges, "
+         f"{sum(counts.values())} lines in {len(counts)} partitions -> {parquet} ({time.monotonic() - started:.1f}s)")
+    return nodes, edges, n_nodes, n_edges
+
+
+def _check_graph(nodes, edges, source: str) -> None:
+    """Whole-graph checks in one job: one node line per state, and every edge between listed states."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 (Spark and its JVM load only when a command runs on Spark)
+
+    ends = (nodes.select("id", F.lit(1).alias("listed"), F.lit(None).cast("long").alias("at"), "line")
+            .unionByName(edges.select(F.col("dst").alias("id"), F.lit(0).alias("listed"), F.col("line").alias("at"),
+                                      "line"))
+            .unionByName(edges.select(F.col("src").alias("id"), F.lit(0).alias("listed"), F.col("line").alias("at"),
+                                      "line")))
+    bad = (ends.groupBy("id").agg(F.sum("listed").alias("n"), F.min("at").alias("edge"),
+                                  F.max(F.when(F.col("listed") == 1, F.col("line"))).alias("node"))
+           .filter("n != 1").select("id", "n", F.coalesce("edge", "node").alias("line")).orderBy("line").first())
+    if bad is None:
+        return
+    if bad["n"] == 0:
+        raise GraphError(Location(source, bad["line"]), f"an edge to or from state {bad['id']}, which the dump "
+                                                        "never lists (truncated or edited?)")
+    raise GraphError(Location(source, bad["line"]), f"state {bad['id']} is listed {bad['n']} times")
+
+
+def _write(spark, chosen, edges, nodes, model: Model, criterion: str, out: Path, summary: Summary, graph: str):
+
+    header_for = lambda covers: TraceHeader(model.spec_sha256, model.config, model.constants, model.tlc_version,
+                                            criterion, tuple(covers))
+    order = sorted(range(len(chosen)), key=lambda k: (chosen[k].label, len(chosen[k].path), chosen[k].path))
+    names = {k: f"{n:05d}-{chosen[k].label}.jsonl.gz" for n, k in enumerate(order)}
+    entries, labels, nodes_seen, lines_seen = {}, set(), set(), set()
+    with OutputDir(out) as tmp:
+        current, buffer = None, []
+
+        def flush():
+            if current is not None:
+                write_trace(tmp / names[current], header_for(chosen[current].covers), buffer)
+                entries[current] = {"file": names[current], "steps": len(buffer),
+                                    "covers": chosen[current].covers, "last": chosen[current].label}
+                summary.steps += len(buffer)
+
+        for row in fetch_steps(spark, chosen, edges, nodes):
+            if row["trace"] != current:
+                flush()
+                current, buffer = row["trace"], []
+            buffer.append(step_line(row["index"], row["action"], row["params_json"], row["label"], row["node"],
+                                    row["state_json"]))
+            nodes_seen.add(row["node"])
+            if row["label"] is not None:
+                labels.add(row["label"])
+        flush()
+        for trace in chosen:
+            lines_seen.update(trace.path)
+        summary.traces = len(entries)
+        summary.instances_covered, summary.edges_covered = len(labels), len(lines_seen)
+        summary.states_covered = len(nodes_seen)
+        summary.names_covered = len({label.split("__")[0] for label in labels})
+        head = header_for(()).to_json()
+        manifest = {**{k: head[k] for k in ("spec_sha256", "config", "constants", "tlc_version", "criterion")},
+                    "format": "zabref-trace-manifest", "version": 1, "graph": graph,
+                    "traces": [entries[k] for k in order if k in entries], "coverage": _coverage(summary)}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _coverage(s: Summary) -> dict:
+    return {"states": s.states, "edges": s.edges, "traces": s.traces, "steps": s.steps,
+            "candidates": s.candidates,
+            "action_instances": [s.instances_covered, s.instances_in_graph],
+            "action_names": [s.names_covered, s.names_in_next],
+            "edges_covered": [s.edges_covered, s.edges], "states_covered": [s.states_covered, s.states]}
+
+
+def run(graph: str, out: Path, spec_dir: Path, config: str, criterion: str = "action", master: str | None = None,
+        max_traces: int | None = None, partitions: int | None = None, parquet: str | None = None,
+        conf: dict[str, str] | None = None, echo: Callable[[str], None] = click.echo) -> Summary:
+    """The whole pipeline; returns the summary (also printed as the last line)."""
+
+    started = time.monotonic()
+    summary = Summary()
+    OutputDir(out)  # refuse a wrong --out before any work
+    model = load_model(spec_dir, config)
+    summary.names_in_next = len(model.labels.actions)
+    spark = session(master, conf)
+    echo(f"traces: spark {spark.version} master={spark.sparkContext.master}; config {config}, "
+         f"criterion {criterion}; {model.tlc_version}")
+    parquet = parquet or (graph[:-4] if graph.endswith(".dot") else graph) + ".parquet"
+    t = time.monotonic()
+    nodes, edges, summary.states, summary.edges = parse_graph(spark, graph, model, parquet, partitions, echo)
+    summary.stages["parse"] = time.monotonic() - t
+    t = time.monotonic()
+    bfs, depth, reached = shortest_paths(nodes, edges, echo)
+    summary.stages["bfs"] = time.monotonic() - t
+    if reached != summary.states:
+        echo(f"traces: warning: {summary.states - reached} state(s) are not reachable from an initial state")
+    t = time.monotonic()
+    summary.instances_in_graph = edges.select("label").distinct().count()
+    chosen, summary.candidates = choose(edges, bfs, criterion, max_traces)
+    chosen = drop_prefixes(chosen)
+    echo(f"traces: select: {len(chosen)} traces ({summary.candidates} candidates"
+         + (f", capped at {max_traces}" if max_traces is not None else "")
+         + f", prefixes dropped) ({time.monotonic() - t:.1f}s)")
+    summary.stages["select"] = time.monotonic() - t
+    t = time.monotonic()
+    _write(spark, chosen, edges, nodes, model, criterion, out, summary, graph)
+    summary.stages["write"] = time.monotonic() - t
+    echo(f"traces: write: {summary.traces} traces, {summary.steps} steps -> {out} ({summary.stages['write']:.1f}s)")
+    summary.wall = time.monotonic() - started
+    echo(summary.line())
+    return summary
+
+
+@click.command()
+@click.option("--graph", "graph", required=True, metavar="STATES.dot",
+              help="TLC's state graph (`zabref check --dump-dot`); a path or a URL the cluster can read.")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the traces and manifest.json (replaced whole, or left as it was on error).")
+@click.option("--spec-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder of the spec and MC_*.cfg [default: ./spec].")
+@click.option("--config", metavar="NAME", default=None,
+              help="Model config the graph came from [default: the graph's file name, e.g. out/ci.dot -> ci].")
+@click.option("--criterion", type=click.Choice(["action", "edge"]), default="action", show_default=True,
+              help="action: one shortest trace per action instance; edge: every edge.")
+@click.option("--master", default=None, help="Spark master URL [default: local[*]].")
+@click.option("--max-traces", type=click.IntRange(min=1), default=None, help="Keep at most this many traces.")
+@click.option("--partitions", type=click.IntRange(min=1), default=None,
+              help="Partitions of the DOT text [default: Spark's parallelism, at least 2].")
+@click.option("--parquet", default=None, help="Where nodes/edges Parquet go [default: GRAPH without .dot + .parquet].")
+@click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
+def traces_command(graph, out, spec_dir, config, criterion, master, max_traces, partitions, parquet, conf) -> None:
+    """Turn a TLC state graph into conformance traces, with coverage measured."""
+    spec_dir = spec_dir or default_spec_dir()
+    if config is None:
+        stem = Path(graph).name.removesuffix(".dot")
+        if not (spec_dir / f"MC_{stem}.cfg").is_file():
+            raise click.BadParameter(f"cannot tell the config from the file name {Path(graph).name!r}; "
+                                     "pass --config NAME", param_hint="--config")
+        config = stem
+    pairs = {}
+    for item in conf:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
+        pairs[key] = value
+    try:
+        run(graph, out, spec_dir, config, criterion, master, max_traces, partitions, parquet, pairs)
+    except ConformanceError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(3) from None

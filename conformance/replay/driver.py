@@ -1,0 +1,456 @@
+"""Conformance replay: drive real zabref servers through one spec trace, one step at a time.
+
+Theory of operation
+-------------------
+A trace (conformance/graph/traces.py) is a path through TLC's state graph: step 0 is the initial state, each later step
+names an action of spec/Zab.tla with its parameters and the whole spec state after it. `replay` starts N fresh
+``zabref serve --control`` processes (conformance/replay/harness.py) and, for every step, makes the server it names take
+the action through the same code a server in normal mode runs (`zabref.core.node` behind `zabref.runtime.server`'s one step
+path) -- the driver only decides WHEN inputs reach a server and HOW MUCH time passes there:
+
+==================================  ===============================================================================
+spec action                         what the driver does
+==================================  ===============================================================================
+``BecomeLeader(i)``,                plays the other voters on i's election port until i's FastLeaderElection decides
+``BecomeFollower(i, j)``            (conformance/replay/steer.py)
+``<Role>Process<PACKET>(i, j)``     ``release {from: j}`` at i, once the head packet i holds from j is checked to be
+                                    that PACKET (ACKNEWLEADER is an ACK, PROPOSALInSync a PROPOSAL)
+``ClientRequest(i)``                a client submits the step's value on a client port: i's own, or one of i's
+                                    followers' in BROADCAST (every other ClientRequest), which forwards it to i
+``FollowerTimeout(i)``,             lets i's logical clock run (``tick``) until i's node gives up; a leader whose
+``LeaderTimeout(i)``                learners are connected hears nothing meanwhile because they are paused (SIGSTOP)
+``Crash(i)``                        SIGKILL server i, start it again from its data dir
+==================================  ===============================================================================
+
+and checks that the server took exactly that action (the control socket reports the actions each input caused).
+Then it waits, with a bound, until every packet sent has arrived in its receiver's queue (`zabref.runtime.control.settle`),
+reads every server's state, maps it onto the spec's variables (conformance/replay/mapping.py) and compares it with the
+step's state (`mapping.differences`). Clients are checked too: a submit is answered only once the spec says the
+server it asked has delivered the value, and then it must be (`_check_clients`).
+
+The first difference stops the replay: the result names the step, the action and its parameters, each differing
+variable's expected and actual value with a unified diff of their pretty JSON, the tail of every server's logs, and
+the command that replays just this trace. Every step is checked before any server starts (`plan`): an action the
+driver does not know is a `TraceActionError` naming the trace file and step, not a failure halfway.
+
+FastLeaderElection traces (spec/FastLeaderElection.tla) are replayed on real servers too, over the real election
+port (conformance/replay/fle_driver.py). Seeded bugs (conformance/replay/seeded.py) run the servers from a patched copy of the
+zabref package: ``bug_root`` is put first on the servers' import path; the driver itself is unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.errors import TraceActionError
+from conformance.graph.traces import Step, Trace, read_trace
+from conformance.replay.commands import MAX_TIMEOUT_TICKS, Command, expect_only
+from conformance.replay.fle_driver import FleReplay, is_fle_trace
+from conformance.replay.harness import Cluster, wait_until
+from conformance.replay.mapping import MAPPED, differences, spec_state
+from conformance.replay.steer import SteerError, steer
+from zabref.errors import ZabError
+from zabref.runtime.control import ControlError, settle
+
+__all__ = ["Command", "plan", "Failure", "ReplayResult", "replay", "replay_file", "replay_command"]
+
+#: Packet types of seed 000's table that a Process action can name.
+PACKET_TYPES = frozenset({"FOLLOWERINFO", "LEADERINFO", "ACKEPOCH", "DIFF", "TRUNC", "SNAP", "NEWLEADER", "ACK",
+                          "UPTODATE", "PROPOSAL", "COMMIT"})
+_PROCESS = re.compile(r"^(?P<role>Leader|Follower)Process(?P<packet>[A-Z]+?)(?P<insync>InSync)?$")
+_PACKET_ALIAS = {"ACKNEWLEADER": "ACK"}  # LeaderProcessACKNEWLEADER takes the ACK of NEWLEADER
+_SIMPLE = {"ClientRequest": ("i",), "FollowerTimeout": ("i",), "LeaderTimeout": ("i",), "Crash": ("i",),
+           "BecomeLeader": ("i",), "BecomeFollower": ("i", "j")}
+SETTLE_TIMEOUT = 10.0
+#: The spec's persistent variables: what a server's disk must hold durably after every step.
+PERSISTENT = ("history", "acceptedEpoch", "currentEpoch")
+#: How long the driver waits for something a step must bring about (a forwarded value reaching the leader, ...).
+STEP_TIMEOUT = 10.0
+def _sid(step: Step, name: str, n: int, source: str) -> int:
+    value = step.params.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= n:
+        raise TraceActionError(source, step.index, f"{step.action}: parameter {name!r} must be a server in 1..{n}, "
+                                                   f"not {value!r}")
+    return value
+
+
+def _command(step: Step, n: int, source: str) -> Command:
+    action, params = step.action, step.params
+    m = _PROCESS.match(action)
+    expected = _SIMPLE.get(action, ("i", "j") if m else None)
+    if expected is None:
+        raise TraceActionError(source, step.index, f"unknown action {action!r}: the replay driver takes "
+                                                    f"{', '.join(sorted(_SIMPLE))} and <Role>Process<PACKET>")
+    if set(params) != set(expected):
+        raise TraceActionError(source, step.index, f"{action} takes parameters {', '.join(expected)}, the step "
+                                                    f"has {', '.join(sorted(params)) or 'none'}")
+    i = _sid(step, "i", n, source)
+    if m:
+        packet = _PACKET_ALIAS.get(m["packet"], m["packet"])
+        if packet not in PACKET_TYPES:
+            raise TraceActionError(source, step.index, f"unknown action {action!r}: no packet type {packet!r}")
+        return Command("release", i, _sid(step, "j", n, source), packet)
+    if action == "BecomeLeader":
+        return Command("steer", i, i)
+    if action == "BecomeFollower":
+        return Command("steer", i, _sid(step, "j", n, source))
+    if action == "ClientRequest":
+        try:
+            step.state["history"][i - 1][-1]["value"]
+        except (KeyError, IndexError, TypeError):
+            raise TraceActionError(source, step.index, f"ClientRequest({i}): history[{i}] in the step's state has "
+                                                        "no last transaction to take the value from") from None
+        return Command("submit", i)
+    if action in ("FollowerTimeout", "LeaderTimeout"):
+        return Command("timeout", i)
+    return Command("crash", i)
+
+
+def servers_of(trace: Trace, source: str) -> int:
+    n = trace.header.constants.get("N")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise TraceActionError(source, -1, f"the header's constants must set N (servers), not {n!r}")
+    return n
+
+
+def plan(trace: Trace, source: str) -> list[Command]:
+    """The command of every step after the initial state; TraceActionError on the first step it cannot take."""
+    n = servers_of(trace, source)
+    return [_command(step, n, source) for step in trace.steps[1:]]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Failure:
+    """The first step where the implementation departed from the trace."""
+
+    step: int
+    action: str
+    params: dict[str, Any]
+    label: str | None
+    reason: str
+    differences: dict[str, list[Any]]  # variable -> [expected, actual]
+    diff: str
+    logs: dict[str, str]
+    command: str
+
+    @property
+    def signature(self) -> tuple[str, tuple[str, ...]]:
+        """What "fails the same way" means to the minimizer: the action and the set of differing variables."""
+        return self.action, tuple(sorted(self.differences))
+
+
+@dataclass
+class ReplayResult:
+    trace: str
+    config: str
+    steps: int                      # steps after the initial state
+    replayed: int = 0               # steps whose state matched
+    labels: list[str] = field(default_factory=list)  # the labels of those steps
+    startup: float = 0.0            # seconds to start the servers (and restart them after crashes)
+    step_time: float = 0.0          # seconds spent in steps (command, settle, compare), start-ups excluded
+    wall: float = 0.0
+    failure: Failure | None = None
+    error: str | None = None        # the trace could not be replayed at all (bad input, servers would not start)
+    bug: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None and self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> ReplayResult:
+        obj = {k: v for k, v in obj.items() if k != "passed"}
+        failure = obj.pop("failure")
+        return ReplayResult(**obj, failure=Failure(**failure) if failure else None)
+
+
+def replay_command(source: str, bug: str | None = None) -> str:
+    """The one-line command that replays just this trace."""
+    return "zabref conform " + shlex.quote(str(source)) + (f" --bug {shlex.quote(bug)}" if bug else "")
+
+
+def pretty_json(value: Any, indent: str = "") -> str:
+    """JSON with one line per server (the top level), then one line per element of a container too long for one
+    line (a zxid or a packet stays whole): the diff points at the server and the entry that differ."""
+    flat = json.dumps(value, sort_keys=True)
+    if (indent and len(flat) + len(indent) <= 100) or not isinstance(value, (list, dict)) or not value:
+        return flat
+    inner = indent + " "
+    if isinstance(value, list):
+        items = [inner + pretty_json(v, inner) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + indent + "]"
+    items = [f"{inner}{json.dumps(k)}: {pretty_json(value[k], inner)}" for k in sorted(value)]
+    return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+
+
+def pretty_diff(diffs: dict[str, tuple[Any, Any]]) -> str:
+    """A unified diff of the pretty JSON of each differing variable: spec (expected) against zabref (actual)."""
+    out: list[str] = []
+    for name in sorted(diffs):
+        expected, actual = diffs[name]
+        a = pretty_json(expected).splitlines()
+        b = pretty_json(actual).splitlines()
+        out.extend(difflib.unified_diff(a, b, f"spec: {name}", f"zabref: {name}", lineterm=""))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The replay
+
+
+def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path | None = None,
+           settle_timeout: float = SETTLE_TIMEOUT, workdir: Path | None = None, forked: bool = True) -> ReplayResult:
+    """Replay one trace on fresh servers; never raises for a divergence (see `ReplayResult.failure`). ``forked``:
+    the servers are forked from a zygote (conformance/replay/forkserver.py), else exec'd (`conformance.replay.harness.Cluster`).
+
+    Raises TraceActionError (before any server starts) when a step names an action the driver cannot take.
+    """
+    started = time.monotonic()
+    world = FleReplay(trace, source) if is_fle_trace(trace) else ZabReplay(trace, source)
+    result = ReplayResult(str(source), trace.header.config, len(trace.steps) - 1, bug=bug)
+    folder = Path(tempfile.mkdtemp(prefix="zabref-replay-", dir=workdir))
+    cluster: Cluster | None = None
+    try:
+        try:
+            cluster = Cluster(folder, world.n, bug_root, seed=world.seed(), forked=forked)
+        except (ZabError, OSError) as e:
+            result.error = f"{source}: {e}"
+            return result
+        result.startup = time.monotonic() - started
+        _run(trace, source, world, cluster, result, bug, settle_timeout)
+        return result
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+        result.wall = time.monotonic() - started
+
+
+def _run(trace: Trace, source: str, world: Any, cluster: Cluster, result: ReplayResult, bug: str | None,
+         settle_timeout: float) -> None:
+    def fail(step: Step, reason: str, diffs: dict[str, tuple[Any, Any]]) -> None:
+        result.failure = Failure(step.index, step.action, step.params, step.label, reason,
+                                 {k: [e, a] for k, (e, a) in sorted(diffs.items())}, pretty_diff(diffs),
+                                 cluster.logs(), replay_command(source, bug))
+
+    def observe(step: Step, timeout: float) -> tuple[dict | None, dict[str, tuple[Any, Any]], str]:
+        try:
+            states = settle(cluster.controls, timeout)
+        except (ControlError, OSError) as e:
+            return None, {}, f"not settled: {e}"
+        world.observed(states)
+        return states, differences(step.state, world.spec_state(states), world.names), ""
+
+    states, diffs, problem = observe(trace.steps[0], settle_timeout)
+    if not (problem or diffs):
+        diffs = world.durable_differences(trace.steps[0], cluster)
+    if problem or diffs:
+        return fail(trace.steps[0], problem or "the fresh servers' state differs from the initial state", diffs)
+    for step, command in zip(trace.steps[1:], world.commands):
+        t0 = time.monotonic()
+        try:
+            world.take(step, command, cluster, states)
+        except (ControlError, ZabError, SteerError, OSError) as e:
+            # Show the state after the failed step too, compared with what the step should have produced.
+            after, diffs, problem = observe(step, min(settle_timeout, 2.0))
+            return fail(step, f"{step.action}: {e}" + (f"; {problem}" if problem else ""), diffs)
+        states, diffs, problem = observe(step, settle_timeout)
+        if not (problem or diffs):
+            diffs = world.durable_differences(step, cluster)
+            problem = "a server's disk holds durably other than the spec's persistent variables" if diffs else ""
+        if not (problem or diffs):
+            problem = world.check_clients(step, cluster)
+        if problem or diffs:
+            return fail(step, problem or "state differs", diffs)
+        result.replayed += 1
+        result.labels.append(step.label)
+        elapsed = time.monotonic() - t0
+        if command.kind == "crash":
+            result.startup += elapsed
+        else:
+            result.step_time += elapsed
+
+
+class ZabReplay:
+    """The driver's side of a spec/Zab.tla trace: its commands, how to take them, how to read the servers."""
+
+    def __init__(self, trace: Trace, source: str) -> None:
+        self.n = servers_of(trace, source)
+        self.commands = plan(trace, source)
+        self.names: Any = None  # mapping.differences: every mapped variable
+        self._requests = 0
+
+    def seed(self) -> dict[int, Any]:
+        return {}
+
+    def observed(self, states: dict[int, dict]) -> None:
+        pass
+
+    def spec_state(self, states: dict[int, dict]) -> dict[str, Any]:
+        return spec_state(list(states.values()))
+
+    def durable_differences(self, step: Step, cluster: Cluster) -> dict[str, tuple[Any, Any]]:
+        """history, acceptedEpoch and currentEpoch as each server's FILES hold them durably (a separate reader, not
+        the server's memory) against the step's state: a write that was never fsynced shows here, crash or not."""
+        snaps = []
+        for sid in range(1, self.n + 1):
+            try:
+                p = cluster.durable(sid)
+            except ZabError as e:  # e.g. a log a power cut would leave unreadable
+                return {f"history (durable)": (step.state.get("history"), f"server {sid}: unreadable: {e}")}
+            snaps.append({"sid": sid, "variables": {
+                "history": [(t.zxid, t.value.decode("utf-8", "backslashreplace")) for t in p.history],
+                "accepted_epoch": p.accepted_epoch, "current_epoch": p.current_epoch}})
+        actual = {f"{name} (durable)": MAPPED[name](snaps) for name in PERSISTENT}
+        expected = {f"{name} (durable)": step.state.get(name) for name in PERSISTENT}
+        return differences(expected, actual, list(actual))
+
+    def take(self, step: Step, command: Command, cluster: Cluster, states: dict[int, dict]) -> None:
+        if command.kind == "crash":
+            cluster.crash(command.i)
+        else:
+            _persist_before_send(cluster, command.i, states, lambda: self._take(step, command, cluster, states))
+
+    def _take(self, step: Step, command: Command, cluster: Cluster, states: dict[int, dict]) -> None:
+        i, j = command.i, command.j
+        if command.kind == "release":
+            held = states[i]["held"].get(str(j), [])
+            if not held:
+                raise ControlError(f"server {i} holds no packet from server {j}; {step.action} takes a "
+                                   f"{command.packet}")
+            if held[0]["type"] != command.packet:
+                raise ControlError(f"the head packet server {i} holds from server {j} is a {held[0]['type']}, "
+                                   f"{step.action} takes a {command.packet}")
+            answer = cluster.request(i, "release", **{"from": j})
+            if answer.get("deferred"):
+                raise ControlError(f"server {i} did not take the {command.packet} from {j}: its node deferred it")
+            expect_only(answer["actions"], "Zab", step.action, i)
+        elif command.kind == "steer":
+            taken = steer(cluster, i, j, self.n, states[i], lambda what, p: wait_until(what, p, STEP_TIMEOUT))
+            expect_only(taken, "Zab", step.action, i)
+        elif command.kind == "submit":
+            self._submit(step, i, cluster, states)
+        else:
+            self._timeout(step, i, cluster, states)
+
+    def _submit(self, step: Step, i: int, cluster: Cluster, states: dict[int, dict]) -> None:
+        """ClientRequest(i): every other one (the first of a trace included) goes through a follower of i in BROADCAST,
+        which forwards it."""
+        value = str(step.state["history"][i - 1][-1]["value"])
+        self._requests += 1
+        followers = [s for s, st in sorted(states.items())
+                     if st["variables"]["state"] == "FOLLOWING" and st["variables"]["leader"] == i
+                     and st["variables"]["zab_state"] == "BROADCAST"]
+        via = followers[self._requests % len(followers)] if followers and self._requests % 2 == 1 else i
+        before = len(states[i]["variables"]["history"])
+        cluster.submit(via, value)
+        wait_until(f"server {i} to log the value {value!r} submitted at server {via}",
+                   lambda: len(cluster.request(i, "state")["variables"]["history"]) > before, STEP_TIMEOUT)
+
+    def _timeout(self, step: Step, i: int, cluster: Cluster, states: dict[int, dict]) -> None:
+        """Let time pass at i until its node gives up. A leader whose learners are connected stops hearing them
+        only if they are paused meanwhile (they would answer its PINGs)."""
+        paused: set[int] = set()
+        if step.action == "LeaderTimeout":
+            phases = states[i]["variables"]["learner_phase"]
+            paused = {int(f) for f, p in phases.items() if p != "NONE" and int(f) != i}
+        cluster.pause(paused)
+        try:
+            answer = cluster.request(i, "tick", count=MAX_TIMEOUT_TICKS, until_action=step.action)
+        finally:
+            cluster.resume(paused)
+        expect_only(answer["actions"], "Zab", step.action, i)
+
+    def check_clients(self, step: Step, cluster: Cluster) -> str:
+        """A client's submit is answered with its zxid only once the spec says the server it asked delivered the
+        value -- and then within a bound. "" when every submit so far agrees, else what went wrong.
+
+        An answer is judged once, against the state of the step after which the driver first sees it: a server that
+        answered and later crashed (the spec's Crash forgets lastCommitted) answered rightly."""
+        delivered = _delivered(step.state)
+        for sub in cluster.submits:
+            if sub.judged:
+                continue
+            if sub.error is None and sub.answer is None and sub.value in delivered[sub.sid]:
+                sub.done.wait(2.0)
+            got = sub.answer
+            if got is not None and "zxid" in got and sub.value not in delivered[sub.sid]:
+                return (f"server {sub.sid} answered the submit of {sub.value!r} with {got} although the spec says "
+                        "it has not delivered that value")
+            if sub.value in delivered[sub.sid] and got is None and sub.error is None:
+                return f"server {sub.sid} delivered {sub.value!r} but did not answer the client that submitted it"
+            sub.judged = got is not None
+        return ""
+
+
+def _persist_before_send(cluster: Cluster, i: int, states: dict[int, dict], run: Any) -> None:
+    """Take a step at server i with i armed to stop at its next fsync (`zabref.storage.disk`). If the step persists,
+    i stops before its storage is durable: then no packet of the step may have reached a peer yet (seed 000, phase 3,
+    step 2, "log and sync proposals to disk and send ACK"; and a power cut must lose only steps none of whose packets
+    left). ControlError naming the packet when one did."""
+    before = {p: len(s["held"].get(str(i), [])) for p, s in states.items() if p != i}
+    cluster.request(i, "fsync_pause", on=True)
+    error: list[BaseException] = []
+
+    def step() -> None:
+        try:
+            run()
+        except BaseException as e:  # noqa: BLE001 -- handed to the driver's thread below
+            error.append(e)
+
+    worker = threading.Thread(target=step, name=f"step-at-{i}", daemon=True)
+    worker.start()
+    problem = ""
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while worker.is_alive() and time.monotonic() < deadline:
+        if cluster.stopped(i):
+            try:
+                for p, count in before.items():
+                    held = cluster.request(p, "state")["held"].get(str(i), [])
+                    if len(held) > count:
+                        problem = (f"server {i} sent {held[count]['type']}(zxid {held[count]['zxid']:#x}) to server "
+                                   f"{p} before the storage of its step was durable (it is stopped at that fsync)")
+                        break
+            finally:
+                cluster.resume({i})
+            break
+        worker.join(0.001)  # returns as soon as the step is done
+    worker.join(STEP_TIMEOUT)
+    if error:
+        raise error[0]
+    if worker.is_alive():
+        raise ControlError(f"the step at server {i} did not finish within {STEP_TIMEOUT} s")
+    cluster.request(i, "fsync_pause", on=False)
+    if problem:
+        raise ControlError(problem)
+
+
+def _delivered(state: dict[str, Any]) -> dict[int, set[str]]:
+    """The values each server has delivered in the spec state (history[1..lastCommitted])."""
+    out = {}
+    for k, (h, c) in enumerate(zip(state["history"], state["lastCommitted"]), 1):
+        out[k] = {str(t["value"]) for t in h[:c]}
+    return out
+
+
+def replay_file(path: str | os.PathLike[str], **options: Any) -> ReplayResult:
+    """Read a trace file and replay it (TraceFormatError / TraceActionError for bad input)."""
+    return replay(read_trace(Path(path)), str(path), **options)

@@ -1,0 +1,244 @@
+"""The regression scenarios: what each committed trace in traces/regression/ must show, as a monitor over steps.
+
+Theory of operation
+-------------------
+A scenario is a property of a *path*, not of one state: "a transaction is committed, then its leader crashes, then a
+new leader is established that still has it". So each scenario is a small monitor (an automaton) that reads the
+steps of a path one at a time -- the state before, the action and its parameters, the state after -- and carries a
+small hashable memory (which transaction, which server). `conformance.replay.regress` searches the product of the state
+graph and the monitor breadth-first, so the trace it returns is a shortest path of the graph that the monitor
+accepts: the shortest witness of the scenario the model has, not merely a path through some state.
+
+States are the canonical JSON objects of the trace format (docs/values.md): functions over Server are lists indexed
+from 0 for server 1, transactions are ``{"zxid": [epoch, counter], "value": v}``. Each monitor's ``step`` returns
+its next memory, ``ACCEPT``, or ``None`` to stay where it is.
+
+The set follows issue 5 (seed 004's Fig. 3 and Fig. 4, a join of an established leader, each synchronization mode,
+an election with split votes -- in the fine-grained spec/FastLeaderElection.tla, model ``fle_ci``) and adds the
+case no action-coverage trace reaches: a leader whose new epoch must rise above a follower's acceptedEpoch (the
+seeded bug ``epoch_ignores_acceptedepoch`` hides there).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ACCEPT", "Scenario", "SCENARIOS", "by_name"]
+
+ACCEPT = "accept"
+
+State = dict[str, Any]
+Memory = Any
+StepFn = Callable[[Memory, State, str, dict[str, Any], State], Memory]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str          # the trace file's stem in traces/regression/
+    config: str        # the model whose graph holds the witness
+    seed: str          # where the protocol documents state it
+    why: str           # what a failure of this trace would mean
+    step: StepFn
+
+
+def _key(txn: dict[str, Any]) -> str:
+    return json.dumps(txn, sort_keys=True)
+
+
+def _has(history: list[dict[str, Any]], key: str) -> bool:
+    return any(_key(t) == key for t in history)
+
+
+def _established(s: State, k: int) -> bool:
+    """IsPrimary: server k+1 leads and has reached BROADCAST."""
+    return s["state"][k] == "LEADING" and s["zabState"][k] == "BROADCAST"
+
+
+def _srv(params: dict[str, Any], name: str = "i") -> int:
+    return params[name] - 1
+
+
+# -- seed 004, Fig. 3 -------------------------------------------------------------------------------------------
+
+def _fig3(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    if m is None:
+        if after["committed"] and not before["committed"]:
+            t = after["committed"][0]
+            leaders = [k for k in range(len(after["state"])) if _established(after, k) and t in after["history"][k]]
+            return ("committed", _key(t), t["zxid"][0], leaders[0]) if leaders else None
+        return None
+    phase, key, epoch, old = m
+    if phase == "committed" and action == "Crash" and _srv(params) == old:
+        return ("crashed", key, epoch, old)
+    if phase == "crashed":
+        for k in range(len(after["state"])):
+            if k != old and _established(after, k) and after["currentEpoch"][k] > epoch and _has(after["history"][k], key):
+                return ACCEPT
+    return None
+
+
+# -- seed 004, Fig. 4 -------------------------------------------------------------------------------------------
+
+def _fig4(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    committed = {_key(t) for t in after["committed"]}
+    if m is None:
+        if action == "ClientRequest":
+            t = after["history"][_srv(params)][-1]
+            return ("proposed", _key(t), t["zxid"][0], _srv(params))
+        return None
+    phase, key, epoch, old = m[:4]
+    if key in committed:
+        return None  # the proposal got committed after all: this path is no witness (BFS tries the others)
+    if phase == "proposed" and action == "Crash" and _srv(params) == old:
+        return ("crashed", key, epoch, old)
+    if phase == "crashed":
+        for k in range(len(after["state"])):
+            if k != old and _established(after, k) and after["currentEpoch"][k] > epoch \
+                    and not _has(after["history"][k], key):
+                m, phase = ("skipped", key, epoch, old, k), "skipped"  # and see below: it may end here too
+                break
+    if phase == "skipped":
+        new = m[4]
+        if after["leader"][old] == new + 1 and after["zabState"][old] == "BROADCAST" \
+                and after["state"][old] == "FOLLOWING" and not _has(after["history"][old], key):
+            return ACCEPT
+        return m
+    return None
+
+
+# -- a follower joins a leader that is already established --------------------------------------------------------
+
+def _join(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    if m is None:
+        if action == "BecomeFollower":
+            i, j = _srv(params), _srv(params, "j")
+            if _established(before, j) and before["history"][j]:
+                return ("joining", i, j)
+        return None
+    _, i, j = m
+    if after["leader"][i] == j + 1 and after["state"][i] == "FOLLOWING" and after["zabState"][i] == "BROADCAST":
+        return ACCEPT
+    return None
+
+
+# -- each synchronization mode, up to the follower's UPTODATE ----------------------------------------------------
+
+def _sync(mode: str, needs: str | None) -> StepFn:
+    def step(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+        if action == f"FollowerProcess{mode}" and m is None:
+            return (mode, _srv(params), _srv(params, "j"), needs is None)
+        if m is None:
+            return None
+        _, i, j, ready = m
+        if needs and action == f"FollowerProcess{needs}" and (_srv(params), _srv(params, "j")) == (i, j):
+            return (mode, i, j, True)
+        if ready and action == "FollowerProcessUPTODATE" and (_srv(params), _srv(params, "j")) == (i, j):
+            return ACCEPT
+        return None
+    return step
+
+
+def _snap(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    if m is None:
+        if action == "FollowerProcessSNAP" and after["history"][_srv(params)]:
+            return ("snap", _srv(params), _srv(params, "j"))
+        return None
+    _, i, j = m
+    if action == "FollowerProcessUPTODATE" and (_srv(params), _srv(params, "j")) == (i, j):
+        return ACCEPT
+    return None
+
+
+# -- the new epoch rises above a follower's acceptedEpoch --------------------------------------------------------
+
+def _epoch_above(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    if m is None:
+        if action == "LeaderProcessFOLLOWERINFO":
+            i, j = _srv(params), _srv(params, "j")
+            head = before["msgs"][j][i][0]
+            if head["zxid"][0] >= before["newEpoch"][i]:
+                return ("raised", i, after["newEpoch"][i])
+        return None
+    _, i, epoch = m
+    if _established(after, i) and after["currentEpoch"][i] == epoch:
+        return ACCEPT
+    return None
+
+
+# -- FastLeaderElection: split votes, a quorum for one leader, then a better vote wins ----------------------------
+
+def _split_vote(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    """The servers start split (each votes for itself); a quorum agrees on some leader A and waits in finalize; a
+    better vote reaches them, and every server decides the same leader B != A."""
+    seen = m or frozenset()
+    for k, waiting in enumerate(after["finalizing"]):
+        if waiting:
+            seen = seen | {after["proposedVote"][k]["leader"]}
+    leaders = {v["leader"] for v in after["proposedVote"]}
+    if all(st != "LOOKING" for st in after["state"]) and len(leaders) == 1 and seen - leaders:
+        return ACCEPT
+    return seen or None
+
+
+# -- FastLeaderElection: a decided server's notification of an older round reaches a LOOKING server -----------------
+
+def _older_round_ballot(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    """HandleFromDecided(i, j) takes a FOLLOWING or LEADING notification of a round below i's own, and i goes on
+    looking: the notification belongs to outOfElection only, never to i's ballot box of this round."""
+    if action != "HandleFromDecided":
+        return None
+    i, j = _srv(params), _srv(params, "j")
+    n = before["electionMsgs"][j][i][0]
+    if n["electionEpoch"] < before["logicalclock"][i] and after["state"][i] == "LOOKING":
+        return ACCEPT
+    return None
+
+
+SCENARIOS = (
+    Scenario("fig3-committed-survives-leader-crash", "ci", "seed 004, Fig. 3",
+             "A transaction committed in epoch e is in the history of the leader established after e's leader "
+             "crashed: the new leader must have learned it from a quorum member. Failing means a committed write "
+             "can be lost.", _fig3),
+    Scenario("fig4-skipped-proposal-stays-skipped", "ci", "seed 004, Fig. 4",
+             "A proposal only the crashed leader logged is skipped by the next epoch; when the old leader comes back "
+             "it must drop it (TRUNC or SNAP) before it serves. Failing means a skipped proposal can be delivered.",
+             _fig4),
+    Scenario("join-established-leader", "ci", "seed 000, phase 2 (a learner connecting to an established leader)",
+             "A server joins a leader that has already reached BROADCAST with a non-empty history, is synced, and "
+             "reaches BROADCAST itself.", _join),
+    Scenario("sync-diff", "ci", "seed 000, phase 2, DIFF",
+             "A follower is synced by DIFF followed by at least one PROPOSAL, then NEWLEADER and UPTODATE.",
+             _sync("DIFF", "PROPOSALInSync")),
+    Scenario("sync-trunc", "ci", "seed 000, phase 2, TRUNC",
+             "A follower with a proposal the leader does not have is truncated, then completes synchronization.",
+             _sync("TRUNC", None)),
+    Scenario("sync-snap", "ci", "seed 000, phase 2, SNAP",
+             "A follower receives a non-empty snapshot of the leader's history, then completes synchronization.",
+             _snap),
+    Scenario("epoch-above-follower-acceptedepoch", "ci", "seed 000, phase 1, step 2 (e' greater than any e received)",
+             "The leader hears FOLLOWERINFO with an acceptedEpoch at least its own proposed epoch and must raise the "
+             "new epoch above it, then establishes that epoch. The action-coverage traces never reach this: it is "
+             "the trace that catches seeded bug epoch_ignores_acceptedepoch.", _epoch_above),
+    Scenario("fle-split-vote-better-vote-ends-finalize", "fle_ci",
+             "seed 003, steps 5-8 (finalizeWait); seed 002 (vote order)",
+             "Every server starts voting for itself; a quorum agrees on a leader and waits in finalize; a better "
+             "vote arrives within the wait, and all three servers decide the better leader. Failing means the vote "
+             "order or the finalize wait is wrong (seeded bug fle_vote_order_sid_reversed fails here).",
+             _split_vote),
+    Scenario("fle-older-round-ballot-stays-out-of-the-box", "fle_ci",
+             "seed 003, scenarios 2 and 3 (notifications of decided servers); ZooKeeper's lookForLeader",
+             "A LOOKING server in a later round takes a FOLLOWING or LEADING notification of an earlier round and "
+             "keeps looking: the ballot counts toward joining an established leader (outOfElection), never toward "
+             "this round's ballot box. Failing means a server can follow the leader of an older round (seeded bug "
+             "follows_older_round fails here).", _older_round_ballot),
+)
+
+
+def by_name(name: str) -> Scenario:
+    for s in SCENARIOS:
+        if s.name == name:
+            return s
+    raise KeyError(f"no scenario {name!r}; known: {', '.join(s.name for s in SCENARIOS)}")

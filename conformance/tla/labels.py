@@ -1,0 +1,242 @@
+"""Edge labels that carry action parameters.
+
+Theory of operation: TLC 2.15 writes only an action's *name* on each edge of a ``-dump dot`` graph, and it names an
+action after the innermost operator it expands.  A disjunct ``\\E i, j \\in Server : FollowerProcessDIFF(i, j)``
+therefore labels every edge "FollowerProcessDIFF", whatever i and j were.  This module reads the ``Next`` of a spec,
+and writes a wrapper module in which every parameter instance is an operator of its own, for example::
+
+    FollowerProcessDIFF__2__1 == TRUE /\\ FollowerProcessDIFF(2, 1)
+
+(the ``TRUE /\\`` stops TLC from expanding further, so the wrapper's name is the label), and a ``LabeledNext`` that is
+the disjunction of them all.  ``LabeledNext`` has exactly the behaviours of ``Next``: the state graph is the same,
+state for state; only the labels say more.  Each edge is then attributable to one action with one parameter tuple,
+with no bookkeeping variable in the spec (a ``recorder`` variable would multiply the states; see spec/README.md).
+
+Label grammar: ``Name("__" arg)*`` where an integer argument is written in decimal and a set of integers as ``S``
+followed by its members joined by ``_`` (``S1_2`` is ``{1, 2}``, ``S`` is ``{}``).
+
+The ``Next`` it reads must keep the regular form the spec promises: one disjunct per line, each
+``\\/ \\E v1, v2 \\in Domain, v3 \\in Domain2 : Action(v1, v2, v3)`` or ``\\/ Action``.  Domains understood:
+``Server`` (1..N) and ``Quorums`` (the subsets of Server of more than N/2 members).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.errors import SpecFormatError
+
+__all__ = [
+    "ActionSignature",
+    "read_next",
+    "instances",
+    "encode_label",
+    "decode_label",
+    "write_labeled_model",
+    "LABELED_NEXT",
+]
+
+LABELED_NEXT = "LabeledNext"
+_SEP = "__"
+
+_DISJUNCT = re.compile(
+    r"^\s*\\/\s*(?:\\E\s+(?P<binders>.+?)\s*:\s*)?(?P<name>[A-Za-z][A-Za-z0-9_]*)\s*(?:\((?P<args>[^()]*)\))?\s*$"
+)
+_BINDER = re.compile(r"^(?P<vars>[A-Za-z]\w*(?:\s*,\s*[A-Za-z]\w*)*)\s*\\in\s*(?P<domain>[A-Za-z]\w*)$")
+
+
+@dataclass(frozen=True)
+class ActionSignature:
+    """One disjunct of Next: the action's name and its parameters with their domains, in argument order."""
+
+    name: str
+    params: tuple[tuple[str, str], ...]  # (parameter name, domain name)
+    line: int
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p for p, _ in self.params)
+
+
+def _split_binders(text: str) -> list[str]:
+    """Split ``i, j \\in Server, Q \\in Quorums`` into ``["i, j \\in Server", "Q \\in Quorums"]``."""
+    parts: list[str] = []
+    current: list[str] = []
+    for piece in text.split(","):
+        current.append(piece)
+        if "\\in" in piece:
+            parts.append(",".join(current).strip())
+            current = []
+    if current:
+        raise SpecFormatError(f"binder without a domain: {','.join(current).strip()!r}")
+    return parts
+
+
+def read_next(spec_path: Path, operator: str = "Next") -> list[ActionSignature]:
+    """Read the disjuncts of ``operator`` (default Next) from a TLA+ module, in order."""
+    lines = Path(spec_path).read_text(encoding="utf-8").splitlines()
+    start = next((k for k, line in enumerate(lines) if re.match(rf"^{operator}\s*==\s*$", line)), None)
+    if start is None:
+        raise SpecFormatError(f"{spec_path}: no line '{operator} ==' (the definition must start a line of its own)")
+    actions: list[ActionSignature] = []
+    for k in range(start + 1, len(lines)):
+        raw = lines[k]
+        stripped = raw.strip()
+        if not stripped or not raw[:1].isspace():
+            break  # the definition ends at a blank line or at the next top-level definition
+        if stripped.startswith("\\*"):
+            continue
+        where = f"{spec_path}:{k + 1}"
+        m = _DISJUNCT.match(raw)
+        if not m:
+            raise SpecFormatError(f"{where}: a disjunct of {operator} not in the form '\\/ \\E v \\in D : A(v)': {stripped}")
+        domains: dict[str, str] = {}
+        if m.group("binders"):
+            for binder in _split_binders(m.group("binders")):
+                b = _BINDER.match(binder)
+                if not b:
+                    raise SpecFormatError(f"{where}: cannot read the binder {binder!r}")
+                for var in re.split(r"\s*,\s*", b.group("vars")):
+                    domains[var] = b.group("domain")
+        args = [a.strip() for a in (m.group("args") or "").split(",") if a.strip()]
+        if sorted(args) != sorted(domains):
+            raise SpecFormatError(f"{where}: the arguments {args} of {m.group('name')} are not exactly its bound variables")
+        actions.append(ActionSignature(m.group("name"), tuple((a, domains[a]) for a in args), k + 1))
+    if not actions:
+        raise SpecFormatError(f"{spec_path}: {operator} has no disjuncts")
+    return actions
+
+
+def domain_values(domain: str, constants: dict[str, int]) -> list:
+    """The members of a domain for the model's constants, in a fixed order."""
+    if "N" not in constants:
+        raise SpecFormatError("the model does not set the constant N")
+    servers = list(range(1, constants["N"] + 1))
+    if domain == "Server":
+        return servers
+    if domain == "Quorums":
+        return [
+            frozenset(c)
+            for size in range(len(servers) // 2 + 1, len(servers) + 1)
+            for c in itertools.combinations(servers, size)
+        ]
+    raise SpecFormatError(f"unknown domain {domain!r} in Next (known: Server, Quorums)")
+
+
+def instances(actions: list[ActionSignature], constants: dict[str, int]):
+    """Every (action, argument tuple) of Next for the model's constants."""
+    for action in actions:
+        pools = [domain_values(domain, constants) for _, domain in action.params]
+        for args in itertools.product(*pools):
+            yield action, args
+
+
+def _encode_arg(value) -> str:
+    if isinstance(value, frozenset):
+        return "S" + "_".join(str(v) for v in sorted(value))
+    if isinstance(value, int) and value >= 0:
+        return str(value)
+    raise SpecFormatError(f"cannot write {value!r} into an edge label")
+
+
+def _tla_arg(value) -> str:
+    if isinstance(value, frozenset):
+        return "{" + ", ".join(str(v) for v in sorted(value)) + "}"
+    return str(value)
+
+
+def encode_label(name: str, args: tuple) -> str:
+    return _SEP.join([name, *(_encode_arg(a) for a in args)])
+
+
+def decode_label(label: str) -> tuple[str, tuple]:
+    """``"ElectLeader__2__S1_2"`` -> ``("ElectLeader", (2, frozenset({1, 2})))``."""
+    name, *parts = label.split(_SEP)
+    args: list = []
+    for part in parts:
+        if part.startswith("S"):
+            body = part[1:]
+            args.append(frozenset(int(x) for x in body.split("_")) if body else frozenset())
+        elif part.isdigit():
+            args.append(int(part))
+        else:
+            raise SpecFormatError(f"edge label {label!r}: cannot read the argument {part!r}")
+    return name, tuple(args)
+
+
+_CONSTANT = re.compile(r"^\s*([A-Za-z]\w*)\s*=\s*(-?\d+)\s*$")
+
+
+def read_constants(cfg_text: str) -> dict[str, int]:
+    """The integer constants a .cfg assigns (``N = 3``)."""
+    return {m.group(1): int(m.group(2)) for line in cfg_text.splitlines() if (m := _CONSTANT.match(line))}
+
+
+def write_labeled_model(spec_dir: Path, config: str, out_dir: Path) -> tuple[Path, Path]:
+    """Write ``MCL_<config>.tla`` (EXTENDS MC_<config>, defines LabeledNext) and its .cfg into out_dir.
+
+    Returns the two paths.  The .cfg is the model's own with ``NEXT Next`` replaced by ``NEXT LabeledNext``; a
+    ``signatures.json`` beside them records each action's parameter names for the pipeline.
+    """
+    spec_dir, out_dir = Path(spec_dir), Path(out_dir)
+    cfg_path = spec_dir / f"MC_{config}.cfg"
+    cfg_text = cfg_path.read_text(encoding="utf-8")
+    if not re.search(r"^\s*NEXT\s+Next\s*$", cfg_text, re.M):
+        raise SpecFormatError(f"{cfg_path}: expected a line 'NEXT Next'")
+    actions = read_next(spec_dir / f"{config_module_base(spec_dir, config)}.tla")
+    constants = read_constants(cfg_text)
+    if "N" not in constants:
+        constants["N"] = server_count(spec_dir, config, cfg_text, cfg_path)
+    module = f"MCL_{config}"
+    defs, names = [], []
+    for action, args in instances(actions, constants):
+        label = encode_label(action.name, args)
+        call = f"{action.name}({', '.join(_tla_arg(a) for a in args)})" if args else action.name
+        defs.append(f"{label} == TRUE /\\ {call}")
+        names.append(label)
+    body = "\n".join(
+        [
+            f"---- MODULE {module} ----",
+            "\\* Generated by conformance/tla/labels.py: every parameter instance of Next as an action of its own,",
+            "\\* so that TLC's edge labels carry the parameters. Same behaviours as Next.",
+            f"EXTENDS MC_{config}",
+            *defs,
+            f"{LABELED_NEXT} ==",
+            *(f"    \\/ {n}" for n in names),
+            "====",
+            "",
+        ]
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tla = out_dir / f"{module}.tla"
+    cfg = out_dir / f"{module}.cfg"
+    tla.write_text(body, encoding="utf-8")
+    cfg.write_text(re.sub(r"^(\s*NEXT\s+)Next(\s*)$", rf"\g<1>{LABELED_NEXT}\g<2>", cfg_text, flags=re.M), encoding="utf-8")
+    (out_dir / "signatures.json").write_text(
+        json.dumps({a.name: list(a.param_names) for a in actions}, indent=1, sort_keys=True), encoding="utf-8"
+    )
+    return tla, cfg
+
+
+def server_count(spec_dir: Path, config: str, cfg_text: str, cfg_path: Path) -> int:
+    """N for a model that sets `Server <- Def` with `Def == 1..K` in its MC module instead of a constant N."""
+    sub = re.search(r"^\s*Server\s*<-\s*([A-Za-z]\w*)\s*$", cfg_text, re.M)
+    mc = Path(spec_dir) / f"MC_{config}.tla"
+    if sub:
+        m = re.search(rf"^{sub.group(1)}\s*==\s*1\s*\.\.\s*(\d+)\s*$", mc.read_text(encoding="utf-8"), re.M)
+        if m:
+            return int(m.group(1))
+    raise SpecFormatError(f"{cfg_path}: neither a constant N nor 'Server <- Def' with 'Def == 1..K' in {mc.name}")
+
+
+def config_module_base(spec_dir: Path, config: str) -> str:
+    """The spec module a model extends: the module named on ``EXTENDS`` in MC_<config>.tla."""
+    mc = Path(spec_dir) / f"MC_{config}.tla"
+    m = re.search(r"^EXTENDS\s+([A-Za-z]\w*)", mc.read_text(encoding="utf-8"), re.M)
+    if not m:
+        raise SpecFormatError(f"{mc}: no 'EXTENDS Module' line")
+    return m.group(1)

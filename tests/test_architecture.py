@@ -1,0 +1,80 @@
+"""The layout's dependency rules (pyproject.toml's import-linter contracts) hold, and each can fail.
+
+docs/architecture.md explains the rules; its picture (docs/img/architecture.dot) is generated from the imports, and
+must be current.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter on the tree at ``root`` (its packages first on the import path)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT), "--config", str(root / "pyproject.toml"), "--no-cache"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_contract_is_kept():
+    done = lint(REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory) -> str:
+    """A copy of the tree with one seeded violation of each contract; lint-imports' report on it."""
+    root = tmp_path_factory.mktemp("tree")
+    for name in ("zabref", "conformance"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    seeds = {
+        "zabref/config.py": "from conformance import errors as _seeded_1\n",          # implementation-alone
+        "zabref/core/state.py": "import time as _seeded_2\n",                          # core-sans-io
+        "zabref/storage/store.py": "from zabref.runtime import drivers as _seeded_3\n",  # zabref-layers
+        "zabref/net/peers.py": "from zabref.storage import records as _seeded_4\n",    # net-not-storage
+        "zabref/storage/records.py": "from zabref.net import wire as _seeded_5\n",     # storage-not-net
+        "conformance/tla/check.py": "from conformance.report import render as _seeded_6\n",  # conformance-layers
+        "zabref/core/packets.py": "from zabref.core import node as _seeded_7\n",       # no-cycles (node imports packets)
+    }
+    for rel, line in seeds.items():
+        path = root / rel
+        path.write_text(path.read_text(encoding="utf-8") + "\n" + line, encoding="utf-8")
+    done = lint(root)
+    assert done.returncode != 0
+    return done.stdout
+
+
+@pytest.mark.parametrize("contract, importer, imported", [
+    ("zabref is the implementation alone", "zabref.config", "conformance"),
+    ("zabref.core is sans-IO", "zabref.core.state", "time"),
+    ("zabref's layers", "zabref.storage.store", "zabref.runtime.drivers"),
+    ("net does not import storage", "zabref.net.peers", "zabref.storage.records"),
+    ("storage does not import net", "zabref.storage.records", "zabref.net.wire"),
+    ("conformance's parts", "conformance.tla.check", "conformance.report.render"),
+])
+def test_a_seeded_import_breaks_its_contract(broken, contract, importer, imported):
+    section = broken[broken.index("Broken contracts"):]
+    assert contract in section, section
+    assert importer in section and imported in section, section
+
+
+def test_a_seeded_cycle_is_reported(broken):
+    section = broken[broken.index("Broken contracts"):]
+    assert "No cycles are allowed in zabref.core" in section, section
+
+
+def test_the_architecture_picture_is_current():
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "architecture.py"), "--check"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,540 @@
+"""One server's every decision, with no I/O: the Zab core, FastLeaderElection, timers, keepalives and clients.
+
+Theory of operation
+-------------------
+A `Node` is what a zabref server *decides*; `zabref.server` (real sockets, a real disk) and `conformance.sim` (a
+simulated network, clock and disk) only carry its inputs in and its effects out. Both modes of a real server --
+normal (inputs delivered as they arrive, ticks from the clock) and control (the conformance driver delivers inputs
+and advances a logical clock) -- run this same code; so does every simulated server. One entry point per kind of
+input, each returning the `Effects` to carry out:
+
+* ``start(now)`` -- the process started (a fresh server, or a restart after a crash): FastLeaderElection's first
+  round (spec/FastLeaderElection.tla ``Init``/``Restart``);
+* ``packet(peer, packet, now)`` -- a QuorumPacket from a peer's connection, in arrival order. PING keeps the
+  connection alive (a follower answers its leader's); every other type goes to the Zab core, except a packet the
+  core holds (``ZabCore.held``: FOLLOWERINFO at a server that does not lead, ACKEPOCH(-1) at a leader in DISCOVERY
+  -- no spec action takes it yet), which waits (``Effects.deferred``: the carrier keeps it at the head of its
+  connection and offers it again once ``Effects.unblock`` says the node's role or zabState changed);
+* ``connection_closed(peer, now)`` -- a quorum connection ended: a leader forgets that learner (the core's
+  ``connection_closed``); a follower whose leader connection ended gives up at its next tick;
+* ``notification(peer, n, now)`` -- an election notification; a `Decision` becomes the core's ``become_leader`` or
+  ``become_follower(leader)`` (spec BecomeLeader / BecomeFollower);
+* ``tick(now)`` -- time passed. The only place timers live (`Timing`): the finalize wait and the resend of a
+  LOOKING server's vote (when it heard nothing for a while: ZooKeeper's notTimeout, which doubles at each resend of
+  a round -- without it, two servers of one round whose resends arrive just before each other's timer are silent
+  to each other forever: one keeps resending a worse vote, the other keeps hearing it and never resends its own,
+  a livelock the simulator found, docs/simulation.md), a follower's silence limit
+  (FollowerTimeout), a leader's PINGs and its quorum of responsive learners (LeaderTimeout), and clients waiting too
+  long. A tick may come at any time -- the carrier ticks right after a connection closes, so that the follower
+  reacts at once -- because every timer compares times, never counts ticks;
+* ``client_submit(rid, value, now)``, ``client_sync(rid, now)``, ``forward_reply(rid, reply, now)`` and
+  ``client_read(...)`` -- the client protocol: the leader runs ClientRequest; a follower forwards to its leader and
+  answers once the transaction is delivered HERE (so that a later read here sees it).
+
+Silence. ``now`` is a time in seconds on any clock the carrier likes (a real server's loop clock, the driver's
+logical clock, the simulator's); the node stamps ``heard[peer]`` when it takes a packet and compares with
+``limit * tick_s``. `stalled(now)` says the carrier itself did not run for a while (a long fsync, a SIGSTOP): silence
+is then counted from the end of the stall, so a server never blames its peers for its own pause.
+
+Effects are carried out in their field order: ``persist`` durable first, then everything else (sends, election
+notifications, deliveries, closes, client answers) -- nothing leaves before the persistence of its step is durable
+(`zabref.server` keeps this for a whole batch of steps, which is what makes a power cut equal the spec's Crash).
+``actions`` names each spec action taken (spec/Zab.tla and spec/FastLeaderElection.tla), for the action log.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from zabref.core.election import Decision, FastLeaderElection, Send, Step
+from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
+from zabref.core.zab import SPEC_ACTIONS, LearnerPhase, Output, Persistent, PersistOp, Txn, ZabCore, ZabState
+from zabref.errors import LocalProtocolError
+
+__all__ = ["Timing", "Action", "Effects", "Node", "READ_LIMIT", "DECISIONS_KEPT"]
+
+#: Most transactions one ``read`` answer carries (the client asks again for more).
+READ_LIMIT = 10_000
+#: Election decisions a node remembers for inspection (the control socket's ``state``; the oldest are forgotten).
+DECISIONS_KEPT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The timers, in ticks of ``tick_s`` seconds (ZooKeeper's tickTime, initLimit, syncLimit)."""
+
+    tick_s: float = 0.1
+    init_limit: int = 10  # ticks a follower may take to connect and sync, and a leader to establish its epoch
+    sync_limit: int = 5  # ticks of silence after which the other side is given up
+    finalize_ticks: int = 2  # FastLeaderElection's finalizeWait
+    resend_ticks: int = 4  # a LOOKING server that heard no notification this long sends its vote again
+    resend_max_ticks: int = 32  # ... and waits twice as long before the next resend of the round, up to this
+    submit_timeout_s: float = 30.0  # a client waits this long for its transaction before "outcome unknown"
+
+    def limit(self, ticks: int) -> float:
+        return ticks * self.tick_s
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A spec action this server took: ``module`` is "Zab" or "FLE", ``params`` its parameters (sids)."""
+
+    module: str
+    name: str
+    params: tuple[tuple[str, int], ...]
+    packet: QuorumPacket | None = None  # the packet a receive action took
+    tag: int | None = None  # the carrier's id of the connection it came on (for the action log; opaque here)
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What one input makes the server do, in field order (module docstring)."""
+
+    persist: tuple[PersistOp, ...] = ()
+    dial: tuple[int, ...] = ()  # open a quorum connection to this peer (before the packets sent to it)
+    send: tuple[tuple[int, QuorumPacket], ...] = ()
+    notify: tuple[Send, ...] = ()
+    deliver: tuple[Txn, ...] = ()
+    close: tuple[int, ...] = ()
+    answers: tuple[tuple[int, dict[str, Any]], ...] = ()
+    forwards: tuple[tuple[int, int, dict[str, Any]], ...] = ()  # (request id, to the leader sid, request)
+    actions: tuple[Action, ...] = ()
+    role: ServerState | None = None
+    deferred: bool = False  # the packet was not taken now; offer it again after the next unblock
+    unblock: bool = False  # the role or zabState changed: packets deferred may be taken now
+
+
+@dataclass
+class _Builder:
+    persist: list[PersistOp] = field(default_factory=list)
+    dial: list[int] = field(default_factory=list)
+    send: list[tuple[int, QuorumPacket]] = field(default_factory=list)
+    notify: list[Send] = field(default_factory=list)
+    deliver: list[Txn] = field(default_factory=list)
+    close: list[int] = field(default_factory=list)
+    answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    forwards: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    role: ServerState | None = None
+    unblock: bool = False
+
+    def build(self) -> Effects:
+        return Effects(tuple(self.persist), tuple(self.dial), tuple(self.send), tuple(self.notify), tuple(self.deliver),
+                       tuple(self.close), tuple(self.answers), tuple(self.forwards), tuple(self.actions), self.role,
+                       unblock=self.unblock)
+
+
+def _refused(message: str, retry: bool) -> dict[str, Any]:
+    return {"error": message, "retry": retry}
+
+
+class Node:
+    """One server's decisions (module docstring). ``core`` and ``fle`` are its Zab and election state machines."""
+
+    def __init__(self, sid: int, servers: tuple[int, ...], persistent: Persistent, timing: Timing) -> None:
+        self.sid = sid
+        self.timing = timing
+        self.core = ZabCore(sid, servers, persistent)
+        self.fle = FastLeaderElection(sid, frozenset(servers))
+        self.heard: dict[int, float] = {}  # when a packet of each peer was last taken
+        self.role_since = 0.0
+        self.stalled_until = 0.0
+        self.leader_lost = False  # a follower's connection to its leader ended: give up at the next tick
+        self.finalizing_since: float | None = None
+        self.election_quiet_since = 0.0  # last notification sent or taken while LOOKING (the resend timer)
+        self.resend_after = timing.limit(timing.resend_ticks)  # doubles at each resend of a round (notTimeout)
+        self.learner_conns: set[int] = set()  # open quorum connections that learners opened to this server
+        self.held: dict[int, QuorumPacket] = {}  # peer -> the packet deferred at the head of its connection
+        self.outbound: set[int] = set()  # quorum connections this server opened (to its leader), open or opening
+        self._waiting: dict[int, list[tuple[int, float]]] = {}  # zxid -> [(request id, deadline)]: until delivered
+        self._waiting_zxids: list[int] = []  # a heap of _waiting's keys (and of keys since expired: skipped)
+        self._forwarded: dict[int, float] = {}  # request id -> deadline: forwarded, the leader has not answered
+        #: leader: per learner connection, PINGs sent on it and PINGs its learner sent back (a follower answers each
+        #: of its leader's PINGs, in order): a reply counted here answers a PING at least that recent
+        self._pings: dict[int, list[int]] = {}
+        #: leader: syncs waiting for a quorum to confirm this leadership: (request id, commit point at arrival,
+        #: learner -> the PINGs it must have answered, deadline)
+        self._syncs: list[tuple[int, int, dict[int, int], float]] = []
+        self.decisions: list[dict[str, Any]] = []  # the election's decisions (FLE's checking-only ``decisions``)
+
+    # ------------------------------------------------------------------------------------------ inputs
+
+    def start(self, now: float) -> Effects:
+        """The process started: the first election round (FLE ``Init``; ``Restart`` after a crash)."""
+        out = _Builder()
+        self.role_since = self.election_quiet_since = now
+        step = self.fle.start_election(self.core.last_zxid, self.core.current_epoch)
+        self._fle_step(out, step, now)
+        return out.build()
+
+    def packet(self, peer: int, packet: QuorumPacket, now: float, tag: int | None = None) -> Effects:
+        """A quorum packet from ``peer``; RemoteProtocolError (nothing changed) when no spec action takes it.
+        ``tag``: the carrier's id of the connection (recorded with the action, never used by the node)."""
+        if packet.type == PacketType.PING:
+            self.heard[peer] = now
+            out = _Builder()
+            core = self.core
+            if core.state == ServerState.FOLLOWING and peer == core.leader:
+                out.send.append((peer, QuorumPacket(PacketType.PING, self.committed_zxid)))
+            elif core.state == ServerState.LEADING and peer in self._pings:
+                self._pings[peer][1] += 1
+                self._confirm_syncs(out)
+            return out.build()
+        if self.core.held(peer, packet):
+            self.held[peer] = packet  # a learner whose ACKEPOCH(-1) waits does not keep a leader alive (Counted)
+            return Effects(deferred=True)
+        self.held.pop(peer, None)
+        handler = self.core.handler_for(peer, packet)
+        self.heard[peer] = now
+        out = _Builder()
+        before = self.core.zab_state
+        self._core(out, handler(self.core, peer, packet), now, SPEC_ACTIONS[handler.__name__], packet, tag,
+                   i=self.sid, j=peer)
+        if self.core.zab_state != before:
+            out.unblock = True  # e.g. the epoch is established: a held ACKEPOCH(-1) is synced now
+        return out.build()
+
+    def connection_opened(self, peer: int, inbound: bool) -> None:
+        """A quorum connection with ``peer`` is up; ``inbound``: the peer opened it (a learner of this server)."""
+        if inbound:
+            self.learner_conns.add(peer)
+            self._pings[peer] = [0, 0]
+
+    def connection_closed(self, peer: int, now: float, *, inbound: bool, tag: int | None = None) -> Effects:
+        """A quorum connection with ``peer`` ended (the peer left, the network broke it, or bad input)."""
+        out = _Builder()
+        out.actions.append(Action("Zab", "ConnectionClosed", (("i", self.sid), ("j", peer)), None, tag))  # for the log
+        if inbound:
+            self.learner_conns.discard(peer)
+            self.held.pop(peer, None)
+            self._pings.pop(peer, None)
+            for _, _, marks, _ in self._syncs:  # a new connection is newer than any waiting sync: one reply will do
+                if peer in marks:
+                    marks[peer] = 1
+            self._core(out, self.core.connection_closed(peer), now, None)
+        else:
+            self.outbound.discard(peer)
+            if self.core.state == ServerState.FOLLOWING and peer == self.core.leader:
+                self.leader_lost = True
+        return out.build()
+
+    def notification(self, peer: int, n: Notification, now: float) -> Effects:
+        """An election notification from ``peer``; RemoteProtocolError for one no server sends."""
+        out = _Builder()
+        try:
+            action = self.fle.action_for(peer, n)
+            step = self.fle.receive(peer, n)
+        except LocalProtocolError:
+            return out.build()  # e.g. before start: nothing to do with it
+        if self.fle.state is ServerState.LOOKING:
+            self.election_quiet_since = now
+        out.actions.append(Action("FLE", action, (("i", self.sid), ("j", peer))))
+        self._fle_step(out, step, now)
+        return out.build()
+
+    def stalled(self, now: float) -> None:
+        """The carrier did not run until ``now`` (module docstring: silence counts from here)."""
+        self.stalled_until = max(self.stalled_until, now)
+
+    def tick(self, now: float) -> Effects:
+        """Time is ``now``: run every timer that is due (module docstring)."""
+        out = _Builder()
+        self._expire_clients(out, now)
+        core, t = self.core, self.timing
+        if core.state == ServerState.LOOKING:
+            self._election_tick(out, now)
+        elif core.state == ServerState.FOLLOWING:
+            limit = t.limit(t.sync_limit if core.zab_state == ZabState.BROADCAST else t.init_limit)
+            if self.leader_lost or self.silent(core.leader, now) > limit:
+                self._core(out, core.follower_timeout(), now, "FollowerTimeout", i=self.sid)
+        else:
+            self._leader_tick(out, now)
+        return out.build()
+
+    # ------------------------------------------------------------------------------------------ clients
+
+    def client_submit(self, rid: int, value: bytes, now: float) -> Effects:
+        """A client's value: ClientRequest at the leader; a follower forwards it. Answered once delivered here."""
+        out = _Builder()
+        core = self.core
+        if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
+            output = core.client_request(value)
+            zxid = output.persist[0].txns[0].zxid
+            self._wait(zxid, rid, now + self.timing.submit_timeout_s)
+            self._core(out, output, now, "ClientRequest", i=self.sid)
+        elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
+            self._forwarded[rid] = now + self.timing.submit_timeout_s
+            out.forwards.append((rid, core.leader, {"op": "submit", "value": value.decode("utf-8")}))
+        else:
+            out.answers.append((rid, self._not_serving()))
+        return out.build()
+
+    def client_sync(self, rid: int, now: float) -> Effects:
+        """Answered once this server has delivered what the leader had committed when the sync reached it.
+
+        A leader answers only once a quorum has confirmed that it still leads: it PINGs every learner and waits
+        until a quorum (itself included) has answered a PING sent after the sync arrived. A leader cut off from
+        its followers may not know yet that others elected a new leader and committed more; its own commit point
+        would then be stale (the fault runner's read checker found exactly that). A confirming follower still
+        followed this leader after the sync arrived, and a new leader needs a quorum that left this one, so
+        nothing was committed elsewhere before the sync arrived (Raft's ReadIndex makes the same argument)."""
+        out = _Builder()
+        core = self.core
+        if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
+            ping = QuorumPacket(PacketType.PING, self.committed_zxid)
+            marks = {}
+            for f in sorted(self.learner_conns):
+                if f in self._pings:
+                    out.send.append((f, ping))
+                    self._pings[f][0] += 1
+                    marks[f] = self._pings[f][0]
+            self._syncs.append((rid, self.committed_zxid, marks, now + self.timing.submit_timeout_s))
+            self._confirm_syncs(out)
+        elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
+            self._forwarded[rid] = now + self.timing.submit_timeout_s
+            out.forwards.append((rid, core.leader, {"op": "sync"}))
+        else:
+            out.answers.append((rid, self._not_serving()))
+        return out.build()
+
+    def forward_reply(self, rid: int, reply: dict[str, Any], now: float) -> Effects:
+        """The leader's answer to a forwarded request (or the carrier's error when the forward failed)."""
+        out = _Builder()
+        deadline = self._forwarded.pop(rid, None)
+        if deadline is None:
+            return out.build()  # answered already (timed out)
+        zxid = reply.get("zxid")
+        if "error" in reply or not isinstance(zxid, int) or isinstance(zxid, bool):
+            out.answers.append((rid, reply if "error" in reply else _refused(f"bad answer from the leader: {reply}",
+                                                                             False)))
+        else:
+            self._wait(zxid, rid, deadline)
+            self._answer_delivered(out)
+        return out.build()
+
+    def client_read(self, after: int, limit: int = READ_LIMIT) -> dict[str, Any]:
+        """The delivered transactions after zxid ``after``, in delivery order (at most ``limit``), and ``zxid``: the
+        last delivered here (0: none), as ZooKeeper's reply header carries the server's last zxid."""
+        core = self.core
+        delivered = core.last_committed  # history[:delivered]: bisect it in place (no copy per read)
+        start = bisect.bisect_right(core.history, after, 0, delivered, key=lambda t: t.zxid)
+        limit = max(1, min(limit, READ_LIMIT))
+        chunk = core.history[start: min(start + limit, delivered)]
+        return {"txns": [[t.zxid, t.value.decode("utf-8", "backslashreplace")] for t in chunk],
+                "more": start + limit < delivered, "zxid": core.history[delivered - 1].zxid if delivered else 0}
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def committed_zxid(self) -> int:
+        """The zxid of the last delivered transaction (0 when none)."""
+        core = self.core
+        return core.history[core.last_committed - 1].zxid if core.last_committed else 0
+
+    def silent(self, peer: int, now: float) -> float:
+        """Seconds ``peer`` has been silent at ``now``, counted from this role's start and this server's stalls."""
+        return now - max(self.heard.get(peer, self.role_since), self.role_since, self.stalled_until)
+
+    def fle_variables(self) -> dict[str, Any]:
+        """FastLeaderElection's variables of this server (spec/FastLeaderElection.tla), as plain values."""
+        f = self.fle
+
+        def vote(v: Any) -> Any:
+            return None if v is None else {"leader": v.leader, "zxid": v.zxid, "epoch": v.epoch}
+
+        def box(b: dict[int, Notification]) -> dict[str, Any]:
+            return {str(s): {"state": n.state.name, "leader": n.leader, "zxid": n.zxid,
+                             "electionEpoch": n.election_epoch, "peerEpoch": n.peer_epoch}
+                    for s, n in sorted(b.items())}
+
+        return {"state": f.state.name, "logicalclock": f.logicalclock, "proposedVote": vote(f.proposed_vote),
+                "recvVotes": box(f.recv_votes), "outOfElection": box(f.out_of_election),
+                "finalizing": f.finalizing}
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _core(self, out: _Builder, output: Output, now: float, action: str | None,
+              packet: QuorumPacket | None = None, tag: int | None = None, **params: int) -> None:
+        """Take one core Output (spec action ``action``) into ``out``; react to a change of role."""
+        if action is not None:
+            out.actions.append(Action("Zab", action, tuple(params.items()), packet, tag))
+        out.persist += output.persist
+        for peer in output.close:
+            self.learner_conns.discard(peer)
+            self.held.pop(peer, None)
+            self.outbound.discard(peer)
+        core = self.core
+        for peer, packet in output.send:
+            # A follower connects to its leader when it first sends to it (FOLLOWERINFO); a leader only answers on
+            # the connections its learners opened.
+            if core.state == ServerState.FOLLOWING and peer == core.leader and peer not in self.outbound:
+                self.outbound.add(peer)
+                out.dial.append(peer)
+            out.send.append((peer, packet))
+        out.deliver += output.deliver
+        out.close += output.close
+        if output.deliver:
+            self._answer_delivered(out)
+        if output.role is not None:
+            out.role = output.role
+            out.unblock = True
+            self._role_changed(out, now)
+
+    def _role_changed(self, out: _Builder, now: float) -> None:
+        self.role_since = now
+        self.heard.clear()
+        self.leader_lost = False
+        # A forwarded request waits for the answer of the leader it went to; once this server stops following that
+        # leader, the answer can no longer come (its connection is gone), and nothing here knows the request's zxid:
+        # the client learns now that the outcome is unknown, not when the forward's deadline runs out.
+        for rid in list(self._forwarded):
+            del self._forwarded[rid]
+            out.answers.append((rid, _refused(f"server {self.sid} stopped following before its leader answered the "
+                                              "forwarded request: outcome unknown", False)))
+        for rid, _, _, _ in self._syncs:  # a sync changes nothing: asking again is safe
+            out.answers.append((rid, _refused(f"leader {self.sid} stopped leading before a quorum confirmed the "
+                                              "sync", True)))
+        self._syncs = []
+        if self.core.state == ServerState.LOOKING:  # GoLooking: a new election round (FLE StartElection)
+            if self.fle.state is not ServerState.LOOKING:
+                self.election_quiet_since = now
+                self._fle_step(out, self.fle.start_election(self.core.last_zxid, self.core.current_epoch), now)
+
+    def _fle_step(self, out: _Builder, step: Step, now: float) -> None:
+        if step.action in ("StartElection", "Restart"):
+            out.actions.append(Action("FLE", step.action, (("i", self.sid),)))
+            self.resend_after = self.timing.limit(self.timing.resend_ticks)
+        out.notify += step.sends
+        if self.fle.finalizing:
+            if self.finalizing_since is None:
+                self.finalizing_since = now
+        else:
+            self.finalizing_since = None
+        if step.decision is not None:
+            d = step.decision
+            self.decisions.append({"sid": self.sid, "round": d.round, "leader": d.leader,
+                                   "quorum": sorted(d.quorum), "looking": sorted(d.looking)})
+            del self.decisions[:-DECISIONS_KEPT]
+            self._decide(out, d, now)
+
+    def _decide(self, out: _Builder, d: Decision, now: float) -> None:
+        """An election decision becomes BecomeLeader or BecomeFollower (the core refuses one it cannot take)."""
+        core = self.core
+        try:
+            if d.leader == self.sid:
+                self._core(out, core.become_leader(), now, "BecomeLeader", i=self.sid)
+            else:
+                self._core(out, core.become_follower(d.leader), now, "BecomeFollower", i=self.sid, j=d.leader)
+        except LocalProtocolError:  # e.g. no epoch left above acceptedEpoch: look again, in the next round
+            self._fle_step(out, self.fle.start_election(core.last_zxid, core.current_epoch), now)
+
+    def _election_tick(self, out: _Builder, now: float) -> None:
+        t = self.timing
+        fle = self.fle
+        if fle.finalizing:
+            if self.finalizing_since is not None and now - self.finalizing_since >= t.limit(t.finalize_ticks):
+                out.actions.append(Action("FLE", "FinalizeTimeout", (("i", self.sid),)))
+                self._fle_step(out, fle.finalize_timeout(), now)
+        elif fle.logicalclock and now - max(self.election_quiet_since, self.stalled_until) >= self.resend_after:
+            self.election_quiet_since = now
+            self.resend_after = min(2 * self.resend_after, t.limit(t.resend_max_ticks))
+            out.actions.append(Action("FLE", "ResendNotifications", (("i", self.sid),)))
+            out.notify += fle.resend_notifications()
+
+    def _leader_tick(self, out: _Builder, now: float) -> None:
+        core, t = self.core, self.timing
+        ping = QuorumPacket(PacketType.PING, self.committed_zxid)
+        out.send += [(f, ping) for f in sorted(self.learner_conns)]
+        for f in self.learner_conns:
+            if f in self._pings:
+                self._pings[f][0] += 1
+        established = core.zab_state == ZabState.BROADCAST
+        # Until when each learner counts as responsive: its silence is within its limit. The quorum of responsive
+        # learners (with this leader) lasted until the latest moment at which those responsive then still formed
+        # one -- computed from the times heard, not from when ticks ran, so a tick that comes late (or a clock
+        # that jumps) sees the lack as long as it really was.
+        until = []
+        for f in core.servers:
+            if f != self.sid and core.counted(f, self.held.get(f)):
+                phase = core.learner_phase[f]
+                limit = t.limit(t.sync_limit if phase == LearnerPhase.UPTODATE else t.init_limit)
+                until.append((now - self.silent(f, now) + limit, f))
+        lost = max(self.role_since, self.stalled_until)  # never a quorum this role: lacking since the role began
+        members = {self.sid}
+        for end, f in sorted(until, reverse=True):
+            members.add(f)
+            if core.is_quorum(members):
+                if end >= now:
+                    return  # a quorum is responsive now
+                lost = max(end, self.stalled_until)
+                break
+        if now - lost > t.limit(t.sync_limit if established else t.init_limit):
+            self._core(out, core.leader_timeout(), now, "LeaderTimeout", i=self.sid)
+
+    def _confirm_syncs(self, out: _Builder) -> None:
+        """Answer each waiting sync that a quorum has confirmed (`client_sync`)."""
+        keep = []
+        for rid, zxid, marks, deadline in self._syncs:
+            confirmed = {f for f, mark in marks.items() if f in self._pings and self._pings[f][1] >= mark}
+            if self.core.is_quorum(confirmed | {self.sid}):
+                out.answers.append((rid, {"zxid": zxid}))
+            else:
+                keep.append((rid, zxid, marks, deadline))
+        self._syncs = keep
+
+    def _not_serving(self) -> dict[str, Any]:
+        core = self.core
+        if core.state == ServerState.LEADING:
+            return _refused(f"leader {self.sid} is still establishing its epoch", True)
+        return _refused(f"server {self.sid} has no established leader yet ({core.state.name})", True)
+
+    def _wait(self, zxid: int, rid: int, deadline: float) -> None:
+        """Client request ``rid`` is answered once ``zxid`` is delivered here (or skipped), or at ``deadline``."""
+        waiting = self._waiting.get(zxid)
+        if waiting is None:
+            self._waiting[zxid] = waiting = []
+            heapq.heappush(self._waiting_zxids, zxid)
+        waiting.append((rid, deadline))
+
+    def _answer_delivered(self, out: _Builder) -> None:
+        """Answer every waiting client whose transaction is now delivered, or was skipped by a later epoch."""
+        core = self.core
+        top = self.committed_zxid
+        heap = self._waiting_zxids
+        while heap and heap[0] <= top:  # in zxid order, and only the answered ones: a delivery costs O(log waiting)
+            zxid = heapq.heappop(heap)
+            if zxid not in self._waiting:
+                continue  # expired, or a duplicate key of one answered already
+            k = core.index_of(core.history, zxid)
+            # zxid 0: a sync answered by a leader that had committed nothing yet -- delivered by every server
+            answer = ({"zxid": zxid} if zxid == 0 or 0 < k <= core.last_committed else
+                      _refused(f"transaction {zxid:#x} was not committed: a later epoch skipped it", False))
+            out.answers += [(rid, answer) for rid, _ in self._waiting.pop(zxid)]
+
+    def _expire_clients(self, out: _Builder, now: float) -> None:
+        for zxid in list(self._waiting):
+            keep = []
+            for rid, deadline in self._waiting[zxid]:
+                if deadline <= now:
+                    out.answers.append((rid, _refused(f"transaction {zxid:#x} not delivered within "
+                                                      f"{self.timing.submit_timeout_s:g} s: outcome unknown", False)))
+                else:
+                    keep.append((rid, deadline))
+            if keep:
+                self._waiting[zxid] = keep
+            else:
+                del self._waiting[zxid]
+        for rid, _, _, deadline in self._syncs:
+            if deadline <= now:
+                out.answers.append((rid, _refused("no quorum confirmed this leader within "
+                                                  f"{self.timing.submit_timeout_s:g} s", True)))
+        self._syncs = [s for s in self._syncs if s[3] > now]
+        for rid, deadline in list(self._forwarded.items()):
+            if deadline <= now:
+                del self._forwarded[rid]
+                out.answers.append((rid, _refused("the leader did not answer the forwarded request in time: "
+                                                  "outcome unknown", False)))
+

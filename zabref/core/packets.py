@@ -1,0 +1,147 @@
+"""Packets and identifiers of Zab, exactly as seed 000 names and numbers them.
+
+Theory of operation: this module holds plain data only -- the QuorumPacket and LearnerInfo structures of seed 000,
+the packet-type numbers of its table, the FastLeaderElection notification, and zxid arithmetic. The wire codec
+(`zabref.net.wire`) turns these into bytes and back; the protocol core (`zabref.core.zab`) consumes and produces them. Nothing
+here does I/O.
+
+A zxid is a 64-bit number ``epoch << 32 | counter`` (seed 004, section 3: "the high order 32 bits are the epoch ...
+the low order 32 bits are a counter"). The spec writes it as the pair ``<<epoch, counter>>``; `zxid_pair` and
+`make_zxid` convert between the two.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+__all__ = [
+    "PacketType",
+    "ServerState",
+    "QuorumPacket",
+    "LearnerInfo",
+    "Notification",
+    "AuthId",
+    "make_zxid",
+    "zxid_epoch",
+    "zxid_counter",
+    "zxid_pair",
+    "PROTOCOL_VERSION",
+    "MAX_EPOCH",
+    "MAX_COUNTER",
+]
+
+#: LearnerInfo.protocolVersion and LEADERINFO's data: the version of this implementation's protocol (ZooKeeper's
+#: 0x10000 marks "Zab 1.0").
+PROTOCOL_VERSION = 0x10000
+
+MAX_EPOCH = (1 << 32) - 1
+MAX_COUNTER = (1 << 32) - 1
+
+
+class PacketType(enum.IntEnum):
+    """QuorumPacket.type, numbered as in seed 000's table (and ZooKeeper's Leader.java for PING/REQUEST)."""
+
+    REQUEST = 1
+    PROPOSAL = 2
+    ACK = 3
+    COMMIT = 4
+    PING = 5
+    REVALIDATE = 6
+    SYNC = 7
+    INFORM = 8
+    NEWLEADER = 10
+    FOLLOWERINFO = 11
+    UPTODATE = 12
+    DIFF = 13
+    TRUNC = 14
+    SNAP = 15
+    OBSERVERINFO = 16
+    LEADERINFO = 17
+    ACKEPOCH = 18
+
+
+class ServerState(enum.IntEnum):
+    """A server's role (seed 002: LOOKING, FOLLOWING, LEADING, OBSERVING), numbered as ZooKeeper's notifications."""
+
+    LOOKING = 0
+    FOLLOWING = 1
+    LEADING = 2
+    OBSERVING = 3
+
+
+def make_zxid(epoch: int, counter: int) -> int:
+    """``epoch << 32 | counter``; both halves must fit in 32 bits."""
+    if not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"epoch {epoch} does not fit in 32 bits")
+    if not 0 <= counter <= MAX_COUNTER:
+        raise ValueError(f"counter {counter} does not fit in 32 bits")
+    return (epoch << 32) | counter
+
+
+def zxid_epoch(zxid: int) -> int:
+    return zxid >> 32
+
+
+def zxid_counter(zxid: int) -> int:
+    return zxid & MAX_COUNTER
+
+
+def zxid_pair(zxid: int) -> tuple[int, int]:
+    """The spec's ``<<epoch, counter>>`` form of a zxid."""
+    return (zxid >> 32, zxid & MAX_COUNTER)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthId:
+    """org.apache.zookeeper.data.Id: one element of QuorumPacket.authinfo (used only for requests)."""
+
+    scheme: str
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumPacket:
+    """``class QuorumPacket { int type; long zxid; buffer data; vector<Id> authinfo; }`` (seed 000).
+
+    ``data`` is None for a null buffer (jute writes length -1), distinct from an empty buffer.
+    """
+
+    type: PacketType
+    zxid: int = 0
+    data: bytes | None = None
+    authinfo: tuple[AuthId, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", PacketType(self.type))
+        if not -(1 << 63) <= self.zxid < (1 << 63):
+            raise ValueError(f"zxid {self.zxid} does not fit in a signed 64-bit long")
+        if self.data is not None and not isinstance(self.data, (bytes, bytearray)):
+            raise TypeError("QuorumPacket.data must be bytes or None")
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerInfo:
+    """``class LearnerInfo { int protocolVersion; int serverid; }`` (seed 000): the data of FOLLOWERINFO."""
+
+    protocol_version: int
+    serverid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A FastLeaderElection notification (seeds 002 and 003): the sender's state and its current vote.
+
+    ``leader``/``zxid``/``peer_epoch`` are the proposed vote (the proposed leader's sid, its last zxid, its
+    currentEpoch); ``election_epoch`` is the sender's logicalclock. The sender's sid is known from the connection's
+    handshake and travels beside the notification, not inside it.
+    """
+
+    state: ServerState
+    leader: int
+    zxid: int
+    election_epoch: int
+    peer_epoch: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", ServerState(self.state))

@@ -1,0 +1,124 @@
+"""The data of the packets whose data has structure (seed 000's table), as bytes and back. Sans-IO.
+
+Theory of operation: a QuorumPacket's ``data`` is an opaque jute buffer on the wire (`zabref.net.wire`); the core
+gives it structure here, one ``encode_*``/``decode_*`` pair per packet type: LEADERINFO (the protocol version),
+ACKEPOCH (the follower's currentEpoch, or -1), FOLLOWERINFO (a LearnerInfo), PROPOSAL (the value) and SNAP (a whole
+history). Decoding is as strict as the wire's (`zabref.core.jute`): a null, short or overlong data field raises
+`CodecError` naming the packet, the field and the offset.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+from zabref.core import jute
+from zabref.core.packets import LearnerInfo
+from zabref.errors import CodecError
+
+__all__ = ["ACKEPOCH_ALREADY_ACKNOWLEDGED", "encode_learner_info", "decode_learner_info", "encode_leaderinfo_data",
+           "decode_leaderinfo_data", "encode_ackepoch_data", "decode_ackepoch_data", "encode_followerinfo_data",
+           "decode_followerinfo_data", "encode_proposal_data", "decode_proposal_data", "encode_snap_data",
+           "decode_snap_data"]
+
+#: ACKEPOCH's currentEpoch when the follower had already accepted the proposed epoch (seed 000's table: "it passes -1
+#: as the currentEpoch to signal that the new epoch is not acknowledged").
+ACKEPOCH_ALREADY_ACKNOWLEDGED = -1
+
+_LEARNER_INFO = struct.Struct(">ii")
+
+
+def encode_learner_info(info: LearnerInfo) -> bytes:
+    """``int protocolVersion, int serverid`` (seed 000 declares both as int)."""
+    return _LEARNER_INFO.pack(
+        jute.check_int("protocolVersion", info.protocol_version), jute.check_int("serverid", info.serverid)
+    )
+
+
+def decode_learner_info(body: bytes) -> LearnerInfo:
+    r = jute.Reader(jute.bytes_like(body, "LearnerInfo"), "LearnerInfo")
+    info = LearnerInfo(r.i32("protocolVersion"), r.i32("serverid"))
+    r.end()
+    return info
+
+
+def _data_reader(data: bytes | None, what: str) -> jute.Reader:
+    if data is None:
+        raise CodecError(what, 0, "data is null")
+    return jute.Reader(jute.bytes_like(data, what), what)
+
+
+def encode_leaderinfo_data(protocol_version: int) -> bytes:
+    """LEADERINFO's data: ``int protocolVersion`` (seed 000's table: data = "protocol")."""
+    return jute.INT.pack(jute.check_int("protocolVersion", protocol_version))
+
+
+def decode_leaderinfo_data(data: bytes | None) -> int:
+    r = _data_reader(data, "LEADERINFO data")
+    version = r.i32("protocolVersion")
+    r.end()
+    return version
+
+
+def encode_ackepoch_data(current_epoch: int) -> bytes:
+    """ACKEPOCH's data: ``int currentEpoch``, or -1 when the epoch was already acknowledged (seed 000's table)."""
+    if current_epoch < ACKEPOCH_ALREADY_ACKNOWLEDGED:
+        raise ValueError(f"currentEpoch = {current_epoch}: only -1 may be negative")
+    return jute.INT.pack(jute.check_int("currentEpoch", current_epoch))
+
+
+def decode_ackepoch_data(data: bytes | None) -> int:
+    r = _data_reader(data, "ACKEPOCH data")
+    epoch = r.i32("currentEpoch")
+    if epoch < ACKEPOCH_ALREADY_ACKNOWLEDGED:
+        raise r.fail(f"currentEpoch is {epoch}; only -1 may be negative", 0)
+    r.end()
+    return epoch
+
+
+def encode_followerinfo_data(info: LearnerInfo) -> bytes:
+    """FOLLOWERINFO's data: a LearnerInfo (seed 000's table)."""
+    return encode_learner_info(info)
+
+
+def decode_followerinfo_data(data: bytes | None) -> LearnerInfo:
+    r = _data_reader(data, "FOLLOWERINFO data")
+    info = LearnerInfo(r.i32("protocolVersion"), r.i32("serverid"))
+    r.end()
+    return info
+
+
+def encode_proposal_data(value: bytes) -> bytes:
+    """PROPOSAL's data: the proposed value's bytes, as they are."""
+    return bytes(value)
+
+
+def decode_proposal_data(data: bytes | None) -> bytes:
+    """The proposed value; a null buffer is an error (a proposal always carries a value, possibly empty)."""
+    if data is None:
+        raise CodecError("PROPOSAL data", 0, "data is null")
+    return jute.bytes_like(data, "PROPOSAL data")
+
+
+def encode_snap_data(history: Iterable[tuple[int, bytes]]) -> bytes:
+    """SNAP's data: a whole history, ``int count`` then per transaction ``long zxid, buffer value``."""
+    items: Sequence[tuple[int, bytes]] = list(history)
+    parts = [jute.INT.pack(jute.check_int("history count", len(items)))]
+    for i, (zxid, value) in enumerate(items):
+        if value is None:
+            raise ValueError(f"history[{i}] has no value")
+        parts += (jute.LONG.pack(jute.check_long(f"history[{i}].zxid", zxid)), jute.buffer(f"history[{i}].value", value))
+    return b"".join(parts)
+
+
+def decode_snap_data(data: bytes | None) -> list[tuple[int, bytes]]:
+    """The history SNAP carries. Structure only: ordering of zxids is checked by whoever installs it."""
+    r = _data_reader(data, "SNAP data")
+    history: list[tuple[int, bytes]] = []
+    for i in range(r.count("history count", 12, nullable=False)):
+        zxid = r.i64(f"history[{i}].zxid")
+        value = r.buffer(f"history[{i}].value", nullable=False)
+        assert value is not None
+        history.append((zxid, value))
+    r.end()
+    return history

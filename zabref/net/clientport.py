@@ -1,0 +1,238 @@
+"""The client protocol, server side: submit a value, read the delivered sequence, sync.
+
+Theory of operation
+-------------------
+A client connection carries frames whose bodies are JSON objects (`zabref.net.clientwire`: the one codec of the client
+protocol, which every client uses). Requests on one connection are answered in order. This module only carries
+them: every decision -- who runs ClientRequest, where a request is forwarded, when it is answered -- is the node's
+(`zabref.core.node`, ``client_submit`` / ``client_sync`` / ``forward_reply`` / ``client_read``), in both modes:
+
+* ``{"op": "submit", "value": text}`` -> ``{"zxid": z}`` once the transaction is committed AND delivered at this
+  server. The leader runs ClientRequest; a follower forwards the request to its leader's client port, relays the
+  zxid, and answers once it has delivered z itself (so a later ``read`` here sees it). Forwarded requests go over
+  connections to the leader's client port kept open for reuse (at most `FORWARD_POOL` idle ones).
+* ``{"op": "read", "from_zxid": z, "limit": n}`` -> ``{"txns": [[zxid, text], ...], "more": bool, "zxid": last}``:
+  the delivered transactions after z, in delivery order, at most n (default and cap `READ_LIMIT`), and the last zxid
+  delivered here.
+* ``{"op": "sync"}`` -> ``{"zxid": z}``: returns when this server has delivered everything the leader had committed
+  when the sync reached it (z is that commit point), once a quorum confirmed that leader still leads
+  (`Node.client_sync`).
+
+Errors are ``{"error": text, "retry": bool}``; ``retry`` is true when asking again later (or elsewhere) is safe --
+no leader yet, the leader is still synchronizing, the forward failed before the leader took the value. A submit
+whose outcome is unknown (the leader lost leadership while the value was in flight) says ``retry: false``: resending
+could commit the value twice. Control mode serves clients the same way (the conformance driver submits the spec's
+ClientRequest values here).
+
+Bad input. A body that is not a JSON object (bad UTF-8, bad JSON, nesting too deep for the parser, an integer with
+more digits than Python converts, a ``value`` that is not encodable Unicode such as a lone surrogate) gets an error
+answer and the connection stays usable. A bad length prefix closes the connection at once. Bounds, so that clients
+cannot exhaust the server, from the configuration's ``[limits]`` (`zabref.config.Limits`): at most
+``client_connections`` client connections at a time, and at most ``client_connections_per_address`` from one
+address (as ZooKeeper's maxClientCnxns: one host that opens thousands of connections takes its share, and the
+others are still served); one more is closed at once. A request is at most ``client_frame_bytes`` long (a longer
+length prefix closes the connection before the body is read) and must arrive whole within `FRAME_TIMEOUT` seconds
+of its first byte (half a frame then silence is closed); an answer the client does not read within `WRITE_TIMEOUT`
+seconds closes the connection. Every close for one of these reasons is logged with the client's address.
+
+TLS. With ``[security] client_tls`` the connection is upgraded to TLS first (`zabref.net.security.Guard.accept_tls`),
+counted against the limits while it shakes hands; a failed handshake is logged and closed before any request is
+read. A follower forwards with its own certificate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from zabref.core.node import READ_LIMIT
+from zabref.errors import CodecError, ProtocolError
+from zabref.net import clientwire, peers, wire
+from zabref.net.security import AuthError, Guard
+
+__all__ = ["ClientPort", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT",
+           "WRITE_TIMEOUT"]
+
+log = logging.getLogger("zabref")
+
+#: Seconds a submit waits for its transaction to be delivered here before answering "outcome unknown".
+SUBMIT_TIMEOUT = 30.0
+#: Seconds between the first byte of a request frame and its last.
+FRAME_TIMEOUT = 10.0
+#: Seconds an answer may wait for the client to read it.
+WRITE_TIMEOUT = 30.0
+#: Idle connections a follower keeps open to its leader's client port for forwarding (a new TCP connection per
+#: forwarded request cost the follower about a fifth of its CPU under load: docs/performance.md).
+FORWARD_POOL = 32
+
+
+class Refused(Exception):
+    """A request this server cannot serve now; ``retry`` says whether asking again is safe."""
+
+    def __init__(self, message: str, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+class ClientPort:
+    """``asyncio.start_server(ClientPort(server).handle, ...)``."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server  # zabref.runtime.server.Server
+        server.forward_to = self.forward
+        self.limits = server.config.limits  # zabref.config.Limits
+        self.open_connections = 0
+        self.per_address: dict[str, int] = {}  # open client connections by the client's IP address
+        #: Idle connections to a leader's client port, reused by `_forward` (at most FORWARD_POOL per address).
+        self._forward_pool: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+
+    @peers.quiet_cancel
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        address = writer.get_extra_info("peername")
+        host = address[0] if isinstance(address, tuple) and address else str(address)
+        limits = self.limits
+        if self.open_connections >= limits.client_connections:
+            log.warning("client connection from %s closed: %d client connections are open already (limits."
+                        "client_connections)", address, self.open_connections)
+            writer.close()
+            return
+        if self.per_address.get(host, 0) >= limits.client_connections_per_address:
+            log.warning("client connection from %s closed: %d client connections from %s are open already (limits."
+                        "client_connections_per_address)", address, self.per_address[host], host)
+            writer.close()
+            return
+        self.open_connections += 1
+        self.per_address[host] = self.per_address.get(host, 0) + 1
+        try:
+            try:
+                await Guard.accept_tls(writer, self.server.guard.client_server, FRAME_TIMEOUT)
+                reason = await self._serve(reader, writer)
+            except AuthError as e:
+                reason = str(e)
+        finally:
+            self.open_connections -= 1
+            left = self.per_address[host] - 1
+            if left:
+                self.per_address[host] = left
+            else:
+                del self.per_address[host]
+            writer.close()
+        if reason is not None:
+            log.warning("client connection from %s closed: %s", address, reason)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str | None:
+        """Answer requests until the client leaves (None) or misbehaves (the reason, for the log line)."""
+        loop = asyncio.get_running_loop()
+        decoder = wire.FrameDecoder(self.limits.client_frame_bytes, "client request")
+        started = 0.0  # when the first byte of the incomplete frame in `decoder` arrived
+        try:
+            while True:
+                if decoder.buffered:
+                    chunk = await asyncio.wait_for(reader.read(65536), started + FRAME_TIMEOUT - loop.time())
+                else:
+                    chunk = await reader.read(65536)
+                    started = loop.time()
+                if not chunk:
+                    decoder.close()
+                    return None
+                for body in decoder.feed(chunk):
+                    response = await self.answer(body)
+                    writer.write(clientwire.encode(response))
+                    try:
+                        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+                    except TimeoutError:
+                        return f"the client did not read its answer within {WRITE_TIMEOUT} s"
+                    started = loop.time()
+        except CodecError as e:
+            return f"bad input: {e}"
+        except TimeoutError:
+            return (f"bad input: a request frame is still incomplete {FRAME_TIMEOUT} s after its first byte "
+                    f"({decoder.buffered} bytes received)")
+        except (ConnectionError, OSError):
+            return None
+
+    async def answer(self, body: bytes) -> dict[str, Any]:
+        request = clientwire.decode_request(body)
+        if "error" in request:
+            return request
+        op = request.get("op")
+        try:
+            if op == "submit":
+                return await self.submit(request)
+            if op == "read":
+                return self.read(request)
+            if op == "sync":
+                return await self.sync()
+            return {"error": f"unknown op {op!r} (submit, read, sync)", "retry": False}
+        except Refused as e:
+            return {"error": str(e), "retry": e.retry}
+        except ProtocolError as e:
+            return {"error": str(e), "retry": False}
+
+    # ------------------------------------------------------------------------------------------ ops
+
+    async def forward(self, rid: int, leader: int, request: dict[str, Any]) -> None:
+        """Carry a forwarded request to ``leader``'s client port; its answer (or why it failed) goes to the node."""
+        target = self.server.config.server(leader)
+        try:
+            reply = await self._forward((target.host, target.client_port), request)
+        except OSError as e:
+            # A refused connection never reached the leader: asking again is safe; anything else is unknown.
+            retry = request["op"] != "submit" or isinstance(e, ConnectionRefusedError)
+            reply = {"error": f"forward to the leader at {target.host}:{target.client_port} failed: {e}",
+                     "retry": retry}
+        server = self.server
+        server.enqueue(lambda: server.node.forward_reply(rid, reply, server.driver.now()))
+
+    async def _forward(self, address: tuple[str, int], obj: dict[str, Any]) -> dict[str, Any]:
+        idle = self._forward_pool.setdefault(address, [])
+        conn = None
+        while idle and conn is None:  # reuse an idle connection the leader has not closed
+            conn = idle.pop()
+            if conn[0].at_eof() or conn[1].is_closing():
+                conn[1].close()
+                conn = None
+        answered = False
+        try:
+            if conn is None:
+                conn = await asyncio.wait_for(asyncio.open_connection(*address, **self._tls(address[0])),
+                                              SUBMIT_TIMEOUT + 5)
+            answer = await clientwire.call_async(*conn, obj, SUBMIT_TIMEOUT + 5, f"{address[0]}:{address[1]}")
+            answered = True
+            return answer
+        except TimeoutError as e:
+            raise OSError(f"no answer within {SUBMIT_TIMEOUT + 5} s") from e
+        finally:
+            if conn is not None:
+                if answered and len(idle) < FORWARD_POOL:
+                    idle.append(conn)
+                else:
+                    conn[1].close()
+
+    def _tls(self, host: str) -> dict[str, Any]:
+        """open_connection's TLS arguments for the leader's client port (none when client TLS is off)."""
+        ctx = self.server.guard.forward_client
+        return {} if ctx is None else {"ssl": ctx, "server_hostname": host, "ssl_handshake_timeout": FRAME_TIMEOUT}
+
+    async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        value = request.get("value")
+        if not isinstance(value, str):
+            raise Refused('"value" must be text', False)
+        try:
+            data = value.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate: JSON's "\ud800" is a str that has no UTF-8 form
+            raise Refused(f'"value" is not valid Unicode text: {e.reason} at index {e.start}', False) from None
+        node = self.server.node
+        return await self.server.client(lambda rid, now: node.client_submit(rid, data, now))
+
+    def read(self, request: dict[str, Any]) -> dict[str, Any]:
+        after = request.get("from_zxid", 0)
+        limit = request.get("limit", READ_LIMIT)
+        if not isinstance(after, int) or not isinstance(limit, int) or limit < 1:
+            raise Refused('"from_zxid" must be an int and "limit" a positive int', False)
+        return self.server.node.client_read(after, limit)
+
+    async def sync(self) -> dict[str, Any]:
+        node = self.server.node
+        return await self.server.client(lambda rid, now: node.client_sync(rid, now))

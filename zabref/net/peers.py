@@ -1,0 +1,444 @@
+"""Connections between servers: handshake, framing, bounded buffers, dialing with bounded backoff. asyncio only.
+
+Theory of operation
+-------------------
+Every server-to-server TCP connection starts with one handshake frame (the connecting server's sid and a random
+connection id, `zabref.net.wire`) and then carries frames (``int32 length, body``). With ``[security]`` on
+(`zabref.net.security`), a connection is TLS from its first byte and/or the handshake frame is followed by quorum
+authentication; both are done before either end reads or sends a packet. Two kinds exist:
+
+* **quorum** -- ONE connection per follower-leader pair, opened by the follower to the leader's quorum port; it
+  carries both directions (the spec's channels ``msgs[f][l]`` and ``msgs[l][f]``). Bodies are QuorumPackets.
+* **election** -- FastLeaderElection notifications. Each server sends on connections it opened itself to the other
+  servers' election ports (`ElectionSender`, one per peer) and receives on the connections the others opened, so
+  every ordered pair of servers is one FIFO channel, as the spec's ``electionMsgs[i][j]``.
+
+A `Connection` is one quorum connection as the runtime sees it: ``connecting`` (frames written meanwhile wait in
+``pending`` and leave, in order, once the handshake is out), ``open``, then ``closed`` with a reason. It counts the
+packets it wrote (``sent``) and read (``received``): the conformance driver compares one side's ``sent`` with the
+other side's ``received`` to know that everything sent has arrived. The runtime queues the packets of one pump
+batch (``send(..., flush=False)``) and writes them with one `flush`: one transport write (``writes``) per connection
+per batch instead of one per packet (per `WRITE_CHUNK` bytes for a large burst); ``sent`` counts a packet once it is
+written.
+
+Bounds (so a misbehaving peer cannot exhaust memory): a frame body is at most `MAX_QUORUM_FRAME` bytes on a quorum
+connection and `MAX_ELECTION_FRAME` on an election connection (a longer length prefix closes the connection before
+any body is read); the handshake must arrive within `HANDSHAKE_TIMEOUT` seconds; an election frame must complete
+within `ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_frames`' ``frame_timeout``); an `ElectionSender`
+keeps at most `ELECTION_QUEUE_LIMIT` notifications (the oldest are dropped: FastLeaderElection resends its vote
+anyway) and drops, with a log line, one it cannot encode.
+
+Unsent bytes. A connection whose unsent bytes exceed `SEND_BUFFER_LIMIT` (the peer stopped reading) is closed --
+except while ``catching_up`` is set: the runtime sets it on a leader's connection to a learner that is not UPTODATE
+yet, whose catch-up (DIFF or SNAP, the missed proposals, NEWLEADER) is written in one burst as large as what the
+learner missed. That burst may exceed the limit; its time is bounded instead, by ``init_limit`` ticks (the leader
+closes a learner that has not synchronized and answered by then), as in ZooKeeper. Once the learner is UPTODATE it
+has read the whole burst (it ACKs NEWLEADER, the burst's last packet) and the limit applies again. Closing a
+connection that still has unsent bytes aborts its transport (RST): a graceful close would keep the buffer in memory
+until a stalled peer reads it, perhaps never.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import secrets
+import ssl
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from zabref.core.packets import Notification, QuorumPacket
+from zabref.errors import CodecError
+from zabref.net import wire
+from zabref.net.security import AuthError, Guard
+
+__all__ = [
+    "Connection",
+    "VoteChannel",
+    "ElectionSender",
+    "accept_handshake",
+    "new_connection_id",
+    "HANDSHAKE_SIZE",
+    "quiet_cancel",
+    "dial",
+    "read_frames",
+    "MAX_QUORUM_FRAME",
+    "MAX_ELECTION_FRAME",
+    "SEND_BUFFER_LIMIT",
+    "WRITE_CHUNK",
+    "HANDSHAKE_TIMEOUT",
+    "ELECTION_FRAME_TIMEOUT",
+    "ELECTION_QUEUE_LIMIT",
+]
+
+log = logging.getLogger("zabref")
+
+MAX_QUORUM_FRAME = 16 * 1024 * 1024
+MAX_ELECTION_FRAME = 1024
+SEND_BUFFER_LIMIT = 32 * 1024 * 1024
+#: Most bytes of queued frames joined into one transport write by `Connection.flush`.
+WRITE_CHUNK = 256 * 1024
+HANDSHAKE_TIMEOUT = 5.0
+#: Bytes of a handshake body: sid and connection id.
+HANDSHAKE_SIZE = 16
+#: Seconds an election frame (at most MAX_ELECTION_FRAME bytes) may take from its first byte to its last.
+ELECTION_FRAME_TIMEOUT = 5.0
+ELECTION_QUEUE_LIMIT = 1000
+_READ_CHUNK = 256 * 1024
+_serials = itertools.count(1)
+
+
+def quiet_cancel(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap an ``asyncio.start_server`` callback so that cancelling it at shutdown is not logged as an error."""
+
+    @functools.wraps(handler)
+    async def wrapper(*args: Any) -> None:
+        try:
+            await handler(*args)
+        except asyncio.CancelledError:
+            pass
+
+    return wrapper
+
+
+class HandshakeError(Exception):
+    """The first frame of an inbound connection was not a valid handshake."""
+
+
+async def accept_handshake(reader: asyncio.StreamReader) -> tuple[int, int]:
+    """Read the handshake frame of an inbound connection: the peer's sid and the connection id. Raises
+    HandshakeError saying why."""
+    try:
+        prefix = await asyncio.wait_for(reader.readexactly(4), HANDSHAKE_TIMEOUT)
+        length = int.from_bytes(prefix, "big", signed=True)
+        if length != HANDSHAKE_SIZE:
+            raise HandshakeError(f"handshake length prefix is {length}, expected {HANDSHAKE_SIZE} (an int64 sid "
+                                 "and an int64 connection id)")
+        body = await asyncio.wait_for(reader.readexactly(HANDSHAKE_SIZE), HANDSHAKE_TIMEOUT)
+        return wire.decode_handshake(body)
+    except asyncio.IncompleteReadError as e:
+        raise HandshakeError(f"connection ended after {len(e.partial)} bytes of the handshake") from None
+    except TimeoutError:
+        raise HandshakeError(f"no handshake within {HANDSHAKE_TIMEOUT} s") from None
+    except CodecError as e:
+        raise HandshakeError(str(e)) from None
+
+
+def new_connection_id() -> int:
+    """A random, non-negative int64: a connection's id in its handshake (`zabref.net.wire.encode_handshake`)."""
+    return secrets.randbits(63)
+
+
+async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float, cid: int | None = None,
+               first_delay: float = 0.02, max_delay: float = 1.0,
+               guard: Guard | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to ``host:port`` and send the handshake (``sid``); up to ``attempts`` tries with exponential backoff.
+
+    With a ``guard`` (`zabref.net.security`), the connection is TLS when quorum TLS is on, and quorum authentication is
+    done before this returns. Raises the last OSError (or TimeoutError; `zabref.net.security.AuthError`, an OSError, for a
+    failed authentication) when every attempt failed.
+    """
+    tls: dict[str, Any] = {}
+    if guard is not None and guard.quorum_client is not None:
+        tls = {"ssl": guard.quorum_client, "server_hostname": host, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT}
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(max(1, attempts)),
+        wait=wait_exponential(multiplier=first_delay, max=max_delay),
+        retry=retry_if_exception_type((OSError, TimeoutError)),
+        reraise=True,
+    ):
+        with attempt:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **tls), timeout)
+            handshake = wire.encode_handshake(sid, new_connection_id() if cid is None else cid)
+            writer.write(wire.frame(handshake))
+            if guard is not None:
+                try:
+                    await guard.prove(reader, writer, handshake, HANDSHAKE_TIMEOUT)
+                except OSError:
+                    writer.close()
+                    raise
+            return reader, writer
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def read_frames(reader: asyncio.StreamReader, max_frame: int, what: str,
+                      on_body: Callable[[bytes], None], *, frame_timeout: float | None = None) -> str:
+    """Feed ``on_body`` every frame body until the stream ends; return why it ended (for the log line).
+
+    ``on_body`` may raise CodecError (a body that does not decode) or ValueError (a body that is not allowed): the
+    reading stops and the message becomes the reason. With ``frame_timeout``, a frame must be complete within that
+    many seconds of its first byte (the time between frames is not bounded).
+    """
+    decoder = wire.FrameDecoder(max_frame, what)
+    loop = asyncio.get_running_loop()
+    started: float | None = None  # when the first byte of the incomplete frame in ``decoder`` arrived
+    try:
+        while True:
+            if frame_timeout is not None and started is not None:
+                left = started + frame_timeout - loop.time()
+                try:
+                    chunk = await asyncio.wait_for(reader.read(_READ_CHUNK), max(left, 0.0))
+                except TimeoutError:
+                    return (f"bad input: a frame is still incomplete {frame_timeout} s after its first byte "
+                            f"({decoder.buffered} bytes of it received)")
+            else:
+                chunk = await reader.read(_READ_CHUNK)
+            if not chunk:
+                decoder.close()
+                return "peer closed the connection"
+            bodies = decoder.feed(chunk)
+            if not decoder.buffered:
+                started = None
+            elif bodies or started is None:  # the incomplete frame began in this chunk
+                started = loop.time()
+            for body in bodies:
+                on_body(body)
+    except CodecError as e:
+        return f"bad input: {e}"
+    except ValueError as e:
+        return f"bad input: {e}"
+    except (ConnectionError, OSError) as e:
+        return f"connection lost: {type(e).__name__}: {e}"
+
+
+class Connection:
+    """One quorum connection with a peer server (see the module docstring)."""
+
+    def __init__(self, peer: int, *, initiated: bool, cid: int | None = None) -> None:
+        self.peer = peer
+        self.initiated = initiated  # True: we connected to the peer (we follow it); False: it connected to us
+        self.cid = new_connection_id() if cid is None else cid  # the connection id both ends know (handshake)
+        self.serial = next(_serials)
+        self.state = "connecting"
+        self.sent = 0
+        self.received = 0
+        self.close_reason: str | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.pending: list[bytes] = []  # frames sent while connecting
+        self._out: list[bytes] = []  # frames queued with send(flush=False), written by the next flush
+        self.writes = 0  # transport writes made (each carries one or more frames)
+        self.inbound: deque[QuorumPacket] = deque()  # packets read and not yet taken by the node, in order
+        # the node deferred the head packet; it is offered again after the node's next change of role or zabState
+        self.blocked = False
+        self.reported = False  # whether the core was told (connection_closed) or needs no telling
+        self.catching_up = False  # set by the runtime: SEND_BUFFER_LIMIT is suspended (module docstring)
+        self.dialing = False  # an outbound connection whose dial task runs
+        self.opened: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    @property
+    def closed(self) -> bool:
+        return self.state == "closed"
+
+    def attach(self, writer: asyncio.StreamWriter) -> None:
+        """The TCP connection is up (handshake written or read): flush what waited, in order."""
+        if self.closed:
+            writer.close()
+            return
+        self.writer = writer
+        self.state = "open"
+        waiting, self.pending = self.pending, []
+        self._out[:0] = waiting  # what waited goes first, in one write with anything queued since
+        self.flush()
+        if not self.opened.done():
+            self.opened.set_result(True)
+
+    def send(self, packet: QuorumPacket, *, flush: bool = True) -> bool:
+        """Queue one packet for the peer; False if the connection is closed (the packet is lost, as in the spec).
+
+        With ``flush=False`` the frame waits in this connection's output until `flush`: the runtime queues every
+        packet of one pump batch and then writes them with ONE transport write per connection.
+        """
+        if self.closed:
+            return False
+        framed = wire.frame(wire.encode_quorum_packet(packet))
+        if self.state == "connecting":
+            if sum(map(len, self.pending)) + len(framed) > SEND_BUFFER_LIMIT:
+                self.close(f"more than {SEND_BUFFER_LIMIT} bytes wait for the connection to open")
+                return False
+            self.pending.append(framed)
+            return True
+        self._out.append(framed)
+        if flush:
+            self.flush()
+        return not self.closed
+
+    def flush(self) -> None:
+        """Write the queued frames: one ``transport.write`` (one send syscall when the kernel takes it all) for up to
+        `WRITE_CHUNK` bytes of them, so that a large catch-up burst is not copied whole into one buffer."""
+        if not self._out or self.closed or self.writer is None:
+            return
+        out, self._out = self._out, []
+        start = 0
+        while start < len(out) and not self.closed:
+            end, size = start + 1, len(out[start])
+            while end < len(out) and size + len(out[end]) <= WRITE_CHUNK:
+                size += len(out[end])
+                end += 1
+            self.writer.write(out[start] if end == start + 1 else b"".join(out[start:end]))
+            self.sent += end - start
+            self.writes += 1
+            start = end
+            if not self.catching_up and self.writer.transport.get_write_buffer_size() > SEND_BUFFER_LIMIT:
+                self.close(f"peer is not reading: more than {SEND_BUFFER_LIMIT} bytes unsent")
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (bounded) until the kernel took what was written."""
+        if self.writer is not None and not self.closed:
+            try:
+                await asyncio.wait_for(self.writer.drain(), timeout)
+            except (ConnectionError, OSError, TimeoutError):
+                pass
+
+    def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.state = "closed"
+        self.close_reason = reason
+        self.pending = []
+        self._out = []
+        if self.writer is not None:
+            if self.writer.transport.get_write_buffer_size():
+                self.writer.transport.abort()  # the peer is behind: free the unsent bytes now (module docstring)
+            else:
+                self.writer.close()
+        if not self.opened.done():
+            self.opened.set_result(False)
+
+    def describe(self) -> dict[str, Any]:
+        return {"peer": self.peer, "cid": self.cid, "initiated": self.initiated, "state": self.state,
+                "sent": self.sent, "received": self.received}
+
+
+class VoteChannel:
+    """One inbound election connection: notifications read and not yet taken by the node, in order."""
+
+    def __init__(self, peer: int, writer: asyncio.StreamWriter) -> None:
+        self.peer = peer
+        self.serial = next(_serials)
+        self.writer = writer
+        self.inbound: deque[Notification] = deque()
+        self.received = 0
+        self.closed = False
+
+    def close(self) -> None:
+        """Stop reading: what was not taken yet is dropped with the connection (the spec's lost channel)."""
+        if not self.closed:
+            self.closed = True
+            self.inbound.clear()
+            self.writer.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"peer": self.peer, "serial": self.serial, "received": self.received}
+
+
+class ElectionSender:
+    """Sends FastLeaderElection notifications to one peer over a connection this server opened (FIFO, best effort).
+
+    Reconnects with bounded backoff when the connection fails; notifications queued while the peer is down are kept
+    up to `ELECTION_QUEUE_LIMIT` (oldest dropped) and a notification being written when the connection breaks is lost:
+    FastLeaderElection tolerates loss because the runtime rebroadcasts its vote while LOOKING.
+
+    Fault layer (docs/faults.md): while ``link_cut`` is set, the connection is closed, nothing is dialed and every
+    notification is dropped -- as a network partition would lose them.
+    """
+
+    def __init__(self, sid: int, peer: int, host: str, port: int, *,
+                 new_id: Callable[[], int] = new_connection_id, guard: Guard | None = None) -> None:
+        self.sid, self.peer, self.host, self.port = sid, peer, host, port
+        self.guard = guard  # TLS and quorum authentication (`zabref.net.security`), None: neither
+        self._new_id = new_id  # the handshake's connection id (`zabref.runtime.machine.Machine.new_connection_id`)
+        self.queue: deque[Notification] = deque(maxlen=ELECTION_QUEUE_LIMIT)
+        self.link_cut = False
+        self.sent = 0  # notifications written on the current connection
+        self._writer: asyncio.StreamWriter | None = None
+        self._watcher: asyncio.Task[None] | None = None  # reads the current connection until it ends
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"election-to-{peer}")
+        self._task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:  # never silently: the peer would hear nothing
+            log.error("election sender to %d failed", self.peer, exc_info=task.exception())
+
+    def send(self, n: Notification) -> None:
+        if self.link_cut:
+            return
+        self.queue.append(n)
+        self._wake.set()
+
+    def set_link_cut(self, cut: bool) -> None:
+        """Fault layer: cut (close the connection, drop everything) or heal the link to this peer."""
+        self.link_cut = cut
+        if cut:
+            self.queue.clear()
+        self._wake.set()
+
+    def describe(self) -> dict[str, Any]:
+        """For the control socket's ``state``: is a connection up, how many notifications wait, how many were
+        written on the current connection (the conformance driver compares it with the receiver's count)."""
+        return {"peer": self.peer, "connected": self._writer is not None, "queued": len(self.queue),
+                "sent": self.sent}
+
+    def _drop_connection(self, why: str) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            log.info("election connection to %d closed: %s", self.peer, why)
+
+    async def _watch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The peer never writes on this connection: EOF (or an error) means it closed or died; stop using it, so
+        that the next notification opens a new connection instead of vanishing into a dead one."""
+        try:
+            while await reader.read(4096):
+                pass
+        except (ConnectionError, OSError):
+            pass
+        if self._writer is writer:
+            self._drop_connection("the peer closed it")
+            self._wake.set()
+
+    async def _run(self) -> None:
+        delay = 0.05
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.link_cut:
+                self._drop_connection("link cut by the fault layer")
+            while self.queue and not self.link_cut:
+                writer = self._writer
+                if writer is None or writer.is_closing():
+                    try:
+                        reader, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0,
+                                                    cid=self._new_id(), guard=self.guard)
+                        self._writer, self.sent = writer, 0
+                        self._watcher = asyncio.get_running_loop().create_task(self._watch(reader, writer))
+                        log.info("election connection to %d open", self.peer)
+                        delay = 0.05
+                    except (OSError, TimeoutError) as e:
+                        self._writer = None
+                        refused = isinstance(e, (AuthError, ssl.SSLError))  # a stranger, not a peer that is down
+                        log.log(logging.WARNING if refused else logging.DEBUG, "election connection to %d failed: %s",
+                                self.peer, e)
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 1.0)
+                    continue  # a cut may have emptied the queue while the dial was awaited: check again
+                n = self.queue.popleft()
+                try:
+                    framed = wire.frame(wire.encode_notification(n))
+                except ValueError as e:  # a field the wire cannot carry: a bug upstream, never a dead sender
+                    log.error("election notification to %d dropped: %s (%s)", self.peer, e, n)
+                    continue
+                try:
+                    writer.write(framed)
+                    self.sent += 1
+                    await asyncio.wait_for(writer.drain(), 2.0)
+                except (ConnectionError, OSError, TimeoutError) as e:
+                    self._drop_connection(f"lost: {e}")
+
+    def close(self) -> None:
+        self._task.cancel()

@@ -1,0 +1,171 @@
+"""The action log: every spec action a server takes, one JSON line each, for `zabref validate` (docs/validation.md).
+
+Theory of operation
+-------------------
+With ``zabref serve --action-log DIR`` (``zabref cluster --log-actions``, ``zabref faults --validate``) a server
+appends to ``DIR/actions-<sid>.jsonl`` one line per step of spec/Zab.tla it takes, written by the pump right after
+the node took the step (`zabref.runtime.server`), so lines are in the server's own order:
+
+``{"sid": 2, "n": 17, "t": 123456789, "kind": "step", "action": "FollowerProcessPROPOSAL", "params": {"i": 2, "j": 1},
+"recv": PACKET, "sends": [[1, PACKET]], "persist": [OP, ...], "vars": {...}}``
+
+* ``n`` counts the lines of this process (it restarts at 0 with the process), ``t`` is ``time.monotonic_ns()``
+  (one clock for every process on a machine: the validator orders lines of different servers by it where nothing
+  else does);
+* ``recv`` is the packet the step took (receive actions only), ``sends`` the quorum packets it sent (PINGs left out:
+  the spec has none), as ``{"type", "zxid", "data", "conn"}`` with data decoded as the spec models it and ``conn``
+  the id of the connection it came on or goes to (the handshake's, known at both ends; null: no connection, the
+  packet is dropped);
+* ``persist`` the storage operations of the step (``["append", [[zxid, value], ...]]``, ``["truncate", zxid]``,
+  ``["replace", [...]]``, ``["acceptedEpoch", e]``, ``["currentEpoch", e]``): the history is logged as its changes,
+  so a line costs O(what the step changed), not O(history);
+* ``vars`` every other spec variable of this server after the step (`zabref.core.zab.SPEC_VARIABLES` but ``history``);
+  the staged history, which a sync builds one PROPOSAL at a time, is logged whole only by the steps that set it
+  whole (DIFF, TRUNC, SNAP: ``staged_history``) and otherwise as its length and last transaction (``staged``), so a
+  sync of n transactions costs O(n) lines of O(1), not O(n^2).
+
+Two more kinds: ``restart`` (the process started: ``vars`` holds every variable, ``history`` included, as read from
+disk -- the spec's Crash when it is not the first start) and ``closed`` (a quorum connection with ``peer`` ended
+here, ``conn`` its id: a leader forgets that learner, a follower notes its leader gone; the validator uses it to
+place the spec's GoLooking of the other side, which closes both ends at once). Lines are written whole with one ``write``; a process
+killed in the middle leaves at most a torn last line, which the reader reports and ignores.
+
+The pump flushes the log to the operating system after running a batch's inputs and BEFORE their storage is made
+durable and their packets leave (`zabref.runtime.server`): a step whose effects anybody could see is in the log, whatever
+kills the process afterwards. A SIGKILL keeps what was flushed (the page cache survives it); the log is a record,
+not state, and is never fsynced, so a real power cut may lose its tail. The cost is one ``orjson.dumps`` per step
+(the standard library's encoder took 20 us a line, orjson 1.2 us) and one ``write`` per pump batch
+(docs/performance.md has the measured cost).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from zabref.core import payloads
+from zabref.core.packets import PacketType, QuorumPacket
+from zabref.core.zab import AppendTxns, ReplaceHistory, SetAcceptedEpoch, SetCurrentEpoch, TruncateHistory
+from zabref.errors import CodecError
+
+__all__ = ["ActionLog", "describe_packet", "log_path"]
+
+
+def log_path(folder: str | os.PathLike[str], sid: int) -> Path:
+    return Path(folder) / f"actions-{sid}.jsonl"
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", errors="backslashreplace")
+
+
+#: How the data of each packet type is decoded as spec/Zab.tla models it (seed 000's table); other types carry none.
+_DATA: dict[PacketType, Callable[[bytes | None], Any]] = {
+    PacketType.ACKEPOCH: payloads.decode_ackepoch_data,
+    PacketType.FOLLOWERINFO: lambda d: payloads.decode_followerinfo_data(d).serverid,
+    PacketType.PROPOSAL: lambda d: _text(payloads.decode_proposal_data(d)),
+    PacketType.SNAP: lambda d: [[z, _text(v)] for z, v in payloads.decode_snap_data(d)],
+    PacketType.LEADERINFO: payloads.decode_leaderinfo_data,
+}
+_NAME = {t: t.name for t in PacketType}  # (an enum's .name is a descriptor call: this is on every line's path)
+
+
+def describe_packet(p: QuorumPacket) -> dict[str, Any]:
+    """A QuorumPacket as ``{type, zxid, data}`` with ``data`` decoded as spec/Zab.tla models it (seed 000's table)."""
+    decode = _DATA.get(p.type)
+    try:
+        data = None if decode is None else decode(p.data)
+    except CodecError as e:
+        return {"type": _NAME[p.type], "zxid": p.zxid, "data": None, "data_error": str(e)}
+    return {"type": _NAME[p.type], "zxid": p.zxid, "data": data}
+
+
+def _op(op: Any) -> list[Any]:
+    match op:
+        case AppendTxns(txns):
+            return ["append", [[t.zxid, _text(t.value)] for t in txns]]
+        case TruncateHistory(zxid):
+            return ["truncate", zxid]
+        case ReplaceHistory(history):
+            return ["replace", [[t.zxid, _text(t.value)] for t in history]]
+        case SetAcceptedEpoch(epoch):
+            return ["acceptedEpoch", epoch]
+        case SetCurrentEpoch(epoch):
+            return ["currentEpoch", epoch]
+    raise TypeError(f"not a storage operation: {op!r}")
+
+
+#: The steps that set the staged history whole (every other step logs its length and last transaction).
+STAGES_WHOLE = frozenset({"FollowerProcessDIFF", "FollowerProcessTRUNC", "FollowerProcessSNAP"})
+
+
+def _vars(node: Any, *, history: bool, staged: bool = True) -> dict[str, Any]:
+    """The server's spec variables for a line; the history only when ``history``, the staged history whole only when
+    ``staged`` (else its length and last transaction): a line costs O(what the step changed)."""
+    core = node.core
+    out = core.variables(histories=False)  # a fresh dict; per-server maps keep their int keys (OPT_NON_STR_KEYS)
+    if history:
+        out["history"] = [[t.zxid, _text(t.value)] for t in core.history]
+    if staged:
+        out["staged_history"] = [[t.zxid, _text(t.value)] for t in core.staged_history]
+    else:
+        last = core.staged_history[-1] if core.staged_history else None
+        out["staged"] = {"len": len(core.staged_history),
+                         "last": None if last is None else [last.zxid, _text(last.value)]}
+    return out
+
+
+class ActionLog:
+    """One server's action log file (module docstring)."""
+
+    def __init__(self, file: BinaryIO, sid: int) -> None:
+        self._file = file  # buffered: `flush` once per pump batch
+        self.sid = sid
+        self.n = 0
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike[str], sid: int) -> ActionLog:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return cls(open(log_path(folder, sid), "ab", buffering=1 << 20), sid)
+
+    def _write(self, kind: str, **fields: Any) -> None:
+        line = {"sid": self.sid, "n": self.n, "t": time.monotonic_ns(), "kind": kind, **fields}
+        self._file.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS))
+        self.n += 1
+
+    def restart(self, sid: int, node: Any) -> None:
+        """The process started with the persistent state on its disk (a fresh server, or after a crash)."""
+        self._write("restart", vars=_vars(node, history=True))
+        self._file.flush()
+
+    def step(self, node: Any, effects: Any, cid_of: Callable[[int], int | None]) -> None:
+        """The Zab actions of one node input (at most one: the node takes one spec action per input).
+        ``cid_of(peer)``: the id of the connection a packet to ``peer`` goes to now (None: dropped)."""
+        for action in effects.actions:
+            if action.module != "Zab":
+                continue
+            params = dict(action.params)
+            if action.name == "ConnectionClosed":
+                self._write("closed", peer=params["j"], conn=action.tag,
+                            vars=_vars(node, history=False, staged=False))
+                continue
+            fields: dict[str, Any] = {"action": action.name, "params": params}
+            if action.packet is not None:
+                fields["recv"] = {**describe_packet(action.packet), "conn": action.tag}
+            fields["sends"] = [[peer, {**describe_packet(p), "conn": cid_of(peer)}]
+                               for peer, p in effects.send if p.type != PacketType.PING]
+            fields["persist"] = [_op(op) for op in effects.persist]
+            fields["vars"] = _vars(node, history=False, staged=action.name in STAGES_WHOLE)
+            self._write("step", **fields)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.flush()
+        self._file.close()

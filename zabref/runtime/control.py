@@ -1,0 +1,447 @@
+"""The control socket: inspect a server and, in control mode, step it: release inputs, let time pass.
+
+Theory of operation
+-------------------
+A server has a control port only when it is started with a token (``zabref serve --control-token FILE``) and its
+configuration names a ``control_port``; the port listens on loopback only (`zabref.config.ServerConfig.control_host`).
+It speaks JSON Lines: one request object a line, one response object a line, in order, on any number of
+connections. The first line of every connection must be ``{"op": "auth", "token": "..."}`` with the token of the
+file; anything else -- a wrong token, another op, bytes that are not such a line, or no complete line within
+`AUTH_TIMEOUT` seconds -- is answered with an error and the connection closed, before any other line is read: a
+stranger on the port reads nothing and changes nothing. Tokens are compared in constant time (`hmac.compare_digest`);
+`read_token` refuses a token file that other users may read. Every response has ``"ok": true`` or an ``"error"``
+text; a failed request never stops the server. docs/runtime.md lists every request and response shape.
+
+Read-only requests (``ping``, ``state``) work in both modes. The requests that step a server work only in control
+mode (``zabref serve --control``, `zabref.runtime.drivers.ControlDriver`), where nothing reaches the node by itself:
+``release`` gives the node the head packet waiting on the quorum connection with a peer, ``release_vote`` the head
+notification of an election connection, and ``tick`` moves the logical clock one tick at a time, each followed by
+the node's timers. Each runs through the server's one step path (`zabref.runtime.server`: the same pump, the same node
+entry points as in normal mode) and is answered after the step's storage operations are durable and its packets
+written to the sockets. There is no request that takes a protocol decision for the node: an election outcome comes
+from notifications on the election port, a timeout from time passing, a client value through the client port.
+
+Fault injection (``partition``, ``heal``) cuts or heals this server's links with the named peers
+(`zabref.runtime.server.Server.cut_links`; docs/faults.md); ``clock_jump`` (normal mode only) moves the server's clock
+forward, so that the node takes the timeouts then due (`zabref.runtime.drivers.NormalDriver.jump`).
+
+``state`` maps the server onto the spec: every Zab variable the core holds (`zabref.core.zab.SPEC_VARIABLES`; zxids as
+ints, transaction values as UTF-8 text, per-learner maps keyed by the sid as text), FastLeaderElection's variables,
+the packets waiting per peer -- the spec's ``msgs[peer][sid]`` -- and the notifications waiting per election
+connection, the connections with their counters, and the logical clock.
+
+Bad input: a line that is not a JSON object with a known ``op`` (including what the JSON parser itself refuses --
+nesting too deep, an integer of too many digits) gets an ``error`` answer and the connection stays open. A line
+longer than `MAX_LINE` bytes is answered with an error and closes the connection; so does a line still unfinished
+`LINE_TIMEOUT` seconds after its first byte. A connection idle BETWEEN requests is never timed out: the conformance
+driver keeps one open per server for a whole replay.
+
+`ControlClient` is a small blocking client for tests and the conformance driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import socket
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from zabref.errors import ConfigError, ZabError
+from zabref.net import peers
+from zabref.runtime.actionlog import describe_packet
+
+__all__ = ["ControlPort", "ControlClient", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "MAX_TICKS", "settle",
+           "read_token", "AUTH_TIMEOUT"]
+
+log = logging.getLogger("zabref")
+
+#: Longest request line accepted (a longer one closes that control connection).
+MAX_LINE = 1024 * 1024
+#: Seconds a request line may take from its first byte to its newline (a longer one closes that connection).
+LINE_TIMEOUT = 10.0
+_STEP_OPS = ("release", "release_vote", "tick", "fsync_pause")
+_FAULT_OPS = ("partition", "heal", "clock_jump")
+#: The longest clock jump one ``clock_jump`` may ask for, in seconds.
+MAX_JUMP = 600.0
+#: Most ticks one ``tick`` request may ask for.
+MAX_TICKS = 10_000
+#: Seconds a new connection has to send its whole ``auth`` line; and the longest such line, in bytes.
+AUTH_TIMEOUT = 5.0
+MAX_AUTH_LINE = 4096
+#: The shortest token a token file may hold (bytes, after stripping surrounding whitespace).
+MIN_TOKEN = 16
+
+
+def read_token(path: str | os.PathLike[str]) -> bytes:
+    """The control token in ``path``; ConfigError naming the file if it cannot be read, is too short or too long,
+    or may be read by other users than its owner (chmod 600 it)."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+        token = p.read_bytes().strip()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the control token: {e.strerror or e}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"{p}: the control token file may be read by others (mode {stat.S_IMODE(mode):o}); "
+                          "chmod 600 it")
+    if not MIN_TOKEN <= len(token) <= MAX_AUTH_LINE // 2:
+        raise ConfigError(f"{p}: a control token is {MIN_TOKEN} to {MAX_AUTH_LINE // 2} bytes, this one {len(token)}")
+    if any(b < 0x21 or b > 0x7E for b in token):
+        raise ConfigError(f"{p}: a control token is printable ASCII without spaces")
+    return token
+
+
+class ControlError(ZabError):
+    """A control request failed; the message is the server's ``error`` text."""
+
+
+def _variables(raw: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("history", "staged_history"):
+            out[key] = [[z, v.decode("utf-8", errors="backslashreplace")] for z, v in value]
+        elif isinstance(value, dict):
+            out[key] = {str(k): v for k, v in sorted(value.items())}
+        else:
+            out[key] = value
+    return out
+
+
+def _notification(n: Any) -> dict[str, Any]:
+    return {"state": n.state.name, "leader": n.leader, "zxid": n.zxid, "electionEpoch": n.election_epoch,
+            "peerEpoch": n.peer_epoch}
+
+
+class ControlPort:
+    """The server side: ``asyncio.start_server(ControlPort(server, token).handle, ...)``."""
+
+    def __init__(self, server: Any, token: bytes) -> None:
+        self.server = server  # zabref.runtime.server.Server
+        self._token = token
+
+    async def _authenticated(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: Any) -> bool:
+        """Read the connection's first line, at most `MAX_AUTH_LINE` bytes within `AUTH_TIMEOUT` s: is it the auth
+        request with this server's token? If not, say why (without telling which part was wrong) and log it."""
+        why = "the first line must be {\"op\": \"auth\", \"token\": ...} with this server's token"
+        try:
+            line = await asyncio.wait_for(reader.readuntil(b"\n"), AUTH_TIMEOUT)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError) as e:
+            log.warning("control connection from %s closed: not authenticated: no auth line (%s)", address,
+                        type(e).__name__)
+            return False
+        if len(line) > MAX_AUTH_LINE:
+            request = None
+        else:
+            try:
+                request = json.loads(line)
+            except (ValueError, RecursionError):
+                request = None
+        token = request.get("token") if isinstance(request, dict) and request.get("op") == "auth" else None
+        if isinstance(token, str) and hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self._token):
+            await self._write(writer, {"ok": True})
+            return True
+        await self._write(writer, {"error": f"not authenticated: {why}"})
+        log.warning("control connection from %s closed: not authenticated: a wrong or missing token", address)
+        return False
+
+    @peers.quiet_cancel
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        address = writer.get_extra_info("peername")
+        try:
+            if not await self._authenticated(reader, writer, address):
+                return
+            while True:
+                try:
+                    first = await reader.readexactly(1)  # between requests: no timeout
+                except asyncio.IncompleteReadError:
+                    return
+                try:
+                    line = first if first == b"\n" else first + await asyncio.wait_for(reader.readline(),
+                                                                                        LINE_TIMEOUT)
+                except (ValueError, asyncio.LimitOverrunError):
+                    await self._write(writer, {"error": f"request line longer than {MAX_LINE} bytes"})
+                    log.warning("control connection from %s closed: request line too long", address)
+                    return
+                except TimeoutError:
+                    log.warning("control connection from %s closed: bad input: a request line is still incomplete "
+                                "%s s after its first byte", address, LINE_TIMEOUT)
+                    return
+                response = await self.answer(line)
+                await self._write(writer, response)
+        except (ConnectionError, OSError):
+            return
+        finally:
+            writer.close()
+
+    @staticmethod
+    async def _write(writer: asyncio.StreamWriter, obj: dict[str, Any]) -> None:
+        writer.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+        await writer.drain()
+
+    async def answer(self, line: bytes) -> dict[str, Any]:
+        """One request line -> one response object (never raises)."""
+        try:
+            request = json.loads(line)
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, too many digits, too deep
+            return {"error": f"request is not JSON: {_short(e)}"}
+        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+            return {"error": 'a request is an object with a text "op"'}
+        op = request["op"]
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            return {"error": f"unknown op {op!r} (ops: ping, state, {', '.join(_STEP_OPS + _FAULT_OPS)})"}
+        if op in _STEP_OPS and self.server.driver.name != "control":
+            return {"error": f"{op} steps the server: only in control mode (zabref serve --control)"}
+        try:
+            result = await handler(request)
+        except (ZabError, ValueError, TypeError, KeyError) as e:
+            return {"error": f"{op}: {e}"}
+        return {"ok": True, **result}
+
+    # ------------------------------------------------------------------------------------------ read-only
+
+    async def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"sid": self.server.sid, "pid": os.getpid(), "mode": self.server.driver.name}
+
+    async def op_state(self, request: dict[str, Any]) -> dict[str, Any]:
+        s = self.server
+        # Run every event queued before this request first: a connection that closed has left `conns` already, but
+        # the node hears of it through a pump event; reading it before that event would show a mix.
+        await s.call(lambda: None)
+        node = s.node
+        return {
+            "sid": s.sid,
+            "mode": s.driver.name,
+            "clock": s.driver.now() if s.driver.name == "control" else None,
+            "variables": _variables(node.core.variables()),
+            "fle": node.fle_variables(),
+            "held": {str(p): [describe_packet(m) for m in c.inbound] for p, c in sorted(s.conns.items())},
+            "votes": [{**v.describe(), "held": [_notification(n) for n in v.inbound]}
+                      for _, v in sorted(s.votes.items())],
+            "connections": [c.describe() for _, c in sorted(s.conns.items())],
+            "senders": [sender.describe() for _, sender in sorted(s.senders.items())],
+            "committed_zxid": node.committed_zxid,
+            "decisions": node.decisions,
+        }
+
+    # ------------------------------------------------------------------------------------------ steps
+
+    async def _step(self, event: Any) -> Any:
+        effects = await self.server.call(event)
+        for conn in list(self.server.conns.values()):
+            await conn.drain(2.0)
+        return effects
+
+    async def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The head packet waiting on the quorum connection with ``from`` goes to the node."""
+        j = _sid(request, "from")
+        conn = self.server.conns.get(j)
+        if conn is None or not conn.inbound:
+            raise ValueError(f"no packet waits from server {j}")
+        packet = conn.inbound[0]
+        conn.blocked = False  # the driver offers it again, whatever the node said last time
+        effects = await self._step(lambda: self.server.deliver(conn))
+        return {"released": describe_packet(packet), "deferred": bool(effects is not None and effects.deferred),
+                "actions": _actions(effects)}
+
+    async def op_release_vote(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The head notification waiting on election connection ``conn`` (a serial from ``state``) goes to the
+        node; with ``from`` instead, the oldest election connection from that server with one waiting."""
+        votes = self.server.votes
+        if "conn" in request:
+            channel = votes.get(_sid(request, "conn"))
+        else:
+            j = _sid(request, "from")
+            channel = next((v for _, v in sorted(votes.items()) if v.peer == j and v.inbound), None)
+        if channel is None or not channel.inbound:
+            raise ValueError(f"no notification waits on {request.get('conn', request.get('from'))!r}")
+        n = channel.inbound[0]
+        effects = await self._step(lambda: self.server.deliver_vote(channel))
+        return {"released": _notification(n), "actions": _actions(effects)}
+
+    async def op_tick(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Move the logical clock ``count`` ticks (default 1), running the node's timers after each; stop early, at
+        the end of a tick, when ``until_action`` names an action the node took."""
+        count = request.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_TICKS:
+            raise ValueError(f'"count" must be an integer in 1..{MAX_TICKS}')
+        until = request.get("until_action")
+        taken: list[dict[str, Any]] = []
+        ticks = 0
+        for ticks in range(1, count + 1):
+            effects = await self._step(lambda: self.server.driver.advance(self.server))
+            taken += _actions(effects)
+            if until is not None and any(a["name"] == until for a in taken):
+                break
+        return {"ticks": ticks, "clock": self.server.driver.now(), "actions": taken}
+
+    async def op_fsync_pause(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``{"on": true}``: stop this process (SIGSTOP) at its next fsync, before it takes effect, until SIGCONT
+        (`zabref.storage.disk`); ``{"on": false}`` disarms. Answers whether it was armed before."""
+        on = request.get("on")
+        if not isinstance(on, bool):
+            raise ValueError('"on" must be true or false')
+        disk = self.server.storage.disk
+        was, disk.pause_next_fsync = disk.pause_next_fsync, on
+        return {"was": was}
+
+    # ------------------------------------------------------------------------------------------ fault injection
+
+    async def op_partition(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.server.cut_links(_sids(request, "peers"))
+        return {"cut": sorted(self.server.cut_peers)}
+
+    async def op_heal(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Heal the links to ``peers`` (every cut link when ``peers`` is absent)."""
+        sids = set(self.server.cut_peers) if request.get("peers") is None else _sids(request, "peers")
+        self.server.heal_links(sids)
+        return {"cut": sorted(self.server.cut_peers)}
+
+    async def op_clock_jump(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Normal mode: move this server's clock ``seconds`` forward (0 < seconds <= `MAX_JUMP`) and tick its node
+        at once: the timeouts then due are taken (`zabref.runtime.drivers.NormalDriver.jump`). Answers the actions taken."""
+        seconds = request.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_JUMP:
+            raise ValueError(f'"seconds" must be a number in (0, {MAX_JUMP:g}]')
+        if self.server.driver.name != "normal":
+            raise ValueError("the control mode's clock is logical: move it with tick")
+        effects = await self.server.driver.jump(self.server, float(seconds))
+        return {"clock": self.server.driver.now(), "actions": _actions(effects)}
+
+
+def _actions(effects: Any) -> list[dict[str, Any]]:
+    if effects is None:
+        return []
+    return [{"module": a.module, "name": a.name, "params": dict(a.params)} for a in effects.actions]
+
+
+def _short(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _sids(request: dict[str, Any], key: str) -> set[int]:
+    value = request.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f'"{key}" must be a list of server ids')
+    return set(value)
+
+
+def _sid(request: dict[str, Any], key: str) -> int:
+    value = request.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f'"{key}" must be a server id')
+    return value
+
+
+class ControlClient:
+    """A blocking client of one server's control socket (JSON Lines over TCP)."""
+
+    def __init__(self, host: str, port: int, token: bytes, timeout: float = 30.0) -> None:
+        """``token``: the server's control token (`read_token`), sent first on every connection."""
+        self.address = (host, port)
+        self.timeout = timeout
+        self._token = token
+        self._sock: socket.socket | None = None
+        self._file: Any = None
+
+    def _connect(self) -> None:
+        self._sock = socket.create_connection(self.address, timeout=self.timeout)
+        self._file = self._sock.makefile("rwb")
+        answer = self._exchange({"op": "auth", "token": self._token.decode("ascii")})
+        if "error" in answer:
+            self.close()
+            raise ControlError(f"server {self.address[1]}: {answer['error']}")
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send one request; return the response, or raise ControlError with its error text."""
+        response = self.raw({"op": op, **fields})
+        if "error" in response:
+            raise ControlError(f"server {self.address[1]}: {response['error']}")
+        return response
+
+    def raw(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send one request object and return the response object as it is (OSError if the server is gone)."""
+        if self._file is None:
+            self._connect()
+        return self._exchange(request)
+
+    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self._file.write(json.dumps(request).encode() + b"\n")
+            self._file.flush()
+            line = self._file.readline()
+        except OSError:
+            self.close()
+            raise
+        if not line:
+            self.close()
+            raise ConnectionError(f"control connection to {self.address} closed")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+                self._sock.close()
+            except OSError:
+                pass
+        self._file = self._sock = None
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def settle(controls: dict[int, ControlClient], timeout: float = 10.0) -> dict[int, dict[str, Any]]:
+    """Wait until every packet and notification one server sent has arrived at its peer (waiting there, in control
+    mode), every quorum connection is open or closed at both ends, and no sender still holds a notification; return
+    every server's ``state``. ControlError on timeout.
+
+    This is what the conformance driver does after each step, before it compares states.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.0005
+    while True:
+        states = {sid: c.request("state") for sid, c in controls.items()}
+        problem = unsettled(states)
+        if problem is None:
+            return states
+        if time.monotonic() > deadline:
+            raise ControlError(f"not settled within {timeout} s: {problem}")
+        time.sleep(pause)  # a packet is usually a fraction of a ms away; a stall backs off to 8 ms between looks
+        pause = min(2 * pause, 0.008)
+
+
+def unsettled(states: dict[int, dict[str, Any]]) -> str | None:
+    """Why these states are not settled (see `settle`), or None when they are."""
+    ends = {(sid, c["peer"]): c for sid, s in states.items() for c in s["connections"]}
+    for (i, j), c in ends.items():
+        if j not in states:
+            continue
+        other = ends.get((j, i))
+        if c["state"] != "open" or other is None or other["state"] != "open":
+            return f"quorum connection {i}-{j} is {c['state']} at {i}, {other and other['state']} at {j}"
+        if c["sent"] != other["received"]:
+            return f"quorum connection {i}-{j}: {c['sent']} sent by {i}, {other['received']} received by {j}"
+    for i, s in states.items():
+        for sender in s.get("senders", ()):
+            j = sender["peer"]
+            if j not in states:
+                continue
+            if sender["queued"]:
+                return f"election sender {i}->{j} still holds {sender['queued']} notification(s)"
+            if not sender["connected"]:
+                continue
+            received = [v["received"] for v in states[j].get("votes", ()) if v["peer"] == i]
+            if sender["sent"] not in received:
+                return f"election connection {i}->{j}: {sender['sent']} sent, received {received}"
+    return None

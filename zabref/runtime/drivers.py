@@ -1,0 +1,121 @@
+"""The two modes of a server, as drivers of one step path: when inputs reach the node, and what time it is.
+
+Theory of operation
+-------------------
+`zabref.runtime.server.Server` asks its driver exactly these things, and nothing else about the mode:
+
+* ``now()`` -- the time to give the node (`zabref.core.node`: every timer compares times);
+* ``start(server)`` -- the server is listening and the node started;
+* ``arrived(server, conn)`` / ``vote_arrived(server, channel)`` -- a quorum packet (not a PING: those are never
+  held) or an election notification was read and queued on its connection;
+* ``closed(server)`` -- a quorum connection was reported closed to the node;
+* ``unblocked(server, conns)`` -- the node changed role or zabState: the packets it deferred on ``conns`` may be
+  taken now.
+
+`NormalDriver` delivers every input as it arrives (one pump event per packet or notification, in arrival order),
+ticks the node every ``tick_s`` seconds of the loop's clock (``loop.time()``) -- and once more right after a
+connection closed, so that a follower whose leader went away gives up at once instead of at the next tick -- and
+tells the node when the loop itself stalled (the ticker woke more than two ticks late: a long batch, a SIGSTOP), so
+that the node does not blame its peers for its own pause. Its clock may be moved forward (`NormalDriver.jump`, the
+control op ``clock_jump`` of the fault runner): the node then sees every peer silent for that long and takes the
+timeouts that are due -- the spec's spontaneous FollowerTimeout / LeaderTimeout, on a running cluster.
+
+`ControlDriver` (``zabref serve --control``, for the conformance driver) delivers nothing by itself: packets and
+notifications wait on their connection until the control socket releases one (`zabref.runtime.control`, ``release`` and
+``release_vote``), and the clock is logical -- it starts at 0 and moves by ``tick_s`` only when the control socket
+says ``tick``, each move followed by one tick of the node. So a timeout happens when, and only when, the driver lets
+enough time pass, and the decision that it is due is the node's, as in normal mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from zabref.core.node import Effects
+
+__all__ = ["NormalDriver", "ControlDriver"]
+
+
+class NormalDriver:
+    """Inputs as they arrive, ticks on the loop's clock."""
+
+    name = "normal"
+
+    def __init__(self, tick_s: float) -> None:
+        self.tick_s = tick_s
+        self.skew = 0.0  # seconds the clock was moved forward (`jump`)
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time() + self.skew
+
+    async def jump(self, server: Any, seconds: float) -> Effects:
+        """Move the clock ``seconds`` forward, then tick the node at once (not as a stall: to the node, its peers
+        were silent that long); the tick's Effects once carried out."""
+        self.skew += seconds
+        return await server.call(lambda: server.node.tick(self.now()))
+
+    def start(self, server: Any) -> None:
+        server.spawn(self._ticker(server), "ticker")
+
+    def arrived(self, server: Any, conn: Any) -> None:
+        server.enqueue(lambda: server.deliver(conn))
+
+    def vote_arrived(self, server: Any, channel: Any) -> None:
+        server.enqueue(lambda: server.deliver_vote(channel))
+
+    def closed(self, server: Any) -> None:
+        server.enqueue(lambda: server.node.tick(self.now()))
+
+    def unblocked(self, server: Any, conns: list[Any]) -> None:
+        for conn in conns:
+            for _ in range(len(conn.inbound)):
+                server.enqueue(lambda c=conn: server.deliver(c))
+
+    async def _ticker(self, server: Any) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(self.tick_s)
+            now = loop.time()
+            stalled = now - last > 2 * self.tick_s  # the loop did not run for over a tick: our stall, not theirs
+            last = now
+            server.enqueue(lambda t=now + self.skew, s=stalled: _tick(server, t, s))
+
+
+def _tick(server: Any, now: float, stalled: bool) -> Effects:
+    if stalled:
+        server.node.stalled(now)
+    return server.node.tick(now)
+
+
+class ControlDriver:
+    """Inputs when the control socket releases them; a logical clock that moves when it says ``tick``."""
+
+    name = "control"
+
+    def __init__(self) -> None:
+        self.clock = 0.0
+
+    def now(self) -> float:
+        return self.clock
+
+    def start(self, server: Any) -> None:
+        pass
+
+    def arrived(self, server: Any, conn: Any) -> None:
+        pass
+
+    def vote_arrived(self, server: Any, channel: Any) -> None:
+        pass
+
+    def closed(self, server: Any) -> None:
+        pass
+
+    def unblocked(self, server: Any, conns: list[Any]) -> None:
+        pass
+
+    def advance(self, server: Any) -> Effects:
+        """One tick of logical time, then the node's timers (the event the control socket's ``tick`` runs)."""
+        self.clock += server.node.timing.tick_s
+        return server.node.tick(self.clock)

@@ -1,0 +1,607 @@
+"""The server process: one asyncio loop carrying a `zabref.core.node.Node`'s inputs in and its effects out.
+
+Theory of operation
+-------------------
+The node (`zabref.core.node`) makes every decision; this module only does the I/O around it, the same way in both
+modes. There is ONE step path: every input -- a quorum packet, an election notification, a closed connection, a
+tick of the clock, a client request, a forwarded request's answer -- is an *event*, a small function that calls one
+node entry point and returns its `Effects`. ONE task, the *pump*, runs events in arrival order, a batch at a time
+(all that are ready, at most `BATCH_LIMIT`), and then, for the whole batch:
+
+1. makes every step's ``persist`` operations durable: each step is one atomic batch (`zabref.storage.Storage.apply`),
+   and ONE ``sync`` -- one write, one fsync -- makes the whole pump batch durable (group commit), in the machine's
+   worker (a thread), or in the loop's own thread when the last sync was quick (`INLINE_SYNC_SECONDS`);
+2. only then carries out the rest, in order: quorum packets (one socket write per connection per batch), election
+   notifications, connections to close, client answers, forwards; after a change of role or zabState, packets the
+   node deferred are offered again.
+
+So no packet -- an ACK, a LEADERINFO, a leader's PROPOSAL -- leaves before the persistence of its step is durable
+(seed 000, phase 3, step 2: "log and sync proposals to disk and send ACK"), and a power cut loses exactly the steps
+of the batch in progress, none of whose packets left: a crash is the spec's Crash. A storage failure stops the
+server (exit code 2): the node would otherwise run ahead of its disk.
+
+The mode is a *driver* (`zabref.runtime.drivers`) behind two questions: when does an inbound packet or notification reach
+the node, and what time is it. The normal driver delivers everything as it arrives and ticks the node every
+``tick_ms`` on the loop's clock; the control driver (``--control``, for the conformance driver) holds every inbound
+packet and notification in its connection's queue until the control socket releases it, and advances a logical
+clock only when told (``tick``). PINGs are never held: they only keep connections alive. Nothing else differs.
+
+Connections (`zabref.net.peers`): a follower dials its leader when the node says so (``Effects.dial``) and sends the
+handshake; a leader takes the connections its learners open. A connection that ends (EOF, reset, bad bytes, a
+packet no spec action takes) is closed, logged with its reason, and reported to the node; packets not yet given to
+the node when their connection closes are dropped (the spec empties both channels of a closed connection). Election
+notifications go out through one `zabref.net.peers.ElectionSender` per peer and come in on connections the peers open.
+
+Surroundings. The network and time are the running event loop's (asyncio streams, ``loop.time()``); the disk, the
+connection ids, the clock that times a sync, the sync worker and the signals are the `zabref.runtime.machine.Machine`'s. A
+real process gets asyncio's loop and `Machine()`; the simulator (`conformance.sim`) runs every server of a cluster on one
+virtual-time loop with simulated machines. Nothing here depends on which.
+
+Fault layer (docs/faults.md). ``cut_links(peers)`` makes this server behave as if the network between it and those
+peers were cut, both directions: its quorum and election connections with them are closed, new ones are refused or
+fail, and notifications to them are dropped, until ``heal_links``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from zabref.config import Config
+from zabref.core.election import check_notification
+from zabref.core.node import Effects, Node, Timing
+from zabref.core.packets import PacketType, QuorumPacket, ServerState
+from zabref.core.zab import HANDLERS, LearnerPhase
+from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
+from zabref.net import clientport, peers, wire
+from zabref.net.security import AuthError, Guard
+from zabref.runtime import control
+from zabref.runtime.actionlog import ActionLog
+from zabref.runtime.machine import Machine
+from zabref.storage import Storage
+
+__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "run_server"]
+
+log = logging.getLogger("zabref")
+
+#: Most packets (or notifications) waiting in one connection's queue; one more closes the connection.
+HOLD_LIMIT = 10_000
+#: Most events run by the pump before it persists and sends (bounds the latency of one batch).
+BATCH_LIMIT = 1_000
+#: A batch syncs in the loop's own thread when the previous sync took at most this long (a slow disk goes to the
+#: disk thread, so that the loop keeps reading sockets while it waits).
+INLINE_SYNC_SECONDS = 0.002
+#: Packet types a quorum connection may carry: what some role of the core takes, and PING.
+QUORUM_TYPES = frozenset(t for table in HANDLERS.values() for t in table) | {PacketType.PING}
+
+Event = Callable[[], Effects | None]
+
+
+def timing_of(config: Config) -> Timing:
+    c = config.cluster
+    return Timing(tick_s=c.tick_ms / 1000, init_limit=c.init_limit, sync_limit=c.sync_limit)
+
+
+class Server:
+    """One zabref server: ``await Server(config, sid, driver).run()``; `stop` ends it. ``machine``: what it runs on
+    (`zabref.runtime.machine`; default: this process, its disk and its signals)."""
+
+    def __init__(self, config: Config, sid: int, driver: Any, *, action_log: Any = None,
+                 machine: Machine | None = None, control_token: bytes | None = None) -> None:
+        """``control_token``: open the control port (`zabref.runtime.control`), which admits only this token."""
+        self.config = config
+        self.sid = sid
+        self.me = config.server(sid)
+        self.driver = driver  # zabref.runtime.drivers.NormalDriver or ControlDriver
+        self.action_log = action_log  # an ActionLog, or anything with its restart/step/flush/close
+        self.machine = Machine() if machine is None else machine
+        self.control_token = control_token
+        self.guard = Guard()  # TLS and quorum authentication (`zabref.net.security`), read from the config by `run`
+        self.storage: Storage | None = None
+        self.node: Node | None = None
+        self.conns: dict[int, peers.Connection] = {}  # quorum connections by peer
+        self.votes: dict[int, peers.VoteChannel] = {}  # inbound election connections by serial
+        self.senders: dict[int, peers.ElectionSender] = {}
+        self.cut_peers: set[int] = set()
+        self.exit_code = 0
+        self.client_waiters: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.forward_to: Callable[[int, int, dict[str, Any]], Any] | None = None  # set by the client port
+        self._rids = itertools.count(1)
+        self._events: asyncio.Queue[tuple[Event, asyncio.Future[Effects] | None]] = asyncio.Queue()
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._listeners: list[asyncio.base_events.Server] = []
+        self._tasks: dict[asyncio.Task[Any], None] = {}  # in creation order (a set's order would vary by run)
+        self._last_sync_s = 0.0
+        self._unflushed: dict[int, peers.Connection] = {}
+
+    @property
+    def core(self) -> Any:
+        return self.node.core
+
+    # ------------------------------------------------------------------------------------------ life cycle
+
+    async def run(self) -> int:
+        """Open the data dir, listen, serve until `stop` (SIGTERM/SIGINT); returns the process exit code."""
+        self.guard = Guard.from_config(self.config)  # reads the certificates and the secret: ConfigError first
+        disk = self.machine.disk
+        disk.mkdir(self.me.data_dir)
+        self.storage, report = Storage.open(self.me.data_dir, disk=disk)
+        log.info("storage: %s", report)
+        self.node = Node(self.sid, self.config.sids, self.storage.persistent(), timing_of(self.config))
+        self.machine.install_signals(asyncio.get_running_loop(), self.stop)
+        await self.listen("quorum_port", self._accept_quorum)
+        await self.listen("election_port", self._accept_votes)
+        await self.listen("client_port", clientport.ClientPort(self).handle)
+        if self.control_token is not None:
+            await self.listen("control_port", control.ControlPort(self, self.control_token).handle,
+                              host=self.me.control_host, limit=control.MAX_LINE)
+        for other in self.config.servers:
+            if other.id != self.sid:
+                self.senders[other.id] = peers.ElectionSender(self.sid, other.id, other.host, other.election_port,
+                                                              new_id=self.machine.new_connection_id, guard=self.guard)
+        self.spawn(self._pump(), "pump")
+        if self.action_log is not None:
+            self.action_log.restart(self.sid, self.node)
+        self.enqueue(lambda: self.node.start(self.driver.now()))
+        self.driver.start(self)
+        control_at = f"{self.me.control_host}:{self.me.control_port}" if self.control_token is not None else "none"
+        log.info("server %d ready (%s mode): quorum %s:%d, election %d, client %d, control %s; history %d txns, "
+                 "acceptedEpoch %d, currentEpoch %d", self.sid, self.driver.name, self.me.host, self.me.quorum_port,
+                 self.me.election_port, self.me.client_port, control_at, len(self.core.history),
+                 self.core.accepted_epoch, self.core.current_epoch)
+        await self._stopping.wait()
+        await self._shutdown()
+        return self.exit_code
+
+    async def listen(self, key: str, handler: Any, host: str | None = None, **kwargs: Any) -> None:
+        """Listen on this server's ``key`` port (a config key) at its host (or ``host``); ConfigError naming it if
+        the port is taken."""
+        port = getattr(self.me, key)
+        host = self.me.host if host is None else host
+        try:
+            self._listeners.append(await asyncio.start_server(handler, host, port, **kwargs))
+        except OSError as e:
+            for listener in self._listeners:
+                listener.close()
+            self.storage.close()
+            raise ConfigError(f"{self.config.path}: server {self.sid}: {key}: cannot listen on "
+                              f"{host}:{port}: {e.strerror or e}") from None
+
+    def stop(self, code: int = 0) -> None:
+        self.exit_code = self.exit_code or code
+        self._stopping.set()
+
+    async def _shutdown(self) -> None:
+        log.info("server %d stopping", self.sid)
+        for listener in self._listeners:
+            listener.close()
+        for sender in self.senders.values():
+            sender.close()
+        for conn in list(self.conns.values()):
+            conn.close("server stopping")
+        for task in list(self._tasks):
+            task.cancel()
+        if self.machine.executor is not None:
+            self.machine.executor.shutdown(wait=True)
+        if self.action_log is not None:
+            self.action_log.close()
+        if self.storage is not None:
+            try:
+                self.storage.sync()
+            except StorageError as e:
+                log.error("final sync failed: %s", e)
+            self.storage.close()
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks[task] = None
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task %s failed", task.get_name(), exc_info=task.exception())
+            self.stop(3)
+
+    # ------------------------------------------------------------------------------------------ events
+
+    def enqueue(self, event: Event) -> None:
+        """Run ``event`` in the pump; nobody waits for it (its errors are logged)."""
+        self._events.put_nowait((event, None))
+
+    async def call(self, event: Event) -> Effects:
+        """Run ``event`` in the pump; return its Effects once carried out, or raise its error."""
+        fut: asyncio.Future[Effects] = asyncio.get_running_loop().create_future()
+        self._events.put_nowait((event, fut))
+        return await fut
+
+    async def client(self, make: Callable[[int, float], Effects]) -> dict[str, Any]:
+        """A client request: ``make(rid, now)`` runs one node entry point; wait for the node's answer to ``rid``."""
+        rid = next(self._rids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.client_waiters[rid] = fut
+        self.enqueue(lambda: make(rid, self.driver.now()))
+        try:
+            return await fut
+        finally:
+            self.client_waiters.pop(rid, None)
+
+    async def _pump(self) -> None:
+        while True:
+            batch = [await self._events.get()]
+            while len(batch) < BATCH_LIMIT and not self._events.empty():
+                batch.append(self._events.get_nowait())
+            done: list[tuple[asyncio.Future[Effects] | None, Effects | BaseException]] = []
+            effects: list[Effects] = []
+            for event, fut in batch:
+                try:
+                    eff = event() or Effects()
+                except ZabError as e:
+                    if fut is None:
+                        log.warning("%s", e)
+                    done.append((fut, e))
+                    continue
+                except Exception as e:  # a bug: stop (exit 3), but never leave a caller waiting
+                    log.exception("internal error in an event; stopping")
+                    for f in [f for _, f in batch] + [f for f, _ in done]:
+                        if f is not None and not f.done():
+                            f.set_exception(ZabError(f"internal error: {type(e).__name__}: {e}"))
+                    self.stop(3)
+                    return
+                effects.append(eff)
+                done.append((fut, eff))
+                for peer in eff.dial:  # the connection (and its id) exists from now on; it is dialed in _apply
+                    self._new_outbound(peer)
+                if self.action_log is not None and eff.actions:
+                    self.action_log.step(self.node, eff, self._cid)
+            if self.action_log is not None:
+                self.action_log.flush()  # before anything of the batch takes effect: no effect without its line
+            steps = [eff.persist for eff in effects if eff.persist]
+            if steps:
+                try:
+                    await self._persist(steps)
+                except (StorageError, OSError, ValueError) as e:
+                    log.critical("storage failed, stopping: %s", e)
+                    for fut, _ in done:
+                        if fut is not None and not fut.done():
+                            fut.set_exception(StorageError(f"storage failed: {e}"))
+                    self.stop(2)
+                    return
+            changed = False
+            for eff in effects:
+                changed |= self._apply(eff)
+            self.flush()
+            if changed:
+                self._changed.set()
+                self._changed = asyncio.Event()
+            for fut, answer in done:
+                if fut is None or fut.done():
+                    continue
+                if isinstance(answer, BaseException):
+                    fut.set_exception(answer)
+                else:
+                    fut.set_result(answer)
+
+    async def _persist(self, steps: list[Any]) -> None:
+        """Each step one atomic batch, then one sync for them all (inline when the disk has been quick)."""
+        for ops in steps:
+            self.storage.apply(ops)
+        if self._last_sync_s <= INLINE_SYNC_SECONDS:
+            self._last_sync_s = self._timed_sync()
+        else:
+            worker = self.machine.worker(f"zabref-{self.sid}-disk")
+            self._last_sync_s = await asyncio.get_running_loop().run_in_executor(worker, self._timed_sync)
+
+    def _timed_sync(self) -> float:
+        """Sync the storage; the seconds it took on the machine's clock."""
+        clock = self.machine.clock
+        started = clock()
+        self.storage.sync()
+        return clock() - started
+
+    def _apply(self, eff: Effects) -> bool:
+        """Everything of ``eff`` but persist (durable already); True if it delivered or changed role."""
+        for peer in eff.dial:
+            conn = self.conns.get(peer)
+            if conn is not None and conn.state == "connecting" and not conn.dialing:
+                conn.dialing = True
+                self.spawn(self._run_dialed(conn), f"quorum-to-{peer}")
+        for peer, packet in eff.send:
+            self.send(peer, packet)
+        for send in eff.notify:
+            if send.to not in self.cut_peers:
+                self.senders[send.to].send(send.notification)
+        for peer in eff.close:
+            conn = self.conns.get(peer)
+            if conn is not None:
+                self.close_connection(conn, "this server went back to leader election", report=False)
+        for rid, answer in eff.answers:
+            fut = self.client_waiters.get(rid)
+            if fut is not None and not fut.done():
+                fut.set_result(answer)
+        for rid, leader, request in eff.forwards:
+            if self.forward_to is not None:
+                self.spawn(self.forward_to(rid, leader, request), f"forward-{rid}")
+        if eff.role is not None:
+            core = self.core
+            log.info("state -> %s (zabState %s, leader %d, acceptedEpoch %d, currentEpoch %d, lastZxid %#x)",
+                     eff.role.name, core.zab_state, core.leader, core.accepted_epoch, core.current_epoch,
+                     core.last_zxid)
+        if eff.unblock:
+            blocked = [conn for conn in self.conns.values() if conn.blocked]
+            for conn in blocked:
+                conn.blocked = False
+            if blocked:
+                self.driver.unblocked(self, blocked)
+        return bool(eff.deliver) or eff.role is not None
+
+    # ------------------------------------------------------------------------------------------ inbound
+
+    def deliver(self, conn: peers.Connection) -> Effects | None:
+        """The event of the head packet of ``conn``'s queue reaching the node (the one step path for packets)."""
+        if conn.closed or not conn.inbound or conn.blocked:
+            return None
+        packet = conn.inbound.popleft()
+        try:
+            eff = self.node.packet(conn.peer, packet, self.driver.now(), tag=conn.cid)
+        except RemoteProtocolError as e:
+            self.close_connection(conn, f"protocol error: {e}", report=True)
+            raise
+        if eff.deferred:
+            conn.inbound.appendleft(packet)
+            conn.blocked = True
+        return eff
+
+    def deliver_vote(self, channel: peers.VoteChannel) -> Effects | None:
+        """The event of the head notification of ``channel`` reaching the node."""
+        if channel.closed or not channel.inbound:
+            return None
+        n = channel.inbound.popleft()
+        try:
+            return self.node.notification(channel.peer, n, self.driver.now())
+        except RemoteProtocolError as e:
+            log.warning("election notification from %d dropped: %s", channel.peer, e)
+            return None
+
+    def _arrived(self, conn: peers.Connection, packet: QuorumPacket) -> None:
+        if packet.type not in QUORUM_TYPES:
+            raise ValueError(f"{packet.type.name} (type {int(packet.type)}) is not a packet of this protocol")
+        conn.received += 1
+        if packet.type == PacketType.PING:  # never held: keepalives only say the peer is there
+            self.enqueue(lambda: None if conn.closed else self.node.packet(conn.peer, packet, self.driver.now(),
+                                                                           tag=conn.cid))
+            return
+        if len(conn.inbound) >= HOLD_LIMIT:
+            raise ValueError(f"more than {HOLD_LIMIT} packets wait on this connection")
+        conn.inbound.append(packet)
+        self.driver.arrived(self, conn)
+
+    # ------------------------------------------------------------------------------------------ quorum connections
+
+    def send(self, peer: int, packet: QuorumPacket) -> None:
+        conn = self.conns.get(peer)
+        if conn is None:
+            log.debug("%s(zxid %#x) to %d dropped: no connection", packet.type.name, packet.zxid, peer)
+            return
+        conn.catching_up = (self.core.state == ServerState.LEADING
+                            and self.core.learner_phase.get(peer) != LearnerPhase.UPTODATE)
+        was_open = not conn.closed
+        conn.send(packet, flush=False)
+        self._unflushed[conn.serial] = conn
+        if conn.closed:
+            self._closed_by_send(conn, was_open)
+
+    def flush(self) -> None:
+        """Write what `send` queued: one socket write per connection."""
+        conns, self._unflushed = self._unflushed, {}
+        for conn in conns.values():
+            was_open = not conn.closed
+            conn.flush()
+            if conn.closed:
+                self._closed_by_send(conn, was_open)
+
+    def _closed_by_send(self, conn: peers.Connection, was_open: bool) -> None:
+        if was_open:
+            log.warning("quorum connection with %d closed: %s", conn.peer, conn.close_reason)
+        self._report_later(conn)
+
+    def _new_outbound(self, peer: int) -> None:
+        """The connection the node asked for (``Effects.dial``), not dialed yet: packets sent meanwhile wait in it."""
+        old = self.conns.get(peer)
+        if old is None or old.closed:
+            self.conns[peer] = peers.Connection(peer, initiated=True, cid=self.machine.new_connection_id())
+
+    def _cid(self, peer: int) -> int | None:
+        """The id of the connection a packet to ``peer`` would go to now (None: it would be dropped)."""
+        conn = self.conns.get(peer)
+        return None if conn is None or conn.closed else conn.cid
+
+    async def _run_dialed(self, conn: peers.Connection) -> None:
+        target = self.config.server(conn.peer)
+        if conn.peer in self.cut_peers:
+            self.close_connection(conn, "link cut by the fault layer", report=None)
+            return
+        attempts = max(3, self.config.cluster.init_limit)
+        try:
+            reader, writer = await peers.dial(target.host, target.quorum_port, self.sid, attempts=attempts,
+                                              timeout=2.0, cid=conn.cid, max_delay=self.config.cluster.tick_ms / 1000,
+                                              guard=self.guard)
+        except (OSError, TimeoutError) as e:
+            self.close_connection(conn, f"cannot connect to {target.host}:{target.quorum_port}: {e}", report=None)
+            return
+        if conn.closed:
+            writer.close()
+            return
+        conn.attach(writer)
+        log.info("quorum connection to leader %d open", conn.peer)
+        await self._read(conn, reader)
+
+    @peers.quiet_cancel
+    async def _accept_quorum(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        shaken = await self._handshake(reader, writer, "quorum")
+        if shaken is None:
+            return
+        sid, cid = shaken
+        old = self.conns.get(sid)
+        if old is not None:
+            self.close_connection(old, f"server {sid} opened a new connection", report=None)
+        conn = peers.Connection(sid, initiated=False, cid=cid)
+        self.conns[sid] = conn
+        conn.attach(writer)
+        log.info("quorum connection from %d open", sid)
+        self.enqueue(lambda: self.node.connection_opened(sid, inbound=True))
+        await self._read(conn, reader)
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         kind: str) -> tuple[int, int] | None:
+        """(sid, connection id) of an inbound connection, or None (refused, logged, closed)."""
+        address = writer.get_extra_info("peername")
+        try:
+            await self.guard.accept_tls(writer, self.guard.quorum_server, peers.HANDSHAKE_TIMEOUT)
+            sid, cid = await peers.accept_handshake(reader)
+        except (peers.HandshakeError, AuthError) as e:
+            log.warning("%s connection from %s closed: %s", kind, address, e)
+            writer.close()
+            return None
+        if sid == self.sid or sid not in self.config.sids:
+            log.warning("%s connection from %s closed: handshake names server %d, not another server of %s", kind,
+                        address, sid, list(self.config.sids))
+            writer.close()
+            return None
+        if sid in self.cut_peers:
+            log.info("%s connection from %d refused: link cut by the fault layer", kind, sid)
+            writer.close()
+            return None
+        try:  # quorum authentication: no packet of the dialer is read before it proved the secret
+            await self.guard.check(reader, writer, wire.encode_handshake(sid, cid), peers.HANDSHAKE_TIMEOUT)
+        except AuthError as e:
+            log.warning("%s connection from %s closed: %s (its handshake named server %d)", kind, address, e, sid)
+            writer.close()
+            return None
+        return sid, cid
+
+    async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader) -> None:
+        def on_body(body: bytes) -> None:
+            packet = wire.decode_quorum_packet(body)
+            if not conn.closed:
+                self._arrived(conn, packet)
+
+        # A frame unfinished for initLimit ticks is a broken peer (ZooKeeper bounds its sync reads by initLimit too):
+        # the connection is closed as bad input, which the node sees as any lost connection.
+        timing = self.config.cluster
+        reason = await peers.read_frames(reader, peers.MAX_QUORUM_FRAME, f"quorum stream from {conn.peer}", on_body,
+                                         frame_timeout=timing.init_limit * timing.tick_ms / 1000)
+        self.close_connection(conn, reason, report=None)
+
+    def close_connection(self, conn: peers.Connection, reason: str, *, report: bool | None) -> None:
+        """Close ``conn`` (logged once, with ``reason``) and forget it; what waited on it is dropped.
+
+        ``report``: True/None -- tell the node (through an event); False -- never (the node closed it itself).
+        """
+        if not conn.closed:
+            conn.close(reason)
+            level = logging.WARNING if reason.startswith(("bad input", "protocol error")) else logging.INFO
+            log.log(level, "quorum connection with %d closed: %s", conn.peer, reason)
+        if self.conns.get(conn.peer) is conn:
+            del self.conns[conn.peer]
+        conn.inbound.clear()
+        if report is False:
+            conn.reported = True
+        else:
+            self._report_later(conn)
+
+    def _report_later(self, conn: peers.Connection) -> None:
+        if conn.reported:
+            return
+        conn.reported = True
+        if self.conns.get(conn.peer) is conn:
+            del self.conns[conn.peer]
+        self.enqueue(lambda: self.node.connection_closed(conn.peer, self.driver.now(), inbound=not conn.initiated,
+                                                         tag=conn.cid))
+        self.driver.closed(self)
+
+    # ------------------------------------------------------------------------------------------ election connections
+
+    @peers.quiet_cancel
+    async def _accept_votes(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        shaken = await self._handshake(reader, writer, "election")
+        if shaken is None:
+            return
+        sid, _ = shaken
+        channel = peers.VoteChannel(sid, writer)
+        self.votes[channel.serial] = channel
+
+        def on_body(body: bytes) -> None:
+            n = wire.decode_notification(body)
+            check_notification(n)  # ValueError: the connection is closed as bad input, nothing reaches the node
+            if sid in self.cut_peers or channel.closed:
+                return
+            if len(channel.inbound) >= HOLD_LIMIT:
+                raise ValueError(f"more than {HOLD_LIMIT} notifications wait on this connection")
+            channel.received += 1
+            channel.inbound.append(n)
+            self.driver.vote_arrived(self, channel)
+
+        try:
+            reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body,
+                                             frame_timeout=peers.ELECTION_FRAME_TIMEOUT)
+        finally:
+            channel.close()
+            self.votes.pop(channel.serial, None)
+        level = logging.WARNING if reason.startswith("bad input") else logging.DEBUG
+        log.log(level, "election connection from %d closed: %s", sid, reason)
+
+    # ------------------------------------------------------------------------------------------ fault layer
+
+    def cut_links(self, sids: set[int]) -> None:
+        """Cut the links to ``sids``: close their quorum and election connections, refuse new ones, drop traffic."""
+        unknown = sorted(sids - set(self.config.sids) | (sids & {self.sid}))
+        if unknown:
+            raise ValueError(f"cannot cut links to {unknown}: not other servers of this cluster")
+        self.cut_peers |= sids
+        log.warning("fault layer: links to %s cut (now cut: %s)", sorted(sids), sorted(self.cut_peers))
+        for sid in sids:
+            conn = self.conns.get(sid)
+            if conn is not None:
+                self.close_connection(conn, "link cut by the fault layer", report=None)
+            self.senders[sid].set_link_cut(True)
+            for channel in list(self.votes.values()):
+                if channel.peer == sid:
+                    channel.close()
+
+    def heal_links(self, sids: set[int]) -> None:
+        """Undo `cut_links` for ``sids``."""
+        self.cut_peers -= sids
+        log.warning("fault layer: links to %s healed (now cut: %s)", sorted(sids), sorted(self.cut_peers))
+        for sid in sids:
+            self.senders[sid].set_link_cut(False)
+
+    # ------------------------------------------------------------------------------------------ waiting
+
+    async def wait_changed(self) -> None:
+        """Return after the next batch that delivered something or changed role."""
+        await self._changed.wait()
+
+
+def run_server(config: Config, sid: int, *, control: bool, action_log: str | None = None,
+               control_token: bytes | None = None) -> int:
+    """Run one server until SIGTERM/SIGINT; returns the exit code (0 clean, 2 storage failure, 3 internal error).
+    ConfigError if control mode or a control token is asked for and the server has no control port."""
+    from zabref.runtime.drivers import ControlDriver, NormalDriver  # noqa: PLC0415
+
+    if control and control_token is None:
+        raise ConfigError("control mode (--control) is driven through the control port: give --control-token")
+    if control_token is not None and config.server(sid).control_port is None:
+        raise ConfigError(f"{config.path}: server {sid} has no control_port, so --control-token has no port to open")
+
+    async def main() -> int:
+        driver = ControlDriver() if control else NormalDriver(config.cluster.tick_ms / 1000)
+        log_ = ActionLog.open(action_log, sid) if action_log else None
+        return await Server(config, sid, driver, action_log=log_, control_token=control_token).run()
+
+    return asyncio.run(main())
