@@ -4,9 +4,9 @@ Theory of operation: the traces come from `conformance.graph.cache` (model-check
 changed). Each later hop runs as its own `zabref` subcommand, so its progress and its one-line summary show as they
 would by hand; a hop that fails stops the chain with its exit code. `zabref chain --config ci` builds the auditor's
 site (`zabref docs`, beside the report: out/site), replays the generated traces and the committed ones in traces/
-(each of its folders with a manifest.json), writes the report (which links to the site), runs a short fault run of real servers in normal mode (writers paced) whose action logs
-`zabref validate` checks against spec/Zab.tla (`--fault-seconds`; its summary in ``<report>/faults.json``), and
-prints where the report and the site are.
+(each of its folders with a manifest.json), writes the report (which links to the site), runs a short fault run of real
+servers in normal mode (writers paced) whose action logs `zabref validate` checks against spec/Zab.tla
+(`--fault-seconds`; its summary in ``<report>/faults.json``), and prints where the report and the site are.
 """
 
 from __future__ import annotations

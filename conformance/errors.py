@@ -99,7 +99,8 @@ class SpecFormatError(ConformanceError):
     """The spec is not in the form the toolchain reads (e.g. a disjunct of Next it cannot label); names the line."""
 
 
-# --- the trace pipeline (conformance/graph/pipeline.py, graphparse.py, traces.py) -------------------------------------------
+# --- the trace pipeline (conformance/graph/pipeline.py, graphparse.py, traces.py)
+# -------------------------------------------
 
 
 class GraphError(InputError):
@@ -115,7 +116,8 @@ class PipelineError(ConformanceError):
     """The pipeline cannot do what it was asked (an output folder that holds other files, an unknown config)."""
 
 
-# --- the replay driver (conformance/replay/driver.py, conform.py, seeded.py, minimize.py) -------------------------------------
+# --- the replay driver (conformance/replay/driver.py, conform.py, seeded.py, minimize.py)
+# -------------------------------------
 
 
 class TraceActionError(InputError):
@@ -143,3 +145,8 @@ class SeededBugError(ConformanceError):
 
 class MinimizeError(ConformanceError):
     """The minimizer cannot start: no graph, a trace that does not fail, a graph that does not hold the trace."""
+
+
+class MergeError(ConformanceError):
+    """No order of the servers' action logs is a behaviour of the spec by the merge's rules (`zabref validate`); the
+    message says where it stuck."""

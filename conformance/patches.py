@@ -22,7 +22,8 @@ class Replacement:
 
 
 def read_replacements(tables: Iterable[dict], default_file: str | None = None) -> tuple[Replacement, ...]:
-    """The `[[replace]]` tables of a patch file (KeyError/TypeError when one is malformed: the caller names the file)."""
+    """The `[[replace]]` tables of a patch file (KeyError/TypeError when one is malformed: the caller names the
+    file)."""
     reps = []
     for table in tables:
         file = table.get("file", default_file)

@@ -74,7 +74,7 @@ def line_cost(repeat: int = 40, number: int = 2000) -> float:
     from types import SimpleNamespace  # noqa: PLC0415
 
     from zabref.core import payloads  # noqa: PLC0415
-    from zabref.core.node import Action, Effects  # noqa: PLC0415
+    from zabref.core.effects import Action, Effects  # noqa: PLC0415
     from zabref.core.packets import PacketType, QuorumPacket  # noqa: PLC0415
     from zabref.core.state import CoreState  # noqa: PLC0415
     from zabref.core.types import AppendTxns, Persistent, Txn  # noqa: PLC0415

@@ -11,8 +11,9 @@ the machine's disk and load. Two shapes:
     group    G transactions per sync (group commit: G steps applied, one write, one fsync)
 
 A third table repeats both shapes with ``os.fsync`` replaced by a no-op in this process (``--no-cpu`` skips it):
-what is left is the CPU cost of each layer, which the disk's fsync time hides in the first two. Values are 100 bytes. The data directory is a temporary folder under --dir (default: the system's temp folder),
-whose file system decides what an fsync costs.
+what is left is the CPU cost of each layer, which the disk's fsync time hides in the first two. Values are 100 bytes.
+The data directory is a temporary folder under --dir (default: the system's temp folder), whose file system decides what
+an fsync costs.
 
     .venv/bin/python scripts/bench_storage.py [--syncs 300] [--group 100] [--rounds 3] [--dir DIR]
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 
@@ -81,3 +82,14 @@ def run_tests(root, tests: list[str], probe: str = "zabref") -> dict[str, str]:
             outcomes[m[2]] = m[1]
     assert outcomes, proc.stdout + proc.stderr
     return outcomes
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Read until the other end closes ``sock`` (EOF or reset); an AssertionError-worthy timeout after 10 s."""
+    sock.settimeout(10)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return True

@@ -39,7 +39,7 @@ def broken(tmp_path_factory) -> str:
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     seeds = {
-        "zabref/config.py": "from conformance import errors as _seeded_1\n",          # implementation-alone
+        "zabref/config/model.py": "from conformance import errors as _seeded_1\n",    # implementation-alone
         "zabref/core/state.py": "import time as _seeded_2\n",                          # core-sans-io
         "zabref/storage/store.py": "from zabref.runtime import drivers as _seeded_3\n",  # zabref-layers
         "zabref/net/peers.py": "from zabref.storage import records as _seeded_4\n",    # net-not-storage
@@ -56,7 +56,7 @@ def broken(tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize("contract, importer, imported", [
-    ("zabref is the implementation alone", "zabref.config", "conformance"),
+    ("zabref is the implementation alone", "zabref.config.model", "conformance"),
     ("zabref.core is sans-IO", "zabref.core.state", "time"),
     ("zabref's layers", "zabref.storage.store", "zabref.runtime.drivers"),
     ("net does not import storage", "zabref.net.peers", "zabref.storage.records"),

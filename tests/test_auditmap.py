@@ -1,4 +1,5 @@
-"""The auditor's map (conformance/report/auditmap.py) is computed from spec/Zab.tla and zabref/, and it goes stale loudly.
+"""The auditor's map (conformance/report/auditmap.py) is computed from spec/Zab.tla and zabref/, and it goes stale
+loudly.
 
 The staleness tests work on a copy of the tree in tmp_path (spec/Zab.tla, zabref/, conformance/replay/mapping.py): they
 rename a handler, drop a mapping function, and show that the map names exactly what broke. The real tree is never
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.report.auditmap import NOT_A_METHOD, compute_map, read_definitions, snake
+from conformance.report.auditmap import NOT_A_METHOD, compute_map, snake
+from conformance.report.specread import read_definitions
 from conformance.tla.labels import read_next
 
 REPO = Path(__file__).resolve().parent.parent

@@ -22,7 +22,8 @@ from helpers import decide
 
 from zabref.config import Config, parse_config
 from zabref.core import payloads
-from zabref.core.node import Node, Timing
+from zabref.core.effects import Timing
+from zabref.core.node import Node
 from zabref.core.packets import LearnerInfo, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import Persistent
 from zabref.net import wire

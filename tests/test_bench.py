@@ -229,7 +229,8 @@ def test_write_png(tmp_path):
 def test_client_read_pages_only_the_delivered_prefix():
     """`Node.client_read` bisects the history in place (no copy per read): same answers as slicing the delivered
     prefix -- nothing past lastCommitted, pages of `limit`, "more" exactly when delivered transactions remain."""
-    from zabref.core.node import Node, Timing
+    from zabref.core.effects import Timing
+    from zabref.core.node import Node
     from zabref.core.types import Persistent, Txn
 
     history = [Txn((1 << 32) | c, f"a{c}".encode()) for c in range(1, 6)] + \

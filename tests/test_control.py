@@ -1,9 +1,9 @@
 """Control mode with three real server processes: the conformance driver's view of zabref.
 
 Each test drives spec actions by hand, the way conformance/replay/driver.py does: an election decision through the
-server's own FastLeaderElection (notifications on its election port, conformance/replay/steer.py), a release = the Process*
-action that takes the head packet of one channel, a client's submit on the client port = ClientRequest, time passing
-(``tick``) = *Timeout, SIGKILL + restart = Crash. After each step it checks every server's state against what
+server's own FastLeaderElection (notifications on its election port, conformance/replay/steer.py), a release = the
+Process* action that takes the head packet of one channel, a client's submit on the client port = ClientRequest, time
+passing (``tick``) = *Timeout, SIGKILL + restart = Crash. After each step it checks every server's state against what
 spec/Zab.tla says that step does. Loopback only; every wait is bounded.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from conformance.replay.commands import MAX_TIMEOUT_TICKS
 from conformance.replay.harness import Cluster, wait_until
 from conformance.replay.steer import steer
-from zabref.runtime.control import ControlClient, settle
+from zabref.runtime.control_client import ControlClient, settle
 
 pytestmark = pytest.mark.slow
 

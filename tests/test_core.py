@@ -140,7 +140,8 @@ def test_every_spec_action_has_a_handler_of_the_same_name():
 
 
 def test_spec_actions_table_names_every_action_of_next_by_its_method():
-    """zabref.core.zab.SPEC_ACTIONS (what zabref.core.node logs) is exactly Next's actions but Crash, each under the name of
+    """zabref.core.zab.SPEC_ACTIONS (what zabref.core.node logs) is exactly Next's actions but Crash, each under the
+    name of
     its method."""
     assert set(SPEC_ACTIONS.values()) == set(spec_next_actions()) - {"Crash"}
     assert all(snake(action) == method for method, action in SPEC_ACTIONS.items())

@@ -20,7 +20,8 @@ from zabref.client import ZabClient
 from zabref.config import load_config, parse_config, parse_zoo_cfg
 from zabref.errors import ConfigError
 from zabref.runtime.cluster import LocalCluster, cluster_config, control_token, find_free_base_port, release_base_port
-from zabref.runtime.control import ControlClient, ControlError, read_token
+from zabref.runtime.control import ControlError, read_token
+from zabref.runtime.control_client import ControlClient
 
 SERVER = """
 [[server]]

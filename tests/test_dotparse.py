@@ -21,7 +21,8 @@ from conformance.graph.dotparse import (
     iter_statements,
     parse_dot_file,
 )
-from conformance.tla.values import ParseError, ValueSyntaxError, canonical_json, format_state, model, parse_state
+from conformance.tla.valueparse import parse_state
+from conformance.tla.values import ParseError, ValueSyntaxError, canonical_json, format_state, model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dot"
 REAL_DUMPS = ["dot_values_colorize.dot", "dot_values_plain.dot", "one_var_nolabels.dot", "channels.dot"]

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from conformance.graph.cache import ensure_traces
 from conformance.graph.traces import read_trace
 from conformance.replay import mapping
-from conformance.replay.edges import HEADS, EdgeError, check_edge, check_graph, check_heads, check_rows
+from conformance.replay.edges import HEADS, EdgeError, check_edge, check_heads
+from conformance.replay.edges_graph import check_graph, check_rows
 from conformance.replay.edges_report import edges_command, report, shortest_paths
 from conformance.replay.inverse import InverseError, World
 from conformance.replay.regress import load_graph
@@ -320,7 +321,7 @@ def test_the_command_is_registered_as_a_zabref_plugin(monkeypatch) -> None:
 
 
 def test_a_malformed_state_row_of_the_heads_check_is_bad_input_naming_the_state(nodes) -> None:
-    from conformance.replay.edges import check_head_rows
+    from conformance.replay.edges_graph import check_head_rows
 
     with pytest.raises(EdgeError, match=r"g\.parquet: state 7: .*"):
         check_head_rows([(7, "{not json", None)], where="g.parquet")

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from conformance.faults.availability import availability
-from conformance.faults.check import Read, Sample, Write, check
+from conformance.faults.history import Read, Sample, Write, check
 from conformance.validate.actionlogs import read_logs
 from zabref.cli import main
 from zabref.client import ZabClient
@@ -204,7 +204,8 @@ def test_bad_histories_are_rejected() -> None:
 
 
 def test_stepping_is_refused_in_normal_mode() -> None:
-    """release, release_vote and tick step a server: in normal mode inputs and time are the clock's, not the driver's."""
+    """release, release_vote and tick step a server: in normal mode inputs and time are the clock's, not the
+    driver's."""
     port = ControlPort(SimpleNamespace(driver=SimpleNamespace(name="normal")), b"t" * 32)
     for line in (b'{"op": "release", "from": 2}', b'{"op": "release_vote", "from": 2}', b'{"op": "tick"}'):
         assert "only in control mode" in asyncio.run(port.answer(line))["error"]

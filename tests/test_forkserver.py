@@ -16,7 +16,7 @@ from conformance.replay.harness import POWER_LOSS, TIMING
 from zabref.config import load_config
 from zabref.errors import ZabError
 from zabref.runtime.cluster import cluster_config, find_free_base_port, release_base_port
-from zabref.runtime.control import settle
+from zabref.runtime.control_client import settle
 from zabref.storage import ENV_CRASH_AT, ENV_DISK
 
 

@@ -23,11 +23,12 @@ from hypothesis import strategies as st
 
 from zabref.config import Limits
 from zabref.core import election, payloads
-from zabref.core.node import Node, Timing
+from zabref.core.effects import Timing
+from zabref.core.node import Node
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import Persistent
 from zabref.errors import CodecError, RemoteProtocolError, ZabError
-from zabref.net import peers, wire
+from zabref.net import peers, votes, wire
 from zabref.net.clientport import ClientPort
 from zabref.runtime import control
 
@@ -240,7 +241,7 @@ def test_an_election_sender_drops_a_notification_it_cannot_encode_and_keeps_send
 
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        sender = peers.ElectionSender(1, 2, "127.0.0.1", port)
+        sender = votes.ElectionSender(1, 2, "127.0.0.1", port)
         try:
             sender.send(_notification(election_epoch=1 << 63))  # one round past what an int64 holds
             sender.send(_notification(election_epoch=7))

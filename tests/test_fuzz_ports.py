@@ -69,15 +69,6 @@ def test_generated_bad_input_on_every_port_leaves_the_cluster_committing(cluster
         assert report.rss_peak[sid] - before <= RSS_GROWTH_KIB, f"server {sid}: VmRSS {before} -> {report.rss_peak}"
 
 
-def _closed(sock: socket.socket) -> bool:
-    sock.settimeout(10)
-    try:
-        while sock.recv(65536):
-            pass
-    except ConnectionResetError:
-        pass
-    return True
-
 
 @pytest.mark.parametrize("packet", [
     QuorumPacket(PacketType.LEADERINFO, 1 << 40, payloads.encode_leaderinfo_data(PROTOCOL_VERSION)),
@@ -93,7 +84,7 @@ def test_a_packet_from_a_follower_that_is_not_the_leader_is_refused_and_logged(c
     seen = len(log.read_text())
     with socket.create_connection((me.host, me.quorum_port), timeout=10) as sock:
         sock.sendall(wire.frame(wire.encode_handshake(other, 1)) + wire.frame(wire.encode_quorum_packet(packet)))
-        assert _closed(sock)
+        assert helpers.closed_by_peer(sock)
     line = helpers.wait_for("the log line", lambda: "is not this follower's leader" in log.read_text()[seen:], 10)
     assert line
     after = _state(cluster, follower)["variables"]
@@ -176,7 +167,7 @@ def test_a_negative_vote_does_not_stop_a_looking_server(tmp_path: Path) -> None:
         log = me.data_dir / "server.log"
         with socket.create_connection((me.host, me.election_port), timeout=10) as sock:
             sock.sendall(wire.frame(wire.encode_handshake(2, 1)) + votes)
-            assert _closed(sock)
+            assert helpers.closed_by_peer(sock)
         helpers.wait_for("the close line", lambda: "election connection from 2 closed: bad input: notification "
                          "peerEpoch is negative (-1)" in log.read_text(), 10)
         with c[1].control(timeout=5) as ctl:

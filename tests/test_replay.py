@@ -3,9 +3,9 @@
 The hand-written trace below is a real path of the tiny model (spec/MC_tiny.cfg; it is the pipeline's trace for
 ClientRequest__2 extended by two steps): server 2 decides to lead and server 1 to follow it (BecomeLeader,
 BecomeFollower -- the driver steers their real elections), discovery and synchronization of follower 1, a client
-request (which the driver submits on a client port) and its PROPOSAL logged by the follower. Each step lists only the spec variables it changes, as
-`msgs[a][b]`-style paths with 1-based server ids, so it reads beside spec/Zab.tla. Loopback only; every wait is
-bounded by the replay's settle timeout.
+request (which the driver submits on a client port) and its PROPOSAL logged by the follower. Each step lists only the
+spec variables it changes, as `msgs[a][b]`-style paths with 1-based server ids, so it reads beside spec/Zab.tla.
+Loopback only; every wait is bounded by the replay's settle timeout.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from conformance.errors import TraceActionError
 from conformance.graph.traces import Step, Trace, TraceHeader, dump_trace, read_trace
 from conformance.replay.commands import Command
 from conformance.replay.conform import conform
-from conformance.replay.driver import plan, replay_file
+from conformance.replay.driver import replay_file
+from conformance.replay.plan import plan
 from conformance.report.results import write_report
 
 N = 3

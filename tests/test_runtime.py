@@ -9,6 +9,7 @@ import struct
 import time
 from pathlib import Path
 
+import helpers
 import pytest
 
 from zabref.config import ClusterConfig, load_config, parse_config
@@ -139,15 +140,6 @@ def _auth(server) -> bytes:
     return json.dumps({"op": "auth", "token": server.token.decode()}).encode() + b"\n"
 
 
-def _closed_by_server(sock: socket.socket) -> bool:
-    sock.settimeout(10)
-    try:
-        while sock.recv(65536):
-            pass
-    except ConnectionResetError:
-        pass
-    return True
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("port_name", ["quorum_port", "election_port", "client_port"])
@@ -161,7 +153,7 @@ def test_garbage_closes_that_connection_and_the_server_keeps_serving(lone_server
         if port_name == "client_port":
             # well-framed bytes on the client port get an error answer and the connection stays open: end it
             sock.shutdown(socket.SHUT_WR)
-        assert _closed_by_server(sock)
+        assert helpers.closed_by_peer(sock)
     with lone_server.control() as c:
         state = c.request("state")
     assert state["variables"]["state"] == "LOOKING"

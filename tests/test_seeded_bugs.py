@@ -5,10 +5,11 @@ patched copy of zabref, until one fails; the test reports which trace caught it 
 departure happens at the action the bug breaks. The clean implementation passes every one of those traces.
 
 The models' traces (Zab.tla's tiny and ci, replayed on real servers; FastLeaderElection.tla's fle_ci, replayed
-through the election core by conformance/replay/fle_driver.py) come from `conformance.graph.cache.ensure_traces`: generated from
-the spec (`zabref check --dump-dot`, then the Spark pipeline) and cached by spec hash under .cache/traces, so a fresh
-clone generates them once and an unchanged spec reuses them. $ZABREF_<MODEL>_TRACES names another folder instead.
-Bugs with expect = "regression" are missed by the action traces and caught by the committed traces/regression/.
+through the election core by conformance/replay/fle_driver.py) come from `conformance.graph.cache.ensure_traces`:
+generated from the spec (`zabref check --dump-dot`, then the Spark pipeline) and cached by spec hash under
+.cache/traces, so a fresh clone generates them once and an unchanged spec reuses them. $ZABREF_<MODEL>_TRACES names
+another folder instead. Bugs with expect = "regression" are missed by the action traces and caught by the committed
+traces/regression/.
 """
 
 from __future__ import annotations

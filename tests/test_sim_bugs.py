@@ -1,5 +1,5 @@
-"""Every seeded bug of the catalogue (conformance/replay/bugs/*.toml) is caught by the deterministic simulator within the
-CI seeds (tests/test_sim.py's CI_SEEDS), with the check that should catch it (docs/simulation.md).
+"""Every seeded bug of the catalogue (conformance/replay/bugs/*.toml) is caught by the deterministic simulator within
+the CI seeds (tests/test_sim.py's CI_SEEDS), with the check that should catch it (docs/simulation.md).
 
 Each row is the first seed (of seeds 0, 1, ... with those options) whose run fails, found by
 ``zabref simulate --bug NAME --seeds 0..600 --steps 100 --until-failure`` (or --steps 1000 where 100 steps were not

@@ -1,4 +1,5 @@
-"""The simulator's invariant checks (conformance/sim/invariants.py): the same checks as the models, each able to fail."""
+"""The simulator's invariant checks (conformance/sim/invariants.py): the same checks as the models, each able to
+fail."""
 
 from __future__ import annotations
 

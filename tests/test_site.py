@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from conformance.graph.traces import Step, Trace, TraceHeader, dump_trace
-from conformance.report.auditmap import read_definitions
 from conformance.report.site import build_site, collect, docs_command, load_seed_steps, quote_found, seeds_dir
+from conformance.report.specread import read_definitions
 from conformance.tla.labels import read_next
 from conformance.tla.mutations import load_mutations, run_mutation
 

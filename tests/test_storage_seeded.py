@@ -1,4 +1,5 @@
-"""Seeded durability bugs (conformance/replay/bugs/*.toml, those patching zabref/storage/) are caught by the storage tests.
+"""Seeded durability bugs (conformance/replay/bugs/*.toml, those patching zabref/storage/) are caught by the storage
+tests.
 
 For each bug, a scratch copy of zabref with the bug applied (conformance.replay.seeded.patched_package) runs a selection
 of the storage tests in a child pytest; the test checks that the tests expected to catch it fail, and, where it

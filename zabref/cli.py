@@ -32,7 +32,7 @@ PLUGIN_GROUP = "zabref.commands"
 def plugin_entry_points() -> dict[str, EntryPoint]:
     """The installed `zabref.commands` entry points, by command name (read once per process; importlib.metadata is
     imported here, not at start-up: `zabref serve`, which every test cluster starts, never needs it)."""
-    from importlib.metadata import entry_points  # noqa: PLC0415
+    from importlib.metadata import entry_points  # noqa: PLC0415 (start-up: see the module docstring)
 
     return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
 
@@ -102,11 +102,11 @@ DEFAULT_CLUSTER_CONFIG = "zabref-cluster/cluster.toml"
               help="Open the control port (loopback only), admitting only the token in this file (chmod 600).")
 def serve(config_path: str, sid: int, control: bool, action_log: str | None, control_token: str | None) -> None:
     """Run one zabref server until SIGTERM/SIGINT (docs/runtime.md; the config: TOML, or ZooKeeper's zoo.cfg)."""
-    import logging  # noqa: PLC0415
+    import logging  # noqa: PLC0415 (start-up: see the module docstring)
 
-    from zabref.config import load_config  # noqa: PLC0415
-    from zabref.runtime.control import read_token  # noqa: PLC0415
-    from zabref.runtime.server import run_server  # noqa: PLC0415
+    from zabref.config import load_config  # noqa: PLC0415 (start-up: see the module docstring)
+    from zabref.runtime.control import read_token  # noqa: PLC0415 (start-up: see the module docstring)
+    from zabref.runtime.server import run_server  # noqa: PLC0415 (start-up: see the module docstring)
 
     config = load_config(config_path)
     token = read_token(control_token) if control_token is not None else None
@@ -133,7 +133,7 @@ def serve(config_path: str, sid: int, control: bool, action_log: str | None, con
               help="Every server appends the spec actions it takes to this folder (check with zabref validate).")
 def cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actions: str | None) -> None:
     """Start SERVERS zabref servers on 127.0.0.1 and wait until interrupted (Ctrl-C stops them cleanly)."""
-    from zabref.runtime.cluster import run_cluster  # noqa: PLC0415
+    from zabref.runtime.cluster import run_cluster  # noqa: PLC0415 (start-up: see the module docstring)
 
     run_cluster(servers, data_dir, base_port, tick_ms, log_actions)
 
@@ -144,7 +144,7 @@ def cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actio
 @click.pass_context
 def client(ctx: click.Context, config_path: str) -> None:
     """Talk to a running cluster through its client ports."""
-    from zabref.client import ZabClient, addresses_from_config, tls_from_config  # noqa: PLC0415
+    from zabref.client import ZabClient, addresses_from_config, tls_from_config  # noqa: PLC0415 (start-up: see the module docstring)
 
     ctx.obj = ZabClient(addresses_from_config(config_path), tls=tls_from_config(config_path))
     ctx.call_on_close(ctx.obj.close)

@@ -19,8 +19,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from zabref.errors import ZabError
+from zabref.config import load_config
+from zabref.errors import ConfigError, ZabError
 from zabref.net import clientwire
+from zabref.net.security import client_context
 
 __all__ = ["ZabClient", "ClientError", "addresses_from_config", "tls_from_config"]
 
@@ -32,7 +34,6 @@ class ClientError(ZabError):
 
 def addresses_from_config(path: str) -> list[tuple[str, int]]:
     """The client ports of every server in a zabref config file."""
-    from zabref.config import load_config  # noqa: PLC0415
 
     return [(s.host, s.client_port) for s in load_config(path).servers]
 
@@ -40,9 +41,6 @@ def addresses_from_config(path: str) -> list[tuple[str, int]]:
 def tls_from_config(path: str) -> ssl.SSLContext | None:
     """The TLS context for a cluster's client ports (its ``[security]`` cert, key and ca), or None when its client
     ports are plain."""
-    from zabref.config import load_config  # noqa: PLC0415
-    from zabref.errors import ConfigError  # noqa: PLC0415
-    from zabref.net.security import client_context  # noqa: PLC0415
 
     config = load_config(path)
     if not config.security.client_tls:

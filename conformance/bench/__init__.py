@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-One run starts each system on loopback (fsync on, ports below 32768, leased with `zabref.runtime.cluster.find_free_base_port`),
-runs the same workload against each -- zabref with its Python client, ZooKeeper once with kazoo and once with its own
-Java client (``--zk-clients``) -- stops it, and compares:
+One run starts each system on loopback (fsync on, ports below 32768, leased with
+`zabref.runtime.cluster.find_free_base_port`), runs the same workload against each -- zabref with its Python client,
+ZooKeeper once with kazoo and once with its own Java client (``--zk-clients``) -- stops it, and compares:
 
 * `stats`     -- percentiles (nearest rank), one `Row` per (system, op, target, in flight), the zabref/ZooKeeper
   ratios; pure functions, tested without any process.

@@ -15,8 +15,8 @@ exactly N requests in flight, the same values as `conformance.bench.workload`.
   build is done once per source and compiler and never half-seen.
 * `JavaZooKeeperAdapter` starts ONE JVM per harness (its JIT warms during the runner's warm-up writes), sends one
   ``row ...`` line per row and reads ``progress <n>`` lines (for the progress bar) until the ``result {json}`` line,
-  which `parse_result` checks and turns into the same `conformance.bench.stats.Row` as the other adapters, with the JVM's
-  CPU time over the row as the client's CPU. Any other line, an ``error`` answer, or the JVM ending is a
+  which `parse_result` checks and turns into the same `conformance.bench.stats.Row` as the other adapters, with the
+  JVM's CPU time over the row as the client's CPU. Any other line, an ``error`` answer, or the JVM ending is a
   `BenchError` naming ZkLoad, with the tail of its stderr.
 """
 

@@ -8,8 +8,9 @@ two cores): start a fresh 3-server cluster under ``<out>/work/<system>``, find i
 the rows: writes against the follower with each in-flight count, then against the leader, then the same for reads
 (of values written before). Around each row the servers' CPU time and, after it, their resident memory are read
 (`conformance.bench.usage`); the client reports its own CPU time. One line is printed per row as it finishes. Then the
-failover trials (zabref, and ZooKeeper with kazoo only), on a NEW cluster of the same system (so the restarted server does not first have to recover the whole benchmark's log, which would
-measure recovery, not failover). At the end: the table with the ratios, the failover lines, ``bench.json`` and
+failover trials (zabref, and ZooKeeper with kazoo only), on a NEW cluster of the same system (so the restarted server
+does not first have to recover the whole benchmark's log, which would measure recovery, not failover). At the end: the
+table with the ratios, the failover lines, ``bench.json`` and
 ``bench.png`` in ``<out>``; the work folders are deleted unless ``keep`` is set.
 
 ``--quick`` is a smoke run: 200 writes, in flight 1 and 16, one failover trial.

@@ -3,10 +3,11 @@
 Theory of operation
 -------------------
 A harness owns one 3-server cluster in a folder of its own, on a leased port block: `ZabrefHarness` wraps
-`zabref.runtime.cluster.LocalCluster` (default timing: tick 100 ms, initLimit 10, syncLimit 5; fsync before every ACK, group
-commit), `ZooKeeperHarness` wraps `conformance.bench.zk.ZkEnsemble` (tickTime 2000, forceSync=yes) and is driven by kazoo
-(system ``zookeeper``) or by the Java client (``zookeeper-java``, `conformance.bench.javaclient`). Each gives the
-workload adapter for its client, ``pids()`` (server id -> process id, for CPU and memory), ``leader()`` (blocking until one serves), ``kill(sid)`` (SIGKILL),
+`zabref.runtime.cluster.LocalCluster` (default timing: tick 100 ms, initLimit 10, syncLimit 5; fsync before every ACK,
+group commit), `ZooKeeperHarness` wraps `conformance.bench.zk.ZkEnsemble` (tickTime 2000, forceSync=yes) and is driven
+by kazoo (system ``zookeeper``) or by the Java client (``zookeeper-java``, `conformance.bench.javaclient`). Each gives
+the workload adapter for its client, ``pids()`` (server id -> process id, for CPU and memory), ``leader()`` (blocking
+until one serves), ``kill(sid)`` (SIGKILL),
 ``restart(sid)`` (same data dir; returns once the whole cluster serves again) and ``serving_leader(sids)`` (a
 non-blocking probe used while timing a failover). Leaving the ``with`` block stops every process and releases the
 ports (and ends the client's process, if it has one).

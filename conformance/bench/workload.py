@@ -15,10 +15,11 @@ one write and one read there:
 A third adapter, `conformance.bench.javaclient.JavaZooKeeperAdapter`, drives ZooKeeper with its own Java client.
 
 `run_row` keeps exactly ``in_flight`` requests outstanding until ``count`` have completed (a new one is issued when
-one completes), and returns a `conformance.bench.stats.Row`, with the client's CPU time over the row (`time.process_time`
-of this process: the client is this process's event loop or kazoo's threads, the servers are other processes). A failed request is counted in ``errors`` and not retried
-(none is expected while nothing is killed). `run_load` is the open-ended version used during failover: workers keep
-issuing writes until told to stop, retrying after failures, and every attempt is recorded as
+one completes), and returns a `conformance.bench.stats.Row`, with the client's CPU time over the row
+(`time.process_time` of this process: the client is this process's event loop or kazoo's threads, the servers are other
+processes). A failed request is counted in ``errors`` and not retried (none is expected while nothing is killed).
+`run_load` is the open-ended version used during failover: workers keep issuing writes until told to stop, retrying
+after failures, and every attempt is recorded as
 ``(t_issue, t_done, ok)`` on `time.monotonic`.
 
 A value is 100 bytes of ASCII (its index, padded), the same on both systems.

@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-1. Lay out a cluster of normal-mode servers on leased loopback ports (`zabref.runtime.cluster`), start it, wait for ready.
+1. Lay out a cluster of normal-mode servers on leased loopback ports (`zabref.runtime.cluster`), start it, wait for
+ready.
 2. Start the `Writer` threads (one per writing client), the `Reader` threads and the `Sampler`; every ``PROGRESS``
    seconds print one line.
 3. For ``duration`` seconds (or until ``faults`` episodes were injected), call `Nemesis.step` in a loop: faults begin
@@ -11,7 +12,7 @@ Theory of operation
    run also shows the cluster recovering, then stop the writers and the sampler.
 5. Settle: wait (bounded) until one leader and every follower are in BROADCAST with the same committed zxid; then
    read every server's whole delivered sequence (`ZabClient.read`).
-6. Stop the cluster and run `conformance.faults.check.check`. The `RunResult` holds the fault counts, the verdict, the
+6. Stop the cluster and run `conformance.faults.history.check`. The `RunResult` holds the fault counts, the verdict, the
    nemesis's events and any problem (a server that exited by itself, a cluster that did not settle); it is OK only
    when the verdict is and there was no problem.
 7. With ``validate``, every server wrote the spec actions it took to ``<data dir>/actions`` (``--action-log``), and
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.faults.availability import KindAvailability, availability
-from conformance.faults.check import Verdict, check
+from conformance.faults.history import Verdict, check
 from conformance.faults.nemesis import KINDS, Nemesis, Timing
 from conformance.faults.workload import Reader, Sampler, Writer
 from zabref.client import ClientError, ZabClient

@@ -5,7 +5,7 @@ Theory of operation
 Each `Writer` is a thread standing for one client: it submits unique values (``c<client>-<k>``) one at a time, each
 in ONE request to one server, never resent -- `zabref.client.ZabClient` retries a request whose connection broke,
 which could commit a value twice and hide or fake a duplicate; here the client's view must be exact. The outcome of
-each submit is recorded as a `conformance.faults.check.Write`:
+each submit is recorded as a `conformance.faults.history.Write`:
 
 * ``ok``: the answer holds the zxid;
 * ``fail``: the server answered ``retry: true`` (it did not take the value), or the connection could not even be
@@ -17,12 +17,13 @@ After any outcome but ``ok`` the writer moves to the next server (and pauses `BA
 
 Each `Reader` is a thread standing for a client that reads: it asks, at random, for a plain ``read``, a ``sync``
 followed by a ``read``, or writes a value of its own and then syncs and reads at another server, and records each
-read as a `conformance.faults.check.Read`: the interval and the last zxid the server says it delivered (the read answer's
+read as a `conformance.faults.history.Read`: the interval and the last zxid the server says it delivered (the read
+answer's
 ``zxid``). The checker holds synced reads to linearizability and plain ones to monotonic reads on one connection.
 
 The `Sampler` is one thread that reads every server about twice a second, each time asking for what was delivered
-after the last zxid it saw there, and records each answer as a `conformance.faults.check.Sample`: the checker holds every
-sample against the final sequences, so a server that delivered something it later forgot is caught even if it
+after the last zxid it saw there, and records each answer as a `conformance.faults.history.Sample`: the checker holds
+every sample against the final sequences, so a server that delivered something it later forgot is caught even if it
 recovers before the end.
 """
 
@@ -33,7 +34,7 @@ import socket
 import threading
 import time
 
-from conformance.faults.check import Outcome, Read, Sample, Write
+from conformance.faults.history import Outcome, Read, Sample, Write
 from zabref.net import clientwire
 
 __all__ = ["Writer", "Reader", "Sampler", "BACKOFF", "READ_PAUSE"]

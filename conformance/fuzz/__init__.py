@@ -10,29 +10,18 @@ ports of every server, while a client thread keeps committing, and each input's 
 its kind demands (close, close after silence, answer, or just survive). After the run every server must be alive,
 commit one more write, have written no traceback, and have logged a reason for every fuzz connection it closed.
 
-Modules: `conformance.fuzz.inputs` (the kinds of input and their bytes), `conformance.fuzz.harness` (the cluster, the
+Modules: `conformance.fuzz.frames` (what an input is, and the bytes inputs are built from),
+`conformance.fuzz.inputs` (the kinds of input), `conformance.fuzz.harness` (the cluster, the
 workers, the checks), `conformance.fuzz.report` (the counts and the summary tables), `conformance.fuzz.command` (the
 ``zabref fuzz`` command; ``python -m conformance.fuzz`` runs it too). docs/fuzzing.md records the runs and the issues
 they found.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
 from conformance.fuzz.command import DEFAULT_INPUTS, fuzz_command
+from conformance.fuzz.frames import Input, Kind, Target
+from conformance.fuzz.harness import GHOST, RUNNING, Fuzzer, fuzz_cluster, rss_kib
+from conformance.fuzz.inputs import KINDS, kind_table
+from conformance.fuzz.report import Report
 
-__all__ = ["GHOST", "RUNNING", "KINDS", "Kind", "Input", "Target", "kind_table", "Fuzzer", "Report", "fuzz_cluster", "rss_kib",
-           "fuzz_command", "DEFAULT_INPUTS"]
-
-#: Imported on first use (PEP 562): `zabref.cli` imports this package for the command, and every ``zabref serve``
-#: would otherwise load the cluster harness too (whose port leases ask for the temp directory at import).
-_LAZY = {"GHOST": "harness", "RUNNING": "harness", "KINDS": "inputs", "Kind": "inputs", "Input": "inputs", "Target": "inputs", "kind_table": "inputs",
-         "Fuzzer": "harness", "fuzz_cluster": "harness", "rss_kib": "harness", "Report": "report"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'conformance.fuzz' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"conformance.fuzz.{_LAZY[name]}"), name)
+__all__ = ["GHOST", "RUNNING", "KINDS", "Kind", "Input", "Target", "kind_table", "Fuzzer", "Report", "fuzz_cluster",
+           "rss_kib", "fuzz_command", "DEFAULT_INPUTS"]

@@ -1,4 +1,5 @@
-"""``zabref fuzz`` (and ``python -m conformance.fuzz``): start a cluster with a ghost, run the fuzzer, print the report."""
+"""``zabref fuzz`` (and ``python -m conformance.fuzz``): start a cluster with a ghost, run the fuzzer, print the
+report."""
 
 from __future__ import annotations
 

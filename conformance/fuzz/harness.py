@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 `fuzz_cluster` lays out four servers of which 1-3 run (`RUNNING`) and 4, the ghost (`GHOST`,
-`conformance.fuzz.inputs`), never does. `Fuzzer.run` runs `WORKERS` asyncio tasks that take inputs one by one. Input i is
-built from ``random.Random(f"{seed}:{i}")``: a kind (weighted, or round robin over the kinds a caller named), a
+`conformance.fuzz.inputs`), never does. `Fuzzer.run` runs `WORKERS` asyncio tasks that take inputs one by one. Input i
+is built from ``random.Random(f"{seed}:{i}")``: a kind (weighted, or round robin over the kinds a caller named), a
 server whose role fits the kind, then bytes. At most `MAX_SILENT` silence inputs wait at once.
 
 Inputs that carry a handshake of a configured sid on a quorum port take a per-server lock, so one ghost connection
@@ -31,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conformance.fuzz.inputs import ANSWER, CLOSE, CLOSE_WAIT, ROLES, SILENCE, Input, Kind, Target, kind_table
+from conformance.fuzz.frames import CLOSE_WAIT, ROLES, Input, Kind, Target
+from conformance.fuzz.inputs import ANSWER, CLOSE, SILENCE, kind_table
 from conformance.fuzz.report import CLOSE_LINE, Report, reason_class
 from zabref.client import ClientError, ZabClient
 from zabref.config import ClusterConfig, Security

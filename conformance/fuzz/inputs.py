@@ -29,12 +29,32 @@ import json
 import random
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from conformance.fuzz.frames import (
+    ANSWER,
+    CLOSE,
+    I32,
+    SEND,
+    SILENCE,
+    Input,
+    Kind,
+    Target,
+    bad_length,
+    bad_sid,
+    half,
+    handshake_frame,
+    mutated_packet,
+    not_handshake,
+    out_of_phase_packet,
+    packet_frame,
+    some_zxid,
+    stranger_sid,
+    wild_long,
+)
 from zabref.config import Limits
 from zabref.core import payloads
 from zabref.core.election import MAX_ROUND
-from zabref.core.packets import PROTOCOL_VERSION, LearnerInfo, Notification, PacketType, QuorumPacket, ServerState
+from zabref.core.packets import PROTOCOL_VERSION, LearnerInfo, Notification, PacketType, ServerState
 from zabref.net import clientport, peers, wire
 from zabref.runtime import control
 from zabref.runtime.server import QUORUM_TYPES
@@ -42,205 +62,82 @@ from zabref.runtime.server import QUORUM_TYPES
 __all__ = ["KINDS", "Kind", "Input", "Target", "kind_table", "CLOSE", "SILENCE", "ANSWER", "SEND", "CLOSE_WAIT",
            "ROLES"]
 
-CLOSE, SILENCE, ANSWER, SEND = "close", "silence", "answer", "send"
-#: Seconds a server has to close a connection that an input of kind CLOSE demands it close.
-CLOSE_WAIT = 10.0
-ROLES = frozenset({"LOOKING", "FOLLOWING", "LEADING"})
-_I32 = struct.Struct(">i")
-
-
-@dataclass(frozen=True)
-class Target:
-    """What the fuzzer knows of one server when it builds an input."""
-
-    sid: int
-    role: str
-    leader: int
-    last_zxid: int
-    ghost: int
-    participants: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Input:
-    payload: bytes
-    expect: str
-    bad: tuple[bool, ...] = ()  # answer: one entry per request, True when it must get an "error" answer
-    wait: float = CLOSE_WAIT  # close, silence: seconds the server has to close the connection
-    exclusive: bool = False  # holds the target's quorum lock (it carries a handshake of a configured sid)
-    #: with TLS on the port: "member" (the harness connects with a member's certificate), "none" (plain bytes on the
-    #: TLS port), "stranger" (a certificate of another CA)
-    tls: str = "member"
-
-
-@dataclass(frozen=True)
-class Kind:
-    name: str
-    port: str
-    weight: float
-    make: Callable[[random.Random, Target], Input]
-    roles: frozenset[str] = ROLES
-    known_issue: str | None = None
-    #: control port: the harness sends the auth line with the server's token first (the kinds that test the gate
-    #: itself say False)
-    authenticate: bool = True
-    #: the gate a kind tests on a secured cluster ("tls", "auth"; None: none): the harness passes every other gate
-    #: for the input (a member's certificate, the quorum secret's proof) and leaves that one to the input's bytes.
-    #: Gate kinds are in the table only when their gate is on (`kind_table`).
-    gate: str | None = None
-
 
 # ------------------------------------------------------------------------------------------------------ bytes
-
-
-def _hs(sid: int) -> bytes:
-    return wire.frame(wire.encode_handshake(sid, 1))
-
-
-def _pkt(ptype: PacketType, zxid: int = 0, data: bytes | None = None) -> bytes:
-    return wire.frame(wire.encode_quorum_packet(QuorumPacket(ptype, zxid, data)))
-
-
-def _not_handshake(rng: random.Random) -> bytes:
-    """Random bytes whose first four are not the handshake's length prefix (8): rejected as soon as they arrive."""
-    data = rng.randbytes(rng.randint(4, 512))
-    return data if data[:4] != _I32.pack(8) else b"\xff" + data[1:]
-
-
-def _bad_length(rng: random.Random, cap: int) -> bytes:
-    return _I32.pack(rng.choice([cap + 1, (1 << 31) - 1, -1, -(1 << 31), rng.randint(cap + 1, (1 << 31) - 1),
-                                 rng.randint(-(1 << 31), -1)]))
-
-
-def _zxid(rng: random.Random, t: Target) -> int:
-    e, c = t.last_zxid >> 32, t.last_zxid & 0xFFFFFFFF
-    return rng.choice([0, t.last_zxid, ((e + rng.randint(0, 3)) << 32) | (c + rng.randint(0, 5)),
-                       rng.randint(0, (1 << 63) - 1)])
-
-
-def _sender(rng: random.Random, t: Target) -> int:
-    """A sid whose packets the target must refuse without any real connection being replaced."""
-    others = [s for s in t.participants if s not in (t.sid, t.leader)] if t.role == "FOLLOWING" else []
-    return rng.choice([t.ghost, *others])
-
-
-def _out_of_phase_packet(rng: random.Random, t: Target) -> bytes:
-    z = _zxid(rng, t)
-    choices = [
-        lambda: _pkt(PacketType.COMMIT, z),
-        lambda: _pkt(PacketType.PROPOSAL, z, rng.randbytes(rng.randint(0, 64))),
-        lambda: _pkt(PacketType.ACK, z),
-        lambda: _pkt(PacketType.LEADERINFO, (z >> 32) << 32, payloads.encode_leaderinfo_data(PROTOCOL_VERSION)),
-        lambda: _pkt(PacketType.NEWLEADER, (z >> 32) << 32),
-        lambda: _pkt(PacketType.UPTODATE, z),
-        lambda: _pkt(PacketType.DIFF, z),
-        lambda: _pkt(PacketType.TRUNC, z),
-        lambda: _pkt(PacketType.SNAP, z, rng.choice([rng.randbytes(16), payloads.encode_snap_data([(z, b"x")])])),
-        lambda: _pkt(PacketType.ACKEPOCH, z, payloads.encode_ackepoch_data(rng.randint(-1, 5))),
-        lambda: _pkt(PacketType.INFORM, z, rng.randbytes(8)),
-        lambda: _pkt(PacketType.COMMIT, z) + _pkt(PacketType.PROPOSAL, z, b"late"),
-        # a negative zxid, written by hand (the encoder refuses nothing here, but QuorumPacket keeps it)
-        lambda: wire.frame(struct.pack(">iqii", int(rng.choice([2, 3, 4])), -rng.randint(1, 1 << 62), -1, -1)),
-    ]
-    return rng.choice(choices)()
-
-
-def _mutated_packet(rng: random.Random, t: Target) -> bytes:
-    body = bytearray(wire.encode_quorum_packet(QuorumPacket(
-        rng.choice([PacketType.COMMIT, PacketType.PROPOSAL, PacketType.ACK, PacketType.SNAP]), _zxid(rng, t),
-        rng.choice([None, rng.randbytes(rng.randint(0, 24))]))))
-    for _ in range(rng.randint(1, 3)):
-        body[rng.randrange(len(body))] = rng.randrange(256)
-    try:  # a mutation that made an accepted packet (PING, a hello) would not be refused: make it unknown instead
-        if wire.decode_quorum_packet(bytes(body)).type in (PacketType.PING, PacketType.OBSERVERINFO,
-                                                           PacketType.FOLLOWERINFO):
-            body[:4] = _I32.pack(99)
-    except wire.CodecError:
-        pass
-    return wire.frame(bytes(body))
 
 
 # ------------------------------------------------------------------------------------------------------ kinds
 
 
 def _q_random(rng: random.Random, t: Target) -> Input:
-    return Input(_not_handshake(rng), CLOSE)
+    return Input(not_handshake(rng), CLOSE)
 
 
 def _q_huge(rng: random.Random, t: Target) -> Input:
     if rng.random() < 0.5:
-        return Input(_bad_length(rng, 8) + rng.randbytes(rng.randint(0, 64)), CLOSE)
-    return Input(_hs(t.ghost) + _bad_length(rng, peers.MAX_QUORUM_FRAME) + rng.randbytes(64), CLOSE, exclusive=True)
-
-
-def _bad_sid(rng: random.Random, t: Target) -> bytes:
-    sid = rng.choice([t.sid, 0, rng.randint(t.ghost + 1, (1 << 63) - 1), -rng.randint(1, 1 << 63)])
-    return wire.frame(struct.pack(">q", sid))
+        return Input(bad_length(rng, 8) + rng.randbytes(rng.randint(0, 64)), CLOSE)
+    return Input(handshake_frame(t.ghost) + bad_length(rng, peers.MAX_QUORUM_FRAME) + rng.randbytes(64), CLOSE, exclusive=True)
 
 
 def _q_bad_sid(rng: random.Random, t: Target) -> Input:
-    return Input(_bad_sid(rng, t) + _pkt(PacketType.COMMIT, 1), CLOSE)
+    return Input(bad_sid(rng, t) + packet_frame(PacketType.COMMIT, 1), CLOSE)
 
 
 def _q_bad_body(rng: random.Random, t: Target) -> Input:
-    return Input(_hs(t.ghost) + wire.frame(rng.randbytes(rng.randint(0, 48))), CLOSE, exclusive=True)
+    return Input(handshake_frame(t.ghost) + wire.frame(rng.randbytes(rng.randint(0, 48))), CLOSE, exclusive=True)
 
 
 def _q_mutated(rng: random.Random, t: Target) -> Input:
-    return Input(_hs(t.ghost) + _mutated_packet(rng, t), CLOSE, exclusive=True)
+    return Input(handshake_frame(t.ghost) + mutated_packet(rng, t), CLOSE, exclusive=True)
 
 
 def _q_wrong_type(rng: random.Random, t: Target) -> Input:
     foreign = [p for p in PacketType if p not in QUORUM_TYPES]
     if rng.random() < 0.5:
-        body = _pkt(rng.choice(foreign), _zxid(rng, t), rng.choice([None, b"x"]))
+        body = packet_frame(rng.choice(foreign), some_zxid(rng, t), rng.choice([None, b"x"]))
     else:
         body = wire.frame(struct.pack(">iqii", rng.choice([0, 9, 19, 99, -1, 1 << 30]), 0, -1, -1))
-    return Input(_hs(t.ghost) + body, CLOSE, exclusive=True)
+    return Input(handshake_frame(t.ghost) + body, CLOSE, exclusive=True)
 
 
 def _q_out_of_phase(rng: random.Random, t: Target) -> Input:
-    return Input(_hs(_sender(rng, t)) + _out_of_phase_packet(rng, t), CLOSE, exclusive=True)
+    return Input(handshake_frame(stranger_sid(rng, t)) + out_of_phase_packet(rng, t), CLOSE, exclusive=True)
 
 
 def _q_ghost_observerinfo_then_junk(rng: random.Random, t: Target) -> Input:
-    hello = _pkt(PacketType.OBSERVERINFO, (t.last_zxid >> 32) << 32,
+    hello = packet_frame(PacketType.OBSERVERINFO, (t.last_zxid >> 32) << 32,
                  payloads.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, t.ghost)))
-    junk = rng.choice([_out_of_phase_packet(rng, t), wire.frame(rng.randbytes(rng.randint(0, 40))),
-                       _pkt(PacketType.OBSERVERINFO, 0, b"")])
-    return Input(_hs(t.ghost) + hello + junk, CLOSE, exclusive=True)
+    junk = rng.choice([out_of_phase_packet(rng, t), wire.frame(rng.randbytes(rng.randint(0, 40))),
+                       packet_frame(PacketType.OBSERVERINFO, 0, b"")])
+    return Input(handshake_frame(t.ghost) + hello + junk, CLOSE, exclusive=True)
 
 
 def _q_impersonate(rng: random.Random, t: Target) -> Input:
     sid = rng.choice([s for s in t.participants if s != t.sid])
-    return Input(_hs(sid) + _pkt(PacketType.COMMIT, rng.randint(1, (1 << 62))), CLOSE, exclusive=True)
-
-
-def _half(rng: random.Random, whole: bytes) -> bytes:
-    return whole[: rng.randint(1, len(whole) - 1)]
+    return Input(handshake_frame(sid) + packet_frame(PacketType.COMMIT, rng.randint(1, (1 << 62))), CLOSE, exclusive=True)
 
 
 def _q_half_handshake(rng: random.Random, t: Target) -> Input:
-    return Input(_half(rng, _hs(t.ghost)), SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 3)
+    return Input(half(rng, handshake_frame(t.ghost)), SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 3)
 
 
 def _q_half_frame(wait: float) -> Callable[[random.Random, Target], Input]:
     def make(rng: random.Random, t: Target) -> Input:
-        frame = rng.choice([_pkt(PacketType.ACK, 1 << 32), _I32.pack(rng.randint(64, 1 << 16)) + rng.randbytes(32)])
-        return Input(_hs(t.ghost) + _half(rng, frame), SILENCE, wait=wait, exclusive=True)
+        frame = rng.choice([packet_frame(PacketType.ACK, 1 << 32), I32.pack(rng.randint(64, 1 << 16)) + rng.randbytes(32)])
+        return Input(handshake_frame(t.ghost) + half(rng, frame), SILENCE, wait=wait, exclusive=True)
     return make
 
 
 def _e_random(rng: random.Random, t: Target) -> Input:
-    return Input(_not_handshake(rng), CLOSE)
+    return Input(not_handshake(rng), CLOSE)
 
 
 def _e_bad_sid(rng: random.Random, t: Target) -> Input:
-    return Input(_bad_sid(rng, t), CLOSE)
+    return Input(bad_sid(rng, t), CLOSE)
 
 
 def _e_huge(rng: random.Random, t: Target) -> Input:
-    return Input(_hs(t.ghost) + _bad_length(rng, peers.MAX_ELECTION_FRAME) + rng.randbytes(16), CLOSE)
+    return Input(handshake_frame(t.ghost) + bad_length(rng, peers.MAX_ELECTION_FRAME) + rng.randbytes(16), CLOSE)
 
 
 def _e_bad_notification(rng: random.Random, t: Target) -> Input:
@@ -248,18 +145,14 @@ def _e_bad_notification(rng: random.Random, t: Target) -> Input:
         body = rng.randbytes(rng.choice([0, 1, 35, 37, 64]))
     else:
         body = struct.pack(">iqqqq", rng.choice([4, 9, -1, 1 << 20]), *(rng.randint(0, 9) for _ in range(4)))
-    return Input(_hs(t.ghost) + wire.frame(body), CLOSE)
-
-
-def _wild_long(rng: random.Random) -> int:
-    return rng.choice([0, 1, 2, 3, 4, 99, (1 << 63) - 1, rng.randint(0, (1 << 63) - 1)])
+    return Input(handshake_frame(t.ghost) + wire.frame(body), CLOSE)
 
 
 def _votes(negative: bool) -> Callable[[random.Random, Target], Input]:
     """Valid notifications with wild fields; with ``negative``, one field of the first is negative: a vote that
     cannot exist, so the connection must be closed (a bad input), as for any other undecodable notification."""
     def make(rng: random.Random, t: Target) -> Input:
-        fields = [[_wild_long(rng) for _ in range(4)] for _ in range(rng.randint(1, 4))]
+        fields = [[wild_long(rng) for _ in range(4)] for _ in range(rng.randint(1, 4))]
         # a round a server may adopt and still run its own elections below election.MAX_ROUND for ever (a round near
         # MAX_ROUND, adopted, would make the next rounds refused by every peer: the cluster could not elect again;
         # a lying configured peer is outside Zab's fault model, docs/fuzzing.md); a later one is _e_last_round's
@@ -270,7 +163,7 @@ def _votes(negative: bool) -> Callable[[random.Random, Target], Input]:
         votes = b"".join(wire.frame(wire.encode_notification(Notification(rng.choice(list(ServerState)), *f)))
                          for f in fields)
         sender = rng.choice([t.ghost, *(s for s in t.participants if s != t.sid)])
-        return Input(_hs(sender) + votes, CLOSE if negative else SEND)
+        return Input(handshake_frame(sender) + votes, CLOSE if negative else SEND)
     return make
 
 
@@ -280,20 +173,20 @@ def _e_last_round(rng: random.Random, t: Target) -> Input:
     sender = rng.choice([s for s in t.participants if s != t.sid])
     r = rng.choice([(1 << 63) - 1, MAX_ROUND + 1, rng.randint(MAX_ROUND + 1, (1 << 63) - 1)])
     vote = Notification(ServerState.LOOKING, sender, t.last_zxid, r, t.last_zxid >> 32)
-    return Input(_hs(sender) + wire.frame(wire.encode_notification(vote)), CLOSE)
+    return Input(handshake_frame(sender) + wire.frame(wire.encode_notification(vote)), CLOSE)
 
 
 def _e_half_handshake(rng: random.Random, t: Target) -> Input:
-    return Input(_half(rng, _hs(t.ghost)), SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 3)
+    return Input(half(rng, handshake_frame(t.ghost)), SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 3)
 
 
 def _e_half_frame(rng: random.Random, t: Target) -> Input:
     n = wire.frame(wire.encode_notification(Notification(ServerState.LOOKING, 1, 0, 1, 0)))
-    return Input(_hs(t.ghost) + _half(rng, n), SILENCE, wait=peers.ELECTION_FRAME_TIMEOUT + 3)
+    return Input(handshake_frame(t.ghost) + half(rng, n), SILENCE, wait=peers.ELECTION_FRAME_TIMEOUT + 3)
 
 
 def _c_bad_length(rng: random.Random, t: Target) -> Input:
-    return Input(_bad_length(rng, Limits().client_frame_bytes) + rng.randbytes(rng.randint(0, 64)), CLOSE)
+    return Input(bad_length(rng, Limits().client_frame_bytes) + rng.randbytes(rng.randint(0, 64)), CLOSE)
 
 
 _PARSER_BOMBS = [lambda rng: b"[" * rng.randint(10_000, 200_000),
@@ -332,7 +225,7 @@ def _c_bad_requests(rng: random.Random, t: Target) -> Input:
 
 def _c_half_frame(rng: random.Random, t: Target) -> Input:
     whole = wire.frame(json.dumps({"op": "read", "from_zxid": 0, "limit": 1}).encode())
-    payload = rng.choice([_half(rng, whole), _I32.pack(rng.randint(64, Limits().client_frame_bytes)) + b"{"])
+    payload = rng.choice([half(rng, whole), I32.pack(rng.randint(64, Limits().client_frame_bytes)) + b"{"])
     return Input(payload, SILENCE, wait=clientport.FRAME_TIMEOUT + 3)
 
 
@@ -389,7 +282,7 @@ def _k_auth_silence(rng: random.Random, t: Target) -> Input:
 
 def _tls_plain(rng: random.Random, t: Target) -> Input:
     """Plain bytes on a TLS port: a handshake (as the ghost) and a packet, or random bytes. Refused by TLS."""
-    payload = rng.choice([_hs(t.ghost) + _pkt(PacketType.COMMIT, 1), _not_handshake(rng)])
+    payload = rng.choice([handshake_frame(t.ghost) + packet_frame(PacketType.COMMIT, 1), not_handshake(rng)])
     return Input(payload, CLOSE, tls="none")
 
 
@@ -399,31 +292,31 @@ def _tls_client_plain(rng: random.Random, t: Target) -> Input:
 
 def _tls_stranger(rng: random.Random, t: Target) -> Input:
     """TLS with a certificate of another CA: the handshake fails before any byte is read as protocol."""
-    return Input(_hs(t.ghost) + _pkt(PacketType.COMMIT, 1), CLOSE, tls="stranger")
+    return Input(handshake_frame(t.ghost) + packet_frame(PacketType.COMMIT, 1), CLOSE, tls="stranger")
 
 
 def _tls_half_hello(rng: random.Random, t: Target) -> Input:
     """The first bytes of a TLS ClientHello record, then nothing: closed when the TLS handshake times out."""
-    record = b"\x16\x03\x01" + _I32.pack(rng.randint(64, 512))[2:] + b"\x01" + rng.randbytes(rng.randint(0, 16))
+    record = b"\x16\x03\x01" + I32.pack(rng.randint(64, 512))[2:] + b"\x01" + rng.randbytes(rng.randint(0, 16))
     return Input(record, SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 5, tls="none")
 
 
 def _auth_wrong_proof(rng: random.Random, t: Target) -> Input:
     """A handshake (as the ghost), then a proof frame of the right size that is not the proof, then a packet."""
-    return Input(_hs(t.ghost) + wire.frame(rng.randbytes(64)) + _pkt(PacketType.COMMIT, 1), CLOSE)
+    return Input(handshake_frame(t.ghost) + wire.frame(rng.randbytes(64)) + packet_frame(PacketType.COMMIT, 1), CLOSE)
 
 
 def _auth_bad_frame(rng: random.Random, t: Target) -> Input:
     """A handshake, then where the proof goes: a frame of another size, a huge or negative length, a packet."""
-    body = rng.choice([wire.frame(rng.randbytes(rng.choice([0, 1, 32, 63, 65, 200]))), _bad_length(rng, 64),
-                       _pkt(PacketType.FOLLOWERINFO, 0, payloads.encode_followerinfo_data(
+    body = rng.choice([wire.frame(rng.randbytes(rng.choice([0, 1, 32, 63, 65, 200]))), bad_length(rng, 64),
+                       packet_frame(PacketType.FOLLOWERINFO, 0, payloads.encode_followerinfo_data(
                            LearnerInfo(PROTOCOL_VERSION, t.ghost)))])
-    return Input(_hs(t.ghost) + body, CLOSE)
+    return Input(handshake_frame(t.ghost) + body, CLOSE)
 
 
 def _auth_silence(rng: random.Random, t: Target) -> Input:
     """A handshake, then nothing or half a proof: closed when the exchange times out."""
-    return Input(_hs(t.ghost) + rng.choice([b"", _half(rng, wire.frame(rng.randbytes(64)))]), CLOSE,
+    return Input(handshake_frame(t.ghost) + rng.choice([b"", half(rng, wire.frame(rng.randbytes(64)))]), CLOSE,
                  wait=peers.HANDSHAKE_TIMEOUT + 5)
 
 

@@ -26,7 +26,8 @@ from typing import Iterable, Iterator, Union
 
 import lark
 
-from conformance.tla.values import IDENTIFIER, ParseError, Value, ValueParser, ValueSyntaxError, expected_text
+from conformance.tla.valueparse import ValueParser, expected_text
+from conformance.tla.values import IDENTIFIER, ParseError, Value, ValueSyntaxError
 
 __all__ = ["Node", "Edge", "Rank", "Statement", "NodeParser", "iter_statements", "parse_dot_file",
            "dot_escape", "dot_unescape"]

@@ -33,7 +33,6 @@ from conformance.graph.rows import (
     FRAME,
     NODE,
     ROW_FIELDS,
-    Labels,
     check_structure,
     first_error,
     line_offsets,
@@ -43,7 +42,7 @@ from conformance.graph.select import choose, drop_prefixes, fetch_steps
 from conformance.graph.spark import hadoop_fs, session
 from conformance.graph.traces import MANIFEST, OutputDir, TraceHeader, spec_sha256, step_line, write_trace
 from conformance.tla.check import default_spec_dir
-from conformance.tla.labels import config_module_base, read_constants, read_next, server_count
+from conformance.tla.labels import Labels, config_module_base, read_constants, read_next, server_count
 from conformance.tla.tools import toolchain
 
 __all__ = ["Summary", "run", "traces_command"]

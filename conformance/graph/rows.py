@@ -10,7 +10,7 @@ A partition never raises: the first bad line becomes an ERROR row (where, what, 
 stops. The driver then raises a `ParseError` for the earliest ERROR row in the file, so a bad dump always gives the
 same message, naming file:line:column, whatever the partitioning.
 
-Each edge label is decoded against `Labels`, built from the spec's `Next` and the model's constants: the label must
+Each edge label is decoded against `conformance.tla.labels.Labels`, built from the spec's `Next` and the model's constants: the label must
 be exactly one instance of one action of Next (`FollowerProcessDIFF__2__1`, `ElectLeader__2__S1_2`), and its
 arguments become the action's named parameters in canonical JSON (`{"i":2,"j":1}`; a set is `{"$set":[1,2]}`). A
 missing label, an unknown action, a wrong number or kind of arguments, or a server outside the model is an error
@@ -23,15 +23,14 @@ on the driver: the graph opens first, the braces balance, nothing follows the en
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from conformance.errors import GraphError, InputError, Location
 from conformance.graph.dotparse import Edge, Node, NodeParser, Rank
-from conformance.tla.labels import ActionSignature, encode_label, instances
-from conformance.tla.values import ParseError, canonical_json, make_set
+from conformance.tla.labels import Labels
+from conformance.tla.values import ParseError
 
-__all__ = ["Labels", "ROW_FIELDS", "parse_partition", "line_offsets", "first_error", "check_structure"]
+__all__ = ["ROW_FIELDS", "parse_partition", "line_offsets", "first_error", "check_structure"]
 
 # One schema for every row kind (unused fields are None), so that one DataFrame holds the partition's output.
 #   NODE:  a=id, s1=state_json, flag=initial            EDGE:  a=src, b=dst, s1=label, s2=action, s3=params_json
@@ -39,44 +38,6 @@ __all__ = ["Labels", "ROW_FIELDS", "parse_partition", "line_offsets", "first_err
 #   ERROR: b=column, s1=message, s2=line text                  line (None if none), s1="nodes edges initial" 
 ROW_FIELDS = ("kind", "pid", "lno", "a", "b", "s1", "s2", "s3", "flag")
 NODE, EDGE, FRAME, COUNT, ERROR = "N", "E", "F", "C", "X"
-
-
-@dataclass
-class Labels:
-    """Every edge label the model can produce -> (action name, canonical JSON of its named parameters)."""
-
-    actions: dict[str, ActionSignature]
-    known: dict[str, tuple[str, str]] = field(default_factory=dict)
-
-    @classmethod
-    def for_model(cls, actions: list[ActionSignature], constants: dict[str, int]) -> "Labels":
-        known = {}
-        for action, args in instances(actions, constants):
-            params = {name: (make_set(sorted(arg)) if isinstance(arg, frozenset) else arg)
-                      for name, arg in zip(action.param_names, args)}
-            known[encode_label(action.name, args)] = (action.name, canonical_json(params))
-        return cls({a.name: a for a in actions}, known)
-
-    def decode(self, label: str | None) -> tuple[str, str]:
-        """(action, params_json) of a label; ValueError with the reason when the label is not one of Next's."""
-        found = self.known.get(label) if label else None
-        if found is not None:
-            return found
-        if not label:
-            raise ValueError("an edge without an action label (TLC must run with -dump dot,actionlabels on the "
-                             "labeled model that `zabref check --dump-dot` writes)")
-        name, _, rest = label.partition("__")
-        action = self.actions.get(name)
-        if action is None:
-            raise ValueError(f"edge label {label!r}: {name!r} is not an action of Next "
-                             f"(Next has {', '.join(sorted(self.actions))})")
-        args = rest.split("__") if rest else []
-        if len(args) != len(action.params):
-            raise ValueError(f"edge label {label!r}: {name} takes {len(action.params)} parameter(s) "
-                             f"({', '.join(action.param_names) or 'none'}), the label gives {len(args)}")
-        expected = ", ".join(f"{p} \\in {d}" for p, d in action.params)
-        raise ValueError(f"edge label {label!r}: the arguments are not a parameter instance of {name}({expected}) "
-                         f"in this model (is the graph from another config?)")
 
 
 def _error_row(pid: int, lno: int, error: ParseError) -> tuple:

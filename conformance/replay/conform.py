@@ -8,8 +8,9 @@ fresh servers by conformance/replay/driver.py -- its own ports, its own data dir
   file system), each task replays its trace on its executor's loopback and returns the result as JSON.
 
 Progress is one line per finished trace; the run ends with ONE summary line (traces, steps, passed, failed, wall
-time, steps/s). The report (``--report DIR``, default out/report: index.html + report.json, conformance/report/results.py)
-is written whole or not at all. ``--bug NAME`` runs the servers with a seeded bug (conformance/replay/bugs/NAME.toml);
+time, steps/s). The report (``--report DIR``, default out/report: index.html + report.json,
+conformance/report/results.py) is written whole or not at all. ``--bug NAME`` runs the servers with a seeded bug
+(conformance/replay/bugs/NAME.toml);
 ``--minimize`` looks, for each failing trace, for a shorter trace of the same graph that fails the same way
 (conformance/replay/minimize.py) and adds it to the report.
 

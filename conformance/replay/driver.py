@@ -5,8 +5,8 @@ Theory of operation
 A trace (conformance/graph/traces.py) is a path through TLC's state graph: step 0 is the initial state, each later step
 names an action of spec/Zab.tla with its parameters and the whole spec state after it. `replay` starts N fresh
 ``zabref serve --control`` processes (conformance/replay/harness.py) and, for every step, makes the server it names take
-the action through the same code a server in normal mode runs (`zabref.core.node` behind `zabref.runtime.server`'s one step
-path) -- the driver only decides WHEN inputs reach a server and HOW MUCH time passes there:
+the action through the same code a server in normal mode runs (`zabref.core.node` behind `zabref.runtime.server`'s one
+step path) -- the driver only decides WHEN inputs reach a server and HOW MUCH time passes there:
 
 ==================================  ===============================================================================
 spec action                         what the driver does
@@ -23,10 +23,11 @@ spec action                         what the driver does
 ==================================  ===============================================================================
 
 and checks that the server took exactly that action (the control socket reports the actions each input caused).
-Then it waits, with a bound, until every packet sent has arrived in its receiver's queue (`zabref.runtime.control.settle`),
-reads every server's state, maps it onto the spec's variables (conformance/replay/mapping.py) and compares it with the
-step's state (`mapping.differences`). Clients are checked too: a submit is answered only once the spec says the
-server it asked has delivered the value, and then it must be (`_check_clients`).
+Then it waits, with a bound, until every packet sent has arrived in its receiver's queue
+(`zabref.runtime.control_client.settle`), reads every server's state, maps it onto the spec's variables
+(conformance/replay/mapping.py) and compares it with the step's state (`mapping.differences`). Clients are checked too:
+a submit is answered only once the spec says the server it asked has delivered the value, and then it must be
+(`_check_clients`).
 
 The first difference stops the replay: the result names the step, the action and its parameters, each differing
 variable's expected and actual value with a unified diff of their pretty JSON, the tail of every server's logs, and
@@ -34,8 +35,8 @@ the command that replays just this trace. Every step is checked before any serve
 driver does not know is a `TraceActionError` naming the trace file and step, not a failure halfway.
 
 FastLeaderElection traces (spec/FastLeaderElection.tla) are replayed on real servers too, over the real election
-port (conformance/replay/fle_driver.py). Seeded bugs (conformance/replay/seeded.py) run the servers from a patched copy of the
-zabref package: ``bug_root`` is put first on the servers' import path; the driver itself is unchanged.
+port (conformance/replay/fle_driver.py). Seeded bugs (conformance/replay/seeded.py) run the servers from a patched copy
+of the zabref package: ``bug_root`` is put first on the servers' import path; the driver itself is unchanged.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
 import shlex
 import shutil
 import tempfile
@@ -53,81 +53,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.errors import TraceActionError
 from conformance.graph.traces import Step, Trace, read_trace
 from conformance.replay.commands import MAX_TIMEOUT_TICKS, Command, expect_only
 from conformance.replay.fle_driver import FleReplay, is_fle_trace
 from conformance.replay.harness import Cluster, wait_until
 from conformance.replay.mapping import MAPPED, differences, spec_state
+from conformance.replay.plan import plan, servers_of
 from conformance.replay.steer import SteerError, steer
 from zabref.errors import ZabError
-from zabref.runtime.control import ControlError, settle
+from zabref.runtime.control import ControlError
+from zabref.runtime.control_client import settle
 
-__all__ = ["Command", "plan", "Failure", "ReplayResult", "replay", "replay_file", "replay_command"]
+__all__ = ["Failure", "ReplayResult", "replay", "replay_file", "replay_command"]
 
-#: Packet types of seed 000's table that a Process action can name.
-PACKET_TYPES = frozenset({"FOLLOWERINFO", "LEADERINFO", "ACKEPOCH", "DIFF", "TRUNC", "SNAP", "NEWLEADER", "ACK",
-                          "UPTODATE", "PROPOSAL", "COMMIT"})
-_PROCESS = re.compile(r"^(?P<role>Leader|Follower)Process(?P<packet>[A-Z]+?)(?P<insync>InSync)?$")
-_PACKET_ALIAS = {"ACKNEWLEADER": "ACK"}  # LeaderProcessACKNEWLEADER takes the ACK of NEWLEADER
-_SIMPLE = {"ClientRequest": ("i",), "FollowerTimeout": ("i",), "LeaderTimeout": ("i",), "Crash": ("i",),
-           "BecomeLeader": ("i",), "BecomeFollower": ("i", "j")}
 SETTLE_TIMEOUT = 10.0
 #: The spec's persistent variables: what a server's disk must hold durably after every step.
 PERSISTENT = ("history", "acceptedEpoch", "currentEpoch")
 #: How long the driver waits for something a step must bring about (a forwarded value reaching the leader, ...).
 STEP_TIMEOUT = 10.0
-def _sid(step: Step, name: str, n: int, source: str) -> int:
-    value = step.params.get(name)
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= n:
-        raise TraceActionError(source, step.index, f"{step.action}: parameter {name!r} must be a server in 1..{n}, "
-                                                   f"not {value!r}")
-    return value
-
-
-def _command(step: Step, n: int, source: str) -> Command:
-    action, params = step.action, step.params
-    m = _PROCESS.match(action)
-    expected = _SIMPLE.get(action, ("i", "j") if m else None)
-    if expected is None:
-        raise TraceActionError(source, step.index, f"unknown action {action!r}: the replay driver takes "
-                                                    f"{', '.join(sorted(_SIMPLE))} and <Role>Process<PACKET>")
-    if set(params) != set(expected):
-        raise TraceActionError(source, step.index, f"{action} takes parameters {', '.join(expected)}, the step "
-                                                    f"has {', '.join(sorted(params)) or 'none'}")
-    i = _sid(step, "i", n, source)
-    if m:
-        packet = _PACKET_ALIAS.get(m["packet"], m["packet"])
-        if packet not in PACKET_TYPES:
-            raise TraceActionError(source, step.index, f"unknown action {action!r}: no packet type {packet!r}")
-        return Command("release", i, _sid(step, "j", n, source), packet)
-    if action == "BecomeLeader":
-        return Command("steer", i, i)
-    if action == "BecomeFollower":
-        return Command("steer", i, _sid(step, "j", n, source))
-    if action == "ClientRequest":
-        try:
-            step.state["history"][i - 1][-1]["value"]
-        except (KeyError, IndexError, TypeError):
-            raise TraceActionError(source, step.index, f"ClientRequest({i}): history[{i}] in the step's state has "
-                                                        "no last transaction to take the value from") from None
-        return Command("submit", i)
-    if action in ("FollowerTimeout", "LeaderTimeout"):
-        return Command("timeout", i)
-    return Command("crash", i)
-
-
-def servers_of(trace: Trace, source: str) -> int:
-    n = trace.header.constants.get("N")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise TraceActionError(source, -1, f"the header's constants must set N (servers), not {n!r}")
-    return n
-
-
-def plan(trace: Trace, source: str) -> list[Command]:
-    """The command of every step after the initial state; TraceActionError on the first step it cannot take."""
-    n = servers_of(trace, source)
-    return [_command(step, n, source) for step in trace.steps[1:]]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -219,7 +162,8 @@ def pretty_diff(diffs: dict[str, tuple[Any, Any]]) -> str:
 def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path | None = None,
            settle_timeout: float = SETTLE_TIMEOUT, workdir: Path | None = None, forked: bool = True) -> ReplayResult:
     """Replay one trace on fresh servers; never raises for a divergence (see `ReplayResult.failure`). ``forked``:
-    the servers are forked from a zygote (conformance/replay/forkserver.py), else exec'd (`conformance.replay.harness.Cluster`).
+    the servers are forked from a zygote (conformance/replay/forkserver.py), else exec'd
+    (`conformance.replay.harness.Cluster`).
 
     Raises TraceActionError (before any server starts) when a step names an action the driver cannot take.
     """

@@ -1,7 +1,7 @@
 """Theory of operation -- the report of `zabref edges` (conformance/replay/edges.py) and the command itself.
 
-`report` turns a `conformance.replay.edges.Summary` into JSON: edges checked, agreed and disagreed, in all and per action,
-and for each disagreement kept (the first few per action) the edge, its action and parameters, each differing
+`report` turns a `conformance.replay.edges_graph.Summary` into JSON: edges checked, agreed and disagreed, in all and per
+action, and for each disagreement kept (the first few per action) the edge, its action and parameters, each differing
 variable's expected (spec) and actual (core) value with a unified diff of their pretty JSON, the command that checks
 just that edge again, and a trace file. The trace is a shortest path of the graph from an initial state to the
 edge's src (breadth-first over the edges, `shortest_paths`), then the edge itself, in the format of
@@ -9,8 +9,8 @@ conformance/graph/traces.py (criterion ``edge``): ``zabref conform OUT`` replays
 servers depart from the spec where the core does. `write` puts report.json, the traces and their manifest.json in
 the output folder, whole or not at all (`conformance.graph.traces.OutputDir`).
 
-Channel heads (`conformance.replay.edges.check_heads`) are reported the same way, under the pseudo-action ``ChannelHead``
-with the state as both src and dst; their trace is the shortest path to that state.
+Channel heads (`conformance.replay.edges.check_heads`) are reported the same way, under the pseudo-action
+``ChannelHead`` with the state as both src and dst; their trace is the shortest path to that state.
 
 Exit codes of ``zabref edges``: 0 every edge and channel head agrees; 1 some disagrees; 3 bad input (a graph folder
 that is missing or unreadable, an edge this checker cannot take), with an error naming the file.
@@ -30,7 +30,8 @@ import click
 from conformance.errors import ConformanceError
 from conformance.graph.cache import ensure_traces
 from conformance.graph.traces import MANIFEST, OutputDir, Step, Trace, TraceHeader, dump_trace, spec_sha256
-from conformance.replay.edges import HEADS, SHOW, Summary, check_graph, require_graph
+from conformance.replay.edges import HEADS, SHOW
+from conformance.replay.edges_graph import Summary, check_graph, require_graph
 from conformance.replay.regress import load_graph
 
 __all__ = ["shortest_paths", "edge_trace", "sample_edge_traces", "report", "write", "edges_command", "recheck_command"]

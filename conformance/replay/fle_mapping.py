@@ -1,11 +1,11 @@
 """From real servers' election state to spec/FastLeaderElection.tla's variables: one function per spec variable.
 
 Theory of operation: the FLE replay (`conformance.replay.fle_driver`) reads every server's ``state`` through the control
-socket (`zabref.runtime.control`): its FastLeaderElection fields (``fle``), the notifications waiting on each of its election
-connections (``votes``), and the decisions it took (``decisions``; the driver keeps those of a process that crashed,
-since the spec's ``decisions`` is checking-only and survives a Restart). This module turns those into the spec's
-variables in the canonical value form (docs/values.md), so that comparing with a trace state is plain equality, as
-`conformance.replay.mapping` does for Zab.tla.
+socket (`zabref.runtime.control`): its FastLeaderElection fields (``fle``), the notifications waiting on each of its
+election connections (``votes``), and the decisions it took (``decisions``; the driver keeps those of a process that
+crashed, since the spec's ``decisions`` is checking-only and survives a Restart). This module turns those into the
+spec's variables in the canonical value form (docs/values.md), so that comparing with a trace state is plain equality,
+as `conformance.replay.mapping` does for Zab.tla.
 
 A notification is the spec record ``[state, leader, zxid, electionEpoch, peerEpoch]`` (zxid as ``<<epoch,
 counter>>``); a vote is ``[leader, zxid, epoch]``; a ballot box (``recvVotes``, ``outOfElection``) is a function

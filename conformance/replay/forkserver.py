@@ -6,7 +6,8 @@ A replay starts three servers per trace and one more per Crash step. Started wit
 each pays for an interpreter and zabref's imports (about 0.1 s of CPU), while a trace's steps take a few ms each: the
 start-ups were most of a replay's time. A fork server removes that cost and keeps what replay must keep:
 
-* ``python -m conformance.replay.forkserver`` (the *zygote*) imports zabref's server modules once, from ``code_root`` when
+* ``python -m conformance.replay.forkserver`` (the *zygote*) imports zabref's server modules once, from ``code_root``
+when
   one is given (a seeded bug's patched copy: the zygote runs there, with it first on its path, as
   `zabref.runtime.cluster.ServerProcess` runs a server), and then waits for commands on stdin, one JSON object per line;
 * ``spawn`` forks a child that points stdin and stdout at /dev/null and stderr at the server's ``stderr.log``, adds
@@ -18,13 +19,14 @@ start-ups were most of a replay's time. A fork server removes that cost and keep
   another process before the driver has seen it exit;
 * when its stdin closes (the driver exited, or `ForkServer.close`), the zygote kills and reaps every child left.
 
-`ForkedServer` is `zabref.runtime.cluster.ServerProcess` with `_launch` going through a fork server; its ``proc`` answers
-pid, poll, wait, kill, terminate and returncode as `subprocess.Popen` does. `fork_server(code_root)` keeps one
+`ForkedServer` is `zabref.runtime.cluster.ServerProcess` with `_launch` going through a fork server; its ``proc``
+answers pid, poll, wait, kill, terminate and returncode as `subprocess.Popen` does. `fork_server(code_root)` keeps one
 zygote per code root in this process (the two most recent), so consecutive traces share it.
 
 What differs from an exec'd server, and why it does not matter here: the children of one zygote share its hash
 seed (``PYTHONHASHSEED`` is drawn once per interpreter), so a set of strings iterates in the same order in every
-server of a run; every server state replay compares is mapped to sorted spec values first (conformance/replay/mapping.py).
+server of a run; every server state replay compares is mapped to sorted spec values first
+(conformance/replay/mapping.py).
 """
 
 from __future__ import annotations
@@ -222,7 +224,7 @@ def zygote_main() -> None:
     out = sys.stdout.buffer
     for name in PRELOAD:
         importlib.import_module(name)
-    import gc  # noqa: PLC0415
+    import gc  # noqa: PLC0415 -- the zygote's own start-up, as importlib above
 
     gc.collect()
     gc.freeze()  # the preloaded objects are never scanned by a child's collector: fewer copy-on-write page faults

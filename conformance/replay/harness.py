@@ -3,9 +3,10 @@
 Theory of operation
 -------------------
 `Cluster` starts N ``zabref serve --control`` processes on a leased block of loopback ports (`zabref.net.ports`), each
-with its own data dir (forked by conformance/replay/forkserver.py from a process that has imported zabref already), and keeps one control connection per server (`zabref.runtime.control.ControlClient`). A server may
-start from a given persistent state (`seed`: the FastLeaderElection models give every server a last zxid and an
-epoch), written to its data dir through zabref's own storage before the process starts.
+with its own data dir (forked by conformance/replay/forkserver.py from a process that has imported zabref already), and
+keeps one control connection per server (`zabref.runtime.control_client.ControlClient`). A server may start from a given
+persistent state (`seed`: the FastLeaderElection models give every server a last zxid and an epoch), written to its data
+dir through zabref's own storage before the process starts.
 
 What the replay driver needs besides the control socket, each through the port a real peer or client would use:
 
@@ -77,7 +78,8 @@ class Cluster:
 
     def __init__(self, folder: Path, n: int, root: Path | None, *, seed: dict[int, Persistent] | None = None,
                  attempts: int = 3, forked: bool = True) -> None:
-        """``forked``: fork the servers from this process's zygote (conformance/replay/forkserver.py); False starts each with
+        """``forked``: fork the servers from this process's zygote (conformance/replay/forkserver.py); False starts each
+        with
         ``python -m zabref.cli serve`` (`zabref.runtime.cluster.ServerProcess`), as scripts/bench_replay.py compares."""
         last: Exception | None = None
         server_class = ForkedServer if forked else ServerProcess

@@ -1,11 +1,11 @@
-"""Theory of operation -- the inverse of conformance/replay/mapping.py: a spec state of spec/Zab.tla as one `ZabCore` per
-server, the channels as in-memory FIFO queues of QuorumPackets, and each server's disk; and back.
+"""Theory of operation -- the inverse of conformance/replay/mapping.py: a spec state of spec/Zab.tla as one `ZabCore`
+per server, the channels as in-memory FIFO queues of QuorumPackets, and each server's disk; and back.
 
 `World.from_spec(state)` builds, for every server s of 1..N, ``ZabCore(s, 1..N, Persistent(...))`` from s's
 persistent variables (what a restart reads from disk), then sets each volatile variable with the function below
 named after it (`SETTERS`: one per spec variable, reading s's entry of the spec's function over ``Server``). The
-spec's ``msgs[a][b]`` becomes the deque ``channels[(a, b)]`` of `zabref.core.packets.QuorumPacket`, each packet encoded as
-the sender's core encodes it (`packet`: FOLLOWERINFO carries a LearnerInfo, LEADERINFO the protocol version, ACKEPOCH
+spec's ``msgs[a][b]`` becomes the deque ``channels[(a, b)]`` of `zabref.core.packets.QuorumPacket`, each packet encoded
+as the sender's core encodes it (`packet`: FOLLOWERINFO carries a LearnerInfo, LEADERINFO the protocol version, ACKEPOCH
 an int, PROPOSAL the value's bytes, SNAP a serialized history; the rest no data). A transaction's value, a number in
 the spec, is its decimal text in bytes, as the conformance driver submits it. The variables in
 `conformance.replay.mapping.NOT_MAPPED` are held by no server and are skipped; any other variable this module cannot set
@@ -16,7 +16,8 @@ is an `InverseError` naming it.
 channels between s and p emptied and ``connection_closed(s)`` given to p's core (the spec's GoLooking(s) as every
 other server sees it). `World.crash(s)` is the spec's Crash: a fresh core from s's disk, then every other server's
 connection to s closes. `World.to_spec()` maps every core back with conformance/replay/mapping.py, from the snapshot the
-control socket gives (`zabref.runtime.control._variables`, `zabref.runtime.actionlog.describe_packet`), so the round trip
+control socket gives (`zabref.runtime.control.snapshot_variables`, `zabref.runtime.actionlog.describe_packet`), so the round
+trip
 ``World.from_spec(x).to_spec() == x`` (minus NOT_MAPPED) tests both directions against each other.
 """
 
@@ -46,7 +47,7 @@ from zabref.core.zab import (
 )
 from zabref.errors import ZabError
 from zabref.runtime.actionlog import describe_packet
-from zabref.runtime.control import _variables  # the control socket's snapshot of a core: what the driver maps
+from zabref.runtime.control import snapshot_variables  # the control socket's snapshot of a core: what the driver maps
 
 __all__ = ["InverseError", "World", "Disk", "SETTERS", "PERSISTENT", "txn", "packet", "zxid"]
 
@@ -260,7 +261,7 @@ class World:
 
     def snapshots(self) -> list[dict[str, Any]]:
         """What the control socket would report of each server: its core's variables and the packets it holds."""
-        return [{"sid": s, "variables": _variables(self.cores[s].variables()),
+        return [{"sid": s, "variables": snapshot_variables(self.cores[s].variables()),
                  "held": {a: [describe_packet(p) for p in self.channels[(a, s)]] for a in self.sids}}
                 for s in self.sids]
 
@@ -270,7 +271,7 @@ class World:
 
     def durable(self) -> dict[str, Any]:
         """The persistent variables as the disks hold them, in spec form, under "<name> (durable)"."""
-        snaps = [{"sid": s, "variables": _variables({
+        snaps = [{"sid": s, "variables": snapshot_variables({
             "history": [(t.zxid, t.value) for t in d.history], "accepted_epoch": d.accepted_epoch,
             "current_epoch": d.current_epoch})} for s, d in self.disks.items()]
         return {f"{name} (durable)": mapping.MAPPED[name](snaps) for name in PERSISTENT}

@@ -1,11 +1,11 @@
 """From implementation state to spec state: one function per spec variable of spec/Zab.tla.
 
-Theory of operation: the replay driver reads every server's state through the control socket (zabref/runtime/control.py):
-the core's variables (`ZabCore` fields under their snake_case names, zxids as 64-bit ints, values as text) and the
-packets each server holds, per sending peer, not yet given to its core. This module turns those snapshots into the
-spec's variables in the canonical value form (docs/values.md), so that comparing with a trace state is plain
-equality. An auditor reads it beside the spec: each function below names the spec variable it produces and says how
-the implementation holds it.
+Theory of operation: the replay driver reads every server's state through the control socket
+(zabref/runtime/control.py): the core's variables (`ZabCore` fields under their snake_case names, zxids as 64-bit ints,
+values as text) and the packets each server holds, per sending peer, not yet given to its core. This module turns those
+snapshots into the spec's variables in the canonical value form (docs/values.md), so that comparing with a trace state
+is plain equality. An auditor reads it beside the spec: each function below names the spec variable it produces and says
+how the implementation holds it.
 
 Functions over `Server` (1..N) print, in TLC, exactly like sequences: the canonical form of `[s \\in Server |-> x]`
 is the list ``[x(1), ..., x(N)]``, and so it is here.

@@ -4,8 +4,8 @@ Theory of operation: a trace fails "the same way" when its replay departs at a s
 (the name, e.g. ``FollowerProcessPROPOSAL``, whatever its parameters) and the same set of spec variables differ
 (`replay.Failure.signature`). The pipeline's traces are already shortest paths to their LAST edge, but a failure
 often happens earlier, at an action whose shortest path is shorter still, or the same bug shows at another instance
-of the action reached sooner. So the candidates are: the shortest path (conformance/graph/paths.py, BFS on Spark) from the
-initial state to the source of each edge of that action, plus the edge, shorter than the steps the original needed
+of the action reached sooner. So the candidates are: the shortest path (conformance/graph/paths.py, BFS on Spark) from
+the initial state to the source of each edge of that action, plus the edge, shorter than the steps the original needed
 to fail, in order of length (the failing instance's own label first among equals). At most ``attempts`` of them are
 replayed (with the same seeded bug, if any); the first that fails the same way is the result, cut at its failing
 step. None fails the same way: the original is reported as minimal for that budget.

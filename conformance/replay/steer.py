@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 spec/Zab.tla abstracts the election: a LOOKING server decides to lead, or to follow a server (spec/FLE.md says why
 any decision is possible). A conformance trace names such a decision; the server must take it through its own code:
-the election port, `zabref.core.election.FastLeaderElection`, and the node's glue (`zabref.core.node`) that turns a Decision
-into the core's ``become_leader`` or ``become_follower``. No control request decides for it.
+the election port, `zabref.core.election.FastLeaderElection`, and the node's glue (`zabref.core.node`) that turns a
+Decision into the core's ``become_leader`` or ``become_follower``. No control request decides for it.
 
 So the driver plays the other voters on the server's election port (`conformance.replay.harness.Cluster.vote`: a
 connection whose handshake names another server) and sends notifications that FastLeaderElection may receive --

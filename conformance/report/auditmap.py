@@ -13,8 +13,8 @@ any copy of the tree (tests/test_auditmap.py renames a handler in a temporary co
   table ``HANDLERS`` routes to (through the private dispatchers too) must be named after a spec action;
 * variables: the spec's VARIABLES block (name, comment, owner group), the implementation's field
   (`zabref.core.state.SPEC_VARIABLES`, the field's line in ``CoreState.__init__``), whether the implementation keeps
-  it on disk (a field of `zabref.core.types.Persistent`), and conformance/replay/mapping.py's function of that name or the
-  reason in ``NOT_MAPPED``.
+  it on disk (a field of `zabref.core.types.Persistent`), and conformance/replay/mapping.py's function of that name or
+  the reason in ``NOT_MAPPED``.
 
 `compute_map(root)` returns an `AuditMap`; its ``problems`` list everything that has drifted apart (an action with
 no handler, a handler named after no action, a variable with neither a mapping nor a reason, a persistence that
@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.errors import SpecFormatError
+from conformance.report.specread import IDENT, Definition, next_groups, primed, read_definitions, read_variables
 from conformance.tla.labels import ActionSignature, read_next
 
-__all__ = ["Definition", "Code", "ActionEntry", "VariableEntry", "AuditMap", "compute_map", "snake",
-           "read_definitions", "read_variables", "NOT_A_METHOD", "HANDLER_PREFIXES"]
+__all__ = ["Code", "ActionEntry", "VariableEntry", "AuditMap", "compute_map", "snake",
+           "NOT_A_METHOD", "HANDLER_PREFIXES"]
 
 #: Spec actions implemented by something other than a method of the same name, and why.
 NOT_A_METHOD = {
@@ -46,27 +47,12 @@ NOT_A_METHOD = {
 HANDLER_PREFIXES = ("leader_process_", "follower_process_")
 CORE_CLASS = "ZabCore"
 
-_DEF = re.compile(r"^([A-Za-z]\w*)\s*(?:\(([^)]*)\))?\s*==")
-_IDENT = re.compile(r"[A-Za-z_]\w*")
 _TRIVIAL = re.compile(r'^(?:"[^"]*"|<<[\w\s,]*>>)$')  # a name for a string, or for a tuple of variables
 
 
 def snake(name: str) -> str:
     """Spec name to code name: FollowerProcessPROPOSALInSync -> follower_process_proposal_in_sync."""
     return "_".join(w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z0-9]*|[a-z0-9]+", name))
-
-
-@dataclass(frozen=True)
-class Definition:
-    """A top-level operator of the spec: its text (from its first line to the blank line ending it) and the comment
-    right above it."""
-
-    name: str
-    line: int  # 1-based line of "Name(...) =="
-    end_line: int
-    text: str
-    comment: str
-    comment_line: int
 
 
 @dataclass(frozen=True)
@@ -127,92 +113,6 @@ class AuditMap:
 
 # ---------------------------------------------------------------------------------------------------------------
 # The spec
-
-
-def read_definitions(spec_path: Path) -> dict[str, Definition]:
-    """Every top-level `Name == ...` / `Name(params) == ...` of a module, with the comment lines right above it."""
-    lines = Path(spec_path).read_text(encoding="utf-8").splitlines()
-    defs: dict[str, Definition] = {}
-    for k, line in enumerate(lines):
-        m = _DEF.match(line)
-        if not m or m.group(1) in ("VARIABLES", "CONSTANTS"):
-            continue
-        end = k + 1
-        while end < len(lines) and lines[end].strip() and lines[end][:1].isspace():
-            end += 1
-        top = k
-        while top > 0 and lines[top - 1].startswith(("\\*", "(*")):
-            top -= 1
-        defs[m.group(1)] = Definition(m.group(1), k + 1, end, "\n".join(lines[k:end]),
-                                      "\n".join(lines[top:k]), top + 1)
-    return defs
-
-
-def comment_text(comment: str) -> str:
-    """A TLA+ comment as plain prose: box borders and comment marks removed, lines joined."""
-    out = []
-    for line in comment.splitlines():
-        s = line.strip()
-        if s.startswith("\\*"):
-            s = s[2:]
-        s = s.strip().removeprefix("(*").removesuffix("*)").strip()
-        if s.strip("*") == "":
-            continue
-        out.append(s)
-    return " ".join(out)
-
-
-def read_variables(spec_path: Path) -> list[tuple[str, int, str, str]]:
-    """(name, line, comment, group heading) for each name of the VARIABLES block, in order."""
-    lines = Path(spec_path).read_text(encoding="utf-8").splitlines()
-    try:
-        start = next(k for k, line in enumerate(lines) if line.strip() == "VARIABLES")
-    except StopIteration:
-        raise SpecFormatError(f"{spec_path}: no VARIABLES block") from None
-    out, group = [], ""
-    for k in range(start + 1, len(lines)):
-        s = lines[k].strip()
-        if not s:
-            break
-        heading = re.match(r"^\\\*\s*-+\s*(.*?)\s*-+\s*$", s)
-        if heading:
-            group = heading.group(1)
-            continue
-        m = re.match(r"^(\w+),?\s*(?:\\\*\s*(.*))?$", s)
-        if not m:
-            raise SpecFormatError(f"{spec_path}:{k + 1}: not a variable line: {s!r}")
-        out.append((m.group(1), k + 1, m.group(2) or "", group))
-    return out
-
-
-def next_groups(spec_path: Path) -> dict[str, str]:
-    """Action name -> the comment heading its group in Next ("Phase 1: discovery")."""
-    lines = Path(spec_path).read_text(encoding="utf-8").splitlines()
-    start = next(k for k, line in enumerate(lines) if line.startswith("Next =="))
-    groups, current = {}, ""
-    for line in lines[start + 1:]:
-        s = line.strip()
-        if not s:
-            break
-        if s.startswith("\\*"):
-            current = s[2:].strip()
-        elif s.startswith("\\/"):
-            m = re.search(r"([A-Z]\w*)\s*(?:\(|$)", s.split(":")[-1])
-            if m:
-                groups[m.group(1)] = current
-    return groups
-
-
-def primed(name: str, defs: dict[str, Definition], variables: list[str], seen: set[str] | None = None) -> set[str]:
-    """The variables `name`'s definition primes, itself or through the operators it calls."""
-    seen = set() if seen is None else seen
-    seen.add(name)
-    text = defs[name].text.split("==", 1)[1]
-    out = {v for v in variables if re.search(rf"\b{v}'", text)}
-    for ident in set(_IDENT.findall(text)):
-        if ident in defs and ident not in seen:
-            out |= primed(ident, defs, variables, seen)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -368,7 +268,7 @@ def compute_map(root: Path, spec: str = "spec/Zab.tla", code_dir: str = "zabref/
                             f"{code_dir}/")
         primes = primed(sig.name, defs, var_names)
         body = defs[sig.name].text.split("==", 1)[1]
-        uses = tuple(dict.fromkeys(i for i in _IDENT.findall(body)
+        uses = tuple(dict.fromkeys(i for i in IDENT.findall(body)
                                    if i in defs and i not in action_names and i != sig.name
                                    and not _TRIVIAL.match(defs[i].text.split("==", 1)[1].strip())))
         helpers = _helpers(handler, methods, zab, {snake(a) for a in action_names} | {handler.name}) \

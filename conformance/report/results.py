@@ -6,8 +6,8 @@ Theory of operation: `write_report` takes the replay results (conformance/replay
   variable's expected and actual value, the diff, server logs, the replay command), coverage by action, and the
   minimized traces, if any;
 * ``index.html``: the same for reading. Failures come first; each shows the diff, the path so far drawn with
-  graphviz (conformance/report/render.py, the failing step filled red; when drawing fails the steps are listed instead and
-  the page says why), the server logs and the command that replays that trace alone.
+  graphviz (conformance/report/render.py, the failing step filled red; when drawing fails the steps are listed instead
+  and the page says why), the server logs and the command that replays that trace alone.
 
 Coverage by action, per model (``ci``, ``fle_ci``, ...: each trace says which): the action instances (edge labels,
 e.g. ``FollowerProcessDIFF__2__1``) whose steps the replays took and matched, per action name, against the instances

@@ -33,7 +33,7 @@ import click
 from conformance.errors import ConformanceError
 from conformance.graph.cache import REPO, ensure_traces, spec_hash
 from conformance.graph.traces import MANIFEST, Trace, read_trace
-from conformance.report.auditmap import AuditMap, Definition, comment_text, compute_map
+from conformance.report.auditmap import AuditMap, compute_map
 from conformance.report.render import trace_graph
 from conformance.report.site_content import pages
 from conformance.report.site_graph import (
@@ -45,6 +45,7 @@ from conformance.report.site_graph import (
     read_graph,
 )
 from conformance.report.site_pages import CSS, Page, shown_path, slug, source_page
+from conformance.report.specread import Definition, comment_text
 from conformance.tla.mutations import Mutation, load_mutations, model_checks
 from zabref.storage.atomic import staged_folder, write_file
 

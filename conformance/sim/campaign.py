@@ -1,10 +1,10 @@
-"""``zabref simulate --seeds A..B --spark``: the seeds as a Spark job (`conformance.graph.spark`'s session, local mode by
-default).
+"""``zabref simulate --seeds A..B --spark``: the seeds as a Spark job (`conformance.graph.spark`'s session, local mode
+by default).
 
 Theory of operation: every run is a pure function of its seed and options (conformance/sim), so seeds are independent
 tasks: the seed range becomes an RDD of ints, each partition runs its seeds with `conformance.sim.seeds.summary` in
-a Python worker (this virtualenv's interpreter: `conformance.graph.spark` sets PYSPARK_PYTHON), and the driver collects one
-summary per seed, in seed order. The result is the same as with ``--workers``, seed for seed and digest for digest.
+a Python worker (this virtualenv's interpreter: `conformance.graph.spark` sets PYSPARK_PYTHON), and the driver collects
+one summary per seed, in seed order. The result is the same as with ``--workers``, seed for seed and digest for digest.
 """
 
 from __future__ import annotations

@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-Every server is the real `zabref.runtime.server.Server` -- the same node, pump, drivers, peers, election senders and client
-port as a process started by ``zabref serve`` -- with the normal driver. What differs is only what it runs on:
+Every server is the real `zabref.runtime.server.Server` -- the same node, pump, drivers, peers, election senders and
+client port as a process started by ``zabref serve`` -- with the normal driver. What differs is only what it runs on:
 
 * the event loop is a `conformance.sim.loop.SimLoop` shared by every server and client: virtual time, and an in-memory
   network (`conformance.sim.net`) with seeded delays, resets and partitions;
-* its `zabref.runtime.machine.Machine` has a `zabref.storage.SimDisk` (the power-loss model: what is not fsynced is lost; a
+* its `zabref.runtime.machine.Machine` has a `zabref.storage.SimDisk` (the power-loss model: what is not fsynced is
+lost; a
   torn write keeps a prefix), connection ids from the run's random source, a sync clock that counts the simulated
   disk's latency, an executor that completes a slow sync after that latency (virtual time), and no signals.
 
@@ -26,16 +27,17 @@ one leader, which a quorum follows, and commit a new write within ``liveness_s``
 
 Checkers. `Observer`\\ s see every step after the node took it (before it is durable: the spec's state is the
 node's), every power cut and the end; an observer's message fails the run at once. The safety invariants of the spec
-live in `conformance.sim.invariants` (they read the spec's variables through `conformance.replay.mapping`; this package never
-imports conformance): ``zabref simulate`` plugs them in.
+live in `conformance.sim.invariants` (they read the spec's variables through `conformance.replay.mapping`):
+``zabref simulate`` plugs them in. The clients are `conformance.sim.clients`, the faults
+`conformance.sim.fault_schedule` (both parts of `Simulation`), the options and the result `conformance.sim.options`.
 
 Faults (`FAULTS`): ``reset`` (a connection breaks), ``partition`` (the leader isolated with a minority, the leader
 with a majority, or a random split; healed after a while), ``crash`` (one machine loses power, torn or not, and
 comes back later: several may overlap), ``cluster_power`` (every machine at once), ``sync_crash`` (a quorum loses
 power just as a server enters synchronization), ``fsync_crash`` (the power goes at one of a server's next fsyncs,
-before it takes effect), ``torn_write`` (at one of its next writes, keeping a prefix of up to 4 KiB), ``slow_disk`` (fsyncs take
-tens to hundreds of milliseconds for a while) and ``client_retry`` (clients send a write again when its outcome is
-unknown).
+before it takes effect), ``torn_write`` (at one of its next writes, keeping a prefix of up to 4 KiB), ``slow_disk``
+(fsyncs take tens to hundreds of milliseconds for a while) and ``client_retry`` (clients send a write again when its
+outcome is unknown).
 """
 
 from __future__ import annotations
@@ -46,89 +48,27 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from conformance.faults.check import Read, Write, check_reads
+from conformance.faults.history import Read
+from conformance.sim.clients import SimClients
+from conformance.sim.fault_schedule import SimFaults
 from conformance.sim.loop import Process, SimLoop, Stuck
 from conformance.sim.net import SimNetwork
+from conformance.sim.options import FAULTS, Options, Result
 from zabref.config import ClusterConfig, Config, ServerConfig, parse_config, render_config
-from zabref.core.node import Effects
+from zabref.core.effects import Effects
 from zabref.core.packets import ServerState
 from zabref.errors import ZabError
-from zabref.net.clientwire import call_async, request_async
 from zabref.runtime.drivers import NormalDriver
 from zabref.runtime.machine import Machine
 from zabref.runtime.server import Server
-from zabref.storage import CrashPoint, SimDisk
+from zabref.storage import SimDisk
 
 __all__ = ["FAULTS", "Options", "Result", "Observer", "Simulation", "simulate"]
 
-FAULTS = ("reset", "partition", "crash", "cluster_power", "sync_crash", "fsync_crash", "torn_write", "slow_disk",
-          "client_retry")
-SERVER_COUNTS = (3, 5, 7)
 #: Ports every simulated server listens on (each server is its own host, 127.0.0.<sid>).
 QUORUM_PORT, ELECTION_PORT, CLIENT_PORT, CONTROL_PORT = 2888, 3888, 2181, 7000
-
-
-@dataclass(frozen=True)
-class Options:
-    """What a run is, besides its seed. ``faults`` None: swarm (the seed picks a subset of `FAULTS` and rates)."""
-
-    servers: int = 3
-    steps: int = 1000
-    faults: tuple[str, ...] | None = None
-    clients: int = 2
-    readers: int = 0  # clients that read (plain, and sync + read), checked for consistency at the end
-    liveness_s: float = 30.0
-    max_time: float = 300.0
-    tick_ms: int = 100
-    init_limit: int = 10
-    sync_limit: int = 5
-
-    def __post_init__(self) -> None:
-        if self.servers not in SERVER_COUNTS:
-            raise ValueError(f"servers = {self.servers}: the simulator runs {', '.join(map(str, SERVER_COUNTS))}")
-        if self.steps < 1 or self.clients < 0 or self.readers < 0:
-            raise ValueError(f"steps = {self.steps}, clients = {self.clients}, readers = {self.readers}: steps >= 1, "
-                             "clients >= 0, readers >= 0")
-        unknown = sorted(set(self.faults or ()) - set(FAULTS))
-        if unknown:
-            raise ValueError(f"unknown fault kinds {unknown} (known: {', '.join(FAULTS)})")
-
-    def command(self, seed: int) -> str:
-        """The command line that repeats a run of these options with ``seed``."""
-        parts = [f"zabref simulate --seed {seed} --servers {self.servers} --steps {self.steps}"]
-        if self.faults is not None:
-            parts.append(f"--faults {','.join(self.faults) or 'none'}")
-        default = Options()
-        for name in ("clients", "readers", "liveness_s", "max_time"):
-            if getattr(self, name) != getattr(default, name):
-                parts.append(f"--{name.replace('_', '-')} {getattr(self, name)}")
-        return " ".join(parts)
-
-
-@dataclass
-class Result:
-    seed: int
-    options: Options
-    failure: str | None
-    steps: int
-    virtual_s: float
-    faults: dict[str, float]  # enabled kinds and their rates (per virtual second)
-    injected: dict[str, int]
-    acked: int
-    digest: str
-    events: list[str] = field(repr=False)
-    reads: int = 0  # reads the readers recorded (all checked at the end of a run that got there)
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
-
-    @property
-    def replay(self) -> str:
-        return self.options.command(self.seed)
 
 
 class Observer(Protocol):
@@ -212,7 +152,7 @@ def _config(options: Options) -> Config:
     return parse_config(render_config(cluster, servers), "<simulation>")
 
 
-class Simulation:
+class Simulation(SimClients, SimFaults):
     """One run (module docstring): ``Simulation(seed, options, observers).run()``."""
 
     def __init__(self, seed: int, options: Options = Options(), observers: Sequence[Observer] = ()) -> None:
@@ -387,188 +327,6 @@ class Simulation:
         if by_disk:
             self.loop.call_later(self.rng.uniform(0.2, 3.0), self._power_on, sid)
         return True
-
-    # ------------------------------------------------------------------------------------------ clients
-
-    async def _client(self, k: int) -> None:
-        n = 0
-        retry = "client_retry" in self.faults
-        while True:
-            await asyncio.sleep(self.rng.uniform(0.005, 0.1))
-            if self.recovering:
-                return
-            value, n = f"c{k}.{n}", n + 1
-            invoked = self.loop.now
-            for _attempt in range(3 if retry else 1):
-                sid = self.rng.choice(self.sids)
-                answer = await self._request(sid, {"op": "submit", "value": value})
-                self.writes[value] = (invoked, self.loop.now, answer.get("zxid"))
-                if "zxid" in answer:
-                    self.acked.append((answer["zxid"], value))
-                    self._event(f"ack {value} {answer['zxid']:x} via s{sid}")
-                    break
-                if not retry or not (answer.get("retry") or answer.get("unknown")):
-                    break
-
-    async def _reader(self, k: int) -> None:
-        """Reads until recovery, from its own random source (so readers change no writer's choices): at a random
-        server, a plain ``read`` or a ``sync`` then a ``read``, on a connection kept per server (a new connection is
-        a new session); records each answered read as a `Read` for `_check_reads`."""
-        rng = random.Random(f"{self.seed}:reader:{k}")
-        conns: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter, int]] = {}
-        ends: dict[int, int] = {}
-        sessions = 0
-        while not self.recovering:
-            await asyncio.sleep(rng.uniform(0.005, 0.1))
-            sid, synced = rng.choice(self.sids), rng.random() < 0.5
-            invoked = self.loop.now
-            try:
-                if sid not in conns:
-                    s = self.config.server(sid)
-                    r, w = await asyncio.wait_for(asyncio.open_connection(s.host, s.client_port), 5.0)
-                    sessions += 1
-                    conns[sid], ends[sid] = (r, w, sessions), 0
-                r, w, session = conns[sid]
-                if synced and "error" in await call_async(r, w, {"op": "sync"}, 5.0, f"s{sid}"):
-                    raise OSError("sync refused")
-                answer = await call_async(r, w, {"op": "read", "from_zxid": ends[sid], "limit": 1}, 5.0, f"s{sid}")
-                if "error" in answer or not isinstance(answer.get("zxid"), int):
-                    raise OSError("read refused")
-            except (OSError, TimeoutError):
-                if sid in conns:
-                    conns.pop(sid)[1].close()
-                continue
-            ends[sid] = answer["zxid"]
-            self.reads.append(Read(k, sid, session, invoked, self.loop.now, synced, answer["zxid"]))
-        for _, w, _ in conns.values():
-            w.close()
-
-    def _check_reads(self, leader: int) -> str | None:
-        """The readers' reads against the leader's history (`conformance.faults.check.check_reads`); why they fail."""
-        ref = [(t.zxid, t.value.decode("utf-8", "backslashreplace"))
-               for t in self.machines[leader].server.node.core.history]
-        writes = [Write(v, 0, a, b, "unknown" if z is None else "ok", z) for v, (a, b, z) in self.writes.items()]
-        v = check_reads(writes, ref, self.reads)
-        if v.stale_reads or v.backward_reads or v.divergent:
-            return (f"read check: {len(self.reads)} reads, stale {v.stale_reads}, backward {v.backward_reads}, "
-                    f"divergent {v.divergent}: {v.examples[0]}")
-        return None
-
-    async def _request(self, sid: int, request: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
-        s = self.config.server(sid)
-        try:
-            return await request_async(s.host, s.client_port, request, timeout)
-        except (OSError, TimeoutError) as e:
-            return {"error": f"{type(e).__name__}: {e}", "unknown": True}
-
-    # ------------------------------------------------------------------------------------------ faults
-
-    def _swarm(self) -> dict[str, float]:
-        """The fault kinds this run enables and their rates (per virtual second): the options', or a seeded subset."""
-        chosen = self.options.faults
-        if chosen is None:
-            chosen = tuple(k for k in FAULTS if self.rng.random() < 0.5)
-        return {k: round(self.rng.uniform(0.05, 1.0), 3) for k in chosen}
-
-    async def _nemesis(self) -> None:
-        kinds = [k for k in self.faults if k != "client_retry"]
-        rate = sum(self.faults[k] for k in kinds)
-        if not kinds:
-            return
-        weights = [self.faults[k] for k in kinds]
-        while not self.recovering:
-            await asyncio.sleep(self.rng.expovariate(rate))
-            if self.recovering:
-                return
-            kind = self.rng.choices(kinds, weights)[0]
-            self.injected[kind] = self.injected.get(kind, 0) + 1
-            await getattr(self, f"_fault_{kind}")()
-
-    def _up(self) -> list[int]:
-        return [sid for sid in self.sids if self.machines[sid].up]
-
-    def _leader(self) -> int | None:
-        for sid in self._up():
-            if self.machines[sid].server.node.core.state == ServerState.LEADING:
-                return sid
-        return None
-
-    def _later_on(self, sid: int) -> None:
-        self.loop.call_later(self.rng.uniform(0.2, 3.0), self._power_on, sid)
-
-    async def _fault_reset(self) -> None:
-        links = self.net.open_links()
-        if links:
-            link = self.rng.choice(links)
-            self._event(f"reset {link.a.owner.machine}->{link.b.owner.machine}")
-            self.net.reset(link)
-
-    async def _fault_partition(self) -> None:
-        sids = list(self.sids)
-        self.rng.shuffle(sids)
-        minority = len(sids) // 2
-        leader = self._leader()
-        how = self.rng.choice(("leader-minority", "leader-majority", "random"))
-        if leader is not None and how != "random":
-            sids.remove(leader)
-            sids.insert(0 if how == "leader-minority" else len(sids), leader)
-        else:
-            how = "random"
-        cut = self.rng.randint(1, len(sids) - 1) if how == "random" else minority
-        groups = [[f"s{s}" for s in sids[:cut]], [f"s{s}" for s in sids[cut:]]]
-        self._event(f"partition {how} {groups}")
-        self.net.partition(groups)
-        await asyncio.sleep(self.rng.uniform(0.3, 5.0))
-        self._event("heal")
-        self.net.heal()
-
-    async def _fault_crash(self) -> None:
-        up = self._up()
-        if up:
-            sid = self.rng.choice(up)
-            if self._power_off(sid, tear=self.rng.choice((None, self.rng.randint(0, 64)))):
-                self._later_on(sid)
-
-    async def _fault_cluster_power(self) -> None:
-        for sid in self._up():
-            self._power_off(sid, tear=self.rng.choice((None, self.rng.randint(0, 64))))
-        for sid in self.sids:
-            self._later_on(sid)
-
-    async def _fault_sync_crash(self) -> None:
-        self._sync_crash_armed = True  # `_step` crashes a quorum at the next synchronization step
-
-    def _crash_quorum(self, sid: int) -> None:
-        others = [s for s in self.sids if s != sid]
-        self.rng.shuffle(others)
-        quorum = [sid] + others[: len(self.sids) // 2]
-        self._event(f"quorum power cut during sync: {sorted(quorum)}")
-        for s in quorum:
-            if self._power_off(s, tear=self.rng.choice((None, self.rng.randint(0, 64)))):
-                self._later_on(s)
-
-    async def _fault_fsync_crash(self) -> None:
-        self._arm(CrashPoint("fsync", self.rng.randint(1, 4)))
-
-    async def _fault_torn_write(self) -> None:
-        self._arm(CrashPoint("write", self.rng.randint(1, 3), int(2 ** self.rng.uniform(0, 12))))
-
-    def _arm(self, point: CrashPoint) -> None:
-        up = self._up()
-        if up:
-            sid = self.rng.choice(up)
-            self._event(f"arm s{sid} {point}")
-            self.machines[sid].disk.arm(point)
-
-    async def _fault_slow_disk(self) -> None:
-        up = self._up()
-        if up:
-            sid = self.rng.choice(up)
-            disk = self.machines[sid].disk
-            disk.fsync_delay = self.rng.uniform(0.005, 0.4)
-            self._event(f"slow disk s{sid} {disk.fsync_delay:.3f}s")
-            await asyncio.sleep(self.rng.uniform(0.5, 5.0))
-            disk.fsync_delay = 0.0
 
     # ------------------------------------------------------------------------------------------ the end
 

@@ -3,9 +3,9 @@
 Theory of operation
 -------------------
 `SpecInvariants` is an `conformance.sim.Observer`. After every step of every server it reads the server's variables the
-way the conformance driver does (`zabref.runtime.control`'s snapshot of the core) and turns them into the spec's variables
-with `conformance.replay.mapping` -- the one mapping from implementation state to spec state. A server whose machine is down
-is what the spec's Crash leaves: its durable history and epochs (read from its simulated disk), LOOKING,
+way the conformance driver does (`zabref.runtime.control`'s snapshot of the core) and turns them into the spec's
+variables with `conformance.replay.mapping` -- the one mapping from implementation state to spec state. A server whose
+machine is down is what the spec's Crash leaves: its durable history and epochs (read from its simulated disk), LOOKING,
 lastCommitted 0. The three checking-only variables no server holds are kept here, as the spec keeps them:
 ``proposed`` (every transaction a ClientRequest broadcast), ``committed`` (every delivery, in the order of first
 deliveries, across servers and crashes) and ``established`` (every server that ever established an epoch, by
@@ -26,9 +26,7 @@ from typing import Any
 from conformance.replay import mapping
 from zabref.core.zab import Persistent
 from zabref.errors import ZabError
-from zabref.runtime.control import (
-    _variables,  # the control socket's snapshot of a core: what the conformance driver reads
-)
+from zabref.runtime.control import snapshot_variables  # the control socket's snapshot of a core, as the driver reads it
 from zabref.storage import LOG_NAME, read_durable
 
 __all__ = ["SpecInvariants", "INVARIANTS", "NOT_SIMULATED"]
@@ -266,7 +264,7 @@ class SpecInvariants:
         if v is None:
             v = self.view = _View(sim.sids)
         core = sim.server(sid).node.core
-        lost = v.set(sid, _variables(core.variables(histories=False)), core.history)
+        lost = v.set(sid, snapshot_variables(core.variables(histories=False)), core.history)
         if any(a.name == "ClientRequest" for a in eff.actions) and v.history[sid]:
             v.proposed.add(_key(v.history[sid][-1]))
         if any(a.name == "LeaderProcessACKEPOCH" for a in eff.actions) and _is_established(v, sid):
@@ -310,7 +308,7 @@ class SpecInvariants:
                 durable = read_durable(data_dir, disk).persistent()
             except ZabError as e:
                 return f"the durable log of server {sid} is unreadable after its power cut: {e}"
-        lost = v.set(sid, _variables({"last_committed": 0, "state": "LOOKING", "zab_state": "ELECTION",
+        lost = v.set(sid, snapshot_variables({"last_committed": 0, "state": "LOOKING", "zab_state": "ELECTION",
                                       "accepted_epoch": durable.accepted_epoch,
                                       "current_epoch": durable.current_epoch}), list(durable.history), crash=True)
         return self._check(v, sid, False, lost)

@@ -19,7 +19,8 @@ the order they were created.
 
 Nothing in asyncio's scheduling depends on anything but the order of calls: callbacks run first in first out, timers
 by due time (ties in an order fixed by the sequence of pushes and pops -- deterministic, but not first in first out:
-whoever needs an order gives its timers distinct times, as `conformance.sim.net` does), and this loop has no threads, signals or selector. The executor of
+whoever needs an order gives its timers distinct times, as `conformance.sim.net` does), and this loop has no threads,
+signals or selector. The executor of
 ``run_in_executor`` is whatever the caller passes (`conformance.sim.cluster` passes one that runs inline).
 """
 

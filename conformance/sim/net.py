@@ -1,4 +1,5 @@
-"""An in-memory TCP network for `conformance.sim.loop.SimLoop`: seeded delays, resets, partitions, machines losing power.
+"""An in-memory TCP network for `conformance.sim.loop.SimLoop`: seeded delays, resets, partitions, machines losing
+power.
 
 Theory of operation
 -------------------

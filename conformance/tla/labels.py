@@ -25,13 +25,15 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.errors import SpecFormatError
+from conformance.tla.values import canonical_json, make_set
 
 __all__ = [
     "ActionSignature",
+    "Labels",
     "read_next",
     "instances",
     "encode_label",
@@ -240,3 +242,41 @@ def config_module_base(spec_dir: Path, config: str) -> str:
     if not m:
         raise SpecFormatError(f"{mc}: no 'EXTENDS Module' line")
     return m.group(1)
+
+
+@dataclass
+class Labels:
+    """Every edge label the model can produce -> (action name, canonical JSON of its named parameters)."""
+
+    actions: dict[str, ActionSignature]
+    known: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def for_model(cls, actions: list[ActionSignature], constants: dict[str, int]) -> "Labels":
+        known = {}
+        for action, args in instances(actions, constants):
+            params = {name: (make_set(sorted(arg)) if isinstance(arg, frozenset) else arg)
+                      for name, arg in zip(action.param_names, args)}
+            known[encode_label(action.name, args)] = (action.name, canonical_json(params))
+        return cls({a.name: a for a in actions}, known)
+
+    def decode(self, label: str | None) -> tuple[str, str]:
+        """(action, params_json) of a label; ValueError with the reason when the label is not one of Next's."""
+        found = self.known.get(label) if label else None
+        if found is not None:
+            return found
+        if not label:
+            raise ValueError("an edge without an action label (TLC must run with -dump dot,actionlabels on the "
+                             "labeled model that `zabref check --dump-dot` writes)")
+        name, _, rest = label.partition("__")
+        action = self.actions.get(name)
+        if action is None:
+            raise ValueError(f"edge label {label!r}: {name!r} is not an action of Next "
+                             f"(Next has {', '.join(sorted(self.actions))})")
+        args = rest.split("__") if rest else []
+        if len(args) != len(action.params):
+            raise ValueError(f"edge label {label!r}: {name} takes {len(action.params)} parameter(s) "
+                             f"({', '.join(action.param_names) or 'none'}), the label gives {len(args)}")
+        expected = ", ".join(f"{p} \\in {d}" for p, d in action.params)
+        raise ValueError(f"edge label {label!r}: the arguments are not a parameter instance of {name}({expected}) "
+                         f"in this model (is the graph from another config?)")

@@ -1,4 +1,5 @@
-"""Reading servers' action logs (zabref/runtime/actionlog.py) for `zabref validate`: every line checked, nothing guessed.
+"""Reading servers' action logs (zabref/runtime/actionlog.py) for `zabref validate`: every line checked, nothing
+guessed.
 
 Theory of operation
 -------------------

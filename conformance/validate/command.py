@@ -4,17 +4,19 @@ Theory of operation
 -------------------
 Trace validation as etcd's raft and CCF do it, for TLC 2.15 (no IOUtils, no Json module, no action composition):
 
-1. `conformance.validate.actionlogs` reads ``LOGDIR/actions-<sid>.jsonl`` (every line checked; a torn last line dropped);
-2. `conformance.validate.merge` orders every server's lines into ONE behaviour, numbering the client values as the spec does;
+1. `conformance.validate.actionlogs` reads ``LOGDIR/actions-<sid>.jsonl`` (every line checked; a torn last line
+dropped);
+2. `conformance.validate.merge` orders every server's lines into ONE behaviour, numbering the client values as the spec
+does;
 3. `trace_module` writes a module ``VZab`` that EXTENDS Zab and holds that behaviour as a constant sequence of
    records -- in operators of `CHUNK` records each (one huge tuple expression breaks TLC's front end), the ``l``-th
    record read by ``Rec(l)`` from its chunk, never by concatenating the chunks (``\\o`` of them all is evaluated
-   again at every step) -- with a cursor variable ``l``. Its next-state relation is: the ``l``-th record's action with its
-   parameters (a ``Check`` record: no action) AND the record's constraints on the state after it: the acting
+   again at every step) -- with a cursor variable ``l``. Its next-state relation is: the ``l``-th record's action with
+   its parameters (a ``Check`` record: no action) AND the record's constraints on the state after it: the acting
    server's variables as its line logged them, the packet it took at the head of its channel, the packets it sent
-   appended to its channels. Everything else -- the other servers, ``proposed``, ``committed``, ``established``, ``faults`` -- is
-   left to TLC. The history is constrained by its length and last transaction (the whole of it after a SNAP), which
-   with the step's own semantics pins it down, and keeps the module linear in the log's length;
+   appended to its channels. Everything else -- the other servers, ``proposed``, ``committed``, ``established``,
+   ``faults`` -- is left to TLC. The history is constrained by its length and last transaction (the whole of it after a
+   SNAP), which with the step's own semantics pins it down, and keeps the module linear in the log's length;
 4. TLC explores it breadth-first from the spec's Init (every server starts from an empty data dir) with
    ``-deadlock``: the behaviour is matched when the search reaches depth ``len + 1``; otherwise the deepest state
    reached says which record no spec step could take, and `diagnose` shows, for that record, what the spec allows
@@ -36,12 +38,12 @@ from typing import Any, Callable
 
 import click
 
-from conformance.errors import ConformanceError, InputError, Location
+from conformance.errors import ConformanceError, InputError, Location, MergeError
 from conformance.tla.labels import read_next
 from conformance.tla.tools import Outcome, run_tlc, toolchain
 from conformance.tla.values import format_value
 from conformance.validate.actionlogs import read_logs
-from conformance.validate.merge import Behaviour, MergeError, SpecStep, merge, state_before
+from conformance.validate.merge import Behaviour, SpecStep, merge, state_before
 
 __all__ = ["CHUNK", "ValidationResult", "trace_module", "validate", "validate_command"]
 

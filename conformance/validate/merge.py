@@ -47,30 +47,20 @@ transaction and packet with those numbers.
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.errors import ConformanceError
-from conformance.replay.mapping import zxid_pair
-from conformance.tla.values import make_set
+from conformance.errors import MergeError
 from conformance.validate.actionlogs import Event, Logs
+from conformance.validate.specview import INIT_VARS, SpecView
 
-__all__ = ["SpecStep", "Behaviour", "MergeError", "merge", "state_before", "INIT_VARS"]
+__all__ = ["SpecStep", "Behaviour", "merge", "state_before"]
 
-NONE = "NONE"
 #: The steps whose record compares the history and the staged history whole (they set them whole).
 WHOLE = frozenset({"FollowerProcessNEWLEADER", "FollowerProcessDIFF", "FollowerProcessTRUNC", "FollowerProcessSNAP"})
 #: Lines of a server's log the merge looks ahead, at most, to see whether it takes a packet still in a channel.
 LOOKAHEAD = 10_000
-#: Every server's variables in the spec's Init (for a server whose first line shows them).
-INIT_VARS = {"accepted_epoch": 0, "current_epoch": 0, "state": "LOOKING", "zab_state": "ELECTION", "leader": 0,
-             "last_committed": 0, "staged_history": [], "new_epoch": 0}
-
-
-class MergeError(ConformanceError):
-    """No order of the logs is a behaviour of the spec by the merge's rules; the message says where it stuck."""
 
 
 @dataclass
@@ -97,124 +87,6 @@ class Behaviour:
     steps: list[SpecStep]
     n: int
     notes: list[str]
-
-
-class SpecView:
-    """The spec's variables as the logs say them, kept while merging (canonical forms, docs/values.md)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.hist: dict[int, list[tuple[int, str]]] = {s: [] for s in range(1, n + 1)}
-        self.vars: dict[int, dict[str, Any]] = {s: copy.deepcopy(INIT_VARS) for s in range(1, n + 1)}
-        self.msgs: dict[tuple[int, int], deque[tuple[dict[str, Any], int | None]]] = {
-            (a, b): deque() for a in range(1, n + 1) for b in range(1, n + 1)}  # (packet, connection id)
-        self.learner_conn: dict[tuple[int, int], int | None] = {}  # (leader, learner) -> connection it knows it by
-        self.values: dict[tuple[int, str], int] = {}  # (zxid, value text) -> the spec's number
-        self.proposed: list[dict[str, Any]] = []
-
-    # ---- values
-
-    def number(self, zxid: int, text: str) -> Any:
-        return self.values.get((zxid, text), text)
-
-    def txn(self, zxid: int, text: str) -> dict[str, Any]:
-        return {"value": self.number(zxid, text), "zxid": zxid_pair(zxid)}
-
-    def packet(self, p: dict[str, Any]) -> dict[str, Any]:
-        kind, zxid, data = p["type"], int(p["zxid"]), p.get("data")
-        if kind in ("FOLLOWERINFO", "ACKEPOCH"):
-            spec: Any = int(data)
-        elif kind == "PROPOSAL":
-            spec = self.number(zxid, data)
-        elif kind == "SNAP":
-            spec = [self.txn(int(z), v) for z, v in data]
-        else:
-            spec = "n/a"
-        return {"data": spec, "type": kind, "zxid": zxid_pair(zxid)}
-
-    # ---- one server's logged variables
-
-    def learns(self, sid: int, line_vars: dict[str, Any], persist: list[list[Any]] | None) -> None:
-        """Take a line's variables (and the history changes of its step) as server ``sid``'s."""
-        if persist is not None:
-            h = self.hist[sid]
-            for op in persist:
-                kind, arg = op
-                if kind == "append":
-                    h.extend((int(z), v) for z, v in arg)
-                elif kind == "truncate":
-                    self.hist[sid] = h = [t for t in h if t[0] <= int(arg)]
-                elif kind == "replace":
-                    self.hist[sid] = h = [(int(z), v) for z, v in arg]
-        if "history" in line_vars:
-            self.hist[sid] = [(int(z), v) for z, v in line_vars["history"]]
-        staged = self.vars[sid]["staged_history"]
-        if "staged_history" in line_vars:
-            staged = [(int(z), v) for z, v in line_vars["staged_history"]]
-        elif "staged" in line_vars:  # length and last transaction: unchanged, emptied, or one appended
-            length, last = line_vars["staged"]["len"], line_vars["staged"]["last"]
-            if length == 0:
-                staged = []
-            elif length == len(staged) + 1:
-                staged = [*staged, (int(last[0]), last[1])]
-            elif length != len(staged):
-                raise MergeError(f"server {sid}: its staged history went from {len(staged)} to {length} "
-                                 "transactions in one step without being logged whole")
-        self.vars[sid] = {k: v for k, v in line_vars.items() if k not in ("history", "staged")}
-        self.vars[sid]["staged_history"] = staged
-
-    def expected(self, sid: int, *, history: bool = True) -> dict[str, Any]:
-        """Server ``sid``'s spec variables (per-server slices, canonical). Without ``history`` the history is given
-        by its length (``hl``) and last transaction (``hlast``) only: what a trace record needs, in O(1)."""
-        v, n = self.vars[sid], self.n
-        h = self.hist[sid]
-
-        def per_peer(key: str, default: Any, convert: Any) -> list[Any]:
-            held = {int(k): x for k, x in v.get(key, {}).items()}
-            return [convert(held[f]) if f in held else default for f in range(1, n + 1)]
-
-        return {
-            "history": [self.txn(z, t) for z, t in h] if history else None,
-            "hl": len(h), "hlast": self.txn(*h[-1]) if h else None,
-            "acceptedEpoch": v["accepted_epoch"], "currentEpoch": v["current_epoch"], "state": v["state"],
-            "zabState": v["zab_state"], "leader": v["leader"], "lastCommitted": v["last_committed"],
-            "stagedHistory": [self.txn(int(z), t) for z, t in v["staged_history"]] if history else None,
-            "sl": len(v["staged_history"]),
-            "slast": self.txn(*v["staged_history"][-1]) if v["staged_history"] else None,
-            "newEpoch": v["new_epoch"],
-            "learnerPhase": per_peer("learner_phase", NONE, str),
-            "learnerLastZxid": per_peer("learner_last_zxid", [0, 0], lambda z: zxid_pair(int(z))),
-            "ackIndex": per_peer("ack_index", 0, int),
-        }
-
-    def state(self) -> dict[str, Any]:
-        """The whole spec state as the logs give it (``committed`` and ``faults`` are left to TLC: not here)."""
-        per = {s: self.expected(s) for s in range(1, self.n + 1)}
-        out = {name: [per[s][name] for s in range(1, self.n + 1)] for name in per[1]
-               if name not in ("hl", "hlast", "sl", "slast")}
-        out["msgs"] = [[[p for p, _ in self.msgs[a, b]] for b in range(1, self.n + 1)] for a in range(1, self.n + 1)]
-        out["proposed"] = make_set(self.proposed)
-        return out
-
-    def learner_of(self, y: int, x: int) -> bool:
-        """Does leader y know x as a learner (the spec's learnerPhase[y][x] /= "NONE")?"""
-        return self.vars[y].get("learner_phase", {}).get(str(x), NONE) != NONE
-
-    def cids(self, x: int, y: int) -> set[int | None]:
-        """The connections of the packets x sent to y that y has not taken."""
-        return {c for _, c in self.msgs[x, y]}
-
-    def go_looking(self, x: int) -> None:
-        """The spec's GoLooking(x) at every OTHER server: channels to and from x emptied, x forgotten as a learner
-        (x's own variables come from its line)."""
-        for y in range(1, self.n + 1):
-            self.msgs[x, y].clear()
-            self.msgs[y, x].clear()
-            if y != x:
-                v = self.vars[y]
-                for key, default in (("learner_phase", NONE), ("learner_last_zxid", 0), ("ack_index", 0)):
-                    if str(x) in v.get(key, {}):
-                        v[key] = {**v[key], str(x): default}
 
 
 def _looking_after(event: Event) -> bool:

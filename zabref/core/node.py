@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A `Node` is what a zabref server *decides*; `zabref.server` (real sockets, a real disk) and `conformance.sim` (a
+A `Node` is what a zabref server *decides*; `zabref.runtime.server` (real sockets, a real disk) and `conformance.sim` (a
 simulated network, clock and disk) only carry its inputs in and its effects out. Both modes of a real server --
 normal (inputs delivered as they arrive, ticks from the clock) and control (the conformance driver delivers inputs
 and advances a logical clock) -- run this same code; so does every simulated server. One entry point per kind of
@@ -36,102 +36,28 @@ logical clock, the simulator's); the node stamps ``heard[peer]`` when it takes a
 ``limit * tick_s``. `stalled(now)` says the carrier itself did not run for a while (a long fsync, a SIGSTOP): silence
 is then counted from the end of the stall, so a server never blames its peers for its own pause.
 
-Effects are carried out in their field order: ``persist`` durable first, then everything else (sends, election
-notifications, deliveries, closes, client answers) -- nothing leaves before the persistence of its step is durable
-(`zabref.server` keeps this for a whole batch of steps, which is what makes a power cut equal the spec's Crash).
-``actions`` names each spec action taken (spec/Zab.tla and spec/FastLeaderElection.tla), for the action log.
+The effects, and the order a carrier carries them out in (persistence first), are `zabref.core.effects`; the
+client half of the node is `zabref.core.clients`.
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
-from dataclasses import dataclass, field
 from typing import Any
 
-from zabref.core.election import Decision, FastLeaderElection, Send, Step
+from zabref.core.clients import ClientRequests
+from zabref.core.effects import Action, Effects, EffectsBuilder, Timing, refused
+from zabref.core.election import Decision, FastLeaderElection, Step
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
-from zabref.core.zab import SPEC_ACTIONS, LearnerPhase, Output, Persistent, PersistOp, Txn, ZabCore, ZabState
+from zabref.core.zab import SPEC_ACTIONS, LearnerPhase, Output, Persistent, ZabCore, ZabState
 from zabref.errors import LocalProtocolError
 
-__all__ = ["Timing", "Action", "Effects", "Node", "READ_LIMIT", "DECISIONS_KEPT"]
+__all__ = ["Node", "DECISIONS_KEPT"]
 
-#: Most transactions one ``read`` answer carries (the client asks again for more).
-READ_LIMIT = 10_000
 #: Election decisions a node remembers for inspection (the control socket's ``state``; the oldest are forgotten).
 DECISIONS_KEPT = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """The timers, in ticks of ``tick_s`` seconds (ZooKeeper's tickTime, initLimit, syncLimit)."""
-
-    tick_s: float = 0.1
-    init_limit: int = 10  # ticks a follower may take to connect and sync, and a leader to establish its epoch
-    sync_limit: int = 5  # ticks of silence after which the other side is given up
-    finalize_ticks: int = 2  # FastLeaderElection's finalizeWait
-    resend_ticks: int = 4  # a LOOKING server that heard no notification this long sends its vote again
-    resend_max_ticks: int = 32  # ... and waits twice as long before the next resend of the round, up to this
-    submit_timeout_s: float = 30.0  # a client waits this long for its transaction before "outcome unknown"
-
-    def limit(self, ticks: int) -> float:
-        return ticks * self.tick_s
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """A spec action this server took: ``module`` is "Zab" or "FLE", ``params`` its parameters (sids)."""
-
-    module: str
-    name: str
-    params: tuple[tuple[str, int], ...]
-    packet: QuorumPacket | None = None  # the packet a receive action took
-    tag: int | None = None  # the carrier's id of the connection it came on (for the action log; opaque here)
-
-
-@dataclass(frozen=True, slots=True)
-class Effects:
-    """What one input makes the server do, in field order (module docstring)."""
-
-    persist: tuple[PersistOp, ...] = ()
-    dial: tuple[int, ...] = ()  # open a quorum connection to this peer (before the packets sent to it)
-    send: tuple[tuple[int, QuorumPacket], ...] = ()
-    notify: tuple[Send, ...] = ()
-    deliver: tuple[Txn, ...] = ()
-    close: tuple[int, ...] = ()
-    answers: tuple[tuple[int, dict[str, Any]], ...] = ()
-    forwards: tuple[tuple[int, int, dict[str, Any]], ...] = ()  # (request id, to the leader sid, request)
-    actions: tuple[Action, ...] = ()
-    role: ServerState | None = None
-    deferred: bool = False  # the packet was not taken now; offer it again after the next unblock
-    unblock: bool = False  # the role or zabState changed: packets deferred may be taken now
-
-
-@dataclass
-class _Builder:
-    persist: list[PersistOp] = field(default_factory=list)
-    dial: list[int] = field(default_factory=list)
-    send: list[tuple[int, QuorumPacket]] = field(default_factory=list)
-    notify: list[Send] = field(default_factory=list)
-    deliver: list[Txn] = field(default_factory=list)
-    close: list[int] = field(default_factory=list)
-    answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-    forwards: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
-    actions: list[Action] = field(default_factory=list)
-    role: ServerState | None = None
-    unblock: bool = False
-
-    def build(self) -> Effects:
-        return Effects(tuple(self.persist), tuple(self.dial), tuple(self.send), tuple(self.notify), tuple(self.deliver),
-                       tuple(self.close), tuple(self.answers), tuple(self.forwards), tuple(self.actions), self.role,
-                       unblock=self.unblock)
-
-
-def _refused(message: str, retry: bool) -> dict[str, Any]:
-    return {"error": message, "retry": retry}
-
-
-class Node:
+class Node(ClientRequests):
     """One server's decisions (module docstring). ``core`` and ``fle`` are its Zab and election state machines."""
 
     def __init__(self, sid: int, servers: tuple[int, ...], persistent: Persistent, timing: Timing) -> None:
@@ -164,7 +90,7 @@ class Node:
 
     def start(self, now: float) -> Effects:
         """The process started: the first election round (FLE ``Init``; ``Restart`` after a crash)."""
-        out = _Builder()
+        out = EffectsBuilder()
         self.role_since = self.election_quiet_since = now
         step = self.fle.start_election(self.core.last_zxid, self.core.current_epoch)
         self._fle_step(out, step, now)
@@ -175,7 +101,7 @@ class Node:
         ``tag``: the carrier's id of the connection (recorded with the action, never used by the node)."""
         if packet.type == PacketType.PING:
             self.heard[peer] = now
-            out = _Builder()
+            out = EffectsBuilder()
             core = self.core
             if core.state == ServerState.FOLLOWING and peer == core.leader:
                 out.send.append((peer, QuorumPacket(PacketType.PING, self.committed_zxid)))
@@ -189,7 +115,7 @@ class Node:
         self.held.pop(peer, None)
         handler = self.core.handler_for(peer, packet)
         self.heard[peer] = now
-        out = _Builder()
+        out = EffectsBuilder()
         before = self.core.zab_state
         self._core(out, handler(self.core, peer, packet), now, SPEC_ACTIONS[handler.__name__], packet, tag,
                    i=self.sid, j=peer)
@@ -205,7 +131,7 @@ class Node:
 
     def connection_closed(self, peer: int, now: float, *, inbound: bool, tag: int | None = None) -> Effects:
         """A quorum connection with ``peer`` ended (the peer left, the network broke it, or bad input)."""
-        out = _Builder()
+        out = EffectsBuilder()
         out.actions.append(Action("Zab", "ConnectionClosed", (("i", self.sid), ("j", peer)), None, tag))  # for the log
         if inbound:
             self.learner_conns.discard(peer)
@@ -223,7 +149,7 @@ class Node:
 
     def notification(self, peer: int, n: Notification, now: float) -> Effects:
         """An election notification from ``peer``; RemoteProtocolError for one no server sends."""
-        out = _Builder()
+        out = EffectsBuilder()
         try:
             action = self.fle.action_for(peer, n)
             step = self.fle.receive(peer, n)
@@ -241,7 +167,7 @@ class Node:
 
     def tick(self, now: float) -> Effects:
         """Time is ``now``: run every timer that is due (module docstring)."""
-        out = _Builder()
+        out = EffectsBuilder()
         self._expire_clients(out, now)
         core, t = self.core, self.timing
         if core.state == ServerState.LOOKING:
@@ -253,78 +179,6 @@ class Node:
         else:
             self._leader_tick(out, now)
         return out.build()
-
-    # ------------------------------------------------------------------------------------------ clients
-
-    def client_submit(self, rid: int, value: bytes, now: float) -> Effects:
-        """A client's value: ClientRequest at the leader; a follower forwards it. Answered once delivered here."""
-        out = _Builder()
-        core = self.core
-        if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
-            output = core.client_request(value)
-            zxid = output.persist[0].txns[0].zxid
-            self._wait(zxid, rid, now + self.timing.submit_timeout_s)
-            self._core(out, output, now, "ClientRequest", i=self.sid)
-        elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
-            self._forwarded[rid] = now + self.timing.submit_timeout_s
-            out.forwards.append((rid, core.leader, {"op": "submit", "value": value.decode("utf-8")}))
-        else:
-            out.answers.append((rid, self._not_serving()))
-        return out.build()
-
-    def client_sync(self, rid: int, now: float) -> Effects:
-        """Answered once this server has delivered what the leader had committed when the sync reached it.
-
-        A leader answers only once a quorum has confirmed that it still leads: it PINGs every learner and waits
-        until a quorum (itself included) has answered a PING sent after the sync arrived. A leader cut off from
-        its followers may not know yet that others elected a new leader and committed more; its own commit point
-        would then be stale (the fault runner's read checker found exactly that). A confirming follower still
-        followed this leader after the sync arrived, and a new leader needs a quorum that left this one, so
-        nothing was committed elsewhere before the sync arrived (Raft's ReadIndex makes the same argument)."""
-        out = _Builder()
-        core = self.core
-        if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
-            ping = QuorumPacket(PacketType.PING, self.committed_zxid)
-            marks = {}
-            for f in sorted(self.learner_conns):
-                if f in self._pings:
-                    out.send.append((f, ping))
-                    self._pings[f][0] += 1
-                    marks[f] = self._pings[f][0]
-            self._syncs.append((rid, self.committed_zxid, marks, now + self.timing.submit_timeout_s))
-            self._confirm_syncs(out)
-        elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
-            self._forwarded[rid] = now + self.timing.submit_timeout_s
-            out.forwards.append((rid, core.leader, {"op": "sync"}))
-        else:
-            out.answers.append((rid, self._not_serving()))
-        return out.build()
-
-    def forward_reply(self, rid: int, reply: dict[str, Any], now: float) -> Effects:
-        """The leader's answer to a forwarded request (or the carrier's error when the forward failed)."""
-        out = _Builder()
-        deadline = self._forwarded.pop(rid, None)
-        if deadline is None:
-            return out.build()  # answered already (timed out)
-        zxid = reply.get("zxid")
-        if "error" in reply or not isinstance(zxid, int) or isinstance(zxid, bool):
-            out.answers.append((rid, reply if "error" in reply else _refused(f"bad answer from the leader: {reply}",
-                                                                             False)))
-        else:
-            self._wait(zxid, rid, deadline)
-            self._answer_delivered(out)
-        return out.build()
-
-    def client_read(self, after: int, limit: int = READ_LIMIT) -> dict[str, Any]:
-        """The delivered transactions after zxid ``after``, in delivery order (at most ``limit``), and ``zxid``: the
-        last delivered here (0: none), as ZooKeeper's reply header carries the server's last zxid."""
-        core = self.core
-        delivered = core.last_committed  # history[:delivered]: bisect it in place (no copy per read)
-        start = bisect.bisect_right(core.history, after, 0, delivered, key=lambda t: t.zxid)
-        limit = max(1, min(limit, READ_LIMIT))
-        chunk = core.history[start: min(start + limit, delivered)]
-        return {"txns": [[t.zxid, t.value.decode("utf-8", "backslashreplace")] for t in chunk],
-                "more": start + limit < delivered, "zxid": core.history[delivered - 1].zxid if delivered else 0}
 
     # ------------------------------------------------------------------------------------------ reading
 
@@ -356,7 +210,7 @@ class Node:
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _core(self, out: _Builder, output: Output, now: float, action: str | None,
+    def _core(self, out: EffectsBuilder, output: Output, now: float, action: str | None,
               packet: QuorumPacket | None = None, tag: int | None = None, **params: int) -> None:
         """Take one core Output (spec action ``action``) into ``out``; react to a change of role."""
         if action is not None:
@@ -383,7 +237,7 @@ class Node:
             out.unblock = True
             self._role_changed(out, now)
 
-    def _role_changed(self, out: _Builder, now: float) -> None:
+    def _role_changed(self, out: EffectsBuilder, now: float) -> None:
         self.role_since = now
         self.heard.clear()
         self.leader_lost = False
@@ -392,10 +246,10 @@ class Node:
         # the client learns now that the outcome is unknown, not when the forward's deadline runs out.
         for rid in list(self._forwarded):
             del self._forwarded[rid]
-            out.answers.append((rid, _refused(f"server {self.sid} stopped following before its leader answered the "
+            out.answers.append((rid, refused(f"server {self.sid} stopped following before its leader answered the "
                                               "forwarded request: outcome unknown", False)))
         for rid, _, _, _ in self._syncs:  # a sync changes nothing: asking again is safe
-            out.answers.append((rid, _refused(f"leader {self.sid} stopped leading before a quorum confirmed the "
+            out.answers.append((rid, refused(f"leader {self.sid} stopped leading before a quorum confirmed the "
                                               "sync", True)))
         self._syncs = []
         if self.core.state == ServerState.LOOKING:  # GoLooking: a new election round (FLE StartElection)
@@ -403,7 +257,7 @@ class Node:
                 self.election_quiet_since = now
                 self._fle_step(out, self.fle.start_election(self.core.last_zxid, self.core.current_epoch), now)
 
-    def _fle_step(self, out: _Builder, step: Step, now: float) -> None:
+    def _fle_step(self, out: EffectsBuilder, step: Step, now: float) -> None:
         if step.action in ("StartElection", "Restart"):
             out.actions.append(Action("FLE", step.action, (("i", self.sid),)))
             self.resend_after = self.timing.limit(self.timing.resend_ticks)
@@ -420,7 +274,7 @@ class Node:
             del self.decisions[:-DECISIONS_KEPT]
             self._decide(out, d, now)
 
-    def _decide(self, out: _Builder, d: Decision, now: float) -> None:
+    def _decide(self, out: EffectsBuilder, d: Decision, now: float) -> None:
         """An election decision becomes BecomeLeader or BecomeFollower (the core refuses one it cannot take)."""
         core = self.core
         try:
@@ -431,7 +285,7 @@ class Node:
         except LocalProtocolError:  # e.g. no epoch left above acceptedEpoch: look again, in the next round
             self._fle_step(out, self.fle.start_election(core.last_zxid, core.current_epoch), now)
 
-    def _election_tick(self, out: _Builder, now: float) -> None:
+    def _election_tick(self, out: EffectsBuilder, now: float) -> None:
         t = self.timing
         fle = self.fle
         if fle.finalizing:
@@ -444,7 +298,7 @@ class Node:
             out.actions.append(Action("FLE", "ResendNotifications", (("i", self.sid),)))
             out.notify += fle.resend_notifications()
 
-    def _leader_tick(self, out: _Builder, now: float) -> None:
+    def _leader_tick(self, out: EffectsBuilder, now: float) -> None:
         core, t = self.core, self.timing
         ping = QuorumPacket(PacketType.PING, self.committed_zxid)
         out.send += [(f, ping) for f in sorted(self.learner_conns)]
@@ -473,68 +327,3 @@ class Node:
                 break
         if now - lost > t.limit(t.sync_limit if established else t.init_limit):
             self._core(out, core.leader_timeout(), now, "LeaderTimeout", i=self.sid)
-
-    def _confirm_syncs(self, out: _Builder) -> None:
-        """Answer each waiting sync that a quorum has confirmed (`client_sync`)."""
-        keep = []
-        for rid, zxid, marks, deadline in self._syncs:
-            confirmed = {f for f, mark in marks.items() if f in self._pings and self._pings[f][1] >= mark}
-            if self.core.is_quorum(confirmed | {self.sid}):
-                out.answers.append((rid, {"zxid": zxid}))
-            else:
-                keep.append((rid, zxid, marks, deadline))
-        self._syncs = keep
-
-    def _not_serving(self) -> dict[str, Any]:
-        core = self.core
-        if core.state == ServerState.LEADING:
-            return _refused(f"leader {self.sid} is still establishing its epoch", True)
-        return _refused(f"server {self.sid} has no established leader yet ({core.state.name})", True)
-
-    def _wait(self, zxid: int, rid: int, deadline: float) -> None:
-        """Client request ``rid`` is answered once ``zxid`` is delivered here (or skipped), or at ``deadline``."""
-        waiting = self._waiting.get(zxid)
-        if waiting is None:
-            self._waiting[zxid] = waiting = []
-            heapq.heappush(self._waiting_zxids, zxid)
-        waiting.append((rid, deadline))
-
-    def _answer_delivered(self, out: _Builder) -> None:
-        """Answer every waiting client whose transaction is now delivered, or was skipped by a later epoch."""
-        core = self.core
-        top = self.committed_zxid
-        heap = self._waiting_zxids
-        while heap and heap[0] <= top:  # in zxid order, and only the answered ones: a delivery costs O(log waiting)
-            zxid = heapq.heappop(heap)
-            if zxid not in self._waiting:
-                continue  # expired, or a duplicate key of one answered already
-            k = core.index_of(core.history, zxid)
-            # zxid 0: a sync answered by a leader that had committed nothing yet -- delivered by every server
-            answer = ({"zxid": zxid} if zxid == 0 or 0 < k <= core.last_committed else
-                      _refused(f"transaction {zxid:#x} was not committed: a later epoch skipped it", False))
-            out.answers += [(rid, answer) for rid, _ in self._waiting.pop(zxid)]
-
-    def _expire_clients(self, out: _Builder, now: float) -> None:
-        for zxid in list(self._waiting):
-            keep = []
-            for rid, deadline in self._waiting[zxid]:
-                if deadline <= now:
-                    out.answers.append((rid, _refused(f"transaction {zxid:#x} not delivered within "
-                                                      f"{self.timing.submit_timeout_s:g} s: outcome unknown", False)))
-                else:
-                    keep.append((rid, deadline))
-            if keep:
-                self._waiting[zxid] = keep
-            else:
-                del self._waiting[zxid]
-        for rid, _, _, deadline in self._syncs:
-            if deadline <= now:
-                out.answers.append((rid, _refused("no quorum confirmed this leader within "
-                                                  f"{self.timing.submit_timeout_s:g} s", True)))
-        self._syncs = [s for s in self._syncs if s[3] > now]
-        for rid, deadline in list(self._forwarded.items()):
-            if deadline <= now:
-                del self._forwarded[rid]
-                out.answers.append((rid, _refused("the leader did not answer the forwarded request in time: "
-                                                  "outcome unknown", False)))
-

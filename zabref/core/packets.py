@@ -2,8 +2,8 @@
 
 Theory of operation: this module holds plain data only -- the QuorumPacket and LearnerInfo structures of seed 000,
 the packet-type numbers of its table, the FastLeaderElection notification, and zxid arithmetic. The wire codec
-(`zabref.net.wire`) turns these into bytes and back; the protocol core (`zabref.core.zab`) consumes and produces them. Nothing
-here does I/O.
+(`zabref.net.wire`) turns these into bytes and back; the protocol core (`zabref.core.zab`) consumes and produces them.
+Nothing here does I/O.
 
 A zxid is a 64-bit number ``epoch << 32 | counter`` (seed 004, section 3: "the high order 32 bits are the epoch ...
 the low order 32 bits are a counter"). The spec writes it as the pair ``<<epoch, counter>>``; `zxid_pair` and

@@ -46,7 +46,7 @@ import asyncio
 import logging
 from typing import Any
 
-from zabref.core.node import READ_LIMIT
+from zabref.core.effects import READ_LIMIT
 from zabref.errors import CodecError, ProtocolError
 from zabref.net import clientwire, peers, wire
 from zabref.net.security import AuthError, Guard

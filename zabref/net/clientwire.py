@@ -3,10 +3,11 @@
 Theory of operation: `encode` frames an object (`zabref.net.wire.frame`: ``int32 length, body``); `decode_request`
 reads a request body on the server (an error answer, never an exception, for a body that is not a JSON object);
 `decode_answer` reads an answer body on a client. A client asks with `call` or `read_answer` (a blocking socket),
-`call_async` (asyncio streams) or `request_async` (a fresh connection); each check the length prefix against ``limit`` before reading the body, and raise
-OSError for an answer that does not come back whole or is not a JSON object, so that a client treats a garbled answer
-as it treats a broken connection. Every client of the client port uses this module: `zabref.client`, the client
-port's forwarding (`zabref.net.clientport`), the simulator, the fault runner's workload and the benchmark's client.
+`call_async` (asyncio streams) or `request_async` (a fresh connection); each check the length prefix against ``limit``
+before reading the body, and raise OSError for an answer that does not come back whole or is not a JSON object, so that
+a client treats a garbled answer as it treats a broken connection. Every client of the client port uses this module:
+`zabref.client`, the client port's forwarding (`zabref.net.clientport`), the simulator, the fault runner's workload and
+the benchmark's client.
 """
 
 from __future__ import annotations

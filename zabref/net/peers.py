@@ -9,9 +9,9 @@ authentication; both are done before either end reads or sends a packet. Two kin
 
 * **quorum** -- ONE connection per follower-leader pair, opened by the follower to the leader's quorum port; it
   carries both directions (the spec's channels ``msgs[f][l]`` and ``msgs[l][f]``). Bodies are QuorumPackets.
-* **election** -- FastLeaderElection notifications. Each server sends on connections it opened itself to the other
-  servers' election ports (`ElectionSender`, one per peer) and receives on the connections the others opened, so
-  every ordered pair of servers is one FIFO channel, as the spec's ``electionMsgs[i][j]``.
+* **election** -- FastLeaderElection notifications (`zabref.net.votes`: one `ElectionSender` per peer out, a
+  `VoteChannel` per connection in), every ordered pair of servers one FIFO channel, as the spec's
+  ``electionMsgs[i][j]``.
 
 A `Connection` is one quorum connection as the runtime sees it: ``connecting`` (frames written meanwhile wait in
 ``pending`` and leave, in order, once the handshake is out), ``open``, then ``closed`` with a reason. It counts the
@@ -24,9 +24,8 @@ written.
 Bounds (so a misbehaving peer cannot exhaust memory): a frame body is at most `MAX_QUORUM_FRAME` bytes on a quorum
 connection and `MAX_ELECTION_FRAME` on an election connection (a longer length prefix closes the connection before
 any body is read); the handshake must arrive within `HANDSHAKE_TIMEOUT` seconds; an election frame must complete
-within `ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_frames`' ``frame_timeout``); an `ElectionSender`
-keeps at most `ELECTION_QUEUE_LIMIT` notifications (the oldest are dropped: FastLeaderElection resends its vote
-anyway) and drops, with a log line, one it cannot encode.
+within `ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_frames`' ``frame_timeout``); an election sender
+keeps at most `ELECTION_QUEUE_LIMIT` notifications.
 
 Unsent bytes. A connection whose unsent bytes exceed `SEND_BUFFER_LIMIT` (the peer stopped reading) is closed --
 except while ``catching_up`` is set: the runtime sets it on a leader's connection to a learner that is not UPTODATE
@@ -45,24 +44,22 @@ import functools
 import itertools
 import logging
 import secrets
-import ssl
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from zabref.core.packets import Notification, QuorumPacket
+from zabref.core.packets import QuorumPacket
 from zabref.errors import CodecError
 from zabref.net import wire
-from zabref.net.security import AuthError, Guard
+from zabref.net.security import Guard
 
 __all__ = [
     "Connection",
-    "VoteChannel",
-    "ElectionSender",
     "accept_handshake",
     "new_connection_id",
+    "next_serial",
     "HANDSHAKE_SIZE",
     "quiet_cancel",
     "dial",
@@ -91,6 +88,11 @@ ELECTION_FRAME_TIMEOUT = 5.0
 ELECTION_QUEUE_LIMIT = 1000
 _READ_CHUNK = 256 * 1024
 _serials = itertools.count(1)
+
+
+def next_serial() -> int:
+    """A number no other connection object of this process has (quorum or election): its key in the runtime's maps."""
+    return next(_serials)
 
 
 def quiet_cancel(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -140,8 +142,8 @@ async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float,
     """Connect to ``host:port`` and send the handshake (``sid``); up to ``attempts`` tries with exponential backoff.
 
     With a ``guard`` (`zabref.net.security`), the connection is TLS when quorum TLS is on, and quorum authentication is
-    done before this returns. Raises the last OSError (or TimeoutError; `zabref.net.security.AuthError`, an OSError, for a
-    failed authentication) when every attempt failed.
+    done before this returns. Raises the last OSError (or TimeoutError; `zabref.net.security.AuthError`, an OSError, for
+    a failed authentication) when every attempt failed.
     """
     tls: dict[str, Any] = {}
     if guard is not None and guard.quorum_client is not None:
@@ -213,7 +215,7 @@ class Connection:
         self.peer = peer
         self.initiated = initiated  # True: we connected to the peer (we follow it); False: it connected to us
         self.cid = new_connection_id() if cid is None else cid  # the connection id both ends know (handshake)
-        self.serial = next(_serials)
+        self.serial = next_serial()
         self.state = "connecting"
         self.sent = 0
         self.received = 0
@@ -314,131 +316,3 @@ class Connection:
                 "sent": self.sent, "received": self.received}
 
 
-class VoteChannel:
-    """One inbound election connection: notifications read and not yet taken by the node, in order."""
-
-    def __init__(self, peer: int, writer: asyncio.StreamWriter) -> None:
-        self.peer = peer
-        self.serial = next(_serials)
-        self.writer = writer
-        self.inbound: deque[Notification] = deque()
-        self.received = 0
-        self.closed = False
-
-    def close(self) -> None:
-        """Stop reading: what was not taken yet is dropped with the connection (the spec's lost channel)."""
-        if not self.closed:
-            self.closed = True
-            self.inbound.clear()
-            self.writer.close()
-
-    def describe(self) -> dict[str, Any]:
-        return {"peer": self.peer, "serial": self.serial, "received": self.received}
-
-
-class ElectionSender:
-    """Sends FastLeaderElection notifications to one peer over a connection this server opened (FIFO, best effort).
-
-    Reconnects with bounded backoff when the connection fails; notifications queued while the peer is down are kept
-    up to `ELECTION_QUEUE_LIMIT` (oldest dropped) and a notification being written when the connection breaks is lost:
-    FastLeaderElection tolerates loss because the runtime rebroadcasts its vote while LOOKING.
-
-    Fault layer (docs/faults.md): while ``link_cut`` is set, the connection is closed, nothing is dialed and every
-    notification is dropped -- as a network partition would lose them.
-    """
-
-    def __init__(self, sid: int, peer: int, host: str, port: int, *,
-                 new_id: Callable[[], int] = new_connection_id, guard: Guard | None = None) -> None:
-        self.sid, self.peer, self.host, self.port = sid, peer, host, port
-        self.guard = guard  # TLS and quorum authentication (`zabref.net.security`), None: neither
-        self._new_id = new_id  # the handshake's connection id (`zabref.runtime.machine.Machine.new_connection_id`)
-        self.queue: deque[Notification] = deque(maxlen=ELECTION_QUEUE_LIMIT)
-        self.link_cut = False
-        self.sent = 0  # notifications written on the current connection
-        self._writer: asyncio.StreamWriter | None = None
-        self._watcher: asyncio.Task[None] | None = None  # reads the current connection until it ends
-        self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"election-to-{peer}")
-        self._task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:  # never silently: the peer would hear nothing
-            log.error("election sender to %d failed", self.peer, exc_info=task.exception())
-
-    def send(self, n: Notification) -> None:
-        if self.link_cut:
-            return
-        self.queue.append(n)
-        self._wake.set()
-
-    def set_link_cut(self, cut: bool) -> None:
-        """Fault layer: cut (close the connection, drop everything) or heal the link to this peer."""
-        self.link_cut = cut
-        if cut:
-            self.queue.clear()
-        self._wake.set()
-
-    def describe(self) -> dict[str, Any]:
-        """For the control socket's ``state``: is a connection up, how many notifications wait, how many were
-        written on the current connection (the conformance driver compares it with the receiver's count)."""
-        return {"peer": self.peer, "connected": self._writer is not None, "queued": len(self.queue),
-                "sent": self.sent}
-
-    def _drop_connection(self, why: str) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-            log.info("election connection to %d closed: %s", self.peer, why)
-
-    async def _watch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """The peer never writes on this connection: EOF (or an error) means it closed or died; stop using it, so
-        that the next notification opens a new connection instead of vanishing into a dead one."""
-        try:
-            while await reader.read(4096):
-                pass
-        except (ConnectionError, OSError):
-            pass
-        if self._writer is writer:
-            self._drop_connection("the peer closed it")
-            self._wake.set()
-
-    async def _run(self) -> None:
-        delay = 0.05
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if self.link_cut:
-                self._drop_connection("link cut by the fault layer")
-            while self.queue and not self.link_cut:
-                writer = self._writer
-                if writer is None or writer.is_closing():
-                    try:
-                        reader, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0,
-                                                    cid=self._new_id(), guard=self.guard)
-                        self._writer, self.sent = writer, 0
-                        self._watcher = asyncio.get_running_loop().create_task(self._watch(reader, writer))
-                        log.info("election connection to %d open", self.peer)
-                        delay = 0.05
-                    except (OSError, TimeoutError) as e:
-                        self._writer = None
-                        refused = isinstance(e, (AuthError, ssl.SSLError))  # a stranger, not a peer that is down
-                        log.log(logging.WARNING if refused else logging.DEBUG, "election connection to %d failed: %s",
-                                self.peer, e)
-                        await asyncio.sleep(delay)
-                        delay = min(delay * 2, 1.0)
-                    continue  # a cut may have emptied the queue while the dial was awaited: check again
-                n = self.queue.popleft()
-                try:
-                    framed = wire.frame(wire.encode_notification(n))
-                except ValueError as e:  # a field the wire cannot carry: a bug upstream, never a dead sender
-                    log.error("election notification to %d dropped: %s (%s)", self.peer, e, n)
-                    continue
-                try:
-                    writer.write(framed)
-                    self.sent += 1
-                    await asyncio.wait_for(writer.drain(), 2.0)
-                except (ConnectionError, OSError, TimeoutError) as e:
-                    self._drop_connection(f"lost: {e}")
-
-    def close(self) -> None:
-        self._task.cancel()

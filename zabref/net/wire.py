@@ -155,7 +155,8 @@ def decode_handshake(body: bytes) -> tuple[int, int]:
     return sid, cid
 
 
-# ---------------------------------------------------------------------------------------------------------- QuorumPacket
+# ----------------------------------------------------------------------------------------------------------
+# QuorumPacket
 
 
 def encode_quorum_packet(p: QuorumPacket) -> bytes:
@@ -188,7 +189,8 @@ def decode_quorum_packet(body: bytes) -> QuorumPacket:
     return QuorumPacket(ptype, zxid, data, tuple(ids))
 
 
-# ---------------------------------------------------------------------------------------------------------- Notification
+# ----------------------------------------------------------------------------------------------------------
+# Notification
 
 
 def encode_notification(n: Notification) -> bytes:

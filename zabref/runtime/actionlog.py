@@ -27,14 +27,14 @@ the node took the step (`zabref.runtime.server`), so lines are in the server's o
 Two more kinds: ``restart`` (the process started: ``vars`` holds every variable, ``history`` included, as read from
 disk -- the spec's Crash when it is not the first start) and ``closed`` (a quorum connection with ``peer`` ended
 here, ``conn`` its id: a leader forgets that learner, a follower notes its leader gone; the validator uses it to
-place the spec's GoLooking of the other side, which closes both ends at once). Lines are written whole with one ``write``; a process
-killed in the middle leaves at most a torn last line, which the reader reports and ignores.
+place the spec's GoLooking of the other side, which closes both ends at once). Lines are written whole with one
+``write``; a process killed in the middle leaves at most a torn last line, which the reader reports and ignores.
 
 The pump flushes the log to the operating system after running a batch's inputs and BEFORE their storage is made
-durable and their packets leave (`zabref.runtime.server`): a step whose effects anybody could see is in the log, whatever
-kills the process afterwards. A SIGKILL keeps what was flushed (the page cache survives it); the log is a record,
-not state, and is never fsynced, so a real power cut may lose its tail. The cost is one ``orjson.dumps`` per step
-(the standard library's encoder took 20 us a line, orjson 1.2 us) and one ``write`` per pump batch
+durable and their packets leave (`zabref.runtime.server`): a step whose effects anybody could see is in the log,
+whatever kills the process afterwards. A SIGKILL keeps what was flushed (the page cache survives it); the log is a
+record, not state, and is never fsynced, so a real power cut may lose its tail. The cost is one ``orjson.dumps`` per
+step (the standard library's encoder took 20 us a line, orjson 1.2 us) and one ``write`` per pump batch
 (docs/performance.md has the measured cost).
 """
 

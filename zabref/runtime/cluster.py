@@ -37,7 +37,8 @@ import click
 from zabref.config import ClusterConfig, Config, Security, ServerConfig, load_config, render_config, write_config
 from zabref.errors import ConfigError, ZabError
 from zabref.net.ports import find_free_base_port, release_base_port
-from zabref.runtime.control import ControlClient, ControlError, read_token
+from zabref.runtime.control import ControlError, read_token
+from zabref.runtime.control_client import ControlClient
 
 __all__ = ["cluster_config", "find_free_base_port", "release_base_port", "ServerProcess", "LocalCluster",
            "run_cluster"]

@@ -46,9 +46,7 @@ import hmac
 import json
 import logging
 import os
-import socket
 import stat
-import time
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +54,8 @@ from zabref.errors import ConfigError, ZabError
 from zabref.net import peers
 from zabref.runtime.actionlog import describe_packet
 
-__all__ = ["ControlPort", "ControlClient", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "MAX_TICKS", "settle",
-           "read_token", "AUTH_TIMEOUT"]
+__all__ = ["ControlPort", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "MAX_TICKS", "read_token", "AUTH_TIMEOUT",
+           "snapshot_variables"]
 
 log = logging.getLogger("zabref")
 
@@ -101,7 +99,7 @@ class ControlError(ZabError):
     """A control request failed; the message is the server's ``error`` text."""
 
 
-def _variables(raw: dict[str, Any]) -> dict[str, Any]:
+def snapshot_variables(raw: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("history", "staged_history"):
@@ -219,7 +217,7 @@ class ControlPort:
             "sid": s.sid,
             "mode": s.driver.name,
             "clock": s.driver.now() if s.driver.name == "control" else None,
-            "variables": _variables(node.core.variables()),
+            "variables": snapshot_variables(node.core.variables()),
             "fle": node.fle_variables(),
             "held": {str(p): [describe_packet(m) for m in c.inbound] for p, c in sorted(s.conns.items())},
             "votes": [{**v.describe(), "held": [_notification(n) for n in v.inbound]}
@@ -305,7 +303,8 @@ class ControlPort:
 
     async def op_clock_jump(self, request: dict[str, Any]) -> dict[str, Any]:
         """Normal mode: move this server's clock ``seconds`` forward (0 < seconds <= `MAX_JUMP`) and tick its node
-        at once: the timeouts then due are taken (`zabref.runtime.drivers.NormalDriver.jump`). Answers the actions taken."""
+        at once: the timeouts then due are taken (`zabref.runtime.drivers.NormalDriver.jump`). Answers the actions
+        taken."""
         seconds = request.get("seconds")
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_JUMP:
             raise ValueError(f'"seconds" must be a number in (0, {MAX_JUMP:g}]')
@@ -340,108 +339,3 @@ def _sid(request: dict[str, Any], key: str) -> int:
     return value
 
 
-class ControlClient:
-    """A blocking client of one server's control socket (JSON Lines over TCP)."""
-
-    def __init__(self, host: str, port: int, token: bytes, timeout: float = 30.0) -> None:
-        """``token``: the server's control token (`read_token`), sent first on every connection."""
-        self.address = (host, port)
-        self.timeout = timeout
-        self._token = token
-        self._sock: socket.socket | None = None
-        self._file: Any = None
-
-    def _connect(self) -> None:
-        self._sock = socket.create_connection(self.address, timeout=self.timeout)
-        self._file = self._sock.makefile("rwb")
-        answer = self._exchange({"op": "auth", "token": self._token.decode("ascii")})
-        if "error" in answer:
-            self.close()
-            raise ControlError(f"server {self.address[1]}: {answer['error']}")
-
-    def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        """Send one request; return the response, or raise ControlError with its error text."""
-        response = self.raw({"op": op, **fields})
-        if "error" in response:
-            raise ControlError(f"server {self.address[1]}: {response['error']}")
-        return response
-
-    def raw(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Send one request object and return the response object as it is (OSError if the server is gone)."""
-        if self._file is None:
-            self._connect()
-        return self._exchange(request)
-
-    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
-        try:
-            self._file.write(json.dumps(request).encode() + b"\n")
-            self._file.flush()
-            line = self._file.readline()
-        except OSError:
-            self.close()
-            raise
-        if not line:
-            self.close()
-            raise ConnectionError(f"control connection to {self.address} closed")
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self._file is not None:
-            try:
-                self._file.close()
-                self._sock.close()
-            except OSError:
-                pass
-        self._file = self._sock = None
-
-    def __enter__(self) -> ControlClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def settle(controls: dict[int, ControlClient], timeout: float = 10.0) -> dict[int, dict[str, Any]]:
-    """Wait until every packet and notification one server sent has arrived at its peer (waiting there, in control
-    mode), every quorum connection is open or closed at both ends, and no sender still holds a notification; return
-    every server's ``state``. ControlError on timeout.
-
-    This is what the conformance driver does after each step, before it compares states.
-    """
-    deadline = time.monotonic() + timeout
-    pause = 0.0005
-    while True:
-        states = {sid: c.request("state") for sid, c in controls.items()}
-        problem = unsettled(states)
-        if problem is None:
-            return states
-        if time.monotonic() > deadline:
-            raise ControlError(f"not settled within {timeout} s: {problem}")
-        time.sleep(pause)  # a packet is usually a fraction of a ms away; a stall backs off to 8 ms between looks
-        pause = min(2 * pause, 0.008)
-
-
-def unsettled(states: dict[int, dict[str, Any]]) -> str | None:
-    """Why these states are not settled (see `settle`), or None when they are."""
-    ends = {(sid, c["peer"]): c for sid, s in states.items() for c in s["connections"]}
-    for (i, j), c in ends.items():
-        if j not in states:
-            continue
-        other = ends.get((j, i))
-        if c["state"] != "open" or other is None or other["state"] != "open":
-            return f"quorum connection {i}-{j} is {c['state']} at {i}, {other and other['state']} at {j}"
-        if c["sent"] != other["received"]:
-            return f"quorum connection {i}-{j}: {c['sent']} sent by {i}, {other['received']} received by {j}"
-    for i, s in states.items():
-        for sender in s.get("senders", ()):
-            j = sender["peer"]
-            if j not in states:
-                continue
-            if sender["queued"]:
-                return f"election sender {i}->{j} still holds {sender['queued']} notification(s)"
-            if not sender["connected"]:
-                continue
-            received = [v["received"] for v in states[j].get("votes", ()) if v["peer"] == i]
-            if sender["sent"] not in received:
-                return f"election connection {i}->{j}: {sender['sent']} sent, received {received}"
-    return None

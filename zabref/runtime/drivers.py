@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from zabref.core.node import Effects
+from zabref.core.effects import Effects
 
 __all__ = ["NormalDriver", "ControlDriver"]
 

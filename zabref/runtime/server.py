@@ -20,26 +20,19 @@ So no packet -- an ACK, a LEADERINFO, a leader's PROPOSAL -- leaves before the p
 of the batch in progress, none of whose packets left: a crash is the spec's Crash. A storage failure stops the
 server (exit code 2): the node would otherwise run ahead of its disk.
 
-The mode is a *driver* (`zabref.runtime.drivers`) behind two questions: when does an inbound packet or notification reach
-the node, and what time is it. The normal driver delivers everything as it arrives and ticks the node every
+The mode is a *driver* (`zabref.runtime.drivers`) behind two questions: when does an inbound packet or notification
+reach the node, and what time is it. The normal driver delivers everything as it arrives and ticks the node every
 ``tick_ms`` on the loop's clock; the control driver (``--control``, for the conformance driver) holds every inbound
 packet and notification in its connection's queue until the control socket releases it, and advances a logical
 clock only when told (``tick``). PINGs are never held: they only keep connections alive. Nothing else differs.
 
-Connections (`zabref.net.peers`): a follower dials its leader when the node says so (``Effects.dial``) and sends the
-handshake; a leader takes the connections its learners open. A connection that ends (EOF, reset, bad bytes, a
-packet no spec action takes) is closed, logged with its reason, and reported to the node; packets not yet given to
-the node when their connection closes are dropped (the spec empties both channels of a closed connection). Election
-notifications go out through one `zabref.net.peers.ElectionSender` per peer and come in on connections the peers open.
+Connections to the other servers, and the fault layer's one seam, are `zabref.runtime.links`.
 
 Surroundings. The network and time are the running event loop's (asyncio streams, ``loop.time()``); the disk, the
-connection ids, the clock that times a sync, the sync worker and the signals are the `zabref.runtime.machine.Machine`'s. A
-real process gets asyncio's loop and `Machine()`; the simulator (`conformance.sim`) runs every server of a cluster on one
-virtual-time loop with simulated machines. Nothing here depends on which.
+connection ids, the clock that times a sync, the sync worker and the signals are the `zabref.runtime.machine.Machine`'s.
+A real process gets asyncio's loop and `Machine()`; the simulator (`conformance.sim`) runs every server of a cluster on
+one virtual-time loop with simulated machines. Nothing here depends on which.
 
-Fault layer (docs/faults.md). ``cut_links(peers)`` makes this server behave as if the network between it and those
-peers were cut, both directions: its quorum and election connections with them are closed, new ones are refused or
-fail, and notifications to them are dropped, until ``heal_links``.
 """
 
 from __future__ import annotations
@@ -51,15 +44,17 @@ from collections.abc import Callable
 from typing import Any
 
 from zabref.config import Config
-from zabref.core.election import check_notification
-from zabref.core.node import Effects, Node, Timing
-from zabref.core.packets import PacketType, QuorumPacket, ServerState
-from zabref.core.zab import HANDLERS, LearnerPhase
+from zabref.core.effects import Effects, Timing
+from zabref.core.node import Node
+from zabref.core.packets import PacketType, QuorumPacket
+from zabref.core.zab import HANDLERS
 from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
-from zabref.net import clientport, peers, wire
-from zabref.net.security import AuthError, Guard
+from zabref.net import clientport, peers, votes
+from zabref.net.security import Guard
 from zabref.runtime import control
 from zabref.runtime.actionlog import ActionLog
+from zabref.runtime.drivers import ControlDriver, NormalDriver
+from zabref.runtime.links import HOLD_LIMIT, PeerLinks
 from zabref.runtime.machine import Machine
 from zabref.storage import Storage
 
@@ -67,8 +62,6 @@ __all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "run_se
 
 log = logging.getLogger("zabref")
 
-#: Most packets (or notifications) waiting in one connection's queue; one more closes the connection.
-HOLD_LIMIT = 10_000
 #: Most events run by the pump before it persists and sends (bounds the latency of one batch).
 BATCH_LIMIT = 1_000
 #: A batch syncs in the loop's own thread when the previous sync took at most this long (a slow disk goes to the
@@ -85,7 +78,7 @@ def timing_of(config: Config) -> Timing:
     return Timing(tick_s=c.tick_ms / 1000, init_limit=c.init_limit, sync_limit=c.sync_limit)
 
 
-class Server:
+class Server(PeerLinks):
     """One zabref server: ``await Server(config, sid, driver).run()``; `stop` ends it. ``machine``: what it runs on
     (`zabref.runtime.machine`; default: this process, its disk and its signals)."""
 
@@ -103,9 +96,9 @@ class Server:
         self.storage: Storage | None = None
         self.node: Node | None = None
         self.conns: dict[int, peers.Connection] = {}  # quorum connections by peer
-        self.votes: dict[int, peers.VoteChannel] = {}  # inbound election connections by serial
-        self.senders: dict[int, peers.ElectionSender] = {}
-        self.cut_peers: set[int] = set()
+        self.votes: dict[int, votes.VoteChannel] = {}  # inbound election connections by serial
+        self.senders: dict[int, votes.ElectionSender] = {}
+        self.cut_peers: set[int] = set()  # the fault layer's cut links (`zabref.runtime.links`)
         self.exit_code = 0
         self.client_waiters: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.forward_to: Callable[[int, int, dict[str, Any]], Any] | None = None  # set by the client port
@@ -141,7 +134,7 @@ class Server:
                               host=self.me.control_host, limit=control.MAX_LINE)
         for other in self.config.servers:
             if other.id != self.sid:
-                self.senders[other.id] = peers.ElectionSender(self.sid, other.id, other.host, other.election_port,
+                self.senders[other.id] = votes.ElectionSender(self.sid, other.id, other.host, other.election_port,
                                                               new_id=self.machine.new_connection_id, guard=self.guard)
         self.spawn(self._pump(), "pump")
         if self.action_log is not None:
@@ -314,7 +307,7 @@ class Server:
         for peer, packet in eff.send:
             self.send(peer, packet)
         for send in eff.notify:
-            if send.to not in self.cut_peers:
+            if self.link_open(send.to):
                 self.senders[send.to].send(send.notification)
         for peer in eff.close:
             conn = self.conns.get(peer)
@@ -357,7 +350,7 @@ class Server:
             conn.blocked = True
         return eff
 
-    def deliver_vote(self, channel: peers.VoteChannel) -> Effects | None:
+    def deliver_vote(self, channel: votes.VoteChannel) -> Effects | None:
         """The event of the head notification of ``channel`` reaching the node."""
         if channel.closed or not channel.inbound:
             return None
@@ -381,206 +374,6 @@ class Server:
         conn.inbound.append(packet)
         self.driver.arrived(self, conn)
 
-    # ------------------------------------------------------------------------------------------ quorum connections
-
-    def send(self, peer: int, packet: QuorumPacket) -> None:
-        conn = self.conns.get(peer)
-        if conn is None:
-            log.debug("%s(zxid %#x) to %d dropped: no connection", packet.type.name, packet.zxid, peer)
-            return
-        conn.catching_up = (self.core.state == ServerState.LEADING
-                            and self.core.learner_phase.get(peer) != LearnerPhase.UPTODATE)
-        was_open = not conn.closed
-        conn.send(packet, flush=False)
-        self._unflushed[conn.serial] = conn
-        if conn.closed:
-            self._closed_by_send(conn, was_open)
-
-    def flush(self) -> None:
-        """Write what `send` queued: one socket write per connection."""
-        conns, self._unflushed = self._unflushed, {}
-        for conn in conns.values():
-            was_open = not conn.closed
-            conn.flush()
-            if conn.closed:
-                self._closed_by_send(conn, was_open)
-
-    def _closed_by_send(self, conn: peers.Connection, was_open: bool) -> None:
-        if was_open:
-            log.warning("quorum connection with %d closed: %s", conn.peer, conn.close_reason)
-        self._report_later(conn)
-
-    def _new_outbound(self, peer: int) -> None:
-        """The connection the node asked for (``Effects.dial``), not dialed yet: packets sent meanwhile wait in it."""
-        old = self.conns.get(peer)
-        if old is None or old.closed:
-            self.conns[peer] = peers.Connection(peer, initiated=True, cid=self.machine.new_connection_id())
-
-    def _cid(self, peer: int) -> int | None:
-        """The id of the connection a packet to ``peer`` would go to now (None: it would be dropped)."""
-        conn = self.conns.get(peer)
-        return None if conn is None or conn.closed else conn.cid
-
-    async def _run_dialed(self, conn: peers.Connection) -> None:
-        target = self.config.server(conn.peer)
-        if conn.peer in self.cut_peers:
-            self.close_connection(conn, "link cut by the fault layer", report=None)
-            return
-        attempts = max(3, self.config.cluster.init_limit)
-        try:
-            reader, writer = await peers.dial(target.host, target.quorum_port, self.sid, attempts=attempts,
-                                              timeout=2.0, cid=conn.cid, max_delay=self.config.cluster.tick_ms / 1000,
-                                              guard=self.guard)
-        except (OSError, TimeoutError) as e:
-            self.close_connection(conn, f"cannot connect to {target.host}:{target.quorum_port}: {e}", report=None)
-            return
-        if conn.closed:
-            writer.close()
-            return
-        conn.attach(writer)
-        log.info("quorum connection to leader %d open", conn.peer)
-        await self._read(conn, reader)
-
-    @peers.quiet_cancel
-    async def _accept_quorum(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        shaken = await self._handshake(reader, writer, "quorum")
-        if shaken is None:
-            return
-        sid, cid = shaken
-        old = self.conns.get(sid)
-        if old is not None:
-            self.close_connection(old, f"server {sid} opened a new connection", report=None)
-        conn = peers.Connection(sid, initiated=False, cid=cid)
-        self.conns[sid] = conn
-        conn.attach(writer)
-        log.info("quorum connection from %d open", sid)
-        self.enqueue(lambda: self.node.connection_opened(sid, inbound=True))
-        await self._read(conn, reader)
-
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         kind: str) -> tuple[int, int] | None:
-        """(sid, connection id) of an inbound connection, or None (refused, logged, closed)."""
-        address = writer.get_extra_info("peername")
-        try:
-            await self.guard.accept_tls(writer, self.guard.quorum_server, peers.HANDSHAKE_TIMEOUT)
-            sid, cid = await peers.accept_handshake(reader)
-        except (peers.HandshakeError, AuthError) as e:
-            log.warning("%s connection from %s closed: %s", kind, address, e)
-            writer.close()
-            return None
-        if sid == self.sid or sid not in self.config.sids:
-            log.warning("%s connection from %s closed: handshake names server %d, not another server of %s", kind,
-                        address, sid, list(self.config.sids))
-            writer.close()
-            return None
-        if sid in self.cut_peers:
-            log.info("%s connection from %d refused: link cut by the fault layer", kind, sid)
-            writer.close()
-            return None
-        try:  # quorum authentication: no packet of the dialer is read before it proved the secret
-            await self.guard.check(reader, writer, wire.encode_handshake(sid, cid), peers.HANDSHAKE_TIMEOUT)
-        except AuthError as e:
-            log.warning("%s connection from %s closed: %s (its handshake named server %d)", kind, address, e, sid)
-            writer.close()
-            return None
-        return sid, cid
-
-    async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader) -> None:
-        def on_body(body: bytes) -> None:
-            packet = wire.decode_quorum_packet(body)
-            if not conn.closed:
-                self._arrived(conn, packet)
-
-        # A frame unfinished for initLimit ticks is a broken peer (ZooKeeper bounds its sync reads by initLimit too):
-        # the connection is closed as bad input, which the node sees as any lost connection.
-        timing = self.config.cluster
-        reason = await peers.read_frames(reader, peers.MAX_QUORUM_FRAME, f"quorum stream from {conn.peer}", on_body,
-                                         frame_timeout=timing.init_limit * timing.tick_ms / 1000)
-        self.close_connection(conn, reason, report=None)
-
-    def close_connection(self, conn: peers.Connection, reason: str, *, report: bool | None) -> None:
-        """Close ``conn`` (logged once, with ``reason``) and forget it; what waited on it is dropped.
-
-        ``report``: True/None -- tell the node (through an event); False -- never (the node closed it itself).
-        """
-        if not conn.closed:
-            conn.close(reason)
-            level = logging.WARNING if reason.startswith(("bad input", "protocol error")) else logging.INFO
-            log.log(level, "quorum connection with %d closed: %s", conn.peer, reason)
-        if self.conns.get(conn.peer) is conn:
-            del self.conns[conn.peer]
-        conn.inbound.clear()
-        if report is False:
-            conn.reported = True
-        else:
-            self._report_later(conn)
-
-    def _report_later(self, conn: peers.Connection) -> None:
-        if conn.reported:
-            return
-        conn.reported = True
-        if self.conns.get(conn.peer) is conn:
-            del self.conns[conn.peer]
-        self.enqueue(lambda: self.node.connection_closed(conn.peer, self.driver.now(), inbound=not conn.initiated,
-                                                         tag=conn.cid))
-        self.driver.closed(self)
-
-    # ------------------------------------------------------------------------------------------ election connections
-
-    @peers.quiet_cancel
-    async def _accept_votes(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        shaken = await self._handshake(reader, writer, "election")
-        if shaken is None:
-            return
-        sid, _ = shaken
-        channel = peers.VoteChannel(sid, writer)
-        self.votes[channel.serial] = channel
-
-        def on_body(body: bytes) -> None:
-            n = wire.decode_notification(body)
-            check_notification(n)  # ValueError: the connection is closed as bad input, nothing reaches the node
-            if sid in self.cut_peers or channel.closed:
-                return
-            if len(channel.inbound) >= HOLD_LIMIT:
-                raise ValueError(f"more than {HOLD_LIMIT} notifications wait on this connection")
-            channel.received += 1
-            channel.inbound.append(n)
-            self.driver.vote_arrived(self, channel)
-
-        try:
-            reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body,
-                                             frame_timeout=peers.ELECTION_FRAME_TIMEOUT)
-        finally:
-            channel.close()
-            self.votes.pop(channel.serial, None)
-        level = logging.WARNING if reason.startswith("bad input") else logging.DEBUG
-        log.log(level, "election connection from %d closed: %s", sid, reason)
-
-    # ------------------------------------------------------------------------------------------ fault layer
-
-    def cut_links(self, sids: set[int]) -> None:
-        """Cut the links to ``sids``: close their quorum and election connections, refuse new ones, drop traffic."""
-        unknown = sorted(sids - set(self.config.sids) | (sids & {self.sid}))
-        if unknown:
-            raise ValueError(f"cannot cut links to {unknown}: not other servers of this cluster")
-        self.cut_peers |= sids
-        log.warning("fault layer: links to %s cut (now cut: %s)", sorted(sids), sorted(self.cut_peers))
-        for sid in sids:
-            conn = self.conns.get(sid)
-            if conn is not None:
-                self.close_connection(conn, "link cut by the fault layer", report=None)
-            self.senders[sid].set_link_cut(True)
-            for channel in list(self.votes.values()):
-                if channel.peer == sid:
-                    channel.close()
-
-    def heal_links(self, sids: set[int]) -> None:
-        """Undo `cut_links` for ``sids``."""
-        self.cut_peers -= sids
-        log.warning("fault layer: links to %s healed (now cut: %s)", sorted(sids), sorted(self.cut_peers))
-        for sid in sids:
-            self.senders[sid].set_link_cut(False)
-
     # ------------------------------------------------------------------------------------------ waiting
 
     async def wait_changed(self) -> None:
@@ -592,7 +385,6 @@ def run_server(config: Config, sid: int, *, control: bool, action_log: str | Non
                control_token: bytes | None = None) -> int:
     """Run one server until SIGTERM/SIGINT; returns the exit code (0 clean, 2 storage failure, 3 internal error).
     ConfigError if control mode or a control token is asked for and the server has no control port."""
-    from zabref.runtime.drivers import ControlDriver, NormalDriver  # noqa: PLC0415
 
     if control and control_token is None:
         raise ConfigError("control mode (--control) is driven through the control port: give --control-token")

@@ -1,0 +1,126 @@
+"""The client side of the control port: `ControlClient` (JSON Lines over TCP, the token first), and `settle`.
+
+Theory of operation: a `ControlClient` holds one connection to one server's control port, authenticates with the
+server's token on every (re)connection and sends one request a line, raising `ControlError` with the server's
+answer when it is an error. `settle` asks every server of a cluster for its state until nothing is in flight --
+every packet one side sent has been received by the other -- or the timeout passes; `unsettled` says what is still
+in flight. The server side is `zabref.runtime.control`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+from zabref.runtime.control import ControlError
+
+__all__ = ["ControlClient", "settle", "unsettled"]
+
+
+class ControlClient:
+    """A blocking client of one server's control socket (JSON Lines over TCP)."""
+
+    def __init__(self, host: str, port: int, token: bytes, timeout: float = 30.0) -> None:
+        """``token``: the server's control token (`read_token`), sent first on every connection."""
+        self.address = (host, port)
+        self.timeout = timeout
+        self._token = token
+        self._sock: socket.socket | None = None
+        self._file: Any = None
+
+    def _connect(self) -> None:
+        self._sock = socket.create_connection(self.address, timeout=self.timeout)
+        self._file = self._sock.makefile("rwb")
+        answer = self._exchange({"op": "auth", "token": self._token.decode("ascii")})
+        if "error" in answer:
+            self.close()
+            raise ControlError(f"server {self.address[1]}: {answer['error']}")
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send one request; return the response, or raise ControlError with its error text."""
+        response = self.raw({"op": op, **fields})
+        if "error" in response:
+            raise ControlError(f"server {self.address[1]}: {response['error']}")
+        return response
+
+    def raw(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send one request object and return the response object as it is (OSError if the server is gone)."""
+        if self._file is None:
+            self._connect()
+        return self._exchange(request)
+
+    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self._file.write(json.dumps(request).encode() + b"\n")
+            self._file.flush()
+            line = self._file.readline()
+        except OSError:
+            self.close()
+            raise
+        if not line:
+            self.close()
+            raise ConnectionError(f"control connection to {self.address} closed")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+                self._sock.close()
+            except OSError:
+                pass
+        self._file = self._sock = None
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def settle(controls: dict[int, ControlClient], timeout: float = 10.0) -> dict[int, dict[str, Any]]:
+    """Wait until every packet and notification one server sent has arrived at its peer (waiting there, in control
+    mode), every quorum connection is open or closed at both ends, and no sender still holds a notification; return
+    every server's ``state``. ControlError on timeout.
+
+    This is what the conformance driver does after each step, before it compares states.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.0005
+    while True:
+        states = {sid: c.request("state") for sid, c in controls.items()}
+        problem = unsettled(states)
+        if problem is None:
+            return states
+        if time.monotonic() > deadline:
+            raise ControlError(f"not settled within {timeout} s: {problem}")
+        time.sleep(pause)  # a packet is usually a fraction of a ms away; a stall backs off to 8 ms between looks
+        pause = min(2 * pause, 0.008)
+
+
+def unsettled(states: dict[int, dict[str, Any]]) -> str | None:
+    """Why these states are not settled (see `settle`), or None when they are."""
+    ends = {(sid, c["peer"]): c for sid, s in states.items() for c in s["connections"]}
+    for (i, j), c in ends.items():
+        if j not in states:
+            continue
+        other = ends.get((j, i))
+        if c["state"] != "open" or other is None or other["state"] != "open":
+            return f"quorum connection {i}-{j} is {c['state']} at {i}, {other and other['state']} at {j}"
+        if c["sent"] != other["received"]:
+            return f"quorum connection {i}-{j}: {c['sent']} sent by {i}, {other['received']} received by {j}"
+    for i, s in states.items():
+        for sender in s.get("senders", ()):
+            j = sender["peer"]
+            if j not in states:
+                continue
+            if sender["queued"]:
+                return f"election sender {i}->{j} still holds {sender['queued']} notification(s)"
+            if not sender["connected"]:
+                continue
+            received = [v["received"] for v in states[j].get("votes", ()) if v["peer"] == i]
+            if sender["sent"] not in received:
+                return f"election connection {i}->{j}: {sender['sent']} sent, received {received}"
+    return None

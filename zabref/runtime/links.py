@@ -1,0 +1,249 @@
+"""A server's connections to the other servers, and the fault layer's one seam.
+
+Theory of operation
+-------------------
+Connections (`zabref.net.peers`): a follower dials its leader when the node says so (``Effects.dial``) and sends the
+handshake; a leader takes the connections its learners open. A connection that ends (EOF, reset, bad bytes, a
+packet no spec action takes) is closed, logged with its reason, and reported to the node; packets not yet given to
+the node when their connection closes are dropped (the spec empties both channels of a closed connection). Election
+notifications go out through one `zabref.net.votes.ElectionSender` per peer and come in on connections the peers open.
+
+Fault layer (docs/faults.md), the one seam where faults enter the runtime: ``cut_links(peers)`` makes this server
+behave as if the network between it and those peers were cut, both directions: its quorum and election connections
+with them are closed, new ones are refused or fail, and notifications to them are dropped, until ``heal_links``.
+Every path that could carry traffic between this server and a peer -- dialing, accepting a handshake, taking or
+sending a notification -- asks `link_open`; `cut_links` and `heal_links` (the control port's ``partition`` and
+``heal``) are the only writers. The fault runner's other kinds need no
+hook here: kill -9 and SIGSTOP act on the process from outside, a power cut and a torn write are the power-loss disk
+(``ZABREF_DISK``, `zabref.storage.powerloss`), and a clock jump moves the driver's clock
+(`zabref.runtime.drivers.NormalDriver.jump`).
+
+`PeerLinks` is a part of `zabref.runtime.server.Server` (a mixin): it uses the server's config, node, driver,
+machine, guard and event queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from zabref.core.election import check_notification
+from zabref.core.packets import QuorumPacket, ServerState
+from zabref.core.zab import LearnerPhase
+from zabref.net import peers, votes, wire
+from zabref.net.security import AuthError
+
+__all__ = ["PeerLinks", "HOLD_LIMIT"]
+
+log = logging.getLogger("zabref")
+
+#: Most packets (or notifications) waiting in one connection's queue; one more closes the connection.
+HOLD_LIMIT = 10_000
+
+
+class PeerLinks:
+    """The quorum and election connections of a `zabref.runtime.server.Server` (module docstring)."""
+
+    # ------------------------------------------------------------------------------------------ quorum connections
+
+    def send(self, peer: int, packet: QuorumPacket) -> None:
+        conn = self.conns.get(peer)
+        if conn is None:
+            log.debug("%s(zxid %#x) to %d dropped: no connection", packet.type.name, packet.zxid, peer)
+            return
+        conn.catching_up = (self.core.state == ServerState.LEADING
+                            and self.core.learner_phase.get(peer) != LearnerPhase.UPTODATE)
+        was_open = not conn.closed
+        conn.send(packet, flush=False)
+        self._unflushed[conn.serial] = conn
+        if conn.closed:
+            self._closed_by_send(conn, was_open)
+
+    def flush(self) -> None:
+        """Write what `send` queued: one socket write per connection."""
+        conns, self._unflushed = self._unflushed, {}
+        for conn in conns.values():
+            was_open = not conn.closed
+            conn.flush()
+            if conn.closed:
+                self._closed_by_send(conn, was_open)
+
+    def _closed_by_send(self, conn: peers.Connection, was_open: bool) -> None:
+        if was_open:
+            log.warning("quorum connection with %d closed: %s", conn.peer, conn.close_reason)
+        self._report_later(conn)
+
+    def _new_outbound(self, peer: int) -> None:
+        """The connection the node asked for (``Effects.dial``), not dialed yet: packets sent meanwhile wait in it."""
+        old = self.conns.get(peer)
+        if old is None or old.closed:
+            self.conns[peer] = peers.Connection(peer, initiated=True, cid=self.machine.new_connection_id())
+
+    def _cid(self, peer: int) -> int | None:
+        """The id of the connection a packet to ``peer`` would go to now (None: it would be dropped)."""
+        conn = self.conns.get(peer)
+        return None if conn is None or conn.closed else conn.cid
+
+    async def _run_dialed(self, conn: peers.Connection) -> None:
+        target = self.config.server(conn.peer)
+        if not self.link_open(conn.peer):
+            self.close_connection(conn, "link cut by the fault layer", report=None)
+            return
+        attempts = max(3, self.config.cluster.init_limit)
+        try:
+            reader, writer = await peers.dial(target.host, target.quorum_port, self.sid, attempts=attempts,
+                                              timeout=2.0, cid=conn.cid, max_delay=self.config.cluster.tick_ms / 1000,
+                                              guard=self.guard)
+        except (OSError, TimeoutError) as e:
+            self.close_connection(conn, f"cannot connect to {target.host}:{target.quorum_port}: {e}", report=None)
+            return
+        if conn.closed:
+            writer.close()
+            return
+        conn.attach(writer)
+        log.info("quorum connection to leader %d open", conn.peer)
+        await self._read(conn, reader)
+
+    @peers.quiet_cancel
+    async def _accept_quorum(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        shaken = await self._handshake(reader, writer, "quorum")
+        if shaken is None:
+            return
+        sid, cid = shaken
+        old = self.conns.get(sid)
+        if old is not None:
+            self.close_connection(old, f"server {sid} opened a new connection", report=None)
+        conn = peers.Connection(sid, initiated=False, cid=cid)
+        self.conns[sid] = conn
+        conn.attach(writer)
+        log.info("quorum connection from %d open", sid)
+        self.enqueue(lambda: self.node.connection_opened(sid, inbound=True))
+        await self._read(conn, reader)
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         kind: str) -> tuple[int, int] | None:
+        """(sid, connection id) of an inbound connection, or None (refused, logged, closed)."""
+        address = writer.get_extra_info("peername")
+        try:
+            await self.guard.accept_tls(writer, self.guard.quorum_server, peers.HANDSHAKE_TIMEOUT)
+            sid, cid = await peers.accept_handshake(reader)
+        except (peers.HandshakeError, AuthError) as e:
+            log.warning("%s connection from %s closed: %s", kind, address, e)
+            writer.close()
+            return None
+        if sid == self.sid or sid not in self.config.sids:
+            log.warning("%s connection from %s closed: handshake names server %d, not another server of %s", kind,
+                        address, sid, list(self.config.sids))
+            writer.close()
+            return None
+        if not self.link_open(sid):
+            log.info("%s connection from %d refused: link cut by the fault layer", kind, sid)
+            writer.close()
+            return None
+        try:  # quorum authentication: no packet of the dialer is read before it proved the secret
+            await self.guard.check(reader, writer, wire.encode_handshake(sid, cid), peers.HANDSHAKE_TIMEOUT)
+        except AuthError as e:
+            log.warning("%s connection from %s closed: %s (its handshake named server %d)", kind, address, e, sid)
+            writer.close()
+            return None
+        return sid, cid
+
+    async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader) -> None:
+        def on_body(body: bytes) -> None:
+            packet = wire.decode_quorum_packet(body)
+            if not conn.closed:
+                self._arrived(conn, packet)
+
+        # A frame unfinished for initLimit ticks is a broken peer (ZooKeeper bounds its sync reads by initLimit too):
+        # the connection is closed as bad input, which the node sees as any lost connection.
+        timing = self.config.cluster
+        reason = await peers.read_frames(reader, peers.MAX_QUORUM_FRAME, f"quorum stream from {conn.peer}", on_body,
+                                         frame_timeout=timing.init_limit * timing.tick_ms / 1000)
+        self.close_connection(conn, reason, report=None)
+
+    def close_connection(self, conn: peers.Connection, reason: str, *, report: bool | None) -> None:
+        """Close ``conn`` (logged once, with ``reason``) and forget it; what waited on it is dropped.
+
+        ``report``: True/None -- tell the node (through an event); False -- never (the node closed it itself).
+        """
+        if not conn.closed:
+            conn.close(reason)
+            level = logging.WARNING if reason.startswith(("bad input", "protocol error")) else logging.INFO
+            log.log(level, "quorum connection with %d closed: %s", conn.peer, reason)
+        if self.conns.get(conn.peer) is conn:
+            del self.conns[conn.peer]
+        conn.inbound.clear()
+        if report is False:
+            conn.reported = True
+        else:
+            self._report_later(conn)
+
+    def _report_later(self, conn: peers.Connection) -> None:
+        if conn.reported:
+            return
+        conn.reported = True
+        if self.conns.get(conn.peer) is conn:
+            del self.conns[conn.peer]
+        self.enqueue(lambda: self.node.connection_closed(conn.peer, self.driver.now(), inbound=not conn.initiated,
+                                                         tag=conn.cid))
+        self.driver.closed(self)
+
+    # ------------------------------------------------------------------------------------------ election connections
+
+    @peers.quiet_cancel
+    async def _accept_votes(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        shaken = await self._handshake(reader, writer, "election")
+        if shaken is None:
+            return
+        sid, _ = shaken
+        channel = votes.VoteChannel(sid, writer)
+        self.votes[channel.serial] = channel
+
+        def on_body(body: bytes) -> None:
+            n = wire.decode_notification(body)
+            check_notification(n)  # ValueError: the connection is closed as bad input, nothing reaches the node
+            if not self.link_open(sid) or channel.closed:
+                return
+            if len(channel.inbound) >= HOLD_LIMIT:
+                raise ValueError(f"more than {HOLD_LIMIT} notifications wait on this connection")
+            channel.received += 1
+            channel.inbound.append(n)
+            self.driver.vote_arrived(self, channel)
+
+        try:
+            reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body,
+                                             frame_timeout=peers.ELECTION_FRAME_TIMEOUT)
+        finally:
+            channel.close()
+            self.votes.pop(channel.serial, None)
+        level = logging.WARNING if reason.startswith("bad input") else logging.DEBUG
+        log.log(level, "election connection from %d closed: %s", sid, reason)
+
+    # ------------------------------------------------------------------------------------------ fault layer (the seam)
+
+    def link_open(self, sid: int) -> bool:
+        """Whether the fault layer lets traffic pass between this server and ``sid`` (asked on every path)."""
+        return sid not in self.cut_peers
+
+    def cut_links(self, sids: set[int]) -> None:
+        """Cut the links to ``sids``: close their quorum and election connections, refuse new ones, drop traffic."""
+        unknown = sorted(sids - set(self.config.sids) | (sids & {self.sid}))
+        if unknown:
+            raise ValueError(f"cannot cut links to {unknown}: not other servers of this cluster")
+        self.cut_peers |= sids
+        log.warning("fault layer: links to %s cut (now cut: %s)", sorted(sids), sorted(self.cut_peers))
+        for sid in sids:
+            conn = self.conns.get(sid)
+            if conn is not None:
+                self.close_connection(conn, "link cut by the fault layer", report=None)
+            self.senders[sid].set_link_cut(True)
+            for channel in list(self.votes.values()):
+                if channel.peer == sid:
+                    channel.close()
+
+    def heal_links(self, sids: set[int]) -> None:
+        """Undo `cut_links` for ``sids``."""
+        self.cut_peers -= sids
+        log.warning("fault layer: links to %s healed (now cut: %s)", sorted(sids), sorted(self.cut_peers))
+        for sid in sids:
+            self.senders[sid].set_link_cut(False)
