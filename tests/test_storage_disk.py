@@ -28,7 +28,7 @@ from zabref.storage import (
     disk_from_env,
     recover,
 )
-from zabref.storage.atomic import write_file
+from zabref.storage.atomic import staged_folder, write_file
 from zabref.storage.disk import MIRROR_TEMP_PREFIX
 
 HERE = Path(__file__).resolve().parent
@@ -377,6 +377,22 @@ def test_write_file_replaces_creates_the_folder_and_leaves_no_temp(tmp_path):
     write_file(target, b"second")
     assert target.read_bytes() == b"second"
     assert [p.name for p in target.parent.iterdir()] == ["out.json"]
+
+
+def test_staged_folder_replaces_the_folder_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "out" / "report"
+    with staged_folder(target) as tmp:
+        (tmp / "a.txt").write_text("first")
+    assert [p.name for p in target.iterdir()] == ["a.txt"]
+    with pytest.raises(RuntimeError):
+        with staged_folder(target) as tmp:
+            (tmp / "b.txt").write_text("half")
+            raise RuntimeError("the writer failed")
+    assert [p.name for p in target.iterdir()] == ["a.txt"]  # untouched: the failed run left nothing
+    with staged_folder(target) as tmp:
+        (tmp / "c.txt").write_text("second")
+    assert [p.name for p in target.iterdir()] == ["c.txt"]  # replaced whole, not merged
+    assert [p.name for p in target.parent.iterdir()] == ["report"]  # no temp or old folder left
 
 
 def test_write_file_failing_keeps_the_old_content_and_removes_its_temp(tmp_path, monkeypatch):
