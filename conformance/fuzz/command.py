@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from conformance.fuzz.harness import RUNNING, Fuzzer, fuzz_cluster
+from zabref.client import ZabClient
 from zabref.config import Security
 from zabref.net.security import client_context
 from zabref.runtime.cluster import LocalCluster
@@ -36,8 +37,6 @@ DEFAULT_INPUTS = 2000
 def fuzz_command(inputs: int, seed: int, data_dir: str | None, include_known: bool, secure: bool) -> None:
     """Start a 3-server cluster and throw bad input at every port of every server (docs/fuzzing.md)."""
     from tqdm import tqdm  # noqa: PLC0415 (the progress bar loads only when a long run starts)
-
-    from zabref.client import ZabClient  # noqa: PLC0415 (not at import: `zabref serve` loads this module too)
 
     folder = Path(data_dir or tempfile.mkdtemp(prefix="zabref-fuzz-"))
     security, stranger = throwaway_security(folder / "security") if secure else (Security(), None)
