@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 from conformance.graph import cache
@@ -43,7 +46,7 @@ def test_a_failed_generation_leaves_no_cache(tmp_path, monkeypatch):
         pass
     else:
         raise AssertionError("expected the hop's failure")
-    assert [p.name for p in folder.iterdir()] == []
+    assert [p.name for p in folder.iterdir()] == [f"ci-{spec_hash(SPEC, 'ci')}.lock"]  # the lock, nothing cached
 
 
 def test_committed_trace_dirs_are_the_folders_with_a_manifest(tmp_path):
@@ -51,3 +54,35 @@ def test_committed_trace_dirs_are_the_folders_with_a_manifest(tmp_path):
     (tmp_path / "a" / "manifest.json").write_text("{}")
     (tmp_path / "b").mkdir()
     assert committed_trace_dirs(tmp_path) == [tmp_path / "a"]
+
+
+def _fake_hops(calls: list[str]):
+    """A stand-in for the two hops of a generation: writes what `zabref check` and `zabref traces` would, slowly."""
+    def hop(args):
+        out = Path(args[args.index("--out") + 1])
+        calls.append(args[0])
+        time.sleep(0.3)  # long enough for a second caller to arrive while this one generates
+        if args[0] == "check":
+            Path(args[args.index("--dump-dot") + 1]).write_text("digraph {}")
+        else:
+            out.mkdir(parents=True)
+            graph = args[args.index("--graph") + 1]
+            (out / "manifest.json").write_text(json.dumps({"graph": graph}))
+            Path(args[args.index("--parquet") + 1]).mkdir()
+    return hop
+
+
+def test_callers_side_by_side_generate_once_and_the_manifest_names_the_cached_graph(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(cache, "hop", _fake_hops(calls))
+    folders: list[Path] = []
+    threads = [threading.Thread(target=lambda: folders.append(ensure_traces("ci", SPEC, tmp_path / "cache")))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    target = tmp_path / "cache" / f"ci-{spec_hash(SPEC, 'ci')}"
+    assert folders == [target] * 3 and calls == ["check", "traces"]  # the second and third waited, then reused
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert manifest["graph"] == str(target / "graph.parquet") and (target / "graph.parquet").is_dir()

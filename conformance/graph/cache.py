@@ -6,12 +6,18 @@ hashes them; `ensure_traces` keeps the generated traces under `.cache/traces/<mo
 new traces and an unchanged spec reuses them. Each hop runs as its own `zabref` subcommand, so its progress and its
 one-line summary show as they would by hand; a hop that fails raises click.ClickException with its exit code. The
 cache folder is written under a temporary name and renamed when complete: an interrupted run leaves nothing that
-looks cached. `committed_trace_dirs` lists the reviewed regression traces in traces/.
+looks cached. Generation holds an exclusive lock on ``<model>-<hash>.lock`` beside the folder (``fcntl.flock``,
+released by the kernel if the process dies), so runs side by side -- the test command's workers, two chains on one
+checkout -- generate a model's traces once and the others wait and reuse them. The cached manifest names the cached
+``graph.parquet`` as its graph (where `zabref minimize` finds it). `committed_trace_dirs` lists the reviewed
+regression traces in traces/.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -50,11 +56,19 @@ def ensure_traces(config: str, spec_dir: Path = REPO / "spec", cache: Path = REP
                   regenerate: bool = False) -> Path:
     """The folder of `config`'s action-coverage traces for the current spec, generating them when not cached."""
     target = Path(cache) / f"{config}-{spec_hash(spec_dir, config)}"
-    if regenerate and target.exists():
-        shutil.rmtree(target)
-    if (target / "manifest.json").is_file():
-        click.echo(f"chain: {config}: this spec passed the model check and its traces are cached in {target}")
-        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or by the kernel if this process dies
+        if regenerate and target.exists():
+            shutil.rmtree(target)
+        if (target / "manifest.json").is_file():
+            click.echo(f"chain: {config}: this spec passed the model check and its traces are cached in {target}")
+            return target
+        _generate(config, spec_dir, target)
+    return target
+
+
+def _generate(config: str, spec_dir: Path, target: Path) -> None:
     work = target.with_name(f".{target.name}.{os.getpid()}.partial")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -66,13 +80,17 @@ def ensure_traces(config: str, spec_dir: Path = REPO / "spec", cache: Path = REP
               "--config", config, "--parquet", str(work / "graph.parquet")])
         dot.unlink()  # the Parquet keeps the graph (for the minimizer) at a tenth of the size
         shutil.move(str(work / "traces"), str(work / "final"))
-        for name in ("graph.parquet",):
-            if (work / name).exists():
-                shutil.move(str(work / name), str(work / "final" / name))
+        if (work / "graph.parquet").exists():
+            shutil.move(str(work / "graph.parquet"), str(work / "final" / "graph.parquet"))
+            manifest_path = work / "final" / "manifest.json"
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            manifest["graph"] = str(target / "graph.parquet")  # the dump it was read from is gone
+            manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        if target.exists():
+            shutil.rmtree(target)  # a folder left without its manifest.json: not a cached result
         os.replace(work / "final", target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return target
 
 
 def committed_trace_dirs(root: Path = REPO / "traces") -> list[Path]:
