@@ -805,6 +805,16 @@ LogMatching ==
         LET k2 == IndexOf(history[q], history[p][k].zxid)
         IN  k2 > 0 => k2 = k /\ SubSeq(history[p], 1, k) = SubSeq(history[q], 1, k)
 
+\* A history holds no transaction of an epoch its server has not made current.  A follower changes its
+\* history only at NEWLEADER(e), in the one step that sets currentEpoch = e (seed 000, phase 2, step 2: "the
+\* follower syncs with the leader, but doesn't modify its state until it receives NEWLEADER"), and after
+\* that logs proposals of epoch e only; a leader proposes in its currentEpoch.  A history changed before
+\* NEWLEADER -- on the SNAP, the DIFF, or a crash that keeps a part of NEWLEADER's write -- can hold
+\* transactions of the leader's past epochs that its server's epochs do not vouch for (Raft's rule that a
+\* log's last term is at most currentTerm is the same fact).
+HistoryWithinCurrentEpoch ==
+    \A s \in Server : \A k \in 1 .. Len(history[s]) : history[s][k].zxid[1] <= currentEpoch[s]
+
 \* A synced follower's history is a prefix of its leader's: after NEWLEADER, while the leader still knows
 \* it as a learner, the follower holds what the sync gave it (the leader's history, which does not change
 \* during sync) and then the leader's proposals in order (ZooKeeper's spec: MonotonicRead, "when a follower

@@ -9,6 +9,7 @@ from conformance.sim.invariants import (
     INVARIANTS,
     NOT_SIMULATED,
     DeliveredGrows,
+    HistoryWithinCurrentEpoch,
     LeaderUniqueness,
     LogMatching,
     ZxidUnique,
@@ -78,3 +79,11 @@ def test_delivered_grows_fails_when_a_step_takes_a_delivery_back_but_not_after_a
     assert not DeliveredGrows(v, 1)
     v.set(1, _vars(0, "LOOKING", "ELECTION"), [one], crash=True)  # a power cut starts a new incarnation
     assert DeliveredGrows(v, 1)
+
+
+def test_history_within_current_epoch_fails_on_a_history_its_epochs_do_not_vouch_for() -> None:
+    v = _View((1, 2, 3))
+    v.history[1], v.currentEpoch[1] = [_txn(1, 1, 1), _txn(2, 1, 2)], 2
+    assert HistoryWithinCurrentEpoch(v, 1) and HistoryWithinCurrentEpoch(v, 2)  # an empty history holds too
+    v.currentEpoch[1] = 1  # a state transfer written before NEWLEADER set currentEpoch = 2 (newleader_before_sync)
+    assert not HistoryWithinCurrentEpoch(v, 1)

@@ -198,6 +198,12 @@ def LogMatching(v: _View, s: int) -> bool:  # noqa: N802
     return True
 
 
+def HistoryWithinCurrentEpoch(v: _View, s: int) -> bool:  # noqa: N802
+    """No transaction of s's history is of an epoch above s's currentEpoch."""
+    e = v.currentEpoch[s]
+    return all(t["zxid"][0] <= e for t in v.history[s])
+
+
 def LeaderHoldsCommitted(v: _View, s: int) -> bool:  # noqa: N802
     """A primary holds every delivered transaction of its own and earlier epochs."""
     if not (v.state[s] == "LEADING" and v.zabState[s] == "BROADCAST"):
@@ -238,7 +244,8 @@ INVARIANTS: tuple[tuple[Invariant, str], ...] = (
     (TypeOK, "self"), (Integrity, "self"), (Agreement, "self"), (TotalOrder, "self"),
     (GlobalPrimaryOrder, "self"), (LocalPrimaryOrder, "grown"), (PrimaryIntegrity, "all"),
     (LeaderUniqueness, "cluster"), (CommittedNeverLost, "lost"), (SkippedNeverDelivered, "all"),
-    (ZxidUnique, "hist"), (LogMatching, "hist"), (LeaderHoldsCommitted, "all"), (DeliveredGrows, "self"),
+    (ZxidUnique, "hist"), (LogMatching, "hist"), (HistoryWithinCurrentEpoch, "self"), (LeaderHoldsCommitted, "all"),
+    (DeliveredGrows, "self"),
 )
 
 #: The checks of the models (spec/MC_*.cfg) that the simulator does not evaluate, each with the reason.
