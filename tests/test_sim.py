@@ -58,7 +58,8 @@ def _run_bug(bug: str, seed: int, *extra: str) -> tuple[int, str]:
     ("ack_without_logging", 0, ("--steps", "100"), "invariant CommittedNeverLost violated"),
     ("epoch_without_fsync", 94, ("--steps", "100"), "invariant LeaderUniqueness violated"),
     ("forward_answered_early", 0, ("--steps", "100"), "acknowledged write lost"),
-    ("no_vote_resend", 43, ("--steps", "100"), "liveness: no leader committed a write"),
+    ("no_vote_resend", 51, ("--steps", "100"), "liveness: no leader committed a write"),
+    ("fle_vote_order_sid_reversed", 0, ("--steps", "100"), "invariant ProposalAtLeastOwnVote violated"),
     ("snap_without_fsync", 4, ("--steps", "100"), "unreadable after its power cut"),
 ])
 def test_each_check_fails_a_run_of_a_seeded_bug_it_catches(bug: str, seed: int, extra: tuple[str, ...],
@@ -98,6 +99,9 @@ def test_a_failing_seed_shrinks_to_fewer_steps_that_still_fail() -> None:
 
 #: Seeds the test suite runs (steps each): every seed of tests/test_sim_bugs.py's table lies below it.
 CI_SEEDS, CI_STEPS = 2000, 100
+#: Seeds the test suite runs with two readers (a run with readers is another run than the same seed without them:
+#: their requests draw network delays from the run's random source), their reads checked at the end.
+CI_READER_SEEDS, CI_READERS = 1000, 2
 
 
 def test_ci_seeds_all_pass() -> None:
@@ -107,6 +111,15 @@ def test_ci_seeds_all_pass() -> None:
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
     assert not failed, failed[:5]
     assert all(r["steps"] >= CI_STEPS for r in rows)
+
+
+def test_ci_seeds_with_readers_all_pass() -> None:
+    from conformance.sim.seeds import run_seeds
+
+    rows = run_seeds(range(CI_READER_SEEDS), Options(steps=CI_STEPS, readers=CI_READERS), workers=2)
+    failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
+    assert not failed, failed[:5]
+    assert all("--readers 2" in r["replay"] for r in rows)
 
 
 @pytest.mark.slow

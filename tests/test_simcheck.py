@@ -15,7 +15,11 @@ from conformance.sim.invariants import (
     ZxidUnique,
     _View,
 )
+from conformance.sim.fle_invariants import FLE_INVARIANTS, ProposalAtLeastOwnVote, RoleMatchesVote
+from conformance.sim.fle_invariants import NOT_SIMULATED as FLE_NOT_SIMULATED
 from conformance.tla.mutations import model_checks
+from zabref.core.election import FastLeaderElection, Vote
+from zabref.core.packets import ServerState
 from zabref.core.types import Txn
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
@@ -87,3 +91,23 @@ def test_history_within_current_epoch_fails_on_a_history_its_epochs_do_not_vouch
     assert HistoryWithinCurrentEpoch(v, 1) and HistoryWithinCurrentEpoch(v, 2)  # an empty history holds too
     v.currentEpoch[1] = 1  # a state transfer written before NEWLEADER set currentEpoch = 2 (newleader_before_sync)
     assert not HistoryWithinCurrentEpoch(v, 1)
+
+
+def test_every_check_of_the_election_model_is_simulated_or_says_why_not() -> None:
+    invariants, properties = model_checks((SPEC / "MC_fle_ci.cfg").read_text())
+    simulated = [f.__name__ for f in FLE_INVARIANTS]
+    assert sorted(simulated + list(FLE_NOT_SIMULATED)) == sorted(invariants + properties)
+
+
+def test_the_election_invariants_use_the_spec_order_and_fail_on_a_worse_proposal_or_a_mismatched_role() -> None:
+    fle = FastLeaderElection(2, frozenset({1, 2, 3}))
+    fle.start_election(2 << 32 | 1, 2)  # own vote: server 2, zxid <<2, 1>>, epoch 2
+    assert ProposalAtLeastOwnVote(fle) and RoleMatchesVote(fle)
+    fle.proposed_vote = Vote(1, 1 << 32 | 2, 2)  # <<1, 2>>: a greater counter of an older epoch is worse
+    assert not ProposalAtLeastOwnVote(fle)
+    fle.proposed_vote = Vote(3, 2 << 32 | 1, 2)  # the same data, a greater sid: better
+    assert ProposalAtLeastOwnVote(fle)
+    fle.state = ServerState.LEADING  # leading for a vote that names server 3
+    assert not RoleMatchesVote(fle)
+    fle.state = ServerState.FOLLOWING
+    assert RoleMatchesVote(fle)

@@ -36,8 +36,10 @@ with a majority, or a random split; healed after a while), ``crash`` (one machin
 comes back later: several may overlap), ``cluster_power`` (every machine at once), ``sync_crash`` (a quorum loses
 power just as a server enters synchronization), ``fsync_crash`` (the power goes at one of a server's next fsyncs,
 before it takes effect), ``torn_write`` (at one of its next writes, keeping a prefix of up to 4 KiB), ``slow_disk``
-(fsyncs take tens to hundreds of milliseconds for a while) and ``client_retry`` (clients send a write again when its
-outcome is unknown).
+(fsyncs take tens to hundreds of milliseconds for a while), ``client_retry`` (clients send a write again when its
+outcome is unknown) and ``pause`` (a server stops and goes on, SIGSTOP and SIGCONT: `conformance.sim.loop`). A kind
+of `OWN_SOURCE` (``pause``, added after the CI seeds were first recorded) is chosen, timed and aimed from a random
+source of its own, so a seed whose swarm leaves it out runs as it did before the kind existed.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from conformance.sim.clients import SimClients
 from conformance.sim.fault_schedule import SimFaults
 from conformance.sim.loop import Process, SimLoop, Stuck
 from conformance.sim.net import SimNetwork
-from conformance.sim.options import FAULTS, Options, Result
+from conformance.sim.options import FAULTS, OWN_SOURCE, Options, Result
 from zabref.config import ClusterConfig, Config, ServerConfig, parse_config, render_config
 from zabref.core.effects import Effects
 from zabref.core.packets import ServerState
@@ -218,12 +220,16 @@ class Simulation(SimClients, SimFaults):
             reader.spawn(self.loop, self._reader(k + 1), f"reader-{k + 1}")
         if self.faults:
             self.loop.create_task(self._nemesis(), name="nemesis")
+        for kind in OWN_SOURCE:
+            if kind in self.faults:
+                self.loop.create_task(self._own_nemesis(kind), name=f"nemesis-{kind}")
         self.loop.create_task(self._deadline(), name="deadline")
         await self._done
 
     def _stop_everything(self) -> None:
         for m in self.machines.values():
             if m.process is not None:
+                self.loop.resume(m.process)
                 m.process.kill()
         for c in self._clients:
             c.kill()
@@ -313,6 +319,7 @@ class Simulation(SimClients, SimFaults):
         m = self.machines[sid]
         if not m.up:
             return False
+        self.loop.resume(m.process)  # a paused machine loses power too: what it held is queued, its tasks cancelled
         m.process.kill()
         self.net.power_off(m.name)
         if not by_disk:  # a crash point cuts the disk itself, right after this
@@ -340,6 +347,10 @@ class Simulation(SimClients, SimFaults):
         self.recovering = True
         self._event(f"recovery after {self.steps} steps")
         self.net.heal()
+        for sid, m in self.machines.items():
+            if m.up and m.process.paused:
+                self._event(f"continue s{sid}")
+                self.loop.resume(m.process)
         # Half the runs end with a minority down for good (the last fault): the rest must still make progress.
         down = set(self.rng.sample(self.sids, self.rng.randint(1, len(self.sids) // 2))) \
             if "crash" in self.faults and self.rng.random() < 0.5 else set()

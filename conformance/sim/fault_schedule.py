@@ -9,8 +9,9 @@ run's machines, network, loop and event log.
 from __future__ import annotations
 
 import asyncio
+import random
 
-from conformance.sim.options import FAULTS
+from conformance.sim.options import FAULTS, OWN_SOURCE
 from zabref.core.packets import ServerState
 from zabref.storage import CrashPoint
 
@@ -21,14 +22,20 @@ class SimFaults:
     """The faults of `conformance.sim.cluster.Simulation` (module docstring)."""
 
     def _swarm(self) -> dict[str, float]:
-        """The fault kinds this run enables and their rates (per virtual second): the options', or a seeded subset."""
+        """The fault kinds this run enables and their rates (per virtual second): the options', or a seeded subset.
+        A kind of `OWN_SOURCE` is chosen, timed and aimed from its own random source (`_source`)."""
+        self._sources = {k: random.Random(f"{self.seed}:{k}") for k in OWN_SOURCE}
         chosen = self.options.faults
         if chosen is None:
-            chosen = tuple(k for k in FAULTS if self.rng.random() < 0.5)
-        return {k: round(self.rng.uniform(0.05, 1.0), 3) for k in chosen}
+            chosen = tuple(k for k in FAULTS if k not in OWN_SOURCE and self.rng.random() < 0.5)
+            chosen += tuple(k for k in OWN_SOURCE if self._sources[k].random() < 0.5)
+        return {k: round(self._source(k).uniform(0.05, 1.0), 3) for k in chosen}
+
+    def _source(self, kind: str) -> random.Random:
+        return self._sources.get(kind, self.rng)
 
     async def _nemesis(self) -> None:
-        kinds = [k for k in self.faults if k != "client_retry"]
+        kinds = [k for k in self.faults if k != "client_retry" and k not in OWN_SOURCE]
         rate = sum(self.faults[k] for k in kinds)
         if not kinds:
             return
@@ -38,6 +45,16 @@ class SimFaults:
             if self.recovering:
                 return
             kind = self.rng.choices(kinds, weights)[0]
+            self.injected[kind] = self.injected.get(kind, 0) + 1
+            await getattr(self, f"_fault_{kind}")()
+
+    async def _own_nemesis(self, kind: str) -> None:
+        """The faults of one `OWN_SOURCE` kind, timed by its own source, beside `_nemesis`."""
+        rng = self._source(kind)
+        while not self.recovering:
+            await asyncio.sleep(rng.expovariate(self.faults[kind]))
+            if self.recovering:
+                return
             self.injected[kind] = self.injected.get(kind, 0) + 1
             await getattr(self, f"_fault_{kind}")()
 
@@ -116,6 +133,22 @@ class SimFaults:
             sid = self.rng.choice(up)
             self._event(f"arm s{sid} {point}")
             self.machines[sid].disk.arm(point)
+
+    async def _fault_pause(self) -> None:
+        """A server stops for 0.2-3 s (SIGSTOP, a long GC pause, a frozen VM) -- the leader half the time -- and goes
+        on (SIGCONT) believing what it believed: it serves what arrived while it slept before its timers catch up
+        (`conformance.sim.loop`). Its connections stay open and silent; its peers decide by their own timeouts."""
+        rng, up, leader = self._source("pause"), self._up(), self._leader()
+        if not up:
+            return
+        sid = leader if leader is not None and rng.random() < 0.5 else rng.choice(up)
+        process = self.machines[sid].process
+        self._event(f"pause s{sid}")
+        self.loop.pause(process)
+        await asyncio.sleep(rng.uniform(0.2, 3.0))
+        if process.paused:  # not yet resumed by a power cut or the recovery
+            self._event(f"continue s{sid}")
+            self.loop.resume(process)
 
     async def _fault_slow_disk(self) -> None:
         up = self._up()

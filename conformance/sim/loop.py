@@ -17,6 +17,12 @@ Ownership. Every task belongs to the simulated process that created it: `OWNER` 
 election senders, client handlers -- is that server's. A power cut (`Process.kill`) cancels exactly those tasks, in
 the order they were created.
 
+Pauses. `SimLoop.pause` stops a process the way SIGSTOP does: its callbacks and timers that come due are held back
+(`Process.held`, in the order they came due) by the loop's ready queue, `_ReadyQueue`, while what others send it still
+arrives in its buffers; `SimLoop.resume` (SIGCONT) puts them back in that order, so, as with asyncio after a real
+SIGCONT, a task woken by data that arrived during the pause runs before a task whose timer fired meanwhile (a fired
+timer only schedules its task's wake-up, behind the ones already queued).
+
 Nothing in asyncio's scheduling depends on anything but the order of calls: callbacks run first in first out, timers
 by due time (ties in an order fixed by the sequence of pushes and pops -- deterministic, but not first in first out:
 whoever needs an order gives its timers distinct times, as `conformance.sim.net` does), and this loop has no threads,
@@ -27,6 +33,7 @@ signals or selector. The executor of
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 from typing import Any
 
@@ -46,6 +53,8 @@ class Process:
     def __init__(self, machine: str) -> None:
         self.machine = machine
         self.alive = True
+        self.paused = False
+        self.held: list[asyncio.Handle] = []  # its callbacks that came due while it was paused, in that order
         self.tasks: dict[asyncio.Task[Any], None] = {}
         self.context = contextvars.copy_context()
         self.context.run(OWNER.set, self)
@@ -76,6 +85,24 @@ class _VirtualSelector:
         pass
 
 
+class _ReadyQueue(collections.deque):  # type: ignore[type-arg]
+    """asyncio's ready queue, except that a callback of a paused process is held back in its `Process.held`: in its
+    place ``popleft`` returns a cancelled stand-in, which asyncio's ``_run_once`` skips."""
+
+    def __init__(self, stand_in: asyncio.Handle) -> None:
+        super().__init__()
+        self.stand_in = stand_in
+
+    def popleft(self) -> asyncio.Handle:
+        handle = super().popleft()
+        context = handle._context  # noqa: SLF001 (asyncio keeps each callback's context here)
+        owner = context.get(OWNER) if context is not None else None
+        if owner is not None and owner.paused:
+            owner.held.append(handle)
+            return self.stand_in
+        return handle
+
+
 class SimLoop(asyncio.BaseEventLoop):
     """asyncio's loop on virtual time, over ``network`` (module docstring)."""
 
@@ -85,6 +112,19 @@ class SimLoop(asyncio.BaseEventLoop):
         self.network = network
         self._selector = _VirtualSelector(self)
         self._clock_resolution = 1e-9
+        stand_in = asyncio.Handle(lambda: None, (), self)
+        stand_in.cancel()
+        self._ready = _ReadyQueue(stand_in)
+
+    def pause(self, process: Process) -> None:
+        """SIGSTOP: from now on nothing of ``process`` runs (module docstring)."""
+        process.paused = True
+
+    def resume(self, process: Process) -> None:
+        """SIGCONT: what came due during the pause runs, in the order it came due."""
+        process.paused = False
+        held, process.held = process.held, []
+        self._ready.extend(held)
 
     def time(self) -> float:
         return self.now

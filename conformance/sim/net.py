@@ -30,6 +30,7 @@ into a protocol runs in the context of the process that owns it (`conformance.si
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import random
 from collections import deque
@@ -38,6 +39,9 @@ from typing import Any
 from conformance.sim.loop import OWNER, Process
 
 __all__ = ["SimNetwork", "Link"]
+
+#: The context the wire's own callbacks run in (no process owns it): data in flight arrives whatever its sender does.
+_WIRE = contextvars.Context()
 
 _EOF = object()
 
@@ -261,7 +265,7 @@ class SimNetwork:
         # Strictly after the previous chunk of this direction: asyncio's timer heap does not keep ties in order.
         arrival = max(direction.last + 1e-6, self.loop.time() + self.delay())
         direction.last = arrival
-        self.loop.call_at(arrival, self._arrive, end, item)
+        self.loop.call_at(arrival, self._arrive, end, item, context=_WIRE)  # not held if the sender is paused
 
     def _arrive(self, end: _End, item: Any) -> None:
         link = end.link
@@ -285,7 +289,7 @@ class SimNetwork:
         self.links.pop(link.serial, None)
         for end in link.ends():
             end.out.held.clear()
-            self.loop.call_later(self.delay(), self._reset_end, end)
+            self.loop.call_later(self.delay(), self._reset_end, end, context=_WIRE)
 
     def _reset_end(self, end: _End) -> None:
         end.owner.context.run(end._lose, ConnectionResetError("connection reset by peer"))

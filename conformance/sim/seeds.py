@@ -12,14 +12,15 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from conformance.sim import Options, Result, simulate
+from conformance.sim.fle_invariants import ElectionInvariants
 from conformance.sim.invariants import SpecInvariants
 
 __all__ = ["run_seed", "summary", "run_seeds"]
 
 
 def run_seed(seed: int, options: Options) -> Result:
-    """One checked run: the simulator with the spec's invariants."""
-    return simulate(seed, options, [SpecInvariants()])
+    """One checked run: the simulator with the invariants of spec/Zab.tla and spec/FastLeaderElection.tla."""
+    return simulate(seed, options, [SpecInvariants(), ElectionInvariants()])
 
 
 def summary(seed: int, options: Options) -> dict[str, Any]:
