@@ -136,7 +136,7 @@ class SimFaults:
 
     async def _fault_pause(self) -> None:
         """A server stops for 0.2-3 s (SIGSTOP, a long GC pause, a frozen VM) -- the leader half the time -- and goes
-        on (SIGCONT) believing what it believed: it serves what arrived while it slept before its timers catch up
+        on (SIGCONT) believing what it believed: what arrived while it slept is read before its timers' wake-ups run
         (`conformance.sim.loop`). Its connections stay open and silent; its peers decide by their own timeouts."""
         rng, up, leader = self._source("pause"), self._up(), self._leader()
         if not up:
