@@ -69,7 +69,7 @@ NOT_YET: dict[str, str] = {
 }
 
 
-#: The options beyond seed, servers and steps that a row of CAUGHT runs with (its seed is one of the CI seeds with them).
+#: The options beyond seed, servers and steps that a row of CAUGHT runs with (its seed is a CI seed with them too).
 EXTRA: dict[str, tuple[str, ...]] = {"leader_sync_without_quorum": ("--readers", str(CI_READERS))}
 
 
