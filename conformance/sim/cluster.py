@@ -12,7 +12,8 @@ lost; a
   torn write keeps a prefix), connection ids from the run's random source, a sync clock that counts the simulated
   disk's latency, an executor that completes a slow sync after that latency (virtual time), and no signals.
 
-Determinism. One `random.Random(seed)` drives everything: which faults this run enables and how often (swarm
+Determinism. The seed drives everything -- one `random.Random(seed)`, and a source of its own for the readers and
+for each kind of `OWN_SOURCE` (below), seeded from the same number: which faults this run enables and how often (swarm
 testing: each seed a different mix), network delays, which connection breaks, when clients write and to whom, when
 machines lose power and for how long. The loop runs callbacks in a deterministic order, so the run -- every step of
 every server, at its virtual time -- is a function of the seed and the options. The *event log* records each step
