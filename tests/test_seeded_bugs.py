@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -69,12 +70,15 @@ def test_a_bug_whose_text_no_longer_occurs_is_an_error(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def trace_sets() -> dict[str, list[Path]]:
-    sets: dict[str, list[Path]] = {}
-    for config in CONFIGS:
+    """Each model's traces, generated side by side when not cached (each generation is mostly one core's work:
+    TLC with the dump, then Spark; the cache's lock keeps other callers of the same model waiting, not repeating)."""
+    def folder(config: str) -> Path:
         given = os.environ.get(f"ZABREF_{config.upper()}_TRACES")
-        folder = Path(given) if given else ensure_traces(config)
-        sets[config] = sorted(folder.glob("*.jsonl.gz"))
-    return sets
+        return Path(given) if given else ensure_traces(config)
+
+    with ThreadPoolExecutor(len(CONFIGS)) as pool:
+        folders = dict(zip(CONFIGS, pool.map(folder, CONFIGS)))
+    return {config: sorted(folders[config].glob("*.jsonl.gz")) for config in CONFIGS}
 
 
 def _traces(trace_sets, config: str) -> list[Path]:
