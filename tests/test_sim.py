@@ -60,6 +60,7 @@ def _run_bug(bug: str, seed: int, *extra: str) -> tuple[int, str]:
     ("forward_answered_early", 0, ("--steps", "100"), "acknowledged write lost"),
     ("no_vote_resend", 51, ("--steps", "100"), "liveness: no leader committed a write"),
     ("fle_vote_order_sid_reversed", 0, ("--steps", "100"), "invariant ProposalAtLeastOwnVote violated"),
+    ("fle_role_swapped", 0, ("--steps", "100"), "invariant RoleMatchesVote violated"),
     ("snap_without_fsync", 4, ("--steps", "100"), "unreadable after its power cut"),
 ])
 def test_each_check_fails_a_run_of_a_seeded_bug_it_catches(bug: str, seed: int, extra: tuple[str, ...],

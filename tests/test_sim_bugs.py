@@ -32,6 +32,8 @@ CAUGHT: dict[str, tuple[int, int, int, str]] = {
     # every server breaks ties by the smaller sid: the first election already adopts a vote the spec's order ranks
     # below the server's own
     "fle_vote_order_sid_reversed": (0, 3, 100, "invariant ProposalAtLeastOwnVote violated"),
+    # the decision's roles inverted: the first decision of seed 0 makes server 1 LEAD for a vote naming server 3
+    "fle_role_swapped": (0, 3, 100, "invariant RoleMatchesVote violated"),
     "forward_answered_early": (6, 3, 100, "acknowledged write lost"),
     "leader_not_in_quorum": (16, 3, 100, "liveness: no leader committed a write"),
     # since an ACKEPOCH(-1) waits (spec/README.md, "Where the spec and ZooKeeper 3.8 differ", 1) a reused epoch is
