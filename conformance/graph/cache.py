@@ -26,6 +26,8 @@ from pathlib import Path
 
 import click
 
+from conformance.graph.traces import MANIFEST, write_manifest
+
 __all__ = ["REPO", "spec_hash", "zabref_command", "hop", "ensure_traces", "committed_trace_dirs"]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,10 +84,9 @@ def _generate(config: str, spec_dir: Path, target: Path) -> None:
         shutil.move(str(work / "traces"), str(work / "final"))
         if (work / "graph.parquet").exists():
             shutil.move(str(work / "graph.parquet"), str(work / "final" / "graph.parquet"))
-            manifest_path = work / "final" / "manifest.json"
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            manifest = json.loads((work / "final" / MANIFEST).read_text(encoding="utf-8"))
             manifest["graph"] = str(target / "graph.parquet")  # the dump it was read from is gone
-            manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            write_manifest(work / "final", manifest)
         if target.exists():
             shutil.rmtree(target)  # a folder left without its manifest.json: not a cached result
         os.replace(work / "final", target)

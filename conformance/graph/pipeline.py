@@ -17,7 +17,6 @@ The run ends with one summary line of key=value fields (docs/traces.md). Exit co
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from conformance.graph.rows import (
 )
 from conformance.graph.select import choose, drop_prefixes, fetch_steps
 from conformance.graph.spark import hadoop_fs, session
-from conformance.graph.traces import MANIFEST, OutputDir, TraceHeader, spec_sha256, step_line, write_trace
+from conformance.graph.traces import OutputDir, TraceHeader, spec_sha256, step_line, write_manifest, write_trace
 from conformance.tla.check import default_spec_dir
 from conformance.tla.labels import Labels, config_module_base, read_constants, read_next, server_count
 from conformance.tla.tools import toolchain
@@ -230,7 +229,7 @@ def _write(spark, chosen, edges, nodes, model: Model, criterion: str, out: Path,
         manifest = {**{k: head[k] for k in ("spec_sha256", "config", "constants", "tlc_version", "criterion")},
                     "format": "zabref-trace-manifest", "version": 1, "graph": graph,
                     "traces": [entries[k] for k in order if k in entries], "coverage": _coverage(summary)}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_manifest(tmp, manifest)
 
 
 def _coverage(s: Summary) -> dict:

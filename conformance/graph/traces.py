@@ -31,7 +31,7 @@ from conformance.errors import Location, PipelineError, TraceFormatError
 from zabref.storage.atomic import staged_folder
 
 __all__ = ["FORMAT", "VERSION", "TraceHeader", "Step", "Trace", "spec_sha256", "step_line", "header_line",
-           "write_trace", "read_trace", "OutputDir", "MANIFEST"]
+           "write_trace", "read_trace", "OutputDir", "MANIFEST", "write_manifest"]
 
 FORMAT, VERSION, MANIFEST = "zabref-trace", 1, "manifest.json"
 CRITERIA = ("action", "edge", "scenario")  # scenario: a committed regression trace (conformance/replay/regress.py)
@@ -120,6 +120,11 @@ def dump_trace(path: Path, trace: Trace) -> None:
 _HEADER_TYPES = {"format": str, "version": int, "spec_sha256": str, "config": str, "constants": dict,
                  "tlc_version": str, "criterion": str, "covers": list}
 _STEP_TYPES = {"index": int, "action": str, "params": dict, "label": (str, type(None)), "node": int, "state": dict}
+
+
+def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    """Write a trace folder's manifest.json (`MANIFEST`): indented, keys sorted, one final newline."""
+    (Path(folder) / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _fail(path: Path, line: int, message: str) -> TraceFormatError:

@@ -29,7 +29,16 @@ import click
 
 from conformance.errors import ConformanceError
 from conformance.graph.cache import ensure_traces
-from conformance.graph.traces import MANIFEST, OutputDir, Step, Trace, TraceHeader, dump_trace, spec_sha256
+from conformance.graph.traces import (
+    MANIFEST,
+    OutputDir,
+    Step,
+    Trace,
+    TraceHeader,
+    dump_trace,
+    spec_sha256,
+    write_manifest,
+)
 from conformance.replay.edges import HEADS, SHOW
 from conformance.replay.edges_graph import Summary, check_graph, require_graph
 from conformance.replay.regress import load_graph
@@ -155,7 +164,7 @@ def write(out: Path, rep: dict[str, Any], graph: Path) -> None:
         manifest = {**{k: head[k] for k in ("spec_sha256", "config", "constants", "tlc_version", "criterion")},
                     "format": "zabref-trace-manifest", "version": 1, "graph": str(graph), "traces": entries,
                     "generated_by": "zabref edges"}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_manifest(tmp, manifest)
 
 
 def summary_line(rep: dict[str, Any]) -> str:
