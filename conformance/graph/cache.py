@@ -63,7 +63,7 @@ def ensure_traces(config: str, spec_dir: Path = REPO / "spec", cache: Path = REP
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or by the kernel if this process dies
         if regenerate and target.exists():
             shutil.rmtree(target)
-        if (target / "manifest.json").is_file():
+        if (target / MANIFEST).is_file():
             click.echo(f"chain: {config}: this spec passed the model check and its traces are cached in {target}")
             return target
         _generate(config, spec_dir, target)
