@@ -349,6 +349,14 @@ FinalizeOnlyWithQuorum ==
         /\ state[i] = "LOOKING"
         /\ IsQuorum(AgreeingInRound(recvVotes[i], proposedVote[i], logicalclock[i]))
 
+\* A LOOKING server's ballot box holds ballots of its own round only (lookForLeader's recvset is cleared when its
+\* round advances, and a FOLLOWING or LEADING ballot enters it only when n.electionEpoch = logicalclock: ballots of
+\* other rounds go to outofelection).  A decision counts the box, so a ballot of an older round there would let
+\* an election be decided by votes cast for an earlier one.
+BallotsOfOwnRound ==
+    \A i \in Server : state[i] = "LOOKING" =>
+        \A s \in DOMAIN recvVotes[i] : recvVotes[i][s].electionEpoch = logicalclock[i]
+
 \* A LOOKING server never proposes a vote worse than its own initial vote: the vote it starts a round with is
 \* its own, and it only ever adopts a better one (seed 003 step 6).
 ProposalAtLeastOwnVote ==

@@ -103,6 +103,9 @@ CI_SEEDS, CI_STEPS = 2000, 100
 #: Seeds the test suite runs with two readers (a run with readers is another run than the same seed without them:
 #: their requests draw network delays from the run's random source), their reads checked at the end.
 CI_READER_SEEDS, CI_READERS = 1000, 2
+#: Seeds the test suite runs with --validate (their action logs checked against spec/Zab.tla by TLC at the end):
+#: tests/test_sim_validation.py.
+CI_VALIDATED_SEEDS = 30
 
 
 def test_ci_seeds_all_pass() -> None:

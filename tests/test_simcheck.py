@@ -5,6 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conformance.sim.fle_invariants import (
+    FLE_INVARIANTS,
+    BallotsOfOwnRound,
+    FinalizeOnlyWithQuorum,
+    ProposalAtLeastOwnVote,
+    RoleMatchesVote,
+)
+from conformance.sim.fle_invariants import NOT_SIMULATED as FLE_NOT_SIMULATED
 from conformance.sim.invariants import (
     INVARIANTS,
     NOT_SIMULATED,
@@ -15,8 +23,6 @@ from conformance.sim.invariants import (
     ZxidUnique,
     _View,
 )
-from conformance.sim.fle_invariants import FLE_INVARIANTS, ProposalAtLeastOwnVote, RoleMatchesVote
-from conformance.sim.fle_invariants import NOT_SIMULATED as FLE_NOT_SIMULATED
 from conformance.tla.mutations import model_checks
 from zabref.core.election import FastLeaderElection, Vote
 from zabref.core.packets import ServerState
@@ -111,3 +117,27 @@ def test_the_election_invariants_use_the_spec_order_and_fail_on_a_worse_proposal
     assert not RoleMatchesVote(fle)
     fle.state = ServerState.FOLLOWING
     assert RoleMatchesVote(fle)
+
+
+def test_the_ballot_box_invariants_fail_on_a_ballot_of_an_older_round_and_a_finalize_wait_without_quorum() -> None:
+    fle = FastLeaderElection(1, frozenset({1, 2, 3}))
+    fle.start_election(0, 0)
+    assert fle.logicalclock == 1 and BallotsOfOwnRound(fle) and FinalizeOnlyWithQuorum(fle)
+    fle.logicalclock = 2  # round 2 (after a fault), its own ballot of round 2 ...
+    fle.recv_votes = {1: fle.own_vote.notification(ServerState.LOOKING, 2)}
+    assert BallotsOfOwnRound(fle)
+    # ... and a FOLLOWING ballot of round 1 in the box (follows_older_round)
+    fle.recv_votes[2] = Vote(3, 0, 0).notification(ServerState.FOLLOWING, 1)
+    assert not BallotsOfOwnRound(fle)
+    fle.state = ServerState.FOLLOWING  # a decided server's box is not read again
+    assert BallotsOfOwnRound(fle)
+    fle.state = ServerState.LOOKING
+    fle.recv_votes = {1: fle.own_vote.notification(ServerState.LOOKING, 2)}
+    fle.finalizing = True  # one agreeing ballot of three voters is no quorum
+    assert not FinalizeOnlyWithQuorum(fle)
+    fle.recv_votes[3] = fle.proposed_vote.notification(ServerState.LOOKING, 1)  # agrees, but of another round
+    assert not FinalizeOnlyWithQuorum(fle)
+    fle.recv_votes[3] = fle.proposed_vote.notification(ServerState.LOOKING, 2)
+    assert FinalizeOnlyWithQuorum(fle)
+    fle.state = ServerState.LEADING  # only a LOOKING server waits in finalize
+    assert not FinalizeOnlyWithQuorum(fle)

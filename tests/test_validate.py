@@ -20,6 +20,7 @@ from conformance.errors import InputError
 from conformance.replay.seeded import load_bugs, patched_package
 from conformance.validate.actionlogs import read_logs
 from conformance.validate.command import validate
+from conformance.validate.merge import merge
 from zabref.cli import main
 from zabref.client import ClientError, ZabClient
 from zabref.config import ClusterConfig
@@ -113,6 +114,21 @@ def test_a_run_of_a_seeded_bug_fails_validation_at_its_action(tmp_path: Path, bu
     assert not result.passed
     assert result.matched < result.steps
     assert f"takes {bug.action}(" in result.failure, result.failure
+
+
+def test_a_dial_that_the_leaders_next_incarnation_accepted_is_placed_after_its_restart() -> None:
+    """Logs of simulation seed 144 (``zabref simulate --seed 144 --steps 100 --validate``): server 2 decides to follow
+    3 and logs its FOLLOWERINFO (t=13); 3 loses power before the dial arrives (its last step t=14, its restart t=15),
+    and 3's next incarnation accepts the connection and takes that FOLLOWERINFO (t=20). By the clock the dial comes
+    before the restart, whose Crash would drop the packet; the merge places the dial after the restart, where the
+    connection exists. (Before this rule: "no order of the logs is a behaviour of spec/Zab.tla".)"""
+    folder = Path(__file__).parent / "fixtures" / "actionlogs" / "dial-across-restart"
+    steps = merge(read_logs(folder)).steps
+    crash = next(k for k, s in enumerate(steps) if s.action == "Crash" and s.sid == 3)
+    dial = next(k for k, s in enumerate(steps) if s.action == "BecomeFollower" and s.sid == 2)
+    taken = next(k for k, s in enumerate(steps) if s.action == "LeaderProcessFOLLOWERINFO" and s.params["j"] == 2)
+    assert crash < dial < taken
+    assert validate(folder).passed
 
 
 # ------------------------------------------------------------------------------------------ bad input

@@ -59,6 +59,7 @@ from conformance.sim.fault_schedule import SimFaults
 from conformance.sim.loop import Process, SimLoop, Stuck
 from conformance.sim.net import SimNetwork
 from conformance.sim.options import FAULTS, OWN_SOURCE, Options, Result
+from conformance.sim.validation import ActionLogs
 from zabref.config import ClusterConfig, Config, ServerConfig, parse_config, render_config
 from zabref.core.effects import Effects
 from zabref.core.packets import ServerState
@@ -119,13 +120,19 @@ class _Recorder:
 
     def __init__(self, sim: Simulation, sid: int, process: Process) -> None:
         self.sim, self.sid, self.process = sim, sid, process
+        # with --validate, the runtime's own action log too (conformance.sim.validation)
+        self.log = sim.action_logs.open(sid) if sim.action_logs is not None else None
 
     def restart(self, sid: int, node: Any) -> None:
         self.sim._event(f"start s{sid} history={len(node.core.history)} acceptedEpoch={node.core.accepted_epoch} "
                         f"currentEpoch={node.core.current_epoch}")
+        if self.log is not None:
+            self.log.restart(sid, node)
 
     def step(self, node: Any, eff: Effects, cid: Any) -> None:
         if self.process.alive:
+            if self.log is not None:
+                self.log.step(node, eff, cid)
             self.sim._step(self.sid, eff)
 
     def flush(self) -> None:
@@ -172,6 +179,7 @@ class Simulation(SimClients, SimFaults):
         for s in self.config.servers:
             self.net.machine_of[s.host] = f"s{s.id}"
         self.machines = {sid: _Machine(self, sid) for sid in self.sids}
+        self.action_logs = ActionLogs() if options.validate else None
         self.faults = self._swarm()
         self.events: list[str] = []
         self._hash = hashlib.blake2b(digest_size=16)

@@ -117,11 +117,13 @@ def _in_patched_package(bug_name: str, argv: list[str]) -> int:
 @click.option("--spark", is_flag=True, help="Run --seeds as a Spark job (local mode).")
 @click.option("--shrink", "do_shrink", is_flag=True, help="With --seed: shrink a failing run.")
 @click.option("--log", "show_log", is_flag=True, help="With --seed: print the event log.")
+@click.option("--validate", is_flag=True, help="Validate each run's action logs against spec/Zab.tla with TLC at "
+                                                "its end (docs/simulation.md).")
 @click.option("--bug", help="Run against zabref with this seeded bug (conformance/replay/bugs/NAME.toml).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def simulate_command(seed: int | None, seed_range: str | None, servers: str, steps: int, faults: str | None,
-                     clients: int, readers: int, workers: int, until_failure: bool, spark: bool, do_shrink: bool, show_log: bool, bug: str | None,
-                     as_json: bool) -> None:
+                     clients: int, readers: int, workers: int, until_failure: bool, spark: bool, do_shrink: bool,
+                     show_log: bool, validate: bool, bug: str | None, as_json: bool) -> None:
     """Simulate a whole cluster in one process: seeded faults, virtual time, the spec's invariants after every step."""
     if (seed is None) == (seed_range is None):
         raise click.UsageError("give exactly one of --seed N and --seeds A..B")
@@ -130,14 +132,16 @@ def simulate_command(seed: int | None, seed_range: str | None, servers: str, ste
         argv += ["--servers", servers, "--steps", str(steps), "--clients", str(clients), "--readers", str(readers),
                  "--workers", str(workers)]
         argv += ["--faults", faults] if faults is not None else []
-        flags = {"--until-failure": until_failure, "--spark": spark, "--shrink": do_shrink, "--log": show_log, "--json": as_json}
+        flags = {"--until-failure": until_failure, "--spark": spark, "--shrink": do_shrink, "--log": show_log,
+                 "--json": as_json, "--validate": validate}
         argv += [flag for flag, on in flags.items() if on]
         sys.exit(_in_patched_package(bug, argv))
     kinds: tuple[str, ...] | None = None
     if faults is not None:
         kinds = () if faults == "none" else tuple(k.strip() for k in faults.split(",") if k.strip())
     try:
-        options = Options(servers=int(servers), steps=steps, faults=kinds, clients=clients, readers=readers)
+        options = Options(servers=int(servers), steps=steps, faults=kinds, clients=clients, readers=readers,
+                          validate=validate)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     if seed is not None:

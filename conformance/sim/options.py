@@ -33,6 +33,7 @@ class Options:
     tick_ms: int = 100
     init_limit: int = 10
     sync_limit: int = 5
+    validate: bool = False  # keep every server's action log and check it with TLC at the end (sim.validation)
 
     def __post_init__(self) -> None:
         if self.servers not in SERVER_COUNTS:
@@ -53,6 +54,8 @@ class Options:
         for name in ("clients", "readers", "liveness_s", "max_time"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"--{name.replace('_', '-')} {getattr(self, name)}")
+        if self.validate:
+            parts.append("--validate")
         return " ".join(parts)
 
 

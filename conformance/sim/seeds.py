@@ -11,16 +11,21 @@ from __future__ import annotations
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from conformance.sim import Options, Result, simulate
+from conformance.sim import Observer, Options, Result, simulate
 from conformance.sim.fle_invariants import ElectionInvariants
 from conformance.sim.invariants import SpecInvariants
+from conformance.sim.validation import ActionValidation
 
 __all__ = ["run_seed", "summary", "run_seeds"]
 
 
 def run_seed(seed: int, options: Options) -> Result:
-    """One checked run: the simulator with the invariants of spec/Zab.tla and spec/FastLeaderElection.tla."""
-    return simulate(seed, options, [SpecInvariants(), ElectionInvariants()])
+    """One checked run: the simulator with the invariants of spec/Zab.tla and spec/FastLeaderElection.tla, and with
+    ``options.validate`` its action logs validated against spec/Zab.tla by TLC at the end."""
+    observers: list[Observer] = [SpecInvariants(), ElectionInvariants()]
+    if options.validate:
+        observers.append(ActionValidation())
+    return simulate(seed, options, observers)
 
 
 def summary(seed: int, options: Options) -> dict[str, Any]:

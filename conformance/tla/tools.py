@@ -133,8 +133,14 @@ class Toolchain:
     java: str
     jar: JarInfo
 
-    def command(self, main_class: str, args: Sequence[str | os.PathLike[str]] = ()) -> list[str]:
-        return [self.java, *JVM_OPTIONS, "-cp", str(self.jar.path), main_class, *map(str, args)]
+    def command(self, main_class: str, args: Sequence[str | os.PathLike[str]] = (), *,
+                tmpdir: str | os.PathLike[str] | None = None) -> list[str]:
+        """The command line; ``tmpdir`` the JVM's java.io.tmpdir. The parser extracts the standard modules (TLC,
+        Naturals, ...) from the jar into java.io.tmpdir before it reads them, so two runs sharing one tmpdir can read
+        each other's half-written copies ("Module-Table lookup failure", measured: 2 of 16 runs four at a time):
+        give every concurrent run its own."""
+        jvm = [*JVM_OPTIONS, f"-Djava.io.tmpdir={tmpdir}"] if tmpdir is not None else list(JVM_OPTIONS)
+        return [self.java, *jvm, "-cp", str(self.jar.path), main_class, *map(str, args)]
 
     @property
     def tlc_version(self) -> str:
@@ -174,9 +180,9 @@ def run_sany(module: Path, tools: Toolchain | None = None) -> SanyResult:
     module = Path(module).resolve()
     if not module.is_file():
         raise SpecError("SANY", [Diagnostic(Location(str(module)), "file not found")], "no such TLA+ module")
-    proc = subprocess.run(
-        tools.command("tla2sany.SANY", [module.name]), cwd=module.parent, capture_output=True, text=True
-    )
+    with tempfile.TemporaryDirectory(prefix="zabref-sany-") as scratch:
+        proc = subprocess.run(tools.command("tla2sany.SANY", [module.name], tmpdir=scratch), cwd=module.parent,
+                              capture_output=True, text=True)
     lines = (proc.stdout + proc.stderr).splitlines()
     errors, warnings = parse_sany_output(lines)
     if proc.returncode != 0 and not errors:  # fatal with nothing we could locate: show what SANY said
@@ -271,7 +277,7 @@ def run_tlc(
             args += ["-fp", str(fp)]
         if coverage:
             args += ["-coverage", "1"]
-        command = tools.command("tlc2.TLC", [*args, *extra_args, module.name])
+        command = tools.command("tlc2.TLC", [*args, *extra_args, module.name], tmpdir=scratch)
         try:
             verdict, exit_code, wall = _stream(command, module.parent, on_message)
             verdict = settle(verdict, exit_code)

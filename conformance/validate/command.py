@@ -254,6 +254,9 @@ def diagnose(logs: Any, behaviour: Behaviour, k: int) -> str:
         head = before["msgs"][j - 1][step.sid - 1][:1]
         lines.append(f"  took: {format_value(step.recv)}; head of msgs[{j}][{step.sid}] before: "
                      f"{format_value(head[0]) if head else '<<>>'}")
+    if step.sends:
+        lines.append("  sent: " + ", ".join(f"{p['type']}{format_value(p['zxid'])} to {to}" for to, p in step.sends)
+                     + f" (logged; learnerPhase[{step.sid}] before: {format_value(before['learnerPhase'][step.sid - 1])})")
     if step.expected is not None:
         for name in PER_SERVER:
             was = before[name][step.sid - 1]

@@ -24,7 +24,10 @@ is enabled when the spec could take it now:
   both are taken together; any other ``closed`` line changes nothing in the spec and is taken as it comes;
 * BecomeFollower(i, j) opens a NEW connection to j: it waits until j's GoLooking lines that came before it (in time)
   are taken, so that its FOLLOWERINFO is not dropped with j's old connections. (Why i followed j is the election's
-  business, which the Zab logs do not show; that i's decision came after j's GoLooking is what the clock says.)
+  business, which the Zab logs do not show; that i's decision came after j's GoLooking is what the clock says.) It
+  also waits for every GoLooking or restart of j that comes before the line where j takes that FOLLOWERINFO,
+  whatever the clock says: the dial was under way while j went down, and j's next incarnation accepted it (the
+  simulator met this: a dial logged before the leader's power cut, accepted after its restart).
 * every other step: always.
 
 Steps a power cut undid. The runtime writes a step's line BEFORE the step's storage is made durable (so that no
@@ -271,6 +274,21 @@ def merge(logs: Logs, *, stop_at: int | None = None) -> Behaviour:
                 return False
         return False
 
+    def accepted_after(j: int, ev: Event) -> Event | None:
+        """BecomeFollower ``ev`` dials j; if j takes its FOLLOWERINFO only after a GoLooking or restart of its own
+        (the dial was under way while j restarted, and j's next incarnation accepted it), that first GoLooking: the
+        connection exists only after it, whatever the clock says of the dial."""
+        conns = {p.get("conn") for to, p in ev.fields["sends"] if int(to) == j and p["type"] == "FOLLOWERINFO"}
+        first: Event | None = None
+        for k, e in enumerate(queues[j]):
+            if k > LOOKAHEAD:
+                return None
+            if e.kind == "step" and "recv" in e.fields and e.fields["recv"].get("conn") in conns:
+                return first
+            if first is None and (e.kind == "restart" or _looking_after(e)):
+                first = e
+        return None
+
     def closes_learner(ev: Event) -> bool:
         """Is this ``closed`` line a leader's end of the connection the spec knows its learner by?"""
         x = int(ev.fields["peer"])
@@ -285,6 +303,10 @@ def merge(logs: Logs, *, stop_at: int | None = None) -> Behaviour:
             if hj is not None and hj.t < ev.t and (hj.kind == "restart" or (_looking_after(hj) and view.vars[j][
                     "state"] != "LOOKING")):
                 return f"it connects to {j}, whose GoLooking at {hj.where} comes first"
+            later = accepted_after(j, ev)
+            if later is not None:
+                return (f"it connects to {j}, whose GoLooking at {later.where} comes first: {j} takes this "
+                        "connection's FOLLOWERINFO after it")
         if ev.kind == "step" and "recv" in ev.fields:
             j = int(ev.fields["params"]["j"])
             want = (view.packet(ev.fields["recv"]), ev.fields["recv"].get("conn"))

@@ -11,7 +11,7 @@ the node took the step (`zabref.runtime.server`), so lines are in the server's o
 
 * ``n`` counts the lines of this process (it restarts at 0 with the process), ``t`` is ``time.monotonic_ns()``
   (one clock for every process on a machine: the validator orders lines of different servers by it where nothing
-  else does);
+  else does; the simulator, whose servers share one process, numbers every server's lines in the order it ran them);
 * ``recv`` is the packet the step took (receive actions only), ``sends`` the quorum packets it sent (PINGs left out:
   the spec has none), as ``{"type", "zxid", "data", "conn"}`` with data decoded as the spec models it and ``conn``
   the id of the connection it came on or goes to (the handshake's, known at both ends; null: no connection, the
@@ -123,10 +123,11 @@ def _vars(node: Any, *, history: bool, staged: bool = True) -> dict[str, Any]:
 class ActionLog:
     """One server's action log file (module docstring)."""
 
-    def __init__(self, file: BinaryIO, sid: int) -> None:
+    def __init__(self, file: BinaryIO, sid: int, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self._file = file  # buffered: `flush` once per pump batch
         self.sid = sid
         self.n = 0
+        self._clock = clock  # a line's ``t`` (the simulator passes its own: one counter for every server's lines)
 
     @classmethod
     def open(cls, folder: str | os.PathLike[str], sid: int) -> ActionLog:
@@ -134,7 +135,7 @@ class ActionLog:
         return cls(open(log_path(folder, sid), "ab", buffering=1 << 20), sid)
 
     def _write(self, kind: str, **fields: Any) -> None:
-        line = {"sid": self.sid, "n": self.n, "t": time.monotonic_ns(), "kind": kind, **fields}
+        line = {"sid": self.sid, "n": self.n, "t": self._clock(), "kind": kind, **fields}
         self._file.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS))
         self.n += 1
 

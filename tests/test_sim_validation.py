@@ -1,0 +1,33 @@
+"""`zabref simulate --validate`: a simulated run's action logs -- written by the runtime's own ActionLog, as
+``zabref serve --action-log`` writes them -- are a behaviour of spec/Zab.tla, checked by TLC at the end of the run
+(docs/simulation.md). The seeded bugs this check catches are in tests/test_sim_bugs.py (EXTRA: --validate).
+"""
+
+from __future__ import annotations
+
+from test_sim import CI_STEPS, CI_VALIDATED_SEEDS
+
+from conformance.sim import Options
+from conformance.sim.cluster import simulate
+from conformance.sim.fle_invariants import ElectionInvariants
+from conformance.sim.invariants import SpecInvariants
+from conformance.sim.seeds import run_seed, run_seeds
+from conformance.sim.validation import ActionValidation
+
+
+def test_a_validated_run_is_the_same_run_and_its_logs_are_checked_by_tlc() -> None:
+    """Logging draws nothing from the seed's random source and takes no virtual time: the same seed, the same run."""
+    plain = run_seed(3, Options(steps=100))
+    validation = ActionValidation()
+    checked = simulate(3, Options(steps=100, validate=True), [SpecInvariants(), ElectionInvariants(), validation])
+    assert checked.ok, checked.failure
+    assert checked.digest == plain.digest
+    result = validation.result
+    assert result.passed and result.steps == result.matched > 50, result.line()
+    assert "--validate" in checked.replay
+
+
+def test_ci_seeds_validated_all_pass() -> None:
+    rows = run_seeds(range(CI_VALIDATED_SEEDS), Options(steps=CI_STEPS, validate=True), workers=2)
+    failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
+    assert not failed, failed[:3]
