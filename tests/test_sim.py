@@ -150,3 +150,8 @@ def test_a_shrunk_failure_must_fail_the_same_way() -> None:
     assert failure_kind(b) != failure_kind(a)
     assert failure_kind("acknowledged write lost: 'c1.160' at zxid 0x1 is missing") == "acknowledged write lost"
     assert failure_kind("liveness: no leader committed a write within 30.0s") == "liveness"
+    v1 = "validation: step 15 of 107: no step of spec/Zab.tla takes LeaderProcessACK(i=3, j=1) at server 3 with ..."
+    v2 = "validation: step 9 of 60: no step of spec/Zab.tla takes LeaderProcessACK(i=2, j=1) at server 2 with ..."
+    v3 = "validation: step 9 of 60: no step of spec/Zab.tla takes ClientRequest(i=2) at server 2 with ..."
+    assert failure_kind(v1) == failure_kind(v2) == "validation: LeaderProcessACK" != failure_kind(v3)
+    assert failure_kind("validation: no order of the logs is a behaviour of spec/Zab.tla") == "validation: merge"

@@ -45,6 +45,9 @@ def failure_kind(failure: str) -> str:
     """How a run failed, without where and the state: "invariant X violated", "acknowledged write lost",
     "liveness", ... (what must stay the same while a failure is shrunk)."""
     text = _WHERE.sub("", failure or "")
+    if text.startswith("validation: "):  # the action no spec step takes, or the merge's failure
+        taken = re.search(r"no step of spec/Zab\.tla takes (\w+)\(", text)
+        return f"validation: {taken.group(1) if taken else 'merge'}"
     return re.split(r" \(|:", text, maxsplit=1)[0].strip()
 
 
