@@ -12,6 +12,9 @@ from conformance.replay.scenarios import ACCEPT, SCENARIOS, Scenario, by_name
 
 MANIFEST = json.loads((REGRESSION_DIR / "manifest.json").read_text())
 ENTRIES = {e["scenario"]: e for e in MANIFEST["traces"]}
+#: The models whose graphs the test suite builds (their traces are checked against the graph); the traces of every
+#: other model are checked by TLC (zabref regress --tlc), which needs no graph.
+GRAPHS_BUILT = ("ci", "fle_ci")
 
 
 def _graph(edges: list[tuple[int, int, str]], states: dict[int, dict], initial=(0,)) -> Graph:
@@ -89,6 +92,37 @@ def test_by_name_names_the_known_scenarios_when_it_fails() -> None:
 def test_the_committed_traces_are_still_paths_of_their_models_current_graphs() -> None:
     from conformance.replay.regress import graphs_of
 
-    graphs = graphs_of(sorted({e["config"] for e in MANIFEST["traces"]}))
-    assert sorted(graphs) == ["ci", "fle_ci"]
+    graphs = graphs_of(GRAPHS_BUILT)
     assert [p for config, (graph, _) in graphs.items() for p in stale(graph, REGRESSION_DIR, config)] == []
+
+
+# ---- the TLC check of a trace (zabref regress --tlc), which needs no graph ---------------------------------------
+
+def test_the_tlc_check_takes_a_committed_trace_and_names_the_first_step_the_spec_does_not_take(tmp_path) -> None:
+    import dataclasses
+
+    from conformance.graph.traces import dump_trace
+    from conformance.replay.tracecheck import check_trace
+
+    path = REGRESSION_DIR / ENTRIES["sync-trunc"]["file"]
+    good = check_trace(path, work=tmp_path)
+    assert good.passed and good.matched == good.steps == ENTRIES["sync-trunc"]["steps"], good.failure
+    trace = read_trace(path)
+    k = 10  # step 10 logs a lastCommitted one higher than the spec's step leaves it: a state the spec never reaches
+    state = dict(trace.steps[k].state, lastCommitted=[c + 1 for c in trace.steps[k].state["lastCommitted"]])
+    bad = trace.steps[:k] + (dataclasses.replace(trace.steps[k], state=state),) + trace.steps[k + 1:]
+    dump_trace(tmp_path / "bad.jsonl.gz", dataclasses.replace(trace, steps=bad))
+    result = check_trace(tmp_path / "bad.jsonl.gz", work=tmp_path)
+    assert not result.passed and result.matched == k - 1
+    assert f"step {k} ({trace.steps[k].label}): no step of Zab.tla leads from step {k - 1}'s state" in result.failure
+
+
+@pytest.mark.slow
+def test_the_committed_traces_of_models_the_suite_does_not_build_are_behaviours_of_the_current_spec(tmp_path) -> None:
+    from conformance.replay.tracecheck import check_trace
+
+    others = [e for e in MANIFEST["traces"] if e["config"] not in GRAPHS_BUILT]
+    assert {e["config"] for e in others} == {"ci3"}
+    for entry in others:
+        result = check_trace(REGRESSION_DIR / entry["file"], work=tmp_path)
+        assert result.passed, result.failure

@@ -152,6 +152,60 @@ def _snap(m: Memory, before: State, action: str, params: dict, after: State) -> 
     return None
 
 
+# -- TRUNC to a non-empty prefix with PROPOSALs behind it, committed by NEWLEADER ----------------------------------
+
+def _trunc_then_proposals(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    """FollowerProcessTRUNC(i, j) takes a TRUNC to a non-empty prefix of i's history, a non-empty suffix of it to go,
+    with PROPOSALs queued behind it; at i's NEWLEADER the history becomes that prefix and the proposals (the suffix
+    gone); then i's UPTODATE."""
+    if m is None:
+        if action != "FollowerProcessTRUNC":
+            return None
+        i, j = _srv(params), _srv(params, "j")
+        channel = before["msgs"][j][i]
+        to = channel[0]["zxid"]
+        keep = [t for t in before["history"][i] if t["zxid"] <= to]
+        drop = [t for t in before["history"][i] if t["zxid"] > to]
+        if to != [0, 0] and keep and drop and any(p["type"] == "PROPOSAL" for p in channel[1:]):
+            return ("truncated", i, j, tuple(_key(t) for t in keep), tuple(_key(t) for t in drop))
+        return None
+    phase, i, j, keep, drop = m
+    if (params.get("i"), params.get("j")) != (i + 1, j + 1):
+        return None
+    if phase == "truncated" and action == "FollowerProcessNEWLEADER":
+        now = [_key(t) for t in after["history"][i]]
+        if now[:len(keep)] == list(keep) and len(now) > len(keep) and not set(drop) & set(now):
+            return ("committed", i, j, keep, drop)
+    if phase == "committed" and action == "FollowerProcessUPTODATE":
+        return ACCEPT
+    return None
+
+
+def _trunc_to_prefix(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    """FollowerProcessTRUNC(i, j) takes a TRUNC to a non-empty prefix of i's history, a non-empty suffix of it to go,
+    with nothing but NEWLEADER behind it; at i's NEWLEADER the history becomes that prefix; then i's UPTODATE."""
+    if m is None:
+        if action != "FollowerProcessTRUNC":
+            return None
+        i, j = _srv(params), _srv(params, "j")
+        channel = before["msgs"][j][i]
+        to = channel[0]["zxid"]
+        keep = [t for t in before["history"][i] if t["zxid"] <= to]
+        drop = [t for t in before["history"][i] if t["zxid"] > to]
+        if to != [0, 0] and keep and drop and not any(p["type"] == "PROPOSAL" for p in channel[1:]):
+            return ("truncated", i, j, tuple(_key(t) for t in keep))
+        return None
+    phase, i, j, keep = m
+    if (params.get("i"), params.get("j")) != (i + 1, j + 1):
+        return None
+    if phase == "truncated" and action == "FollowerProcessNEWLEADER":
+        if [_key(t) for t in after["history"][i]] == list(keep):
+            return ("committed", i, j, keep)
+    if phase == "committed" and action == "FollowerProcessUPTODATE":
+        return ACCEPT
+    return None
+
+
 # -- the new epoch rises above a follower's acceptedEpoch --------------------------------------------------------
 
 def _epoch_above(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
@@ -218,6 +272,17 @@ SCENARIOS = (
     Scenario("sync-snap", "ci", "seed 000, phase 2, SNAP",
              "A follower receives a non-empty snapshot of the leader's history, then completes synchronization.",
              _snap),
+    Scenario("sync-trunc-then-proposals", "ci3", "seed 000, phase 2, TRUNC (then the PROPOSALs after t)",
+             "A follower whose history runs past the leader's is sent TRUNC to a non-empty prefix with PROPOSALs "
+             "behind it; at NEWLEADER its history is that prefix and those proposals, its own suffix gone, and it "
+             "reaches UPTODATE. Only a model with three transactions reaches it (ci3: the ci model cannot). Failing "
+             "means a truncation keeps what it must drop, drops what it must keep, or loses the proposals behind it.",
+             _trunc_then_proposals),
+    Scenario("sync-trunc-to-prefix", "ci3", "seed 000, phase 2, TRUNC (to a non-empty prefix)",
+             "A follower whose history runs past the leader's is sent TRUNC to a non-empty prefix of it and nothing "
+             "after; at NEWLEADER its history is exactly that prefix (on disk: a truncation to that zxid, not to "
+             "the empty history), and it reaches UPTODATE. The ci model's TRUNCs all go to the empty history. "
+             "Failing means a truncation keeps or drops the wrong transactions.", _trunc_to_prefix),
     Scenario("epoch-above-follower-acceptedepoch", "ci", "seed 000, phase 1, step 2 (e' greater than any e received)",
              "The leader hears FOLLOWERINFO with an acceptedEpoch at least its own proposed epoch and must raise the "
              "new epoch above it, then establishes that epoch. The action-coverage traces never reach this: it is "
