@@ -278,11 +278,11 @@ SCENARIOS = (
              "reaches UPTODATE. Only a model with three transactions reaches it (ci3: the ci model cannot). Failing "
              "means a truncation keeps what it must drop, drops what it must keep, or loses the proposals behind it.",
              _trunc_then_proposals),
-    Scenario("sync-trunc-to-prefix", "ci3", "seed 000, phase 2, TRUNC (to a non-empty prefix)",
+    Scenario("sync-trunc-to-prefix", "ci", "seed 000, phase 2, TRUNC (to a non-empty prefix)",
              "A follower whose history runs past the leader's is sent TRUNC to a non-empty prefix of it and nothing "
              "after; at NEWLEADER its history is exactly that prefix (on disk: a truncation to that zxid, not to "
-             "the empty history), and it reaches UPTODATE. The ci model's TRUNCs all go to the empty history. "
-             "Failing means a truncation keeps or drops the wrong transactions.", _trunc_to_prefix),
+             "the empty history), and it reaches UPTODATE. Failing means a truncation keeps or drops the wrong "
+             "transactions.", _trunc_to_prefix),
     Scenario("epoch-above-follower-acceptedepoch", "ci", "seed 000, phase 1, step 2 (e' greater than any e received)",
              "The leader hears FOLLOWERINFO with an acceptedEpoch at least its own proposed epoch and must raise the "
              "new epoch above it, then establishes that epoch. The action-coverage traces never reach this: it is "
