@@ -152,58 +152,36 @@ def _snap(m: Memory, before: State, action: str, params: dict, after: State) -> 
     return None
 
 
-# -- TRUNC to a non-empty prefix with PROPOSALs behind it, committed by NEWLEADER ----------------------------------
+# -- TRUNC to a non-empty prefix, committed by NEWLEADER --------------------------------------------------------
 
-def _trunc_then_proposals(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+def _trunc(proposals_behind: bool) -> StepFn:
     """FollowerProcessTRUNC(i, j) takes a TRUNC to a non-empty prefix of i's history, a non-empty suffix of it to go,
-    with PROPOSALs queued behind it; at i's NEWLEADER the history becomes that prefix and the proposals (the suffix
-    gone); then i's UPTODATE."""
-    if m is None:
-        if action != "FollowerProcessTRUNC":
+    with PROPOSALs queued behind it (``proposals_behind``) or nothing but NEWLEADER; at i's NEWLEADER the history is
+    that prefix followed by those proposals (or the prefix alone), the suffix gone; then i's UPTODATE."""
+    def step(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+        if m is None:
+            if action != "FollowerProcessTRUNC":
+                return None
+            i, j = _srv(params), _srv(params, "j")
+            channel = before["msgs"][j][i]
+            to = channel[0]["zxid"]
+            keep = tuple(_key(t) for t in before["history"][i] if t["zxid"] <= to)
+            drop = tuple(_key(t) for t in before["history"][i] if t["zxid"] > to)
+            behind = any(p["type"] == "PROPOSAL" for p in channel[1:])
+            return ("truncated", i, j, keep, drop) if to != [0, 0] and keep and drop and behind == proposals_behind \
+                else None
+        phase, i, j, keep, drop = m
+        if (params.get("i"), params.get("j")) != (i + 1, j + 1):
             return None
-        i, j = _srv(params), _srv(params, "j")
-        channel = before["msgs"][j][i]
-        to = channel[0]["zxid"]
-        keep = [t for t in before["history"][i] if t["zxid"] <= to]
-        drop = [t for t in before["history"][i] if t["zxid"] > to]
-        if to != [0, 0] and keep and drop and any(p["type"] == "PROPOSAL" for p in channel[1:]):
-            return ("truncated", i, j, tuple(_key(t) for t in keep), tuple(_key(t) for t in drop))
+        if phase == "truncated" and action == "FollowerProcessNEWLEADER":
+            now = [_key(t) for t in after["history"][i]]
+            extended = len(now) > len(keep)  # the proposals behind the TRUNC follow the prefix
+            if now[:len(keep)] == list(keep) and not set(drop) & set(now) and extended == proposals_behind:
+                return ("committed", i, j, keep, drop)
+        if phase == "committed" and action == "FollowerProcessUPTODATE":
+            return ACCEPT
         return None
-    phase, i, j, keep, drop = m
-    if (params.get("i"), params.get("j")) != (i + 1, j + 1):
-        return None
-    if phase == "truncated" and action == "FollowerProcessNEWLEADER":
-        now = [_key(t) for t in after["history"][i]]
-        if now[:len(keep)] == list(keep) and len(now) > len(keep) and not set(drop) & set(now):
-            return ("committed", i, j, keep, drop)
-    if phase == "committed" and action == "FollowerProcessUPTODATE":
-        return ACCEPT
-    return None
-
-
-def _trunc_to_prefix(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
-    """FollowerProcessTRUNC(i, j) takes a TRUNC to a non-empty prefix of i's history, a non-empty suffix of it to go,
-    with nothing but NEWLEADER behind it; at i's NEWLEADER the history becomes that prefix; then i's UPTODATE."""
-    if m is None:
-        if action != "FollowerProcessTRUNC":
-            return None
-        i, j = _srv(params), _srv(params, "j")
-        channel = before["msgs"][j][i]
-        to = channel[0]["zxid"]
-        keep = [t for t in before["history"][i] if t["zxid"] <= to]
-        drop = [t for t in before["history"][i] if t["zxid"] > to]
-        if to != [0, 0] and keep and drop and not any(p["type"] == "PROPOSAL" for p in channel[1:]):
-            return ("truncated", i, j, tuple(_key(t) for t in keep))
-        return None
-    phase, i, j, keep = m
-    if (params.get("i"), params.get("j")) != (i + 1, j + 1):
-        return None
-    if phase == "truncated" and action == "FollowerProcessNEWLEADER":
-        if [_key(t) for t in after["history"][i]] == list(keep):
-            return ("committed", i, j, keep)
-    if phase == "committed" and action == "FollowerProcessUPTODATE":
-        return ACCEPT
-    return None
+    return step
 
 
 # -- the new epoch rises above a follower's acceptedEpoch --------------------------------------------------------
@@ -277,12 +255,12 @@ SCENARIOS = (
              "behind it; at NEWLEADER its history is that prefix and those proposals, its own suffix gone, and it "
              "reaches UPTODATE. Only a model with three transactions reaches it (ci3: the ci model cannot). Failing "
              "means a truncation keeps what it must drop, drops what it must keep, or loses the proposals behind it.",
-             _trunc_then_proposals),
+             _trunc(proposals_behind=True)),
     Scenario("sync-trunc-to-prefix", "ci", "seed 000, phase 2, TRUNC (to a non-empty prefix)",
              "A follower whose history runs past the leader's is sent TRUNC to a non-empty prefix of it and nothing "
              "after; at NEWLEADER its history is exactly that prefix (on disk: a truncation to that zxid, not to "
              "the empty history), and it reaches UPTODATE. Failing means a truncation keeps or drops the wrong "
-             "transactions.", _trunc_to_prefix),
+             "transactions.", _trunc(proposals_behind=False)),
     Scenario("epoch-above-follower-acceptedepoch", "ci", "seed 000, phase 1, step 2 (e' greater than any e received)",
              "The leader hears FOLLOWERINFO with an acceptedEpoch at least its own proposed epoch and must raise the "
              "new epoch above it, then establishes that epoch. The action-coverage traces never reach this: it is "
