@@ -105,7 +105,7 @@ CI_SEEDS, CI_STEPS = 2000, 100
 CI_READER_SEEDS, CI_READERS = 1000, 2
 #: Seeds the test suite runs with --validate (their action logs checked against spec/Zab.tla by TLC at the end):
 #: tests/test_sim_validation.py.
-CI_VALIDATED_SEEDS = 30
+CI_VALIDATED_SEEDS = 20
 
 
 def test_ci_seeds_all_pass() -> None:
