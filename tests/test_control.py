@@ -9,6 +9,7 @@ spec/Zab.tla says that step does. Loopback only; every wait is bounded.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,9 @@ import pytest
 from conformance.replay.commands import MAX_TIMEOUT_TICKS
 from conformance.replay.harness import Cluster, wait_until
 from conformance.replay.steer import steer
-from zabref.runtime.control_client import ControlClient, settle
+from zabref.config import ClusterConfig
+from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port
+from zabref.runtime.control_client import ControlClient, lagging, settle, unsettled
 
 pytestmark = pytest.mark.slow
 
@@ -232,6 +235,11 @@ def test_timeouts_close_connections_at_both_ends(driver: Driver) -> None:
         ({"op": "elect", "leader": 1}, "unknown op"),
         ({"op": "fly"}, "unknown op"),
         ({"nope": 1}, "op"),
+        ({"op": "state", "until": {"received": {"x": 1}}}, '"until"."received" must map peer ids'),
+        ({"op": "state", "until": {"sent": {}}}, '"until" must be an object'),
+        ({"op": "state", "until": {"votes": {"2": 1}}, "wait": 5}, '"wait" must be a number'),
+        ({"op": "reset", "pause": "yes"}, '"pause" must be true or false'),
+        ({"op": "tick", "fsync_pause": 1}, '"fsync_pause" must be true or false'),
     ],
 )
 def test_bad_control_requests_answer_an_error_and_the_server_keeps_serving(driver: Driver, request_, error) -> None:
@@ -240,3 +248,71 @@ def test_bad_control_requests_answer_an_error_and_the_server_keeps_serving(drive
     assert error in answer["error"]
     assert c.request("state")["variables"]["state"] == "LOOKING"
     assert c.request("ping")["sid"] == 1
+
+
+def test_state_until_answers_once_the_packet_on_its_way_has_arrived(driver: Driver) -> None:
+    """`settle`'s wait at the receiver: ``until`` a count is reached, or ``wait`` seconds, whichever comes first."""
+    d = driver
+    assert d.decide(3, 3) == ["BecomeLeader"]
+    assert d.decide(1, 3) == ["BecomeFollower"]
+    # 1's FOLLOWERINFO has arrived at 3: a count already reached answers at once
+    received = next(c["received"] for c in d.states[3]["connections"] if c["peer"] == 1)
+    assert received == 1
+    state = d.ctl[3].request("state", until={"received": {"1": 1}}, wait=1.0)
+    assert state["held"]["1"][0]["type"] == "FOLLOWERINFO"
+    # a count never reached: answered after `wait`, with the state as it is
+    t0 = time.monotonic()
+    state = d.ctl[3].request("state", until={"received": {"1": 2}}, wait=0.2)
+    assert 0.2 <= time.monotonic() - t0 < 2.0
+    assert len(state["held"]["1"]) == 1
+
+
+def test_reset_starts_a_new_server_in_the_same_process_on_an_empty_data_directory(driver: Driver) -> None:
+    d = driver
+    establish(d, 3, [1, 2])
+    d.submit(3, "x")
+    pids = {sid: s.proc.pid for sid, s in d.cluster.servers.items()}
+    d.cluster.reset_begin()
+    d.cluster.reset_end()
+    d.ctl = d.cluster.controls
+    d.states = settle(d.ctl)
+    assert {sid: s.proc.pid for sid, s in d.cluster.servers.items()} == pids  # the same processes
+    for sid in (1, 2, 3):
+        assert d.ctl[sid].request("ping")["incarnation"] == 2
+        assert (d.var(sid, "history"), d.var(sid, "accepted_epoch"), d.var(sid, "state")) == ([], 0, "LOOKING")
+        assert d.cluster.durable(sid).history == ()  # on disk too: the storage was removed
+        assert d.states[sid]["connections"] == [] and d.states[sid]["held"] == {}
+    # and it runs the protocol again from there, as a new cluster would
+    establish(d, 2, [1, 3])
+    assert "incarnation 2 starts on an empty data directory" in d.cluster.logs()["server 1 stderr.log"]
+
+
+def test_reset_is_refused_in_normal_mode(tmp_path: Path) -> None:
+    path = cluster_config(tmp_path, 3, find_free_base_port(3), ClusterConfig(tick_ms=50, init_limit=20, sync_limit=10))
+    with LocalCluster(path).start() as cluster, cluster[1].control(timeout=5.0) as c:
+        assert "only in control mode" in c.raw({"op": "reset"})["error"]
+        assert c.request("ping")["incarnation"] == 1
+
+
+def _conn(peer: int, sent: int, received: int, state: str = "open") -> dict:
+    return {"peer": peer, "state": state, "sent": sent, "received": received}
+
+
+def test_settle_waits_at_the_receiver_of_what_is_on_its_way_and_polls_otherwise() -> None:
+    states = {
+        1: {"connections": [_conn(3, 2, 0)], "senders": [{"peer": 2, "connected": True, "queued": 0, "sent": 4}],
+            "votes": []},
+        2: {"connections": [], "senders": [{"peer": 3, "connected": False, "queued": 1, "sent": 0}],
+            "votes": [{"peer": 1, "serial": 7, "received": 3}]},
+        3: {"connections": [_conn(1, 0, 1)], "senders": [], "votes": []},
+    }
+    assert unsettled(states) is not None
+    # 3 lacks one packet from 1, 2 one notification from 1; 2's sender to 3 still holds one
+    assert lagging(states) == {3: {"received": {"1": 2}}, 2: {"votes": {"1": 4}, "flushed": {"3": 0}}}
+    # a quorum connection open at one end only: nothing to wait for at a count; settle polls everyone
+    states[3]["connections"] = [_conn(1, 0, 1, state="connecting")]
+    assert lagging(states) == {}
+    # a receiver that counts more than was sent on the connection it knows (an older connection): poll too
+    states[3]["connections"] = [_conn(1, 0, 1)]
+    states[2]["votes"] = [{"peer": 1, "serial": 7, "received": 9}]
+    assert lagging(states) == {}

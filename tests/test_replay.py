@@ -19,9 +19,11 @@ from click.testing import CliRunner
 
 from conformance.errors import TraceActionError
 from conformance.graph.traces import Step, Trace, TraceHeader, dump_trace, read_trace
+from conformance.replay import pool
 from conformance.replay.commands import Command
 from conformance.replay.conform import conform
 from conformance.replay.driver import replay_file
+from conformance.replay.harness import Cluster
 from conformance.replay.plan import plan
 from conformance.report.results import write_report
 
@@ -155,6 +157,41 @@ def test_hand_trace_replays_with_no_difference(hand_file: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_passed_trace_leaves_its_servers_reset_for_the_next_and_a_failed_one_does_not(hand_file: Path,
+                                                                                         tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """conformance/replay/pool.py: the same processes replay trace after trace (each from empty data directories:
+    the same result every time); a failure's servers are stopped, and the next trace gets new ones."""
+    pool.close()
+    started: list[Cluster] = []
+    original = Cluster.__init__
+
+    def counting(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        started.append(self)
+
+    monkeypatch.setattr(Cluster, "__init__", counting)
+    results = [replay_file(hand_file) for _ in range(3)]
+    assert [(r.passed, r.replayed) for r in results] == [(True, 11)] * 3
+    assert len(started) == 1
+    pids = {sid: s.proc.pid for sid, s in started[0].servers.items()}
+    assert all(s.running for s in started[0].servers.values())
+
+    tampered = hand_trace()
+    steps = list(tampered.steps)
+    steps[3] = Step(3, steps[3].action, steps[3].params, steps[3].label, steps[3].node,
+                    {**steps[3].state, "currentEpoch": [9, 9, 9]})
+    bad = tmp_path / "tampered.jsonl.gz"
+    dump_trace(bad, Trace(tampered.header, tuple(steps)))
+    assert replay_file(bad).failure is not None
+    assert not any(s.running for s in started[0].servers.values())  # stopped, not kept
+    assert replay_file(hand_file).passed and len(started) == 2
+    assert {sid: s.proc.pid for sid, s in started[1].servers.items()} != pids
+    assert replay_file(hand_file, reuse=False).passed and len(started) == 3
+    pool.close()
+
+
+@pytest.mark.slow
 def test_tampered_state_fails_at_that_step_with_diff_command_and_report(tmp_path: Path) -> None:
     trace = hand_trace()
     k = 7  # FollowerProcessNEWLEADER(1, 2): the spec says currentEpoch[1] = 1; claim 7
@@ -246,3 +283,30 @@ def test_coverage_counts_each_model_against_its_own_graph() -> None:
     assert (models["fle_ci"]["instances_taken"], models["fle_ci"]["instances_in_graph"]) == (2, None)
     assert {c["action"] for c in models["fle_ci"]["by_action"]} == {"HandleSameRound", "StartElection"}
     assert {c["action"] for c in models["ci"]["by_action"]} == {"BecomeLeader", "Crash"}
+
+
+def test_the_pool_keeps_at_most_kept_clusters_stopping_the_one_kept_longest(tmp_path: Path) -> None:
+    class Fake:
+        def __init__(self, n: int) -> None:
+            self.folder = tmp_path / str(n)
+            self.stopped = self.reset = False
+
+        def reset_begin(self) -> None:
+            self.reset = True
+
+        def reset_end(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    pool.close()
+    fakes = [Fake(k) for k in range(pool.KEPT + 1)]
+    for k, fake in enumerate(fakes):
+        pool.keep(("shape", k % 2), fake)
+    assert all(f.reset for f in fakes)
+    assert [f.stopped for f in fakes] == [True] + [False] * pool.KEPT
+    assert pool.take(("shape", pool.KEPT % 2)) is fakes[-1]  # the latest of that key
+    assert pool.take(("other", 0)) is None
+    pool.close()
+    assert [f.stopped for f in fakes] == [True] * pool.KEPT + [False]  # the one taken is the taker's to stop

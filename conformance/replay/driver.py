@@ -3,8 +3,10 @@
 Theory of operation
 -------------------
 A trace (conformance/graph/traces.py) is a path through TLC's state graph: step 0 is the initial state, each later step
-names an action of spec/Zab.tla with its parameters and the whole spec state after it. `replay` starts N fresh
-``zabref serve --control`` processes (conformance/replay/harness.py) and, for every step, makes the server it names take
+names an action of spec/Zab.tla with its parameters and the whole spec state after it. `replay` starts N
+``zabref serve --control`` processes (conformance/replay/harness.py) -- or takes those a passed trace left, reset to
+empty data directories in the same processes (conformance/replay/pool.py) -- and, for every step, makes the server it
+names take
 the action through the same code a server in normal mode runs (`zabref.core.node` behind `zabref.runtime.server`'s one
 step path) -- the driver only decides WHEN inputs reach a server and HOW MUCH time passes there:
 
@@ -23,6 +25,8 @@ spec action                         what the driver does
 ==================================  ===============================================================================
 
 and checks that the server took exactly that action (the control socket reports the actions each input caused).
+A step that persists is watched at its fsync: the server stops there (``fsync_pause``), and no packet of the step
+may have reached a peer yet (`_step_request`, `_persist_before_send`).
 Then it waits, with a bound, until every packet sent has arrived in its receiver's queue
 (`zabref.runtime.control_client.settle`), reads every server's state, maps it onto the spec's variables
 (conformance/replay/mapping.py) and compares it with the step's state (`mapping.differences`). Clients are checked too:
@@ -54,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.graph.traces import Step, Trace, read_trace
+from conformance.replay import pool
 from conformance.replay.commands import MAX_TIMEOUT_TICKS, Command, expect_only
 from conformance.replay.fle_driver import FleReplay, is_fle_trace
 from conformance.replay.harness import Cluster, wait_until
@@ -160,31 +165,39 @@ def pretty_diff(diffs: dict[str, tuple[Any, Any]]) -> str:
 
 
 def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path | None = None,
-           settle_timeout: float = SETTLE_TIMEOUT, workdir: Path | None = None, forked: bool = True) -> ReplayResult:
-    """Replay one trace on fresh servers; never raises for a divergence (see `ReplayResult.failure`). ``forked``:
-    the servers are forked from a zygote (conformance/replay/forkserver.py), else exec'd
-    (`conformance.replay.harness.Cluster`).
+           settle_timeout: float = SETTLE_TIMEOUT, workdir: Path | None = None, forked: bool = True,
+           reuse: bool = True) -> ReplayResult:
+    """Replay one trace; never raises for a divergence (see `ReplayResult.failure`). ``forked``: the servers are
+    forked from a zygote (conformance/replay/forkserver.py), else exec'd (`conformance.replay.harness.Cluster`).
+    ``reuse``: take the servers a passed trace of the same shape left, reset to empty data directories
+    (conformance/replay/pool.py), and leave them for the next one when this trace passes; else fresh servers.
 
     Raises TraceActionError (before any server starts) when a step names an action the driver cannot take.
     """
     started = time.monotonic()
     world = FleReplay(trace, source) if is_fle_trace(trace) else ZabReplay(trace, source)
     result = ReplayResult(str(source), trace.header.config, len(trace.steps) - 1, bug=bug)
-    folder = Path(tempfile.mkdtemp(prefix="zabref-replay-", dir=workdir))
-    cluster: Cluster | None = None
+    seed = world.seed()
+    key = (world.n, bug, str(bug_root), forked, str(workdir)) if reuse and not seed else None
+    cluster = pool.take(key) if key is not None else None
     try:
-        try:
-            cluster = Cluster(folder, world.n, bug_root, seed=world.seed(), forked=forked)
-        except (ZabError, OSError) as e:
-            result.error = f"{source}: {e}"
-            return result
+        if cluster is None:
+            folder = Path(tempfile.mkdtemp(prefix="zabref-replay-", dir=workdir))
+            try:
+                cluster = Cluster(folder, world.n, bug_root, seed=seed, forked=forked)
+            except (ZabError, OSError) as e:
+                shutil.rmtree(folder, ignore_errors=True)
+                result.error = f"{source}: {e}"
+                return result
         result.startup = time.monotonic() - started
         _run(trace, source, world, cluster, result, bug, settle_timeout)
         return result
     finally:
         if cluster is not None:
-            cluster.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+            if key is not None and result.passed:
+                pool.keep(key, cluster)
+            else:
+                pool.discard(cluster)
         result.wall = time.monotonic() - started
 
 
@@ -270,6 +283,8 @@ class ZabReplay:
     def take(self, step: Step, command: Command, cluster: Cluster, states: dict[int, dict]) -> None:
         if command.kind == "crash":
             cluster.crash(command.i)
+        elif command.kind in ("release", "timeout", "steer"):  # requests that arm the fsync pause themselves
+            self._take(step, command, cluster, states)
         else:
             _persist_before_send(cluster, command.i, states, lambda: self._take(step, command, cluster, states))
 
@@ -283,12 +298,13 @@ class ZabReplay:
             if held[0]["type"] != command.packet:
                 raise ControlError(f"the head packet server {i} holds from server {j} is a {held[0]['type']}, "
                                    f"{step.action} takes a {command.packet}")
-            answer = cluster.request(i, "release", **{"from": j})
+            answer = _step_request(cluster, i, states, "release", {"from": j})
             if answer.get("deferred"):
                 raise ControlError(f"server {i} did not take the {command.packet} from {j}: its node deferred it")
             expect_only(answer["actions"], "Zab", step.action, i)
         elif command.kind == "steer":
-            taken = steer(cluster, i, j, self.n, states[i], lambda what, p: wait_until(what, p, STEP_TIMEOUT))
+            taken = steer(cluster, i, j, self.n, states[i], lambda what, p: wait_until(what, p, STEP_TIMEOUT),
+                          lambda op, fields: _step_request(cluster, i, states, op, fields))
             expect_only(taken, "Zab", step.action, i)
         elif command.kind == "submit":
             self._submit(step, i, cluster, states)
@@ -318,7 +334,8 @@ class ZabReplay:
             paused = {int(f) for f, p in phases.items() if p != "NONE" and int(f) != i}
         cluster.pause(paused)
         try:
-            answer = cluster.request(i, "tick", count=MAX_TIMEOUT_TICKS, until_action=step.action)
+            answer = _step_request(cluster, i, states, "tick", {"count": MAX_TIMEOUT_TICKS,
+                                                                  "until_action": step.action})
         finally:
             cluster.resume(paused)
         expect_only(answer["actions"], "Zab", step.action, i)
@@ -349,8 +366,9 @@ def _persist_before_send(cluster: Cluster, i: int, states: dict[int, dict], run:
     """Take a step at server i with i armed to stop at its next fsync (`zabref.storage.disk`). If the step persists,
     i stops before its storage is durable: then no packet of the step may have reached a peer yet (seed 000, phase 3,
     step 2, "log and sync proposals to disk and send ACK"; and a power cut must lose only steps none of whose packets
-    left). ControlError naming the packet when one did."""
-    before = {p: len(s["held"].get(str(i), [])) for p, s in states.items() if p != i}
+    left). ControlError naming the packet when one did. For a client's submit (the step's input comes through the
+    client port); the control socket's step requests arm the pause themselves (`_step_request`)."""
+    before = _held_from(i, states)
     cluster.request(i, "fsync_pause", on=True)
     error: list[BaseException] = []
 
@@ -366,15 +384,7 @@ def _persist_before_send(cluster: Cluster, i: int, states: dict[int, dict], run:
     deadline = time.monotonic() + STEP_TIMEOUT
     while worker.is_alive() and time.monotonic() < deadline:
         if cluster.stopped(i):
-            try:
-                for p, count in before.items():
-                    held = cluster.request(p, "state")["held"].get(str(i), [])
-                    if len(held) > count:
-                        problem = (f"server {i} sent {held[count]['type']}(zxid {held[count]['zxid']:#x}) to server "
-                                   f"{p} before the storage of its step was durable (it is stopped at that fsync)")
-                        break
-            finally:
-                cluster.resume({i})
+            problem = _sent_before_fsync(cluster, i, before)
             break
         worker.join(0.001)  # returns as soon as the step is done
     worker.join(STEP_TIMEOUT)
@@ -385,6 +395,47 @@ def _persist_before_send(cluster: Cluster, i: int, states: dict[int, dict], run:
     cluster.request(i, "fsync_pause", on=False)
     if problem:
         raise ControlError(problem)
+
+
+def _step_request(cluster: Cluster, i: int, states: dict[int, dict], op: str, fields: dict[str, Any]) -> dict:
+    """One request that steps server i (``release``, ``release_vote``, ``tick``) with ``fsync_pause``: i stops at the
+    step's first fsync, and the driver, waiting for the answer, looks meanwhile whether a packet of the step has
+    reached a peer (as `_persist_before_send`, without a thread or requests of its own to arm and disarm)."""
+    before = _held_from(i, states)
+    client = cluster.controls[i]
+    client.send(op, fsync_pause=True, **fields)
+    problem, watching = "", True
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while not client.ready(0.0005):
+        if watching and cluster.stopped(i):
+            problem, watching = _sent_before_fsync(cluster, i, before), False
+        if time.monotonic() > deadline:
+            cluster.resume({i})
+            client.close()  # its answer may still come: the next request must not read it as its own
+            raise ControlError(f"the step at server {i} did not finish within {STEP_TIMEOUT} s")
+    answer = client.receive()
+    if problem:
+        raise ControlError(problem)
+    return answer
+
+
+def _held_from(i: int, states: dict[int, dict]) -> dict[int, int]:
+    """How many packets from i each peer holds (before a step at i)."""
+    return {p: len(s["held"].get(str(i), [])) for p, s in states.items() if p != i}
+
+
+def _sent_before_fsync(cluster: Cluster, i: int, before: dict[int, int]) -> str:
+    """Server i is stopped at an fsync: what a peer already holds from i beyond ``before`` (a problem text, "" when
+    nothing); i is resumed either way."""
+    try:
+        for p, count in before.items():
+            held = cluster.request(p, "state")["held"].get(str(i), [])
+            if len(held) > count:
+                return (f"server {i} sent {held[count]['type']}(zxid {held[count]['zxid']:#x}) to server {p} before "
+                        "the storage of its step was durable (it is stopped at that fsync)")
+        return ""
+    finally:
+        cluster.resume({i})
 
 
 def _delivered(state: dict[str, Any]) -> dict[int, set[str]]:

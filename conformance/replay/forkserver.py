@@ -83,7 +83,7 @@ class ForkServer:
             try:
                 self._proc.stdin.write(json.dumps({"op": op, **fields}).encode() + b"\n")
                 self._proc.stdin.flush()
-            except OSError as e:
+            except (OSError, ValueError) as e:  # ValueError: its stdin was closed (close_fork_servers)
                 raise ZabError(f"the fork server is gone: {e}") from None
             answer = self._read()
         if "error" in answer:

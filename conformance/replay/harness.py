@@ -10,6 +10,8 @@ dir through zabref's own storage before the process starts.
 
 What the replay driver needs besides the control socket, each through the port a real peer or client would use:
 
+* `reset_begin()` / `reset_end()`: every server starts again on an empty data dir, in its own process (the control
+  socket's ``reset``), so that conformance/replay/pool.py can give the cluster to the next trace;
 * `crash(sid)`: SIGKILL and start again from the same data dir -- a power cut: the servers run on
   `zabref.storage.PowerLossDisk` (``ZABREF_DISK=powerloss``), so what a server wrote and did not fsync is lost, as
   the spec's Crash keeps only the persistent variables;
@@ -53,11 +55,22 @@ TIMING = ClusterConfig(tick_ms=100, init_limit=10, sync_limit=5)
 LOG_LINES = 40
 
 
-def _tail(path: Path, lines: int = LOG_LINES) -> str:
+def _tail(path: Path, lines: int = LOG_LINES, start: int = 0) -> str:
+    """The last ``lines`` lines of the file from byte ``start`` on."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        with open(path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
     except OSError:
         return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 @dataclass
@@ -86,6 +99,9 @@ class Cluster:
         self.base: int | None = None
         self.submits: list[Submit] = []
         self._votes: dict[tuple[int, int], socket.socket] = {}
+        self._incarnations: dict[int, int] = {}
+        self._log_start: dict[int, int] = {}
+        self.folder = folder
         for attempt in range(attempts):
             where = folder / f"try{attempt}"
             self.base = find_free_base_port(n)  # leased until stop(): no parallel replay can take these ports
@@ -119,6 +135,31 @@ class Cluster:
         server.start(control=True).wait_ready(30.0)
         self.controls[sid] = server.control(timeout=30.0)
 
+    def reset_begin(self) -> None:
+        """Ask every server to start again on an empty data directory in its own process (the control socket's
+        ``reset``, `zabref.runtime.server.run_server`): the initial state of a trace from Init, without forking new
+        servers. `reset_end` waits until they are back. ControlError/OSError when a server does not answer."""
+        self._incarnations = {sid: c.request("reset", pause=True)["incarnation"] for sid, c in self.controls.items()}
+        for c in self.controls.values():
+            c.close()
+        for sock in self._votes.values():
+            sock.close()
+        self._votes.clear()
+        self.submits = []
+        # each process stops itself once its old server is gone; the new ones start together, as a new cluster's
+        wait_until("every server of the cluster to stop its old incarnation",
+                   lambda: all(self.stopped(sid) or not s.running for sid, s in self.servers.items()), 30.0)
+        self.resume(set(self.servers))
+
+    def reset_end(self) -> None:
+        """Wait until every server runs its new incarnation; reconnect the control connections. ZabError if one
+        does not come back."""
+        for sid, s in self.servers.items():
+            s.wait_ready(30.0, incarnation=self._incarnations[sid])
+        self.controls = {sid: s.control(timeout=30.0) for sid, s in self.servers.items()}
+        for sid in self.servers:  # the logs a failure report shows start at this reset
+            self._log_start[sid] = _size(self.servers[sid].me.data_dir / "server.log")
+
     def durable(self, sid: int) -> Persistent:
         """What server ``sid``'s disk holds durably (its files, not its memory)."""
         return read_durable(self.servers[sid].me.data_dir).persistent()
@@ -143,7 +184,7 @@ class Cluster:
         out = {}
         for sid, s in sorted(self.servers.items()):
             for name in ("server.log", "stderr.log"):
-                text = _tail(s.me.data_dir / name)
+                text = _tail(s.me.data_dir / name, start=self._log_start.get(sid, 0) if name == "server.log" else 0)
                 if text:
                     out[f"server {sid} {name}"] = text
         return out

@@ -79,14 +79,20 @@ def _held(state: dict[str, Any], sender: int, n: Notification) -> int | None:
     return max(found) if found else None
 
 
-def steer(cluster: Any, sid: int, leader: int, n: int, state: dict[str, Any], wait: Any) -> list[dict[str, Any]]:
+def steer(cluster: Any, sid: int, leader: int, n: int, state: dict[str, Any], wait: Any,
+          step: Any = None) -> list[dict[str, Any]]:
     """Make server ``sid`` decide for ``leader`` (itself: LEADING) through its election port; return the actions
-    it took. SteerError when it decides otherwise or not at all."""
+    it took. SteerError when it decides otherwise or not at all. ``step(op, fields)``: sends one request that steps
+    the server and returns the answer (the conformance driver's watches the step's fsync); default: a plain
+    request."""
+    if step is None:
+        def step(op: str, fields: dict[str, Any]) -> dict[str, Any]:
+            return cluster.request(sid, op, **fields)
     taken: list[dict[str, Any]] = []
     want = "BecomeLeader" if leader == sid else "BecomeFollower"
     steps = plan(state, leader, n)
     if steps is None:
-        answer = cluster.request(sid, "tick", count=100, until_action="FinalizeTimeout")
+        answer = step("tick", {"count": 100, "until_action": "FinalizeTimeout"})
         taken = answer["actions"]
         _check(sid, leader, want, [a for a in taken if a["module"] == "Zab"], taken)
         return taken
@@ -94,7 +100,7 @@ def steer(cluster: Any, sid: int, leader: int, n: int, state: dict[str, Any], wa
         cluster.vote(sid, sender, notification)
         serial = wait(f"server {sid} to hold the notification from {sender}",
                       lambda: _held(cluster.request(sid, "state"), sender, notification))
-        answer = cluster.request(sid, "release_vote", conn=serial)
+        answer = step("release_vote", {"conn": serial})
         taken += answer["actions"]
         zab = [a for a in taken if a["module"] == "Zab"]
         if zab:

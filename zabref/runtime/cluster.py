@@ -133,16 +133,21 @@ class ServerProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Poll the control port until the server answers ``ping``; ZabError if it exits or times out."""
+    def wait_ready(self, timeout: float = 30.0, incarnation: int | None = None) -> None:
+        """Poll the control port until the server answers ``ping`` (as ``incarnation``, when given: after a
+        ``reset``); ZabError if it exits or times out."""
         deadline = time.monotonic() + timeout
+        pause = 0.0005  # a forked server answers within milliseconds; an exec'd one in about 0.1 s
         while True:
             if not self.running:
                 raise ZabError(f"server {self.sid} exited with code {self.proc.returncode if self.proc else None}; "
                                f"see {self.stderr_path}:\n{self.tail()}")
             try:
                 with self.control(timeout=2.0) as c:
-                    pid = c.request("ping").get("pid")
+                    answer = c.request("ping")
+                    pid = answer.get("pid")
+                    if incarnation is not None and answer.get("incarnation") != incarnation and pid == self.proc.pid:
+                        pid = None  # the previous incarnation, still stopping
             except ControlError as e:
                 if "not authenticated" in str(e):  # another cluster's server, with another token, has our port
                     raise ZabError(f"server {self.sid}: control port {self.me.control_port} refuses this cluster's "
@@ -157,7 +162,8 @@ class ServerProcess:
                                f"not by the server started here (pid {self.proc.pid})")
             if time.monotonic() > deadline:
                 raise ZabError(f"server {self.sid} not ready within {timeout} s; see {self.stderr_path}")
-            time.sleep(0.005)
+            time.sleep(pause)
+            pause = min(2 * pause, 0.002)
 
     def control(self, timeout: float = 30.0) -> ControlClient:
         if self.me.control_port is None:

@@ -63,10 +63,12 @@ log = logging.getLogger("zabref")
 MAX_LINE = 1024 * 1024
 #: Seconds a request line may take from its first byte to its newline (a longer one closes that connection).
 LINE_TIMEOUT = 10.0
-_STEP_OPS = ("release", "release_vote", "tick", "fsync_pause")
+_STEP_OPS = ("release", "release_vote", "tick", "fsync_pause", "reset")
 _FAULT_OPS = ("partition", "heal", "clock_jump")
 #: The longest clock jump one ``clock_jump`` may ask for, in seconds.
 MAX_JUMP = 600.0
+#: The longest a ``state`` request with ``until`` waits, in seconds.
+MAX_WAIT = 1.0
 #: Most ticks one ``tick`` request may ask for.
 MAX_TICKS = 10_000
 #: Seconds a new connection has to send its whole ``auth`` line; and the longest such line, in bytes.
@@ -205,10 +207,26 @@ class ControlPort:
     # ------------------------------------------------------------------------------------------ read-only
 
     async def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"sid": self.server.sid, "pid": os.getpid(), "mode": self.server.driver.name}
+        return {"sid": self.server.sid, "pid": os.getpid(), "mode": self.server.driver.name,
+                "incarnation": self.server.incarnation}
 
     async def op_state(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The server's state. ``until`` (optional): ``{"received": {peer: n}, "votes": {peer: n}, "flushed":
+        {peer: 0}}`` -- answer once the quorum connection with each peer has received at least n packets, an election
+        connection from each peer at least n notifications, and the election sender to each "flushed" peer holds
+        none, or after ``wait`` seconds (at most `MAX_WAIT`), whichever comes first: the conformance driver's
+        `settle` waits there for what it knows is on its way instead of polling."""
         s = self.server
+        until = _until(request)
+        if until:
+            wait = request.get("wait", MAX_WAIT)
+            if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_WAIT:
+                raise ValueError(f'"wait" must be a number of seconds in [0, {MAX_WAIT:g}]')
+            deadline = asyncio.get_running_loop().time() + wait
+            pause = 0.0002
+            while not self._reached(until) and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 0.004)
         # Run every event queued before this request first: a connection that closed has left `conns` already, but
         # the node hears of it through a pump event; reading it before that event would show a mix.
         await s.call(lambda: None)
@@ -228,12 +246,38 @@ class ControlPort:
             "decisions": node.decisions,
         }
 
+    def _reached(self, until: dict[str, dict[int, int]]) -> bool:
+        s = self.server
+        for peer, n in until.get("received", {}).items():
+            conn = s.conns.get(peer)
+            if conn is None or conn.received < n:
+                return False
+        for peer, n in until.get("votes", {}).items():
+            if not any(v.peer == peer and v.received >= n for v in s.votes.values()):
+                return False
+        for peer in until.get("flushed", {}):
+            if any(sender.peer == peer and sender.describe()["queued"] for sender in s.senders.values()):
+                return False
+        return True
+
     # ------------------------------------------------------------------------------------------ steps
 
-    async def _step(self, event: Any) -> Any:
-        effects = await self.server.call(event)
-        for conn in list(self.server.conns.values()):
-            await conn.drain(2.0)
+    async def _step(self, event: Any, request: dict[str, Any] | None = None) -> Any:
+        """Run one step; with ``"fsync_pause": true`` in ``request``, the process stops at the step's first fsync
+        as after ``fsync_pause {"on": true}``, and is disarmed again after the step when it did not fsync."""
+        pause = (request or {}).get("fsync_pause", False)
+        if not isinstance(pause, bool):
+            raise ValueError('"fsync_pause" must be true or false')
+        disk = self.server.storage.disk
+        if pause:
+            disk.pause_next_fsync = True
+        try:
+            effects = await self.server.call(event)
+            for conn in list(self.server.conns.values()):
+                await conn.drain(2.0)
+        finally:
+            if pause:
+                disk.pause_next_fsync = False
         return effects
 
     async def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -244,7 +288,7 @@ class ControlPort:
             raise ValueError(f"no packet waits from server {j}")
         packet = conn.inbound[0]
         conn.blocked = False  # the driver offers it again, whatever the node said last time
-        effects = await self._step(lambda: self.server.deliver(conn))
+        effects = await self._step(lambda: self.server.deliver(conn), request)
         return {"released": describe_packet(packet), "deferred": bool(effects is not None and effects.deferred),
                 "actions": _actions(effects)}
 
@@ -260,7 +304,7 @@ class ControlPort:
         if channel is None or not channel.inbound:
             raise ValueError(f"no notification waits on {request.get('conn', request.get('from'))!r}")
         n = channel.inbound[0]
-        effects = await self._step(lambda: self.server.deliver_vote(channel))
+        effects = await self._step(lambda: self.server.deliver_vote(channel), request)
         return {"released": _notification(n), "actions": _actions(effects)}
 
     async def op_tick(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -273,7 +317,7 @@ class ControlPort:
         taken: list[dict[str, Any]] = []
         ticks = 0
         for ticks in range(1, count + 1):
-            effects = await self._step(lambda: self.server.driver.advance(self.server))
+            effects = await self._step(lambda: self.server.driver.advance(self.server), request)
             taken += _actions(effects)
             if until is not None and any(a["name"] == until for a in taken):
                 break
@@ -288,6 +332,20 @@ class ControlPort:
         disk = self.server.storage.disk
         was, disk.pause_next_fsync = disk.pause_next_fsync, on
         return {"was": was}
+
+    async def op_reset(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Stop this server and start it again in the same process on an empty data directory, as a new server
+        process would start (`zabref.runtime.server.run_server`): what a new conformance trace starts from. With
+        ``"pause": true`` the process stops itself (SIGSTOP) between the two, until SIGCONT: a driver resetting a
+        whole cluster lets the new servers start only once every old one is gone (a new server would otherwise
+        open connections to old ones, which then close). Answers the next incarnation's number (``ping`` reports
+        it once that incarnation listens)."""
+        pause = request.get("pause", False)
+        if not isinstance(pause, bool):
+            raise ValueError('"pause" must be true or false')
+        self.server.reset_requested = "pause" if pause else "now"
+        asyncio.get_running_loop().call_soon(self.server.stop)  # after this answer is written
+        return {"incarnation": self.server.incarnation + 1}
 
     # ------------------------------------------------------------------------------------------ fault injection
 
@@ -318,6 +376,24 @@ def _actions(effects: Any) -> list[dict[str, Any]]:
     if effects is None:
         return []
     return [{"module": a.module, "name": a.name, "params": dict(a.params)} for a in effects.actions]
+
+
+def _until(request: dict[str, Any]) -> dict[str, dict[int, int]]:
+    until = request.get("until")
+    if until is None:
+        return {}
+    if not isinstance(until, dict) or not set(until) <= {"received", "votes", "flushed"}:
+        raise ValueError('"until" must be an object with "received", "votes" and/or "flushed"')
+    out: dict[str, dict[int, int]] = {}
+    for key, counts in until.items():
+        if not isinstance(counts, dict):
+            raise ValueError(f'"until"."{key}" must map peer ids to counts')
+        out[key] = {}
+        for peer, n in counts.items():
+            if not (isinstance(peer, str) and peer.isdigit()) or isinstance(n, bool) or not isinstance(n, int):
+                raise ValueError(f'"until"."{key}" must map peer ids to counts, not {peer!r}: {n!r}')
+            out[key][int(peer)] = n
+    return out
 
 
 def _short(e: BaseException) -> str:

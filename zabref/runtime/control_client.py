@@ -10,13 +10,14 @@ in flight. The server side is `zabref.runtime.control`.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import time
 from typing import Any
 
 from zabref.runtime.control import ControlError
 
-__all__ = ["ControlClient", "settle", "unsettled"]
+__all__ = ["ControlClient", "settle", "unsettled", "lagging"]
 
 
 class ControlClient:
@@ -41,6 +42,41 @@ class ControlClient:
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request; return the response, or raise ControlError with its error text."""
         response = self.raw({"op": op, **fields})
+        if "error" in response:
+            raise ControlError(f"server {self.address[1]}: {response['error']}")
+        return response
+
+    def send(self, op: str, **fields: Any) -> None:
+        """Send one request and return at once: `ready` says when its response has come, `receive` reads it. One
+        request at a time: the next `send` or `request` only after `receive`."""
+        if self._file is None:
+            self._connect()
+        try:
+            self._file.write(json.dumps({"op": op, **fields}).encode() + b"\n")
+            self._file.flush()
+        except OSError:
+            self.close()
+            raise
+
+    def ready(self, timeout: float) -> bool:
+        """Whether the response to the request sent is there to read (waiting at most ``timeout`` seconds)."""
+        if self._sock is None:
+            return True  # `receive` says why
+        return bool(select.select([self._sock], [], [], timeout)[0])
+
+    def receive(self) -> dict[str, Any]:
+        """The response to the request `send` sent, or ControlError with its error text."""
+        if self._file is None:
+            raise ConnectionError(f"control connection to {self.address} closed")
+        try:
+            line = self._file.readline()
+        except OSError:
+            self.close()
+            raise
+        if not line:
+            self.close()
+            raise ConnectionError(f"control connection to {self.address} closed")
+        response = json.loads(line)
         if "error" in response:
             raise ControlError(f"server {self.address[1]}: {response['error']}")
         return response
@@ -85,19 +121,59 @@ def settle(controls: dict[int, ControlClient], timeout: float = 10.0) -> dict[in
     mode), every quorum connection is open or closed at both ends, and no sender still holds a notification; return
     every server's ``state``. ControlError on timeout.
 
-    This is what the conformance driver does after each step, before it compares states.
+    This is what the conformance driver does after each step, before it compares states. When all that is missing
+    is packets or notifications on their way (`lagging`), only their receivers are asked again, each with ``until``
+    the count it lacks (the server answers when it has them: no polling from here); otherwise everyone is asked
+    again after a short pause.
     """
     deadline = time.monotonic() + timeout
     pause = 0.0005
+    states = {sid: c.request("state") for sid, c in controls.items()}
     while True:
-        states = {sid: c.request("state") for sid, c in controls.items()}
         problem = unsettled(states)
         if problem is None:
             return states
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left < 0:
             raise ControlError(f"not settled within {timeout} s: {problem}")
-        time.sleep(pause)  # a packet is usually a fraction of a ms away; a stall backs off to 8 ms between looks
+        waits = lagging(states)
+        if waits:
+            for sid, until in sorted(waits.items()):
+                states[sid] = controls[sid].request("state", until=until, wait=min(left, 1.0))
+            continue
+        time.sleep(pause)  # a connection is usually a fraction of a ms from open; a stall backs off to 8 ms
         pause = min(2 * pause, 0.008)
+        states = {sid: c.request("state") for sid, c in controls.items()}
+
+
+def lagging(states: dict[int, dict[str, Any]]) -> dict[int, dict[str, dict[str, int]]]:
+    """When the only reason these states are not settled is packets or notifications on their way: {server:
+    ``until`` it must reach (the ``state`` request's): a receiver its counts, a sender an empty queue}; else {} (a
+    quorum connection not open at both ends, counts that waiting cannot mend)."""
+    waits: dict[int, dict[str, dict[str, int]]] = {}
+    ends = {(sid, c["peer"]): c for sid, s in states.items() for c in s["connections"]}
+    for (i, j), c in ends.items():
+        if j not in states:
+            continue
+        other = ends.get((j, i))
+        if c["state"] != "open" or other is None or other["state"] != "open":
+            return {}
+        if c["sent"] > other["received"]:
+            waits.setdefault(j, {}).setdefault("received", {})[str(i)] = c["sent"]
+    for i, s in states.items():
+        for sender in s.get("senders", ()):
+            j = sender["peer"]
+            if j not in states or not (sender["connected"] or sender["queued"]):
+                continue
+            if sender["queued"]:
+                waits.setdefault(i, {}).setdefault("flushed", {})[str(j)] = 0
+                continue
+            received = [v["received"] for v in states[j].get("votes", ()) if v["peer"] == i]
+            if sender["sent"] not in received:
+                if not received or sender["sent"] < max(received):
+                    return {}  # no connection from i seen at j yet, or an older one: not a count to wait for
+                waits.setdefault(j, {}).setdefault("votes", {})[str(i)] = sender["sent"]
+    return waits
 
 
 def unsettled(states: dict[int, dict[str, Any]]) -> str | None:

@@ -28,6 +28,12 @@ clock only when told (``tick``). PINGs are never held: they only keep connection
 
 Connections to the other servers, and the fault layer's one seam, are `zabref.runtime.links`.
 
+Reset (control mode only). The control socket's ``reset`` stops the server; `run_server` then removes its storage
+from the data directory (`wipe_data_dir`: every file but the logs) and runs a new `Server` -- new event loop, new
+`Machine` and disk, new storage, the same start-up as a new process -- as incarnation k + 1 (``ping`` says which).
+The conformance driver reuses a cluster's processes across traces this way instead of forking new ones; a Crash is
+still a SIGKILL and a new process.
+
 Surroundings. The network and time are the running event loop's (asyncio streams, ``loop.time()``); the disk, the
 connection ids, the clock that times a sync, the sync worker and the signals are the `zabref.runtime.machine.Machine`'s.
 A real process gets asyncio's loop and `Machine()`; the simulator (`conformance.sim`) runs every server of a cluster on
@@ -40,7 +46,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
+import shutil
+import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from zabref.config import Config
@@ -58,7 +68,7 @@ from zabref.runtime.links import HOLD_LIMIT, PeerLinks
 from zabref.runtime.machine import Machine
 from zabref.storage import Storage
 
-__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "run_server"]
+__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "run_server", "wipe_data_dir", "LOG_FILES"]
 
 log = logging.getLogger("zabref")
 
@@ -83,8 +93,13 @@ class Server(PeerLinks):
     (`zabref.runtime.machine`; default: this process, its disk and its signals)."""
 
     def __init__(self, config: Config, sid: int, driver: Any, *, action_log: Any = None,
-                 machine: Machine | None = None, control_token: bytes | None = None) -> None:
-        """``control_token``: open the control port (`zabref.runtime.control`), which admits only this token."""
+                 machine: Machine | None = None, control_token: bytes | None = None, incarnation: int = 1) -> None:
+        """``control_token``: open the control port (`zabref.runtime.control`), which admits only this token.
+        ``incarnation``: how many servers this process has run, this one included (`run_server`)."""
+        self.incarnation = incarnation
+        #: Set by the control socket's ``reset`` ("now", or "pause": SIGSTOP first): when this server stops,
+        #: `run_server` wipes its data directory and runs the next incarnation.
+        self.reset_requested: str | None = None
         self.config = config
         self.sid = sid
         self.me = config.server(sid)
@@ -391,9 +406,41 @@ def run_server(config: Config, sid: int, *, control: bool, action_log: str | Non
     if control_token is not None and config.server(sid).control_port is None:
         raise ConfigError(f"{config.path}: server {sid} has no control_port, so --control-token has no port to open")
 
-    async def main() -> int:
+    async def main(server: Server) -> int:
+        return await server.run()
+
+    incarnation = 1
+    while True:
         driver = ControlDriver() if control else NormalDriver(config.cluster.tick_ms / 1000)
         log_ = ActionLog.open(action_log, sid) if action_log else None
-        return await Server(config, sid, driver, action_log=log_, control_token=control_token).run()
+        server = Server(config, sid, driver, action_log=log_, control_token=control_token, incarnation=incarnation)
+        code = asyncio.run(main(server))
+        if not server.reset_requested or code != 0:
+            return code
+        # The control socket's reset: the next incarnation is a new Server -- new event loop, new Machine (its
+        # disk, so a power-loss disk's unsynced state goes with the old one), new storage -- on an empty data
+        # directory, through the same start-up as a new process; only the interpreter and its imports are kept.
+        removed = wipe_data_dir(config.server(sid).data_dir)
+        if server.reset_requested == "pause":
+            os.kill(os.getpid(), signal.SIGSTOP)  # until the driver has seen every old server of its cluster gone
+        incarnation += 1
+        log.info("server %d reset: incarnation %d starts on an empty data directory (removed %s)", sid, incarnation,
+                 ", ".join(removed) or "nothing")
 
-    return asyncio.run(main())
+
+#: What a data directory holds that is not the server's storage: the logs (kept across a reset).
+LOG_FILES = frozenset({"server.log", "stderr.log"})
+
+
+def wipe_data_dir(data_dir: Path) -> list[str]:
+    """Remove everything in ``data_dir`` but `LOG_FILES` (the reset's empty data directory); the names removed."""
+    removed = []
+    for entry in sorted(Path(data_dir).iterdir()):
+        if entry.name in LOG_FILES:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        removed.append(entry.name)
+    return removed
