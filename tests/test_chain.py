@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from conformance.graph import cache
-from conformance.graph.cache import committed_trace_dirs, ensure_traces, spec_hash
+from conformance.graph.cache import committed_trace_dirs, ensure_traces, model_modules, spec_hash
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 
@@ -21,9 +21,19 @@ def test_spec_hash_follows_the_modules_and_the_model(tmp_path):
     assert before == spec_hash(spec, "ci") and before != spec_hash(spec, "tiny")
     (spec / "README.md").write_text("prose does not change the traces\n")
     assert spec_hash(spec, "ci") == before
+    # another model, or a module ci is not made of, leaves ci's traces cached
+    (spec / "MC_other.tla").write_text("---- MODULE MC_other ----\nEXTENDS Zab\n====\n")
+    (spec / "MC_other.cfg").write_text("CONSTANTS N = 4\n")
+    fle = spec / "FastLeaderElection.tla"
+    fle.write_text(fle.read_text() + "\n\\* the election's spec is not ci's\n")
+    assert spec_hash(spec, "ci") == before and model_modules(spec, "MC_ci") == ["MC_ci", "Zab"]
+    assert model_modules(spec, "MC_fle_ci") == ["FastLeaderElection", "MC_fle_ci"]
     zab = spec / "Zab.tla"
     zab.write_text(zab.read_text() + "\n\\* a comment is still a change\n")
-    assert spec_hash(spec, "ci") != before
+    edited = spec_hash(spec, "ci")
+    assert edited != before
+    (spec / "MC_ci.cfg").write_text((spec / "MC_ci.cfg").read_text() + "\n")
+    assert spec_hash(spec, "ci") != edited  # and so is a change to the model's cfg
 
 
 def test_a_cached_folder_is_reused_and_nothing_runs(tmp_path, monkeypatch):
