@@ -126,3 +126,15 @@ def test_the_committed_traces_of_models_the_suite_does_not_build_are_behaviours_
     for entry in others:
         result = check_trace(REGRESSION_DIR / entry["file"], work=tmp_path)
         assert result.passed, result.failure
+
+
+def test_tlc_and_write_together_are_a_usage_error_that_changes_nothing(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from conformance.replay.regress import regress_command
+
+    out = tmp_path / "regression"
+    out.mkdir()
+    result = CliRunner().invoke(regress_command, ["--tlc", "--write", "--out", str(out)])
+    assert result.exit_code == 2 and "--tlc checks the committed traces; --write needs the graphs" in result.output
+    assert list(out.iterdir()) == []

@@ -26,6 +26,7 @@ from pathlib import Path
 from conformance.graph.traces import Trace, read_trace
 from conformance.tla.labels import config_module_base, read_next
 from conformance.tla.tools import Outcome, run_tlc, toolchain
+from conformance.tla.tracemodule import chunked, dispatch
 from conformance.tla.values import format_value
 
 __all__ = ["TraceCheck", "check_trace", "trace_module"]
@@ -67,15 +68,8 @@ def trace_module(trace: Trace, mc_module: str, actions: list[tuple[str, tuple[st
     names = sorted({p for _, params in actions for p in params})
     steps = ["[" + ", ".join([f'a |-> "{s.action}"'] + [f"{p} |-> {int(s.params.get(p, 0))}" for p in names]) + "]"
              for s in trace.steps[1:]]
-    parts, chunk_names = [], []
-    for k in range(0, len(states), CHUNK):
-        name = f"S{k // CHUNK}"
-        chunk_names.append(name)
-        parts.append(f"{name} == <<" + ",\n    ".join(states[k:k + CHUNK]) + ">>")
-    arms = []
-    for name, params in actions:
-        args = ", ".join(f"e.{p}" for p in params)
-        arms.append(f'    \\/ e.a = "{name}" /\\ {name}({args})' if args else f'    \\/ e.a = "{name}" /\\ {name}')
+    if not states:
+        raise ValueError("a trace has at least its initial state")
     init = "\n".join(f"    /\\ {v} = St(1).{v}" for v in variables)
     post = "\n".join(f"    /\\ {v}' = St(l + 1).{v}" for v in variables)
     steps_text = ",\n    ".join(steps) if steps else ""
@@ -84,15 +78,11 @@ def trace_module(trace: Trace, mc_module: str, actions: list[tuple[str, tuple[st
 EXTENDS {mc_module}, TLC
 VARIABLE l
 
-{chr(10).join(parts)}
-
-Chunks == <<{", ".join(chunk_names)}>>
+{chunked("S", states, "St", CHUNK)}
 Len0 == {len(states)}
-St(k) == LET c == Chunks[((k - 1) \\div {CHUNK}) + 1] IN c[((k - 1) % {CHUNK}) + 1]
 Stp == <<{steps_text}>>
 
-Act(e) ==
-{chr(10).join(arms)}
+{dispatch(actions)}
 
 TInit ==
     /\\ Init
