@@ -107,6 +107,20 @@ def test_every_edge_of_the_tiny_graph_agrees_in_process(tiny, edges, nodes) -> N
     assert summary.disagreed == 0, {a: [d.diff for d in ds] for a, ds in summary.shown.items()}
 
 
+def test_every_edge_of_the_two_server_graph_agrees_and_a_quorum_test_wrong_for_even_n_is_caught(monkeypatch) -> None:
+    """`two` (spec/MC_two.cfg), the one model with an even N: a quorum test right for every odd N and wrong for even
+    ones (2 * |S| >= N, the mutant is_quorum__mutmut_3 of docs/traces.md's mutation score) departs only here."""
+    two = ensure_traces("two") / "graph.parquet"
+    summary = check_graph(two)
+    assert summary.edges > 200 and summary.disagreed == 0, {a: [d.diff for d in ds] for a, ds in summary.shown.items()}
+    assert "LeaderProcessACK" in summary.checked  # a commit needs both servers' ACKs
+    from zabref.core.state import CoreState
+
+    monkeypatch.setattr(CoreState, "is_quorum",
+                        lambda self, m: 2 * len(set(m) & set(self.servers)) >= len(self.servers))
+    assert check_graph(two).disagreed > 0
+
+
 @pytest.mark.slow
 def test_every_edge_of_the_ci_graph_agrees_on_spark_local() -> None:
     """The test command's check of every ci edge (about 500,000; 131 s on two idle cores), on Spark as a campaign
@@ -191,6 +205,19 @@ def test_a_leader_that_counts_a_quorum_of_acks_wrongly_is_caught(edges, nodes, m
     found = summary.shown["LeaderProcessACK"][0]
     assert {"lastCommitted", "msgs", "deliver"} <= set(found.differences)  # no COMMIT, nothing delivered
     assert "spec: lastCommitted" in found.diff
+
+
+def test_a_leader_that_counts_a_learner_in_discovery_as_keeping_it_alive_wrongly_is_caught(edges, nodes,
+                                                                                          monkeypatch) -> None:
+    """`counted` decides whether a leader's timeout is a fault (the runtime's timeout decision); the spec's
+    LeaderTimeout says so in `faults`. Seeded: a learner whose ACKEPOCH(-1) is held counts in DISCOVERY."""
+    rows = _rows(edges, nodes, "LeaderTimeout")
+    assert check_rows(rows).disagreed == 0
+    monkeypatch.setattr(ZabCore, "counted", lambda self, f, head=None: self.learner_phase.get(f) is not None
+                        and self.learner_phase[f].name != "NONE")
+    summary = check_rows(rows)
+    assert 0 < summary.disagreed < summary.edges == len(rows)  # only where a held or late learner decides it
+    assert set(summary.shown["LeaderTimeout"][0].differences) == {"faults (Counted)"}
 
 
 def test_a_proposal_logged_in_memory_but_not_on_disk_is_caught_on_the_durable_variables(edges, nodes,

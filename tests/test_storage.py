@@ -462,3 +462,15 @@ class StorageVsModel(RuleBasedStateMachine):
 StorageVsModel.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
                                             suppress_health_check=[HealthCheck.too_slow])
 test_storage_against_a_model = StorageVsModel.TestCase
+
+
+def test_a_logged_epoch_no_zxid_can_carry_is_corruption_naming_the_record():
+    """An epoch record holds a uint32, but a zxid -- a non-negative signed long -- carries epochs up to 2^31 - 1
+    (MAX_EPOCH): a larger one was never written by zabref."""
+    from zabref.core.packets import MAX_EPOCH
+
+    ok = rec.MAGIC + rec.encode_epoch(rec.Kind.ACCEPTED_EPOCH, MAX_EPOCH) + rec.encode_commit(1, 1)
+    assert rec.scan_log(ok, "zab.log").accepted_epoch == MAX_EPOCH
+    bad = rec.MAGIC + rec.encode_epoch(rec.Kind.ACCEPTED_EPOCH, MAX_EPOCH + 1) + rec.encode_commit(1, 1)
+    with pytest.raises(LogCorruption, match=f"record 0 .*epoch {MAX_EPOCH + 1} is above {MAX_EPOCH}"):
+        rec.scan_log(bad, "zab.log")

@@ -74,7 +74,8 @@ def _sid(params: dict[str, Any], name: str, n: int, action: str) -> int:
     return v
 
 
-def _take(world: World, action: str, params: dict[str, Any], dst: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def _take(world: World, action: str, params: dict[str, Any], src: dict[str, Any],
+          dst: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Server i takes `action` on `world`; differences found before the state comparison (a refused packet)."""
     n = len(world.sids)
     m = PROCESS.match(action)
@@ -108,9 +109,19 @@ def _take(world: World, action: str, params: dict[str, Any], dst: dict[str, Any]
         world.apply(i, core.client_request(str(value).encode("utf-8")))
     elif action == "BecomeFollower":
         world.apply(i, core.become_follower(_sid(params, "j", n, action)))
+    elif action == "LeaderTimeout":
+        # Which silence is a fault is the core's `counted` (the runtime's timeout decision, zabref.core.node): the
+        # spec counts the timeout as a fault exactly when the Counted learners (with i) make a quorum.
+        heads = {f: (world.channels[(f, i)][0] if world.channels.get((f, i)) else None) for f in world.sids if f != i}
+        quorum = core.is_quorum({i} | {f for f, head in heads.items() if core.counted(f, head)})
+        fault = dst.get("faults") != src.get("faults")
+        world.apply(i, core.leader_timeout())
+        if quorum != fault:
+            return {"faults (Counted)": (f"LeaderTimeout({i}) is {'' if fault else 'not '}a fault: the Counted "
+                                         f"learners {'make' if fault else 'do not make'} a quorum",
+                                         f"core.counted: they {'make' if quorum else 'do not make'} one")}
     else:
-        method = {"BecomeLeader": core.become_leader, "FollowerTimeout": core.follower_timeout,
-                  "LeaderTimeout": core.leader_timeout}[action]
+        method = {"BecomeLeader": core.become_leader, "FollowerTimeout": core.follower_timeout}[action]
         world.apply(i, method())
     return {}
 
@@ -138,7 +149,7 @@ def check_edge(src: dict[str, Any], action: str, params: dict[str, Any],
     except InverseError as e:
         raise EdgeError(f"src state: {e}") from None
     try:
-        refused = _take(world, action, params, dst)
+        refused = _take(world, action, params, src, dst)
     except ZabError as e:  # RemoteProtocolError (a packet refused), LocalProtocolError (an entry point refused)
         return {"error": (f"{action} is a step of the spec here", f"{type(e).__name__}: {e}")}
     if refused:

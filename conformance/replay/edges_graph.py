@@ -38,9 +38,11 @@ def _heads_checked(state: dict[str, Any]) -> int:
     return sum(1 for row in state["msgs"] for channel in row if channel)
 
 
-def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHOW, where: str = "the graph") -> Summary:
+def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHOW, where: str = "the graph",
+                    first: bool = False) -> Summary:
     """Check the channel heads of states given as (id, state_json, receives_json): receives_json a JSON list of
-    [action, params_json] for the edges that leave the state taking a packet (None: none)."""
+    [action, params_json] for the edges that leave the state taking a packet (None: none). ``first``: stop after
+    the first state whose heads disagree."""
     summary = Summary(show)
     started = time.process_time()
     for node, state_json, receives_json in rows:
@@ -57,6 +59,8 @@ def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHO
             summary.add(HEADS, None)
         for (i, j), diffs in sorted(found.items()):
             summary.add(HEADS, Disagreement(node, node, f"{HEADS}__{i}__{j}", HEADS, {"i": i, "j": j}, diffs))
+        if found and first:
+            break
     summary.cpu = time.process_time() - started
     return summary
 
@@ -124,8 +128,9 @@ class Summary:
 
 
 def check_rows(rows: Iterable[tuple[int, int, str, str, str, str, str]], show: int = SHOW,
-               where: str = "the graph") -> Summary:
-    """Check edges given as (src, dst, label, action, params_json, src_json, dst_json); EdgeError names the edge."""
+               where: str = "the graph", first: bool = False) -> Summary:
+    """Check edges given as (src, dst, label, action, params_json, src_json, dst_json); EdgeError names the edge.
+    ``first``: stop after the first edge that disagrees."""
     summary = Summary(show)
     started = time.process_time()
     for src, dst, label, action, params_json, src_json, dst_json in rows:
@@ -135,6 +140,8 @@ def check_rows(rows: Iterable[tuple[int, int, str, str, str, str, str]], show: i
         except (EdgeError, ValueError) as e:  # json's errors are ValueErrors
             raise EdgeError(f"{where}: edge {src}:{dst} ({label}): {e}") from None
         summary.add(action, Disagreement(src, dst, label, action, params, diffs) if diffs else None)
+        if diffs and first:
+            break
     summary.cpu = time.process_time() - started
     return summary
 
@@ -210,20 +217,23 @@ def _collect(ss: Any, rows: Any, task: Any, partitions: int | None) -> list[Any]
 
 def check_graph(graph: Path, *, master: str | None = None, spark: bool = False, only: tuple[int, int] | None = None,
                 limit: int | None = None, show: int = SHOW, partitions: int | None = None,
-                heads: bool = True) -> Summary:
+                heads: bool = True, first: bool = False) -> Summary:
     """Check the edges of the Parquet graph folder `graph` (all, the edges `only` src -> dst, or the first `limit`)
     and, with `heads`, the channel heads of every state (of state src alone with `only`; none with `limit`): in
-    this process, or on Spark (`partitions` tasks) when `spark` or a `master` is given."""
+    this process, or on Spark (`partitions` tasks) when `spark` or a `master` is given. ``first`` (in this process
+    only): stop at the first disagreement, the heads not checked when an edge disagreed (the mutation killer)."""
     started = time.monotonic()
     where = str(graph)
     heads = heads and limit is None
     if not spark and master is None:
         text, edges = _read_local(graph)
-        summary = check_rows(_local_rows(text, edges, graph, only, limit), show, where)
-        if heads:
-            head = check_head_rows(_local_head_rows(text, edges, only[0] if only else None), show, where)
+        summary = check_rows(_local_rows(text, edges, graph, only, limit), show, where, first)
+        if heads and not (first and summary.disagreed):
+            head = check_head_rows(_local_head_rows(text, edges, only[0] if only else None), show, where, first)
             summary.merge(head)
     else:
+        if first:
+            raise ValueError("check_graph: first=True is for a check in this process, not on Spark")
         from pyspark.sql import functions as F  # noqa: PLC0415 (Spark and its JVM load only when a command runs on Spark)
 
 

@@ -36,7 +36,7 @@ NOT_MAPPED = {
     "established": "checking only: every <<epoch, leader>> that ever ended discovery, kept by the spec to state "
                    "LeaderUniqueness over the whole run; no server holds it",
     "faults": "a model bound (crashes and partitions so far, at most MaxFaults); the implementation has no such "
-              "counter",
+              "counter (`zabref edges` checks whether a LeaderTimeout counts as one: conformance/replay/edges.py)",
 }
 
 

@@ -194,7 +194,7 @@ class _State:
             self.zxids.clear()
         else:
             (epoch,) = _U32.unpack(body)
-            if epoch > MAX_EPOCH:  # pragma: no cover -- a uint32 cannot exceed it; kept for a wider MAX_EPOCH
+            if epoch > MAX_EPOCH:  # a uint32 can: no zxid carries such an epoch
                 return f"epoch {epoch} is above {MAX_EPOCH}"
             if kind == Kind.ACCEPTED_EPOCH:
                 self.accepted = epoch
