@@ -162,7 +162,8 @@ def _control_port() -> control.ControlPort:
 
     cut: set[int] = set()  # the fault layer's ops run for real on this stand-in: a cut of no peer is valid
     server = SimpleNamespace(sid=1, driver=SimpleNamespace(name="normal"), call=call, cut_peers=cut,
-                             cut_links=cut.update, heal_links=cut.difference_update)
+                             cut_links=cut.update, heal_links=cut.difference_update, incarnation=1, conns={},
+                             votes={}, senders={})
     return control.ControlPort(server, b"t" * 32)
 
 

@@ -56,12 +56,12 @@ def _run_bug(bug: str, seed: int, *extra: str) -> tuple[int, str]:
 
 @pytest.mark.parametrize("bug, seed, extra, caught_by", [
     ("ack_without_logging", 0, ("--steps", "100"), "invariant CommittedNeverLost violated"),
-    ("epoch_without_fsync", 94, ("--steps", "100"), "invariant LeaderUniqueness violated"),
+    ("epoch_without_fsync", 76, ("--steps", "100"), "invariant LeaderUniqueness violated"),
     ("forward_answered_early", 0, ("--steps", "100"), "acknowledged write lost"),
-    ("no_vote_resend", 51, ("--steps", "100"), "liveness: no leader committed a write"),
+    ("no_vote_resend", 43, ("--steps", "100"), "liveness: no leader committed a write"),
     ("fle_vote_order_sid_reversed", 0, ("--steps", "100"), "invariant ProposalAtLeastOwnVote violated"),
     ("fle_role_swapped", 0, ("--steps", "100"), "invariant RoleMatchesVote violated"),
-    ("snap_without_fsync", 4, ("--steps", "100"), "unreadable after its power cut"),
+    ("snap_without_fsync", 1, ("--steps", "100"), "unreadable after its power cut"),
 ])
 def test_each_check_fails_a_run_of_a_seeded_bug_it_catches(bug: str, seed: int, extra: tuple[str, ...],
                                                             caught_by: str) -> None:
@@ -83,16 +83,16 @@ def test_a_run_with_readers_records_reads_passes_their_check_and_is_deterministi
 def test_the_same_seed_passes_without_the_bug() -> None:
     from conformance.sim.seeds import run_seed
 
-    for seed in (0, 4, 43, 94, 321):
+    for seed in (0, 1, 4, 43, 76, 94, 321):
         r = run_seed(seed, Options(steps=100))
         assert r.ok, (seed, r.failure)
 
 
 def test_a_failing_seed_shrinks_to_fewer_steps_that_still_fail() -> None:
-    code, out = _run_bug("epoch_without_fsync", 94, "--steps", "100", "--shrink")
+    code, out = _run_bug("epoch_without_fsync", 76, "--steps", "100", "--shrink")
     assert code == 1 and "shrunk to" in out, out[-2000:]
     budget = int(out.split("replay: zabref simulate")[-1].split("--steps ")[1].split()[0])
-    assert budget <= 55  # the schedule: 100 steps before shrinking; the failure came at step 48 of them
+    assert budget <= 60  # the schedule: 100 steps before shrinking; the failure came at step 60 of them
     assert "invariant LeaderUniqueness violated" in out
 
 
@@ -105,7 +105,7 @@ CI_SEEDS, CI_STEPS = 2000, 100
 CI_READER_SEEDS, CI_READERS = 1000, 2
 #: Seeds the test suite runs with --validate (their action logs checked against spec/Zab.tla by TLC at the end):
 #: tests/test_sim_validation.py.
-CI_VALIDATED_SEEDS = 20
+CI_VALIDATED_SEEDS = 45
 
 
 def test_ci_seeds_all_pass() -> None:
