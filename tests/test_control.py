@@ -284,7 +284,9 @@ def test_reset_starts_a_new_server_in_the_same_process_on_an_empty_data_director
         assert d.states[sid]["connections"] == [] and d.states[sid]["held"] == {}
     # and it runs the protocol again from there, as a new cluster would
     establish(d, 2, [1, 3])
-    assert "incarnation 2 starts on an empty data directory" in d.cluster.logs()["server 1 stderr.log"]
+    log = (d.cluster.servers[1].me.data_dir / "server.log").read_text()
+    assert "server 1 reset: incarnation 2 starts on an empty data directory (removed LOCK, zab.log)" in log
+    assert "reset: incarnation" not in d.cluster.logs()["server 1 server.log"]  # a report shows this trace's lines
 
 
 def test_reset_is_refused_in_normal_mode(tmp_path: Path) -> None:

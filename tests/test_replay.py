@@ -183,7 +183,9 @@ def test_a_passed_trace_leaves_its_servers_reset_for_the_next_and_a_failed_one_d
                     {**steps[3].state, "currentEpoch": [9, 9, 9]})
     bad = tmp_path / "tampered.jsonl.gz"
     dump_trace(bad, Trace(tampered.header, tuple(steps)))
-    assert replay_file(bad).failure is not None
+    failed = replay_file(bad).failure
+    assert failed is not None and failed.logs  # the logs of this trace only: the earlier ones' resets are not in them
+    assert not any("reset: incarnation" in text for text in failed.logs.values())
     assert not any(s.running for s in started[0].servers.values())  # stopped, not kept
     assert replay_file(hand_file).passed and len(started) == 2
     assert {sid: s.proc.pid for sid, s in started[1].servers.items()} != pids

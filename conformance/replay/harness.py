@@ -100,7 +100,7 @@ class Cluster:
         self.submits: list[Submit] = []
         self._votes: dict[tuple[int, int], socket.socket] = {}
         self._incarnations: dict[int, int] = {}
-        self._log_start: dict[int, int] = {}
+        self._log_start: dict[tuple[int, str], int] = {}  # (sid, log file) -> where this trace's lines start
         self.folder = folder
         for attempt in range(attempts):
             where = folder / f"try{attempt}"
@@ -157,8 +157,9 @@ class Cluster:
         for sid, s in self.servers.items():
             s.wait_ready(30.0, incarnation=self._incarnations[sid])
         self.controls = {sid: s.control(timeout=30.0) for sid, s in self.servers.items()}
-        for sid in self.servers:  # the logs a failure report shows start at this reset
-            self._log_start[sid] = _size(self.servers[sid].me.data_dir / "server.log")
+        for sid, s in self.servers.items():  # the logs a failure report shows start at this reset
+            for name in ("server.log", "stderr.log"):
+                self._log_start[(sid, name)] = _size(s.me.data_dir / name)
 
     def durable(self, sid: int) -> Persistent:
         """What server ``sid``'s disk holds durably (its files, not its memory)."""
@@ -184,7 +185,7 @@ class Cluster:
         out = {}
         for sid, s in sorted(self.servers.items()):
             for name in ("server.log", "stderr.log"):
-                text = _tail(s.me.data_dir / name, start=self._log_start.get(sid, 0) if name == "server.log" else 0)
+                text = _tail(s.me.data_dir / name, start=self._log_start.get((sid, name), 0))
                 if text:
                     out[f"server {sid} {name}"] = text
         return out

@@ -13,6 +13,7 @@ import json
 import select
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from zabref.runtime.control import ControlError
@@ -41,22 +42,15 @@ class ControlClient:
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request; return the response, or raise ControlError with its error text."""
-        response = self.raw({"op": op, **fields})
-        if "error" in response:
-            raise ControlError(f"server {self.address[1]}: {response['error']}")
-        return response
+        self.send(op, **fields)
+        return self.receive()
 
     def send(self, op: str, **fields: Any) -> None:
         """Send one request and return at once: `ready` says when its response has come, `receive` reads it. One
         request at a time: the next `send` or `request` only after `receive`."""
         if self._file is None:
             self._connect()
-        try:
-            self._file.write(json.dumps({"op": op, **fields}).encode() + b"\n")
-            self._file.flush()
-        except OSError:
-            self.close()
-            raise
+        self._write({"op": op, **fields})
 
     def ready(self, timeout: float) -> bool:
         """Whether the response to the request sent is there to read (waiting at most ``timeout`` seconds)."""
@@ -66,17 +60,7 @@ class ControlClient:
 
     def receive(self) -> dict[str, Any]:
         """The response to the request `send` sent, or ControlError with its error text."""
-        if self._file is None:
-            raise ConnectionError(f"control connection to {self.address} closed")
-        try:
-            line = self._file.readline()
-        except OSError:
-            self.close()
-            raise
-        if not line:
-            self.close()
-            raise ConnectionError(f"control connection to {self.address} closed")
-        response = json.loads(line)
+        response = self._read()
         if "error" in response:
             raise ControlError(f"server {self.address[1]}: {response['error']}")
         return response
@@ -88,9 +72,21 @@ class ControlClient:
         return self._exchange(request)
 
     def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._write(request)
+        return self._read()
+
+    def _write(self, request: dict[str, Any]) -> None:
         try:
             self._file.write(json.dumps(request).encode() + b"\n")
             self._file.flush()
+        except OSError:
+            self.close()
+            raise
+
+    def _read(self) -> dict[str, Any]:
+        if self._file is None:
+            raise ConnectionError(f"control connection to {self.address} closed")
+        try:
             line = self._file.readline()
         except OSError:
             self.close()
@@ -151,11 +147,7 @@ def lagging(states: dict[int, dict[str, Any]]) -> dict[int, dict[str, dict[str, 
     ``until`` it must reach (the ``state`` request's): a receiver its counts, a sender an empty queue}; else {} (a
     quorum connection not open at both ends, counts that waiting cannot mend)."""
     waits: dict[int, dict[str, dict[str, int]]] = {}
-    ends = {(sid, c["peer"]): c for sid, s in states.items() for c in s["connections"]}
-    for (i, j), c in ends.items():
-        if j not in states:
-            continue
-        other = ends.get((j, i))
+    for i, j, c, other in _quorum_ends(states):
         if c["state"] != "open" or other is None or other["state"] != "open":
             return {}
         if c["sent"] > other["received"]:
@@ -176,13 +168,17 @@ def lagging(states: dict[int, dict[str, Any]]) -> dict[int, dict[str, dict[str, 
     return waits
 
 
-def unsettled(states: dict[int, dict[str, Any]]) -> str | None:
-    """Why these states are not settled (see `settle`), or None when they are."""
+def _quorum_ends(states: dict[int, dict[str, Any]]) -> Iterator[tuple[int, int, dict[str, Any], dict | None]]:
+    """(i, j, i's end, j's end or None) for every quorum connection end i holds with a server j of ``states``."""
     ends = {(sid, c["peer"]): c for sid, s in states.items() for c in s["connections"]}
     for (i, j), c in ends.items():
-        if j not in states:
-            continue
-        other = ends.get((j, i))
+        if j in states:
+            yield i, j, c, ends.get((j, i))
+
+
+def unsettled(states: dict[int, dict[str, Any]]) -> str | None:
+    """Why these states are not settled (see `settle`), or None when they are."""
+    for i, j, c, other in _quorum_ends(states):
         if c["state"] != "open" or other is None or other["state"] != "open":
             return f"quorum connection {i}-{j} is {c['state']} at {i}, {other and other['state']} at {j}"
         if c["sent"] != other["received"]:
