@@ -13,7 +13,8 @@ through a step). Traces whose servers start from a given state (`seed`: the Fast
 cluster.
 
 At most `KEPT` clusters wait, all keys together (the one kept longest is stopped first); `close` (at exit) stops
-them and removes their folders. Thread-safe: `zabref conform` runs jobs in threads.
+them and removes their folders. Thread-safe (`zabref conform --jobs` runs its jobs in processes, each with its
+own pool; a caller may still replay from threads).
 """
 
 from __future__ import annotations
@@ -25,15 +26,13 @@ from typing import Any
 
 from conformance.replay.harness import Cluster
 from zabref.errors import ZabError
-from zabref.runtime.control import ControlError
 
 __all__ = ["take", "keep", "close", "KEPT"]
 
 #: Clusters kept at most, all keys together (`zabref conform -j` needs one per job).
 KEPT = 4
 
-_kept: dict[Any, list[Cluster]] = {}
-_order: list[Cluster] = []  # the kept clusters, the one kept longest first
+_kept: list[tuple[Any, Cluster]] = []  # (key, cluster), the one kept longest first
 _lock = threading.Lock()
 
 
@@ -41,15 +40,13 @@ def take(key: Any) -> Cluster | None:
     """A kept cluster of ``key``, its servers running their new incarnation; None when none is kept (or the one
     kept did not come back: it is stopped)."""
     with _lock:
-        clusters = _kept.get(key)
-        cluster = clusters.pop() if clusters else None
-        if cluster is not None:
-            _order.remove(cluster)
+        k = next((k for k in range(len(_kept) - 1, -1, -1) if _kept[k][0] == key), None)
+        cluster = _kept.pop(k)[1] if k is not None else None
     if cluster is None:
         return None
     try:
         cluster.reset_end()
-    except (ZabError, ControlError, OSError):
+    except (ZabError, OSError):  # ControlError is a ZabError
         discard(cluster)
         return None
     return cluster
@@ -61,17 +58,12 @@ def keep(key: Any, cluster: Cluster) -> None:
     clusters of the bugs replayed before wait no more)."""
     try:
         cluster.reset_begin()
-    except (ZabError, ControlError, OSError):
+    except (ZabError, OSError):
         return discard(cluster)
     _at_exit()
     with _lock:
-        _kept.setdefault(key, []).append(cluster)
-        _order.append(cluster)
-        evicted = _order.pop(0) if len(_order) > KEPT else None
-        if evicted is not None:
-            for clusters in _kept.values():
-                if evicted in clusters:
-                    clusters.remove(evicted)
+        _kept.append((key, cluster))
+        evicted = _kept.pop(0)[1] if len(_kept) > KEPT else None
     if evicted is not None:
         discard(evicted)
 
@@ -88,9 +80,8 @@ def discard(cluster: Cluster) -> None:
 def close() -> None:
     """Stop every kept cluster (at exit; a test may call it to start from nothing)."""
     with _lock:
-        clusters = [c for kept in _kept.values() for c in kept]
+        clusters = [c for _, c in _kept]
         _kept.clear()
-        _order.clear()
     for cluster in clusters:
         discard(cluster)
 
