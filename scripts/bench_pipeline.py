@@ -11,7 +11,11 @@ ratio is what the bar is about (docs/performance.md records the figures):
 It also measures where the pipeline's time goes: per stage, and, in this process on a sample of the dump, the
 line parser with and without its value cache, against the Spark parse stage's own rate.
 
-    .venv/bin/python scripts/bench_pipeline.py [--config ci] [--graph EXISTING.dot] [--partitions N]
+With --stream it then runs the pipeline once more the way `zabref traces --stream` does, parsing the dump while TLC
+writes it, and prints how long after TLC's exit the traces were written (the pipeline keeps up when that lag is
+the BFS, selection and writing alone) and the whole run against dump-then-pipeline (`tlc + pipeline` above).
+
+    .venv/bin/python scripts/bench_pipeline.py [--config ci] [--graph EXISTING.dot] [--partitions N] [--stream]
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ def main() -> None:
     ap.add_argument("--graph", type=Path, default=None, help="skip TLC and use this dump (no ratio then)")
     ap.add_argument("--partitions", type=int, default=None)
     ap.add_argument("--sample-lines", type=int, default=40000)
+    ap.add_argument("--stream", action="store_true", help="also time the streamed pipeline (TLC runs again)")
+    ap.add_argument("--chunk-mb", type=int, default=128)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="zabref-bench-") as tmp:
         folder = Path(tmp)
@@ -94,6 +100,26 @@ def main() -> None:
             tlc_rate = tlc_states / tlc_wall
             print(f"bench: ratio pipeline/tlc = {rate / tlc_rate:.2f} (with session start {rate_all / tlc_rate:.2f}); "
                   f"parse stage/tlc = {summary.states / summary.stages['parse'] / tlc_rate:.2f}")
+        if args.stream:
+            lines: list[str] = []
+
+            def echo(line: str) -> None:
+                lines.append(line)
+                print(line)
+
+            streamed = run(str(folder / "streamed.dot"), folder / "streamed", ROOT / "spec", args.config,
+                           partitions=args.partitions, parquet=str(folder / "streamed.parquet"), echo=echo,
+                           stream_chunk=args.chunk_mb << 20)
+            lag = streamed.wall - streamed.stages["tlc"]
+            print(f"bench: streamed: TLC and the pipeline together {streamed.wall:.1f}s (TLC exited after "
+                  f"{streamed.stages['tlc']:.1f}s, the traces were written {lag:.1f}s later: bfs "
+                  f"{streamed.stages['bfs']:.1f}s, select {streamed.stages['select']:.1f}s, write "
+                  f"{streamed.stages['write']:.1f}s, parse after TLC's exit "
+                  f"{lag - streamed.stages['bfs'] - streamed.stages['select'] - streamed.stages['write']:.1f}s)")
+            if tlc_wall is not None:
+                print(f"bench: streamed {streamed.wall:.1f}s against dump then pipeline "
+                      f"{tlc_wall + summary.wall:.1f}s ({tlc_wall:.1f} + {summary.wall:.1f}): "
+                      f"{(tlc_wall + summary.wall) / streamed.wall:.2f} times as fast")
 
 
 if __name__ == "__main__":

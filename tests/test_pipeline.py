@@ -176,6 +176,8 @@ def _broken_copy(tiny_dot: Path, folder: Path, lineno: int, edit) -> Path:
 
 @pytest.mark.parametrize("what, lineno, edit, error, where", [
     ("garbled node line", 5000, lambda s: s.replace("/\\\\ msgs = ", "/\\\\ msgs = <<{]"), ParseError, None),
+    ("garbled node line in the last partition", 50000,
+     lambda s: s.replace("/\\\\ msgs = ", "/\\\\ msgs = <<{]"), ParseError, None),
     ("unknown action", None, lambda s: s.replace('[label="', '[label="NoSuchAction__1'), ParseError, None),
     ("server outside the model", None, lambda s: s.replace('[label="Crash__1"', '[label="Crash__7"'),
      ParseError, None),

@@ -25,6 +25,8 @@ from typing import Callable
 import click
 
 from conformance.errors import ConformanceError, GraphError, Location, PipelineError
+from conformance.graph.cache import zabref_command
+from conformance.graph.follow import DumpFollower, read_lines, split_range
 from conformance.graph.paths import shortest_paths
 from conformance.graph.rows import (
     COUNT,
@@ -110,10 +112,8 @@ def _schema():
 
 
 def parse_graph(spark, graph: str, model: Model, parquet: str, partitions: int | None, echo):
-    """Stage 1: returns (nodes, edges) DataFrames read back from the Parquet written at `parquet`."""
-    from pyspark.sql import functions as F  # noqa: PLC0415 (Spark and its JVM load only when a command runs on Spark)
-
-
+    """Stage 1: returns (nodes, edges, states, edges) with nodes and edges read back from the Parquet written at
+    `parquet`. The whole file is one batch of `partitions` partitions (Spark's `textFile`: any file system)."""
     started = time.monotonic()
     sc = spark.sparkContext
     fs, path = hadoop_fs(spark, graph)
@@ -121,55 +121,103 @@ def parse_graph(spark, graph: str, model: Model, parquet: str, partitions: int |
         raise PipelineError(f"{graph}: no such file")
     partitions = partitions or max(2, sc.defaultParallelism)
     labels, source = model.labels, graph
-    rows = sc.textFile(graph, minPartitions=partitions).mapPartitionsWithIndex(
-        lambda pid, lines: parse_partition(pid, lines, labels, source))
-    parsed = spark.createDataFrame(rows, _schema(), verifySchema=False).persist()
-    try:
-        meta = parsed.filter(~F.col("kind").isin(NODE, EDGE)).collect()
-        return _finish_parse(spark, parsed, meta, parquet, source, started, echo)
-    finally:
-        parsed.unpersist()
+    with _ParquetGraph(spark, parquet, source) as out:
+        out.add(sc.textFile(graph, minPartitions=partitions).mapPartitionsWithIndex(
+            lambda pid, lines: parse_partition(pid, lines, labels, source)))
+        return out.finish(started, echo)
 
 
-def _finish_parse(spark, parsed, meta, parquet: str, source: str, started: float, echo):
-    from pyspark.sql import functions as F  # noqa: PLC0415 (Spark and its JVM load only when a command runs on Spark)
+def parse_stream(spark, follower: DumpFollower, model: Model, parquet: str, partitions: int | None, echo):
+    """Stage 1 streamed: the dump parsed in byte ranges while TLC writes it (conformance/graph/follow.py); returns
+    what `parse_graph` returns. A bad line stops TLC and raises, naming the line, as for a whole file."""
+    started = time.monotonic()
+    sc = spark.sparkContext
+    partitions = partitions or max(2, sc.defaultParallelism)
+    labels, source, link = model.labels, str(follower.dot), str(follower.link)
+    with _ParquetGraph(spark, parquet, source) as out:
+        for start, end in follower.batches():
+            ranges, base = split_range(start, end, partitions), out.partitions
+            out.add(sc.parallelize(ranges, len(ranges)).mapPartitionsWithIndex(
+                lambda k, rs, base=base: (row for a, b in rs for row in
+                                          parse_partition(base + k, read_lines(link, a, b), labels, source))))
+            echo(f"traces: parse: bytes {start}-{end} of the dump as TLC writes it: {out.lines} lines so far "
+                 f"({time.monotonic() - started:.1f}s)")
+        echo(f"traces: parse: TLC exited after {follower.exited:.1f}s, the parse of its dump ended "
+             f"{time.monotonic() - follower.started - follower.exited:.1f}s later")
+        return out.finish(started, echo)
 
 
-    counts = {r["pid"]: r["lno"] for r in meta if r["kind"] == COUNT}
-    offsets = line_offsets(counts)
-    error = first_error([tuple(r) for r in meta], offsets, source)
-    if error is not None:
-        raise error
-    firsts = [offsets[r["pid"]] + r["a"] for r in meta if r["kind"] == COUNT and r["a"] is not None]
-    lasts = [offsets[r["pid"]] + r["b"] for r in meta if r["kind"] == COUNT and r["b"] is not None]
-    frames = [(offsets[r["pid"]] + r["lno"], r["s1"], r["s2"]) for r in meta if r["kind"] == FRAME]
-    check_structure(frames, min(firsts, default=None), max(lasts, default=None), source)
-    n_nodes, n_edges, n_initial = (sum(int(r["s1"].split()[k]) for r in meta if r["kind"] == COUNT) for k in range(3))
-    if n_initial == 0:
-        raise GraphError(Location(source), "no initial state (a node with style = filled)")
+class _ParquetGraph:
+    """The parse stage's output: batches of parsed rows, in file order, appended to nodes/edges Parquet under a
+    temporary name; `finish` runs the whole-file checks and renames it to `parquet`, so a bad graph (or an error
+    part way) leaves no Parquet behind. Each batch is cached once: the few framing/count/error rows come to the
+    driver (an error raises at once), then its nodes and edges are written with their file line numbers."""
 
-    offset_of = F.create_map(*[F.lit(x) for kv in sorted(offsets.items()) for x in kv])
-    line = (F.col("lno") + offset_of[F.col("pid")]).alias("line")
-    nodes = parsed.filter(F.col("kind") == NODE).select(
-        F.col("a").alias("id"), F.col("s1").alias("state_json"), F.col("flag").alias("initial"), line)
-    edges = parsed.filter(F.col("kind") == EDGE).select(
-        F.col("a").alias("src"), F.col("b").alias("dst"), F.col("s1").alias("label"), F.col("s2").alias("action"),
-        F.col("s3").alias("params_json"), line)
-    fs, target = hadoop_fs(spark, parquet)
-    tmp = f"{parquet}.tmp-{int(time.time() * 1000)}"
-    try:  # written to a temporary name, checked, then renamed: a bad graph leaves no Parquet behind
-        nodes.write.parquet(f"{tmp}/nodes")
-        edges.write.parquet(f"{tmp}/edges")
-        _check_graph(spark.read.parquet(f"{tmp}/nodes"), spark.read.parquet(f"{tmp}/edges"), source)
+    def __init__(self, spark, parquet: str, source: str) -> None:
+        self.spark, self.parquet, self.source = spark, parquet, source
+        self.tmp = f"{parquet}.tmp-{int(time.time() * 1000)}"
+        self.partitions = self.lines = self.nodes = self.edges = self.initial = 0
+        self.frames: list[tuple[int, str, str]] = []
+        self.firsts: list[int] = []
+        self.lasts: list[int] = []
+
+    def add(self, rows) -> None:
+        """Append one batch: an RDD of `parse_partition` rows whose partition numbers start at `self.partitions`."""
+        from pyspark.sql import functions as F  # noqa: PLC0415 (Spark and its JVM load only when a command runs on Spark)
+
+        parsed = self.spark.createDataFrame(rows, _schema(), verifySchema=False).persist()
+        try:
+            meta = parsed.filter(~F.col("kind").isin(NODE, EDGE)).collect()
+            counts = {r["pid"]: r["lno"] for r in meta if r["kind"] == COUNT}
+            offsets = {pid: self.lines + at for pid, at in line_offsets(counts).items()}
+            error = first_error([tuple(r) for r in meta], counts, self.source, self.lines)
+            if error is not None:
+                raise error
+            for r in meta:
+                if r["kind"] == COUNT:
+                    self.firsts += [offsets[r["pid"]] + r["a"]] if r["a"] is not None else []
+                    self.lasts += [offsets[r["pid"]] + r["b"]] if r["b"] is not None else []
+                    n_nodes, n_edges, n_initial = (int(x) for x in r["s1"].split())
+                    self.nodes, self.edges, self.initial = (self.nodes + n_nodes, self.edges + n_edges,
+                                                            self.initial + n_initial)
+                elif r["kind"] == FRAME:
+                    self.frames.append((offsets[r["pid"]] + r["lno"], r["s1"], r["s2"]))
+            offset_of = F.create_map(*[F.lit(x) for kv in sorted(offsets.items()) for x in kv])
+            line = (F.col("lno") + offset_of[F.col("pid")]).alias("line")
+            parsed.filter(F.col("kind") == NODE).select(
+                F.col("a").alias("id"), F.col("s1").alias("state_json"), F.col("flag").alias("initial"), line,
+            ).write.mode("append").parquet(f"{self.tmp}/nodes")
+            parsed.filter(F.col("kind") == EDGE).select(
+                F.col("a").alias("src"), F.col("b").alias("dst"), F.col("s1").alias("label"),
+                F.col("s2").alias("action"), F.col("s3").alias("params_json"), line,
+            ).write.mode("append").parquet(f"{self.tmp}/edges")
+            self.partitions += len(counts)
+            self.lines += sum(counts.values())
+        finally:
+            parsed.unpersist()
+
+    def finish(self, started: float, echo):
+        check_structure(self.frames, min(self.firsts, default=None), max(self.lasts, default=None), self.source)
+        if self.initial == 0:
+            raise GraphError(Location(self.source), "no initial state (a node with style = filled)")
+        spark = self.spark
+        _check_graph(spark.read.parquet(f"{self.tmp}/nodes"), spark.read.parquet(f"{self.tmp}/edges"), self.source)
+        fs, target = hadoop_fs(spark, self.parquet)
         fs.delete(target, True)
-        if not fs.rename(hadoop_fs(spark, tmp)[1], target):
-            raise PipelineError(f"cannot rename {tmp} to {parquet}")
-    finally:
-        fs.delete(hadoop_fs(spark, tmp)[1], True)
-    nodes, edges = spark.read.parquet(f"{parquet}/nodes"), spark.read.parquet(f"{parquet}/edges")
-    echo(f"traces: parse: {n_nodes} states ({n_initial} initial), {n_edges} edges, "
-         f"{sum(counts.values())} lines in {len(counts)} partitions -> {parquet} ({time.monotonic() - started:.1f}s)")
-    return nodes, edges, n_nodes, n_edges
+        if not fs.rename(hadoop_fs(spark, self.tmp)[1], target):
+            raise PipelineError(f"cannot rename {self.tmp} to {self.parquet}")
+        nodes, edges = spark.read.parquet(f"{self.parquet}/nodes"), spark.read.parquet(f"{self.parquet}/edges")
+        echo(f"traces: parse: {self.nodes} states ({self.initial} initial), {self.edges} edges, "
+             f"{self.lines} lines in {self.partitions} partitions -> {self.parquet} "
+             f"({time.monotonic() - started:.1f}s)")
+        return nodes, edges, self.nodes, self.edges
+
+    def __enter__(self) -> "_ParquetGraph":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        fs, tmp = hadoop_fs(self.spark, self.tmp)
+        fs.delete(tmp, True)
 
 
 def _check_graph(nodes, edges, source: str) -> None:
@@ -242,8 +290,10 @@ def _coverage(s: Summary) -> dict:
 
 def run(graph: str, out: Path, spec_dir: Path, config: str, criterion: str = "action", master: str | None = None,
         max_traces: int | None = None, partitions: int | None = None, parquet: str | None = None,
-        conf: dict[str, str] | None = None, echo: Callable[[str], None] = click.echo) -> Summary:
-    """The whole pipeline; returns the summary (also printed as the last line)."""
+        conf: dict[str, str] | None = None, echo: Callable[[str], None] = click.echo,
+        stream_chunk: int | None = None) -> Summary:
+    """The whole pipeline; returns the summary (also printed as the last line). With `stream_chunk` (bytes) it runs
+    `zabref check --dump-dot graph` itself and parses the dump in batches of about that size as TLC writes it."""
 
     started = time.monotonic()
     summary = Summary()
@@ -255,7 +305,15 @@ def run(graph: str, out: Path, spec_dir: Path, config: str, criterion: str = "ac
          f"criterion {criterion}; {model.tlc_version}")
     parquet = parquet or (graph[:-4] if graph.endswith(".dot") else graph) + ".parquet"
     t = time.monotonic()
-    nodes, edges, summary.states, summary.edges = parse_graph(spark, graph, model, parquet, partitions, echo)
+    if stream_chunk is None:
+        nodes, edges, summary.states, summary.edges = parse_graph(spark, graph, model, parquet, partitions, echo)
+    else:
+        command = [*zabref_command(), "check", "--config", config, "--spec-dir", str(spec_dir), "--dump-dot", graph]
+        echo(f"traces: stream: zabref {' '.join(command[len(zabref_command()):])}")
+        with DumpFollower(command, Path(graph), stream_chunk) as follower:
+            nodes, edges, summary.states, summary.edges = parse_stream(spark, follower, model, parquet, partitions,
+                                                                       echo)
+        summary.stages["tlc"] = follower.exited + (follower.started - started)
     summary.stages["parse"] = time.monotonic() - t
     t = time.monotonic()
     bfs, depth, reached = shortest_paths(nodes, edges, echo)
@@ -296,9 +354,18 @@ def run(graph: str, out: Path, spec_dir: Path, config: str, criterion: str = "ac
               help="Partitions of the DOT text [default: Spark's parallelism, at least 2].")
 @click.option("--parquet", default=None, help="Where nodes/edges Parquet go [default: GRAPH without .dot + .parquet].")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
-def traces_command(graph, out, spec_dir, config, criterion, master, max_traces, partitions, parquet, conf) -> None:
+@click.option("--stream", is_flag=True,
+              help="Run `zabref check --config NAME --dump-dot STATES.dot` and parse the dump while TLC writes it "
+                   "(STATES.dot on a file system this machine and the executors share).")
+@click.option("--chunk-mb", type=click.IntRange(min=1), default=128, show_default=True,
+              help="With --stream: parse the dump in batches of about this many MB.")
+def traces_command(graph, out, spec_dir, config, criterion, master, max_traces, partitions, parquet, conf, stream,
+                   chunk_mb) -> None:
     """Turn a TLC state graph into conformance traces, with coverage measured."""
     spec_dir = spec_dir or default_spec_dir()
+    if stream and "://" in graph and not graph.startswith("file://"):
+        raise click.BadParameter(f"{graph!r}: --stream writes the dump itself, to a local path", param_hint="--graph")
+    graph = graph.removeprefix("file://") if stream else graph
     if config is None:
         stem = Path(graph).name.removesuffix(".dot")
         if not (spec_dir / f"MC_{stem}.cfg").is_file():
@@ -312,7 +379,8 @@ def traces_command(graph, out, spec_dir, config, criterion, master, max_traces, 
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
         pairs[key] = value
     try:
-        run(graph, out, spec_dir, config, criterion, master, max_traces, partitions, parquet, pairs)
+        run(graph, out, spec_dir, config, criterion, master, max_traces, partitions, parquet, pairs,
+            stream_chunk=chunk_mb << 20 if stream else None)
     except ConformanceError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(3) from None

@@ -7,7 +7,7 @@ partition); each partition also yields one COUNT row with its number of lines, a
 file line number (`line_offsets`) without a second pass over the text.
 
 A partition never raises: the first bad line becomes an ERROR row (where, what, the line's text) and the partition
-stops. The driver then raises a `ParseError` for the earliest ERROR row in the file, so a bad dump always gives the
+stops, with no COUNT row (its line numbers follow from the partitions before it). The driver then raises a `ParseError` for the earliest ERROR row in the file, so a bad dump always gives the
 same message, naming file:line:column, whatever the partitioning.
 
 Each edge label is decoded against `conformance.tla.labels.Labels`, built from the spec's `Next` and the model's constants: the label must
@@ -94,13 +94,16 @@ def line_offsets(counts: dict[int, int]) -> dict[int, int]:
     return offsets
 
 
-def first_error(rows: Iterable[tuple], offsets: dict[int, int], source: str) -> ParseError | None:
-    """The ParseError of the earliest ERROR row in the file, or None."""
+def first_error(rows: Iterable[tuple], counts: dict[int, int], source: str, before: int = 0) -> ParseError | None:
+    """The ParseError of the earliest ERROR row, or None. `counts` are the COUNT rows' {partition: lines} (a
+    partition that stopped at an error has none: its first line follows the lines of the partitions before it) and
+    `before` the file lines ahead of the first partition."""
     errors = sorted((r for r in rows if r[0] == ERROR), key=lambda r: (r[1], r[2]))
     if not errors:
         return None
     _, pid, lno, _, column, message, text, _, _ = errors[0]
-    return ParseError(source, offsets.get(pid, 0) + lno, column, text, message)
+    ahead = before + sum(n for p, n in counts.items() if p < pid)
+    return ParseError(source, ahead + lno, column, text, message)
 
 
 def check_structure(frames: list[tuple[int, str, str]], first_line: int | None, last_line: int | None,

@@ -47,7 +47,7 @@ from conformance.tla.output import (
 
 __all__ = [
     "ActionCoverage", "JarInfo", "Outcome", "SanyResult", "TLCMessage", "TLCResult", "Toolchain", "TraceState",
-    "find_java", "resolve_jar", "run_sany", "run_tlc", "toolchain",
+    "find_java", "partial_dump", "resolve_jar", "run_sany", "run_tlc", "toolchain",
 ]
 
 JVM_OPTIONS = ("-XX:+UseParallelGC",)  # TLC's recommended collector for throughput
@@ -237,6 +237,12 @@ class TLCResult:
         return "\n".join(state.render() for state in self.trace)
 
 
+def partial_dump(dump_dot: Path, pid: int) -> Path:
+    """Where TLC writes the dump of process `pid`'s run_tlc until it is renamed to `dump_dot`: beside it, for a
+    same-disk rename (conformance/graph/follow.py reads it while TLC writes)."""
+    return Path(dump_dot).parent / f".{Path(dump_dot).name}.{pid}.partial.dot"
+
+
 def run_tlc(
     module: Path,
     config: Path | None = None,
@@ -269,10 +275,8 @@ def run_tlc(
         if dump_dot is not None:
             dump_dot = Path(dump_dot).resolve()
             dump_dot.parent.mkdir(parents=True, exist_ok=True)
-            # TLC appends ".dot" to the name it is given; the temporary sits beside the target for a same-disk rename.
-            stem = dump_dot.parent / f".{dump_dot.name}.{os.getpid()}.partial"
-            tmp_dump = stem.with_name(stem.name + ".dot")
-            args += ["-dump", "dot,actionlabels", str(stem)]
+            tmp_dump = partial_dump(dump_dot, os.getpid())
+            args += ["-dump", "dot,actionlabels", str(tmp_dump.with_suffix(""))]  # TLC appends ".dot" itself
         if fp is not None:
             args += ["-fp", str(fp)]
         if coverage:
