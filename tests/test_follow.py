@@ -8,6 +8,8 @@ partial file `run_tlc` would use, in slices with pauses (so the stream sees many
 
 from __future__ import annotations
 
+import gzip
+import json
 import sys
 import textwrap
 import time
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 from test_pipeline import SPEC, _run
 
 from conformance.errors import PipelineError
+from conformance.graph.cache import ensure_traces
 from conformance.graph.follow import DumpFollower, read_lines, split_range
 from conformance.tla.values import ParseError
 
@@ -83,67 +86,75 @@ def _rows(spark, parquet: str) -> tuple[list, list]:
             sorted(map(tuple, spark.read.parquet(f"{parquet}/edges").collect())))
 
 
+@pytest.fixture(scope="module")
+def streamed(spark, tmp_path_factory):
+    """`zabref traces --stream` on tiny (TLC writes the dump, the pipeline parses it as it grows): (folder, summary,
+    progress lines); the folder holds tiny.dot, graph.parquet and traces/."""
+    folder = tmp_path_factory.mktemp("streamed")
+    summary, lines = _run(spark, folder / "tiny.dot", folder / "traces", parquet=str(folder / "graph.parquet"),
+                          stream_chunk=1 << 20)
+    return folder, summary, lines
+
+
+def test_zabref_traces_stream_runs_tlc_and_gives_the_traces_of_the_finished_dump(spark, streamed) -> None:
+    folder, summary, lines = streamed
+    cached = ensure_traces("tiny")  # zabref check, then zabref traces on the finished dump (the test command's cache)
+    assert any(line.startswith("traces: stream: zabref check --config tiny") for line in lines)
+    assert any(line.startswith("traces: parse: TLC exited after") for line in lines)
+    assert sorted(p.name for p in folder.iterdir()) == ["graph.parquet", "tiny.dot", "traces"]
+    assert _rows(spark, str(folder / "graph.parquet")) == _rows(spark, str(cached / "graph.parquet"))
+    names = sorted(p.name for p in cached.glob("*.jsonl.gz"))
+    assert names and names == sorted(p.name for p in (folder / "traces").glob("*.jsonl.gz"))
+    for name in names:
+        # the same lines; the header's spec_sha256 hashes the whole spec folder when the cached traces were made
+        ours, theirs = (gzip.decompress((f / name).read_bytes()).splitlines() for f in (folder / "traces", cached))
+        assert ours[1:] == theirs[1:], name
+        assert _without_hash(ours[0]) == _without_hash(theirs[0])
+    manifest = json.loads((cached / "manifest.json").read_text())
+    assert summary.states == manifest["coverage"]["states"] and summary.traces == len(names)
+
+
+def _without_hash(header: bytes) -> dict:
+    return {k: v for k, v in json.loads(header).items() if k != "spec_sha256"}
+
+
 def _parse_stream(spark, command, dot: Path, parquet: str, chunk: int):
     from conformance.graph.pipeline import load_model, parse_stream
 
     lines: list[str] = []
     with DumpFollower(command, dot, chunk, poll=0.05) as follower:
-        try:
-            result = parse_stream(spark, follower, load_model(SPEC, "tiny"), parquet, 2, lines.append)
-        finally:
-            proc = follower.proc
-    return result, lines, proc
+        result = parse_stream(spark, follower, load_model(SPEC, "tiny"), parquet, 2, lines.append)
+    return result, lines
 
 
-def test_a_dump_read_while_it_is_written_gives_the_rows_of_the_whole_file(spark, tiny_dot: Path,
-                                                                       tmp_path: Path) -> None:
-    from conformance.graph.pipeline import load_model, parse_graph
-
-    whole = str(tmp_path / "whole.parquet")
-    parse_graph(spark, str(tiny_dot), load_model(SPEC, "tiny"), whole, 3, lambda line: None)
+def test_a_dump_read_in_many_batches_gives_the_rows_of_the_whole_file(spark, streamed, tmp_path: Path) -> None:
+    source = streamed[0] / "tiny.dot"
     dot = tmp_path / "tiny.dot"
-    (nodes, edges, n_nodes, n_edges), lines, _ = _parse_stream(spark, _writer(tiny_dot, dot, 1 << 20), dot,
-                                                               str(tmp_path / "streamed.parquet"), 2 << 20)
+    (nodes, edges, n_nodes, n_edges), lines = _parse_stream(spark, _writer(source, dot, 1 << 20), dot,
+                                                            str(tmp_path / "g.parquet"), 2 << 20)
     batches = [line for line in lines if "as TLC writes it" in line]
-    assert len(batches) >= 4, lines  # read in many ranges, not once at the end
-    assert _rows(spark, whole) == _rows(spark, str(tmp_path / "streamed.parquet"))
+    assert len(batches) >= 4, lines  # read in many ranges while the writer wrote, not once at the end
+    assert _rows(spark, str(tmp_path / "g.parquet")) == _rows(spark, str(streamed[0] / "graph.parquet"))
     assert (n_nodes, n_edges) == (nodes.count(), edges.count())
-    assert dot.read_bytes() == tiny_dot.read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["streamed.parquet", "tiny.dot", "whole.parquet"]
+    assert dot.read_bytes() == source.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.parquet", "tiny.dot"]
 
 
-def test_a_bad_line_in_a_late_batch_stops_the_writer_and_names_its_line(spark, tiny_dot: Path,
-                                                                        tmp_path: Path) -> None:
+def test_a_bad_line_in_a_middle_batch_stops_the_writer_and_names_its_line(spark, streamed, tmp_path: Path) -> None:
+    source = streamed[0] / "tiny.dot"
     dot = tmp_path / "tiny.dot"
-    bad = len(tiny_dot.read_bytes().splitlines()) * 3 // 5  # batches before it, and more written after it
+    bad = len(source.read_bytes().splitlines()) * 3 // 5  # batches before it, and more written after it
     started = time.monotonic()
     with pytest.raises(ParseError) as err:
-        _parse_stream(spark, _writer(tiny_dot, dot, 1 << 20, bad_line=bad), dot, str(tmp_path / "g.parquet"), 2 << 20)
+        _parse_stream(spark, _writer(source, dot, 1 << 20, bad_line=bad), dot, str(tmp_path / "g.parquet"), 2 << 20)
     assert str(err.value).startswith(f"{dot}:{bad}:"), str(err.value)
     assert time.monotonic() - started < 100  # the writer (asleep for 120 s) was stopped, not waited for
     assert list(tmp_path.iterdir()) == []  # no Parquet, no link, and the stopped writer's partial dump removed
 
 
-def test_a_writer_that_fails_ends_the_stream_with_its_exit_code(spark, tiny_dot: Path,
-                                                                tmp_path: Path) -> None:
+def test_a_writer_that_fails_ends_the_stream_with_its_exit_code(spark, streamed, tmp_path: Path) -> None:
     dot = tmp_path / "tiny.dot"
     with pytest.raises(PipelineError, match="exited with code 12"):
-        _parse_stream(spark, _writer(tiny_dot, dot, 1 << 20, code=12), dot, str(tmp_path / "g.parquet"), 2 << 20)
+        _parse_stream(spark, _writer(streamed[0] / "tiny.dot", dot, 1 << 20, code=12), dot,
+                      str(tmp_path / "g.parquet"), 2 << 20)
     assert list(tmp_path.iterdir()) == []
-
-
-def test_zabref_traces_stream_runs_tlc_and_gives_the_traces_of_the_dump(spark, tiny_dot: Path, tmp_path: Path) -> None:
-    expected = tmp_path / "expected"
-    whole, _ = _run(spark, tiny_dot, expected, parquet=str(tmp_path / "whole.parquet"))
-    tmp_path = tmp_path / "streamed"
-    tmp_path.mkdir()
-    dot = tmp_path / "tiny.dot"
-    summary, lines = _run(spark, dot, tmp_path / "traces", parquet=str(tmp_path / "graph.parquet"),
-                          stream_chunk=1 << 20)
-    assert any(line.startswith("traces: stream: zabref check --config tiny") for line in lines)
-    assert dot.is_file() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
-    names = sorted(p.name for p in expected.glob("*.jsonl.gz"))
-    assert names and names == sorted(p.name for p in (tmp_path / "traces").glob("*.jsonl.gz"))
-    for name in names:
-        assert (tmp_path / "traces" / name).read_bytes() == (expected / name).read_bytes(), name
-    assert (summary.states, summary.edges, summary.traces) == (whole.states, whole.edges, whole.traces)

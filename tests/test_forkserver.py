@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,30 @@ def test_one_zygote_per_code_root_and_a_dead_one_is_replaced(tmp_path: Path) -> 
     assert second is not first and second.alive
     with pytest.raises(subprocess.TimeoutExpired):
         second._proc.wait(0.05)
+
+
+def test_poll_reads_proc_while_the_child_lives_and_asks_the_zygote_once_it_is_gone(config, monkeypatch) -> None:
+    """`ForkedProcess.poll` (what `running` and wait_ready ask every few milliseconds) reads /proc while the child
+    runs or is stopped, without a round trip to the zygote; once the child is a zombie the zygote reaps it and the
+    return code is the kill's."""
+    path, cfg = config
+    s = ForkedServer(path, cfg, 1, env=POWER_LOSS)
+    s.start(control=True)
+    asked: list[str] = []
+    zygote = s.proc.zygote
+    real = zygote.request
+    monkeypatch.setattr(zygote, "request", lambda op, **kw: asked.append(op) or real(op, **kw))
+    try:
+        s.wait_ready(30.0)
+        os.kill(s.proc.pid, signal.SIGSTOP)
+        assert s.proc.poll() is None and s.running
+        os.kill(s.proc.pid, signal.SIGCONT)
+        assert asked == []
+        os.kill(s.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while s.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        s.kill()
+    assert s.proc.returncode == -signal.SIGKILL and "poll" in asked
+    assert not Path(f"/proc/{s.proc.pid}").exists()  # reaped by the zygote's poll

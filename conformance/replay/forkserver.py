@@ -143,9 +143,19 @@ class ForkedProcess:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None:
+        if self.returncode is None and not self._alive():
             self.returncode = self.zygote.request("poll", pid=self.pid).get("returncode")
         return self.returncode
+
+    def _alive(self) -> bool:
+        """Whether the child still runs (or is stopped), read from /proc without a round trip to the zygote. The
+        zygote reaps a child only when asked (poll, wait), so until this process has its return code the pid is
+        this child's: alive, stopped, or a zombie (state Z) that the zygote's poll reaps."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat[stat.rindex(")") + 2] not in "ZXx"
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
