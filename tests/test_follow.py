@@ -81,6 +81,28 @@ def test_consecutive_ranges_read_every_line_once(tmp_path_factory, chunks, parts
     assert all(a < b for a, b in pieces) and all(x[1] == y[0] for x, y in zip(pieces, pieces[1:]))
 
 
+def test_batches_are_whole_lines_in_order_and_a_line_longer_than_a_batch_is_one(tmp_path: Path) -> None:
+    """Without Spark: the ranges a follower yields while a writer appends cover the file once, in order, each ending
+    at a line's end, between chunk and 2 * chunk bytes while the writer runs (a longer single line: a range of its
+    own), the rest once it has exited."""
+    lines = [f"{k} {'x' * (k % 50)}\n".encode() for k in range(3000)]
+    lines[1500] = b"L" * 9000 + b"\n"  # longer than 2 * chunk
+    source = tmp_path / "source.dot"
+    source.write_bytes(b"".join(lines))
+    dot = tmp_path / "out" / "g.dot"
+    chunk = 2048
+    with DumpFollower(_writer(source, dot, 4096), dot, chunk, poll=0.01) as follower:
+        ranges = list(follower.batches())
+    data = source.read_bytes()
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert all(data[end - 1:end] == b"\n" for _, end in ranges)
+    sizes = [b - a for a, b in ranges[:-1]]
+    assert all(chunk <= n <= 2 * chunk or n == 9001 for n in sizes), sizes
+    assert 9001 in sizes  # the long line came while the writer ran: one range, from its start to its end
+    assert len(ranges) > 10
+
+
 def _rows(spark, parquet: str) -> tuple[list, list]:
     return (sorted(map(tuple, spark.read.parquet(f"{parquet}/nodes").collect())),
             sorted(map(tuple, spark.read.parquet(f"{parquet}/edges").collect())))

@@ -116,19 +116,37 @@ class DumpFollower:
             if code is not None and code != 0:
                 raise PipelineError(f"zabref check exited with code {code}: no state graph at {self.dot} "
                                     "(its output above says why)")
-            if code is None and size - cut < self.chunk:
+            done = code is not None
+            if not done and size - cut < self.chunk:
                 time.sleep(self.poll)
                 continue
-            if code is not None and size - cut <= 2 * self.chunk:  # the dump is complete: its last range
+            if done and size - cut <= 2 * self.chunk:  # the dump is complete: its last range
                 if size > cut:
                     yield cut, size
                 return
-            end = self._last_newline(cut, cut + 2 * self.chunk)
-            if end == cut and code is not None:  # one line longer than 2 * chunk: it goes whole
-                end = self._last_newline(cut, size) if self._last_newline(cut, size) > cut else size
-            if end > cut:
-                yield cut, end
-                cut = end
+            end = self._last_newline(cut, min(size, cut + 2 * self.chunk))
+            if end == cut:  # no newline in the window: one line longer than it, a range of its own once on disk
+                end = self._first_newline(cut, size) or (size if done else cut)
+            if end == cut:
+                time.sleep(self.poll)
+                continue
+            yield cut, end
+            cut = end
+
+    def _first_newline(self, cut: int, size: int) -> int:
+        """The offset just after the first newline in [cut, size), or 0 if there is none."""
+        with open(self.link, "rb") as f:
+            f.seek(cut)
+            at = cut
+            while at < size:
+                block = f.read(min(1 << 20, size - at))
+                if not block:
+                    return 0
+                found = block.find(b"\n")
+                if found >= 0:
+                    return at + found + 1
+                at += len(block)
+        return 0
 
     def close(self) -> None:
         """Stop the child if it still runs (its whole process group: TLC's JVM too; a child stopped so leaves its
