@@ -1,6 +1,6 @@
 """Measure real-process replay: the same traces with servers exec'd per trace, forked per trace, and kept, one run.
 
-Usage: .venv/bin/python scripts/bench_replay.py [--config ci] [--traces FOLDER] [--rounds 1]
+Usage: .venv/bin/python scripts/bench_replay.py [--config ci] [--traces FOLDER] [--rounds 1] [--modes exec,forked,kept]
 Replays every trace of the folder (default: the ci model's cached action-coverage traces, generated when missing)
 one at a time in this process -- one driver -- three ways: ``exec``, new servers per trace started with ``python -m
 zabref.cli serve`` (as before the fork server); ``forked``, new servers per trace forked from a zygote
@@ -54,17 +54,21 @@ def main() -> None:
     p.add_argument("--config", default="ci")
     p.add_argument("--traces", type=Path, default=None, help="a folder of traces (default: the config's cached ones)")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--modes", default=",".join(MODES), help="which of exec, forked, kept to run, in that order")
     a = p.parse_args()
+    modes = [m for m in MODES if m in a.modes.split(",")]
+    if not modes or set(a.modes.split(",")) - set(MODES):
+        p.error(f"--modes takes a comma-separated list of {', '.join(MODES)}")
     folder = a.traces or ensure_traces(a.config)
     files = sorted(folder.rglob("*.jsonl.gz"))
     replay_file(files[0])  # warm the file cache and this process's imports
     pool.close()
-    rows = {mode: run(files, mode, a.rounds) for mode in MODES}
+    rows = {mode: run(files, mode, a.rounds) for mode in modes}
     for mode, r in rows.items():
         print(f"{mode:6}: {len(files)} traces x {a.rounds}, {r['steps']:.0f} steps, {r['wall']:.2f} s wall, "
               f"{r['rate']:.1f} steps/s, step {r['step_ms']:.2f} ms, {r['cpu_ms']:.1f} CPU-ms/step, "
               f"{r['per_cpu_s']:.0f} steps per CPU-s")
-    for mode in ("forked", "kept"):
+    for mode in [m for m in ("forked", "kept") if m in rows and "exec" in rows]:
         print(f"{mode}/exec: {rows[mode]['rate'] / rows['exec']['rate']:.2f}x steps/s, "
               f"{rows['exec']['cpu_ms'] / rows[mode]['cpu_ms']:.2f}x less CPU per step")
 

@@ -39,6 +39,7 @@ WRITER = textwrap.dedent("""
     from conformance.tla.tools import partial_dump
     src, dot = sys.argv[1], Path(sys.argv[2])
     step, bad_line, code = (int(x) for x in sys.argv[3:6])
+    pause = float(sys.argv[6])
     lines = Path(src).read_bytes().splitlines(keepends=True)
     if bad_line:
         lines[bad_line - 1] = b"garbled -> line\\n"
@@ -50,7 +51,7 @@ WRITER = textwrap.dedent("""
                 break
             f.write(data[at:at + step])
             f.flush()
-            time.sleep(0.25)
+            time.sleep(pause)
     if bad_line:
         time.sleep(120)  # a TLC still running when the stream finds the bad line: the follower must stop it
     if code:
@@ -60,8 +61,11 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def _writer(source: Path, dot: Path, step: int, bad_line: int = 0, code: int = 0) -> list[str]:
-    return [sys.executable, "-c", WRITER, str(source), str(dot), str(step), str(bad_line), str(code)]
+CHUNK, STEP = 8 << 10, 8 << 10  # batches of 8 to 16 KB of the 160 KB dump; the stand-in writes 8 KB every 50 ms
+
+
+def _writer(source: Path, dot: Path, step: int, bad_line: int = 0, code: int = 0, pause: float = 0.05) -> list[str]:
+    return [sys.executable, "-c", WRITER, str(source), str(dot), str(step), str(bad_line), str(code), str(pause)]
 
 
 @settings(max_examples=200, deadline=None)
@@ -91,7 +95,7 @@ def test_batches_are_whole_lines_in_order_and_a_line_longer_than_a_batch_is_one(
     source.write_bytes(b"".join(lines))
     dot = tmp_path / "out" / "g.dot"
     chunk = 2048
-    with DumpFollower(_writer(source, dot, 4096), dot, chunk, poll=0.01) as follower:
+    with DumpFollower(_writer(source, dot, 4096, pause=0.25), dot, chunk, poll=0.01) as follower:
         ranges = list(follower.batches())
     data = source.read_bytes()
     assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
@@ -110,20 +114,21 @@ def _rows(spark, parquet: str) -> tuple[list, list]:
 
 @pytest.fixture(scope="module")
 def streamed(spark, tmp_path_factory):
-    """`zabref traces --stream` on tiny (TLC writes the dump, the pipeline parses it as it grows): (folder, summary,
-    progress lines); the folder holds tiny.dot, graph.parquet and traces/."""
+    """`zabref traces --stream` on model two (TLC writes the dump, the pipeline parses it as it grows; the smallest
+    model, 160 KB of DOT, so batches of 32 KB): (folder, summary, progress lines); the folder holds two.dot,
+    graph.parquet and traces/."""
     folder = tmp_path_factory.mktemp("streamed")
-    summary, lines = _run(spark, folder / "tiny.dot", folder / "traces", parquet=str(folder / "graph.parquet"),
-                          stream_chunk=1 << 20)
+    summary, lines = _run(spark, folder / "two.dot", folder / "traces", parquet=str(folder / "graph.parquet"),
+                          stream_chunk=4 * CHUNK)
     return folder, summary, lines
 
 
 def test_zabref_traces_stream_runs_tlc_and_gives_the_traces_of_the_finished_dump(spark, streamed) -> None:
     folder, summary, lines = streamed
-    cached = ensure_traces("tiny")  # zabref check, then zabref traces on the finished dump (the test command's cache)
-    assert any(line.startswith("traces: stream: zabref check --config tiny") for line in lines)
+    cached = ensure_traces("two")  # zabref check, then zabref traces on the finished dump (the test command's cache)
+    assert any(line.startswith("traces: stream: zabref check --config two") for line in lines)
     assert any(line.startswith("traces: parse: TLC exited after") for line in lines)
-    assert sorted(p.name for p in folder.iterdir()) == ["graph.parquet", "tiny.dot", "traces"]
+    assert sorted(p.name for p in folder.iterdir()) == ["graph.parquet", "traces", "two.dot"]
     assert _rows(spark, str(folder / "graph.parquet")) == _rows(spark, str(cached / "graph.parquet"))
     names = sorted(p.name for p in cached.glob("*.jsonl.gz"))
     assert names and names == sorted(p.name for p in (folder / "traces").glob("*.jsonl.gz"))
@@ -145,38 +150,38 @@ def _parse_stream(spark, command, dot: Path, parquet: str, chunk: int):
 
     lines: list[str] = []
     with DumpFollower(command, dot, chunk, poll=0.05) as follower:
-        result = parse_stream(spark, follower, load_model(SPEC, "tiny"), parquet, 2, lines.append)
+        result = parse_stream(spark, follower, load_model(SPEC, "two"), parquet, 2, lines.append)
     return result, lines
 
 
 def test_a_dump_read_in_many_batches_gives_the_rows_of_the_whole_file(spark, streamed, tmp_path: Path) -> None:
-    source = streamed[0] / "tiny.dot"
-    dot = tmp_path / "tiny.dot"
-    (nodes, edges, n_nodes, n_edges), lines = _parse_stream(spark, _writer(source, dot, 1 << 20), dot,
-                                                            str(tmp_path / "g.parquet"), 2 << 20)
+    source = streamed[0] / "two.dot"
+    dot = tmp_path / "two.dot"
+    (nodes, edges, n_nodes, n_edges), lines = _parse_stream(spark, _writer(source, dot, STEP), dot,
+                                                            str(tmp_path / "g.parquet"), CHUNK)
     batches = [line for line in lines if "as TLC writes it" in line]
     assert len(batches) >= 4, lines  # read in many ranges while the writer wrote, not once at the end
     assert _rows(spark, str(tmp_path / "g.parquet")) == _rows(spark, str(streamed[0] / "graph.parquet"))
     assert (n_nodes, n_edges) == (nodes.count(), edges.count())
     assert dot.read_bytes() == source.read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.parquet", "tiny.dot"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.parquet", "two.dot"]
 
 
 def test_a_bad_line_in_a_middle_batch_stops_the_writer_and_names_its_line(spark, streamed, tmp_path: Path) -> None:
-    source = streamed[0] / "tiny.dot"
-    dot = tmp_path / "tiny.dot"
+    source = streamed[0] / "two.dot"
+    dot = tmp_path / "two.dot"
     bad = len(source.read_bytes().splitlines()) * 3 // 5  # batches before it, and more written after it
     started = time.monotonic()
     with pytest.raises(ParseError) as err:
-        _parse_stream(spark, _writer(source, dot, 1 << 20, bad_line=bad), dot, str(tmp_path / "g.parquet"), 2 << 20)
+        _parse_stream(spark, _writer(source, dot, STEP, bad_line=bad), dot, str(tmp_path / "g.parquet"), CHUNK)
     assert str(err.value).startswith(f"{dot}:{bad}:"), str(err.value)
     assert time.monotonic() - started < 100  # the writer (asleep for 120 s) was stopped, not waited for
     assert list(tmp_path.iterdir()) == []  # no Parquet, no link, and the stopped writer's partial dump removed
 
 
 def test_a_writer_that_fails_ends_the_stream_with_its_exit_code(spark, streamed, tmp_path: Path) -> None:
-    dot = tmp_path / "tiny.dot"
+    dot = tmp_path / "two.dot"
     with pytest.raises(PipelineError, match="exited with code 12"):
-        _parse_stream(spark, _writer(streamed[0] / "tiny.dot", dot, 1 << 20, code=12), dot,
-                      str(tmp_path / "g.parquet"), 2 << 20)
+        _parse_stream(spark, _writer(streamed[0] / "two.dot", dot, STEP, code=12), dot,
+                      str(tmp_path / "g.parquet"), CHUNK)
     assert list(tmp_path.iterdir()) == []

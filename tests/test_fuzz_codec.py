@@ -167,6 +167,46 @@ def _control_port() -> control.ControlPort:
     return control.ControlPort(server, b"t" * 32)
 
 
+class _Writer:
+    """The side of a StreamWriter that ControlPort.handle uses: what it wrote, and whether it closed."""
+
+    def __init__(self) -> None:
+        self.lines: list[dict] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.lines += [json.loads(line) for line in data.splitlines()]
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> str:
+        return "test"
+
+
+def test_a_control_request_line_still_incomplete_after_line_timeout_closes_the_connection(monkeypatch):
+    """A request line is bounded from its first byte (LINE_TIMEOUT; here 0.2 s): answered when whole, the
+    connection closed when its newline does not come; the time between requests is not bounded."""
+    monkeypatch.setattr(control, "LINE_TIMEOUT", 0.2)
+
+    async def scenario(then: bytes, wait: float) -> tuple[list[dict], bool, bool]:
+        reader, writer = asyncio.StreamReader(), _Writer()
+        reader.feed_data(b'{"op": "auth", "token": "' + b"t" * 32 + b'"}\n{"op": "ping"}\n' + then)
+        task = asyncio.ensure_future(_control_port().handle(reader, writer))
+        done, _ = await asyncio.wait({task}, timeout=wait)
+        task.cancel()
+        return writer.lines, bool(done), writer.closed
+
+    lines, done, closed = asyncio.run(scenario(b'{"op": "pi', 1.0))
+    assert [line.get("ok") for line in lines] == [True, True] and lines[1]["sid"] == 1
+    assert done and closed  # cut about 0.2 s after the partial line's first byte
+    lines, done, _ = asyncio.run(scenario(b"", 0.5))
+    assert len(lines) == 2 and not done  # idle between requests: still open
+
+
 @FUZZ
 @given(st.one_of(st.binary(max_size=64), json_values.map(lambda v: json.dumps(v).encode())))
 def test_control_lines_always_get_a_json_object_answer(line):

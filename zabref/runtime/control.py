@@ -162,8 +162,10 @@ class ControlPort:
                 except asyncio.IncompleteReadError:
                     return
                 try:
-                    line = first if first == b"\n" else first + await asyncio.wait_for(reader.readline(),
-                                                                                        LINE_TIMEOUT)
+                    line = first
+                    if first != b"\n":
+                        async with asyncio.timeout(LINE_TIMEOUT):  # a timer, not a task a request (as wait_for)
+                            line += await reader.readline()
                 except (ValueError, asyncio.LimitOverrunError):
                     await self._write(writer, {"error": f"request line longer than {MAX_LINE} bytes"})
                     log.warning("control connection from %s closed: request line too long", address)
