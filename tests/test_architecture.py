@@ -78,3 +78,15 @@ def test_the_architecture_picture_is_current():
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "architecture.py"), "--check"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_long_files_the_suite_starts_first_exist_and_come_first(request):
+    """conftest.LONG_FILES names test files (a renamed one would silently lose its place) and collection puts them
+    first, in that order."""
+    from conftest import LONG_FILES
+
+    tests = Path(__file__).resolve().parent
+    assert all((tests / name).is_file() for name in LONG_FILES)
+    files = list(dict.fromkeys(item.path.name for item in request.session.items))
+    collected = [name for name in LONG_FILES if name in files]
+    assert files[:len(collected)] == collected
