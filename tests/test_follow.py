@@ -185,3 +185,14 @@ def test_a_writer_that_fails_ends_the_stream_with_its_exit_code(spark, streamed,
         _parse_stream(spark, _writer(streamed[0] / "two.dot", dot, STEP, code=12), dot,
                       str(tmp_path / "g.parquet"), CHUNK)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_stream_refuses_a_graph_it_cannot_write_locally(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from conformance.graph.pipeline import traces_command
+
+    result = CliRunner().invoke(traces_command, ["--graph", "hdfs:///zab/ci.dot", "--out", str(tmp_path / "out"),
+                                                 "--config", "ci", "--spec-dir", str(SPEC), "--stream"])
+    assert result.exit_code == 2 and "--stream writes the dump itself, to a local path" in result.output
+    assert list(tmp_path.iterdir()) == []
