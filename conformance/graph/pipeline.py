@@ -308,8 +308,9 @@ def run(graph: str, out: Path, spec_dir: Path, config: str, criterion: str = "ac
     if stream_chunk is None:
         nodes, edges, summary.states, summary.edges = parse_graph(spark, graph, model, parquet, partitions, echo)
     else:
-        command = [*zabref_command(), "check", "--config", config, "--spec-dir", str(spec_dir), "--dump-dot", graph]
-        echo(f"traces: stream: zabref {' '.join(command[len(zabref_command()):])}")
+        args = ["check", "--config", config, "--spec-dir", str(spec_dir), "--dump-dot", graph]
+        command = [*zabref_command(), *args]
+        echo(f"traces: stream: zabref {' '.join(args)}")
         with DumpFollower(command, Path(graph), stream_chunk) as follower:
             nodes, edges, summary.states, summary.edges = parse_stream(spark, follower, model, parquet, partitions,
                                                                        echo)

@@ -46,7 +46,7 @@ from typing import Any
 from zabref.errors import ZabError
 from zabref.runtime.cluster import ServerProcess
 
-__all__ = ["ForkServer", "ForkedServer", "fork_server", "close_fork_servers"]
+__all__ = ["ForkServer", "ForkedServer", "fork_server", "close_fork_servers", "process_state"]
 
 #: The modules a server imports on its way to serving: imported by the zygote once, before any fork.
 PRELOAD = ("zabref.cli", "zabref.config", "zabref.runtime.control", "zabref.runtime.server", "zabref.runtime.drivers", "zabref.net.clientport",
@@ -134,6 +134,15 @@ def close_fork_servers() -> None:
 atexit.register(close_fork_servers)
 
 
+def process_state(pid: int) -> str | None:
+    """Process ``pid``'s state letter from /proc (R, S, T when stopped, Z a zombie, ...), or None when it has none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
+
+
 class ForkedProcess:
     """A zygote's child, answering as much of `subprocess.Popen` as the harness uses."""
 
@@ -151,11 +160,8 @@ class ForkedProcess:
         """Whether the child still runs (or is stopped), read from /proc without a round trip to the zygote. The
         zygote reaps a child only when asked (poll, wait), so until this process has its return code the pid is
         this child's: alive, stopped, or a zombie (state Z) that the zygote's poll reaps."""
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-        except OSError:
-            return False
-        return stat[stat.rindex(")") + 2] not in "ZXx"
+        state = process_state(self.pid)
+        return state is not None and state not in "ZXx"
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.replay.forkserver import ForkedServer
+from conformance.replay.forkserver import ForkedServer, process_state
 from zabref.config import ClusterConfig, load_config
 from zabref.core.packets import Notification
 from zabref.core.zab import AppendTxns, Persistent, SetAcceptedEpoch, SetCurrentEpoch, apply_persist
@@ -167,11 +167,8 @@ class Cluster:
 
     def stopped(self, sid: int) -> bool:
         """Whether server ``sid``'s process is stopped (SIGSTOP: state T in /proc)."""
-        try:
-            stat = Path(f"/proc/{self.servers[sid].proc.pid}/stat").read_text()
-        except OSError:
-            return False
-        return stat[stat.rindex(")") + 2] in "Tt"
+        state = process_state(self.servers[sid].proc.pid)
+        return state is not None and state in "Tt"
 
     def pause(self, sids: set[int]) -> None:
         for sid in sids:

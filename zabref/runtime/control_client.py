@@ -35,7 +35,8 @@ class ControlClient:
     def _connect(self) -> None:
         self._sock = socket.create_connection(self.address, timeout=self.timeout)
         self._file = self._sock.makefile("rwb")
-        answer = self._exchange({"op": "auth", "token": self._token.decode("ascii")})
+        self._write({"op": "auth", "token": self._token.decode("ascii")})
+        answer = self._read()
         if "error" in answer:
             self.close()
             raise ControlError(f"server {self.address[1]}: {answer['error']}")
@@ -48,9 +49,7 @@ class ControlClient:
     def send(self, op: str, **fields: Any) -> None:
         """Send one request and return at once: `ready` says when its response has come, `receive` reads it. One
         request at a time: the next `send` or `request` only after `receive`."""
-        if self._file is None:
-            self._connect()
-        self._write({"op": op, **fields})
+        self._send({"op": op, **fields})
 
     def ready(self, timeout: float) -> bool:
         """Whether the response to the request sent is there to read (waiting at most ``timeout`` seconds)."""
@@ -67,13 +66,13 @@ class ControlClient:
 
     def raw(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send one request object and return the response object as it is (OSError if the server is gone)."""
+        self._send(request)
+        return self._read()
+
+    def _send(self, request: dict[str, Any]) -> None:
         if self._file is None:
             self._connect()
-        return self._exchange(request)
-
-    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
         self._write(request)
-        return self._read()
 
     def _write(self, request: dict[str, Any]) -> None:
         try:
