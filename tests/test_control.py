@@ -9,6 +9,9 @@ spec/Zab.tla says that step does. Loopback only; every wait is bounded.
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -318,3 +321,76 @@ def test_settle_waits_at_the_receiver_of_what_is_on_its_way_and_polls_otherwise(
     states[3]["connections"] = [_conn(1, 0, 1)]
     states[2]["votes"] = [{"peer": 1, "serial": 7, "received": 9}]
     assert lagging(states) == {}
+
+
+class _StandIn:
+    """A stand-in control port on loopback: answers auth, then each ``state`` request with a settled state that
+    carries the number of requests it has read so far (``seq``), after ``gate`` (a shared barrier) lets it while
+    ``gated`` is set; closes instead while ``fail`` is set. One thread; accepts again after a connection ends."""
+
+    def __init__(self, gate: threading.Barrier) -> None:
+        self.gate, self.gated, self.fail, self.seq = gate, True, False, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                self._answer(conn)
+            except OSError:  # the client went away mid-answer
+                pass
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rwb") as f:
+            f.readline()  # auth
+            f.write(b"{}\n")
+            f.flush()
+            for line in f:
+                if not line.strip():
+                    continue
+                self.seq += 1
+                if self.fail:
+                    break
+                try:
+                    if self.gated:
+                        self.gate.wait()
+                except threading.BrokenBarrierError:
+                    f.write(b'{"error": "the other server was never asked meanwhile"}\n')
+                else:
+                    f.write(json.dumps({"seq": self.seq, "connections": [], "senders": [], "votes": []})
+                            .encode() + b"\n")
+                f.flush()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_settle_asks_every_server_before_reading_an_answer_and_drops_unread_answers() -> None:
+    """Each stand-in answers only once both have been asked (a barrier of two): a settle that reads one answer before
+    asking the next server gets an error. When one server fails, the answer of the other that was asked but not read
+    must not be read by the next request: its connection is closed, and the next request gets its own answer."""
+    gate = threading.Barrier(2, timeout=2.0)
+    ports = {1: _StandIn(gate), 2: _StandIn(gate)}
+    controls = {sid: ControlClient("127.0.0.1", p.port, b"token", timeout=5.0) for sid, p in ports.items()}
+    try:
+        states = settle(controls, timeout=5.0)
+        assert {sid: s["seq"] for sid, s in states.items()} == {1: 1, 2: 1}
+        for p in ports.values():
+            p.gated = False
+        ports[1].fail = True  # 1 closes on the next request; 2 answers it, and that answer is never read
+        with pytest.raises((ConnectionError, OSError)):
+            settle(controls, timeout=5.0)
+        ports[1].fail = False
+        states = settle(controls, timeout=5.0)
+        assert states[2]["seq"] == 3  # its own answer: the second request's went with the closed connection
+    finally:
+        for c in controls.values():
+            c.close()
+        for p in ports.values():
+            p.close()

@@ -114,9 +114,7 @@ class Cluster:
                     _write_state(self.servers[sid].me.data_dir, state)
                 for s in self.servers.values():
                     s.start(control=True)
-                for s in self.servers.values():
-                    s.wait_ready(30.0)
-                self.controls = {sid: s.control(timeout=30.0) for sid, s in self.servers.items()}
+                self.controls = {sid: s.ready_control(30.0) for sid, s in self.servers.items()}
                 return
             except ZabError as e:
                 last = e
@@ -132,8 +130,7 @@ class Cluster:
             self._votes.pop(key).close()
         server = self.servers[sid]
         server.kill()
-        server.start(control=True).wait_ready(30.0)
-        self.controls[sid] = server.control(timeout=30.0)
+        self.controls[sid] = server.start(control=True).ready_control(30.0)
 
     def reset_begin(self) -> None:
         """Ask every server to start again on an empty data directory in its own process (the control socket's
@@ -154,9 +151,8 @@ class Cluster:
     def reset_end(self) -> None:
         """Wait until every server runs its new incarnation; reconnect the control connections. ZabError if one
         does not come back."""
-        for sid, s in self.servers.items():
-            s.wait_ready(30.0, incarnation=self._incarnations[sid])
-        self.controls = {sid: s.control(timeout=30.0) for sid, s in self.servers.items()}
+        self.controls = {sid: s.ready_control(30.0, incarnation=self._incarnations[sid])
+                         for sid, s in self.servers.items()}
         for sid, s in self.servers.items():  # the logs a failure report shows start at this reset
             for name in ("server.log", "stderr.log"):
                 self._log_start[(sid, name)] = _size(s.me.data_dir / name)

@@ -9,7 +9,8 @@ process (``python -m zabref.cli``), its stderr appended to ``<data_dir>/stderr.l
 cut when the server runs with ``ZABREF_DISK=powerloss`` (only what it fsynced survives), a mere process crash
 otherwise (the operating system keeps what it wrote) -- ``stop`` is SIGTERM (clean), ``start`` again reopens the
 same data dir.
-`wait_ready` polls the control port. The tests and the conformance driver use these classes too.
+`wait_ready` polls the control port (`ready_control` keeps the connection that answered). The tests and the
+conformance driver use these classes too.
 
 Control token: `LocalCluster` gives every server the token in ``control.token`` beside the config (`control_token`
 creates it, 32 random bytes as hex, readable by its owner only), so that its clients -- the tests, the conformance
@@ -136,27 +137,38 @@ class ServerProcess:
     def wait_ready(self, timeout: float = 30.0, incarnation: int | None = None) -> None:
         """Poll the control port until the server answers ``ping`` (as ``incarnation``, when given: after a
         ``reset``); ZabError if it exits or times out."""
+        self.ready_control(timeout, incarnation).close()
+
+    def ready_control(self, timeout: float = 30.0, incarnation: int | None = None,
+                      request_timeout: float = 30.0) -> ControlClient:
+        """`wait_ready`, returning the control connection whose ``ping`` the server answered, open and
+        authenticated, its requests bounded by ``request_timeout`` seconds (a caller that keeps a connection saves
+        opening a second one)."""
         deadline = time.monotonic() + timeout
         pause = 0.0005  # a forked server answers within milliseconds; an exec'd one in about 0.1 s
         while True:
             if not self.running:
                 raise ZabError(f"server {self.sid} exited with code {self.proc.returncode if self.proc else None}; "
                                f"see {self.stderr_path}:\n{self.tail()}")
+            c = self.control(timeout=2.0)
             try:
-                with self.control(timeout=2.0) as c:
-                    answer = c.request("ping")
-                    pid = answer.get("pid")
-                    if incarnation is not None and answer.get("incarnation") != incarnation and pid == self.proc.pid:
-                        pid = None  # the previous incarnation, still stopping
+                answer = c.request("ping")
+                pid = answer.get("pid")
+                if incarnation is not None and answer.get("incarnation") != incarnation and pid == self.proc.pid:
+                    pid = None  # the previous incarnation, still stopping
             except ControlError as e:
+                c.close()
                 if "not authenticated" in str(e):  # another cluster's server, with another token, has our port
                     raise ZabError(f"server {self.sid}: control port {self.me.control_port} refuses this cluster's "
                                    f"token ({self.token_path}): another server has the port") from None
                 pid = None
             except OSError:
+                c.close()
                 pid = None
             if pid == self.proc.pid:
-                return
+                c.set_timeout(request_timeout)
+                return c
+            c.close()
             if pid is not None:  # some other program answers on our port: never talk to it as if it were ours
                 raise ZabError(f"server {self.sid}: control port {self.me.control_port} is answered by pid {pid}, "
                                f"not by the server started here (pid {self.proc.pid})")

@@ -18,7 +18,7 @@ from typing import Any
 
 from zabref.runtime.control import ControlError
 
-__all__ = ["ControlClient", "settle", "unsettled", "lagging"]
+__all__ = ["ControlClient", "settle", "ask_all", "unsettled", "lagging"]
 
 
 class ControlClient:
@@ -40,6 +40,12 @@ class ControlClient:
         if "error" in answer:
             self.close()
             raise ControlError(f"server {self.address[1]}: {answer['error']}")
+
+    def set_timeout(self, timeout: float) -> None:
+        """Bound every later request (and a reconnection) by ``timeout`` seconds."""
+        self.timeout = timeout
+        if self._sock is not None:
+            self._sock.settimeout(timeout)
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request; return the response, or raise ControlError with its error text."""
@@ -119,11 +125,11 @@ def settle(controls: dict[int, ControlClient], timeout: float = 10.0) -> dict[in
     This is what the conformance driver does after each step, before it compares states. When all that is missing
     is packets or notifications on their way (`lagging`), only their receivers are asked again, each with ``until``
     the count it lacks (the server answers when it has them: no polling from here); otherwise everyone is asked
-    again after a short pause.
+    again after a short pause. Each round's requests go out together (`ask_all`).
     """
     deadline = time.monotonic() + timeout
     pause = 0.0005
-    states = {sid: c.request("state") for sid, c in controls.items()}
+    states = ask_all(controls, {sid: {} for sid in controls})
     while True:
         problem = unsettled(states)
         if problem is None:
@@ -133,12 +139,32 @@ def settle(controls: dict[int, ControlClient], timeout: float = 10.0) -> dict[in
             raise ControlError(f"not settled within {timeout} s: {problem}")
         waits = lagging(states)
         if waits:
-            for sid, until in sorted(waits.items()):
-                states[sid] = controls[sid].request("state", until=until, wait=min(left, 1.0))
+            states.update(ask_all(controls, {sid: {"until": until, "wait": min(left, 1.0)}
+                                             for sid, until in waits.items()}))
             continue
         time.sleep(pause)  # a connection is usually a fraction of a ms from open; a stall backs off to 8 ms
         pause = min(2 * pause, 0.008)
-        states = {sid: c.request("state") for sid, c in controls.items()}
+        states = ask_all(controls, {sid: {} for sid in controls})
+
+
+def ask_all(controls: dict[int, ControlClient], fields: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """``state`` with ``fields[sid]`` asked of every server in ``fields`` at once: all requests are sent before
+    any answer is read, so the servers answer side by side. When one fails, the connections whose answers were not
+    read are closed (a later request must not read an earlier one's answer) and the error raised."""
+    sent: list[int] = []
+    answers: dict[int, dict[str, Any]] = {}
+    try:
+        for sid in sorted(fields):
+            controls[sid].send("state", **fields[sid])
+            sent.append(sid)
+        for sid in sent:
+            answers[sid] = controls[sid].receive()
+        return answers
+    except BaseException:
+        for sid in sent:
+            if sid not in answers:
+                controls[sid].close()
+        raise
 
 
 def lagging(states: dict[int, dict[str, Any]]) -> dict[int, dict[str, dict[str, int]]]:
