@@ -103,14 +103,19 @@ def test_a_header_alone_is_not_a_trace(tmp_path: Path) -> None:
         read_trace(path)
 
 
-def test_spec_hash_covers_tla_and_cfg_files_only(tmp_path: Path) -> None:
+def test_spec_hash_covers_the_model_s_modules_and_cfg_only(tmp_path: Path) -> None:
     (tmp_path / "Zab.tla").write_text("---- MODULE Zab ----\n====\n")
+    (tmp_path / "MC_x.tla").write_text("---- MODULE MC_x ----\nEXTENDS Zab, TLC\n====\n")
     (tmp_path / "MC_x.cfg").write_text("CONSTANTS N = 3\n")
-    before = spec_sha256(tmp_path)
+    before = spec_sha256(tmp_path, "x")
     (tmp_path / "README.md").write_text("docs do not count")
-    assert spec_sha256(tmp_path) == before
-    (tmp_path / "MC_x.cfg").write_text("CONSTANTS N = 5\n")
-    assert spec_sha256(tmp_path) != before
+    (tmp_path / "Other.tla").write_text("---- MODULE Other ----\n====\n")  # nor a module the model does not use
+    (tmp_path / "MC_y.cfg").write_text("CONSTANTS N = 5\n")  # nor another model
+    assert spec_sha256(tmp_path, "x") == before
+    for name, text in (("MC_x.cfg", "CONSTANTS N = 5\n"), ("Zab.tla", "---- MODULE Zab ----\nX == 1\n====\n")):
+        (tmp_path / name).write_text(text)
+        assert spec_sha256(tmp_path, "x") != before, name
+        before = spec_sha256(tmp_path, "x")
 
 
 def test_output_dir_appears_whole_or_not_at_all(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """The traces of a model, generated once per spec and cached by its hash.
 
 Theory of operation: the traces of a model depend only on its modules (MC_<model>.tla and the modules of the spec
-folder it extends, `model_modules`) and its cfg. `spec_hash` hashes them (another model added to the folder leaves
-this one's traces cached); `ensure_traces` keeps the generated traces under `.cache/traces/<model>-<hash>/` and
+folder it extends, `model_modules`) and its cfg. `spec_hash` is the first 16 hex digits of their `spec_sha256`, the
+hash every trace's header holds (another model added to the folder leaves this one's traces cached); `ensure_traces` keeps the generated traces under `.cache/traces/<model>-<hash>/` and
 regenerates them (`zabref check --dump-dot`, then `zabref traces`) only when that folder is missing, so a change to
 the spec makes new traces and an unchanged spec reuses them. Each hop runs as its own `zabref` subcommand, so its
 progress and its one-line summary show as they would by hand; a hop that fails raises click.ClickException with its
@@ -17,10 +17,8 @@ reviewed regression traces in traces/.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +26,7 @@ from pathlib import Path
 
 import click
 
-from conformance.graph.traces import MANIFEST, write_manifest
+from conformance.graph.traces import MANIFEST, model_modules, spec_sha256, write_manifest
 
 __all__ = ["REPO", "spec_hash", "model_modules", "zabref_command", "hop", "ensure_traces", "committed_trace_dirs"]
 
@@ -36,34 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def spec_hash(spec_dir: Path, config: str) -> str:
-    """sha256 over the model's cfg and the modules it is made of -- MC_<config>.tla and every module of the spec
-    folder it EXTENDS or INSTANCEs, transitively (names and contents) --, first 16 hex digits: another model added
+    """The first 16 hex digits of the model's `spec_sha256` (what its traces' headers hold): another model added
     to the folder leaves this model's traces cached."""
-    digest = hashlib.sha256()
-    files = [Path(spec_dir) / f"{name}.tla" for name in model_modules(Path(spec_dir), f"MC_{config}")]
-    for path in files + [Path(spec_dir) / f"MC_{config}.cfg"]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
-
-_USES = re.compile(r"\b(?:EXTENDS|INSTANCE)\b([^\n]*)")
-
-
-def model_modules(spec_dir: Path, root: str) -> list[str]:
-    """The modules of ``spec_dir`` that module ``root`` is made of (itself included), sorted: those it EXTENDS or
-    INSTANCEs, transitively. A name with no file in the folder (a standard module: TLC, Sequences) is skipped."""
-    found: set[str] = set()
-    todo = [root]
-    while todo:
-        name = todo.pop()
-        path = spec_dir / f"{name}.tla"
-        if name in found or not path.is_file():
-            continue
-        found.add(name)
-        text = re.sub(r"\\\*[^\n]*|\(\*.*?\*\)", "", path.read_text(), flags=re.S)  # comments
-        for match in _USES.finditer(text):
-            todo += re.findall(r"[A-Za-z_][A-Za-z0-9_]*", match.group(1).split("WITH")[0])
-    return sorted(found)
+    return spec_sha256(Path(spec_dir), config)[:16]
 
 
 def zabref_command() -> list[str]:

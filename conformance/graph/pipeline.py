@@ -99,7 +99,7 @@ def load_model(spec_dir: Path, config: str) -> Model:
         tlc_version = toolchain().tlc_version
     except ConformanceError as e:  # a cluster driver may have no java/jar: the header says so
         tlc_version = f"unknown ({e})"
-    return Model(spec_dir, config, constants, Labels.for_model(actions, constants), spec_sha256(spec_dir),
+    return Model(spec_dir, config, constants, Labels.for_model(actions, constants), spec_sha256(spec_dir, config),
                  tlc_version)
 
 

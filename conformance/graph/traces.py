@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,8 @@ from typing import Any, Iterable
 from conformance.errors import Location, PipelineError, TraceFormatError
 from zabref.storage.atomic import staged_folder
 
-__all__ = ["FORMAT", "VERSION", "TraceHeader", "Step", "Trace", "spec_sha256", "step_line", "header_line",
-           "write_trace", "read_trace", "OutputDir", "MANIFEST", "write_manifest"]
+__all__ = ["FORMAT", "VERSION", "TraceHeader", "Step", "Trace", "spec_sha256", "model_modules", "step_line",
+           "header_line", "write_trace", "read_trace", "OutputDir", "MANIFEST", "write_manifest"]
 
 FORMAT, VERSION, MANIFEST = "zabref-trace", 1, "manifest.json"
 CRITERIA = ("action", "edge", "scenario")  # scenario: a committed regression trace (conformance/replay/regress.py)
@@ -74,13 +75,37 @@ class Trace:
         return tuple(s.label for s in self.steps[1:])
 
 
-def spec_sha256(spec_dir: Path) -> str:
-    """SHA-256 over the spec folder's top-level .tla and .cfg files: for each, in name order, its name, a NUL, the
-    SHA-256 of its bytes in hex, and a newline. Any edit to a module or a model config changes it."""
+def spec_sha256(spec_dir: Path, config: str) -> str:
+    """SHA-256 over the files model ``config`` is made of: MC_<config>.tla and every module of ``spec_dir`` it
+    EXTENDS or INSTANCEs, transitively (`model_modules`), in name order, then MC_<config>.cfg; for each its name, a
+    NUL, the SHA-256 of its bytes in hex, and a newline. An edit to any of them changes it; another model added to
+    the folder, or a file of another model edited, does not (the trace cache is keyed by its first 16 digits)."""
+    spec_dir = Path(spec_dir)
+    files = [spec_dir / f"{name}.tla" for name in model_modules(spec_dir, f"MC_{config}")]
     digest = hashlib.sha256()
-    for path in sorted(p for p in Path(spec_dir).iterdir() if p.suffix in (".tla", ".cfg") and p.is_file()):
+    for path in files + [spec_dir / f"MC_{config}.cfg"]:
         digest.update(f"{path.name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return digest.hexdigest()
+
+
+_USES = re.compile(r"\b(?:EXTENDS|INSTANCE)\b([^\n]*)")
+
+
+def model_modules(spec_dir: Path, root: str) -> list[str]:
+    """The modules of ``spec_dir`` that module ``root`` is made of (itself included), sorted: those it EXTENDS or
+    INSTANCEs, transitively. A name with no file in the folder (a standard module: TLC, Sequences) is skipped."""
+    found: set[str] = set()
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        path = Path(spec_dir) / f"{name}.tla"
+        if name in found or not path.is_file():
+            continue
+        found.add(name)
+        text = re.sub(r"\\\*[^\n]*|\(\*.*?\*\)", "", path.read_text(), flags=re.S)  # comments
+        for match in _USES.finditer(text):
+            todo += re.findall(r"[A-Za-z_][A-Za-z0-9_]*", match.group(1).split("WITH")[0])
+    return sorted(found)
 
 
 def _dumps(obj: Any) -> str:

@@ -111,7 +111,9 @@ def _header(graph: Path, n: int, label: str | None) -> TraceHeader:
             head = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             head = {}
-    return TraceHeader(head.get("spec_sha256") or spec_sha256(REPO / "spec"), head.get("config", "unknown"),
+    config = head.get("config", "unknown")
+    known = (REPO / "spec" / f"MC_{config}.cfg").is_file()
+    return TraceHeader(head.get("spec_sha256") or (spec_sha256(REPO / "spec", config) if known else "unknown"), config,
                        head.get("constants") or {"N": n}, head.get("tlc_version", "unknown"), "edge",
                        (label,) if label else ())
 
