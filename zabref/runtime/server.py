@@ -122,6 +122,7 @@ class Server(PeerLinks):
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._listeners: list[asyncio.base_events.Server] = []
+        self._accepted: set[asyncio.StreamWriter] = set()  # every inbound connection not yet ended
         self._tasks: dict[asyncio.Task[Any], None] = {}  # in creation order (a set's order would vary by run)
         self._last_sync_s = 0.0
         self._unflushed: dict[int, peers.Connection] = {}
@@ -167,11 +168,23 @@ class Server(PeerLinks):
 
     async def listen(self, key: str, handler: Any, host: str | None = None, **kwargs: Any) -> None:
         """Listen on this server's ``key`` port (a config key) at its host (or ``host``); ConfigError naming it if
-        the port is taken."""
+        the port is taken. Every connection accepted is in `_accepted` until its handler returns (one accepted once
+        the server stops is closed at once)."""
         port = getattr(self.me, key)
         host = self.me.host if host is None else host
+
+        async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if self._stopping.is_set():  # accepted as the server stops: `_shutdown` closed the others already
+                writer.close()
+                return
+            self._accepted.add(writer)
+            try:
+                await handler(reader, writer)
+            finally:
+                self._accepted.discard(writer)
+
         try:
-            self._listeners.append(await asyncio.start_server(handler, host, port, **kwargs))
+            self._listeners.append(await asyncio.start_server(tracked, host, port, **kwargs))
         except OSError as e:
             for listener in self._listeners:
                 listener.close()
@@ -187,6 +200,12 @@ class Server(PeerLinks):
         log.info("server %d stopping", self.sid)
         for listener in self._listeners:
             listener.close()
+        # Every inbound connection ends here too (what it has queued is written first), so that its handler sees
+        # the end of its stream and returns even if the cancellation below is lost: on Python 3.11 asyncio.wait_for
+        # drops a cancellation that arrives as the awaited read completes (gh-86296), and a handler that then waits
+        # on a peer's open connection would keep the event loop from closing (a stop, or a reset, that never ends).
+        for writer in list(self._accepted):
+            writer.close()
         for sender in self.senders.values():
             sender.close()
         for conn in list(self.conns.values()):
