@@ -2,16 +2,16 @@
 
 Theory of operation: the traces of a model depend only on its modules (MC_<model>.tla and the modules of the spec
 folder it extends, `model_modules`) and its cfg. `spec_hash` is the first 16 hex digits of their `spec_sha256`, the
-hash every trace's header holds (another model added to the folder leaves this one's traces cached); `ensure_traces` keeps the generated traces under `.cache/traces/<model>-<hash>/` and
-regenerates them (`zabref check --dump-dot`, then `zabref traces`) only when that folder is missing, so a change to
-the spec makes new traces and an unchanged spec reuses them. Each hop runs as its own `zabref` subcommand, so its
-progress and its one-line summary show as they would by hand; a hop that fails raises click.ClickException with its
-exit code. The cache folder is written under a temporary name and renamed when complete: an interrupted run leaves
-nothing that looks cached. Generation holds an exclusive lock on ``<model>-<hash>.lock`` beside the folder
-(``fcntl.flock``, released by the kernel if the process dies), so runs side by side -- the test command's workers,
-two chains on one checkout -- generate a model's traces once and the others wait and reuse them. The cached manifest
-names the cached ``graph.parquet`` as its graph (where `zabref minimize` finds it). `committed_trace_dirs` lists the
-reviewed regression traces in traces/.
+hash every trace's header holds (another model added to the folder leaves this one's traces cached); `ensure_traces`
+keeps the generated traces under `.cache/traces/<model>-<hash>/` and regenerates them (`zabref check --dump-dot`,
+then `zabref traces`) only when that folder is missing, so a change to the spec makes new traces and an unchanged
+spec reuses them. Each hop runs as its own `zabref` subcommand, so its progress and its one-line summary show as
+they would by hand; a hop that fails raises click.ClickException with its exit code. The cache folder is written
+under a temporary name and renamed when complete: an interrupted run leaves nothing that looks cached. Generation
+holds an exclusive lock on ``<model>-<hash>.lock`` beside the folder (``fcntl.flock``, released by the kernel if the
+process dies), so runs side by side -- the test command's workers, two chains on one checkout -- generate a model's
+traces once and the others wait and reuse them. The cached manifest names the cached ``graph.parquet`` as its graph
+(where `zabref minimize` finds it). `committed_trace_dirs` lists the reviewed regression traces in traces/.
 """
 
 from __future__ import annotations

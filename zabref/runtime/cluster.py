@@ -165,6 +165,9 @@ class ServerProcess:
             except OSError:
                 c.close()
                 pid = None
+            except BaseException:  # e.g. an answer that is not JSON: a stranger on the port
+                c.close()
+                raise
             if pid == self.proc.pid:
                 c.set_timeout(request_timeout)
                 return c
