@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sys
 import textwrap
 import time
@@ -22,7 +23,7 @@ from test_pipeline import SPEC, _run
 
 from conformance.errors import PipelineError
 from conformance.graph.cache import ensure_traces
-from conformance.graph.follow import DumpFollower, read_lines, split_range
+from conformance.graph.follow import DumpFollower, read_lines, release, split_range
 from conformance.tla.values import ParseError
 
 
@@ -191,3 +192,53 @@ def test_stream_refuses_a_graph_it_cannot_write_locally(tmp_path: Path) -> None:
                                                  "--config", "ci", "--spec-dir", str(SPEC), "--stream"])
     assert result.exit_code == 2 and "--stream writes the dump itself, to a local path" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_release_frees_the_blocks_wholly_inside_the_range_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    data = bytes(range(256)) * 4096  # 1 MiB, no zero run longer than one byte
+    path.write_bytes(data)
+    os.sync()
+    before = path.stat().st_blocks
+    block = os.stat(path).st_blksize
+    assert release(path, 100, 150) == 100  # no whole block inside: nothing freed
+    freed = release(path, 100, 600_000)
+    assert freed == 600_000 // block * block
+    assert path.stat().st_size == len(data) and path.stat().st_blocks < before
+    now = path.read_bytes()
+    assert now[:block] == data[:block]  # the block holding byte 100 was not wholly inside
+    assert now[block:freed] == bytes(freed - block)
+    assert now[freed:] == data[freed:]
+
+
+def test_a_discarding_follower_frees_what_is_parsed_and_every_range_still_reads_whole(tmp_path: Path) -> None:
+    """Without Spark: each range is read as the parse reads it (`read_lines`, which reads the byte before the range)
+    and then given back (`parsed`); every line is read once and whole, so the byte before each next range was kept,
+    and the dump's disk blocks are mostly freed by the end. Every line is one disk block long, so every range ends
+    on a block's end: freeing the block that holds a range's last byte would swallow the next range's first line."""
+    (tmp_path / "probe").write_bytes(b"")
+    block = (tmp_path / "probe").stat().st_blksize
+    lines = [f"{k} ".encode().ljust(block - 1, b"y") + b"\n" for k in range(600)]
+    source = tmp_path / "source.dot"
+    source.write_bytes(b"".join(lines))
+    dot = tmp_path / "out" / "g.dot"
+    read: list[str] = []
+    with DumpFollower(_writer(source, dot, 64 << 10, pause=0.02), dot, 16 << 10, poll=0.01, discard=True) as f:
+        for start, end in f.batches():
+            read += read_lines(str(f.link), start, end)
+            f.parsed(end)
+        assert f.warning is None and f.freed > len(source.read_bytes()) * 9 // 10
+        assert f.link.stat().st_blocks * 512 < (len(source.read_bytes()) - f.freed) + (64 << 10)
+    assert read == [line.decode() for line in lines]
+
+
+def test_stream_with_discard_dump_leaves_no_dump_and_the_same_traces(spark, streamed, tmp_path: Path) -> None:
+    summary, lines = _run(spark, tmp_path / "two.dot", tmp_path / "traces", parquet=str(tmp_path / "graph.parquet"),
+                          stream_chunk=4 * CHUNK, discard_dump=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["graph.parquet", "traces"]
+    assert any("the dump was freed as it was parsed and deleted" in line for line in lines)
+    assert _rows(spark, str(tmp_path / "graph.parquet")) == _rows(spark, str(streamed[0] / "graph.parquet"))
+    ours = {p.name: gzip.decompress(p.read_bytes()) for p in (tmp_path / "traces").glob("*.jsonl.gz")}
+    theirs = {p.name: gzip.decompress(p.read_bytes()) for p in (streamed[0] / "traces").glob("*.jsonl.gz")}
+    assert ours and ours == theirs
+    assert json.loads((tmp_path / "traces" / "manifest.json").read_text())["graph"] == str(tmp_path / "graph.parquet")

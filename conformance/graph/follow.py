@@ -17,10 +17,17 @@ it is raised.
 
 Partitions read the link by path: executors need the same file system as the driver (any local master; a cluster
 with a shared disk).
+
+With ``discard`` (`zabref traces --stream --discard-dump`), `parsed` gives the disk blocks of every range parsed back
+to the file system as it goes (`release`: the file keeps its size, the bytes read as zeros; the byte before the next
+range, which its reader reads, stays), and `run` deletes the dump at the end: the disk holds about one batch of the
+dump, not all of it, so a dump larger than the free disk can be parsed.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import signal
 import subprocess
@@ -31,7 +38,7 @@ from typing import Iterator
 from conformance.errors import PipelineError
 from conformance.tla.tools import partial_dump
 
-__all__ = ["DumpFollower", "split_range", "read_lines"]
+__all__ = ["DumpFollower", "split_range", "read_lines", "release"]
 
 MIN_PART = 4 << 20  # a partition of a range reads at least this many bytes (fewer only for a range this small)
 
@@ -42,6 +49,30 @@ def split_range(start: int, end: int, parts: int) -> list[tuple[int, int]]:
     step = (end - start) // parts
     cuts = [start + k * step for k in range(parts)] + [end]
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 1, 2  # linux/falloc.h
+
+
+def release(path: str | os.PathLike[str], start: int, end: int) -> int:
+    """Give back to the file system the disk blocks of ``path`` that lie wholly in [start, end): the file keeps its
+    size and those bytes read as zeros from then on (fallocate's hole punching); the others are untouched. Returns
+    the offset up to which blocks were freed (``start`` when none was); OSError when the file system cannot punch
+    holes."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        block = os.fstat(fd).st_blksize or 4096
+        lo, hi = -(-start // block) * block, end // block * block
+        if hi <= lo:
+            return start
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        if libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE | _FALLOC_FL_PUNCH_HOLE, lo, hi - lo) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"cannot free bytes {lo}-{hi} of {path}: {os.strerror(code)}")
+        return hi
+    finally:
+        os.close(fd)
 
 
 def read_lines(path: str, start: int, end: int) -> Iterator[str]:
@@ -63,9 +94,11 @@ def read_lines(path: str, start: int, end: int) -> Iterator[str]:
 class DumpFollower:
     """`zabref check --dump-dot dot ...` as a child, and the ranges of its dump as TLC writes them."""
 
-    def __init__(self, command: list[str], dot: Path, chunk: int, poll: float = 0.2) -> None:
+    def __init__(self, command: list[str], dot: Path, chunk: int, poll: float = 0.2, discard: bool = False) -> None:
         self.dot = Path(dot).resolve()
-        self.chunk, self.poll = chunk, poll
+        self.chunk, self.poll, self.discard = chunk, poll, discard
+        self.freed = 0  # with discard: the dump's blocks before this offset are given back (`parsed`)
+        self.warning: str | None = None  # with discard: why blocks could not be given back, once
         self.link = self.dot.with_name(f".{self.dot.name}.{os.getpid()}.follow")
         self.link.unlink(missing_ok=True)
         self.dot.parent.mkdir(parents=True, exist_ok=True)
@@ -147,6 +180,19 @@ class DumpFollower:
                     return at + found + 1
                 at += len(block)
         return 0
+
+    def parsed(self, end: int) -> None:
+        """The dump's lines before ``end`` are parsed and written: with ``discard``, free their blocks but the one
+        holding byte ``end - 1`` (the next range's reader reads that byte, `read_lines`). A file system that cannot
+        punch holes leaves them (`warning` says why; the dump is still deleted at the end)."""
+        if not self.discard or self.warning is not None or end - 1 <= self.freed:
+            return
+        try:
+            self.freed = release(self.link, self.freed, end - 1)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise PipelineError(f"{self.dot}: {e.strerror or e}") from None
+            self.warning = f"the file system cannot free the parsed part of the dump ({e.strerror or e})"
 
     def close(self) -> None:
         """Stop the child if it still runs (its whole process group: TLC's JVM too; a child stopped so leaves its

@@ -140,6 +140,7 @@ def parse_stream(spark, follower: DumpFollower, model: Model, parquet: str, part
             out.add(sc.parallelize(ranges, len(ranges)).mapPartitionsWithIndex(
                 lambda k, rs, base=base: (row for a, b in rs for row in
                                           parse_partition(base + k, read_lines(link, a, b), labels, source))))
+            follower.parsed(end)
             echo(f"traces: parse: bytes {start}-{end} of the dump as TLC writes it: {out.lines} lines so far "
                  f"({time.monotonic() - started:.1f}s)")
         echo(f"traces: parse: TLC exited after {follower.exited:.1f}s, the parse of its dump ended "
@@ -291,9 +292,10 @@ def _coverage(s: Summary) -> dict:
 def run(graph: str, out: Path, spec_dir: Path, config: str, criterion: str = "action", master: str | None = None,
         max_traces: int | None = None, partitions: int | None = None, parquet: str | None = None,
         conf: dict[str, str] | None = None, echo: Callable[[str], None] = click.echo,
-        stream_chunk: int | None = None) -> Summary:
+        stream_chunk: int | None = None, discard_dump: bool = False) -> Summary:
     """The whole pipeline; returns the summary (also printed as the last line). With `stream_chunk` (bytes) it runs
-    `zabref check --dump-dot graph` itself and parses the dump in batches of about that size as TLC writes it."""
+    `zabref check --dump-dot graph` itself and parses the dump in batches of about that size as TLC writes it; with
+    `discard_dump` too, the dump's disk blocks are freed as they are parsed and the dump is deleted once parsed."""
 
     started = time.monotonic()
     summary = Summary()
@@ -311,9 +313,17 @@ def run(graph: str, out: Path, spec_dir: Path, config: str, criterion: str = "ac
         args = ["check", "--config", config, "--spec-dir", str(spec_dir), "--dump-dot", graph]
         command = [*zabref_command(), *args]
         echo(f"traces: stream: zabref {' '.join(args)}")
-        with DumpFollower(command, Path(graph), stream_chunk) as follower:
-            nodes, edges, summary.states, summary.edges = parse_stream(spark, follower, model, parquet, partitions,
-                                                                       echo)
+        with DumpFollower(command, Path(graph), stream_chunk, discard=discard_dump) as follower:
+            try:
+                nodes, edges, summary.states, summary.edges = parse_stream(spark, follower, model, parquet,
+                                                                           partitions, echo)
+            finally:
+                if discard_dump:
+                    Path(graph).unlink(missing_ok=True)
+        if follower.warning:
+            echo(f"traces: warning: {follower.warning}; the dump was deleted once parsed")
+        elif discard_dump:
+            echo(f"traces: the dump was freed as it was parsed and deleted ({graph})")
         summary.stages["tlc"] = follower.exited + (follower.started - started)
     summary.stages["parse"] = time.monotonic() - t
     t = time.monotonic()
@@ -330,7 +340,7 @@ def run(graph: str, out: Path, spec_dir: Path, config: str, criterion: str = "ac
          + f", prefixes dropped) ({time.monotonic() - t:.1f}s)")
     summary.stages["select"] = time.monotonic() - t
     t = time.monotonic()
-    _write(spark, chosen, edges, nodes, model, criterion, out, summary, graph)
+    _write(spark, chosen, edges, nodes, model, criterion, out, summary, parquet if discard_dump else graph)
     summary.stages["write"] = time.monotonic() - t
     echo(f"traces: write: {summary.traces} traces, {summary.steps} steps -> {out} ({summary.stages['write']:.1f}s)")
     summary.wall = time.monotonic() - started
@@ -360,13 +370,19 @@ def run(graph: str, out: Path, spec_dir: Path, config: str, criterion: str = "ac
                    "(STATES.dot on a file system this machine and the executors share).")
 @click.option("--chunk-mb", type=click.IntRange(min=1), default=128, show_default=True,
               help="With --stream: parse the dump in batches of about this many MB.")
+@click.option("--discard-dump", is_flag=True,
+              help="With --stream: free the dump's disk blocks as they are parsed and delete it at the end (the disk "
+                   "then holds about one batch of it: for a dump larger than the free disk).")
 def traces_command(graph, out, spec_dir, config, criterion, master, max_traces, partitions, parquet, conf, stream,
-                   chunk_mb) -> None:
+                   chunk_mb, discard_dump) -> None:
     """Turn a TLC state graph into conformance traces, with coverage measured."""
     spec_dir = spec_dir or default_spec_dir()
     if stream and "://" in graph and not graph.startswith("file://"):
         raise click.BadParameter(f"{graph!r}: --stream writes the dump itself, to a local path", param_hint="--graph")
     graph = graph.removeprefix("file://") if stream else graph
+    if discard_dump and not stream:
+        raise click.BadParameter("only with --stream (it frees the dump as the stream parses it)",
+                                 param_hint="--discard-dump")
     if config is None:
         stem = Path(graph).name.removesuffix(".dot")
         if not (spec_dir / f"MC_{stem}.cfg").is_file():
@@ -381,7 +397,7 @@ def traces_command(graph, out, spec_dir, config, criterion, master, max_traces, 
         pairs[key] = value
     try:
         run(graph, out, spec_dir, config, criterion, master, max_traces, partitions, parquet, pairs,
-            stream_chunk=chunk_mb << 20 if stream else None)
+            stream_chunk=chunk_mb << 20 if stream else None, discard_dump=discard_dump)
     except ConformanceError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(3) from None
