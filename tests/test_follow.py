@@ -242,3 +242,14 @@ def test_stream_with_discard_dump_leaves_no_dump_and_the_same_traces(spark, stre
     theirs = {p.name: gzip.decompress(p.read_bytes()) for p in (streamed[0] / "traces").glob("*.jsonl.gz")}
     assert ours and ours == theirs
     assert json.loads((tmp_path / "traces" / "manifest.json").read_text())["graph"] == str(tmp_path / "graph.parquet")
+
+
+def test_discard_dump_without_stream_is_refused(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from conformance.graph.pipeline import traces_command
+
+    result = CliRunner().invoke(traces_command, ["--graph", str(tmp_path / "ci.dot"), "--out", str(tmp_path / "out"),
+                                                 "--config", "ci", "--spec-dir", str(SPEC), "--discard-dump"])
+    assert result.exit_code == 2 and "--discard-dump" in result.output and "only with --stream" in result.output
+    assert list(tmp_path.iterdir()) == []
