@@ -8,6 +8,7 @@ partial file `run_tlc` would use, in slices with pauses (so the stream sees many
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -253,3 +254,27 @@ def test_discard_dump_without_stream_is_refused(tmp_path: Path) -> None:
                                                  "--config", "ci", "--spec-dir", str(SPEC), "--discard-dump"])
     assert result.exit_code == 2 and "--discard-dump" in result.output and "only with --stream" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("code, warned", [(errno.EOPNOTSUPP, True), (errno.EIO, False)])
+def test_a_file_system_that_cannot_punch_holes_gets_a_warning_and_an_io_error_stops(tmp_path: Path, monkeypatch,
+                                                                                    code, warned) -> None:
+    """Without a writer: `parsed` on a follower whose `release` fails. A file system without hole punching is warned
+    about once and the stream goes on (the dump is still deleted at the end); any other error stops it, named."""
+    import conformance.graph.follow as follow
+
+    calls = []
+
+    def fail(path, start, end):
+        calls.append((start, end))
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(follow, "release", fail)
+    with DumpFollower([sys.executable, "-c", "pass"], tmp_path / "g.dot", 1 << 20, discard=True) as f:
+        if warned:
+            f.parsed(1 << 20)
+            f.parsed(2 << 20)  # warned once: not tried again
+            assert f.warning is not None and os.strerror(code) in f.warning and f.freed == 0 and len(calls) == 1
+        else:
+            with pytest.raises(PipelineError, match=os.strerror(code)):
+                f.parsed(1 << 20)
