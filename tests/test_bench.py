@@ -21,7 +21,9 @@ from conformance.bench.javaclient import parse_line
 from conformance.bench.report import FORMAT, build_report, check_report, format_table, write_json
 from conformance.bench.stats import compare, make_row, percentile, ratio
 from conformance.bench.workload import VALUE_BYTES, value
-from conformance.bench.zk import ZkServer, render_zoo_cfg
+from conformance.zk import ZkEnsembleError
+from conformance.zk.ports import ZkServer
+from conformance.zk.serverconfig import render_zoo_cfg
 from zabref.cli import main
 
 # ------------------------------------------------------------------------------------------ percentiles and rows
@@ -160,7 +162,7 @@ def test_zoo_cfg_has_fsync_ports_and_every_server(tmp_path):
 
 
 def test_zookeeper_ports_stay_below_the_ephemeral_range():
-    with pytest.raises(BenchError, match="32767"):
+    with pytest.raises(ZkEnsembleError, match="32767"):
         ZkServer.layout(32750, 3)
 
 
@@ -309,7 +311,7 @@ def test_java_adapter_turns_a_failing_client_into_a_bench_error(tmp_path, script
 
 def test_java_client_missing_javac_or_jars_is_a_clear_bench_error(tmp_path, monkeypatch):
     import conformance.bench.javaclient as jc
-    import conformance.bench.zk as zk
+    import conformance.zk.versions as zk
 
     monkeypatch.setattr(jc.shutil, "which", lambda name: None)  # no javac, and no apt-get to install it
     monkeypatch.setattr(zk.shutil, "which", lambda name: None)
@@ -327,7 +329,7 @@ def test_java_client_missing_javac_or_jars_is_a_clear_bench_error(tmp_path, monk
 def _java_or_skip():
     import shutil
 
-    from conformance.bench.zk import find_classpath
+    from conformance.zk.versions import find_classpath
 
     if find_classpath() is None or shutil.which("javac") is None:
         pytest.skip("needs Debian's zookeeper jars and javac (the benchmark would install them with apt)")

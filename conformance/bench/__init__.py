@@ -8,8 +8,9 @@ ZooKeeper once with kazoo and once with its own Java client (``--zk-clients``) -
 
 * `stats`     -- percentiles (nearest rank), one `Row` per (system, op, target, in flight), the zabref/ZooKeeper
   ratios; pure functions, tested without any process.
-* `zk`        -- the ZooKeeper ensemble from Debian's ``zookeeper`` package (installed with apt when missing):
-  ``zoo.cfg`` rendering, ``QuorumPeerMain`` child processes, the leader found with the ``srvr`` four-letter word.
+* the ZooKeeper ensemble itself is `conformance.zk.ensemble.ZkEnsemble` (Debian's ``zookeeper`` package, installed
+  with apt when missing: `conformance.zk.versions`): ``zoo.cfg``, ``QuorumPeerMain`` child processes, the leader
+  found with the ``srvr`` four-letter word.
 * `zabclient` -- an asyncio client of zabref's client port (`zabref.net.clientport` wire format), one connection per
   request in flight, so N connections give N requests in flight.
 * `workload`  -- the two Python adapters (zabref: `zabclient`; ZooKeeper: kazoo's ``*_async`` calls) behind one

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from conformance.bench.runner import QUICK_IN_FLIGHT, QUICK_WRITES, run_bench
+from conformance.zk import ZkError
 
 __all__ = ["bench"]
 
@@ -45,7 +46,10 @@ def bench_cluster(writes: int, in_flight: str, systems: str, zk_clients: str, ou
                                  param_hint="--in-flight") from None
     if quick:
         writes, counts, failover_trials = QUICK_WRITES, list(QUICK_IN_FLIGHT), min(failover_trials, 1)
-    run_bench(writes=writes, in_flight=counts, systems=[s.strip() for s in systems.split(",") if s.strip()],
-              out=Path(out), failover_trials=failover_trials, keep=keep,
-              zabref_code=Path(zabref_code).resolve() if zabref_code else None, log_actions=log_actions,
-              zk_clients=[c.strip() for c in zk_clients.split(",") if c.strip()], echo=click.echo)
+    try:
+        run_bench(writes=writes, in_flight=counts, systems=[s.strip() for s in systems.split(",") if s.strip()],
+                  out=Path(out), failover_trials=failover_trials, keep=keep,
+                  zabref_code=Path(zabref_code).resolve() if zabref_code else None, log_actions=log_actions,
+                  zk_clients=[c.strip() for c in zk_clients.split(",") if c.strip()], echo=click.echo)
+    except ZkError as e:  # the ZooKeeper ensemble's own errors (conformance.zk), printed as the bench's are
+        raise click.ClickException(str(e)) from e

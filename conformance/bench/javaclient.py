@@ -35,7 +35,7 @@ from typing import Any, TextIO
 from conformance.bench import BenchError
 from conformance.bench.stats import Row, make_row
 from conformance.bench.workload import ROOT
-from conformance.bench.zk import apt_install, find_classpath, install_failed
+from conformance.zk.versions import apt_install, cache_root, find_classpath, install_failed
 
 __all__ = ["SOURCE", "JavaClient", "JavaZooKeeperAdapter", "build", "client_classpath", "ensure_javac",
            "parse_line", "parse_result"]
@@ -46,12 +46,6 @@ MAIN = "ZkLoad"
 NEEDED_JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar")
 OPTIONAL_JARS = ("slf4j-simple.jar",)
 _WHO = "the Java ZooKeeper client (ZkLoad)"
-
-
-def cache_root() -> Path:
-    if os.environ.get("ZABREF_CACHE"):
-        return Path(os.environ["ZABREF_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zabref"
 
 
 def client_classpath() -> list[Path]:

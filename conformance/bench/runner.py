@@ -40,7 +40,7 @@ from conformance.bench.stats import Row
 from conformance.bench.systems import ZabrefHarness, ZooKeeperHarness
 from conformance.bench.usage import Usage
 from conformance.bench.workload import VALUE_BYTES
-from conformance.bench.zk import ensure_zookeeper
+from conformance.zk.versions import ensure_zookeeper
 
 __all__ = ["run_bench", "QUICK_WRITES", "QUICK_IN_FLIGHT", "ZK_CLIENTS"]
 

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A harness owns one 3-server cluster in a folder of its own, on a leased port block: `ZabrefHarness` wraps
 `zabref.runtime.cluster.LocalCluster` (default timing: tick 100 ms, initLimit 10, syncLimit 5; fsync before every ACK,
-group commit), `ZooKeeperHarness` wraps `conformance.bench.zk.ZkEnsemble` (tickTime 2000, forceSync=yes) and is driven
+group commit), `ZooKeeperHarness` wraps `conformance.zk.ensemble.ZkEnsemble` (tickTime 2000, forceSync=yes) and is driven
 by kazoo (system ``zookeeper``) or by the Java client (``zookeeper-java``, `conformance.bench.javaclient`). Each gives
 the workload adapter for its client, ``pids()`` (server id -> process id, for CPU and memory), ``leader()`` (blocking
 until one serves), ``kill(sid)`` (SIGKILL),
@@ -24,7 +24,7 @@ from typing import Any
 from conformance.bench import BenchError
 from conformance.bench.javaclient import JavaClient, JavaZooKeeperAdapter
 from conformance.bench.workload import ZabrefAdapter, ZooKeeperAdapter
-from conformance.bench.zk import ZkEnsemble, mode_of
+from conformance.zk.ensemble import ZkEnsemble, mode_of
 from zabref.config import ClusterConfig
 from zabref.net import wire
 from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port

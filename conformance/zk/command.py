@@ -1,0 +1,142 @@
+"""``zabref zk``: real ZooKeeper ensembles, recorded from outside (docs/zookeeper.md).
+
+Theory of operation: this module reads options and prints; the work is in the modules it names. A `ZkError` becomes
+click's ``Error: ...`` with exit code 1. Subcommands: ``versions`` (what is supported, what is ready), ``fetch
+VERSION``, ``run`` (an ensemble through the recording proxy, a few client writes, a summary), ``decode RECORDING``
+(one line a message) and ``disk DATADIR`` (a server's epochs and transaction logs).
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from conformance.zk import ZkError
+
+__all__ = ["zk"]
+
+
+def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ZkError as e:
+            raise click.ClickException(str(e)) from e
+
+    run.__name__, run.__doc__ = fn.__name__, fn.__doc__
+    return run
+
+
+@click.group()
+def zk() -> None:
+    """Unmodified Apache ZooKeeper ensembles, every server-to-server byte recorded and decoded."""
+
+
+@zk.command("versions")
+@_errors
+def versions_command() -> None:
+    """The supported versions, where each comes from, and which are ready without a download."""
+    from conformance.zk.versions import available, cache_root  # noqa: PLC0415 (the group loads fast)
+
+    for version, source, ready in available():
+        click.echo(f"{version:<7} {source:<7} {'ready' if ready else '-'}")
+    click.echo(f"cache: {cache_root() / 'zookeeper'}")
+
+
+@zk.command("fetch")
+@click.argument("version")
+@_errors
+def fetch_command(version: str) -> None:
+    """Make VERSION runnable: apt for 3.8.0, Maven Central for the others (cached)."""
+    from conformance.zk.versions import resolve  # noqa: PLC0415
+
+    started = time.monotonic()
+    dist = resolve(version, click.echo)
+    click.echo(f"ZooKeeper {dist.version} ({dist.source}, logging: {dist.logging}): {len(dist.jars)} jars, ready in "
+               f"{time.monotonic() - started:.1f} s")
+    for jar in dist.jars:
+        click.echo(f"  {jar}")
+
+
+@zk.command("run")
+@click.option("--servers", type=click.Choice(["3", "5"]), default="3", show_default=True)
+@click.option("--version", "version", default="3.8.0", show_default=True, help="A version of `zabref zk versions`.")
+@click.option("--dir", "folder", type=click.Path(file_okay=False), default="out/zk-run", show_default=True,
+              help="The run's folder: one per server and recording.zkrec (emptied first).")
+@click.option("--seconds", type=click.FloatRange(0), default=2.0, show_default=True,
+              help="How long the ensemble runs after the writes.")
+@click.option("--writes", type=click.IntRange(0), default=5, show_default=True, help="Client writes through kazoo.")
+@click.option("--tick-ms", type=click.IntRange(10), default=200, show_default=True, help="tickTime.")
+@click.option("--heap-mb", type=click.IntRange(32), default=256, show_default=True, help="Each JVM's -Xmx.")
+@_errors
+def run_command(servers: str, version: str, folder: str, seconds: float, writes: int, tick_ms: int,
+                heap_mb: int) -> None:
+    """Start an ensemble through the recording proxy, write, wait, stop; print a summary and the recording's path."""
+    from conformance.zk.harness import ProxiedEnsemble, rss_mb  # noqa: PLC0415
+    from conformance.zk.wire import decode_recording  # noqa: PLC0415
+
+    out = Path(folder)
+    if out.exists():
+        shutil.rmtree(out)
+    started = time.monotonic()
+    z = ProxiedEnsemble(out, int(servers), version, tick_time_ms=tick_ms, heap_mb=heap_mb, echo=click.echo)
+    with z.start():
+        click.echo(f"serving after {time.monotonic() - started:.1f} s: {z.ensemble.modes()}")
+        if writes:
+            zxids = z.client_writes(writes)
+            click.echo(f"{len(zxids)} writes committed, zxids 0x{zxids[0]:x}..0x{zxids[-1]:x}")
+        time.sleep(seconds)
+        rss = {sid: rss_mb(pid) for sid in z.ensemble.procs if (pid := z.ensemble.pid(sid)) is not None}
+        click.echo("resident memory: " + ", ".join(f"server {s} {v:.0f} MiB" for s, v in rss.items() if v))
+    left = z.ensemble.leftovers()
+    decoded = decode_recording(z.recording)
+    counts = collections.Counter(m.name for m in decoded.messages if m.kind != "event")
+    click.echo("messages: " + ", ".join(f"{name} {n}" for name, n in sorted(counts.items())))
+    click.echo(f"ZooKeeper {z.distribution.version}, {servers} servers, {len(decoded.messages)} records decoded, "
+               f"{z.faults.bytes_recorded} bytes between servers; recording: {z.recording}; "
+               f"logs: {out}/*/server.log; processes left: {len(left)}")
+
+
+@zk.command("decode")
+@click.argument("recording", type=click.Path(dir_okay=False, exists=True))
+@click.option("--events/--no-events", default=True, show_default=True,
+              help="Also show the proxy's events (connections opened and closed, faults).")
+@_errors
+def decode_command(recording: str, events: bool) -> None:
+    """Print every message of a recording, one line each, in the order the proxy saw them."""
+    from conformance.zk.wire import decode_recording, format_message  # noqa: PLC0415
+
+    decoded = decode_recording(recording)
+    t0 = decoded.recording.meta.get("started_ns", decoded.messages[0].t_ns if decoded.messages else 0)
+    shown = 0
+    for m in decoded.messages:
+        if events or m.kind != "event" or m.name == "TRUNCATED":
+            click.echo(format_message(m, t0))
+            shown += 1
+    truncated = decoded.truncated()
+    click.echo(f"{shown} lines; {len(truncated)} truncated tail(s)" + (
+        ": " + ", ".join(f"connection {m.conn} {m.direction} at byte {m.offset}" for m in truncated)
+        if truncated else ""))
+
+
+@zk.command("disk")
+@click.argument("data_dir", type=click.Path(file_okay=False, exists=True))
+@_errors
+def disk_command(data_dir: str) -> None:
+    """A server's acceptedEpoch, currentEpoch and transaction log records."""
+    from conformance.zk.disk import log_files, read_epochs, read_txn_log  # noqa: PLC0415
+
+    click.echo(" ".join(f"{k}={v}" for k, v in read_epochs(data_dir).items()))
+    for path in log_files(data_dir):
+        log = read_txn_log(path)
+        click.echo(f"{path.name}: dbid {log.dbid}, {len(log.records)} records, ends with {log.end} at byte "
+                   f"{log.end_offset}" + (f" ({log.torn})" if log.torn else ""))
+        for r in log.records:
+            txn = r.txn
+            rest = " ".join(f"{k}={v}" for k, v in txn.items() if k not in ("op", "zxid", "session", "time"))
+            click.echo(f"  @{r.offset:<8} zxid=0x{txn['zxid']:x} {txn['op']:<14} session={txn['session']} {rest}")
