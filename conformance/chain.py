@@ -6,7 +6,9 @@ would by hand; a hop that fails stops the chain with its exit code. `zabref chai
 site (`zabref docs`, beside the report: out/site), replays the generated traces and the committed ones in traces/
 (each of its folders with a manifest.json), writes the report (which links to the site), runs a short fault run of real
 servers in normal mode (writers paced) whose action logs `zabref validate` checks against spec/Zab.tla
-(`--fault-seconds`; its summary in ``<report>/faults.json``), and prints where the report and the site are.
+(`--fault-seconds`; its summary in ``<report>-faults.json`` beside the report folder, which the replay replaces
+whole), and prints where the report and the site are. The site, the replay and the fault run are independent once the
+traces exist, and run side by side (`conformance.graph.cache.hops`), each output line behind its subcommand's name.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from conformance.graph.cache import REPO, committed_trace_dirs, ensure_traces, hop
+from conformance.graph.cache import REPO, committed_trace_dirs, ensure_traces, hops
 from conformance.tla.labels import config_module_base
 
 __all__ = ["chain"]
@@ -41,16 +43,23 @@ def chain(config: str, jobs: int | None, report_dir: Path, regenerate: bool, com
     paths = [str(generated)] + ([str(p) for p in committed_trace_dirs()] if committed else [])
     site = report_dir.with_name("site")
     link: list[str] = []
-    if config_module_base(REPO / "spec", config) == "Zab":  # the site is Zab.tla beside zabref/ (docs/auditing.md)
-        hop(["docs", "--out", str(site), "--config", config, "--traces", str(generated)])
+    side_by_side: list[list[str]] = []
+    zab = config_module_base(REPO / "spec", config) == "Zab"
+    if zab:  # the site is Zab.tla beside zabref/ (docs/auditing.md)
+        side_by_side.append(["docs", "--out", str(site), "--config", config, "--traces", str(generated)])
         link = ["--site", str(site / "index.html")]
-    hop(["conform", *paths, "--report", str(report_dir), *link, *(["--jobs", str(jobs)] if jobs else [])])
-    if fault_seconds and config_module_base(REPO / "spec", config) == "Zab":
+    side_by_side.append(["conform", *paths, "--report", str(report_dir), *link,
+                         *(["--jobs", str(jobs)] if jobs else [])])
+    if fault_seconds and zab:
         # the other direction: the program users run, under faults, checked against the spec from its own logs
         # with paced writers: unpaced, 15 s of faults logged 142,106 actions, and TLC ran out of memory validating
         # them after 648 s (2026-11-25); the test command's validated fault run paces them the same way
-        hop(["faults", "--duration", str(fault_seconds), "--seed", "1", "--validate", "--write-pause", "0.05",
-              "--json", str(report_dir / "faults.json")])
+        report_dir.parent.mkdir(parents=True, exist_ok=True)
+        side_by_side.append(["faults", "--duration", str(fault_seconds), "--seed", "1", "--validate", "--write-pause",
+                             "0.05", "--json", str(report_dir.with_name(report_dir.name + "-faults.json"))])
+    # the site, the replay and the fault run read the same cached traces and write apart: side by side, they keep
+    # both cores busy where one after another each left one idle (docs/performance.md, "The main job")
+    hops(*side_by_side)
     click.echo(f"chain: config={config} traces={generated} report={report_dir.resolve() / 'index.html'} "
                + (f"site={site.resolve() / 'index.html'} " if link else "")
                + f"wall={time.monotonic() - start:.1f}s result=ok")

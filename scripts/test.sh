@@ -12,7 +12,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 rc=0
-.venv/bin/python -m pytest -n "${ZABREF_TEST_WORKERS:-3}" --dist loadfile "$@" || rc=$?
+start=$SECONDS
+.venv/bin/python -m pytest -n "${ZABREF_TEST_WORKERS:-3}" --dist loadfile --durations=10 "$@" || rc=$?
+# The suite's cost, so that growth shows in every CI log: wall, and the CPU of everything it ran (this shell's
+# waited-for children: pytest, its workers, their servers, TLC and Spark; /proc/PID/stat's cutime and cstime).
+read -r -a stat </proc/$$/stat
+cpu=$(( (stat[15] + stat[16]) / $(getconf CLK_TCK) ))
+wall=$(( SECONDS - start ))
+echo "test.sh: wall ${wall}s, CPU ${cpu}s ($(( wall > 0 ? 100 * cpu / wall : 0 ))% of one core)"
 if [ "$rc" -eq 5 ]; then
     # pytest's "no tests were collected" is a broken selection, not a pass.
     echo "test.sh: pytest collected no tests (exit 5): treating as a failure" >&2

@@ -13,14 +13,26 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The files that take minutes (measured: `bash scripts/test.sh --durations=25`), longest first. The test command
 #: runs whole files on its workers (pytest-xdist `--dist loadfile`) and hands out files in collection order, so a
 #: long file collected last would start last and stretch the wall time; these are collected first instead.
-LONG_FILES = ("test_seeded_bugs.py", "test_edges.py", "test_mutations.py", "test_spec.py", "test_sim.py",
-              "test_pipeline.py", "test_sim_validation.py", "test_site.py", "test_fle_spec.py", "test_follow.py")
+LONG_FILES = ("test_seeded_bugs.py", "test_sim.py", "test_mutations.py", "test_spec.py", "test_pipeline.py",
+              "test_edges.py", "test_sim_validation.py", "test_sim_bugs.py", "test_fle_spec.py", "test_follow.py",
+              "test_zk_validate.py", "test_site.py")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Long files first (`LONG_FILES`); every file's own tests keep their order, the other files theirs."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true",
+                     help="also run the tests marked `long` (scripts/test-long.sh; the test command skips them)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Long files first (`LONG_FILES`); every file's own tests keep their order, the other files theirs. Tests
+    marked `long` are skipped unless --long is given: they are the longer command's (scripts/test-long.sh)."""
     rank = {name: k for k, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    if not config.getoption("--long"):
+        skip = pytest.mark.skip(reason="a long check: bash scripts/test-long.sh runs it")
+        for item in items:
+            if "long" in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from conformance.graph import cache
 from conformance.graph.cache import committed_trace_dirs, ensure_traces, model_modules, spec_hash
@@ -67,18 +70,15 @@ def test_committed_trace_dirs_are_the_folders_with_a_manifest(tmp_path):
 
 
 def _fake_hops(calls: list[str]):
-    """A stand-in for the two hops of a generation: writes what `zabref check` and `zabref traces` would, slowly."""
+    """A stand-in for a generation's one hop (`zabref traces --stream`, which runs `zabref check` itself): writes what
+    it would, slowly."""
     def hop(args):
         out = Path(args[args.index("--out") + 1])
-        calls.append(args[0])
+        calls.append(" ".join(a for a in args[:3] if a.startswith("-") or a == "traces"))
         time.sleep(0.3)  # long enough for a second caller to arrive while this one generates
-        if args[0] == "check":
-            Path(args[args.index("--dump-dot") + 1]).write_text("digraph {}")
-        else:
-            out.mkdir(parents=True)
-            graph = args[args.index("--graph") + 1]
-            (out / "manifest.json").write_text(json.dumps({"graph": graph}))
-            Path(args[args.index("--parquet") + 1]).mkdir()
+        out.mkdir(parents=True)
+        (out / "manifest.json").write_text(json.dumps({"graph": args[args.index("--parquet") + 1]}))
+        Path(args[args.index("--parquet") + 1]).mkdir()
     return hop
 
 
@@ -93,6 +93,35 @@ def test_callers_side_by_side_generate_once_and_the_manifest_names_the_cached_gr
     for t in threads:
         t.join(10)
     target = tmp_path / "cache" / f"ci-{spec_hash(SPEC, 'ci')}"
-    assert folders == [target] * 3 and calls == ["check", "traces"]  # the second and third waited, then reused
+    assert folders == [target] * 3 and calls == ["traces --stream --discard-dump"]  # the others waited, then reused
     manifest = json.loads((target / "manifest.json").read_text())
     assert manifest["graph"] == str(target / "graph.parquet") and (target / "graph.parquet").is_dir()
+
+
+#: A stand-in `zabref`: ``NAME OTHER CODE`` writes NAME's file, waits (30 s at most) for OTHER's, prints, exits CODE.
+_MEETS = """
+import sys, time
+from pathlib import Path
+name, other, code = sys.argv[1], sys.argv[2], int(sys.argv[3])
+folder = Path(sys.argv[4])
+(folder / name).touch()
+deadline = time.monotonic() + 30
+while other != "-" and not (folder / other).exists():
+    if time.monotonic() > deadline:
+        print(f"{name}: {other} never started beside me"); sys.exit(9)
+    time.sleep(0.01)
+print(f"{name} met {other}")
+sys.exit(code)
+"""
+
+
+def test_hops_run_side_by_side_each_line_behind_its_name_and_every_failure_is_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cache, "zabref_command", lambda: [sys.executable, "-c", _MEETS])
+    # a and b each wait for the other to start: one after the other, the first would wait in vain and exit 9
+    cache.hops(["a", "b", "0", str(tmp_path)], ["b", "a", "0", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "[a] a met b" in out and "[b] b met a" in out, out
+    with pytest.raises(cache.click.ClickException) as err:
+        cache.hops(["c", "-", "3", str(tmp_path)], ["d", "-", "0", str(tmp_path)], ["e", "-", "4", str(tmp_path)])
+    assert str(err.value.message) == (f"'zabref c - 3 {tmp_path}' failed with exit code 3; "
+                                      f"'zabref e - 4 {tmp_path}' failed with exit code 4")

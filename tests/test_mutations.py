@@ -38,7 +38,12 @@ def test_every_check_has_a_mutation_and_every_model_checks_them_all():
         assert m.invariant in sum(model_checks((SPEC / f"MC_{m.config}.cfg").read_text()), []), m.name
 
 
-@pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
+#: Models whose runs belong to the longer command (scripts/test-long.sh): live2's mutations take a minute each.
+LONG_MODELS = ("live2",)
+
+
+@pytest.mark.parametrize("mutation", [pytest.param(m, marks=pytest.mark.long) if m.config in LONG_MODELS else m
+                                      for m in MUTATIONS], ids=[m.name for m in MUTATIONS])
 def test_mutation_is_caught_by_its_invariant(mutation, tla):
     result = run_mutation(mutation, SPEC, tools=tla)
     assert caught(mutation, result), f"{mutation.name}: {result.outcome.value} {result.violated} {result.message[:300]}"
@@ -59,6 +64,7 @@ def test_with_checks_rewrites_both_sections():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_matrix_peels_every_check_a_mutation_violates(tla):
     """ProposalInFlight's mutation (a PROPOSAL carrying a wrong value) also makes a follower deliver a value nobody
     broadcast: the matrix must find both, and the checks it does not violate hold on the whole mutated model."""

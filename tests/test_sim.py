@@ -103,6 +103,9 @@ CI_SEEDS, CI_STEPS = 2000, 100
 #: Seeds the test suite runs with two readers (a run with readers is another run than the same seed without them:
 #: their requests draw network delays from the run's random source), their reads checked at the end.
 CI_READER_SEEDS, CI_READERS = 1000, 2
+#: Seeds the test suite runs on five servers (quorums of three: a quorum counted for three servers passes every
+#: three-server run; tests/test_sim_bugs.py's quorum_of_two fails one of these seeds).
+CI_FIVE_SEEDS = 1000
 #: Seeds the test suite runs with --validate (their action logs checked against spec/Zab.tla by TLC at the end):
 #: tests/test_sim_validation.py.
 CI_VALIDATED_SEEDS = 45
@@ -115,6 +118,15 @@ def test_ci_seeds_all_pass() -> None:
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
     assert not failed, failed[:5]
     assert all(r["steps"] >= CI_STEPS for r in rows)
+
+
+def test_ci_seeds_on_five_servers_all_pass() -> None:
+    from conformance.sim.seeds import run_seeds
+
+    rows = run_seeds(range(CI_FIVE_SEEDS), Options(servers=5, steps=CI_STEPS), workers=2)
+    failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
+    assert not failed, failed[:5]
+    assert all("--servers 5" in r["replay"] and r["steps"] >= CI_STEPS for r in rows)
 
 
 def test_ci_seeds_with_readers_all_pass() -> None:

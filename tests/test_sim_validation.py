@@ -31,3 +31,14 @@ def test_ci_seeds_validated_all_pass() -> None:
     rows = run_seeds(range(CI_VALIDATED_SEEDS), Options(steps=CI_STEPS, validate=True), workers=2)
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
     assert not failed, failed[:3]
+
+
+#: Five-server seeds the test suite validates against spec/Zab.tla (N = 5 in the validation model).
+CI_VALIDATED_FIVE_SEEDS = 8
+
+
+def test_five_server_seeds_validated_all_pass() -> None:
+    rows = run_seeds(range(CI_VALIDATED_FIVE_SEEDS), Options(servers=5, steps=CI_STEPS, validate=True), workers=2)
+    failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
+    assert not failed, failed[:3]
+    assert all("--servers 5 " in r["replay"] and "--validate" in r["replay"] for r in rows)

@@ -74,7 +74,7 @@ def test_constants_are_read_from_cfg():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["live", "live2"])
+@pytest.mark.parametrize("config", ["live", pytest.param("live2", marks=pytest.mark.long)])
 def test_liveness_holds_under_livespec(config, tla, tmp_path):
     """Both liveness properties hold under LiveSpec (spec/Zab.tla, "Liveness"), with one and with two faults; a
     terminal state of the bounded model stutters and must satisfy them too (spec/mutations breaks each)."""

@@ -28,13 +28,14 @@ if TYPE_CHECKING:
 PLUGIN_GROUP = "zabref.commands"
 
 
-@functools.lru_cache(maxsize=1)
-def plugin_entry_points() -> dict[str, EntryPoint]:
-    """The installed `zabref.commands` entry points, by command name (read once per process; importlib.metadata is
-    imported here, not at start-up: `zabref serve`, which every test cluster starts, never needs it)."""
+@functools.lru_cache(maxsize=8)
+def plugin_entry_points(group: str = PLUGIN_GROUP) -> dict[str, EntryPoint]:
+    """The installed entry points of ``group`` (`zabref.commands`), by command name (read once per process;
+    importlib.metadata is imported here, not at start-up: `zabref serve`, which every test cluster starts, never
+    needs it)."""
     from importlib.metadata import entry_points  # noqa: PLC0415 (start-up: see the module docstring)
 
-    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
+    return {ep.name: ep for ep in entry_points(group=group)}
 
 
 def _unavailable(name: str, ep: EntryPoint, exc: BaseException) -> click.Command:
@@ -47,16 +48,24 @@ def _unavailable(name: str, ep: EntryPoint, exc: BaseException) -> click.Command
 
 
 class PluginGroup(click.Group):
-    """A click group that also offers the commands registered under `zabref.commands`, loaded on demand."""
+    """A click group that also offers the commands registered under the entry-point group ``plugin_group``
+    (`zabref.commands`), loaded on demand. A subclass with another ``plugin_group`` lets a higher layer add
+    subcommands to a group defined in a lower one (``zabref zk faults``: conformance/zk/command.py)."""
+
+    plugin_group = PLUGIN_GROUP
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(super().list_commands(ctx)) | set(plugin_entry_points()))
+        return sorted(set(super().list_commands(ctx)) | set(self.plugins()))
+
+    def plugins(self) -> dict[str, EntryPoint]:
+        # the default group is asked for without an argument, as tests replace `plugin_entry_points` by a lambda
+        return plugin_entry_points() if self.plugin_group == PLUGIN_GROUP else plugin_entry_points(self.plugin_group)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         own = super().get_command(ctx, cmd_name)
         if own is not None:
             return own
-        ep = plugin_entry_points().get(cmd_name)
+        ep = self.plugins().get(cmd_name)
         if ep is None:
             return None
         try:

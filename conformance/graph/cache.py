@@ -3,8 +3,8 @@
 Theory of operation: the traces of a model depend only on its modules (MC_<model>.tla and the modules of the spec
 folder it extends, `model_modules`) and its cfg. `spec_hash` is the first 16 hex digits of their `spec_sha256`, the
 hash every trace's header holds (another model added to the folder leaves this one's traces cached); `ensure_traces`
-keeps the generated traces under `.cache/traces/<model>-<hash>/` and regenerates them (`zabref check --dump-dot`,
-then `zabref traces`) only when that folder is missing, so a change to the spec makes new traces and an unchanged
+keeps the generated traces under `.cache/traces/<model>-<hash>/` and regenerates them (`zabref traces --stream`:
+`zabref check --dump-dot` with the dump parsed while TLC writes it) only when that folder is missing, so a change to the spec makes new traces and an unchanged
 spec reuses them. Each hop runs as its own `zabref` subcommand, so its progress and its one-line summary show as
 they would by hand; a hop that fails raises click.ClickException with its exit code. The cache folder is written
 under a temporary name and renamed when complete: an interrupted run leaves nothing that looks cached. Generation
@@ -22,15 +22,23 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import click
 
 from conformance.graph.traces import MANIFEST, model_modules, spec_sha256, write_manifest
 
-__all__ = ["REPO", "spec_hash", "model_modules", "zabref_command", "hop", "ensure_traces", "committed_trace_dirs"]
+__all__ = ["REPO", "spec_hash", "model_modules", "zabref_command", "hop", "hops", "ensure_traces", "committed_trace_dirs"]
 
 REPO = Path(__file__).resolve().parents[2]
+#: The batches in which a generation parses TLC's dump as TLC writes it: ci's 189 MB dump in about a dozen, so the
+#: parse keeps pace with TLC instead of starting when it ends (docs/traces.md, "Generated once per spec").
+STREAM_CHUNK_MB = 16
+#: Spark's heap for a generation: a streamed parse leaves about one partition a batch (five: 107), and with Spark's
+#: default 1 GiB the BFS over five's 1.48 M edges failed to acquire 100 MB (2026-11-27); the heap is a maximum, not
+#: memory taken.
+STREAM_DRIVER_MEMORY = "4g"
 
 
 def spec_hash(spec_dir: Path, config: str) -> str:
@@ -49,6 +57,37 @@ def hop(args: list[str]) -> None:
     code = subprocess.call([*zabref_command(), *args])
     if code != 0:
         raise click.ClickException(f"'zabref {' '.join(args)}' failed with exit code {code}")
+
+
+def hops(*commands: list[str]) -> None:
+    """Independent hops side by side: each `zabref` subcommand runs at once, its output lines shown as they come,
+    each behind ``[<subcommand>]``; when all have ended, a ClickException names every one that failed."""
+    procs = []
+    for args in commands:
+        click.echo(f"chain: zabref {' '.join(args)} (side by side)")
+        procs.append(subprocess.Popen([*zabref_command(), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, text=True, errors="replace"))
+
+    def forward(name: str, stream) -> None:
+        for line in stream:
+            click.echo(f"[{name}] {line}", nl=False)
+
+    threads = [threading.Thread(target=forward, args=(args[0], p.stdout), daemon=True)
+               for args, p in zip(commands, procs)]
+    for t in threads:
+        t.start()
+    try:
+        codes = [p.wait() for p in procs]
+    finally:
+        for p in procs:  # an interrupted chain leaves no hop running
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for t in threads:
+        t.join()
+    failed = [f"'zabref {' '.join(args)}' failed with exit code {code}" for args, code in zip(commands, codes) if code]
+    if failed:
+        raise click.ClickException("; ".join(failed))
 
 
 def ensure_traces(config: str, spec_dir: Path = REPO / "spec", cache: Path = REPO / ".cache" / "traces",
@@ -72,12 +111,13 @@ def _generate(config: str, spec_dir: Path, target: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        dot = work / f"{config}.dot"
-        hop(["check", "--config", config, "--spec-dir", str(spec_dir), "--dump-dot", str(dot),
-              "--out", str(work / "check")])
-        hop(["traces", "--graph", str(dot), "--out", str(work / "traces"), "--spec-dir", str(spec_dir),
-              "--config", config, "--parquet", str(work / "graph.parquet")])
-        dot.unlink()  # the Parquet keeps the graph (for the minimizer) at a tenth of the size
+        # TLC writes the dump while the pipeline parses it (`zabref traces --stream`: the same `zabref check`, every
+        # invariant and property of the cfg, then the same parse, in batches of STREAM_CHUNK_MB as the dump grows),
+        # and the dump's blocks go back as they are parsed: the Parquet keeps the graph at a tenth of the size
+        hop(["traces", "--stream", "--discard-dump", "--chunk-mb", str(STREAM_CHUNK_MB), "--graph",
+             str(work / f"{config}.dot"), "--out", str(work / "traces"), "--spec-dir", str(spec_dir),
+             "--config", config, "--parquet", str(work / "graph.parquet"), "--conf",
+             f"spark.driver.memory={STREAM_DRIVER_MEMORY}"])
         shutil.move(str(work / "traces"), str(work / "final"))
         if (work / "graph.parquet").exists():
             shutil.move(str(work / "graph.parquet"), str(work / "final" / "graph.parquet"))

@@ -3,12 +3,15 @@
 Theory of operation: this module reads options and prints; the work is in the modules it names. A `ZkError` becomes
 click's ``Error: ...`` with exit code 1. Subcommands: ``versions`` (what is supported, what is ready), ``fetch
 VERSION``, ``run`` (an ensemble through the recording proxy, a few client writes, a summary), ``decode RECORDING``
-(one line a message) and ``disk DATADIR`` (a server's epochs and transaction logs).
+(one line a message) and ``disk DATADIR`` (a server's epochs and transaction logs). Subcommands that need a higher
+layer of conformance (``faults`` and ``matrix``, which use the history checker of conformance.faults) are plugged in
+through the entry-point group `ZK_PLUGIN_GROUP`, as zabref's own commands are (`zabref.cli.PluginGroup`).
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import shutil
 import time
 from pathlib import Path
@@ -17,8 +20,17 @@ from typing import Any, Callable
 import click
 
 from conformance.zk import ZkError
+from zabref.cli import PluginGroup
 
-__all__ = ["zk"]
+__all__ = ["zk", "ZK_PLUGIN_GROUP"]
+
+#: Subcommands of ``zabref zk`` that live in a higher layer (``faults``, ``matrix``: conformance/faults/zkcommand.py)
+#: are entry points of this group in pyproject.toml.
+ZK_PLUGIN_GROUP = "zabref.zk.commands"
+
+
+class ZkGroup(PluginGroup):
+    plugin_group = ZK_PLUGIN_GROUP
 
 
 def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -32,7 +44,7 @@ def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-@click.group()
+@click.group(cls=ZkGroup)
 def zk() -> None:
     """Unmodified Apache ZooKeeper ensembles, every server-to-server byte recorded and decoded."""
 
@@ -73,10 +85,14 @@ def fetch_command(version: str) -> None:
 @click.option("--writes", type=click.IntRange(0), default=5, show_default=True, help="Client writes through kazoo.")
 @click.option("--tick-ms", type=click.IntRange(10), default=200, show_default=True, help="tickTime.")
 @click.option("--heap-mb", type=click.IntRange(32), default=256, show_default=True, help="Each JVM's -Xmx.")
+@click.option("--validate/--no-validate", default=False, show_default=True,
+              help="Then check the recording against spec/Zab.tla (the `zabref zk validate` plugin).")
 @_errors
 def run_command(servers: str, version: str, folder: str, seconds: float, writes: int, tick_ms: int,
-                heap_mb: int) -> None:
-    """Start an ensemble through the recording proxy, write, wait, stop; print a summary and the recording's path."""
+                heap_mb: int, validate: bool) -> None:
+    """Start an ensemble through the recording proxy, write, wait, stop; print a summary and the recording's path.
+    The time the stop began goes to <dir>/harness.json (``stop_ns``, the proxy's clock): what follows is the
+    harness's, not the protocol's (docs/zookeeper.md, "Validation of ZooKeeper runs")."""
     from conformance.zk.harness import ProxiedEnsemble, rss_mb  # noqa: PLC0415
     from conformance.zk.wire import decode_recording  # noqa: PLC0415
 
@@ -93,6 +109,7 @@ def run_command(servers: str, version: str, folder: str, seconds: float, writes:
         time.sleep(seconds)
         rss = {sid: rss_mb(pid) for sid in z.ensemble.procs if (pid := z.ensemble.pid(sid)) is not None}
         click.echo("resident memory: " + ", ".join(f"server {s} {v:.0f} MiB" for s, v in rss.items() if v))
+        (out / "harness.json").write_text(json.dumps({"stop_ns": time.monotonic_ns()}) + "\n")
     left = z.ensemble.leftovers()
     decoded = decode_recording(z.recording)
     counts = collections.Counter(m.name for m in decoded.messages if m.kind != "event")
@@ -100,6 +117,9 @@ def run_command(servers: str, version: str, folder: str, seconds: float, writes:
     click.echo(f"ZooKeeper {z.distribution.version}, {servers} servers, {len(decoded.messages)} records decoded, "
                f"{z.faults.bytes_recorded} bytes between servers; recording: {z.recording}; "
                f"logs: {out}/*/server.log; processes left: {len(left)}")
+    if validate:
+        ctx = click.get_current_context()
+        ctx.invoke(zk.get_command(ctx, "validate"), recording_dir=out)  # a plugin: conformance.validate.zkcommand
 
 
 @zk.command("decode")

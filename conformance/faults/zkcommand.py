@@ -1,0 +1,119 @@
+"""``zabref zk faults`` and ``zabref zk matrix``: fault runs on real ZooKeeper (docs/zookeeper.md).
+
+Theory of operation: the ``zk`` group is defined in conformance/zk/command.py, a layer below this one; these two
+commands plug into it through the entry-point group ``zabref.zk.commands`` (pyproject.toml), because they use the
+history checker of this layer. ``faults`` is one run (`conformance.faults.zkrun.run_zk_faults`): a verdict line,
+exit code 0 when it passed, 1 when it did not, and a JSON report. ``matrix`` runs the `MATRIX` -- each known bug's
+scripted schedule on the versions it affects and the versions that fixed it -- and compares each verdict with the
+one expected: exit code 0 when every run came out as expected.
+
+Exit codes: 0 passed / as expected; 1 a check failed / a run came out otherwise; a ZkError (a version that cannot
+be fetched, a bad schedule) is click's ``Error: ...`` with exit code 1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from importlib.resources import files
+from pathlib import Path
+
+import click
+
+from conformance.zk import ZkError
+
+__all__ = ["faults", "matrix", "MATRIX", "builtin_schedule"]
+
+#: (bug, servers, {version: "caught" | "pass"}): the built-in schedule ``conformance/zk/schedules/<bug>.toml``
+MATRIX: list[tuple[str, int, dict[str, str]]] = [
+    ("zookeeper-4925", 5, {"3.9.2": "pass", "3.9.3": "caught", "3.9.4": "pass"}),
+    ("zookeeper-4785", 3, {"3.8.0": "caught", "3.8.3": "caught", "3.8.4": "caught", "3.8.5": "pass",
+                           "3.9.1": "caught", "3.9.2": "pass"}),
+]
+
+
+def builtin_schedule(name: str) -> Path:
+    """The path of a built-in schedule (``zookeeper-4925``), or a ZkError listing them."""
+    folder = files("conformance.zk") / "schedules"
+    path = Path(str(folder / f"{name}.toml"))
+    if not path.is_file():
+        known = sorted(p.stem for p in Path(str(folder)).glob("*.toml"))
+        raise ZkError(f"no built-in schedule {name!r}; the built-in ones: {', '.join(known)}")
+    return path
+
+
+def _schedule(spec: str, servers: int):  # noqa: ANN202
+    from conformance.zk.schedule import load_schedule  # noqa: PLC0415
+
+    path = Path(spec) if Path(spec).is_file() else builtin_schedule(spec)
+    return load_schedule(path, servers)
+
+
+@click.command("faults")
+@click.option("--version", "version", default="3.8.0", show_default=True, help="A version of `zabref zk versions`.")
+@click.option("--servers", type=click.Choice(["3", "5"]), default="3", show_default=True)
+@click.option("--duration", type=click.FloatRange(1.0), default=30.0, show_default=True,
+              help="Seconds of random faults (ignored with --schedule).")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seeds the random schedule and the selectors.")
+@click.option("--schedule", "schedule", default=None,
+              help="A schedule file (.toml or .json) or a built-in one (zookeeper-4925, zookeeper-4785).")
+@click.option("--writers", type=click.IntRange(1, 16), default=2, show_default=True)
+@click.option("--dir", "folder", type=click.Path(file_okay=False), default="out/zk-faults", show_default=True,
+              help="The run's folder (emptied first): data dirs, server logs, the proxy's recording.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="The report. [default: <dir>/report.json]")
+def faults(version: str, servers: str, duration: float, seed: int, schedule: str | None, writers: int,
+           folder: str, json_path: str | None) -> None:
+    """One fault run on a real ZooKeeper ensemble, checked by the history checker; a verdict line and a report."""
+    from conformance.faults.zkrun import run_zk_faults, write_report  # noqa: PLC0415
+
+    n = int(servers)
+    try:
+        steps = _schedule(schedule, n) if schedule else None
+        out = Path(folder)
+        if out.exists():
+            shutil.rmtree(out)
+        result = run_zk_faults(out, version, n, seed, duration, steps, writers=writers, echo=click.echo)
+    except ZkError as e:
+        raise click.ClickException(str(e)) from e
+    report = Path(json_path) if json_path else out / "report.json"
+    write_report(result, report)
+    click.echo(f"report: {report}")
+    if not result.ok:
+        raise SystemExit(1)
+
+
+@click.command("matrix")
+@click.option("--only", default=None, help="Only this bug (zookeeper-4925, zookeeper-4785).")
+@click.option("--dir", "folder", type=click.Path(file_okay=False), default="out/zk-matrix", show_default=True)
+def matrix(only: str | None, folder: str) -> None:
+    """Each known bug's scripted schedule on the versions it affects and those that fixed it (docs/zookeeper.md)."""
+    from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
+
+    rows, started, bad = [], time.monotonic(), 0
+    for bug, n, expect in MATRIX:
+        if only and bug != only:
+            continue
+        try:
+            steps = _schedule(bug, n)
+            for version, want in expect.items():
+                out = Path(folder) / f"{bug}-{version}"
+                if out.exists():
+                    shutil.rmtree(out)
+                r = run_zk_faults(out, version, n, 1, schedule=steps, echo=lambda _: None)
+                got = "pass" if r.ok else "caught" if r.caught_by else "error"
+                bad += got != want
+                rows.append({"bug": bug, "version": version, "expected": want, "got": got,
+                             "caught_by": r.caught_by, "lost": r.verdict.lost, "seconds": round(r.seconds, 1),
+                             "first": (r.problems + r.verdict.examples)[:1]})
+                click.echo(f"{bug} {version:<6} expected {want:<6} got {got:<6} {','.join(r.caught_by) or '-':<16} "
+                           f"lost {r.verdict.lost:<5} {r.seconds:5.1f} s" + ("" if got == want else "  <-- differs"))
+        except ZkError as e:
+            raise click.ClickException(str(e)) from e
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / "matrix.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    click.echo(f"{'OK' if not bad else 'DIFFERS'}: {len(rows)} runs, {bad} not as expected, "
+               f"{time.monotonic() - started:.0f} s; {Path(folder) / 'matrix.json'}")
+    if bad:
+        raise SystemExit(1)

@@ -1,0 +1,341 @@
+"""A ZooKeeper recording turned into what spec/Zab.tla can be held to: observations of sends.
+
+Theory of operation
+-------------------
+The proxy sees every byte one server sends another, so the **sends** are observed: each quorum packet, attributed
+to (sender, receiver) by the proxy's link (the learner dials, so c2s is learner -> leader), in the order the proxy
+read them. Receives, persists, timeouts and election decisions are not observed: TLC finds them
+(`conformance.validate.zkmodule`). `observe` maps a decoded recording (`conformance.zk.wire`) to an `Observation`:
+
+* ``obs``: the kept sends in the proxy's order (global index ``g`` from 1), each as the spec's packet
+  ``[type, zxid <<epoch, counter>>, data]`` plus which fields are compared (``cz``, ``cd``) and where it lies in the
+  recording (connection, direction, byte offset, time). Per directed pair, ``channels[(a, b)]`` lists the obs of
+  a -> b in order, over every connection between them: the spec's ``msgs[a][b]`` is one channel per pair.
+* a **sync group** -- DIFF, TRUNC or SNAP, the PROPOSALs after it, NEWLEADER -- is ONE observation of type
+  ``SYNC`` (kind, zxid, the proposals as the spec's txns, NEWLEADER's zxid): the spec's own sync is judged by what it
+  leaves the follower with (`zkmodule`'s SyncAgree), since ZooKeeper chooses DIFF / SNAP / TRUNC by its in-memory
+  committed log and the spec by its history.
+* ``need``: for each observation, how many sends its receiver had made on each of its channels when the proxy read
+  it. The receiver can take the packet only after the proxy forwarded it, so every send of the receiver the proxy read
+  earlier was made before that receive (the only order across connections the recording proves).
+* ``roles``: each server's incarnations, in order: leading (``L``) or following j (``F``), and whether the role ended
+  before the run did (its connections closed). The spec's BecomeLeader / BecomeFollower must take them in that order,
+  and a server goes back to LOOKING (a timeout, a crash) only when its role ended.
+* ``values``: each distinct transaction (by its decoded fields: header, record, digest) is one of the spec's values,
+  numbered 1, 2, ... by first appearance in the recording -- the order the spec's ClientRequest numbers them.
+* ``ignored``: what was left out and why (`IGNORED`), counted. ``docs/zookeeper.md`` ("Validation of ZooKeeper runs")
+  has the full table.
+
+The run's end: the harness stops an ensemble by killing every server, which is no part of the behaviour. A
+``harness.json`` beside the recording may give ``stop_ns``; otherwise the end is inferred as the first close of a
+quorum connection after which the recording holds nothing but closes and PINGs. Everything the proxy read after the
+end is left out.
+
+A window of a long run (later) starts from a known state: ``start`` is None for the spec's Init (every server from an
+empty data dir, what the harness runs), or the spec's variables as canonical values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.zk import WireError
+from conformance.zk.wire import Decoded, Message, decode_recording
+
+__all__ = ["IGNORED", "Obs", "Observation", "Role", "observe", "observe_dir", "zxid_pair"]
+
+FORMAT = 1
+
+#: ZooKeeper quorum packets the spec does not model, left out of the observation, with the reason.
+IGNORED = {
+    "PING": "liveness only: the spec's timeouts stand for missing pings (spec/README.md, departure 9)",
+    "REQUEST": "a client request forwarded by a follower: a write enters the spec as ClientRequest at the leader",
+    "REVALIDATE": "session revalidation: client sessions are not modelled",
+    "SYNC": "a client's sync: reads are not modelled",
+    "SNAPSHOT": "the serialized tree after SNAP: part of the SNAP observation",
+    "TRUNCATED": "a packet cut short by the end of its stream (a server killed while writing): never received",
+    "ACK-UPTODATE": "the learner's ACK(newEpoch << 32) after UPTODATE: Leader.processAck returns at once for a zxid "
+                    "whose counter is 0",
+    "COMMIT-IN-SYNC": "a COMMIT between DIFF and NEWLEADER: the spec's sync stages the leader's history whole and the "
+                      "follower delivers at UPTODATE",
+    "AFTER-CLOSE": "sent on a connection the other side had already closed: never received",
+    "UNANSWERED": "a quorum connection that carried no FOLLOWERINFO (refused, or closed at once): no Zab step",
+    "AFTER-END": "read after the run's end (the harness's stop)",
+}
+#: Packets the spec has no counterpart for; kept as observations no spec step can send, so they are reported.
+UNMODELLED = {"INFORM", "OBSERVERINFO", "COMMITANDACTIVATE", "INFORMANDACTIVATE"}
+SYNC_HEADS = ("DIFF", "TRUNC", "SNAP")
+#: (compare zxid, compare data) by packet type; data compared only where the spec's data is an integer.
+COMPARED = {"FOLLOWERINFO": (True, True), "LEADERINFO": (True, False), "ACKEPOCH": (True, True),
+            "NEWLEADER": (True, False), "ACK": (True, False), "UPTODATE": (False, False),
+            "PROPOSAL": (True, True), "COMMIT": (True, False)}
+
+
+def zxid_pair(zxid: int) -> list[int]:
+    """A 64-bit zxid as the spec's <<epoch, counter>> (a negative one, ZooKeeper's "none", as <<0, 0>>)."""
+    return [0, 0] if zxid < 0 else [zxid >> 32, zxid & 0xFFFFFFFF]
+
+
+@dataclass
+class Obs:
+    """One observed send, as the spec's packet (or a sync group)."""
+
+    g: int  # global index, 1-based, in the proxy's order
+    ci: int  # index within its channel (sender, receiver), 1-based
+    sender: int
+    receiver: int
+    type: str
+    zxid: list[int]
+    data: Any  # int (FOLLOWERINFO sid, ACKEPOCH currentEpoch, PROPOSAL value) or "n/a"
+    cz: bool
+    cd: bool
+    conn: int
+    direction: str
+    offset: int
+    t_ns: int
+    name: str  # ZooKeeper's name of the (first) packet
+    sync: dict[str, Any] | None = None  # SYNC: kind, zxid, txns, newleader (zxid), newleader_offset
+    need: list[int] = field(default_factory=list)  # per k in 1..N: sends receiver -> k before this one was read
+
+    def where(self, path: str = "") -> str:
+        return (f"{path + ': ' if path else ''}connection {self.conn} {self.direction} ({self.sender} to "
+                f"{self.receiver}), byte {self.offset}")
+
+    def describe(self) -> str:
+        if self.type == "SYNC" and self.sync is not None:
+            txns = ", ".join(f"<<{t['zxid'][0]}, {t['zxid'][1]}>>" for t in self.sync["txns"])
+            return (f"{self.sync['kind']}<<{self.sync['zxid'][0]}, {self.sync['zxid'][1]}>> [{txns}] "
+                    f"NEWLEADER<<{self.sync['newleader'][0]}, {self.sync['newleader'][1]}>>")
+        data = f" data={self.data}" if self.cd else ""
+        return f"{self.type}<<{self.zxid[0]}, {self.zxid[1]}>>{data}"
+
+
+@dataclass
+class Role:
+    kind: str  # "L" (leads) or "F" (follows `leader`)
+    leader: int
+    t_ns: int
+    ended: bool
+    conns: list[int]
+
+
+@dataclass
+class Observation:
+    recording: str
+    servers: int
+    version: str
+    obs: list[Obs]
+    channels: dict[tuple[int, int], list[int]]  # (a, b) -> global indexes
+    roles: dict[int, list[Role]]
+    values: dict[str, int]  # txn key -> value number
+    ignored: dict[str, int]
+    end_ns: int | None
+    max_epoch: int
+    start: Any = None  # None: the spec's Init
+
+    @property
+    def txns(self) -> int:
+        return len(self.values)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "recording": self.recording, "servers": self.servers, "version": self.version,
+                "end_ns": self.end_ns, "max_epoch": self.max_epoch, "txns": self.txns, "start": self.start,
+                "ignored": self.ignored, "roles": {s: [asdict(r) for r in rs] for s, rs in self.roles.items()},
+                "obs": [asdict(o) for o in self.obs]}
+
+
+def _txn_key(fields: dict[str, Any]) -> str:
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+def _end_of_run(decoded: Decoded, quorum: set[int], stop_ns: int | None) -> int | None:
+    """The time the harness's stop began (module docstring): closes from then on are not the protocol's."""
+    if stop_ns is not None:
+        return stop_ns
+    end = None
+    for m in reversed(decoded.messages):
+        if m.conn not in quorum:
+            continue
+        if m.kind == "quorum" and m.name not in ("PING", "TRUNCATED"):
+            break
+        if m.kind == "event" and m.name == "OPEN":
+            break
+        if m.kind == "event" and m.name in ("EOF_C2S", "EOF_S2C", "CLOSE"):
+            end = m.t_ns
+    return end
+
+
+def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
+    """The observation of a decoded recording (module docstring)."""
+    rec = decoded.recording
+    meta = rec.meta
+    links = {r.conn: r.json() for r in rec.records if r.kind.name == "OPEN"}
+    quorum = {c for c, link in links.items() if link.get("kind") == "quorum"}
+    n = int(meta.get("servers") or max([max(link["src"], link["dst"]) for link in links.values()] or [1]))
+    end = _end_of_run(decoded, quorum, stop_ns)
+    ignored: dict[str, int] = {}
+
+    def skip(why: str) -> None:
+        ignored[why] = ignored.get(why, 0) + 1
+
+    # Per quorum connection: its messages, the first EOF of each side, FOLLOWERINFO seen.
+    eof: dict[tuple[int, str], int] = {}
+    for m in decoded.messages:
+        if m.conn in quorum and m.kind == "event" and m.name in ("EOF_C2S", "EOF_S2C", "CLOSE"):
+            for side in (("c2s",) if m.name == "EOF_C2S" else ("s2c",) if m.name == "EOF_S2C" else ("c2s", "s2c")):
+                eof.setdefault((m.conn, side), m.t_ns)
+    answered = {m.conn for m in decoded.messages if m.kind == "quorum" and m.name == "FOLLOWERINFO"
+                and (end is None or m.t_ns < end)}
+
+    kept: list[Message] = []
+    for m in decoded.messages:
+        if m.kind != "quorum":
+            continue
+        if m.conn not in answered:
+            skip("UNANSWERED")
+            continue
+        if end is not None and m.t_ns >= end:
+            skip("AFTER-END")
+            continue
+        other = "s2c" if m.direction == "c2s" else "c2s"
+        if (m.conn, other) in eof and eof[m.conn, other] < m.t_ns:
+            skip("AFTER-CLOSE")
+            continue
+        if m.name in IGNORED:
+            skip(m.name)
+            continue
+        kept.append(m)
+
+    values: dict[str, int] = {}
+    obs: list[Obs] = []
+    sync_open: dict[int, Obs] = {}  # connection -> its open sync group
+    acked0: set[int] = set()  # connections whose ACK of NEWLEADER was seen
+
+    def value(m: Message) -> int:
+        key = _txn_key(m.fields)
+        if key not in values:
+            values[key] = len(values) + 1
+        return values[key]
+
+    def txn(m: Message) -> dict[str, Any]:
+        return {"value": value(m), "zxid": zxid_pair(m.zxid or 0)}
+
+    for m in kept:
+        name, zxid = m.name, m.zxid or 0
+        group = sync_open.get(m.conn) if m.direction == "s2c" else None
+        if group is not None and group.sync is not None:
+            if name == "PROPOSAL":
+                group.sync["txns"].append(txn(m))
+                continue
+            if name == "COMMIT":
+                skip("COMMIT-IN-SYNC")
+                continue
+            if name == "NEWLEADER":
+                group.sync["newleader"] = zxid_pair(zxid)
+                group.sync["newleader_offset"] = m.offset
+                del sync_open[m.conn]
+                continue
+            # anything else inside a sync group is kept as its own observation (the group then never matches)
+        if name == "ACK" and zxid & 0xFFFFFFFF == 0 and m.direction == "c2s":
+            if m.conn in acked0:
+                skip("ACK-UPTODATE")
+                continue
+            acked0.add(m.conn)
+        cz, cd = COMPARED.get(name, (True, False))
+        data: Any = "n/a"
+        if name == "FOLLOWERINFO":
+            data = int(m.fields.get("sid", -1))
+        elif name == "ACKEPOCH":
+            data = int(m.fields.get("currentEpoch", -2))
+        elif name == "PROPOSAL":
+            data = value(m)
+        o = Obs(0, 0, m.sender or 0, m.receiver or 0, name, zxid_pair(zxid), data, cz, cd, m.conn, m.direction,
+                m.offset, m.t_ns, name)
+        if name in SYNC_HEADS:
+            o.type = "SYNC"
+            o.sync = {"kind": name, "zxid": zxid_pair(zxid), "txns": [], "newleader": None, "newleader_offset": None}
+            sync_open[m.conn] = o
+        obs.append(o)
+    # A sync group whose NEWLEADER never came (the connection ended, or the run did): it cannot match a spec sync.
+    for o in sync_open.values():
+        o.sync["newleader"] = [-1, -1]  # type: ignore[index]
+
+    channels: dict[tuple[int, int], list[int]] = {(a, b): [] for a in range(1, n + 1) for b in range(1, n + 1)}
+    sent = {(a, b): 0 for a in range(1, n + 1) for b in range(1, n + 1)}
+    for g, o in enumerate(obs, 1):
+        o.g = g
+        o.need = [sent[o.receiver, k] for k in range(1, n + 1)]
+        sent[o.sender, o.receiver] += 1
+        o.ci = sent[o.sender, o.receiver]
+        channels[o.sender, o.receiver].append(g)
+
+    roles = _roles(decoded, links, answered, eof, end, n)
+    epochs = [o.zxid[0] for o in obs if o.type in ("LEADERINFO", "NEWLEADER")]
+    unepoched = sum(1 for rs in roles.values() for r in rs if r.kind == "L"
+                    and not any(o.type == "LEADERINFO" and o.conn in r.conns for o in obs))
+    return Observation(str(rec.path), n, str(meta.get("version", "?")), obs, channels, roles, values, ignored,
+                       end, max(epochs + [1]) + unepoched)
+
+
+def _roles(decoded: Decoded, links: dict[int, dict[str, Any]], answered: set[int],
+           eof: dict[tuple[int, str], int], end: int | None, n: int) -> dict[int, list[Role]]:
+    """Each server's incarnations (module docstring): a follower role per answered connection it dialed; a leader
+    role per run of connections it accepted with one epoch and no role of its own in between."""
+    first: dict[int, int] = {}
+    epoch: dict[int, int] = {}
+    for m in decoded.messages:
+        if m.conn in answered and m.kind == "quorum":
+            first.setdefault(m.conn, m.t_ns)
+            if m.name == "LEADERINFO":
+                epoch.setdefault(m.conn, (m.zxid or 0) >> 32)
+
+    def closed(conn: int) -> bool:
+        times = [eof[conn, side] for side in ("c2s", "s2c") if (conn, side) in eof]
+        return bool(times) and (end is None or min(times) < end)
+
+    events: dict[int, list[tuple[int, str, int]]] = {s: [] for s in range(1, n + 1)}
+    for conn in sorted(answered, key=lambda c: first[c]):
+        link = links[conn]
+        events[link["src"]].append((first[conn], "F", conn))
+        events[link["dst"]].append((first[conn], "A", conn))
+    roles: dict[int, list[Role]] = {}
+    for s, evs in events.items():
+        out: list[Role] = []
+        cur: Role | None = None
+        for t, kind, conn in sorted(evs):
+            if kind == "F":
+                cur = None
+                out.append(Role("F", links[conn]["dst"], t, closed(conn), [conn]))
+                continue
+            e = epoch.get(conn)
+            cur_epochs = {epoch[c] for c in cur.conns if c in epoch} if cur is not None else set()
+            if cur is None or (e is not None and cur_epochs and e not in cur_epochs):
+                cur = Role("L", s, t, False, [])
+                out.append(cur)
+            cur.conns.append(conn)
+        for k, r in enumerate(out):
+            if k + 1 < len(out):
+                r.ended = True
+            elif r.kind == "L":
+                r.ended = all(closed(c) for c in r.conns)
+        roles[s] = out
+    return roles
+
+
+def observe_dir(folder: str | Path) -> Observation:
+    """``folder/recording.zkrec`` (and ``folder/harness.json``'s ``stop_ns``, when there) observed."""
+    folder = Path(folder)
+    path = folder / "recording.zkrec" if folder.is_dir() else folder
+    if not path.is_file():
+        raise WireError(str(path), 0, "no recording here (zabref zk run writes <dir>/recording.zkrec)")
+    stop_ns = None
+    side = path.parent / "harness.json"
+    if side.is_file():
+        try:
+            stop_ns = json.loads(side.read_text()).get("stop_ns")
+        except ValueError as e:
+            raise WireError(str(side), 0, f"not JSON: {e}") from None
+    return observe(decode_recording(path), stop_ns=stop_ns)

@@ -1,0 +1,175 @@
+"""Fault runs on real ZooKeeper (docs/zookeeper.md, "Faults on real ZooKeeper"): schedules parsed and refused,
+random schedules reproducible, and -- marked slow -- the history checker's inputs built from a real short run of
+Debian's 3.8.0 (each check shown able to fail on them), and ZOOKEEPER-4785 reproduced on 3.8.0 by its scripted
+schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from conformance.faults.history import check
+from conformance.faults.zkcommand import MATRIX, builtin_schedule, faults
+from conformance.zk import ZkError
+from conformance.zk.command import zk
+from conformance.zk.delivered import node_value
+from conformance.zk.schedule import ScheduleError, load_schedule, parse_schedule, random_schedule
+
+# ------------------------------------------------------------------------------------------------ schedules
+
+
+def test_builtin_schedules_parse_for_their_ensembles():
+    for bug, servers, _ in MATRIX:
+        steps = load_schedule(builtin_schedule(bug), servers)
+        assert steps and all(s.index == i for i, s in enumerate(steps))
+    steps = load_schedule(builtin_schedule("zookeeper-4925"), 5)
+    assert [s.op for s in steps[:2]] == ["writes", "kill"]
+    assert steps[1].get("server") == "follower#2" and steps[1].get("as") == "f2"
+    with pytest.raises(ZkError, match="no built-in schedule 'nope'; the built-in ones: zookeeper-4785"):
+        builtin_schedule("nope")
+
+
+def test_a_json_schedule_and_python_data_parse_alike(tmp_path):
+    data = [{"op": "writes", "count": 5}, {"op": "kill", "server": "leader", "as": "old"},
+            {"op": "restart", "server": "$old", "wait": False}, {"op": "cut", "server": 1, "peer": 2},
+            {"op": "heal"}, {"op": "sleep", "seconds": 0.5}]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"steps": data}))
+    assert load_schedule(path, 3) == parse_schedule(data, 3)
+    assert [s.to_json() for s in parse_schedule(data, 3)] == data
+
+
+@pytest.mark.parametrize("steps, message", [
+    ("kill", "a schedule is a list of steps, not str"),
+    ([{"op": "writes", "count": 1}, {"op": "explode"}], "step 1 (explode): unknown op 'explode'"),
+    ([{"op": "kill"}], "step 0 (kill): missing field 'server'"),
+    ([{"op": "sleep", "seconds": 1, "server": 1}], "step 0 (sleep): unknown field 'server'"),
+    ([{"op": "kill", "server": 4}], "step 0 (kill): server 4 is not a server of this ensemble (1..3)"),
+    ([{"op": "kill", "server": "boss"}], "step 0 (kill): server 'boss' is not a selector"),
+    ([{"op": "kill", "server": "follower#3"}], "step 0 (kill): server 'follower#3': an ensemble of 3 has 2 followers"),
+    ([{"op": "restart", "server": "$f1"}], "step 0 (restart): server '$f1' names no server bound"),
+    ([{"op": "cut", "server": 1, "peer": 1}], "step 0 (cut): server and peer are the same"),
+    ([{"op": "sleep", "seconds": -1}], "step 0 (sleep): seconds must be a number of seconds >= 0"),
+    ([{"op": "writes", "count": 0}], "step 0 (writes): count must be a whole number >= 1"),
+    ([{"op": "load", "on": "yes"}], "step 0 (load): on must be true or false"),
+    ([{"op": "kill", "server": 1, "as": "9x"}], "step 0 (kill): as must be a name"),
+    ([7], "step 0: a step is a table of fields"),
+])
+def test_bad_schedules_are_refused_naming_the_step(steps, message):
+    with pytest.raises(ScheduleError) as e:
+        parse_schedule(steps, 3, "my.toml")
+    assert str(e.value).startswith("my.toml: " + message)
+
+
+def test_a_bad_file_is_refused_naming_it(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[step]]\nop = \n")
+    with pytest.raises(ScheduleError, match="bad.toml: not valid TOML"):
+        load_schedule(bad, 3)
+    with pytest.raises(ScheduleError, match="missing.json: cannot read the schedule"):
+        load_schedule(tmp_path / "missing.json", 3)
+
+
+def test_random_schedules_are_reproducible_and_episodes_end():
+    a, b = random_schedule(7, 5, 30), random_schedule(7, 5, 30)
+    assert a == b and a != random_schedule(8, 5, 30)
+    begins = {s.get("as") for s in a if s.get("as")}
+    ends = {s.get("server")[1:] for s in a if isinstance(s.get("server"), str) and s.get("server").startswith("$")}
+    assert begins == ends and len(begins) >= 5  # every episode that begins ends
+    assert sum(s.get("seconds", 0) for s in a if s.op == "sleep") == pytest.approx(30, abs=0.01)
+    assert {s.op for s in a} >= {"kill", "restart", "pause", "resume", "sleep"}
+
+
+def test_node_names_give_the_value():
+    assert node_value("c0-17-0000000042") == "c0-17"
+    assert node_value("c0-17") is None and node_value("other") is None
+
+
+def test_the_zk_group_offers_the_fault_commands():
+    ctx = click.Context(zk)
+    assert {"faults", "matrix"} <= set(zk.list_commands(ctx))
+    assert zk.get_command(ctx, "faults") is faults
+
+
+def test_the_command_refuses_a_bad_schedule_before_starting_anything(tmp_path):
+    bad = tmp_path / "s.json"
+    bad.write_text(json.dumps([{"op": "kill", "server": 9}]))
+    result = CliRunner().invoke(faults, ["--schedule", str(bad), "--dir", str(tmp_path / "run")])
+    assert result.exit_code == 1
+    assert "s.json: step 0 (kill): server 9 is not a server of this ensemble (1..3)" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------------------ real ZooKeeper
+
+
+@pytest.mark.slow
+def test_history_from_a_real_short_run(tmp_path):
+    """Debian's 3.8.0, 3 servers: kill the leader, restart it, cut a link; the delivered sequences read through the
+    client at each server agree, every acknowledged write is there -- and the same inputs, damaged, fail each
+    check."""
+    from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
+
+    steps = parse_schedule([{"op": "writes", "count": 10}, {"op": "kill", "server": "leader", "as": "old"},
+                            {"op": "writes", "count": 10}, {"op": "restart", "server": "$old"},
+                            {"op": "cut", "server": "leader", "peer": "follower"}, {"op": "writes", "count": 10},
+                            {"op": "heal"}], 3)
+    r = run_zk_faults(tmp_path / "run", "3.8.0", 3, 1, schedule=steps, calm=0.5, echo=lambda _: None)
+    assert r.ok, r.summary() + "\n" + "\n".join(r.problems + r.verdict.examples)
+    assert r.verdict.acked >= 30 and r.counts["kill"] == 1 and r.counts["restart"] == 1
+    seqs = list(r.delivered.values())
+    assert all(s == seqs[0] for s in seqs) and len(seqs[0]) >= r.verdict.acked
+    assert [z for z, _ in seqs[0]] == sorted(z for z, _ in seqs[0])
+    acked = {w.value: w.zxid for w in r.writes if w.outcome == "ok"}
+    assert all(acked[v] == z for z, v in seqs[0] if v in acked)  # each at the zxid its client was told
+    assert r.samples  # the sampler saw the servers deliver during the run
+    assert all(not x for x in r.not_durable.values())
+
+    # each check can fail on these inputs
+    first_acked = next(i for i, (_, v) in enumerate(seqs[0]) if v in acked)
+    hole = {**r.delivered, 2: seqs[0][:first_acked] + seqs[0][first_acked + 1:]}
+    v = check(r.writes, hole, r.samples)
+    assert v.lost == 1 and v.divergent >= 1
+    z, val = seqs[0][first_acked]
+    moved = {**r.delivered, 1: [(zz + 1 if vv == val else zz, vv) for zz, vv in seqs[0]]}
+    assert check(r.writes, moved).misplaced == 1
+    doubled = {**r.delivered, 3: seqs[0] + [(seqs[0][-1][0] + 1, val)]}
+    assert check(r.writes, doubled).duplicates == 1
+    phantom = {**r.delivered, 3: seqs[0] + [(seqs[0][-1][0] + 1, "nobody")]}
+    assert check(r.writes, phantom).phantoms == 1
+    end = max(w.completed for w in r.writes)  # the first write, as if sent after every other was acknowledged
+    late = [dataclasses.replace(w, invoked=end + 1, completed=end + 2) if w.value == val else w for w in r.writes]
+    assert check(late, r.delivered).out_of_order == 1
+
+
+@pytest.mark.slow
+def test_zookeeper_4785_is_caught_on_debian_3_8_0(tmp_path):
+    """The scripted schedule of ZOOKEEPER-4785 (a learner SIGKILLed the moment it wrote its new currentEpoch in a
+    DIFF synchronization): on 3.8.0 acknowledged writes are lost at every server (the fixed versions 3.8.5 and 3.9.2
+    pass it: `zabref zk matrix`, docs/zookeeper.md)."""
+    from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
+
+    steps = load_schedule(builtin_schedule("zookeeper-4785"), 3)
+    r = run_zk_faults(tmp_path / "run", "3.8.0", 3, 1, schedule=steps, calm=0.5, sample=False,
+                      echo=lambda _: None)
+    assert not r.problems, r.problems
+    assert any("crash_in_sync" in text and "-> 2" in text for _, text in r.events)
+    assert "lost" in r.caught_by and r.verdict.lost >= 10
+    assert "missing at servers [1, 2, 3]" in r.verdict.examples[0]
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_the_version_matrix_catches_each_bug_on_its_versions_and_passes_the_fixed_ones(tmp_path):
+    """`zabref zk matrix`: every known bug's scripted schedule on every version of MATRIX (fetched from Maven Central
+    once and cached outside the repository); it exits 1 when any version does other than expected."""
+    result = CliRunner().invoke(zk, ["matrix", "--dir", str(tmp_path / "matrix")])
+    rows = json.loads((tmp_path / "matrix" / "matrix.json").read_text())
+    assert result.exit_code == 0, result.output
+    assert sorted((r["bug"], r["version"], r["got"]) for r in rows) == sorted(
+        (bug, version, want) for bug, _, expect in MATRIX for version, want in expect.items())

@@ -1,0 +1,293 @@
+"""Validation of real ZooKeeper runs against spec/Zab.tla from outside (conformance/zk/observe.py,
+conformance/validate/zkmodule.py, zkcheck.py; docs/zookeeper.md, "Validation of ZooKeeper runs").
+
+The mapping from decoded packets to observations is checked on hand-built recordings (what is left out and why, a
+sync group as one observation, values, the receive-after-send bounds, roles). Marked slow: TLC on a hand-built
+exchange and on the same exchange with a COMMIT before any ACK; a real 3-server ZooKeeper 3.8.0 run that validates,
+and the same recording mutated -- a PROPOSAL dropped, a zxid changed in the recording's bytes, a COMMIT moved before
+the ACKs that allow it, two PROPOSALs swapped on one stream -- each rejected at the observation where it was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.zk.observe import observe, observe_dir
+from conformance.zk.recording import HEAD, MAGIC, Kind, Record, Recording, read_records
+from conformance.zk.wire import Decoded, Message, decode_recording
+
+E1 = 1 << 32  # zxid <<1, 0>>
+
+
+# ------------------------------------------------------------------------ hand-built decoded recordings
+
+
+def _recording(links: dict[int, tuple[int, int]], servers: int = 3) -> Recording:
+    records = [Record(Kind.META, 0, 0, json.dumps({"servers": servers, "version": "test"}).encode(), 0)]
+    for conn, (src, dst) in links.items():
+        body = json.dumps({"src": src, "dst": dst, "kind": "quorum"}).encode()
+        records.append(Record(Kind.OPEN, conn, conn, body, 0))
+    return Recording(Path("hand-built.zkrec"), records, None)
+
+
+class Builder:
+    """Messages of quorum connections, one after another in time; ``conn`` maps to (learner, leader)."""
+
+    def __init__(self, links: dict[int, tuple[int, int]]) -> None:
+        self.links = links
+        self.messages: list[Message] = []
+        self.offsets: dict[tuple[int, str], int] = {}
+        self.t = 1000
+
+    def send(self, conn: int, sender: int, name: str, zxid: int = 0, txn: dict | None = None, **fields) -> Message:
+        fields = {**(txn or {}), **fields}
+        learner, leader = self.links[conn]
+        direction = "c2s" if sender == learner else "s2c"
+        receiver = leader if sender == learner else learner
+        offset = self.offsets.get((conn, direction), 0)
+        self.offsets[conn, direction] = offset + 16
+        self.t += 10
+        m = Message(self.t, conn, "quorum", sender, receiver, direction, offset, name, zxid, fields)
+        self.messages.append(m)
+        return m
+
+    def event(self, conn: int, name: str) -> None:
+        self.t += 10
+        learner, leader = self.links[conn]
+        self.messages.append(Message(self.t, conn, "event", learner, leader, "", 0, name, None, {}))
+
+    def decoded(self, servers: int = 3) -> Decoded:
+        return Decoded(_recording(self.links, servers), list(self.messages))
+
+
+def _txn(zxid: int, path: str) -> dict:
+    return {"op": "create", "session": "0x1", "cxid": zxid & 0xFF, "zxid": zxid, "time": 1, "path": path}
+
+
+def healthy(commit_first: bool = False) -> Builder:
+    """Server 2 leads servers 1 and 3 (epoch 1) and broadcasts one transaction; ``commit_first``: its COMMIT to 1
+    goes out before any ACK of it."""
+    b = Builder({1: (1, 2), 2: (3, 2)})
+    for conn, f in ((1, 1), (2, 3)):
+        b.send(conn, f, "FOLLOWERINFO", 0, sid=f, protocolVersion="0x10000", configVersion=0)
+        b.send(conn, 2, "LEADERINFO", E1, protocolVersion="0x10000")
+        b.send(conn, f, "ACKEPOCH", 0, currentEpoch=0)
+        b.send(conn, 2, "DIFF" if f == 1 else "SNAP", 0 if f == 1 else E1)
+        b.send(conn, 2, "NEWLEADER", E1, config="server.1=...")
+        b.send(conn, f, "ACK", E1)
+        b.send(conn, 2, "UPTODATE", -1)
+        b.send(conn, f, "ACK", E1)  # ZooKeeper's ACK of UPTODATE: left out
+    b.send(1, 2, "PING", E1)
+    b.send(1, 2, "PROPOSAL", E1 + 1, txn=_txn(E1 + 1, "/a"))
+    b.send(2, 2, "PROPOSAL", E1 + 1, txn=_txn(E1 + 1, "/a"))
+    if commit_first:
+        b.send(1, 2, "COMMIT", E1 + 1)
+    b.send(1, 1, "ACK", E1 + 1)
+    b.send(2, 3, "ACK", E1 + 1)
+    if not commit_first:
+        b.send(1, 2, "COMMIT", E1 + 1)
+    b.send(2, 2, "COMMIT", E1 + 1)
+    return b
+
+
+def test_the_mapping_keeps_the_spec_packets_and_says_what_it_left_out():
+    o = observe(healthy().decoded())
+    assert o.servers == 3 and o.txns == 1 and o.max_epoch == 1
+    assert o.ignored == {"ACK-UPTODATE": 2, "PING": 1}
+    assert [(x.sender, x.receiver, x.type) for x in o.obs[:7]] == [
+        (1, 2, "FOLLOWERINFO"), (2, 1, "LEADERINFO"), (1, 2, "ACKEPOCH"), (2, 1, "SYNC"), (1, 2, "ACK"),
+        (2, 1, "UPTODATE"), (3, 2, "FOLLOWERINFO")]
+    fi, li, ae = o.obs[0], o.obs[1], o.obs[2]
+    assert (fi.zxid, fi.data, fi.cd) == ([0, 0], 1, True)  # FOLLOWERINFO(acceptedEpoch), the learner's sid
+    assert (li.zxid, li.cd) == ([1, 0], False)  # LEADERINFO(e); its protocol version is ZooKeeper's own
+    assert (ae.zxid, ae.data) == ([0, 0], 0)  # ACKEPOCH(lastZxid, currentEpoch)
+    assert o.obs[5].cz is False  # UPTODATE's zxid (-1 in 3.8) is not the spec's commit point: not compared
+    proposal = next(x for x in o.obs if x.type == "PROPOSAL")
+    assert (proposal.zxid, proposal.data) == ([1, 1], 1)  # the first distinct transaction is the spec's value 1
+    # need: when the proxy read ACKEPOCH (1 -> 2), server 2 had sent one packet (LEADERINFO) to 1
+    assert ae.need == [1, 0, 0]
+    assert [(r.kind, r.leader, r.ended) for r in o.roles[2]] == [("L", 2, False)]
+    assert [(r.kind, r.leader) for r in o.roles[1]] == [("F", 2)] and [(r.kind, r.leader) for r in o.roles[3]] == [
+        ("F", 2)]
+    assert [o.obs[g - 1].type for g in o.channels[2, 1]] == ["LEADERINFO", "SYNC", "UPTODATE", "PROPOSAL", "COMMIT"]
+
+
+def test_a_sync_group_is_one_observation_with_its_proposals_and_without_its_commits():
+    b = Builder({1: (1, 2)})
+    b.send(1, 1, "FOLLOWERINFO", 0, sid=1)
+    b.send(1, 2, "LEADERINFO", 2 * E1)
+    b.send(1, 1, "ACKEPOCH", E1 + 1, currentEpoch=1)
+    b.send(1, 2, "TRUNC", E1 + 1)
+    b.send(1, 2, "PROPOSAL", E1 + 2, txn=_txn(E1 + 2, "/b"))
+    b.send(1, 2, "COMMIT", E1 + 2)
+    b.send(1, 2, "NEWLEADER", 2 * E1)
+    o = observe(b.decoded(2))
+    sync = o.obs[3]
+    assert sync.type == "SYNC" and sync.sync["kind"] == "TRUNC" and sync.sync["zxid"] == [1, 1]
+    assert sync.sync["txns"] == [{"value": 1, "zxid": [1, 2]}] and sync.sync["newleader"] == [2, 0]
+    assert o.ignored == {"COMMIT-IN-SYNC": 1} and len(o.obs) == 4
+
+
+def test_unanswered_connections_packets_after_a_close_and_the_stop_are_left_out():
+    b = Builder({1: (1, 2), 2: (3, 2)})
+    b.event(2, "CLOSE")  # 3 dialed 2 before 2 led: refused, no FOLLOWERINFO
+    b.send(1, 1, "FOLLOWERINFO", 0, sid=1)
+    b.send(1, 2, "LEADERINFO", E1)
+    b.event(1, "EOF_C2S")  # the learner went back to election
+    b.send(1, 2, "PING", E1)
+    b.send(1, 2, "DIFF", 0)  # the leader's sync to a closed connection: never received
+    b.event(1, "EOF_S2C")
+    o = observe(b.decoded(3), stop_ns=None)
+    assert [x.type for x in o.obs] == ["FOLLOWERINFO", "LEADERINFO"]
+    assert o.ignored.get("AFTER-CLOSE") == 2
+    # the run's end is the last close (a packet, DIFF, came after the first one): the learner's role ended before it
+    assert [(r.kind, r.ended) for r in o.roles[1]] == [("F", True)] and o.end_ns == b.messages[-1].t_ns
+    stopped = observe(b.decoded(3), stop_ns=b.messages[2].t_ns)  # a stop given by the harness (harness.json)
+    assert [x.type for x in stopped.obs] == ["FOLLOWERINFO"] and stopped.ignored["AFTER-END"] == 3  # LEADERINFO, PING, DIFF
+
+
+# ------------------------------------------------------------------------ TLC on hand-built observations
+
+
+@pytest.mark.slow
+def test_tlc_accepts_a_healthy_exchange_and_rejects_a_commit_before_any_ack(tmp_path, toolchain_ready):
+    from conformance.validate.zkcheck import validate_observation
+
+    ok = validate_observation(observe(healthy().decoded()), work=tmp_path)
+    assert ok.matched, ok.failure
+    bad_obs = observe(healthy(commit_first=True).decoded())
+    bad = validate_observation(bad_obs, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive
+    first = bad_obs.obs[bad.frontier - 1]
+    assert (first.type, first.zxid, first.receiver) == ("COMMIT", [1, 1], 1), bad.failure
+    assert f"observation {bad.frontier} of {len(bad_obs.obs)} is the first the spec cannot take: COMMIT<<1, 1>>" \
+        in bad.failure
+
+
+# ------------------------------------------------------------------------ a real 3.8.0 run, and mutations of it
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    from conformance.zk.versions import find_classpath
+
+    if find_classpath() is None:
+        pytest.skip("needs Debian's zookeeper package (zabref zk fetch 3.8.0 installs it)")
+    pytest.importorskip("kazoo")
+    import time
+
+    from conformance.zk.harness import ProxiedEnsemble
+
+    folder = tmp_path_factory.mktemp("zk-validate") / "run"
+    z = ProxiedEnsemble(folder, 3, "3.8.0", echo=lambda s: None)
+    with z.start():
+        assert len(z.client_writes(3)) == 3
+        time.sleep(0.3)
+        (folder / "harness.json").write_text(json.dumps({"stop_ns": time.monotonic_ns()}))
+    assert z.ensemble.leftovers() == {}
+    return folder
+
+
+@pytest.fixture(scope="module")
+def toolchain_ready():
+    from conformance.tla.tools import toolchain
+
+    toolchain()
+
+
+@pytest.mark.slow
+def test_a_real_380_run_is_a_behaviour_of_the_spec(real_run, toolchain_ready, tmp_path):
+    from conformance.validate.zkcheck import validate_recording
+
+    result = validate_recording(real_run, work=tmp_path)
+    assert result.matched, result.failure
+    o = observe_dir(real_run)
+    types = {x.type for x in o.obs}
+    assert {"FOLLOWERINFO", "LEADERINFO", "ACKEPOCH", "SYNC", "ACK", "UPTODATE", "PROPOSAL", "COMMIT"} <= types
+    assert result.steps >= len(o.obs) and o.txns >= 5  # createSession, the parent, 3 writes (closeSession)
+    assert list(tmp_path.iterdir()) == []  # the generated module is removed when the run validates
+
+
+def _index(o, m: Message) -> int:
+    """The observation index of message ``m`` (by its connection, direction and byte offset)."""
+    return next(x.g for x in o.obs if (x.conn, x.direction, x.offset) == (m.conn, m.direction, m.offset))
+
+
+def _find(messages, name, *, counter=None, sender=None, receiver=None, nth=0):
+    hits = [k for k, m in enumerate(messages) if m.name == name and (counter is None or m.zxid & 0xFFFFFFFF == counter)
+            and (sender is None or m.sender == sender) and (receiver is None or m.receiver == receiver)]
+    return hits[nth]
+
+
+def _patch_stream(path: Path, conn: int, kind: Kind, at: int, new: bytes, out: Path) -> None:
+    """Rewrite recording ``path`` to ``out`` with bytes ``at..`` of one stream replaced by ``new``."""
+    rec = read_records(path)
+    pos, chunks = 0, []
+    for r in rec.records:
+        body = r.body
+        if r.kind is kind and r.conn == conn:
+            b = bytearray(body)
+            for k in range(len(b)):
+                if at <= pos + k < at + len(new):
+                    b[k] = new[pos + k - at]
+            pos += len(body)
+            body = bytes(b)
+        chunks.append(HEAD.pack(r.kind, r.t_ns, r.conn, len(body)) + body)
+    out.write_bytes(MAGIC + b"".join(chunks))
+
+
+@pytest.mark.slow
+def test_mutated_recordings_are_rejected_at_the_observation_that_was_changed(real_run, toolchain_ready, tmp_path):
+    from conformance.validate.zkcheck import validate_observation, validate_recording
+
+    decoded = decode_recording(real_run / "recording.zkrec")
+    msgs = decoded.messages
+    stop_ns = json.loads((real_run / "harness.json").read_text())["stop_ns"]
+    leader = next(m.receiver for m in msgs if m.name == "FOLLOWERINFO")
+    f1, f2 = sorted(s for s in (1, 2, 3) if s != leader)
+
+    def check(messages, expect) -> None:
+        o = observe(Decoded(decoded.recording, messages), stop_ns=stop_ns)
+        r = validate_observation(o, work=tmp_path)
+        assert not r.matched and not r.inconclusive, "a mutated recording validated"
+        got = o.obs[r.frontier - 1]
+        assert expect(o, got), f"rejected at the wrong observation:\n{r.failure}"
+        assert f"connection {got.conn} {got.direction}" in r.failure and f"byte {got.offset}" in r.failure
+
+    # 1. a packet dropped: PROPOSAL 3 to f1. The leader's one ClientRequest sends it to both followers, so the
+    #    first observation it cannot make is that step's other PROPOSAL or the one that took the dropped one's place.
+    k = _find(msgs, "PROPOSAL", counter=3, receiver=f1)
+    check(msgs[:k] + msgs[k + 1:], lambda o, x: x.type == "PROPOSAL" and x.zxid[1] in (3, 4))
+
+    # 2. a COMMIT before a quorum of ACKs: COMMIT 4 to f2 moved before every ACK of 4.
+    k = _find(msgs, "COMMIT", counter=4, receiver=f2)
+    first_ack = min(_find(msgs, "ACK", counter=4, sender=f) for f in (f1, f2))
+    moved = dataclasses.replace(msgs[k], t_ns=msgs[first_ack].t_ns - 1)
+    rest = msgs[:k] + msgs[k + 1:]
+    check(rest[:first_ack] + [moved] + rest[first_ack:], lambda o, x: (x.type, x.zxid[1], x.receiver) == (
+        "COMMIT", 4, f2))
+
+    # 3. two packets swapped on one stream: PROPOSAL 4 and PROPOSAL 5 to f1. As with the drop, the step that cannot
+    #    be made is the ClientRequest of 4, whose PROPOSAL to f2 may come first in the proxy's order.
+    a, b = _find(msgs, "PROPOSAL", counter=4, receiver=f1), _find(msgs, "PROPOSAL", counter=5, receiver=f1)
+    swapped = list(msgs)
+    swapped[a] = dataclasses.replace(msgs[b], t_ns=msgs[a].t_ns, offset=msgs[a].offset)
+    swapped[b] = dataclasses.replace(msgs[a], t_ns=msgs[b].t_ns, offset=msgs[b].offset)
+    check(swapped, lambda o, x: x.type == "PROPOSAL" and x.zxid[1] == 4
+          or (x.type, x.receiver, x.offset) == ("PROPOSAL", f1, msgs[a].offset))
+
+    # 4. a zxid changed in the recording's bytes: f1's ACK of 2 says 4 (QuorumPacket: int type, then long zxid).
+    ack = msgs[_find(msgs, "ACK", counter=2, sender=f1)]
+    mutated = tmp_path / "mutated"
+    mutated.mkdir()
+    (mutated / "harness.json").write_text(json.dumps({"stop_ns": stop_ns}))
+    _patch_stream(real_run / "recording.zkrec", ack.conn, Kind.DATA_C2S, ack.offset + 4,
+                  (ack.zxid + 2).to_bytes(8, "big"), mutated / "recording.zkrec")
+    r = validate_recording(mutated, work=tmp_path)
+    o = observe_dir(mutated)
+    assert not r.matched and r.frontier == _index(o, ack), r.failure
+    assert o.obs[r.frontier - 1].zxid[1] == 4
