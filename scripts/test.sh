@@ -13,13 +13,20 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 rc=0
 start=$SECONDS
+busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }  # busy and total jiffies
+read -r busy0 total0 < <(busy)
 .venv/bin/python -m pytest -n "${ZABREF_TEST_WORKERS:-3}" --dist loadfile --durations=10 "$@" || rc=$?
-# The suite's cost, so that growth shows in every CI log: wall, and the CPU of everything it ran (this shell's
-# waited-for children: pytest, its workers, their servers, TLC and Spark; /proc/PID/stat's cutime and cstime).
+# The suite's cost, so that growth shows in every CI log: wall, and the CPU of everything it ran and waited for
+# (this shell's children: pytest, its workers and what they waited for; /proc/PID/stat's cutime and cstime; a
+# process nobody waits for, such as a Spark JVM ended at exit, is not in it).
 read -r -a stat </proc/$$/stat
 cpu=$(( (stat[15] + stat[16]) / $(getconf CLK_TCK) ))
 wall=$(( SECONDS - start ))
-echo "test.sh: wall ${wall}s, CPU ${cpu}s ($(( wall > 0 ? 100 * cpu / wall : 0 ))% of one core)"
+# and how busy the machine's cores were meanwhile (/proc/stat: anything else running counts too)
+read -r busy1 total1 < <(busy)
+cores=$(nproc)
+echo "test.sh: wall ${wall}s, CPU ${cpu}s ($(( wall > 0 ? 100 * cpu / wall : 0 ))% of one core); the machine's" \
+     "${cores} cores were $(( total1 > total0 ? 100 * cores * (busy1 - busy0) / (total1 - total0) : 0 ))% busy"
 if [ "$rc" -eq 5 ]; then
     # pytest's "no tests were collected" is a broken selection, not a pass.
     echo "test.sh: pytest collected no tests (exit 5): treating as a failure" >&2

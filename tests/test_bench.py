@@ -365,8 +365,8 @@ def test_smoke_zookeeper_with_the_java_client(tmp_path, monkeypatch):
     assert [(r["system"], r["op"], r["target"], r["in_flight"]) for r in rows] == [
         ("zookeeper-java", op, target, 16) for op in ("write", "read") for target in ("follower", "leader")]
     assert all(r["count"] == 200 and r["errors"] == 0 and r["p99_ms"] > 0 for r in rows), rows
-    assert all(r["client_cpu_s"] > 0 and r["server_cpu_s"] is not None and len(r["server_rss_mb"]) == 3
-               for r in rows), rows
+    usage = [(r["op"], r["target"], r["client_cpu_s"], r["server_cpu_s"], r["server_rss_mb"]) for r in rows]
+    assert all(c and c > 0 and s is not None and len(m) == 3 for _, _, c, s, m in usage), usage
     assert report["failover"] == [] and report["settings"]["systems"] == ["zookeeper-java"]  # failover: kazoo only
     assert "ZkLoad (Java, async API)     [zookeeper-java]" in "\n".join(lines)
     assert (tmp_path / "out" / "bench.png").stat().st_size > 0

@@ -98,8 +98,10 @@ def test_a_failing_seed_shrinks_to_fewer_steps_that_still_fail() -> None:
 
 # ---- CI seeds (M4): a few thousand short seeded runs of the clean implementation, all checked -------------------
 
-#: Seeds the test suite runs (steps each): every seed of tests/test_sim_bugs.py's table lies below it.
-CI_SEEDS, CI_STEPS = 2000, 100
+#: Seeds the test suite runs (steps each): every seed of tests/test_sim_bugs.py's table lies below it (107 the
+#: highest). The longer command (scripts/test-long.sh) runs LONG_SEEDS more.
+CI_SEEDS, CI_STEPS = 1000, 100
+LONG_SEEDS = range(CI_SEEDS, 6000)
 #: Seeds the test suite runs with two readers (a run with readers is another run than the same seed without them:
 #: their requests draw network delays from the run's random source), their reads checked at the end.
 CI_READER_SEEDS, CI_READERS = 1000, 2
@@ -118,6 +120,15 @@ def test_ci_seeds_all_pass() -> None:
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
     assert not failed, failed[:5]
     assert all(r["steps"] >= CI_STEPS for r in rows)
+
+
+@pytest.mark.long
+def test_the_long_command_s_seeds_all_pass() -> None:
+    from conformance.sim.seeds import run_seeds
+
+    rows = run_seeds(LONG_SEEDS, Options(steps=CI_STEPS), workers=2)
+    failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
+    assert not failed, failed[:5]
 
 
 def test_ci_seeds_on_five_servers_all_pass() -> None:
