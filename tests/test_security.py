@@ -138,7 +138,7 @@ async def _exchange(dialer_secret: bytes | None, acceptor_secret: bytes | None, 
         try:
             await Guard.accept_tls(writer, acceptor_tls, 2.0)
             sid, cid = await peers.accept_handshake(reader)
-            await acceptor.check(reader, writer, wire.encode_handshake(sid, cid), 2.0)
+            await acceptor.check(reader, writer, wire.encode_handshake(sid, cid), 1, 2.0)
             rest = await asyncio.wait_for(reader.read(100), 1.0)
             accepted.set_result((True, rest))
         except Exception as e:  # noqa: BLE001 -- the outcome under test
@@ -150,7 +150,7 @@ async def _exchange(dialer_secret: bytes | None, acceptor_secret: bytes | None, 
     port = server.sockets[0].getsockname()[1]
     try:
         try:
-            reader, writer = await peers.dial("127.0.0.1", port, 7, attempts=1, timeout=3.0,
+            reader, writer = await peers.dial("127.0.0.1", port, 7, peer=1, attempts=1, timeout=3.0,
                                               guard=Guard(quorum_client=dialer_tls, secret=dialer_secret))
             writer.write(after)
             await writer.drain()

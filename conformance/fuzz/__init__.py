@@ -10,11 +10,12 @@ ports of every server, while a client thread keeps committing, and each input's 
 its kind demands (close, close after silence, answer, or just survive). After the run every server must be alive,
 commit one more write, have written no traceback, and have logged a reason for every fuzz connection it closed.
 
-Modules: `conformance.fuzz.frames` (what an input is, and the bytes inputs are built from),
-`conformance.fuzz.inputs` (the kinds of input), `conformance.fuzz.harness` (the cluster, the
-workers, the checks), `conformance.fuzz.report` (the counts and the summary tables), `conformance.fuzz.command` (the
-``zabref fuzz`` command; ``python -m conformance.fuzz`` runs it too). docs/fuzzing.md records the runs and the issues
-they found.
+Modules: `conformance.fuzz.frames` (what an input is, and the bytes inputs are built from), `conformance.fuzz.inputs`
+(the kinds of input), `conformance.fuzz.harness` (the cluster, the workers, the checks), `conformance.fuzz.report` (the
+counts and the summary tables), `conformance.fuzz.adversary` (a stranger's attempts to get past TLS, quorum
+authentication and the control token, with the threat model as data; tests/test_adversary.py),
+`conformance.fuzz.command` (the ``zabref fuzz`` command; ``python -m conformance.fuzz`` runs it too). docs/fuzzing.md
+records the runs and the issues they found.
 """
 
 from conformance.fuzz.command import DEFAULT_INPUTS, fuzz_command

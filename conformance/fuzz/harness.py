@@ -255,7 +255,7 @@ class Fuzzer:
         if sid not in self.cluster.config.sids or sid == t.sid:
             return payload
         writer.write(payload[:4 + peers.HANDSHAKE_SIZE])
-        await self.guard.prove(reader, writer, handshake, CLOSE_WAIT)
+        await self.guard.prove(reader, writer, handshake, t.sid, CLOSE_WAIT)
         return payload[4 + peers.HANDSHAKE_SIZE:]
 
     def _log_key(self, port: str, payload: bytes, target: int) -> str:

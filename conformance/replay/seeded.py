@@ -12,7 +12,8 @@ form of the spec mutations (spec/mutations/*.toml)::
                                          # or "simulation": only the deterministic simulator catches it
                                          # (zabref simulate; tests/test_sim_bugs.py); or "security": the
                                          # TLS / quorum-auth ensemble tests catch it (tests/test_security.py);
-                                         # or "reads": the fault runner's read checker (tests/test_faults.py)
+                                         # or "reads": the fault runner's read checker (tests/test_faults.py);
+                                         # or "adversary": the adversarial peer (tests/test_adversary.py)
     validated = true                     # optional: a short run of the patched servers in normal mode (zabref
                                          # cluster) fails `zabref validate` too (tests/test_validate.py)
     [[replace]]
@@ -46,8 +47,9 @@ BUGS_DIR = Path(__file__).resolve().parent / "bugs"
 #: What catches a bug: the config's action-coverage traces, only the committed regression traces, the storage
 #: crash tests (a crash inside a step's sync, which conformance -- crashing between steps -- never makes), or only
 #: the deterministic simulator (`zabref simulate`: five servers, long fault schedules), or the security tests (TLS
-#: and quorum authentication are off in conformance), or the fault runner's read checker (conformance never syncs).
-EXPECT = ("caught", "regression", "storage", "simulation", "security", "reads")
+#: and quorum authentication are off in conformance), or the fault runner's read checker (conformance never syncs),
+#: or the adversarial peer (conformance/fuzz/adversary.py).
+EXPECT = ("caught", "regression", "storage", "simulation", "security", "reads", "adversary")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,14 @@ Theory of operation: ``key=value`` lines (the keys zabref understands and the on
 `zabref.config`'s docstring); each server line is parsed with one regular expression; every error names the file
 and the line. As in ZooKeeper, each machine has its own file, whose ``dataDir`` is the data directory of the server
 started with it; such servers have no control port.
+
+Security keys are read as ZooKeeper reads them (QuorumPeerConfig.parseProperties trims keys and values; ``sslQuorum``
+is its strict ``parseBoolean``: ``true`` or ``false`` in any case, anything else an error; ``ssl.quorum.clientAuth``
+is X509Util.ClientAuth.fromPropertyValue: ``need``/``want``/``none`` in any case, empty meaning ``need``), with one
+deliberate difference: ``ssl.quorum.hostnameVerification`` goes through ZKConfig.getBoolean (Boolean.parseBoolean),
+which reads ``yes``, ``1``, ``on`` or a typo as *false* -- verification silently off -- so zabref refuses every
+value but ``true``/``false``. A key zabref cannot honour is refused, never ignored: any other key that starts with
+``ssl`` or ``secureClient``, or ``quorum.auth.`` (ZooKeeper would set it as a system property and use it).
 """
 
 from __future__ import annotations
@@ -59,6 +67,9 @@ def parse_zoo_cfg(text: str, path: str = "<zoo.cfg>", base: Path | None = None) 
             server_lines.append((number, sid, value))
         elif key in _ZOO_REFUSED:
             raise ConfigError(f"{where}: {key}: {_ZOO_REFUSED[key]}")
+        elif key not in _ZOO_KEYS and key.lower().startswith(_ZOO_SECURITY_PREFIXES):
+            raise ConfigError(f"{where}: {key}: zabref does not read this security setting, and refuses it rather "
+                              f"than ignore it (it reads {', '.join(k for k in _ZOO_KEYS if 'ssl' in k.lower())})")
         elif key in _ZOO_KEYS:
             if key in values:
                 raise ConfigError(f"{where}: {key}: given twice (also line {values[key][0]})")
@@ -105,7 +116,10 @@ def parse_zoo_cfg(text: str, path: str = "<zoo.cfg>", base: Path | None = None) 
 
 _ZOO_KEYS = ("tickTime", "initLimit", "syncLimit", "dataDir", "clientPort", "maxClientCnxns", "jute.maxbuffer",
              "sslQuorum", "ssl.quorum.keyStore.location", "ssl.quorum.keyStore.type",
-             "ssl.quorum.trustStore.location", "ssl.quorum.trustStore.type", "ssl.quorum.hostnameVerification")
+             "ssl.quorum.trustStore.location", "ssl.quorum.trustStore.type", "ssl.quorum.hostnameVerification",
+             "ssl.quorum.clientAuth")
+#: Keys that configure security in ZooKeeper (lower case): one zabref does not know is refused (module docstring).
+_ZOO_SECURITY_PREFIXES = ("ssl", "secureclient", "quorum.auth.")
 
 
 _ZOO_REFUSED = {
@@ -123,7 +137,8 @@ def _zoo_security(path: str, base: Path, values: dict[str, tuple[int, str]]) -> 
             return default
         number, value = values[key]
         if value.lower() not in ("true", "false"):
-            raise ConfigError(f"{path}:{number}: {key}: expected true or false, got {value!r}")
+            lenient = "" if key == "sslQuorum" else " (ZooKeeper would silently read it as false)"
+            raise ConfigError(f"{path}:{number}: {key}: expected true or false, got {value!r}{lenient}")
         return value.lower() == "true"
 
     for key in ("ssl.quorum.keyStore.type", "ssl.quorum.trustStore.type"):
@@ -135,6 +150,13 @@ def _zoo_security(path: str, base: Path, values: dict[str, tuple[int, str]]) -> 
             return None
         p = Path(values[key][1])
         return p if p.is_absolute() else base / p
+
+    if "ssl.quorum.clientAuth" in values:  # ZooKeeper: empty is NEED; zabref's quorum TLS is always mutual
+        number, value = values["ssl.quorum.clientAuth"]
+        if value.upper() not in ("", "NEED"):
+            why = ("zabref's quorum TLS always needs the dialer's certificate" if value.upper() in ("WANT", "NONE")
+                   else "ZooKeeper reads need, want or none")
+            raise ConfigError(f"{path}:{number}: ssl.quorum.clientAuth: {value!r} refused: {why}")
 
     store = file("ssl.quorum.keyStore.location")
     security = Security(quorum_tls=flag("sslQuorum", False), cert=store, key=store,

@@ -22,10 +22,12 @@ per batch instead of one per packet (per `WRITE_CHUNK` bytes for a large burst);
 written.
 
 Bounds (so a misbehaving peer cannot exhaust memory): a frame body is at most `MAX_QUORUM_FRAME` bytes on a quorum
-connection and `MAX_ELECTION_FRAME` on an election connection (a longer length prefix closes the connection before
-any body is read); the handshake must arrive within `HANDSHAKE_TIMEOUT` seconds; an election frame must complete
-within `ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_frames`' ``frame_timeout``); an election sender
-keeps at most `ELECTION_QUEUE_LIMIT` notifications.
+connection and `MAX_ELECTION_FRAME` on an election connection (a longer length prefix closes the connection before any
+body is read); an inbound connection's whole admission -- TLS handshake, handshake frame, quorum authentication -- must
+be done within `HANDSHAKE_TIMEOUT` seconds of its accept (`zabref.runtime.links`: one deadline, so a stranger that
+trickles each stage just inside its own bound is still closed); an election frame must complete within
+`ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_frames`' ``frame_timeout``); an election sender keeps at most
+`ELECTION_QUEUE_LIMIT` notifications.
 
 Unsent bytes. A connection whose unsent bytes exceed `SEND_BUFFER_LIMIT` (the peer stopped reading) is closed --
 except while ``catching_up`` is set: the runtime sets it on a leader's connection to a learner that is not UPTODATE
@@ -136,10 +138,11 @@ def new_connection_id() -> int:
     return secrets.randbits(63)
 
 
-async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float, cid: int | None = None,
+async def dial(host: str, port: int, sid: int, *, peer: int, attempts: int, timeout: float, cid: int | None = None,
                first_delay: float = 0.02, max_delay: float = 1.0,
                guard: Guard | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to ``host:port`` and send the handshake (``sid``); up to ``attempts`` tries with exponential backoff.
+    """Connect to ``host:port`` (server ``peer``) and send the handshake (``sid``); up to ``attempts`` tries with
+    exponential backoff.
 
     With a ``guard`` (`zabref.net.security`), the connection is TLS when quorum TLS is on, and quorum authentication is
     done before this returns. Raises the last OSError (or TimeoutError; `zabref.net.security.AuthError`, an OSError, for
@@ -160,7 +163,7 @@ async def dial(host: str, port: int, sid: int, *, attempts: int, timeout: float,
             writer.write(wire.frame(handshake))
             if guard is not None:
                 try:
-                    await guard.prove(reader, writer, handshake, HANDSHAKE_TIMEOUT)
+                    await guard.prove(reader, writer, handshake, peer, HANDSHAKE_TIMEOUT)
                 except OSError:
                     writer.close()
                     raise

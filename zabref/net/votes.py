@@ -133,8 +133,8 @@ class ElectionSender:
                 writer = self._writer
                 if writer is None or writer.is_closing():
                     try:
-                        reader, writer = await dial(self.host, self.port, self.sid, attempts=1, timeout=1.0,
-                                                    cid=self._new_id(), guard=self.guard)
+                        reader, writer = await dial(self.host, self.port, self.sid, peer=self.peer, attempts=1,
+                                                    timeout=1.0, cid=self._new_id(), guard=self.guard)
                         self._writer, self.sent = writer, 0
                         self._watcher = asyncio.get_running_loop().create_task(self._watch(reader, writer))
                         log.info("election connection to %d open", self.peer)

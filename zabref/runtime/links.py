@@ -91,7 +91,8 @@ class PeerLinks:
             return
         attempts = max(3, self.config.cluster.init_limit)
         try:
-            reader, writer = await peers.dial(target.host, target.quorum_port, self.sid, attempts=attempts,
+            reader, writer = await peers.dial(target.host, target.quorum_port, self.sid, peer=conn.peer,
+                                              attempts=attempts,
                                               timeout=2.0, cid=conn.cid, max_delay=self.config.cluster.tick_ms / 1000,
                                               guard=self.guard)
         except (OSError, TimeoutError) as e:
@@ -122,8 +123,28 @@ class PeerLinks:
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          kind: str) -> tuple[int, int] | None:
-        """(sid, connection id) of an inbound connection, or None (refused, logged, closed)."""
+        """(sid, connection id) of an inbound connection, or None (refused, logged, closed). The whole admission
+        has one deadline, `peers.HANDSHAKE_TIMEOUT` from now."""
         address = writer.get_extra_info("peername")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + peers.HANDSHAKE_TIMEOUT
+        try:
+            async with asyncio.timeout_at(deadline):
+                admitted = await self._admit(reader, writer, kind, address)
+            # Python 3.11's wait_for can swallow the deadline's cancellation when its read completes at the same
+            # moment (gh-86296): an admission that ended after the deadline is refused all the same.
+            late = admitted is not None and loop.time() > deadline
+        except TimeoutError:
+            late = True
+        if late:
+            log.warning("%s connection from %s closed: admission (TLS, handshake, quorum authentication) not "
+                        "complete within %s s", kind, address, peers.HANDSHAKE_TIMEOUT)
+            writer.close()
+            return None
+        return admitted
+
+    async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str,
+                     address: object) -> tuple[int, int] | None:
         try:
             await self.guard.accept_tls(writer, self.guard.quorum_server, peers.HANDSHAKE_TIMEOUT)
             sid, cid = await peers.accept_handshake(reader)
@@ -140,8 +161,9 @@ class PeerLinks:
             log.info("%s connection from %d refused: link cut by the fault layer", kind, sid)
             writer.close()
             return None
-        try:  # quorum authentication: no packet of the dialer is read before it proved the secret
-            await self.guard.check(reader, writer, wire.encode_handshake(sid, cid), peers.HANDSHAKE_TIMEOUT)
+        try:  # the certificate names that server's host; quorum authentication: no packet before the proof
+            self.guard.check_peer_host(writer, self.config.server(sid).host)
+            await self.guard.check(reader, writer, wire.encode_handshake(sid, cid), self.sid, peers.HANDSHAKE_TIMEOUT)
         except AuthError as e:
             log.warning("%s connection from %s closed: %s (its handshake named server %d)", kind, address, e, sid)
             writer.close()
