@@ -25,6 +25,7 @@ import os
 import re
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -295,11 +296,16 @@ def build_site(out: Path, data: SiteData, dot: Path | None = None, graph: bool =
     with staged_folder(out) as tmp:
         (tmp / "style.css").write_text(CSS, encoding="utf-8")
         graph_info = _graph_files(data, tmp, dot, graph, echo)
-        for t in data.linked_traces():
+
+        def draw(t: TraceInfo) -> None:
             svg = tmp / t.page.removesuffix(".html")
             svg = svg.with_name(svg.name + ".svg")
             svg.parent.mkdir(parents=True, exist_ok=True)
             svg.write_bytes(trace_graph(t.trace, None, f"{t.shown}").pipe(format="svg"))
+
+        # one `dot` process a trace: as many at once as the machine has cores (list() re-raises a failure)
+        with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+            list(pool.map(draw, data.linked_traces()))
         written = pages(data, graph_info)
         for rel in sorted(data_sources(data)):
             written[f"src/{rel}.html"] = source_page(Page(f"src/{rel}.html"), rel,
