@@ -58,6 +58,10 @@ def mode_of(port: int) -> str | None:
     return m.group(1) if m else None
 
 
+#: How long a pause or resume waits for the kernel to show the server stopped or running: a guard, not a pace.
+SIGNAL_TIMEOUT = 10.0
+
+
 def process_state(pid: int) -> str | None:
     """The state letter of ``/proc/PID/stat`` (R, S, D, T stopped, Z zombie, ...), None when there is no such PID."""
     try:
@@ -193,19 +197,28 @@ class ZkEnsemble:
         self.paused.discard(sid)
 
     def pause(self, sid: int) -> None:
-        """SIGSTOP one server's process group."""
-        self._signal(sid, signal.SIGSTOP)
+        """SIGSTOP one server's process group; returns once the kernel shows the server stopped."""
+        self._signal(sid, signal.SIGSTOP, lambda state: state == "T", "stopped")
         self.paused.add(sid)
 
     def resume(self, sid: int) -> None:
-        """SIGCONT one server's process group."""
-        self._signal(sid, signal.SIGCONT)
+        """SIGCONT one server's process group; returns once the kernel no longer shows the server stopped."""
+        self._signal(sid, signal.SIGCONT, lambda state: state != "T", "running again")
         self.paused.discard(sid)
 
-    def _signal(self, sid: int, sig: signal.Signals) -> None:
+    def _signal(self, sid: int, sig: signal.Signals, done, what: str, timeout: float = SIGNAL_TIMEOUT) -> None:
+        """Send ``sig`` and wait until ``done(state)`` of the server's process: a signal is delivered
+        asynchronously, and a JVM's many threads stop one by one (a loaded machine showed "R" just after SIGSTOP)."""
         if not self.running(sid):
             raise ZkEnsembleError(f"ZooKeeper server {sid} is not running")
-        os.killpg(self.procs[sid].pid, sig)
+        pid = self.procs[sid].pid
+        os.killpg(pid, sig)
+        deadline = time.monotonic() + timeout
+        while not done(process_state(pid)):
+            if time.monotonic() > deadline:
+                raise ZkEnsembleError(f"ZooKeeper server {sid} (pid {pid}) not {what} {timeout} s after "
+                                      f"{sig.name} (state {process_state(pid)!r})")
+            time.sleep(0.005)
 
     def restart(self, sid: int, timeout: float | None = None) -> None:
         """Kill server ``sid`` if it runs and start it again on its folder; with ``timeout``, wait until the whole
