@@ -289,6 +289,20 @@ async def _open(host: str, port: int, tls: ssl.SSLContext | None, timeout: float
     return reader, writer, address
 
 
+async def _read_until(reader: asyncio.StreamReader, until: float, got: bytearray) -> bool:
+    """Read what the server sends into ``got`` until loop time ``until``; True when it closed the connection."""
+    loop = asyncio.get_running_loop()
+    while (left := until - loop.time()) > 0:
+        try:
+            data = await asyncio.wait_for(reader.read(4096), left)
+        except TimeoutError:
+            return False
+        if not data:
+            return True
+        got += data
+    return False
+
+
 async def knock(host: str, port: int, attempt: Attempt, tls: ssl.SSLContext | None, hold: float,
                 source: str | None = None) -> Knock:
     """Run ``attempt``'s script from address ``source`` (a loopback address of its own makes the server's log lines
@@ -306,28 +320,13 @@ async def knock(host: str, port: int, attempt: Attempt, tls: ssl.SSLContext | No
             except (ssl.SSLError, OSError, TimeoutError):
                 return Knock(address, True)
         for delay, chunk in attempt.script:
-            until = loop.time() + delay
-            while (left := until - loop.time()) > 0:  # the whole delay; the server may close meanwhile
-                try:
-                    data = await asyncio.wait_for(reader.read(4096), left)
-                except TimeoutError:
-                    break
-                if not data:
-                    return Knock(address, True, bytes(got))
-                got += data
+            if await _read_until(reader, loop.time() + delay, got):  # the whole delay; the server may close
+                return Knock(address, True, bytes(got))
             writer.write(chunk)
             await writer.drain()
         if attempt.cut:
             return Knock(address, False, bytes(got))
-        while (left := end - loop.time()) > 0:
-            try:
-                data = await asyncio.wait_for(reader.read(4096), left)
-            except TimeoutError:
-                break
-            if not data:
-                return Knock(address, True, bytes(got))
-            got += data
-        return Knock(address, False, bytes(got))
+        return Knock(address, await _read_until(reader, end, got), bytes(got))
     except (ConnectionError, OSError, ssl.SSLError):
         return Knock(address, True, bytes(got))
     finally:
