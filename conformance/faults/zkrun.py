@@ -141,8 +141,20 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
         sampler = ZkSampler({m.id: m.client_port for m in z.members}, stop) if sample else None
         for t in (*load, *([sampler] if sampler else [])):
             t.start()
+        def add_writer(sid: int, seconds: float) -> None:
+            """A writer with a session to ``sid`` alone (a schedule's ``writer`` step), stopped after ``seconds``."""
+            done = threading.Event()
+            w = ZkWriter(len(load), f"127.0.0.1:{z.members[sid - 1].client_port}", done, hold)
+            load.append(w)
+            w.start()
+            timer = threading.Timer(seconds, done.set)
+            timer.daemon = True
+            timers.append((timer, done))
+            timer.start()
+
+        timers: list[tuple[threading.Timer, threading.Event]] = []
         nemesis = ZkNemesis(z, seed, acked=lambda: sum(w.acked() for w in load),
-                            set_load=lambda on: hold.clear() if on else hold.set())
+                            set_load=lambda on: hold.clear() if on else hold.set(), add_writer=add_writer)
         try:
             for step in steps:
                 nemesis.run(step)
@@ -153,6 +165,9 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
             result.problems += nemesis.heal_all()
             stop.wait(calm)
             stop.set()
+            for timer, done in timers:
+                timer.cancel()
+                done.set()
             for t in (*load, *([sampler] if sampler else [])):
                 t.join(30.0)
         result.problems += [w.error for w in load if w.error]

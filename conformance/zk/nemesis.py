@@ -7,9 +7,9 @@ process group, ``pause``/``resume`` SIGSTOP/SIGCONT, ``restart`` a start on the 
 start and a SIGKILL the moment the server's ``currentEpoch`` file is replaced -- polled every 0.2 ms: the only
 moment of ZooKeeper's synchronization that its disk shows from outside), network faults
 through the proxy (``cut``, ``isolate``, ``heal``: blocked directed pairs, nothing dropped), and the waits
-(``sleep``, ``writes``, ``settle``) with a deadline each. The write load is not the nemesis's: ``writes`` and
-``load`` call the two hooks it is given (``acked()``, the number of acknowledged writes so far, and
-``set_load(on)``).
+(``sleep``, ``writes``, ``settle``) with a deadline each. The write load is not the nemesis's: ``writes``,
+``load`` and ``writer`` call the hooks it is given (``acked()``, the number of acknowledged writes so far,
+``set_load(on)`` and ``add_writer(sid, seconds)``).
 
 Selectors are resolved when the step runs, from the servers' ``srvr`` answers: ``leader``, ``follower#k`` (by id,
 highest first), ``follower`` and ``any`` (drawn from the seeded generator). A server already in a fault the
@@ -43,11 +43,13 @@ EPOCH_POLL = 0.0002
 
 class ZkNemesis:
     def __init__(self, z: ProxiedEnsemble, seed: int, acked: Callable[[], int] = lambda: 0,
-                 set_load: Callable[[bool], None] = lambda on: None) -> None:
+                 set_load: Callable[[bool], None] = lambda on: None,
+                 add_writer: Callable[[int, float], None] | None = None) -> None:
         self.z = z
         self.rng = random.Random(f"zk-nemesis:{seed}")
         self.acked = acked
         self.set_load = set_load
+        self.add_writer = add_writer
         self.names: dict[str, int] = {}
         self.killed: set[int] = set()
         self.paused: set[int] = set()
@@ -143,6 +145,12 @@ class ZkNemesis:
         ens = self.z.ensemble
         if op == "name":
             self.log(f"name {sid} {step.get('as')}")
+            return
+        if op == "writer":
+            if self.add_writer is None:
+                raise ScheduleError(f"{step}: this run has no client load to add a writer to")
+            self.add_writer(sid, float(step.get("seconds")))
+            self.log(f"a writer on {sid} alone for {step.get('seconds')} s")
             return
         if op == "kill":
             ens.kill(sid)

@@ -24,6 +24,9 @@ op                 fields                                    does
 ``sleep``          seconds                                   wait
 ``writes``         count, [timeout]                          wait until ``count`` more writes were acknowledged
 ``load``           on                                        start (true) or hold (false) the client write load
+``writer``         server, seconds                           one more writer, with a session to that server alone,
+                                                             for that long (its writes enter the history as the
+                                                             others'); the step returns at once
 ``settle``         [timeout]                                 wait until every running server serves
 =================  ========================================  ====================================================
 
@@ -70,6 +73,7 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "sleep": (("seconds",), ()),
     "writes": (("count",), ("timeout",)),
     "load": (("on",), ()),
+    "writer": (("server", "seconds"), ()),
     "settle": ((), ("timeout",)),
 }
 SELECTOR = re.compile(r"^(leader|follower|any|follower#[1-9]|\$[A-Za-z_][A-Za-z0-9_]*)$")
