@@ -56,6 +56,13 @@ if ! command -v dot >/dev/null 2>&1; then
     command -v dot >/dev/null 2>&1 || die "dot is still not on PATH after installing graphviz"
 fi
 
+if ! command -v fusermount3 >/dev/null 2>&1; then
+    # the power cut under real ZooKeeper servers (conformance/zk/powercut.py) mounts FUSE file systems
+    say "fusermount3 is missing: installing fuse3"
+    apt_install fuse3
+    command -v fusermount3 >/dev/null 2>&1 || die "fusermount3 is still not on PATH after installing fuse3"
+fi
+
 # --- Python interpreter ----------------------------------------------------------------------
 python_ok() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
 

@@ -64,12 +64,20 @@ def _schedule(spec: str, servers: int):  # noqa: ANN202
 @click.option("--schedule", "schedule", default=None,
               help="A schedule file (.toml or .json) or a built-in one (zookeeper-4925, zookeeper-4785, txnlog-hole).")
 @click.option("--writers", type=click.IntRange(1, 16), default=2, show_default=True)
+@click.option("--power-loss", is_flag=True, default=False,
+              help="Each dataDir on a power-cut file system (FUSE): every kill loses what the server never fsynced.")
+@click.option("--writeback", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="With --power-loss: an unsynced write older than this survives a cut (the kernel wrote it back; "
+                   "Linux's default dirty expiry is 30 s).")
+@click.option("--force-sync/--no-force-sync", default=True, show_default=True,
+              help="zoo.cfg's forceSync; --no-force-sync ACKs before the log reaches the disk (shows a power cut "
+                   "is seen).")
 @click.option("--dir", "folder", type=click.Path(file_okay=False), default="out/zk-faults", show_default=True,
               help="The run's folder (emptied first): data dirs, server logs, the proxy's recording.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="The report. [default: <dir>/report.json]")
 def faults(version: str, servers: str, duration: float, seed: int, schedule: str | None, writers: int,
-           folder: str, json_path: str | None) -> None:
+           power_loss: bool, writeback: float, force_sync: bool, folder: str, json_path: str | None) -> None:
     """One fault run on a real ZooKeeper ensemble, checked by the history checker; a verdict line and a report."""
     from conformance.faults.zkrun import run_zk_faults, write_report  # noqa: PLC0415
 
@@ -79,8 +87,9 @@ def faults(version: str, servers: str, duration: float, seed: int, schedule: str
         out = Path(folder)
         if out.exists():
             shutil.rmtree(out)
-        result = run_zk_faults(out, version, n, seed, duration, steps, writers=writers, echo=click.echo)
-    except ZkError as e:
+        result = run_zk_faults(out, version, n, seed, duration, steps, writers=writers, power_loss=power_loss,
+                               writeback=writeback, force_sync=force_sync, echo=click.echo)
+    except (ZkError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e
     report = Path(json_path) if json_path else out / "report.json"
     write_report(result, report)

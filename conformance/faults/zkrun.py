@@ -125,12 +125,15 @@ def _settle(z: ProxiedEnsemble, timeout: float) -> str | None:
 
 def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", servers: int = 3, seed: int = 1,
                   duration: float = 30.0, schedule: list[Step] | None = None, *, writers: int = 2,
-                  calm: float = 2.0, sample: bool = True, echo: Callable[[str], None] = print) -> ZkRunResult:
+                  calm: float = 2.0, sample: bool = True, power_loss: bool = False,
+                  writeback: float | None = 30.0, force_sync: bool = True,
+                  echo: Callable[[str], None] = print) -> ZkRunResult:
     """One run; see the module docstring. ``schedule`` None: a random one of ``duration`` seconds from ``seed``."""
     started = time.monotonic()
     steps = schedule if schedule is not None else random_schedule(seed, servers, duration)
     folder = Path(folder)
-    z = ProxiedEnsemble(folder, servers, version, echo=echo)
+    z = ProxiedEnsemble(folder, servers, version, power_loss=power_loss, writeback=writeback, force_sync=force_sync,
+                        echo=echo)
     result = ZkRunResult(z.distribution.version, servers, seed, steps, Verdict(), folder=str(folder))
     echo(f"zk faults: ZooKeeper {result.version}, {servers} servers, seed {seed}, "
          f"{'scripted' if schedule is not None else 'random'} schedule of {len(steps)} steps; folder {folder}")
@@ -186,7 +189,7 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
     result.writes, result.delivered, result.samples = writes, finals, samples
     result.finals = {sid: len(seq) for sid, seq in finals.items()}
     for sid, seq in finals.items():
-        d = z.ensemble.data_dir(sid)
+        d = z.ensemble.store_dir(sid)
         logged = {v for _, v in read_logged(d, ROOT)}
         covered = max(snapshots(d), default=0)
         result.not_durable[sid] = [f"{v} (zxid {zx:#x})" for zx, v in seq if zx > covered and v not in logged]

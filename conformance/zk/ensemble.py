@@ -33,6 +33,7 @@ from pathlib import Path
 
 from conformance.zk import ZkEnsembleError
 from conformance.zk.ports import ZkServer
+from conformance.zk.powercut import PowerCutMount
 from conformance.zk.serverconfig import TICK_TIME_MS, java_command, render_zoo_cfg
 from conformance.zk.versions import Distribution, ensure_zookeeper
 
@@ -86,9 +87,11 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _stop_all(procs: dict[int, subprocess.Popen[bytes]]) -> None:
+def _stop_all(procs: dict[int, subprocess.Popen[bytes]], mounts: dict[int, PowerCutMount] | None = None) -> None:
     for proc in list(procs.values()):
         _kill_group(proc)
+    for mount in list((mounts or {}).values()):
+        mount.stop()
 
 
 class ZkEnsemble:
@@ -97,9 +100,14 @@ class ZkEnsemble:
     def __init__(self, folder: str | os.PathLike[str], base_port: int, servers: int = 3,
                  classpath: str | None = None, tick_time_ms: int = TICK_TIME_MS, heap_mb: int = 1024, *,
                  distribution: Distribution | None = None, init_limit: int = 10, sync_limit: int = 5,
-                 peers: dict[int, dict[int, tuple[int, int]]] | None = None) -> None:
+                 peers: dict[int, dict[int, tuple[int, int]]] | None = None, power_loss: bool = False,
+                 writeback: float | None = 30.0, force_sync: bool = True) -> None:
         """``peers[i][j]``: the (quorum, election) ports at which server i reaches server j (a proxy's); None: direct.
-        ``distribution`` (or a ``classpath``; neither: Debian's 3.8.0) says which ZooKeeper runs."""
+        ``distribution`` (or a ``classpath``; neither: Debian's 3.8.0) says which ZooKeeper runs. ``power_loss``:
+        each server's dataDir is a `conformance.zk.powercut` mount (``<sid>/data``, its files in
+        ``<sid>/.backing``), and every `kill` is a power cut: what the server never fsynced in the last ``writeback``
+        seconds is gone (None: whatever it never fsynced). ``force_sync``: zoo.cfg's
+        forceSync (no: ZooKeeper ACKs before its log reaches the disk)."""
         if servers < 1:
             raise ZkEnsembleError(f"an ensemble needs at least one server, not {servers}")
         self.folder = Path(folder)
@@ -113,16 +121,24 @@ class ZkEnsemble:
         self.sync_limit = sync_limit
         self.heap_mb = heap_mb
         self.peers = peers
+        self.power_loss = power_loss
+        self.writeback = writeback
+        self.force_sync = force_sync
+        self.mounts: dict[int, PowerCutMount] = {}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.paused: set[int] = set()
         self.started_pids: list[int] = []
-        self._finalizer = weakref.finalize(self, _stop_all, self.procs)
+        self._finalizer = weakref.finalize(self, _stop_all, self.procs, self.mounts)
 
     def member(self, sid: int) -> ZkServer:
         return self.members[sid - 1]
 
     def data_dir(self, sid: int) -> Path:
         return self.folder / str(sid)
+
+    def store_dir(self, sid: int) -> Path:
+        """Where server ``sid``'s ``version-2`` is on the machine's disk (under a power-loss mount: its backing)."""
+        return self.data_dir(sid) / ".backing" if self.power_loss else self.data_dir(sid)
 
     def log_of(self, sid: int) -> Path:
         return self.data_dir(sid) / "server.log"
@@ -139,10 +155,19 @@ class ZkEnsemble:
             raise ZkEnsembleError(f"ZooKeeper server {sid} is already running (pid {self.procs[sid].pid})")
         me, d = self.member(sid), self.data_dir(sid)
         d.mkdir(parents=True, exist_ok=True)
-        (d / "myid").write_text(f"{sid}\n")
+        data = d
+        if self.power_loss:
+            data = d / "data"
+            if sid not in self.mounts:
+                self.mounts[sid] = PowerCutMount(self.store_dir(sid), data, d / "powercut.log", self.writeback)
+                self.mounts[sid].start()
+        with open(data / "myid", "w") as f:  # fsynced: under a power-loss mount an unsynced file is volatile
+            f.write(f"{sid}\n")
+            f.flush()
+            os.fsync(f.fileno())
         cfg = d / "zoo.cfg"
-        cfg.write_text(render_zoo_cfg(me, self.members, d.resolve(), self.tick_time_ms, init_limit=self.init_limit,
-                                      sync_limit=self.sync_limit,
+        cfg.write_text(render_zoo_cfg(me, self.members, data.resolve(), self.tick_time_ms, init_limit=self.init_limit,
+                                      sync_limit=self.sync_limit, force_sync=self.force_sync,
                                       peers=None if self.peers is None else self.peers[sid]))
         args = java_command(self.distribution, d, cfg.resolve(), self.heap_mb)
         with open(d / "console.log", "ab") as out:
@@ -190,10 +215,13 @@ class ZkEnsemble:
                 for m in self.members}
 
     def kill(self, sid: int) -> None:
-        """SIGKILL one server's process group (a crash) and reap it."""
+        """SIGKILL one server's process group (a crash) and reap it. With ``power_loss`` the crash is a power cut:
+        what the server never fsynced is gone too."""
         p = self.procs.get(sid)
         if p is not None:
             _kill_group(p)
+            if sid in self.mounts:
+                self.mounts[sid].cut()
         self.paused.discard(sid)
 
     def pause(self, sid: int) -> None:
@@ -229,9 +257,10 @@ class ZkEnsemble:
             self.wait_serving([m.id for m in self.members if self.running(m.id)], timeout)
 
     def stop(self) -> None:
-        """Kill every server and reap it."""
-        _stop_all(self.procs)
+        """Kill every server and reap it; unmount the power-loss file systems."""
+        _stop_all(self.procs, self.mounts)
         self.paused.clear()
+        self.mounts.clear()
 
     def leftovers(self) -> dict[int, str]:
         """Every process started by this ensemble that still exists, with its state letter (empty after stop)."""

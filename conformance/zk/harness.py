@@ -57,6 +57,7 @@ class ProxiedEnsemble:
     def __init__(self, folder: str | Path, servers: int = 3, version: str = "3.8.0", *,
                  distribution: Distribution | None = None, tick_time_ms: int = HARNESS_TICK_MS,
                  init_limit: int = 10, sync_limit: int = 5, heap_mb: int = HARNESS_HEAP_MB,
+                 power_loss: bool = False, writeback: float | None = 30.0, force_sync: bool = True,
                  echo: Callable[[str], None] = print) -> None:
         self.folder = Path(folder).resolve()
         self.distribution = distribution or resolve(version, echo)
@@ -78,7 +79,8 @@ class ProxiedEnsemble:
                                   "initLimit": init_limit, "syncLimit": sync_limit})
         self.ensemble = ZkEnsemble(self.folder, self.base, servers, distribution=self.distribution,
                                    tick_time_ms=tick_time_ms, init_limit=init_limit, sync_limit=sync_limit,
-                                   heap_mb=heap_mb, peers=peers)
+                                   heap_mb=heap_mb, peers=peers, power_loss=power_loss, writeback=writeback,
+                                   force_sync=force_sync)
         self._finalizer = weakref.finalize(self, _release, self.faults, self.ensemble, self.base)
 
     @property

@@ -156,6 +156,7 @@ class ZkNemesis:
             ens.kill(sid)
             self.killed.add(sid)
             self.paused.discard(sid)
+
         elif op == "restart":
             self.paused.discard(sid)
             ens.restart(sid)
@@ -195,7 +196,7 @@ class ZkNemesis:
         temporary file and renames it: a new inode), polled every `EPOCH_POLL` s."""
         ens = self.z.ensemble
         ens.kill(sid)
-        path = ens.data_dir(sid) / "version-2" / "currentEpoch"
+        path = ens.store_dir(sid) / "version-2" / "currentEpoch"
 
         def mark() -> tuple[int, int] | None:
             try:

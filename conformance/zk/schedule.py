@@ -8,7 +8,8 @@ with an ``op`` and the fields that op takes:
 =================  ========================================  ====================================================
 op                 fields                                    does
 =================  ========================================  ====================================================
-``kill``           server                                    SIGKILL (kill -9) the server's process group
+``kill``           server                                    SIGKILL (kill -9) the server's process group; in a
+                                                             run with power loss, a power cut (conformance.zk.powercut)
 ``restart``        server, [timeout], [wait]                 kill if running, start on its data dir, wait until
                                                              it serves (``srvr``: leader or follower; not with
                                                              ``wait = false``)

@@ -39,7 +39,7 @@ TICK_TIME_MS = 2000
 
 
 def render_zoo_cfg(me: ZkServer, members: list[ZkServer], data_dir: Path, tick_time_ms: int = TICK_TIME_MS, *,
-                   init_limit: int = 10, sync_limit: int = 5,
+                   init_limit: int = 10, sync_limit: int = 5, force_sync: bool = True,
                    peers: dict[int, tuple[int, int]] | None = None) -> str:
     """The text of ``zoo.cfg`` for server ``me`` of ``members``; ``peers``: member id -> (quorum, election) port at
     which ``me`` reaches it through the proxy (None: every member at its real ports)."""
@@ -50,7 +50,7 @@ def render_zoo_cfg(me: ZkServer, members: list[ZkServer], data_dir: Path, tick_t
         f"dataDir={data_dir}",
         f"clientPort={me.client_port}",
         "clientPortAddress=127.0.0.1",
-        "forceSync=yes",
+        f"forceSync={'yes' if force_sync else 'no'}",
         "admin.enableServer=false",
         "4lw.commands.whitelist=srvr,stat,ruok,mntr",
         "maxClientCnxns=0",
