@@ -45,7 +45,7 @@ from typing import Any
 from conformance.zk import WireError
 from conformance.zk.wire import Decoded, Message, decode_recording
 
-__all__ = ["IGNORED", "Obs", "Observation", "Role", "observe", "observe_dir", "zxid_pair"]
+__all__ = ["IGNORED", "Obs", "Observation", "Role", "observe", "observe_dir", "observe_dir_decoded", "zxid_pair"]
 
 FORMAT = 1
 
@@ -327,6 +327,11 @@ def _roles(decoded: Decoded, links: dict[int, dict[str, Any]], answered: set[int
 
 def observe_dir(folder: str | Path) -> Observation:
     """``folder/recording.zkrec`` (and ``folder/harness.json``'s ``stop_ns``, when there) observed."""
+    return observe_dir_decoded(folder)[1]
+
+
+def observe_dir_decoded(folder: str | Path) -> tuple[Decoded, Observation]:
+    """`observe_dir`, with the decoded recording it observed."""
     folder = Path(folder)
     path = folder / "recording.zkrec" if folder.is_dir() else folder
     if not path.is_file():
@@ -338,4 +343,5 @@ def observe_dir(folder: str | Path) -> Observation:
             stop_ns = json.loads(side.read_text()).get("stop_ns")
         except ValueError as e:
             raise WireError(str(side), 0, f"not JSON: {e}") from None
-    return observe(decode_recording(path), stop_ns=stop_ns)
+    decoded = decode_recording(path)
+    return decoded, observe(decoded, stop_ns=stop_ns)

@@ -1,0 +1,97 @@
+"""The election notifications of a ZooKeeper recording, as spec/FastLeaderElection.tla's notifications.
+
+Theory of operation
+-------------------
+Every election connection crosses the proxy, so every notification one server's QuorumCnxManager put on the wire
+to another is in the recording (`conformance.zk.wire` decodes it: state, leader, zxid, electionEpoch, peerEpoch).
+`elections` keeps them in the proxy's order, numbered ``g`` from 1, each as the spec's notification ``[state,
+leader, zxid <<epoch, counter>>, electionEpoch, peerEpoch]`` with where it lies in the recording. The INITIAL
+message of a connection (protocol version, sid, address) is QuorumCnxManager's, not the election's: left out.
+What the proxy read after the run's end (`conformance.zk.observe`'s ``end_ns``: the harness killing the servers,
+whose survivors then look for a leader) is left out and counted. A notification in the old 28-byte format has no
+peerEpoch; ZooKeeper then takes the epoch of its zxid, and so does this.
+
+**The elections of an empty ensemble.** FastLeaderElection.tla takes each server's zxid and epoch as constants
+(what it read from disk when it started looking). The notifications are therefore kept up to the first that carries
+a zxid or a peerEpoch other than 0: before it, every server votes with the empty data dir it started from (however
+many rounds it took); from it on, Zab has given the servers transactions and epochs, which a check of the election
+alone cannot know. ``later`` counts what was left out that way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.zk.observe import observe_dir_decoded, zxid_pair
+from conformance.zk.wire import Decoded
+
+__all__ = ["Elections", "Notice", "elections", "elections_dir"]
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One notification on the wire."""
+
+    g: int  # 1-based, in the proxy's order
+    sender: int
+    receiver: int
+    state: str
+    leader: int
+    zxid: list[int]
+    round: int  # electionEpoch: the sender's logicalclock
+    peer_epoch: int
+    conn: int
+    direction: str
+    offset: int
+    t_ns: int
+
+    def where(self, path: str = "") -> str:
+        return (f"{path + ': ' if path else ''}connection {self.conn} {self.direction} ({self.sender} to "
+                f"{self.receiver}), byte {self.offset}")
+
+    def describe(self) -> str:
+        return (f"{self.state} vote (leader {self.leader}, zxid <<{self.zxid[0]}, {self.zxid[1]}>>, peerEpoch "
+                f"{self.peer_epoch}) of round {self.round}")
+
+
+@dataclass
+class Elections:
+    recording: str
+    servers: int
+    notices: list[Notice]
+    after_end: int  # notifications read after the run's end, left out
+    end_ns: int | None
+    later: int = 0  # notifications from the first with a zxid or peerEpoch other than 0 on, left out
+
+    @property
+    def rounds(self) -> int:
+        """The greatest round (electionEpoch) of a notification kept."""
+        return max((n.round for n in self.notices), default=1)
+
+
+def elections(decoded: Decoded, servers: int, end_ns: int | None, recording: str = "") -> Elections:
+    """The notifications of ``decoded`` before ``end_ns`` (module docstring)."""
+    out: list[Notice] = []
+    after = later = 0
+    for m in decoded.messages:
+        if m.kind != "election" or m.name != "NOTIFICATION" or m.sender is None or m.receiver is None:
+            continue
+        if end_ns is not None and m.t_ns >= end_ns:
+            after += 1
+            continue
+        f = m.fields
+        zxid = zxid_pair(int(m.zxid or 0))
+        if later or zxid != [0, 0] or int(f.get("peerEpoch", 0)) != 0:
+            later += 1
+            continue
+        out.append(Notice(len(out) + 1, m.sender, m.receiver, f["state"], int(f["leader"]), zxid,
+                          int(f["electionEpoch"]), int(f.get("peerEpoch", zxid[0])), m.conn, m.direction, m.offset,
+                          m.t_ns))
+    return Elections(recording, servers, out, after, end_ns, later)
+
+
+def elections_dir(folder: str | Path) -> Elections:
+    """``folder``'s recording (as `conformance.zk.observe.observe_dir` finds it) and its notifications."""
+    decoded, observation = observe_dir_decoded(folder)
+    return elections(decoded, observation.servers, observation.end_ns, observation.recording)
