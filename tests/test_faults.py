@@ -312,13 +312,14 @@ def test_ci_fault_run_loses_nothing_and_diverges_nowhere(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_a_short_fault_run_is_validated_against_the_spec(tmp_path: Path) -> None:
-    """`zabref faults --validate`: a run with a power cut, a partition and a new leader, whose servers' action logs
-    `zabref validate` checks with TLC (the logs of a longer run take minutes: docs/performance.md)."""
+    """`zabref faults --validate`: an unpaced run (about 55,000 logged steps) with a power cut, a partition and a new
+    leader, whose servers' action logs `zabref validate` checks with TLC as a chain of windows (docs/validation.md;
+    about 2 minutes on the 2-core machine: docs/performance.md)."""
     summary = tmp_path / "faults.json"
     result = CliRunner().invoke(main, ["faults", "--servers", "3", "--duration", "8", "--seed", "3", "--writers", "1",
-                                       "--readers", "1", "--write-pause", "0.05", "--data-dir", str(tmp_path / "cluster"),
+                                       "--readers", "1", "--data-dir", str(tmp_path / "cluster"),
                                        "--json", str(summary), "--validate"])
     assert result.exit_code == 0, result.output
     s = json.loads(summary.read_text())

@@ -174,18 +174,25 @@ def test_a_server_that_starts_with_data_is_refused(tmp_path: Path) -> None:
 
 def test_a_check_tlc_did_not_finish_is_no_verdict_exit_4(tmp_path: Path, monkeypatch) -> None:
     """TLC dying (out of memory, killed) says nothing about the logs: exit 4 and INCONCLUSIVE, never 0, and not 1
-    (which says the run departed from the spec)."""
+    (which says the run departed from the spec) -- for the whole check and for a window of the chain."""
     from types import SimpleNamespace
 
+    import conformance.tla.tools as tools
     import conformance.validate.command as v
     from conformance.tla.output import Outcome
 
     for sid in (1, 2, 3):
         (tmp_path / f"actions-{sid}.jsonl").write_text(_line(sid, 0))
     died = SimpleNamespace(outcome=Outcome.ERROR, depth=None, message="java.lang.OutOfMemoryError",
-                           result_text=lambda: "error")
+                           result_text=lambda: "error", trace=(), distinct_states=None)
     monkeypatch.setattr(v, "run_tlc", lambda *a, **k: died)
-    result = validate(tmp_path, work=tmp_path)
+    result = validate(tmp_path, work=tmp_path, window=0)
     assert result.inconclusive and not result.passed and "OutOfMemoryError" in result.failure
-    out = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    out = CliRunner().invoke(main, ["validate", str(tmp_path), "--window", "0"])
+    assert out.exit_code == 4 and "result=INCONCLUSIVE" in out.output, out.output
+    fixture = Path(__file__).parent / "fixtures" / "actionlogs" / "dial-across-restart"
+    monkeypatch.setattr(tools, "run_tlc", lambda *a, **k: died)
+    result = validate(fixture, work=tmp_path, window=20, workers=1)
+    assert result.inconclusive and not result.passed and "OutOfMemoryError" in result.failure, result.failure
+    out = CliRunner().invoke(main, ["validate", str(fixture), "--window", "20", "--workers", "1"])
     assert out.exit_code == 4 and "result=INCONCLUSIVE" in out.output, out.output

@@ -17,10 +17,16 @@ does;
    appended to its channels. Everything else -- the other servers, ``proposed``, ``committed``, ``established``,
    ``faults`` -- is left to TLC. The history is constrained by its length and last transaction (the whole of it after a
    SNAP), which with the step's own semantics pins it down, and keeps the module linear in the log's length;
-4. TLC explores it breadth-first from the spec's Init (every server starts from an empty data dir) with
-   ``-deadlock``: the behaviour is matched when the search reaches depth ``len + 1``; otherwise the deepest state
-   reached says which record no spec step could take, and `diagnose` shows, for that record, what the spec allows
-   beside what the log says.
+4. With ``--window 0``, TLC explores it breadth-first from the spec's Init (every server starts from an empty data
+   dir) with ``-deadlock``: the behaviour is matched when the search reaches depth ``len + 1``; otherwise the deepest
+   state reached says which record no spec step could take, and `diagnose` shows, for that record, what the spec
+   allows beside what the log says.
+5. By default (`_validate_windows`) the merge hands its steps to `conformance.validate.chain.Cutter`, which cuts
+   them into windows of ``--window`` steps, each starting from the state the logs give at its first step, its
+   histories rebased; `conformance.validate.windows` checks them, several per TLC run, in a process pool or on
+   Spark, while the merge goes on. A window whose end state is not the next one's start is checked again joined with
+   the next; one whose rebasing TLC found inexact, again without it; the first window that fails decides, and is
+   reported as step 4 reports (docs/validation.md, "Windows", says why this is the whole check's verdict).
 
 Bounds: the validation model sets MaxEpoch, MaxTxns and MaxFaults far above what any logged run reaches, so only the
 protocol's own guards decide (a fault is any step the spec counts as one: a timeout of a live connection, a stale
@@ -44,7 +50,13 @@ from conformance.tla.tools import Outcome, run_tlc, toolchain
 from conformance.tla.tracemodule import chunked, dispatch
 from conformance.tla.values import format_value
 from conformance.validate.actionlogs import read_logs
-from conformance.validate.merge import Behaviour, SpecStep, merge, state_before
+from conformance.validate.chain import Cutter, Plan, Table, record, spec_files
+from conformance.validate.chain import config as chain_config
+from conformance.validate.chain import helpers as chain_helpers
+from conformance.validate.chain import STEP, VARIABLES
+from conformance.validate.merge import Behaviour, SpecStep, merge, state_before, step_at
+from conformance.validate.windows import (BatchOutcome, Window, batch_module, check_batch, check_batches, cpu_workers,
+                                         write_batch)
 
 __all__ = ["CHUNK", "ValidationResult", "trace_module", "validate", "validate_command"]
 
@@ -70,93 +82,54 @@ class ValidationResult:
     failure: str | None = None
     inconclusive: bool = False  # TLC did not finish the check: no verdict on the logs
     merge_seconds: float = 0.0
-    tlc_seconds: float = 0.0
+    tlc_seconds: float = 0.0  # TLC's wall time, summed over its runs (they may run side by side)
+    wall_seconds: float = 0.0
+    windows: int = 0  # 0: the whole behaviour in one run
+    tlc_runs: int = 0
+    states: int = 0
+    passes: int = 0
+    rechecked: int = 0  # windows checked again (joined with the next, without rebasing, or for their own verdict)
 
     @property
     def passed(self) -> bool:
         return self.failure is None and self.matched == self.steps
 
     def line(self) -> str:
-        rate = self.steps / (self.merge_seconds + self.tlc_seconds) if self.steps else 0.0
+        wall = self.wall_seconds or (self.merge_seconds + self.tlc_seconds)
+        rate = self.steps / wall if self.steps and wall else 0.0
+        windows = f"windows={self.windows} tlc_runs={self.tlc_runs} rechecked={self.rechecked} " if self.windows \
+            else ""
         return (f"validate: servers={self.servers} lines={self.lines} steps={self.steps} matched={self.matched} "
-                f"unlogged={self.unlogged} merge={self.merge_seconds:.1f}s tlc={self.tlc_seconds:.1f}s "
-                f"steps/s={rate:.0f} result={self.verdict}")
+                f"unlogged={self.unlogged} {windows}merge={self.merge_seconds:.1f}s tlc={self.tlc_seconds:.1f}s "
+                f"wall={wall:.1f}s steps/s={rate:.0f} result={self.verdict}")
 
     @property
     def verdict(self) -> str:
         return "ok" if self.passed else "INCONCLUSIVE" if self.inconclusive else "FAILED"
 
 
-_NO_PACKET = '[data |-> "n/a", type |-> "none", zxid |-> <<0, 0>>]'
-
-
-def _record(step: SpecStep, n: int) -> str:
-    """One step as a TLA+ record. TLC compares only values of one kind, so every field has one kind in every
-    record: flags say which parts apply (``hasv``: the server's variables were logged; ``hasr``: a packet was
-    taken; ``hfull``: the whole history is compared, after a SNAP or a restart)."""
-    e = step.expected
-    fields = [f'a |-> "{step.action}"', f"i |-> {step.params.get('i', step.sid)}", f"j |-> {step.params.get('j', 0)}",
-              f"s |-> {step.sid}", f"g |-> {'TRUE' if step.go_looking else 'FALSE'}",
-              f"hasv |-> {'FALSE' if e is None else 'TRUE'}"]
-    if e is None:
-        e = {name: 0 for name in PER_SERVER}
-        e.update(history=None, hl=0, hlast=None, stagedHistory=None, sl=0, slast=None)
-    full = e["history"] is not None
-
-    def txn(t: Any) -> str:
-        return format_value(t) if t is not None else _NO_TXN
-
-    v = [f"{name} |-> {format_value(e[name])}" for name in PER_SERVER]
-    v += [f"hl |-> {e['hl']}", f"hlast |-> {txn(e['hlast'])}", f"sl |-> {e['sl']}", f"slast |-> {txn(e['slast'])}",
-          f"hfull |-> {'TRUE' if full else 'FALSE'}", f"hall |-> {format_value(e['history']) if full else '<<>>'}",
-          f"sall |-> {format_value(e['stagedHistory']) if full else '<<>>'}"]
-    fields.append("v |-> [" + ", ".join(v) + "]")
-    fields.append(f"hasr |-> {'FALSE' if step.recv is None else 'TRUE'}")
-    fields.append(f"r |-> {_NO_PACKET if step.recv is None else format_value(step.recv)}")
-    out = {k: [] for k in range(1, n + 1)}
-    for to, p in step.sends:
-        out[to].append(p)
-    fields.append("snd |-> " + format_value([out[k] for k in range(1, n + 1)]))
-    return "[" + ", ".join(fields) + "]"
-
-
-def trace_module(behaviour: Behaviour, actions: list[str]) -> str:
-    """The text of module VZab (module docstring); ``actions``: Next's actions with their parameter names."""
-    records = [_record(s, behaviour.n) for s in behaviour.steps]
-    if any(p not in ("i", "j") for _, params in actions for p in params):
-        raise ValueError(f"an action of Next takes a parameter other than i and j: {actions}")  # _record's fields
-    per = "\n".join(f"    /\\ {v}'[e.s] = e.v.{v}" for v in PER_SERVER)
+def trace_module(behaviour: Behaviour, actions: list[tuple[str, tuple[str, ...]]]) -> str:
+    """The text of module VZab, the whole behaviour from Init (module docstring); ``actions``: Next's actions with
+    their parameter names. The records and the step formula are a window's (conformance/validate/chain.py)."""
+    table = Table("V")
+    records = [record(s, behaviour.n, table=table) for s in behaviour.steps]
     chunks = chunked("T", records, "Rec", CHUNK)
-    act = dispatch(actions, extra=('e.a = "Check" /\\ UNCHANGED vars',))
     return f"""---------------------------- MODULE VZab ----------------------------
 \\* Generated by conformance/validate/command.py from servers' action logs: one record a merged step. Do not edit.
 EXTENDS Zab, TLC
 VARIABLE l
 
+{chain_helpers(actions)}
+
+{table.defs()}
+
 {chunks}
 Steps == {len(records)}
-
-{act}
-
-Logged(e) ==
-    /\\ Len(history'[e.s]) = e.v.hl
-    /\\ IF e.v.hl = 0 THEN TRUE ELSE history'[e.s][e.v.hl] = e.v.hlast
-    /\\ Len(stagedHistory'[e.s]) = e.v.sl
-    /\\ IF e.v.sl = 0 THEN TRUE ELSE stagedHistory'[e.s][e.v.sl] = e.v.slast
-    /\\ IF e.v.hfull THEN history'[e.s] = e.v.hall /\\ stagedHistory'[e.s] = e.v.sall ELSE TRUE
-{per}
-
-\\* IF, not \\/: TLC takes every disjunct of an action as a possible successor, so it would evaluate both sides.
-Post(e) == IF e.hasv THEN Logged(e) ELSE TRUE
-
-Took(e) == IF e.hasr THEN msgs[e.j][e.s] /= <<>> /\\ Head(msgs[e.j][e.s]) = e.r ELSE TRUE
-
-Sent(e) == IF e.g THEN TRUE ELSE \\A k \\in Server \\ {{e.s}} : msgs'[e.s][k] = msgs[e.s][k] \\o e.snd[k]
 
 TraceInit == Init /\\ l = 1
 
 TraceNext == /\\ l <= Steps
-             /\\ LET e == Rec(l) IN Took(e) /\\ Act(e) /\\ Post(e) /\\ Sent(e)
+             /\\ LET e == Rec(l) IN {STEP}
              /\\ l' = l + 1
 =============================================================================
 """
@@ -173,8 +146,14 @@ def _next_actions() -> list[tuple[str, tuple[str, ...]]]:
 
 
 def validate(logdir: Path, *, work: Path | None = None, echo: Callable[[str], None] = lambda s: None,
-             workers: int = 1) -> ValidationResult:
-    """Validate the action logs of ``logdir``; InputError for malformed logs, never raises for a departure."""
+             workers: int = 1, window: int | None = None, batch: int | None = None,
+             master: str | None = None) -> ValidationResult:
+    """Validate the action logs of ``logdir``; InputError for malformed logs, never raises for a departure.
+
+    ``window``: steps per window (docs/validation.md, "Windows"; default `WINDOW`); 0 checks the whole behaviour
+    from Init in one TLC run. ``batch``: windows per TLC run (default: `BATCH_STEPS` steps' worth). ``workers``:
+    TLC runs side by side in a process pool; ``master``: a Spark master URL instead (``local[2]``, ``spark://...``).
+    """
     started = time.monotonic()
     logs = read_logs(logdir)
     lines = sum(len(e) for e in logs.events.values())
@@ -185,6 +164,22 @@ def validate(logdir: Path, *, work: Path | None = None, echo: Callable[[str], No
         if first.get("history") or first.get("accepted_epoch") or first.get("current_epoch"):
             raise InputError(_loc(events[0]), f"server {s} starts with data on its disk: validation starts from "
                                               "the spec's Init, every server with an empty data directory")
+    window = WINDOW if window is None else window
+    if window == 0:
+        return _validate_whole(logs, result, started, work=work, echo=echo, workers=workers)
+    return _validate_windows(logs, result, started, window=window, batch=batch, work=work, echo=echo,
+                             workers=workers, master=master)
+
+
+#: Steps per window, and steps per TLC run (windows are grouped into batches of about this many steps), by default.
+WINDOW = 1_000
+BATCH_STEPS = 5_000
+
+
+def _validate_whole(logs: Any, result: ValidationResult, started: float, *, work: Path | None,
+                    echo: Callable[[str], None], workers: int) -> ValidationResult:
+    """The whole behaviour in one TLC run from Init (``--window 0``)."""
+    n = result.servers
     try:
         behaviour = merge(logs)
     except MergeError as e:
@@ -195,7 +190,7 @@ def validate(logdir: Path, *, work: Path | None = None, echo: Callable[[str], No
     result.unlogged = sum(s.unlogged for s in behaviour.steps)
     result.notes = behaviour.notes
     result.merge_seconds = time.monotonic() - started
-    echo(f"validate: {lines} lines of {n} servers merged into {result.steps} steps "
+    echo(f"validate: {result.lines} lines of {n} servers merged into {result.steps} steps "
          f"({result.unlogged} unlogged) in {result.merge_seconds:.1f}s")
     folder = Path(tempfile.mkdtemp(prefix="zabref-validate-", dir=work))
     for name in ("Zab.tla",):
@@ -206,6 +201,8 @@ def validate(logdir: Path, *, work: Path | None = None, echo: Callable[[str], No
     tlc = run_tlc(folder / "VZab.tla", folder / "VZab.cfg", workers=workers, extra_args=("-deadlock",),
                   tools=toolchain())
     result.tlc_seconds = time.monotonic() - t0
+    result.tlc_runs = 1
+    result.states = tlc.distinct_states or 0
     if tlc.outcome is not Outcome.OK or tlc.depth is None:
         result.failure = (f"TLC did not finish the check ({tlc.result_text()}): {tlc.message}\n"
                           f"  the generated module is kept in {folder}")
@@ -216,10 +213,164 @@ def validate(logdir: Path, *, work: Path | None = None, echo: Callable[[str], No
         step = behaviour.steps[result.matched]
         result.failure = (f"step {result.matched + 1} of {result.steps}: no step of spec/Zab.tla takes "
                           f"{step.action}({_params(step)}) at server {step.sid} with the variables {step.where} "
-                          f"logs\n" + diagnose(logs, behaviour, result.matched)
+                          f"logs\n" + diagnose(logs, step, result.matched)
                           + f"\n  the generated module is kept in {folder}")
     else:
         shutil.rmtree(folder, ignore_errors=True)
+    return result
+
+
+class _Pass:
+    """One merge of the logs cut into windows by ``plan``, the windows grouped into batches and checked (in a
+    process pool while the merge goes on, or on Spark after it)."""
+
+    def __init__(self, logs: Any, n: int, plan: Plan, per_batch: int, folder: Path, *, workers: int,
+                 master: str | None) -> None:
+        self.logs, self.n, self.plan, self.per_batch, self.folder = logs, n, plan, per_batch, folder
+        self.workers, self.master = workers, master
+        self.pending: list[Window] = []
+        self.batches: dict[str, list[tuple[int, int]]] = {}  # folder -> [(first, count)]
+        self.futures: list[Any] = []
+        self.outcomes: list[BatchOutcome] = []
+        self.helpers = chain_helpers(_next_actions())
+        self.pool: Any = None
+
+    def emit(self, win: Window) -> None:
+        self.pending.append(win)
+        if sum(w.count for w in self.pending) >= self.per_batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        name = f"b{len(self.batches):05d}"
+        module = batch_module("VZabW", "Zab", VARIABLES, self.helpers, STEP, self.pending)
+        path = write_batch(self.folder / name, "VZabW", module, chain_config(self.n), spec_files(SPEC_DIR),
+                           self.pending)
+        self.batches[str(path)] = [(w.first, w.count) for w in self.pending]
+        self.pending = []
+        if self.pool is not None:
+            self.futures.append(self.pool.submit(check_batch, str(path)))
+        elif not self.master:
+            self.outcomes.append(check_batch(str(path)))
+
+    def run(self) -> tuple[Cutter, Behaviour]:
+        import concurrent.futures as cf  # noqa: PLC0415
+
+        if self.workers > 1 and not self.master:
+            self.pool = cf.ProcessPoolExecutor(max_workers=self.workers)
+        try:
+            cutter = Cutter(self.n, self.plan, self.emit)
+            behaviour = merge(self.logs, sink=cutter)
+            cutter.finish()
+            self.flush()
+            self.merged = time.monotonic()
+            self.inline = sum(o.seconds for o in self.outcomes)  # TLC run during the merge (no pool, no master)
+            if self.pool is not None:
+                self.outcomes = [f.result() for f in self.futures]
+            elif self.master:
+                self.outcomes = check_batches(list(self.batches), master=self.master)
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(cancel_futures=True)
+        return cutter, behaviour
+
+
+def _validate_windows(logs: Any, result: ValidationResult, started: float, *, window: int, batch: int | None,
+                      work: Path | None, echo: Callable[[str], None], workers: int,
+                      master: str | None) -> ValidationResult:
+    """The behaviour as a chain of windows (docs/validation.md, "Windows"; conformance/validate/chain.py)."""
+    n = result.servers
+    per_batch = (batch or max(1, BATCH_STEPS // window)) * window
+    folder = Path(tempfile.mkdtemp(prefix="zabref-validate-", dir=work))
+    plan = Plan(window)
+    status: dict[int, tuple[Any, ...]] = {}  # a window's first step -> its verdict
+    final: tuple[Any, ...] | None = None
+    passes = 0
+    while True:
+        passes += 1
+        p = _Pass(logs, n, plan, per_batch, folder / f"pass{passes}", workers=workers, master=master)
+        t0 = time.monotonic()
+        try:
+            cutter, behaviour = p.run()
+        except MergeError as e:
+            result.failure = str(e)
+            result.merge_seconds = time.monotonic() - started
+            return result
+        if passes == 1:
+            result.steps = cutter.count
+            result.unlogged = cutter.unlogged
+            result.notes = behaviour.notes
+            result.windows = len(cutter.firsts)
+            result.merge_seconds = p.merged - t0 - p.inline
+            echo(f"validate: {result.lines} lines of {n} servers merged into {result.steps} steps "
+                 f"({result.unlogged} unlogged), {result.windows} windows of {window}, in "
+                 f"{time.monotonic() - started:.1f}s wall")
+        result.tlc_runs += len(p.outcomes)
+        result.tlc_seconds += sum(o.seconds for o in p.outcomes)
+        result.states += sum(o.states for o in p.outcomes)
+        for o in p.outcomes:
+            members = p.batches[o.folder]
+            for first, _ in members:
+                status.pop(first, None)
+            if o.kind == "ok":
+                status.update((first, ("ok",)) for first, _ in members)
+            elif o.kind == "departure":
+                status[o.window] = ("departure", o.record)
+            elif o.kind in ("end", "inexact"):
+                status[o.window] = (o.kind,)
+            elif len(members) == 1:
+                status[members[0][0]] = ("error", o.message, o.folder)
+        # the verdict: the first window that is not confirmed decides
+        todo: set[int] = set()
+        firsts = cutter.firsts
+        k = 0
+        while k < len(firsts):
+            first = firsts[k]
+            st = status.get(first)
+            if st is None:
+                todo.add(first)
+            elif st[0] == "departure" and not todo:
+                final = ("departure", first + st[1])
+                break
+            elif st[0] == "error" and not todo:
+                final = st
+                break
+            elif st[0] == "end":
+                if k + 1 < len(firsts):
+                    plan.joined.add(firsts[k + 1])
+                    status.pop(first, None)
+                    status.pop(firsts[k + 1], None)
+                    todo.add(first)
+                    k += 1
+            elif st[0] == "inexact":
+                plan.plain.add(first)
+                status.pop(first, None)
+                todo.add(first)
+            elif st[0] in ("departure", "error"):
+                break  # a verdict after a window still to be checked again: check that one first
+            k += 1
+        if final is not None or not todo:
+            break
+        plan.only = todo
+        per_batch = 1  # one window per TLC run from here: each gets its own verdict
+        result.rechecked += len(todo)
+    result.passes = passes
+    result.wall_seconds = time.monotonic() - started
+    if final is None:
+        result.matched = result.steps
+        shutil.rmtree(folder, ignore_errors=True)
+        return result
+    if final[0] == "error":
+        result.failure = f"TLC did not finish the check of a window: {final[1]}\n  the generated module is kept in {final[2]}"
+        result.inconclusive = True
+        return result
+    k = final[1]
+    result.matched = k
+    step = step_at(logs, k)
+    result.failure = (f"step {k + 1} of {result.steps}: no step of spec/Zab.tla takes "
+                      f"{step.action}({_params(step)}) at server {step.sid} with the variables {step.where} "
+                      f"logs\n" + diagnose(logs, step, k) + f"\n  the generated modules are kept in {folder}")
     return result
 
 
@@ -232,9 +383,8 @@ def _loc(event: Any) -> Any:
     return Location(event.path, event.line)
 
 
-def diagnose(logs: Any, behaviour: Behaviour, k: int) -> str:
+def diagnose(logs: Any, step: SpecStep, k: int) -> str:
     """What the spec state was before step ``k`` and what the log says after it, variable by variable."""
-    step = behaviour.steps[k]
     before = state_before(logs, k)
     lines = [f"  line: {step.where}", f"  action: {step.action}({_params(step)})"]
     if step.recv is not None:
@@ -259,15 +409,27 @@ def diagnose(logs: Any, behaviour: Behaviour, k: int) -> str:
 
 @click.command("validate")
 @click.argument("logdir", type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="TLC worker threads.")
-def validate_command(logdir: Path, workers: int) -> None:
+@click.option("--window", type=click.IntRange(0), default=WINDOW, show_default=True,
+              help="Steps per window, each checked from the state the logs give at its start (0: the whole "
+                   "behaviour from Init in one TLC run).")
+@click.option("--batch", type=click.IntRange(1), default=None,
+              help=f"Windows per TLC run. [default: {BATCH_STEPS} steps' worth]")
+@click.option("--workers", type=click.IntRange(1, 64), default=None,
+              help="TLC runs side by side (a process pool); with --window 0, TLC worker threads. [default: the "
+                   "machine's cores]")
+@click.option("--master", default=None,
+              help="Check the windows as a Spark job on this master (local[N], spark://host:port) instead of a "
+                   "process pool.")
+def validate_command(logdir: Path, window: int, batch: int | None, workers: int | None, master: str | None) -> None:
     """Check with TLC that the action logs in LOGDIR (zabref serve --action-log) are a behaviour of spec/Zab.tla.
 
     Exit codes: 0 the logs are a behaviour of the spec; 1 they depart from it (the report names the line, the
     server and the action); 3 bad input (a malformed log); 4 no verdict (TLC did not finish, or the toolchain
     failed)."""
     try:
-        result = validate(logdir, echo=click.echo, workers=workers)
+        if workers is None:
+            workers = 1 if window == 0 else cpu_workers()
+        result = validate(logdir, echo=click.echo, workers=workers, window=window, batch=batch, master=master)
     except InputError as e:
         click.echo(f"validate: {e}", err=True)
         raise SystemExit(3) from None

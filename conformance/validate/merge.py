@@ -50,15 +50,16 @@ transaction and packet with those numbers.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from conformance.errors import MergeError
 from conformance.validate.actionlogs import Event, Logs
 from conformance.validate.specview import INIT_VARS, SpecView
 
-__all__ = ["SpecStep", "Behaviour", "merge", "state_before"]
+__all__ = ["SpecStep", "Behaviour", "merge", "state_before", "step_at"]
 
 #: The steps whose record compares the history and the staged history whole (they set them whole).
 WHOLE = frozenset({"FollowerProcessNEWLEADER", "FollowerProcessDIFF", "FollowerProcessTRUNC", "FollowerProcessSNAP"})
@@ -97,8 +98,9 @@ def _looking_after(event: Event) -> bool:
 
 
 class _Stop(Exception):  # noqa: N818 -- the merge's early exit, carrying the state
-    def __init__(self, state: dict[str, Any]) -> None:
+    def __init__(self, state: dict[str, Any], step: SpecStep | None = None) -> None:
         self.state = state
+        self.step = step
 
 
 def state_before(logs: Logs, k: int) -> dict[str, Any]:
@@ -110,6 +112,16 @@ def state_before(logs: Logs, k: int) -> dict[str, Any]:
     except _Stop as stop:
         return stop.state
     raise IndexError(f"the merged behaviour has fewer than {k} steps")
+
+
+def step_at(logs: Logs, k: int) -> SpecStep:
+    """Merged step ``k`` (0-based): the merge again, stopped after it (a windowed validation keeps no steps)."""
+    try:
+        merge(logs, stop_at=k + 1)
+    except _Stop as stop:
+        assert stop.step is not None
+        return stop.step
+    raise IndexError(f"the merged behaviour has fewer than {k + 1} steps")
 
 
 def _replay(hist: list[tuple[int, str]], epochs: list[int], persist: list[list[Any]]) -> None:
@@ -173,8 +185,12 @@ def drop_lost(events: list[Event], notes: list[str]) -> list[Event]:
     return out
 
 
-def merge(logs: Logs, *, stop_at: int | None = None) -> Behaviour:
-    """The merged behaviour of ``logs`` (module docstring); MergeError when there is none."""
+def merge(logs: Logs, *, stop_at: int | None = None,
+          sink: Callable[[SpecStep, SpecView], None] | None = None) -> Behaviour:
+    """The merged behaviour of ``logs`` (module docstring); MergeError when there is none. With ``sink``, each step
+    is handed to it with the view just after the step, and not kept (``Behaviour.steps`` stays empty): a windowed
+    validation (conformance/validate/chain.py) cuts the behaviour as it comes, in memory bounded by a window.
+    ``sink(None, view)`` is called once first, with the view of the initial state."""
     n = max(logs.events)
     view = SpecView(n)
     notes = list(logs.notes)
@@ -188,16 +204,26 @@ def merge(logs: Logs, *, stop_at: int | None = None) -> Behaviour:
     for s, q in queues.items():  # number the values of histories that predate the logs, in history order
         for z, t in view.hist[s]:
             view.values.setdefault((z, t), len(view.values) + 1)
-    init = view.state()
+    init = view.state() if sink is None else {}
+    if sink is not None:
+        sink(None, view)
     steps: list[SpecStep] = []
+    count = [0]
+
+    popped = {s: 0 for s in queues}  # lines taken from each queue so far: a line's place is popped[s] + its index
+    dials: dict[int, tuple[Event, list[tuple[int, Event]], bool]] = {}  # accepted_after's scans, by id of the dial
 
     def head(s: int) -> Event | None:
         return queues[s][0] if queues.get(s) else None
 
     def emit(step: SpecStep) -> None:
-        steps.append(step)
-        if stop_at is not None and len(steps) == stop_at:
-            raise _Stop(view.state())
+        count[0] += 1
+        if sink is not None:
+            sink(step, view)
+        else:
+            steps.append(step)
+        if stop_at is not None and count[0] == stop_at:
+            raise _Stop(view.state(), step)
 
     def take_go_looking(x: int) -> None:
         """x's head is its GoLooking (a LOOKING step or a restart), or x's log ended: take it, with the peers'
@@ -220,11 +246,13 @@ def merge(logs: Logs, *, stop_at: int | None = None) -> Behaviour:
             if y != x and hy is not None and hy.kind == "closed" and hy.fields["peer"] == x \
                     and hy.fields.get("conn") == view.learner_conn.get((y, x)):
                 queues[y].popleft()
+                popped[y] += 1
                 view.learns(y, hy.fields["vars"], None)
                 emit(SpecStep("Check", {}, y, hy.where, view.expected(y, history=False)))
 
     def take(ev: Event) -> None:
         queues[ev.sid].popleft()
+        popped[ev.sid] += 1
         s = ev.sid
         if ev.kind == "restart":
             crashes = view.vars[s]["state"] != "LOOKING" or view.vars[s]["last_committed"] > 0
@@ -262,31 +290,69 @@ def merge(logs: Logs, *, stop_at: int | None = None) -> Behaviour:
         emit(SpecStep(f["action"], params, s, ev.where, view.expected(s, history=full), recv, sends,
                       go_looking=looking))
 
+    relevant: dict[tuple[int, int], tuple[int, Event | None]] = {}  # takes_from's scans (below)
+
     def takes_from(y: int, x: int) -> bool:
         """Will y take a packet of x before its connection with x ends (its close of x, its GoLooking or restart)?
-        (A connection that never reached y -- refused, cut -- ends with no line at y: those packets are lost.)"""
-        for k, e in enumerate(queues[y]):
-            if k > LOOKAHEAD:
+        (A connection that never reached y -- refused, cut -- ends with no line at y: those packets are lost.)
+        The first line of y's log that decides (a packet of x taken, a close of x, a GoLooking or restart) is kept
+        with its place in y's log, and the scan goes on from where it stopped: y's queue only loses lines at its
+        front, so a GoLooking waiting while y takes thousands of steps costs one scan, not one a merge step."""
+        base = popped[y]
+        held = relevant.get((y, x))
+        if held is None or (held[1] is not None and held[0] < base):
+            start = base
+        elif held[1] is not None:
+            return _decides(held[1], x, y) if held[0] - base <= LOOKAHEAD else True
+        else:
+            start = max(base, held[0])  # nothing decided before held[0]
+        q = queues[y]
+        for k, e in enumerate(itertools.islice(q, start - base, None), start):
+            if k - base > LOOKAHEAD:
+                relevant[(y, x)] = (k, None)
                 return True  # far enough: assume it will (the order then waits, never drops a packet y takes)
-            if e.kind == "step" and "recv" in e.fields and int(e.fields["params"]["j"]) == x:
-                return e.fields["recv"].get("conn") in view.cids(x, y)  # a packet of these connections
-            if (e.kind == "closed" and e.fields["peer"] == x) or e.kind == "restart" or _looking_after(e):
-                return False
+            if (e.kind == "step" and "recv" in e.fields and int(e.fields["params"]["j"]) == x) \
+                    or (e.kind == "closed" and e.fields["peer"] == x) or e.kind == "restart" or _looking_after(e):
+                relevant[(y, x)] = (k, e)
+                return _decides(e, x, y)
+        relevant[(y, x)] = (base + len(q), None)
+        return False
+
+    def _decides(e: Event, x: int, y: int) -> bool:
+        if e.kind == "step" and "recv" in e.fields and int(e.fields["params"]["j"]) == x:
+            return e.fields["recv"].get("conn") in view.cids(x, y)  # a packet of these connections
         return False
 
     def accepted_after(j: int, ev: Event) -> Event | None:
         """BecomeFollower ``ev`` dials j; if j takes its FOLLOWERINFO only after a GoLooking or restart of its own
         (the dial was under way while j restarted, and j's next incarnation accepted it), that first GoLooking: the
-        connection exists only after it, whatever the clock says of the dial."""
-        conns = {p.get("conn") for to, p in ev.fields["sends"] if int(to) == j and p["type"] == "FOLLOWERINFO"}
-        first: Event | None = None
-        for k, e in enumerate(queues[j]):
-            if k > LOOKAHEAD:
+        connection exists only after it, whatever the clock says of the dial. (j's queue only loses lines at its
+        front, so a scan is kept for the dial and only its GoLooking lines already taken are skipped later; a scan
+        that stopped at LOOKAHEAD is done again.)"""
+        held = dials.get(id(ev))
+        if held is None or held[0] is not ev or held[2]:
+            conns = {p.get("conn") for to, p in ev.fields["sends"] if int(to) == j and p["type"] == "FOLLOWERINFO"}
+            found: list[tuple[int, Event]] = []
+            capped = True
+            for k, e in enumerate(queues[j]):
+                if k > LOOKAHEAD:
+                    break
+                if e.kind == "step" and "recv" in e.fields and e.fields["recv"].get("conn") in conns:
+                    capped = False
+                    break
+                if e.kind == "restart" or _looking_after(e):
+                    found.append((popped[j] + k, e))
+            else:
+                found, capped = [], False  # j never takes it: no GoLooking to wait for
+            if capped:
                 return None
-            if e.kind == "step" and "recv" in e.fields and e.fields["recv"].get("conn") in conns:
-                return first
-            if first is None and (e.kind == "restart" or _looking_after(e)):
-                first = e
+            if len(dials) > 4096:
+                dials.clear()
+            held = (ev, found, capped)
+            dials[id(ev)] = held
+        for place, e in held[1]:
+            if place >= popped[j]:
+                return e
         return None
 
     def closes_learner(ev: Event) -> bool:

@@ -16,7 +16,7 @@ from conformance.errors import MergeError
 from conformance.replay.mapping import zxid_pair
 from conformance.tla.values import make_set
 
-__all__ = ["NONE", "INIT_VARS", "SpecView"]
+__all__ = ["NONE", "INIT_VARS", "RawHistory", "SpecView", "Snapshot"]
 
 
 NONE = "NONE"
@@ -25,6 +25,50 @@ NONE = "NONE"
 #: Every server's variables in the spec's Init (for a server whose first line shows them).
 INIT_VARS = {"accepted_epoch": 0, "current_epoch": 0, "state": "LOOKING", "zab_state": "ELECTION", "leader": 0,
              "last_committed": 0, "staged_history": [], "new_epoch": 0}
+
+
+class RawHistory:
+    """A history as the logs give it -- (zxid, value text) pairs, in a list nobody changes any more -- converted to
+    the spec's transactions only when asked, and from where asked (`canonical(start)`): a record that compares a
+    history whole (NEWLEADER, SNAP, a restart) need not build the dropped prefix of a rebased window
+    (conformance/validate/chain.py), which on a long run is the whole cost."""
+
+    __slots__ = ("items", "_view")
+
+    def __init__(self, items: list[tuple[int, str]], view: "SpecView") -> None:
+        self.items = items
+        self._view = view
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def canonical(self, start: int = 0) -> list[dict[str, Any]]:
+        return [self._view.txn(z, t) for z, t in self.items[start:]]
+
+    def __eq__(self, other: object) -> bool:  # compared as the spec's value (tests compare expected dicts)
+        if isinstance(other, RawHistory):
+            return self.items == other.items
+        return isinstance(other, list) and self.canonical() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Snapshot:
+    """The spec state the logs give after some step, taken without copying a history: every history as (the view's
+    list, its length then) -- the view only appends to a history list in place and replaces it by a new list
+    otherwise, so that prefix of that list stays what it was -- the staged histories (lists the view never changes,
+    it replaces them), the channels, and each server's other variables (`SpecView.expected` without the history).
+    `conformance.validate.chain` renders it as a window's start or end state (only the suffix it needs)."""
+
+    __slots__ = ("hist", "staged", "per", "msgs", "proposed", "view")
+
+    def __init__(self, view: "SpecView") -> None:
+        self.view = view
+        self.hist = {s: (h, len(h)) for s, h in view.hist.items()}
+        self.staged = {s: v["staged_history"] for s, v in view.vars.items()}
+        self.per = {s: view.expected(s, history=False) for s in view.hist}
+        self.msgs = {k: [p for p, _ in q] for k, q in view.msgs.items()}
+        self.proposed = len(view.proposed)
 
 
 class SpecView:
@@ -102,11 +146,11 @@ class SpecView:
             return [convert(held[f]) if f in held else default for f in range(1, n + 1)]
 
         return {
-            "history": [self.txn(z, t) for z, t in h] if history else None,
+            "history": RawHistory(list(h), self) if history else None,
             "hl": len(h), "hlast": self.txn(*h[-1]) if h else None,
             "acceptedEpoch": v["accepted_epoch"], "currentEpoch": v["current_epoch"], "state": v["state"],
             "zabState": v["zab_state"], "leader": v["leader"], "lastCommitted": v["last_committed"],
-            "stagedHistory": [self.txn(int(z), t) for z, t in v["staged_history"]] if history else None,
+            "stagedHistory": RawHistory([(int(z), t) for z, t in v["staged_history"]], self) if history else None,
             "sl": len(v["staged_history"]),
             "slast": self.txn(*v["staged_history"][-1]) if v["staged_history"] else None,
             "newEpoch": v["new_epoch"],
@@ -120,6 +164,8 @@ class SpecView:
         per = {s: self.expected(s) for s in range(1, self.n + 1)}
         out = {name: [per[s][name] for s in range(1, self.n + 1)] for name in per[1]
                if name not in ("hl", "hlast", "sl", "slast")}
+        for name in ("history", "stagedHistory"):
+            out[name] = [h.canonical() for h in out[name]]
         out["msgs"] = [[[p for p, _ in self.msgs[a, b]] for b in range(1, self.n + 1)] for a in range(1, self.n + 1)]
         out["proposed"] = make_set(self.proposed)
         return out
