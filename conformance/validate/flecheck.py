@@ -37,18 +37,14 @@ the spec (with QuorumCnxManager's queue) cannot make.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from conformance.tla.output import TLCMessage
-from conformance.tla.tools import Outcome, run_tlc, toolchain
 from conformance.tla.tracemodule import chunked
-from conformance.tla.valueparse import parse_value
 from conformance.tla.values import format_value
+from conformance.validate.observed import check_observed
 from conformance.zk.elections import Elections, elections_dir
 
 __all__ = ["FleValidation", "fle_module", "validate_elections", "validate_elections_dir"]
@@ -187,19 +183,6 @@ def fle_config(el: Elections) -> str:
 PROGRESS_FIELDS = ("next", "state", "logicalclock", "proposedVote", "electionMsgs", "onwire")
 
 
-def _last_progress(lines: list[str]) -> dict[str, Any]:
-    starts = [k for k, line in enumerate(lines) if '"fleprogress"' in line]
-    if not starts:
-        return {}
-    text = ""
-    for line in lines[starts[-1]:]:
-        text += " " + line.strip()
-        if text.count("<<") == text.count(">>") and text.count("[") == text.count("]"):
-            break
-    value = parse_value(text.strip(), "TLC's fleprogress line")
-    return dict(zip(PROGRESS_FIELDS, value[1:]))
-
-
 def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS, work: Path | None = None,
                        echo: Callable[[str], None] = lambda s: None) -> FleValidation:
     """Check ``el``'s notifications with TLC (module docstring); never raises for a departure."""
@@ -208,27 +191,8 @@ def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS,
     (folder / "FastLeaderElection.tla").write_text((SPEC_DIR / "FastLeaderElection.tla").read_text())
     (folder / "VFle.tla").write_text(fle_module(el, widenings))
     (folder / "VFle.cfg").write_text(fle_config(el))
-    printed: list[str] = []
-
-    def on_message(msg: TLCMessage) -> None:
-        if msg.code == 0:
-            printed.extend(msg.text.splitlines())
-
-    started = time.monotonic()
-    tlc = run_tlc(folder / "VFle.tla", folder / "VFle.cfg", workers=1, extra_args=("-deadlock",),
-                  on_message=on_message, tools=toolchain())
-    result.tlc_seconds = time.monotonic() - started
-    result.distinct_states = tlc.distinct_states or 0
-    if tlc.outcome is Outcome.INVARIANT_VIOLATED and tlc.violated == "NotDone":
-        result.matched = True
-        result.steps = max(len(tlc.trace) - 1, 0)
-        shutil.rmtree(folder, ignore_errors=True)
+    if not check_observed(result, folder, "VFle", "fleprogress", PROGRESS_FIELDS):
         return result
-    if tlc.outcome is not Outcome.OK:
-        result.inconclusive = True
-        result.failure = f"TLC did not finish the check ({tlc.result_text()}): {tlc.message}\n  kept: {folder}"
-        return result
-    result.best = _last_progress(printed)
     result.frontier = int(result.best.get("next", 1))
     result.failure = _report(el, result, folder)
     echo(f"zk validate (election): {result.distinct_states} states explored, none makes every notification")

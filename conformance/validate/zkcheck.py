@@ -18,7 +18,6 @@ not.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -26,10 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conformance.tla.labels import read_next
-from conformance.tla.output import TLCMessage
-from conformance.tla.tools import Outcome, run_tlc, toolchain
-from conformance.tla.valueparse import parse_value
 from conformance.tla.values import format_value
+from conformance.validate.observed import check_observed
 from conformance.validate.zkmodule import config, trace_module
 from conformance.zk.observe import Observation, observe_dir
 
@@ -72,20 +69,6 @@ def _actions() -> list[tuple[str, tuple[str, ...]]]:
     return [(a.name, a.param_names) for a in read_next(SPEC_DIR / "Zab.tla")]
 
 
-def _last_progress(lines: list[str]) -> dict[str, Any]:
-    """The last ``zkprogress`` value TLC printed (PrintT wraps a long value over several lines)."""
-    starts = [k for k, line in enumerate(lines) if '"zkprogress"' in line]
-    if not starts:
-        return {}
-    text = ""
-    for line in lines[starts[-1]:]:
-        text += " " + line.strip()
-        if text.count("<<") == text.count(">>") and text.count("[") == text.count("]"):
-            break
-    value = parse_value(text.strip(), "TLC's zkprogress line")
-    return dict(zip(PROGRESS_FIELDS, value[1:]))
-
-
 def validate_observation(observation: Observation, *, work: Path | None = None,
                          echo: Callable[[str], None] = lambda s: None) -> ZkValidation:
     """Check ``observation`` with TLC (module docstring); never raises for a departure."""
@@ -95,27 +78,8 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
     (folder / "Zab.tla").write_text((SPEC_DIR / "Zab.tla").read_text())
     (folder / "VZk.tla").write_text(trace_module(observation, _actions()))
     (folder / "VZk.cfg").write_text(config(observation))
-    printed: list[str] = []
-
-    def on_message(msg: TLCMessage) -> None:
-        if msg.code == 0:
-            printed.extend(msg.text.splitlines())
-
-    started = time.monotonic()
-    tlc = run_tlc(folder / "VZk.tla", folder / "VZk.cfg", workers=1, extra_args=("-deadlock",),
-                  on_message=on_message, tools=toolchain())
-    result.tlc_seconds = time.monotonic() - started
-    result.distinct_states = tlc.distinct_states or 0
-    if tlc.outcome is Outcome.INVARIANT_VIOLATED and tlc.violated == "NotDone":
-        result.matched = True
-        result.steps = max(len(tlc.trace) - 1, 0)
-        shutil.rmtree(folder, ignore_errors=True)
+    if not check_observed(result, folder, "VZk", "zkprogress", PROGRESS_FIELDS):
         return result
-    if tlc.outcome is not Outcome.OK:
-        result.inconclusive = True
-        result.failure = f"TLC did not finish the check ({tlc.result_text()}): {tlc.message}\n  kept: {folder}"
-        return result
-    result.best = _last_progress(printed)
     result.frontier = int(result.best.get("frontier", 1))
     result.failure = _report(observation, result, folder)
     echo(f"zk validate: {result.distinct_states} states explored, none makes every observation")

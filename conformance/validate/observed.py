@@ -1,0 +1,64 @@
+"""What the two checks of a recorded ZooKeeper run share: one TLC run over a generated module, judged the same way.
+
+`conformance.validate.zkcheck` (quorum packets against Zab.tla) and `conformance.validate.flecheck` (election
+notifications against FastLeaderElection.tla) each write a module whose invariant ``NotDone`` is violated exactly
+when a behaviour makes every observation, and whose constraint prints, under a tag, the state that made the longest
+prefix of them. `check_observed` runs TLC on it (one worker, ``-deadlock``) and fills the verdict's common fields:
+matched (and the behaviour's length), inconclusive (TLC did not finish), or departed, with the last progress line
+parsed (`last_progress`) for the caller's report. The generated folder is removed when the run matched and kept
+otherwise.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from conformance.tla.output import TLCMessage
+from conformance.tla.tools import Outcome, run_tlc, toolchain
+from conformance.tla.valueparse import parse_value
+
+__all__ = ["check_observed", "last_progress"]
+
+
+def last_progress(lines: list[str], tag: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The last ``<<"tag", ...>>`` value TLC printed (PrintT wraps a long value over several lines), by field."""
+    starts = [k for k, line in enumerate(lines) if f'"{tag}"' in line]
+    if not starts:
+        return {}
+    text = ""
+    for line in lines[starts[-1]:]:
+        text += " " + line.strip()
+        if text.count("<<") == text.count(">>") and text.count("[") == text.count("]"):
+            break
+    value = parse_value(text.strip(), f"TLC's {tag} line")
+    return dict(zip(fields, value[1:]))
+
+
+def check_observed(result: Any, folder: Path, module: str, tag: str, fields: tuple[str, ...]) -> bool:
+    """Run TLC on ``folder/<module>.tla`` and fill ``result`` (matched, steps, distinct_states, inconclusive,
+    failure, tlc_seconds, best). True when no behaviour makes every observation: the caller writes the report."""
+    printed: list[str] = []
+
+    def on_message(msg: TLCMessage) -> None:
+        if msg.code == 0:
+            printed.extend(msg.text.splitlines())
+
+    started = time.monotonic()
+    tlc = run_tlc(folder / f"{module}.tla", folder / f"{module}.cfg", workers=1, extra_args=("-deadlock",),
+                  on_message=on_message, tools=toolchain())
+    result.tlc_seconds = time.monotonic() - started
+    result.distinct_states = tlc.distinct_states or 0
+    if tlc.outcome is Outcome.INVARIANT_VIOLATED and tlc.violated == "NotDone":
+        result.matched = True
+        result.steps = max(len(tlc.trace) - 1, 0)
+        shutil.rmtree(folder, ignore_errors=True)
+        return False
+    if tlc.outcome is not Outcome.OK:
+        result.inconclusive = True
+        result.failure = f"TLC did not finish the check ({tlc.result_text()}): {tlc.message}\n  kept: {folder}"
+        return False
+    result.best = last_progress(printed, tag, fields)
+    return True
