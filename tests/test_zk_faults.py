@@ -171,13 +171,18 @@ def test_the_txnlog_hole_loses_writes_on_debian_3_8_0(tmp_path):
     """The data loss the random nemesis found on 3.9.4 (docs/zookeeper.md, "The txnlog hole"), scripted: x, the first
     leader, logs a proposal alone; a SNAP brings it back with a hole in its txnlog; x leads, and y, whose last zxid
     is inside the hole, is sent a TRUNC to x's orphan proposal and a DIFF from after the hole: acknowledged writes
-    missing at y. ZooKeeper's own log names the TRUNC; no version has a fix (MATRIX)."""
+    missing at y. ZooKeeper's own log names the TRUNC; no version has a fix (MATRIX). Tried up to the matrix's
+    attempts, as `zabref zk matrix` does: 1 of 9 runs missed the scenario on a loaded machine (docs/zookeeper.md)."""
     from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
 
     steps = load_schedule(builtin_schedule("txnlog-hole"), 5)
-    folder = tmp_path / "run"
-    r = run_zk_faults(folder, "3.8.0", 5, 1, schedule=steps, calm=0.5, sample=False, echo=lambda _: None)
-    assert not r.problems, r.problems
+    attempts = next(a for bug, _, _, a in MATRIX if bug == "txnlog-hole")
+    for attempt in range(1, attempts + 1):  # an election the load causes can turn the TRUNC into a safe SNAP
+        folder = tmp_path / f"run-{attempt}"
+        r = run_zk_faults(folder, "3.8.0", 5, 1, schedule=steps, calm=0.5, sample=False, echo=lambda _: None)
+        assert not r.problems, r.problems
+        if not r.ok:
+            break
     y = int(next(text.split()[1] for _, text in r.events if text.endswith("(as y)")))
     assert "lost" in r.caught_by and r.verdict.lost >= 10
     assert all(f"missing at servers [{y}]" in line for line in r.verdict.examples if "missing" in line)
