@@ -74,7 +74,6 @@ class PowerCutFS:
         self._mutex = threading.Lock()
         #: path -> undo records, oldest first: (time, "bytes", offset, old) or (time, "size", old_size)
         self.undo: dict[str, list[tuple[Any, ...]]] = {}
-        self.cuts = 0
 
     # ---------------------------------------------------------------------------------------- helpers
 
@@ -112,7 +111,6 @@ class PowerCutFS:
                     os.close(fd)
                 changed += 1
             self.undo.clear()
-            self.cuts += 1
             return changed
 
     # ---------------------------------------------------------------------------------------- metadata
