@@ -145,6 +145,8 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
         sampler = ZkSampler({m.id: m.client_port for m in z.members}, stop) if sample else None
         for t in (*load, *([sampler] if sampler else [])):
             t.start()
+        timers: list[tuple[threading.Timer, threading.Event]] = []
+
         def add_writer(sid: int, seconds: float) -> None:
             """A writer with a session to ``sid`` alone (a schedule's ``writer`` step), stopped after ``seconds``."""
             done = threading.Event()
@@ -156,7 +158,6 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
             timers.append((timer, done))
             timer.start()
 
-        timers: list[tuple[threading.Timer, threading.Event]] = []
         nemesis = ZkNemesis(z, seed, acked=lambda: sum(w.acked() for w in load),
                             set_load=lambda on: hold.clear() if on else hold.set(), add_writer=add_writer)
         try:
