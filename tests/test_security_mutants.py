@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import ssl
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from zabref.config import parse_config
 from zabref.net import peers, wire
 from zabref.net.ports import find_free_base_port, release_base_port
 from zabref.net.security import AuthError, Guard, client_context
-from zabref.runtime import control
+from zabref.runtime import control, links
 from zabref.runtime.drivers import NormalDriver
 from zabref.runtime.machine import Machine
 from zabref.runtime.server import Server
@@ -240,6 +241,32 @@ def test_an_admission_that_ends_after_its_deadline_is_refused(tmp_path, lines, m
             await lines.wait_for("quorum connection from 2 open")
             assert not server.conns[2].closed
             writer.close()
+
+    asyncio.run(main())
+
+
+def test_a_refusal_found_after_the_deadline_is_logged_as_the_deadline(tmp_path, lines, monkeypatch) -> None:
+    """A loop busy past the deadline runs the stranger's late bytes, and the refusal they lead to (a wrong proof),
+    before the deadline's cancellation (the adversary's slow stranger on a loaded machine): the log line says the
+    deadline passed, and what the admission found by then; a refusal before the deadline says only what it found."""
+    monkeypatch.setattr(peers, "HANDSHAKE_TIMEOUT", 0.3)
+
+    async def main():
+        async with _server(tmp_path) as server:
+            async def admit(reader, writer, kind, address, busy=0.5):
+                time.sleep(busy)  # the loop itself is held: no cancellation can arrive in between
+                raise links._Refused("quorum authentication failed: the dialer's proof is wrong")
+
+            for busy, late in ((0.5, True), (0.0, False)):
+                monkeypatch.setattr(server, "_admit", lambda *a, busy=busy: admit(*a, busy=busy))
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.me.quorum_port)
+                address = writer.get_extra_info("sockname")
+                assert await _closed(reader) == b""
+                line = await lines.wait_for(f"quorum connection from {address!r} closed")
+                assert "by then: quorum authentication failed" in line if late else "by then" not in line
+                assert ("not complete within 0.3 s" in line) == late and "the dialer's proof is wrong" in line
+                assert 2 not in server.conns
+                writer.close()
 
     asyncio.run(main())
 

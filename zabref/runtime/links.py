@@ -41,6 +41,10 @@ log = logging.getLogger("zabref")
 HOLD_LIMIT = 10_000
 
 
+class _Refused(Exception):
+    """An inbound quorum or election connection refused at admission; the text says why (for the log line)."""
+
+
 class PeerLinks:
     """The quorum and election connections of a `zabref.runtime.server.Server` (module docstring)."""
 
@@ -124,50 +128,51 @@ class PeerLinks:
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          kind: str) -> tuple[int, int] | None:
         """(sid, connection id) of an inbound connection, or None (refused, logged, closed). The whole admission
-        has one deadline, `peers.HANDSHAKE_TIMEOUT` from now."""
+        has one deadline, `peers.HANDSHAKE_TIMEOUT` from now: one that ends after it is refused for that, whatever
+        else it found."""
         address = writer.get_extra_info("peername")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + peers.HANDSHAKE_TIMEOUT
+        admitted, why = None, ""
         try:
             async with asyncio.timeout_at(deadline):
                 admitted = await self._admit(reader, writer, kind, address)
-            # Python 3.11's wait_for can swallow the deadline's cancellation when its read completes at the same
-            # moment (gh-86296): an admission that ended after the deadline is refused all the same.
-            late = admitted is not None and loop.time() > deadline
+        except _Refused as e:
+            why = str(e)
         except TimeoutError:
-            late = True
-        if late:
-            log.warning("%s connection from %s closed: admission (TLS, handshake, quorum authentication) not "
-                        "complete within %s s", kind, address, peers.HANDSHAKE_TIMEOUT)
+            pass
+        # An admission can end after its deadline without the deadline's cancellation: Python 3.11's wait_for can
+        # swallow it when its read completes at the same moment (gh-86296), and a loop busy past the deadline runs
+        # the read's completion, and the refusal it leads to, first. Either is refused for the deadline.
+        if loop.time() > deadline:
+            why = (f"admission (TLS, handshake, quorum authentication) not complete within {peers.HANDSHAKE_TIMEOUT} s"
+                   + (f"; by then: {why}" if why else ""))
+            admitted = None
+        if admitted is None:
+            if why:
+                log.warning("%s connection from %s closed: %s", kind, address, why)
             writer.close()
-            return None
         return admitted
 
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str,
                      address: object) -> tuple[int, int] | None:
+        """(sid, connection id) of an admitted connection; None if the fault layer cuts that server's link (logged
+        here); raises _Refused saying why a stranger is refused."""
         try:
             await self.guard.accept_tls(writer, self.guard.quorum_server, peers.HANDSHAKE_TIMEOUT)
             sid, cid = await peers.accept_handshake(reader)
         except (peers.HandshakeError, AuthError) as e:
-            log.warning("%s connection from %s closed: %s", kind, address, e)
-            writer.close()
-            return None
+            raise _Refused(str(e)) from None
         if sid == self.sid or sid not in self.config.sids:
-            log.warning("%s connection from %s closed: handshake names server %d, not another server of %s", kind,
-                        address, sid, list(self.config.sids))
-            writer.close()
-            return None
+            raise _Refused(f"handshake names server {sid}, not another server of {list(self.config.sids)}")
         if not self.link_open(sid):
             log.info("%s connection from %d refused: link cut by the fault layer", kind, sid)
-            writer.close()
             return None
         try:  # the certificate names that server's host; quorum authentication: no packet before the proof
             self.guard.check_peer_host(writer, self.config.server(sid).host)
             await self.guard.check(reader, writer, wire.encode_handshake(sid, cid), self.sid, peers.HANDSHAKE_TIMEOUT)
         except AuthError as e:
-            log.warning("%s connection from %s closed: %s (its handshake named server %d)", kind, address, e, sid)
-            writer.close()
-            return None
+            raise _Refused(f"{e} (its handshake named server {sid})") from None
         return sid, cid
 
     async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader) -> None:
