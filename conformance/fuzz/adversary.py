@@ -303,12 +303,18 @@ async def _read_until(reader: asyncio.StreamReader, until: float, got: bytearray
     return False
 
 
+#: How long a knock waits for its TCP connection (`knock`).
+CONNECT_TIMEOUT = 15.0
+
+
 async def knock(host: str, port: int, attempt: Attempt, tls: ssl.SSLContext | None, hold: float,
                 source: str | None = None) -> Knock:
     """Run ``attempt``'s script from address ``source`` (a loopback address of its own makes the server's log lines
     about this stranger its own); wait until the server closes the connection or ``hold`` seconds passed."""
     local = {"local_addr": (source, 0)} if source is not None else {}
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **local), hold)
+    # The connect is the kernel's, not the attempt: hundreds of knocks at once on a loaded machine can fill the
+    # listen backlog, and a SYN sent again waits a second or three (a TimeoutError within ``hold`` failed CI once)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **local), CONNECT_TIMEOUT)
     address = writer.get_extra_info("sockname")[:2]
     loop = asyncio.get_running_loop()
     end = loop.time() + hold

@@ -136,7 +136,7 @@ class PeerLinks:
         admitted, why = None, ""
         try:
             async with asyncio.timeout_at(deadline):
-                admitted = await self._admit(reader, writer, kind, address)
+                admitted = await self._admit(reader, writer, kind)
         except _Refused as e:
             why = str(e)
         except TimeoutError:
@@ -154,8 +154,8 @@ class PeerLinks:
             writer.close()
         return admitted
 
-    async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str,
-                     address: object) -> tuple[int, int] | None:
+    async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     kind: str) -> tuple[int, int] | None:
         """(sid, connection id) of an admitted connection; None if the fault layer cuts that server's link (logged
         here); raises _Refused saying why a stranger is refused."""
         try:
