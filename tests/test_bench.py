@@ -413,3 +413,44 @@ def test_smoke_zabref_side(tmp_path):
         f"actions-{sid}.jsonl" for sid in (1, 2, 3)]
     result = validate(tmp_path / "actions" / "failover", work=tmp_path)
     assert result.failure is None and result.steps > 0 and result.matched == result.steps, result.failure
+
+
+# ------------------------------------------------------------------------------------ scripts/bench_ab.py
+
+
+def _bench_ab():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_ab.py"
+    spec = importlib.util.spec_from_file_location("bench_ab", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_ab_takes_the_median_of_each_version_and_divides_b_by_a() -> None:
+    ab = _bench_ab()
+
+    def run(ops, cpu):
+        return [{"op": "write", "target": "leader", "in_flight": 16, "ops_per_s": ops, "server_cpu_s_per_1k_ops": cpu},
+                {"op": "read", "target": "leader", "in_flight": 16, "ops_per_s": 10.0, "server_cpu_s_per_1k_ops": None}]
+
+    lines = ab.table([run(100.0, 1.0), run(300.0, 3.0), run(200.0, 2.0)], [run(300.0, 1.0), run(500.0, 1.0)])
+    write = next(line for line in lines if line.startswith("write"))
+    # A's medians 200 ops/s and 2.0 CPU s; B's 400 and 1.0: ops 2.00x, CPU 0.50x
+    assert write.split() == ["write", "leader", "16", "200.0", "400.0", "2.00", "2.000", "1.000", "0.50"]
+    read = next(line for line in lines if line.startswith("read"))
+    assert read.split()[-1] == "-" and read.split()[5] == "1.00"  # no CPU figure: no ratio, not a division by zero
+
+
+def test_bench_ab_exports_a_revisions_package_and_names_a_bad_revision(monkeypatch, tmp_path) -> None:
+    import subprocess
+
+    ab = _bench_ab()
+    monkeypatch.setattr(ab, "CACHE", tmp_path)
+    label, folder = ab.export("HEAD")
+    head = subprocess.run(["git", "show", "HEAD:zabref/cli.py"], cwd=ab.ROOT, capture_output=True, check=True).stdout
+    assert (folder / "zabref" / "cli.py").read_bytes() == head and label.startswith("HEAD (")
+    with pytest.raises(SystemExit, match="'no-such-rev' is not a revision of this repository"):
+        ab.export("no-such-rev")

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Before/after ratios of one change to zabref's servers, from one run: `zabref bench cluster` on two versions of the
+``zabref`` package, interleaved.
+
+Theory of operation: each version (a git revision, or ``work`` for the working tree) is exported -- its ``zabref/``
+only -- into .cache/bench-ab/<commit or "work">/, and the benchmark runs the servers from there (``--zabref-code``);
+the client, the workload and the harness are this checkout's, the same for both. The versions run in the order
+A B B A (then again for more rounds), so a drift of the machine's load over the run falls on both alike. Each
+row's ops/s and server CPU per 1,000 operations are the median over the rounds; the ratios are after / before (ops/s
+above 1 is faster, CPU below 1 is cheaper). The bench.json of every run is kept under --out.
+
+    .venv/bin/python scripts/bench_ab.py                          # HEAD~1 against HEAD
+    .venv/bin/python scripts/bench_ab.py --before main --after work --writes 3000 --in-flight 1,16,128
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache" / "bench-ab"
+
+
+def export(rev: str) -> tuple[str, Path]:
+    """The ``zabref`` package of revision ``rev`` (``work``: the working tree) in a folder of its own; (label, folder)."""
+    if rev == "work":
+        folder = CACHE / "work"
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(ROOT / "zabref", folder / "zabref", ignore=shutil.ignore_patterns("__pycache__"))
+        return "work", folder
+    done = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench_ab: {rev!r} is not a revision of this repository: {done.stderr.strip()}")
+    commit = done.stdout.strip()
+    folder = CACHE / commit
+    if not (folder / "zabref" / "cli.py").is_file():
+        tmp = CACHE / f"{commit}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", commit, "zabref"], cwd=ROOT, capture_output=True, check=True)
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tmp, filter="data")
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    return f"{rev} ({commit[:8]})", folder
+
+
+def bench(code: Path, out: Path, args: argparse.Namespace) -> list[dict]:
+    command = [str(ROOT / ".venv" / "bin" / "zabref"), "bench", "cluster", "--systems", "zabref",
+               "--failover-trials", "0", "--writes", str(args.writes), "--in-flight", args.in_flight,
+               "--zabref-code", str(code), "--out", str(out)]
+    print("$", " ".join(command), flush=True)
+    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL)
+    if done.returncode != 0:
+        sys.exit(f"bench_ab: the benchmark failed (exit {done.returncode}): {' '.join(command)}")
+    return json.loads((out / "bench.json").read_text())["rows"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--before", default="HEAD~1", help="revision A (or 'work')")
+    p.add_argument("--after", default="HEAD", help="revision B (or 'work')")
+    p.add_argument("--rounds", type=int, default=1, help="rounds of A B B A")
+    p.add_argument("--writes", type=int, default=3000)
+    p.add_argument("--in-flight", default="1,16,128")
+    p.add_argument("--out", type=Path, default=ROOT / "out" / "bench-ab")
+    args = p.parse_args()
+    versions = {"A": export(args.before), "B": export(args.after)}
+    runs: dict[str, list[list[dict]]] = {"A": [], "B": []}
+    for r in range(args.rounds):
+        for k, which in enumerate("ABBA"):
+            label, code = versions[which]
+            print(f"round {r + 1}, {which}: {label}", flush=True)
+            runs[which].append(bench(code, args.out / f"{r + 1}-{k + 1}-{which}", args))
+
+    print(f"\nA = {versions['A'][0]}, B = {versions['B'][0]}; medians of {2 * args.rounds} runs each, "
+          f"{args.writes} operations a row")
+    print("\n".join(table(runs["A"], runs["B"])))
+
+
+def table(a_runs: list[list[dict]], b_runs: list[list[dict]]) -> list[str]:
+    """The rows of both versions (each a list of runs, each run bench.json's rows): per (op, target, in flight),
+    the median ops/s and server CPU per 1,000 operations of each, and B / A."""
+
+    def median(runs: list[list[dict]], key: tuple, field: str) -> float | None:
+        values = [row[field] for rows in runs for row in rows
+                  if (row["op"], row["target"], row["in_flight"]) == key and row[field] is not None]
+        return statistics.median(values) if values else None
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{b / a:6.2f}" if a and b else "     -"
+
+    out = [f"{'op':<6}{'target':<10}{'in flight':>9} {'A ops/s':>10} {'B ops/s':>10} {'B/A':>6}   "
+           f"{'A CPU s/1k':>10} {'B CPU s/1k':>10} {'B/A':>6}"]
+    for key in dict.fromkeys((row["op"], row["target"], row["in_flight"]) for rows in a_runs + b_runs for row in rows):
+        a, b = median(a_runs, key, "ops_per_s"), median(b_runs, key, "ops_per_s")
+        ca, cb = median(a_runs, key, "server_cpu_s_per_1k_ops"), median(b_runs, key, "server_cpu_s_per_1k_ops")
+        out.append(f"{key[0]:<6}{key[1]:<10}{key[2]:>9} {a or 0:>10,.1f} {b or 0:>10,.1f} {ratio(a, b)}   "
+                   f"{ca or 0:>10.3f} {cb or 0:>10.3f} {ratio(ca, cb)}")
+    return out
+
+if __name__ == "__main__":
+    main()
