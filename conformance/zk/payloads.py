@@ -35,13 +35,10 @@ from typing import Any
 
 from conformance.zk.txns import OPS, TxnReader, decode_txn
 from zabref.errors import CodecError
+from zabref.net.zkwire import PACKET_TYPES
 
-__all__ = ["PACKET_TYPES", "decode_data"]
+__all__ = ["decode_data"]
 
-PACKET_TYPES = {1: "REQUEST", 2: "PROPOSAL", 3: "ACK", 4: "COMMIT", 5: "PING", 6: "REVALIDATE", 7: "SYNC",
-                8: "INFORM", 9: "COMMITANDACTIVATE", 10: "NEWLEADER", 11: "FOLLOWERINFO", 12: "UPTODATE", 13: "DIFF",
-                14: "TRUNC", 15: "SNAP", 16: "OBSERVERINFO", 17: "LEADERINFO", 18: "ACKEPOCH",
-                19: "INFORMANDACTIVATE"}
 EMPTY = {"ACK", "COMMIT", "UPTODATE", "DIFF", "TRUNC", "SNAP", "SYNC"}
 
 

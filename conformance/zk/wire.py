@@ -5,16 +5,14 @@ Theory of operation
 Each proxied connection has two byte streams; `decode_recording` joins each one's DATA records back into a stream and
 decodes it by its port kind and direction:
 
-* **Quorum port** (learner -> leader is c2s: the learner connects): no length prefix, one jute ``QuorumPacket {int
-  type; long zxid; buffer data; vector<Id> authinfo}`` after another (`decode_quorum`); the packet types and what
-  their data hold are in `conformance.zk.payloads`. On the leader's stream a SNAP packet is followed by the data
-  tree, the sessions and the "BenWasHere" signature (`conformance.zk.snapshot`), then packets again.
-* **Election port** (`decode_election`): the connecting server first writes ``long protocolVersion`` (-65536, or
-  -65535 with several addresses; a value >= 0 is the pre-3.5 form and is itself the sid), ``long sid``, ``int len``
-  and its election address(es) as text (``QuorumCnxManager.InitialMessage``; at most 2048 bytes); then each side
-  writes ``int len`` (1..512 KiB, ``PACKETMAXSIZE``) + a notification: ``int state; long leader; long zxid; long
-  electionEpoch`` (28 bytes, before 3.4), ``+ long peerEpoch`` (40), ``+ int version`` and, when version > 1, ``int
-  len + config text`` (``FastLeaderElection.buildMsg``; 3.8 sends version 2; the 40-byte form ends with version 1).
+* **Quorum port** (learner -> leader is c2s: the learner connects): no length prefix, one jute QuorumPacket after
+  another (`decode_quorum`); what their data hold is in `conformance.zk.payloads`. On the leader's stream a SNAP
+  packet is followed by the data tree, the sessions and the "BenWasHere" signature (`conformance.zk.snapshot`), then
+  packets again.
+* **Election port** (`decode_election`): the connecting side's initial message, then length-framed notifications.
+
+The bytes of both are read by zabref's codec of ZooKeeper's wire, `zabref.net.zkwire` (its docstring has the
+formats), the one a zabref server speaking ZooKeeper's wire uses; this module adds the recording's view.
 
 Every message becomes a `Message` (connection, sender, receiver, byte offset in its stream, the time the proxy read
 its last byte, name, zxid, fields). A stream that ends inside a message -- a killed server, a connection the proxy
@@ -32,19 +30,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from conformance.zk import WireError
-from conformance.zk.payloads import PACKET_TYPES, decode_data
+from conformance.zk.payloads import decode_data
 from conformance.zk.recording import Kind, Recording, read_records
 from conformance.zk.snapshot import read_snapshot
 from conformance.zk.stream import Cursor, Short
-from zabref.core.jute import Reader
 from zabref.errors import CodecError
+from zabref.net import zkwire
+from zabref.net.zkwire import PACKET_TYPES
 
 __all__ = ["Decoded", "Message", "STATES", "decode_election", "decode_quorum", "decode_recording", "format_message"]
 
-PROTOCOL_V1, PROTOCOL_V2 = -65536, -65535
-INITIAL_MAX = 2048
-FRAME_MAX = 512 * 1024
-AUTHINFO_MAX = 1024
 STATES = {0: "LOOKING", 1: "FOLLOWING", 2: "LEADING", 3: "OBSERVING"}
 
 
@@ -84,42 +79,26 @@ def decode_quorum(buf: bytes, where: str, *, from_leader: bool) -> list[Item]:
                 out.append(Item(at, cur.pos, "SNAPSHOT", None, fields))
                 snapshot_next = False
                 continue
-            ptype = cur.i32()
-            if ptype not in PACKET_TYPES:
-                raise cur.fail(f"unknown quorum packet type {ptype}", at)
-            zxid = cur.i64()
-            data_at = cur.pos + 4
-            data = cur.buffer("data")
-            auth = cur.length("authinfo count", AUTHINFO_MAX, nullable=True) or 0
-            ids = [f"{cur.ustring('authinfo scheme')}:{cur.ustring('authinfo id')}" for _ in range(auth)]
+            p = zkwire.read_quorum_packet(cur)
         except Short:
             out.append(_truncated(buf, at, "snapshot" if snapshot_next else "QuorumPacket"))
             break
-        fields = _payload(cur, ptype, data, data_at, from_leader)
-        if ids:
-            fields["authinfo"] = ids
-        out.append(Item(at, cur.pos, PACKET_TYPES[ptype], zxid, fields))
-        snapshot_next = from_leader and ptype == 15
+        fields = _payload(cur, p.type, p.data, p.data_at, from_leader)
+        if p.authinfo:
+            fields["authinfo"] = [f"{a.scheme}:{a.id}" for a in p.authinfo]
+        out.append(Item(at, cur.pos, PACKET_TYPES[p.type], p.zxid, fields))
+        snapshot_next = from_leader and p.type == 15
     return out
 
 
-def _notification(body: bytes, where: str, at: int) -> dict[str, Any]:
-    r = Reader(body, "notification")
-    n = len(body)
-    try:
-        if n < 28 or 28 < n < 40 or 40 < n < 44:
-            raise r.fail(f"a notification is 28, 40 or at least 44 bytes, not {n}")
-        state = r.i32("state")
-        out: dict[str, Any] = {"state": STATES.get(state, str(state)), "leader": r.i64("leader"),
-                               "zxid": r.i64("zxid"), "electionEpoch": r.i64("electionEpoch")}
-        if n >= 40:
-            out["peerEpoch"] = r.i64("peerEpoch")
-            out["version"] = r.i32("version")  # 40 bytes: version 1, which ZooKeeper writes and does not read
-        if n >= 44 and out["version"] > 1:
-            out["config"] = r.ustring("config")
-        r.end()
-    except CodecError as e:
-        raise WireError(where, at + e.offset, f"notification: {e.reason}") from None
+def _notification(n: zkwire.ZkNotification) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": STATES.get(n.state, str(n.state)), "leader": n.leader,
+                           "electionEpoch": n.election_epoch}
+    if n.peer_epoch is not None:
+        out["peerEpoch"] = n.peer_epoch
+        out["version"] = n.version
+    if n.config is not None:
+        out["config"] = n.config
     return out
 
 
@@ -133,34 +112,18 @@ def decode_election(buf: bytes, where: str, *, initiator: bool) -> list[Item]:
         at = cur.pos
         try:
             if hello:
-                version = cur.i64()
-                if version >= 0:
-                    out.append(Item(at, cur.pos, "INITIAL", None, {"protocolVersion": None, "sid": version}))
-                elif version in (PROTOCOL_V1, PROTOCOL_V2):
-                    sid = cur.i64()
-                    n = cur.length("address length", INITIAL_MAX, nullable=False) or 0
-                    if n == 0:
-                        raise cur.fail("address length is 0", cur.pos - 4)
-                    text = cur.take(n)
-                    try:
-                        addr = text.decode("utf-8")
-                    except UnicodeDecodeError as e:
-                        raise cur.fail(f"address is not UTF-8 ({e.reason})", cur.pos - n + e.start) from None
-                    out.append(Item(at, cur.pos, "INITIAL", None,
-                                    {"protocolVersion": version, "sid": sid, "address": addr}))
-                else:
-                    raise cur.fail(f"unknown election protocol version {version}", at)
+                m = zkwire.read_initial(cur)
+                fields: dict[str, Any] = {"protocolVersion": m.protocol_version, "sid": m.sid}
+                if m.protocol_version is not None:
+                    fields["address"] = "|".join(m.addresses)
+                out.append(Item(at, cur.pos, "INITIAL", None, fields))
                 hello = False
                 continue
-            n = cur.length("notification length", FRAME_MAX, nullable=False) or 0
-            if n == 0:
-                raise cur.fail("notification length is 0", at)
-            body = cur.take(n)
+            n = zkwire.read_notification(cur)
         except Short:
             out.append(_truncated(buf, at, "initial message" if hello else "notification"))
             break
-        fields = _notification(body, where, at + 4)
-        out.append(Item(at, cur.pos, "NOTIFICATION", fields.pop("zxid"), fields))
+        out.append(Item(at, cur.pos, "NOTIFICATION", n.zxid, _notification(n)))
     return out
 
 
