@@ -1,0 +1,164 @@
+"""The other servers of a ZooKeeper ensemble, played by the driver through `zabref.net.zkwire`.
+
+Theory of operation
+-------------------
+Conformance of a real ZooKeeper server (issue 37, part 3) makes one real server do what a spec trace says while the
+driver plays every other server on its own ports, one message at a time, with nothing added to ZooKeeper. This
+module is the playing: the bytes a played server sends are written by zabref's codec of ZooKeeper's wire, and what
+the real server sends is read by it.
+
+* **Election** (`ElectionLink`): the played server dials the real server's election port and sends its initial
+  message. A real server with a smaller id than the played one keeps such a connection (QuorumCnxManager drops a
+  connection only when the *dialer's* id is the smaller one, and its own dials to larger ids are dropped by itself:
+  "Have smaller server identifier, so dropping the connection"), so dialing is how a played server with a larger id
+  talks to it. Notifications go both ways on it.
+* **Quorum** (`QuorumLink`): a played leader listens on its quorum port; the real server, once FOLLOWING it,
+  connects and the two exchange QuorumPackets (`PlayedLeader` accepts one learner).
+
+`txn_create` writes a ZooKeeper transaction (TxnHeader + CreateTxn, no digest: ZooKeeper reads a digest only when
+bytes follow the record) for a PROPOSAL's data; `conformance.zk.txns` reads it back. `newleader_config` is the
+configuration text a leader sends in NEWLEADER, as ZooKeeper writes it.
+
+Every wait is bounded (``timeout``); what the real server sends that does not decode raises `WireError` naming the
+link and the byte offset, as the recordings' decoder does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from conformance.zk import WireError
+from conformance.zk.ports import ZkServer
+from conformance.zk.stream import Cursor
+from zabref.core import jute
+from zabref.net import zkwire
+from zabref.net.zkwire import Initial, RawPacket, Short, ZkNotification
+
+__all__ = ["ElectionLink", "QuorumLink", "PlayedLeader", "txn_create", "newleader_config", "LEARNER_PROTOCOL",
+           "STATES"]
+
+#: LEADERINFO's data: the protocol version a 3.4+ leader sends (Leader.java), and what a learner's LearnerInfo says.
+LEARNER_PROTOCOL = 0x10000
+STATES = {"LOOKING": 0, "FOLLOWING": 1, "LEADING": 2, "OBSERVING": 3}
+_I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
+
+
+class _Link:
+    """A stream and the bytes read from it so far, decoded with ``read`` (a `zabref.net.zkwire` reader)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, where: str) -> None:
+        self.reader, self.writer, self.where = reader, writer, where
+        self.buf = b""
+        self.offset = 0  # of buf's first byte in the stream
+
+    async def _next(self, read, timeout: float):
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            cur = Cursor(self.buf, self.where)
+            try:
+                item = read(cur)
+            except Short:
+                pass
+            except WireError as e:
+                raise WireError(self.where, self.offset + e.offset, e.reason) from None
+            else:
+                self.buf, self.offset = self.buf[cur.pos:], self.offset + cur.pos
+                return item
+            left = end - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"{self.where}: nothing whole within {timeout} s ({len(self.buf)} bytes waiting)")
+            chunk = await asyncio.wait_for(self.reader.read(65536), left)
+            if not chunk:
+                raise ConnectionError(f"{self.where}: the real server closed the connection")
+            self.buf += chunk
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class ElectionLink(_Link):
+    """Played server ``sid``'s election connection to the real server ``zk``."""
+
+    @classmethod
+    async def dial(cls, zk: ZkServer, sid: int, address: str, timeout: float = 10.0) -> ElectionLink:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", zk.election_port), timeout)
+        link = cls(reader, writer, f"election link {sid} -> {zk.id}")
+        writer.write(zkwire.encode_initial(Initial(sid, zkwire.PROTOCOL_V1, (address,))))
+        return link
+
+    def send(self, state: str, leader: int, zxid: int, election_epoch: int, peer_epoch: int, config: str) -> None:
+        self.writer.write(zkwire.encode_notification(
+            ZkNotification(STATES[state], leader, zxid, election_epoch, peer_epoch, 2, config)))
+
+    async def recv(self, timeout: float = 10.0) -> ZkNotification:
+        return await self._next(zkwire.read_notification, timeout)
+
+
+class QuorumLink(_Link):
+    """A learner's quorum connection, seen from the played leader."""
+
+    def send(self, ptype: str, zxid: int, data: bytes | None = None) -> None:
+        number = next(k for k, v in zkwire.PACKET_TYPES.items() if v == ptype)
+        self.writer.write(zkwire.encode_quorum_packet(RawPacket(number, zxid, data)))
+
+    async def recv(self, timeout: float = 10.0, *, skip_pings: bool = True) -> tuple[str, RawPacket]:
+        """The next packet (its name and the packet); the learner's PINGs are skipped unless asked for."""
+        while True:
+            p = await self._next(zkwire.read_quorum_packet, timeout)
+            name = zkwire.PACKET_TYPES[p.type]
+            if not (skip_pings and name == "PING"):
+                return name, p
+
+
+class PlayedLeader:
+    """Listens on a played leader's quorum port; `learner` waits for the real server's connection. While a learner
+    is connected it is sent a PING every ``ping_s`` (a follower that hears nothing for syncLimit ticks leaves)."""
+
+    def __init__(self, port: int, sid: int, ping_s: float = 0.1) -> None:
+        self.port, self.sid, self.ping_s = port, sid, ping_s
+        self._links: asyncio.Queue[QuorumLink] = asyncio.Queue()
+        self._server: asyncio.AbstractServer | None = None
+        self._pings: list[asyncio.Task[None]] = []
+        self.zxid = 0  # what the PINGs carry: the last zxid the played leader proposed
+
+    async def start(self) -> PlayedLeader:
+        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._links.put(QuorumLink(reader, writer, f"quorum link {self.sid} <- learner"))
+
+        self._server = await asyncio.start_server(accepted, "127.0.0.1", self.port)
+        return self
+
+    async def learner(self, timeout: float = 30.0) -> QuorumLink:
+        link = await asyncio.wait_for(self._links.get(), timeout)
+
+        async def ping() -> None:
+            while not link.writer.is_closing():
+                await asyncio.sleep(self.ping_s)
+                link.send("PING", self.zxid)
+
+        self._pings.append(asyncio.get_running_loop().create_task(ping()))
+        return link
+
+    async def close(self) -> None:
+        for task in self._pings:
+            task.cancel()
+        await asyncio.gather(*self._pings, return_exceptions=True)
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+def txn_create(zxid: int, path: str, data: bytes, *, time_ms: int = 0, session: int = 0, cxid: int = 0,
+               parent_cversion: int = 0) -> bytes:
+    """A PROPOSAL's data for a create of ``path`` (persistent, world:anyone all permissions): TxnHeader + CreateTxn."""
+    header = _I64.pack(session) + _I32.pack(cxid) + _I64.pack(zxid) + _I64.pack(time_ms) + _I32.pack(1)
+    acl = _I32.pack(1) + _I32.pack(31) + jute.ustring("scheme", "world") + jute.ustring("id", "anyone")
+    return header + jute.ustring("path", path) + jute.buffer("data", data) + acl + b"\x00" + _I32.pack(parent_cversion)
+
+
+def newleader_config(members: list[ZkServer], version: int = 0) -> str:
+    """The configuration text of NEWLEADER (and of notifications), as ZooKeeper writes it."""
+    lines = [f"server.{m.id}=127.0.0.1:{m.quorum_port}:{m.election_port}:participant" for m in members]
+    return "\n".join([*lines, f"version={version:x}"])
