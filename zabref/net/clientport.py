@@ -38,20 +38,27 @@ seconds closes the connection. Every close for one of these reasons is logged wi
 TLS. With ``[security] client_tls`` the connection is upgraded to TLS first (`zabref.net.security.Guard.accept_tls`),
 counted against the limits while it shakes hands; a failed handshake is logged and closed before any request is
 read. A follower forwards with its own certificate.
+
+The server. A client port reaches its server only through `ClientPortHost`: the configuration, the TLS contexts, the
+node, the clock, and the pump (``enqueue`` and ``client``). The server makes its client port and keeps it, and hands
+the node's forwards to `ClientPort.forward`; nothing here sets anything on the server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from zabref.core.effects import READ_LIMIT
+from zabref.config import Config
+from zabref.core.effects import READ_LIMIT, Effects
+from zabref.core.node import Node
 from zabref.errors import CodecError, ProtocolError
 from zabref.net import clientwire, peers, wire
 from zabref.net.security import AuthError, Guard
 
-__all__ = ["ClientPort", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT",
+__all__ = ["ClientPort", "ClientPortHost", "Clock", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT",
            "WRITE_TIMEOUT"]
 
 log = logging.getLogger("zabref")
@@ -75,12 +82,40 @@ class Refused(Exception):
         self.retry = retry
 
 
-class ClientPort:
-    """``asyncio.start_server(ClientPort(server).handle, ...)``."""
+class Clock(Protocol):
+    """The time to give the node (a `zabref.runtime.drivers` driver is one)."""
 
-    def __init__(self, server: Any) -> None:
-        self.server = server  # zabref.runtime.server.Server
-        server.forward_to = self.forward
+    def now(self) -> float: ...
+
+
+class ClientPortHost(Protocol):
+    """All that a `ClientPort` asks of its server (`zabref.runtime.server.Server` is one); it reads, never sets."""
+
+    @property
+    def config(self) -> Config: ...  # ``limits``; the leader's host and client port, for a forward
+
+    @property
+    def guard(self) -> Guard: ...  # ``client_server`` (TLS of accepted clients), ``forward_client`` (of forwards)
+
+    @property
+    def node(self) -> Node | None: ...  # None until the server starts; its client port listens only after
+
+    @property
+    def driver(self) -> Clock: ...
+
+    def enqueue(self, event: Callable[[], Effects | None]) -> None:
+        """Run ``event`` in the server's pump; nobody waits for it."""
+
+    async def client(self, make: Callable[[int, float], Effects]) -> dict[str, Any]:
+        """Run ``make(rid, now)`` (one node entry point) in the pump; the node's answer to ``rid``."""
+
+
+class ClientPort:
+    """``asyncio.start_server(ClientPort(server).handle, ...)``; the server calls `forward` for the node's
+    forwards."""
+
+    def __init__(self, server: ClientPortHost) -> None:
+        self.server = server
         self.limits = server.config.limits  # zabref.config.Limits
         self.open_connections = 0
         self.per_address: dict[str, int] = {}  # open client connections by the client's IP address
@@ -170,6 +205,12 @@ class ClientPort:
         except ProtocolError as e:
             return {"error": str(e), "retry": False}
 
+    @property
+    def _node(self) -> Node:
+        node = self.server.node
+        assert node is not None, "a client port serves a started server"
+        return node
+
     # ------------------------------------------------------------------------------------------ ops
 
     async def forward(self, rid: int, leader: int, request: dict[str, Any]) -> None:
@@ -183,7 +224,7 @@ class ClientPort:
             reply = {"error": f"forward to the leader at {target.host}:{target.client_port} failed: {e}",
                      "retry": retry}
         server = self.server
-        server.enqueue(lambda: server.node.forward_reply(rid, reply, server.driver.now()))
+        server.enqueue(lambda: self._node.forward_reply(rid, reply, server.driver.now()))
 
     async def _forward(self, address: tuple[str, int], obj: dict[str, Any]) -> dict[str, Any]:
         idle = self._forward_pool.setdefault(address, [])
@@ -223,7 +264,7 @@ class ClientPort:
             data = value.encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate: JSON's "\ud800" is a str that has no UTF-8 form
             raise Refused(f'"value" is not valid Unicode text: {e.reason} at index {e.start}', False) from None
-        node = self.server.node
+        node = self._node
         return await self.server.client(lambda rid, now: node.client_submit(rid, data, now))
 
     def read(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -231,8 +272,8 @@ class ClientPort:
         limit = request.get("limit", READ_LIMIT)
         if not isinstance(after, int) or not isinstance(limit, int) or limit < 1:
             raise Refused('"from_zxid" must be an int and "limit" a positive int', False)
-        return self.server.node.client_read(after, limit)
+        return self._node.client_read(after, limit)
 
     async def sync(self) -> dict[str, Any]:
-        node = self.server.node
+        node = self._node
         return await self.server.client(lambda rid, now: node.client_sync(rid, now))

@@ -36,6 +36,8 @@ longer than `MAX_LINE` bytes is answered with an error and closes the connection
 `LINE_TIMEOUT` seconds after its first byte. A connection idle BETWEEN requests is never timed out: the conformance
 driver keeps one open per server for a whole replay.
 
+`ControlPort` reaches its server only through `ControlPortHost`, which lists what it reads, calls and sets.
+
 `ControlClient` is a small blocking client for tests and the conformance driver.
 """
 
@@ -47,15 +49,20 @@ import json
 import logging
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from zabref.core.effects import Effects
+from zabref.core.node import Node
 from zabref.errors import ConfigError, ZabError
 from zabref.net import peers
+from zabref.net.votes import ElectionSender, VoteChannel
 from zabref.runtime.actionlog import describe_packet
+from zabref.storage import Storage
 
-__all__ = ["ControlPort", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "MAX_TICKS", "read_token", "AUTH_TIMEOUT",
-           "snapshot_variables"]
+__all__ = ["ControlPort", "ControlPortHost", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "MAX_TICKS", "read_token",
+           "AUTH_TIMEOUT", "snapshot_variables"]
 
 log = logging.getLogger("zabref")
 
@@ -118,12 +125,73 @@ def _notification(n: Any) -> dict[str, Any]:
             "peerEpoch": n.peer_epoch}
 
 
+class ControlPortHost(Protocol):
+    """All that a `ControlPort` asks of its server (`zabref.runtime.server.Server` is one). It sets
+    ``reset_requested``; the rest it reads or calls."""
+
+    reset_requested: str | None  # "now" or "pause" (``reset``): the server's next incarnation starts once it stops
+
+    @property
+    def sid(self) -> int: ...
+
+    @property
+    def incarnation(self) -> int: ...
+
+    @property
+    def driver(self) -> Any: ...  # `zabref.runtime.drivers`: ``name`` and ``now()``; ``advance`` or ``jump`` by mode
+
+    @property
+    def node(self) -> Node | None: ...  # None until the server starts; its control port listens only after
+
+    @property
+    def storage(self) -> Storage | None: ...  # as ``node``; its disk's ``pause_next_fsync`` (``fsync_pause``)
+
+    @property
+    def conns(self) -> dict[int, peers.Connection]: ...  # quorum connections by peer
+
+    @property
+    def votes(self) -> dict[int, VoteChannel]: ...  # inbound election connections by serial
+
+    @property
+    def senders(self) -> dict[int, ElectionSender]: ...  # election senders by peer
+
+    @property
+    def cut_peers(self) -> set[int]: ...
+
+    async def call(self, event: Callable[[], Effects | None]) -> Effects:
+        """Run ``event`` in the pump; its Effects once carried out."""
+
+    def deliver(self, conn: peers.Connection) -> Effects | None:
+        """The event of ``conn``'s head packet reaching the node."""
+
+    def deliver_vote(self, channel: VoteChannel) -> Effects | None:
+        """The event of ``channel``'s head notification reaching the node."""
+
+    def stop(self, code: int = 0) -> None: ...
+
+    def cut_links(self, sids: set[int]) -> None: ...
+
+    def heal_links(self, sids: set[int]) -> None: ...
+
+
 class ControlPort:
     """The server side: ``asyncio.start_server(ControlPort(server, token).handle, ...)``."""
 
-    def __init__(self, server: Any, token: bytes) -> None:
-        self.server = server  # zabref.runtime.server.Server
+    def __init__(self, server: ControlPortHost, token: bytes) -> None:
+        self.server = server
         self._token = token
+
+    @property
+    def _node(self) -> Node:
+        node = self.server.node
+        assert node is not None, "a control port serves a started server"
+        return node
+
+    @property
+    def _storage(self) -> Storage:
+        storage = self.server.storage
+        assert storage is not None, "a control port serves a started server"
+        return storage
 
     async def _authenticated(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: Any) -> bool:
         """Read the connection's first line, at most `MAX_AUTH_LINE` bytes within `AUTH_TIMEOUT` s: is it the auth
@@ -232,7 +300,7 @@ class ControlPort:
         # Run every event queued before this request first: a connection that closed has left `conns` already, but
         # the node hears of it through a pump event; reading it before that event would show a mix.
         await s.call(lambda: None)
-        node = s.node
+        node = self._node
         return {
             "sid": s.sid,
             "mode": s.driver.name,
@@ -270,7 +338,7 @@ class ControlPort:
         pause = (request or {}).get("fsync_pause", False)
         if not isinstance(pause, bool):
             raise ValueError('"fsync_pause" must be true or false')
-        disk = self.server.storage.disk
+        disk = self._storage.disk
         if pause:
             disk.pause_next_fsync = True
         try:
@@ -331,7 +399,7 @@ class ControlPort:
         on = request.get("on")
         if not isinstance(on, bool):
             raise ValueError('"on" must be true or false')
-        disk = self.server.storage.disk
+        disk = self._storage.disk
         was, disk.pause_next_fsync = disk.pause_next_fsync, on
         return {"was": was}
 

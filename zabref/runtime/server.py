@@ -116,7 +116,6 @@ class Server(PeerLinks):
         self.cut_peers: set[int] = set()  # the fault layer's cut links (`zabref.runtime.links`)
         self.exit_code = 0
         self.client_waiters: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.forward_to: Callable[[int, int, dict[str, Any]], Any] | None = None  # set by the client port
         self._rids = itertools.count(1)
         self._events: asyncio.Queue[tuple[Event, asyncio.Future[Effects] | None]] = asyncio.Queue()
         self._changed = asyncio.Event()
@@ -126,6 +125,8 @@ class Server(PeerLinks):
         self._tasks: dict[asyncio.Task[Any], None] = {}  # in creation order (a set's order would vary by run)
         self._last_sync_s = 0.0
         self._unflushed: dict[int, peers.Connection] = {}
+        #: Serves the client port (from `run`) and carries the node's forwards to the leader (`_apply`).
+        self.client_port = clientport.ClientPort(self)
 
     @property
     def core(self) -> Any:
@@ -144,7 +145,7 @@ class Server(PeerLinks):
         self.machine.install_signals(asyncio.get_running_loop(), self.stop)
         await self.listen("quorum_port", self._accept_quorum)
         await self.listen("election_port", self._accept_votes)
-        await self.listen("client_port", clientport.ClientPort(self).handle)
+        await self.listen("client_port", self.client_port.handle)
         if self.control_token is not None:
             await self.listen("control_port", control.ControlPort(self, self.control_token).handle,
                               host=self.me.control_host, limit=control.MAX_LINE)
@@ -352,8 +353,7 @@ class Server(PeerLinks):
             if fut is not None and not fut.done():
                 fut.set_result(answer)
         for rid, leader, request in eff.forwards:
-            if self.forward_to is not None:
-                self.spawn(self.forward_to(rid, leader, request), f"forward-{rid}")
+            self.spawn(self.client_port.forward(rid, leader, request), f"forward-{rid}")
         if eff.role is not None:
             core = self.core
             log.info("state -> %s (zabState %s, leader %d, acceptedEpoch %d, currentEpoch %d, lastZxid %#x)",
