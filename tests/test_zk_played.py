@@ -5,7 +5,10 @@ acknowledges a proposal, applies it only at the commit."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import time
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +123,128 @@ def test_a_played_proposal_is_a_transaction_zookeepers_decoder_reads() -> None:
     assert (t["op"], t["zxid"], t["path"], t["data"], t["acl"], t["ephemeral"], t["parentCVersion"], t["cxid"],
             t["session"]) == ("create", EPOCH + 7, "/a/b", "xyz", ["world:anyone:31"], False, 2, 3, "0x9")
     assert "digest" not in t  # ZooKeeper reads a digest only when bytes follow the record
+
+
+# ------------------------------------------------------------------------ spec traces against a real follower
+
+
+REGRESSION = Path(__file__).resolve().parent.parent / "traces" / "regression"
+
+
+def _replay(trace, tmp_path):
+    from conformance.zk.conform import replay_follower
+
+    base = find_free_base_port(3)
+    try:
+        return replay_follower(trace, tmp_path / "zk", base)
+    finally:
+        release_base_port(base)
+
+
+def _mutated(trace, index: int, change) -> object:
+    """``trace`` with step ``index``'s state changed by ``change(state)`` (a deep copy)."""
+    steps = list(trace.steps)
+    state = copy.deepcopy(steps[index].state)
+    change(state)
+    steps[index] = dataclasses.replace(steps[index], state=state)
+    return dataclasses.replace(trace, steps=tuple(steps))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_spec_traces_drive_a_real_zookeeper_follower_step_by_step(tmp_path, zk380) -> None:
+    from conformance.graph.traces import read_trace
+
+    # election, discovery, DIFF and NEWLEADER, then the leader takes in another server by SNAP: every step followed
+    o = _replay(read_trace(REGRESSION / "join-established-leader.jsonl.gz"), tmp_path / "a")
+    assert (o.verdict, o.done, o.steps) == ("followed", 15, 15), o.line()
+    # UPTODATE (ZooKeeper's extra ACK of it, decided), a proposal logged and acknowledged, the leader's crash, the
+    # follower's timeout; then the server under test is to lead, which the driver does not play yet
+    fig3 = read_trace(REGRESSION / "fig3-committed-survives-leader-crash.jsonl.gz")
+    o = _replay(fig3, tmp_path / "b")
+    assert (o.verdict, o.done, o.at, o.action) == ("stopped", 15, 16, "BecomeLeader"), o.line()
+    assert o.decided == ["FollowerProcessUPTODATE: ACK 0x100000000"] and "leads" in o.why
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_real_zookeeper_that_does_otherwise_than_the_trace_is_a_departure_at_that_step(tmp_path, zk380) -> None:
+    """Each comparison shown able to fail: the trace, not ZooKeeper, is changed at one step."""
+    from conformance.graph.traces import read_trace
+
+    fig3 = read_trace(REGRESSION / "fig3-committed-survives-leader-crash.jsonl.gz")
+
+    def ack_of_another_zxid(state):  # step 11, FollowerProcessPROPOSAL: the spec's ACK says zxid (1, 2)
+        state["msgs"][0][1][-1]["zxid"] = [1, 2]
+
+    def epoch_on_disk(state):  # step 4, FollowerProcessLEADERINFO: the spec's follower accepts epoch 2
+        state["acceptedEpoch"][0] = 2
+
+    def ackepoch_data(state):  # step 4: the spec's ACKEPOCH says currentEpoch 3
+        state["msgs"][0][1][-1]["data"] = 3
+
+    def history(state):  # step 11: the spec's follower logged nothing
+        state["history"][0] = []
+
+    for index, change, why in [(11, ack_of_another_zxid, "the spec sends ACK zxid [1, 2]; ZooKeeper sent ACK "
+                                                         "0x100000001"),
+                               (4, epoch_on_disk, "acceptedEpoch on disk is 1, the spec's 2"),
+                               (4, ackepoch_data, "ACKEPOCH says currentEpoch 0, the spec 3"),
+                               (11, history, "the txnlog holds ['0x100000001'], the spec's history []")]:
+        o = _replay(_mutated(fig3, index, change), tmp_path / f"{index}-{change.__name__}")
+        assert (o.verdict, o.at, o.done) == ("departed", index, index - 1), o.line()
+        assert why in o.why, o.line()
+
+
+def test_a_trace_in_which_no_server_follows_stops_before_any_server_runs(tmp_path) -> None:
+    from conformance.graph.traces import read_trace
+    from conformance.zk.conform import replay_follower, sut_of
+
+    fle = read_trace(REGRESSION / "fle-split-vote-better-vote-ends-finalize.jsonl.gz")
+    assert sut_of(fle) is None
+    o = replay_follower(fle, tmp_path / "zk", 10000)
+    assert (o.verdict, o.at, o.done) == ("stopped", 1, 0) and "no server follows" in o.why
+    assert not (tmp_path / "zk").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_conform_command_replays_traces_against_zookeeper_and_exits_1_on_a_departure(tmp_path, zk380) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from zabref.cli import main
+
+    runner = CliRunner()
+    report = tmp_path / "report"
+    ok = runner.invoke(main, ["conform", "--system", "zookeeper", str(REGRESSION / "join-established-leader.jsonl.gz"),
+                              "--report", str(report)])
+    assert ok.exit_code == 0, ok.output
+    assert "traces=1 followed=1 stopped=0 departed=0 steps=15/15" in ok.output
+    saved = json.loads((report / "zookeeper.json").read_text())
+    assert saved["system"] == "zookeeper@3.8.0" and saved["traces"][0]["verdict"] == "followed"
+    # a departure: the trace's follower accepts epoch 2 at step 4 (written as a changed copy of the file)
+    import gzip
+
+    lines = gzip.decompress((REGRESSION / "join-established-leader.jsonl.gz").read_bytes()).decode().splitlines()
+    step = json.loads(lines[5])
+    assert step["index"] == 4 and step["action"] == "FollowerProcessLEADERINFO"
+    step["state"]["acceptedEpoch"][0] = 2
+    lines[5] = json.dumps(step)
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(gzip.compress("\n".join(lines).encode()))
+    departed = runner.invoke(main, ["conform", "--system", "zookeeper", str(bad), "--report", str(report)])
+    assert departed.exit_code == 1 and "departed 3/15 steps at step 4" in departed.output, departed.output
+
+
+def test_the_conform_command_refuses_a_system_it_does_not_know_and_zabref_only_options() -> None:
+    from click.testing import CliRunner
+
+    from zabref.cli import main
+
+    trace = str(REGRESSION / "join-established-leader.jsonl.gz")
+    bad = CliRunner().invoke(main, ["conform", "--system", "etcd", trace])
+    assert bad.exit_code == 2 and "zabref, zookeeper or zookeeper@VERSION" in bad.output
+    mixed = CliRunner().invoke(main, ["conform", "--system", "zookeeper", "--bug", "no_trunc", trace])
+    assert mixed.exit_code == 2 and "--bug, --minimize and --master are for zabref's servers" in mixed.output

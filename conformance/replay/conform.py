@@ -20,6 +20,7 @@ Exit codes: 0 every trace passed; 1 some trace departed from the spec (or its se
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -186,11 +187,20 @@ def summary_line(results: list[dict[str, Any]], wall: float) -> str:
               help="Seconds a step may take to settle before it counts as a failure.")
 @click.option("--site", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The auditor's site (index.html of `zabref docs`) for the report to link to.")
+@click.option("--system", default="zabref", show_default=True, metavar="zabref|zookeeper[@VERSION]",
+              help="The servers under test: zabref's, or one real ZooKeeper server as each trace's first follower, "
+                   "the other servers played (conformance/zk/conform.py; VERSION as `zabref zk versions`, default "
+                   "3.8.0).")
 def conform(paths: tuple[Path, ...], jobs: int | None, master: str | None, report_dir: Path, bug: str | None,
-            minimize: bool, graph: str | None, attempts: int, settle_timeout: float, site: Path | None) -> None:
-    """Replay conformance traces (files, or folders of them) against real zabref servers."""
+            minimize: bool, graph: str | None, attempts: int, settle_timeout: float, site: Path | None,
+            system: str) -> None:
+    """Replay conformance traces (files, or folders of them) against real zabref servers, or a real ZooKeeper
+    server (--system zookeeper)."""
 
     started = time.monotonic()
+    if system != "zabref":
+        _conform_zookeeper(paths, system, report_dir, bug=bug, minimize=minimize, master=master)
+        return
     try:
         traces, manifests = find_traces(paths)
         results = run_all(traces, jobs=jobs or os.cpu_count() or 1, master=master, bug=bug,
@@ -216,4 +226,34 @@ def conform(paths: tuple[Path, ...], jobs: int | None, master: str | None, repor
     if any(r.get("error_kind") == "input" for r in results):
         raise SystemExit(3)
     if not all(r["passed"] for r in results):
+        raise SystemExit(1)
+
+
+def _conform_zookeeper(paths: tuple[Path, ...], system: str, report_dir: Path, *, bug: str | None, minimize: bool,
+                       master: str | None) -> None:
+    """``--system zookeeper[@VERSION]``: each trace against a new real ZooKeeper server, one at a time; the outcomes
+    in ``report_dir``/zookeeper.json; exit 1 if a trace departed."""
+    from conformance.zk import ZkError  # noqa: PLC0415 -- the ZooKeeper side is loaded only when asked for
+    from conformance.zk.conform import run_traces, summary  # noqa: PLC0415
+
+    name, _, version = system.partition("@")
+    if name != "zookeeper":
+        raise click.BadParameter(f"{system!r}: zabref, zookeeper or zookeeper@VERSION", param_hint="--system")
+    if bug or minimize or master:
+        raise click.UsageError("--bug, --minimize and --master are for zabref's servers, not --system zookeeper")
+    version = version or "3.8.0"
+    try:
+        traces, _ = find_traces(paths)
+        outcomes = run_traces(traces, version, report_dir.with_name(report_dir.name + "-zk-work"), echo=click.echo)
+    except (ConformanceError, ZkError) as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(3) from None
+    line = summary(outcomes, version)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    tmp = report_dir / "zookeeper.json.tmp"
+    tmp.write_text(json.dumps({"system": f"zookeeper@{version}", "summary": line,
+                               "traces": [dataclasses.asdict(o) for o in outcomes]}, indent=1), encoding="utf-8")
+    tmp.replace(report_dir / "zookeeper.json")
+    click.echo(line)
+    if any(o.verdict == "departed" for o in outcomes):
         raise SystemExit(1)

@@ -104,9 +104,12 @@ class QuorumLink(_Link):
         self.writer.write(zkwire.encode_quorum_packet(RawPacket(number, zxid, data)))
 
     async def recv(self, timeout: float = 10.0, *, skip_pings: bool = True) -> tuple[str, RawPacket]:
-        """The next packet (its name and the packet); the learner's PINGs are skipped unless asked for."""
+        """The next packet (its name and the packet) within ``timeout``; the learner's PINGs are skipped unless asked
+        for (they do not extend the wait)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
         while True:
-            p = await self._next(zkwire.read_quorum_packet, timeout)
+            p = await self._next(zkwire.read_quorum_packet, max(end - loop.time(), 0.0))
             name = zkwire.PACKET_TYPES[p.type]
             if not (skip_pings and name == "PING"):
                 return name, p

@@ -1,0 +1,382 @@
+"""A spec trace replayed against one real ZooKeeper server as a follower, the other servers played (issue 37).
+
+Theory of operation
+-------------------
+The server under test (SUT) is the trace's server that follows: the first ``i`` of a ``BecomeFollower(i, j)``. It
+runs as ZooKeeper server 1 of a 3-server configuration; the trace's other servers become 2 and 3 in order (Zab.tla's
+servers are symmetric, so renaming them keeps the behaviour) and are played through `conformance.zk.played`: each
+listens on its quorum port as a possible leader and has an election link dialed to the real server.
+
+Each step of the trace is one of three kinds:
+
+* **a played server's step** (BecomeLeader, ClientRequest, Leader*, a played follower's steps): nothing reaches the
+  real server. The messages the step adds to a channel toward the SUT (``msgs[j][sut]`` in the spec's state) are
+  queued, written as ZooKeeper writes them (zxid ``[e, c]`` is ``e << 32 | c``; a PROPOSAL's data is a create of
+  ``/zabref-<e>-<c>`` holding the value; LEADERINFO's data the protocol version; NEWLEADER's the configuration);
+* **a step of the SUT that takes a message** (``FollowerProcess<TYPE>(sut, j)``): the head of the queue from ``j``
+  is written to the real server, and what it sends back is read until it has sent the messages the spec's step adds
+  to ``msgs[sut][j]`` (type and zxid; a FOLLOWERINFO's sid, an ACKEPOCH's epoch). Then its files are compared with
+  the spec's next state: acceptedEpoch and currentEpoch, the zxids its transaction log holds against ``history``,
+  and after a COMMIT the last zxid it applied (``srvr``) against ``lastCommitted``;
+* **a step of the SUT driven from outside**: BecomeFollower (the played leader's LEADING notification and a played
+  follower's FOLLOWING one decide the real server's election; it then connects and sends FOLLOWERINFO),
+  FollowerTimeout (the played leader stops its PINGs and closes the connection; the real server goes back to
+  LOOKING), Crash (kill -9, and a new process on the same files).
+
+A message the real server sends that the spec's step does not, and one the spec sends that it does not, is a
+departure, reported with the step's index, action and what was expected and seen -- unless it is one decided in
+`DECIDED` (ZooKeeper's follower acknowledges UPTODATE; the spec's follower does not, and its leader would ignore the
+ACK). A step the driver cannot force yet (the SUT leading, a SNAP, whose data tree would have to be written in
+ZooKeeper's format, a TRUNC) ends the replay as *stopped*, with the step and why: the traces that stop say what the
+driver still lacks. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.graph.traces import Trace
+from conformance.zk.disk import log_files, read_epochs, read_txn_log
+from conformance.zk.ensemble import ZkEnsemble, four_letter
+from conformance.zk.payloads import decode_data
+from conformance.zk.played import ElectionLink, PlayedLeader, QuorumLink, newleader_config, txn_create
+from zabref.net import zkwire
+
+__all__ = ["Outcome", "DECIDED", "sut_of", "replay_follower", "zxid_of", "run_traces", "summary"]
+
+#: What ZooKeeper sends that the spec does not, decided one by one: (after the SUT's step, message) -> why.
+DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLeader acknowledges UPTODATE with the "
+                                               "new epoch's zxid; the spec's follower sends nothing, and a leader "
+                                               "past NEWLEADER's quorum ignores the ACK"}
+#: The SUT's steps that take one message from the leader's channel.
+TAKES = ("FollowerProcessLEADERINFO", "FollowerProcessDIFF", "FollowerProcessSNAP", "FollowerProcessTRUNC", "FollowerProcessNEWLEADER", "FollowerProcessUPTODATE",
+         "FollowerProcessPROPOSAL", "FollowerProcessCOMMIT", "FollowerProcessPROPOSALInSync",
+         "FollowerProcessCOMMITInSync")
+REPLY_TIMEOUT = 10.0
+
+
+@dataclass
+class Outcome:
+    """How a trace went: ``followed`` every step; or ``stopped`` at a step the driver cannot force yet; or
+    ``departed`` at a step where the real server did not do what the spec did."""
+
+    trace: str
+    steps: int
+    done: int = 0  # steps carried out and compared
+    verdict: str = "followed"
+    at: int | None = None
+    action: str | None = None
+    why: str = ""
+    decided: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        where = "" if self.at is None else f" at step {self.at} ({self.action})"
+        return f"{self.verdict:<8} {self.done}/{self.steps} steps{where}{': ' + self.why if self.why else ''}"
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Departure(Exception):
+    pass
+
+
+def zxid_of(z: list[int]) -> int:
+    return (z[0] << 32) | z[1]
+
+
+def sut_of(trace: Trace) -> int | None:
+    """The trace's server under test: the first that follows; None if none does."""
+    for step in trace.steps[1:]:
+        if step.action == "BecomeFollower":
+            return int(step.params["i"])
+    return None
+
+
+class _Replay:
+    def __init__(self, trace: Trace, ensemble: ZkEnsemble, sut: int) -> None:
+        self.trace, self.e, self.sut = trace, ensemble, sut
+        others = sorted({int(s) for s in range(1, len(trace.steps[0].state["state"]) + 1)} - {sut})
+        self.zk_id = {sut: 1, **{s: k for k, s in enumerate(others, 2)}}  # trace server -> ZooKeeper sid
+        self.config = newleader_config(ensemble.members)
+        self.leaders: dict[int, PlayedLeader] = {}
+        self.links: dict[int, ElectionLink] = {}
+        self.quorum: QuorumLink | None = None
+        self.leader: int | None = None  # the played leader the SUT follows (trace server)
+        self.queue: dict[int, list[dict[str, Any]]] = {}  # trace server j -> messages j -> sut not yet written
+        self.round = 0  # the real server's last election round the driver decided
+        self.outcome = Outcome(trace_name(trace), len(trace.steps) - 1)
+
+    # -------------------------------------------------------------------------------------------- set-up
+
+    async def start(self) -> None:
+        for s, z in self.zk_id.items():
+            if s != self.sut:
+                self.leaders[s] = await PlayedLeader(self.e.member(z).quorum_port, z).start()
+        await self._dial()
+
+    async def _dial(self) -> None:
+        for link in self.links.values():
+            link.close()
+        self.links = {}
+        zk = self.e.member(1)
+        for s, z in self.zk_id.items():
+            if s == self.sut:
+                continue
+            for _ in range(150):
+                try:
+                    self.links[s] = await ElectionLink.dial(zk, z, f"127.0.0.1:{self.e.member(z).election_port}")
+                    break
+                except OSError:
+                    await asyncio.sleep(0.2)
+            else:
+                raise _Stop(f"ZooKeeper server 1 never listened on its election port {zk.election_port}")
+
+    async def close(self) -> None:
+        for link in self.links.values():
+            link.close()
+        if self.quorum is not None:
+            self.quorum.close()
+        for leader in self.leaders.values():
+            await leader.close()
+
+    # -------------------------------------------------------------------------------------------- steps
+
+    async def run(self) -> Outcome:
+        steps = self.trace.steps
+        for k in range(1, len(steps)):
+            before, step = steps[k - 1].state, steps[k]
+            try:
+                await self._step(step.action, {p: int(v) for p, v in step.params.items()}, before, step.state)
+            except _Stop as e:
+                self._end("stopped", k, step.action, str(e))
+                return self.outcome
+            except _Departure as e:
+                self._end("departed", k, step.action, str(e))
+                return self.outcome
+            except (TimeoutError, ConnectionError) as e:
+                self._end("departed", k, step.action, f"{type(e).__name__}: {e}")
+                return self.outcome
+            self.outcome.done = k
+        return self.outcome
+
+    def _end(self, verdict: str, k: int, action: str, why: str) -> None:
+        self.outcome.verdict, self.outcome.at, self.outcome.action, self.outcome.why = verdict, k, action, why
+
+    async def _step(self, action: str, p: dict[str, int], before: dict, after: dict) -> None:
+        sut = self.sut
+        mine = p.get("i") == sut
+        if not mine:
+            if action in ("BecomeLeader", "LeaderTimeout") and p["i"] == sut:
+                raise _Stop("the server under test leads: the driver does not play followers yet")
+            self._queue(before, after)
+            return
+        if action == "BecomeFollower":
+            await self._become_follower(p["j"], after)
+        elif action in TAKES:
+            await self._take(action, p["j"], before, after)
+        elif action == "FollowerTimeout":
+            await self._timeout()
+        elif action == "Crash":
+            await self._crash()
+        elif action in ("BecomeLeader", "LeaderTimeout", "ClientRequest") or action.startswith("Leader"):
+            raise _Stop("the server under test leads: the driver does not play followers yet")
+        else:
+            raise _Stop(f"{action} of the server under test is not driven yet")
+        self._queue(before, after, skip_from=sut)
+        self._compare_files(after)
+
+    def _queue(self, before: dict, after: dict, skip_from: int | None = None) -> None:
+        """Messages a played server's step added to its channel toward the SUT."""
+        n = len(before["state"])
+        for j in range(1, n + 1):
+            if j == self.sut or j == skip_from:
+                continue
+            old, new = before["msgs"][j - 1][self.sut - 1], after["msgs"][j - 1][self.sut - 1]
+            consumed = 0  # a played step never takes from j -> sut, so the old messages are a prefix of the new
+            added = new[len(old) - consumed:]
+            self.queue.setdefault(j, []).extend(added)
+
+    async def _become_follower(self, j: int, after: dict) -> None:
+        if j not in self.leaders:
+            raise _Departure(f"the spec's leader {j} is not a played server")
+        # the real server must be LOOKING before the played votes reach it (a FOLLOWING server only answers them):
+        # it says so to every peer as it starts an election, with a round above the one it last decided in
+        while True:
+            n = await self.links[j].recv(REPLY_TIMEOUT * 3)
+            if n.state == 0 and n.election_epoch > self.round:
+                break
+        self.round = n.election_epoch
+        follower = next(s for s in self.links if s != j)
+        z = self.zk_id[j]
+        epoch = after["acceptedEpoch"][j - 1]
+        self.links[j].send("LEADING", z, 0, self.round, epoch, self.config)
+        self.links[follower].send("FOLLOWING", z, 0, self.round, epoch, self.config)
+        self.leader = j
+        self.queue[j] = []
+        self.quorum = await self.leaders[j].learner(REPLY_TIMEOUT * 3)
+        await self._expect([m for m in after["msgs"][self.sut - 1][j - 1]], "BecomeFollower")
+
+    async def _take(self, action: str, j: int, before: dict, after: dict) -> None:
+        if self.quorum is None or self.leader != j:
+            raise _Departure(f"no quorum connection to the played leader {j}")
+        head = (self.queue.get(j) or [None])[0]
+        if head is None:
+            raise _Departure(f"the spec takes a message from {j}, none was queued")
+        self.queue[j].pop(0)
+        if head["type"] == "SNAP":
+            raise _Stop("a SNAP is not played yet (the data tree it carries, in ZooKeeper's format)")
+        if head["type"] == "TRUNC":
+            raise _Stop("a TRUNC is not played yet")
+        data: bytes | None = None
+        if head["type"] == "LEADERINFO":
+            data = (0x10000).to_bytes(4, "big")
+        elif head["type"] == "NEWLEADER":
+            data = self.config.encode()
+        elif head["type"] == "PROPOSAL":
+            z = zxid_of(head["zxid"])
+            data = txn_create(z, f"/zabref-{head['zxid'][0]}-{head['zxid'][1]}", str(head["data"]).encode(),
+                              time_ms=int(time.time() * 1000))
+        self.quorum.send(head["type"], zxid_of(head["zxid"]), data)
+        if head["type"] in ("PROPOSAL", "COMMIT"):
+            self.leaders[j].zxid = max(self.leaders[j].zxid, zxid_of(head["zxid"]))
+        new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]
+        await self._expect(new, action)
+        if head["type"] == "COMMIT":
+            await self._applied(after)
+
+    async def _expect(self, expected: list[dict[str, Any]], action: str) -> None:
+        """Read what the real server sends until it has sent ``expected`` (in order); decided extras are noted."""
+        assert self.quorum is not None
+        for m in expected:
+            while True:
+                name, got = await self.quorum.recv(REPLY_TIMEOUT)
+                if (action, name) in DECIDED and not (name == m["type"] and got.zxid == zxid_of(m["zxid"])):
+                    self.outcome.decided.append(f"{action}: {name} 0x{got.zxid & (1 << 64) - 1:x}")
+                    continue
+                break
+            if name != m["type"] or got.zxid != zxid_of(m["zxid"]):
+                raise _Departure(f"the spec sends {m['type']} zxid {m['zxid']}; ZooKeeper sent {name} "
+                                 f"0x{got.zxid & (1 << 64) - 1:x}")
+            fields = decode_data(got.type, got.data, False, name)
+            if name == "FOLLOWERINFO" and fields.get("sid") != self.zk_id[self.sut]:
+                raise _Departure(f"FOLLOWERINFO names server {fields.get('sid')}")
+            if name == "ACKEPOCH" and fields.get("currentEpoch") != m["data"]:
+                raise _Departure(f"ACKEPOCH says currentEpoch {fields.get('currentEpoch')}, the spec {m['data']}")
+        if (action, "ACK") in DECIDED:  # the extra comes after the spec's messages, if any: take it now
+            try:
+                name, got = await self.quorum.recv(1.0)
+                self.outcome.decided.append(f"{action}: {name} 0x{got.zxid & (1 << 64) - 1:x}")
+            except TimeoutError:
+                pass
+
+    async def _applied(self, after: dict) -> None:
+        k = after["lastCommitted"][self.sut - 1]
+        want = zxid_of(after["history"][self.sut - 1][k - 1]["zxid"]) if k else 0
+        seen = None
+        for _ in range(50):
+            seen = int(_srvr(self.e.member(1).client_port).get("Zxid", "0x-1"), 16)
+            if seen == want:
+                return
+            await asyncio.sleep(0.1)
+        raise _Departure(f"applied up to 0x{seen:x}, the spec's lastCommitted is 0x{want:x}")
+
+    async def _timeout(self) -> None:
+        if self.quorum is not None:
+            self.quorum.close()
+            self.quorum = None
+        if self.leader is not None:
+            self.queue[self.leader] = []
+        self.leader = None
+
+    async def _crash(self) -> None:
+        self.e.kill(1)
+        self.quorum, self.leader = None, None
+        self.queue = {}
+        self.e.start_server(1)
+        self.round = 0  # a new process starts its elections at round 1 again
+        await self._dial()
+
+    def _compare_files(self, after: dict) -> None:
+        i = self.sut - 1
+        data = self.e.data_dir(1)
+        epochs = read_epochs(data)
+        for name in ("acceptedEpoch", "currentEpoch"):
+            have = epochs[name] or 0
+            if have != after[name][i]:
+                raise _Departure(f"{name} on disk is {have}, the spec's {after[name][i]}")
+        logged = [r.txn["zxid"] for p in log_files(data) for r in read_txn_log(p).records]
+        spec = [zxid_of(t["zxid"]) for t in after["history"][i]]
+        if logged != spec:
+            raise _Departure(f"the txnlog holds {[hex(z) for z in logged]}, the spec's history "
+                             f"{[hex(z) for z in spec]}")
+
+
+def _srvr(port: int) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in four_letter(port, "srvr").splitlines() if ": " in line)
+
+
+def trace_name(trace: Trace) -> str:
+    return trace.header.covers[0] if trace.header.covers else "trace"
+
+
+async def _replay(trace: Trace, ensemble: ZkEnsemble, sut: int) -> Outcome:
+    r = _Replay(trace, ensemble, sut)
+    try:
+        await r.start()
+        return await r.run()
+    finally:
+        await r.close()
+
+
+def replay_follower(trace: Trace, folder: Path, base_port: int, *, timeout: float = 120.0,
+                    distribution: Any = None) -> Outcome:
+    """Replay ``trace`` with a new ZooKeeper server 1 (files under ``folder``) as its first follower."""
+    sut = sut_of(trace)
+    if sut is None:
+        return Outcome(trace_name(trace), len(trace.steps) - 1, 0, "stopped", 1, trace.steps[1].action,
+                       "no server follows in this trace")
+    e = ZkEnsemble(folder, base_port, len(trace.steps[0].state["state"]), tick_time_ms=200, heap_mb=256,
+                   distribution=distribution)
+    try:
+        e.start_server(1)
+        return asyncio.run(asyncio.wait_for(_replay(trace, e, sut), timeout))
+    finally:
+        e.stop()
+
+
+def run_traces(paths: list[Path], version: str, work: Path, echo: Any = print) -> list[Outcome]:
+    """Replay each trace file against a new ZooKeeper ``version`` server, one at a time; a line per trace."""
+    from conformance.graph.traces import read_trace  # noqa: PLC0415 -- the trace reader pulls in the pipeline
+    from conformance.zk.versions import resolve  # noqa: PLC0415 -- fetches a version on first use
+    from zabref.net.ports import find_free_base_port, release_base_port  # noqa: PLC0415
+
+    dist = resolve(version, echo=echo)
+    out = []
+    for k, path in enumerate(paths):
+        trace = read_trace(path)
+        base = find_free_base_port(3)
+        try:
+            o = replay_follower(trace, work / f"{k:05d}", base, distribution=dist)
+        finally:
+            release_base_port(base)
+        o.trace = path.name
+        if o.verdict != "departed":  # a departure's files stay for reading; the others' go
+            shutil.rmtree(work / f"{k:05d}", ignore_errors=True)
+        echo(f"{o.verdict.upper():<8} {path.name}: {o.line()}")
+        out.append(o)
+    return out
+
+
+def summary(outcomes: list[Outcome], version: str) -> str:
+    """One line: how many traces were followed, stopped and departed, and the steps carried out of all."""
+    count = {v: sum(1 for o in outcomes if o.verdict == v) for v in ("followed", "stopped", "departed")}
+    done, steps = sum(o.done for o in outcomes), sum(o.steps for o in outcomes)
+    return (f"conform --system zookeeper@{version}: traces={len(outcomes)} followed={count['followed']} "
+            f"stopped={count['stopped']} departed={count['departed']} steps={done}/{steps}")
