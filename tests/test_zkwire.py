@@ -116,3 +116,24 @@ def test_values_no_form_holds_are_refused_when_written() -> None:
         zkwire.encode_notification(ZkNotification(0, 1, 0, 1, 1, 1, "server.1=x"))
     with pytest.raises(ValueError, match="address text is 0 bytes"):
         zkwire.encode_initial(Initial(1, zkwire.PROTOCOL_V1, ()))
+
+
+@given(st.binary(max_size=300), st.sampled_from(["quorum", "initial", "notification"]))
+def test_any_bytes_give_a_value_short_or_a_codec_error_and_nothing_else(data, kind) -> None:
+    """What a stranger or a garbled stream sends: every reader ends in a value, `Short` (more bytes needed) or a
+    CodecError naming an offset inside the bytes it was given; a value read back is re-encoded to the same bytes."""
+    read = {"quorum": zkwire.read_quorum_packet, "initial": zkwire.read_initial,
+            "notification": zkwire.read_notification}[kind]
+    cur = Cursor(data, "fuzz")
+    try:
+        value = read(cur)
+    except Short:
+        return
+    except CodecError as e:
+        assert 0 <= e.offset <= len(data) and e.what == "fuzz"
+        return
+    encode = {"quorum": lambda v: zkwire.encode_quorum_packet(v), "initial": zkwire.encode_initial,
+              "notification": zkwire.encode_notification}[kind]
+    if kind == "quorum" and not value.authinfo and data[cur.pos - 4: cur.pos] == I32.pack(0):
+        return  # an empty authinfo vector is written null (-1): the one form with two spellings
+    assert encode(value) == data[: cur.pos]
