@@ -159,11 +159,17 @@ def test_spec_traces_drive_a_real_zookeeper_follower_step_by_step(tmp_path, zk38
     o = _replay(read_trace(REGRESSION / "join-established-leader.jsonl.gz"), tmp_path / "a")
     assert (o.verdict, o.done, o.steps) == ("followed", 15, 15), o.line()
     # UPTODATE (ZooKeeper's extra ACK of it, decided), a proposal logged and acknowledged, the leader's crash, the
-    # follower's timeout; then the server under test is to lead, which the driver does not play yet
+    # follower's timeout; then the real server leads, a played follower joins, and the proposal survives
     fig3 = read_trace(REGRESSION / "fig3-committed-survives-leader-crash.jsonl.gz")
     o = _replay(fig3, tmp_path / "b")
-    assert (o.verdict, o.done, o.at, o.action) == ("stopped", 15, 16, "BecomeLeader"), o.line()
-    assert o.decided == ["FollowerProcessUPTODATE: ACK 0x100000000"] and "leads" in o.why
+    assert (o.verdict, o.done) == ("followed", 22), o.line()
+    assert o.decided == ["FollowerProcessUPTODATE: ACK 0x100000000"]
+    # the real server crashes, leads, and sends a stale follower the TRUNC the spec's leader sends
+    o = _replay(read_trace(REGRESSION / "sync-trunc.jsonl.gz"), tmp_path / "c")
+    assert (o.verdict, o.done) == ("followed", 24), o.line()
+    # a client request to the real leader is not driven yet: the replay stops there, saying so
+    o = _replay(read_trace(REGRESSION / "sync-snap.jsonl.gz"), tmp_path / "d")
+    assert (o.verdict, o.at, o.action) == ("stopped", 19, "ClientRequest") and "not driven yet" in o.why, o.line()
 
 
 @pytest.mark.slow
@@ -194,6 +200,15 @@ def test_a_real_zookeeper_that_does_otherwise_than_the_trace_is_a_departure_at_t
         o = _replay(_mutated(fig3, index, change), tmp_path / f"{index}-{change.__name__}")
         assert (o.verdict, o.at, o.done) == ("departed", index, index - 1), o.line()
         assert why in o.why, o.line()
+    # the real server as leader: the spec's leader would send a DIFF where ZooKeeper sends TRUNC (step 20,
+    # LeaderProcessACKEPOCH, in sync-trunc)
+
+    def diff_not_trunc(state):
+        state["msgs"][0][1][0]["type"] = "DIFF"
+
+    o = _replay(_mutated(read_trace(REGRESSION / "sync-trunc.jsonl.gz"), 20, diff_not_trunc), tmp_path / "trunc")
+    assert (o.verdict, o.at) == ("departed", 20), o.line()
+    assert "the spec sends DIFF zxid [0, 0]; ZooKeeper sent TRUNC" in o.why, o.line()
 
 
 def test_a_trace_in_which_no_server_follows_stops_before_any_server_runs(tmp_path) -> None:
@@ -202,6 +217,7 @@ def test_a_trace_in_which_no_server_follows_stops_before_any_server_runs(tmp_pat
 
     fle = read_trace(REGRESSION / "fle-split-vote-better-vote-ends-finalize.jsonl.gz")
     assert sut_of(fle) is None
+    assert sut_of(read_trace(REGRESSION / "sync-trunc.jsonl.gz")) == 1  # the first that follows (later it leads)
     o = replay_follower(fle, tmp_path / "zk", 10000)
     assert (o.verdict, o.at, o.done) == ("stopped", 1, 0) and "no server follows" in o.why
     assert not (tmp_path / "zk").exists()

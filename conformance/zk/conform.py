@@ -1,39 +1,49 @@
-"""A spec trace replayed against one real ZooKeeper server as a follower, the other servers played (issue 37).
+"""A spec trace replayed against one real ZooKeeper server, the other servers played (issue 37).
 
 Theory of operation
 -------------------
-The server under test (SUT) is the trace's server that follows: the first ``i`` of a ``BecomeFollower(i, j)``. It
-runs as ZooKeeper server 1 of a 3-server configuration; the trace's other servers become 2 and 3 in order (Zab.tla's
-servers are symmetric, so renaming them keeps the behaviour) and are played through `conformance.zk.played`: each
-listens on its quorum port as a possible leader and has an election link dialed to the real server.
+The server under test (SUT) is the trace's first server that follows (a ``BecomeFollower(i, j)``), else its first
+that leads. It runs as ZooKeeper server 1 of a 3-server configuration; the trace's other servers become 2 and 3 in
+order (Zab.tla's servers are symmetric, so renaming them keeps the behaviour) and are played through
+`conformance.zk.played`: each listens on its quorum port as a possible leader, has an election link dialed to the
+real server, and connects to the real server's quorum port when it follows it.
 
 Each step of the trace is one of three kinds:
 
-* **a played server's step** (BecomeLeader, ClientRequest, Leader*, a played follower's steps): nothing reaches the
-  real server. The messages the step adds to a channel toward the SUT (``msgs[j][sut]`` in the spec's state) are
-  queued, written as ZooKeeper writes them (zxid ``[e, c]`` is ``e << 32 | c``; a PROPOSAL's data is a create of
-  ``/zabref-<e>-<c>`` holding the value; LEADERINFO's data the protocol version; NEWLEADER's the configuration);
-* **a step of the SUT that takes a message** (``FollowerProcess<TYPE>(sut, j)``): the head of the queue from ``j``
-  is written to the real server, and what it sends back is read until it has sent the messages the spec's step adds
-  to ``msgs[sut][j]`` (type and zxid; a FOLLOWERINFO's sid, an ACKEPOCH's epoch). Then its files are compared with
-  the spec's next state: acceptedEpoch and currentEpoch, the zxids its transaction log holds against ``history``,
-  and after a COMMIT the last zxid it applied (``srvr``) against ``lastCommitted``;
+* **a played server's step** (BecomeLeader, ClientRequest and Leader* of a played leader; a played follower's
+  steps): nothing reaches the real server. The messages the step adds to a channel toward the SUT (``msgs[j][sut]``
+  in the spec's state) are queued, written as ZooKeeper writes them (zxid ``[e, c]`` is ``e << 32 | c``; a
+  PROPOSAL's data is a create of ``/zabref-<e>-<c>`` holding the value; LEADERINFO's data the protocol version;
+  NEWLEADER's the configuration; FOLLOWERINFO's a LearnerInfo; ACKEPOCH's the epoch). A played follower that has
+  taken UPTODATE sends the real leader a PING every 100 ms, as a learner answers its leader's;
+* **a step of the SUT that takes a message** (``FollowerProcess<TYPE>(sut, j)``, or as leader
+  ``LeaderProcess<TYPE>(sut, j)``): the head of the queue from ``j`` is written to the real server, and what it
+  sends back on that connection is read until it has sent the messages the spec's step adds toward ``j`` (type and
+  zxid; a FOLLOWERINFO's sid, an ACKEPOCH's epoch; not UPTODATE's zxid, which no receiver reads: `ZXID_UNREAD`).
+  Then its files must reach the spec's next state within `SETTLE` seconds (its threads may finish a step's writes
+  after its messages; a step whose files lagged is noted): acceptedEpoch and currentEpoch, the zxids its
+  transaction log holds against ``history``, and after a COMMIT the last zxid it applied (``srvr``) against
+  ``lastCommitted``;
 * **a step of the SUT driven from outside**: BecomeFollower (the played leader's LEADING notification and a played
-  follower's FOLLOWING one decide the real server's election; it then connects and sends FOLLOWERINFO),
-  FollowerTimeout (the played leader stops its PINGs and closes the connection; the real server goes back to
-  LOOKING), Crash (kill -9, and a new process on the same files).
+  follower's FOLLOWING one decide its election; it then connects and sends FOLLOWERINFO), BecomeLeader (both played
+  servers vote for it with its own zxid and epoch; a LOOKING vote's answer says it decided LEADING), FollowerTimeout
+  (its leader's connection is closed), LeaderTimeout (its followers' connections are closed; its LOOKING
+  notification of a new round says it gave up), Crash (kill -9, and a new process on the same files). Before an
+  election the driver waits for the real server's own LOOKING notification of a new round: a server that is not
+  LOOKING only answers votes.
 
 A message the real server sends that the spec's step does not, and one the spec sends that it does not, is a
 departure, reported with the step's index, action and what was expected and seen -- unless it is one decided in
 `DECIDED` (ZooKeeper's follower acknowledges UPTODATE; the spec's follower does not, and its leader would ignore the
-ACK). A step the driver cannot force yet (the SUT leading, a SNAP, whose data tree would have to be written in
-ZooKeeper's format, a TRUNC) ends the replay as *stopped*, with the step and why: the traces that stop say what the
-driver still lacks. Every wait is bounded.
+ACK). A step the driver cannot force yet (a SNAP to the SUT, whose data tree would have to be written in ZooKeeper's
+format; a client request to the SUT as leader) ends the replay as *stopped*, with the step and why: the traces that
+stop say what the driver still lacks. Every wait is bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -41,11 +51,13 @@ from pathlib import Path
 from typing import Any
 
 from conformance.graph.traces import Trace
+from conformance.zk import WireError
 from conformance.zk.disk import log_files, read_epochs, read_txn_log
 from conformance.zk.ensemble import ZkEnsemble, four_letter
 from conformance.zk.payloads import decode_data
-from conformance.zk.played import ElectionLink, PlayedLeader, QuorumLink, newleader_config, txn_create
-from zabref.net import zkwire
+from conformance.zk.played import (LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config,
+                                   txn_create)
+from zabref.net.zkwire import ZkNotification
 
 __all__ = ["Outcome", "DECIDED", "sut_of", "replay_follower", "zxid_of", "run_traces", "summary"]
 
@@ -53,11 +65,19 @@ __all__ = ["Outcome", "DECIDED", "sut_of", "replay_follower", "zxid_of", "run_tr
 DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLeader acknowledges UPTODATE with the "
                                                "new epoch's zxid; the spec's follower sends nothing, and a leader "
                                                "past NEWLEADER's quorum ignores the ACK"}
+#: Packets whose zxid the receiver does not read, so that it is not compared: UPTODATE (ZooKeeper's leader sends -1,
+#: the spec's its last zxid; Learner.syncWithLeader reads only the type).
+ZXID_UNREAD = {"UPTODATE"}
+#: The SUT's steps, as leader, that take one message from a played follower.
+LEADER_TAKES = ("LeaderProcessFOLLOWERINFO", "LeaderProcessACKEPOCH", "LeaderProcessACKNEWLEADER", "LeaderProcessACK")
+STATE_LEADING = 2
 #: The SUT's steps that take one message from the leader's channel.
 TAKES = ("FollowerProcessLEADERINFO", "FollowerProcessDIFF", "FollowerProcessSNAP", "FollowerProcessTRUNC", "FollowerProcessNEWLEADER", "FollowerProcessUPTODATE",
          "FollowerProcessPROPOSAL", "FollowerProcessCOMMIT", "FollowerProcessPROPOSALInSync",
          "FollowerProcessCOMMITInSync")
 REPLY_TIMEOUT = 10.0
+#: How long the real server's files may take to reach the spec's next state after its step's messages.
+SETTLE = 2.0
 
 
 @dataclass
@@ -73,6 +93,7 @@ class Outcome:
     action: str | None = None
     why: str = ""
     decided: list[str] = field(default_factory=list)
+    lagged: list[str] = field(default_factory=list)  # steps whose files reached the spec's state late (`SETTLE`)
 
     def line(self) -> str:
         where = "" if self.at is None else f" at step {self.at} ({self.action})"
@@ -92,10 +113,11 @@ def zxid_of(z: list[int]) -> int:
 
 
 def sut_of(trace: Trace) -> int | None:
-    """The trace's server under test: the first that follows; None if none does."""
-    for step in trace.steps[1:]:
-        if step.action == "BecomeFollower":
-            return int(step.params["i"])
+    """The trace's server under test: the first that follows, else the first that leads; None if none does."""
+    for action in ("BecomeFollower", "BecomeLeader"):
+        for step in trace.steps[1:]:
+            if step.action == action:
+                return int(step.params["i"])
     return None
 
 
@@ -111,6 +133,11 @@ class _Replay:
         self.leader: int | None = None  # the played leader the SUT follows (trace server)
         self.queue: dict[int, list[dict[str, Any]]] = {}  # trace server j -> messages j -> sut not yet written
         self.round = 0  # the real server's last election round the driver decided
+        self.leading = False  # the real server decided LEADING (the driver plays its followers)
+        self.learners: dict[int, QuorumLink] = {}  # played followers' connections to the real leader
+        self.queue_to_sut: dict[int, list[dict[str, Any]]] = {}  # played follower j -> messages to the leader
+        self.tasks: list[asyncio.Task[None]] = []
+        self.pending: set[int] = set()  # played servers following the real server before it decided to lead
         self.outcome = Outcome(trace_name(trace), len(trace.steps) - 1)
 
     # -------------------------------------------------------------------------------------------- set-up
@@ -139,7 +166,10 @@ class _Replay:
                 raise _Stop(f"ZooKeeper server 1 never listened on its election port {zk.election_port}")
 
     async def close(self) -> None:
-        for link in self.links.values():
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for link in [*self.links.values(), *self.learners.values()]:
             link.close()
         if self.quorum is not None:
             self.quorum.close()
@@ -160,7 +190,7 @@ class _Replay:
             except _Departure as e:
                 self._end("departed", k, step.action, str(e))
                 return self.outcome
-            except (TimeoutError, ConnectionError) as e:
+            except (TimeoutError, ConnectionError, WireError) as e:
                 self._end("departed", k, step.action, f"{type(e).__name__}: {e}")
                 return self.outcome
             self.outcome.done = k
@@ -171,10 +201,11 @@ class _Replay:
 
     async def _step(self, action: str, p: dict[str, int], before: dict, after: dict) -> None:
         sut = self.sut
-        mine = p.get("i") == sut
-        if not mine:
-            if action in ("BecomeLeader", "LeaderTimeout") and p["i"] == sut:
-                raise _Stop("the server under test leads: the driver does not play followers yet")
+        if p.get("i") != sut:  # a played server's step
+            if action == "BecomeFollower" and p["j"] == sut:
+                await self._learner_joins(p["i"])
+            elif action == "FollowerProcessUPTODATE" and p["j"] == sut:
+                self._learner_pings(p["i"])
             self._queue(before, after)
             return
         if action == "BecomeFollower":
@@ -185,12 +216,123 @@ class _Replay:
             await self._timeout()
         elif action == "Crash":
             await self._crash()
-        elif action in ("BecomeLeader", "LeaderTimeout", "ClientRequest") or action.startswith("Leader"):
-            raise _Stop("the server under test leads: the driver does not play followers yet")
+        elif action == "BecomeLeader":
+            await self._become_leader(before)
+        elif action in LEADER_TAKES:
+            await self._leader_take(action, p["j"], before, after)
+        elif action == "LeaderTimeout":
+            await self._leader_timeout()
+        elif action == "ClientRequest":
+            raise _Stop("a client request to the real leader is not driven yet")
         else:
             raise _Stop(f"{action} of the server under test is not driven yet")
         self._queue(before, after, skip_from=sut)
-        self._compare_files(after)
+        await self._settle(action, after)
+
+    # -------------------------------------------------------------------------------------------- the leader role
+
+    async def _looking(self, via: int) -> ZkNotification:
+        """The real server's LOOKING notification of a round above the last one the driver decided (it is LOOKING)."""
+        while True:
+            n = await self.links[via].recv(REPLY_TIMEOUT * 3)
+            if n.state == 0 and n.election_epoch > self.round:
+                return n
+
+    async def _become_leader(self, before: dict) -> None:
+        """Both played servers vote for the real server, with its own zxid and epoch; it decides LEADING (after
+        FastLeaderElection's finalize wait), which a played LOOKING vote then gets back as its answer."""
+        i = self.sut - 1
+        history = before["history"][i]
+        zxid = zxid_of(history[-1]["zxid"]) if history else 0
+        voters = sorted(self.links)
+        n = await self._looking(voters[0])
+        self.round = n.election_epoch
+        for s in voters:
+            self.links[s].send("LOOKING", 1, zxid, self.round, before["currentEpoch"][i], self.config)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + REPLY_TIMEOUT
+        while loop.time() < end:
+            await asyncio.sleep(0.3)
+            self.links[voters[0]].send("LOOKING", 1, zxid, self.round, before["currentEpoch"][i], self.config)
+            try:
+                while True:
+                    answer = await self.links[voters[0]].recv(0.5)
+                    if answer.state == STATE_LEADING:
+                        self.leading = True
+                        for j in sorted(self.pending):  # played servers that chose to follow it before
+                            await self._connect_learner(j)
+                        return
+            except TimeoutError:
+                continue
+        raise _Departure(f"the real server did not decide LEADING within {REPLY_TIMEOUT} s of a quorum of votes")
+
+    async def _learner_joins(self, j: int) -> None:
+        """Played server j follows the real server: it connects to its quorum port (its FOLLOWERINFO is written when
+        the leader's step takes it); if the real server has not decided to lead yet, once it has."""
+        self.queue_to_sut[j] = []
+        if not self.leading:
+            self.pending.add(j)
+            return
+        await self._connect_learner(j)
+
+    async def _connect_learner(self, j: int) -> None:
+        z = self.zk_id[j]
+        for _ in range(50):
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.e.member(1).quorum_port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        else:
+            raise _Departure(f"the real leader does not accept connections on its quorum port")
+        old = self.learners.pop(j, None)
+        if old is not None:
+            old.close()
+        self.learners[j] = QuorumLink(reader, writer, f"quorum link {z} -> leader 1", from_leader=True)
+        self.pending.discard(j)
+
+    def _learner_pings(self, j: int) -> None:
+        """A synced played follower answers the real leader's PINGs in time: it sends one every 100 ms."""
+        link = self.learners.get(j)
+        if link is None:
+            return
+
+        async def ping() -> None:
+            while not link.writer.is_closing():
+                link.send("PING", 0, b"")
+                await asyncio.sleep(0.1)
+
+        self.tasks.append(asyncio.get_running_loop().create_task(ping()))
+
+    async def _leader_take(self, action: str, j: int, before: dict, after: dict) -> None:
+        link = self.learners.get(j)
+        if link is None:
+            raise _Departure(f"server {j} has no connection to the real leader")
+        head = (self.queue_to_sut.get(j) or [None])[0]
+        if head is None:
+            raise _Departure(f"the spec's leader takes a message from {j}, none was queued")
+        self.queue_to_sut[j].pop(0)
+        z = zxid_of(head["zxid"])
+        data: bytes | None = None
+        if head["type"] == "FOLLOWERINFO":
+            data = (self.zk_id[j].to_bytes(8, "big") + LEARNER_PROTOCOL.to_bytes(4, "big")
+                    + (0).to_bytes(8, "big"))
+        elif head["type"] == "ACKEPOCH":
+            data = int(head["data"]).to_bytes(4, "big", signed=True)
+        link.send(head["type"], z, data)
+        new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]
+        await self._expect(new, action, link)
+
+    async def _leader_timeout(self) -> None:
+        """The real leader loses its quorum: its followers' connections close (or none ever came); it goes back to
+        LOOKING, which its notification of a new round says."""
+        for link in self.learners.values():
+            link.close()
+        self.learners = {}
+        for task in self.tasks:
+            task.cancel()
+        self.leading = False
+        await self._looking(sorted(self.links)[0])
 
     def _queue(self, before: dict, after: dict, skip_from: int | None = None) -> None:
         """Messages a played server's step added to its channel toward the SUT."""
@@ -199,9 +341,11 @@ class _Replay:
             if j == self.sut or j == skip_from:
                 continue
             old, new = before["msgs"][j - 1][self.sut - 1], after["msgs"][j - 1][self.sut - 1]
-            consumed = 0  # a played step never takes from j -> sut, so the old messages are a prefix of the new
-            added = new[len(old) - consumed:]
-            self.queue.setdefault(j, []).extend(added)
+            added = new[len(old):]  # a played step never takes from j -> sut: the old messages are a prefix
+            if j in self.learners or j in self.pending:
+                self.queue_to_sut.setdefault(j, []).extend(added)
+            else:
+                self.queue.setdefault(j, []).extend(added)
 
     async def _become_follower(self, j: int, after: dict) -> None:
         if j not in self.leaders:
@@ -251,17 +395,19 @@ class _Replay:
         if head["type"] == "COMMIT":
             await self._applied(after)
 
-    async def _expect(self, expected: list[dict[str, Any]], action: str) -> None:
-        """Read what the real server sends until it has sent ``expected`` (in order); decided extras are noted."""
-        assert self.quorum is not None
+    async def _expect(self, expected: list[dict[str, Any]], action: str, link: QuorumLink | None = None) -> None:
+        """Read what the real server sends on ``link`` (default: to its leader) until it has sent ``expected`` (in
+        order); decided extras are noted."""
+        link = link or self.quorum
+        assert link is not None
         for m in expected:
             while True:
-                name, got = await self.quorum.recv(REPLY_TIMEOUT)
+                name, got = await link.recv(REPLY_TIMEOUT)
                 if (action, name) in DECIDED and not (name == m["type"] and got.zxid == zxid_of(m["zxid"])):
                     self.outcome.decided.append(f"{action}: {name} 0x{got.zxid & (1 << 64) - 1:x}")
                     continue
                 break
-            if name != m["type"] or got.zxid != zxid_of(m["zxid"]):
+            if name != m["type"] or (got.zxid != zxid_of(m["zxid"]) and name not in ZXID_UNREAD):
                 raise _Departure(f"the spec sends {m['type']} zxid {m['zxid']}; ZooKeeper sent {name} "
                                  f"0x{got.zxid & (1 << 64) - 1:x}")
             fields = decode_data(got.type, got.data, False, name)
@@ -271,7 +417,7 @@ class _Replay:
                 raise _Departure(f"ACKEPOCH says currentEpoch {fields.get('currentEpoch')}, the spec {m['data']}")
         if (action, "ACK") in DECIDED:  # the extra comes after the spec's messages, if any: take it now
             try:
-                name, got = await self.quorum.recv(1.0)
+                name, got = await link.recv(1.0)
                 self.outcome.decided.append(f"{action}: {name} 0x{got.zxid & (1 << 64) - 1:x}")
             except TimeoutError:
                 pass
@@ -299,9 +445,31 @@ class _Replay:
         self.e.kill(1)
         self.quorum, self.leader = None, None
         self.queue = {}
+        for link in self.learners.values():
+            link.close()
+        self.learners, self.queue_to_sut, self.leading = {}, {}, False
+        self.pending = set()
         self.e.start_server(1)
         self.round = 0  # a new process starts its elections at round 1 again
         await self._dial()
+
+    async def _settle(self, action: str, after: dict) -> None:
+        """The real server's files reach the spec's next state within `SETTLE` seconds (its threads finish a step's
+        writes after its messages: a leader's currentEpoch is written by its main thread while a LearnerHandler
+        already sends NEWLEADER); a step whose files lagged is noted in the outcome."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for attempt in itertools.count():
+            try:
+                self._compare_files(after)
+            except _Departure:
+                if loop.time() - start > SETTLE:
+                    raise
+                await asyncio.sleep(0.02)
+                continue
+            if attempt:
+                self.outcome.lagged.append(f"{action}: {1000 * (loop.time() - start):.0f} ms")
+            return
 
     def _compare_files(self, after: dict) -> None:
         i = self.sut - 1
@@ -342,6 +510,8 @@ def replay_follower(trace: Trace, folder: Path, base_port: int, *, timeout: floa
     if sut is None:
         return Outcome(trace_name(trace), len(trace.steps) - 1, 0, "stopped", 1, trace.steps[1].action,
                        "no server follows in this trace")
+    if Path(folder).exists() and any(Path(folder).iterdir()):
+        raise ValueError(f"{folder}: not empty (a server under test starts from empty files)")
     e = ZkEnsemble(folder, base_port, len(trace.steps[0].state["state"]), tick_time_ms=200, heap_mb=256,
                    distribution=distribution)
     try:
@@ -358,6 +528,7 @@ def run_traces(paths: list[Path], version: str, work: Path, echo: Any = print) -
     from zabref.net.ports import find_free_base_port, release_base_port  # noqa: PLC0415
 
     dist = resolve(version, echo=echo)
+    shutil.rmtree(work, ignore_errors=True)  # a former run's kept files would be the new servers' data
     out = []
     for k, path in enumerate(paths):
         trace = read_trace(path)

@@ -30,6 +30,7 @@ import struct
 
 from conformance.zk import WireError
 from conformance.zk.ports import ZkServer
+from conformance.zk.snapshot import read_snapshot
 from conformance.zk.stream import Cursor
 from zabref.core import jute
 from zabref.net import zkwire
@@ -97,7 +98,16 @@ class ElectionLink(_Link):
 
 
 class QuorumLink(_Link):
-    """A learner's quorum connection, seen from the played leader."""
+    """A quorum connection between a played server and the real one. Read from a real leader (``from_leader``), a
+    SNAP is followed by the data tree, outside any packet: `recv` reads past it and keeps what it holds in
+    ``snapshot`` (`conformance.zk.snapshot`)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, where: str, *,
+                 from_leader: bool = False) -> None:
+        super().__init__(reader, writer, where)
+        self.from_leader = from_leader
+        self.snapshot: dict | None = None
+        self._tree_next = False
 
     def send(self, ptype: str, zxid: int, data: bytes | None = None) -> None:
         number = next(k for k, v in zkwire.PACKET_TYPES.items() if v == ptype)
@@ -109,8 +119,12 @@ class QuorumLink(_Link):
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         while True:
+            if self._tree_next:
+                self.snapshot = await self._next(read_snapshot, max(end - loop.time(), 0.0))
+                self._tree_next = False
             p = await self._next(zkwire.read_quorum_packet, max(end - loop.time(), 0.0))
             name = zkwire.PACKET_TYPES[p.type]
+            self._tree_next = self.from_leader and name == "SNAP"
             if not (skip_pings and name == "PING"):
                 return name, p
 
