@@ -497,7 +497,11 @@ def trace_name(trace: Trace) -> str:
 async def _replay(trace: Trace, ensemble: ZkEnsemble, sut: int) -> Outcome:
     r = _Replay(trace, ensemble, sut)
     try:
-        await r.start()
+        try:
+            await r.start()
+        except _Stop as e:
+            r._end("stopped", 0, "Init", str(e))
+            return r.outcome
         return await r.run()
     finally:
         await r.close()
