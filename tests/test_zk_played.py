@@ -167,9 +167,16 @@ def test_spec_traces_drive_a_real_zookeeper_follower_step_by_step(tmp_path, zk38
     # the real server crashes, leads, and sends a stale follower the TRUNC the spec's leader sends
     o = _replay(read_trace(REGRESSION / "sync-trunc.jsonl.gz"), tmp_path / "c")
     assert (o.verdict, o.done) == ("followed", 24), o.line()
-    # a client request to the real leader is not driven yet: the replay stops there, saying so
-    o = _replay(read_trace(REGRESSION / "sync-snap.jsonl.gz"), tmp_path / "d")
-    assert (o.verdict, o.at, o.action) == ("stopped", 19, "ClientRequest") and "not driven yet" in o.why, o.line()
+    # client requests to the real leader (a local session): its PROPOSALs and COMMITs to the played followers
+    o = _replay(read_trace(REGRESSION / "sync-trunc-then-proposals.jsonl.gz"), tmp_path / "d")
+    assert (o.verdict, o.done) == ("followed", 32), o.line()
+    # a SNAP to the real follower is not played yet: the replay stops there, saying so (fig3's DIFF made a SNAP)
+
+    def snap(state):
+        state["msgs"][1][0][0]["type"] = "SNAP"
+
+    o = _replay(_mutated(fig3, 5, snap), tmp_path / "e")
+    assert (o.verdict, o.at, o.done) == ("stopped", 6, 5) and "a SNAP is not played yet" in o.why, o.line()
 
 
 @pytest.mark.slow

@@ -373,6 +373,7 @@ class Relayed:
     knock: Knock
     handshake: bytes
     answer: bytes
+    late: bool = False  # the answer reached the live server ``timeout`` or more after the connection opened
 
 
 async def relay(dialer_reader: asyncio.StreamReader, dialer_writer: asyncio.StreamWriter, host: str, port: int,
@@ -383,6 +384,8 @@ async def relay(dialer_reader: asyncio.StreamReader, dialer_writer: asyncio.Stre
     body = await _frame(dialer_reader, 16, timeout)
     if body is None:
         return None
+    loop = asyncio.get_running_loop()
+    opened = loop.time()
     reader, writer, address = await _open(host, port, tls, timeout, source)
     try:
         writer.write(wire.frame(body))
@@ -394,8 +397,9 @@ async def relay(dialer_reader: asyncio.StreamReader, dialer_writer: asyncio.Stre
         if answer is None:
             return None
         writer.write(wire.frame(answer))
+        late = loop.time() - opened >= timeout
         proof = await _frame(reader, MAC, timeout)
-        return Relayed(Knock(address, proof is None, proof or b""), body, answer)
+        return Relayed(Knock(address, proof is None, proof or b""), body, answer, late)
     finally:
         writer.close()
 

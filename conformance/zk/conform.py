@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -78,6 +79,10 @@ TAKES = ("FollowerProcessLEADERINFO", "FollowerProcessDIFF", "FollowerProcessSNA
 REPLY_TIMEOUT = 10.0
 #: How long the real server's files may take to reach the spec's next state after its step's messages.
 SETTLE = 2.0
+#: The real server's initLimit and syncLimit, in ticks of 200 ms: 5 s each, so that a loaded machine (the test
+#: command's workers beside it) does not make it give up between two steps; a LeaderTimeout with no follower waits
+#: for the real leader's own initLimit.
+INIT_LIMIT = SYNC_LIMIT = 25
 
 
 @dataclass
@@ -138,6 +143,7 @@ class _Replay:
         self.queue_to_sut: dict[int, list[dict[str, Any]]] = {}  # played follower j -> messages to the leader
         self.tasks: list[asyncio.Task[None]] = []
         self.pending: set[int] = set()  # played servers following the real server before it decided to lead
+        self.client: Any = None  # a kazoo client of the real leader (`_client_request`)
         self.outcome = Outcome(trace_name(trace), len(trace.steps) - 1)
 
     # -------------------------------------------------------------------------------------------- set-up
@@ -166,6 +172,7 @@ class _Replay:
                 raise _Stop(f"ZooKeeper server 1 never listened on its election port {zk.election_port}")
 
     async def close(self) -> None:
+        await asyncio.to_thread(self._stop_client)
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -223,7 +230,7 @@ class _Replay:
         elif action == "LeaderTimeout":
             await self._leader_timeout()
         elif action == "ClientRequest":
-            raise _Stop("a client request to the real leader is not driven yet")
+            await self._client_request(before, after)
         else:
             raise _Stop(f"{action} of the server under test is not driven yet")
         self._queue(before, after, skip_from=sut)
@@ -322,6 +329,30 @@ class _Replay:
         link.send(head["type"], z, data)
         new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]
         await self._expect(new, action, link)
+
+    async def _client_request(self, before: dict, after: dict) -> None:
+        """A client's create reaches the real leader (a local session: no createSession proposal; the request is
+        not waited for, its commit comes with the leader's later steps); the PROPOSALs it sends its followers are
+        compared with the spec's."""
+        if not self.leading:
+            raise _Departure("a client request to the server under test, which does not lead")
+        entry = after["history"][self.sut - 1][-1]
+        if self.client is None:
+            from kazoo.client import KazooClient  # noqa: PLC0415 -- optional: the dev extra
+
+            logging.getLogger("kazoo").setLevel(logging.ERROR)
+            self.client = KazooClient(hosts=f"127.0.0.1:{self.e.member(1).client_port}", timeout=REPLY_TIMEOUT)
+            await asyncio.to_thread(self.client.start, REPLY_TIMEOUT)
+        self.client.create_async(f"/zabref-{entry['zxid'][0]}-{entry['zxid'][1]}", str(entry["value"]).encode())
+        for j, link in sorted(self.learners.items()):
+            new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]
+            await self._expect(new, "ClientRequest", link)
+
+    def _stop_client(self) -> None:
+        if self.client is not None:
+            client, self.client = self.client, None
+            client.stop()
+            client.close()
 
     async def _leader_timeout(self) -> None:
         """The real leader loses its quorum: its followers' connections close (or none ever came); it goes back to
@@ -443,6 +474,7 @@ class _Replay:
 
     async def _crash(self) -> None:
         self.e.kill(1)
+        await asyncio.to_thread(self._stop_client)
         self.quorum, self.leader = None, None
         self.queue = {}
         for link in self.learners.values():
@@ -517,7 +549,8 @@ def replay_follower(trace: Trace, folder: Path, base_port: int, *, timeout: floa
     if Path(folder).exists() and any(Path(folder).iterdir()):
         raise ValueError(f"{folder}: not empty (a server under test starts from empty files)")
     e = ZkEnsemble(folder, base_port, len(trace.steps[0].state["state"]), tick_time_ms=200, heap_mb=256,
-                   distribution=distribution)
+                   distribution=distribution, extra_config=("localSessionsEnabled=true",), init_limit=INIT_LIMIT,
+                   sync_limit=SYNC_LIMIT)
     try:
         e.start_server(1)
         return asyncio.run(asyncio.wait_for(_replay(trace, e, sut), timeout))

@@ -101,13 +101,13 @@ class ZkEnsemble:
                  classpath: str | None = None, tick_time_ms: int = TICK_TIME_MS, heap_mb: int = 1024, *,
                  distribution: Distribution | None = None, init_limit: int = 10, sync_limit: int = 5,
                  peers: dict[int, dict[int, tuple[int, int]]] | None = None, power_loss: bool = False,
-                 writeback: float | None = 30.0, force_sync: bool = True) -> None:
+                 writeback: float | None = 30.0, force_sync: bool = True, extra_config: tuple[str, ...] = ()) -> None:
         """``peers[i][j]``: the (quorum, election) ports at which server i reaches server j (a proxy's); None: direct.
         ``distribution`` (or a ``classpath``; neither: Debian's 3.8.0) says which ZooKeeper runs. ``power_loss``:
         each server's dataDir is a `conformance.zk.powercut` mount (``<sid>/data``, its files in
         ``<sid>/.backing``), and every `kill` is a power cut: what the server never fsynced in the last ``writeback``
         seconds is gone (None: whatever it never fsynced). ``force_sync``: zoo.cfg's
-        forceSync (no: ZooKeeper ACKs before its log reaches the disk)."""
+        forceSync (no: ZooKeeper ACKs before its log reaches the disk). ``extra_config``: more zoo.cfg lines."""
         if servers < 1:
             raise ZkEnsembleError(f"an ensemble needs at least one server, not {servers}")
         self.folder = Path(folder)
@@ -124,6 +124,7 @@ class ZkEnsemble:
         self.power_loss = power_loss
         self.writeback = writeback
         self.force_sync = force_sync
+        self.extra_config = tuple(extra_config)
         self.mounts: dict[int, PowerCutMount] = {}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.paused: set[int] = set()
@@ -168,6 +169,7 @@ class ZkEnsemble:
         cfg = d / "zoo.cfg"
         cfg.write_text(render_zoo_cfg(me, self.members, data.resolve(), self.tick_time_ms, init_limit=self.init_limit,
                                       sync_limit=self.sync_limit, force_sync=self.force_sync,
+                                      extra=self.extra_config,
                                       peers=None if self.peers is None else self.peers[sid]))
         args = java_command(self.distribution, d, cfg.resolve(), self.heap_mb)
         with open(d / "console.log", "ab") as out:

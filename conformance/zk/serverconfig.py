@@ -40,9 +40,10 @@ TICK_TIME_MS = 2000
 
 def render_zoo_cfg(me: ZkServer, members: list[ZkServer], data_dir: Path, tick_time_ms: int = TICK_TIME_MS, *,
                    init_limit: int = 10, sync_limit: int = 5, force_sync: bool = True,
-                   peers: dict[int, tuple[int, int]] | None = None) -> str:
+                   peers: dict[int, tuple[int, int]] | None = None, extra: tuple[str, ...] = ()) -> str:
     """The text of ``zoo.cfg`` for server ``me`` of ``members``; ``peers``: member id -> (quorum, election) port at
-    which ``me`` reaches it through the proxy (None: every member at its real ports)."""
+    which ``me`` reaches it through the proxy (None: every member at its real ports); ``extra``: more ``key=value``
+    lines (configuration only)."""
     lines = [
         f"tickTime={tick_time_ms}",
         f"initLimit={init_limit}",
@@ -56,6 +57,7 @@ def render_zoo_cfg(me: ZkServer, members: list[ZkServer], data_dir: Path, tick_t
         "maxClientCnxns=0",
         "autopurge.purgeInterval=0",
     ]
+    lines += extra
     if peers is not None:
         lines.append("reconfigEnabled=false")
     for m in members:
