@@ -132,11 +132,11 @@ REGRESSION = Path(__file__).resolve().parent.parent / "traces" / "regression"
 
 
 def _replay(trace, tmp_path):
-    from conformance.zk.conform import replay_follower
+    from conformance.zk.conform import replay_trace
 
     base = find_free_base_port(3)
     try:
-        return replay_follower(trace, tmp_path / "zk", base)
+        return replay_trace(trace, tmp_path / "zk", base)
     finally:
         release_base_port(base)
 
@@ -220,12 +220,12 @@ def test_a_real_zookeeper_that_does_otherwise_than_the_trace_is_a_departure_at_t
 
 def test_a_trace_in_which_no_server_follows_stops_before_any_server_runs(tmp_path) -> None:
     from conformance.graph.traces import read_trace
-    from conformance.zk.conform import replay_follower, sut_of
+    from conformance.zk.conform import replay_trace, sut_of
 
     fle = read_trace(REGRESSION / "fle-split-vote-better-vote-ends-finalize.jsonl.gz")
     assert sut_of(fle) is None
     assert sut_of(read_trace(REGRESSION / "sync-trunc.jsonl.gz")) == 1  # the first that follows (later it leads)
-    o = replay_follower(fle, tmp_path / "zk", 10000)
+    o = replay_trace(fle, tmp_path / "zk", 10000)
     assert (o.verdict, o.at, o.done) == ("stopped", 1, 0) and "no server follows" in o.why
     assert not (tmp_path / "zk").exists()
 

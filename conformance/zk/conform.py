@@ -60,7 +60,7 @@ from conformance.zk.played import (LEARNER_PROTOCOL, ElectionLink, PlayedLeader,
                                    txn_create)
 from zabref.net.zkwire import ZkNotification
 
-__all__ = ["Outcome", "DECIDED", "sut_of", "replay_follower", "zxid_of", "run_traces", "summary"]
+__all__ = ["Outcome", "DECIDED", "sut_of", "replay_trace", "zxid_of", "run_traces", "summary"]
 
 #: What ZooKeeper sends that the spec does not, decided one by one: (after the SUT's step, message) -> why.
 DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLeader acknowledges UPTODATE with the "
@@ -539,13 +539,13 @@ async def _replay(trace: Trace, ensemble: ZkEnsemble, sut: int) -> Outcome:
         await r.close()
 
 
-def replay_follower(trace: Trace, folder: Path, base_port: int, *, timeout: float = 120.0,
+def replay_trace(trace: Trace, folder: Path, base_port: int, *, timeout: float = 120.0,
                     distribution: Any = None) -> Outcome:
-    """Replay ``trace`` with a new ZooKeeper server 1 (files under ``folder``) as its first follower."""
+    """Replay ``trace`` with a new ZooKeeper server 1 (files under ``folder``) as its server under test (`sut_of`)."""
     sut = sut_of(trace)
     if sut is None:
         return Outcome(trace_name(trace), len(trace.steps) - 1, 0, "stopped", 1, trace.steps[1].action,
-                       "no server follows in this trace")
+                       "no server follows or leads in this trace")
     if Path(folder).exists() and any(Path(folder).iterdir()):
         raise ValueError(f"{folder}: not empty (a server under test starts from empty files)")
     e = ZkEnsemble(folder, base_port, len(trace.steps[0].state["state"]), tick_time_ms=200, heap_mb=256,
@@ -571,7 +571,7 @@ def run_traces(paths: list[Path], version: str, work: Path, echo: Any = print) -
         trace = read_trace(path)
         base = find_free_base_port(3)
         try:
-            o = replay_follower(trace, work / f"{k:05d}", base, distribution=dist)
+            o = replay_trace(trace, work / f"{k:05d}", base, distribution=dist)
         finally:
             release_base_port(base)
         o.trace = path.name
