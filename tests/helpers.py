@@ -57,10 +57,10 @@ def decide(node, leader: int, now: float):
     raise AssertionError(f"server {node.sid} did not decide for {leader}")
 
 
-def run_tests(root, tests: list[str], probe: str = "zabref") -> dict[str, str]:
+def run_tests(root, tests: list[str], probe: str = "zabref", env: dict[str, str] | None = None) -> dict[str, str]:
     """Run ``tests`` (node ids under the repo) in a child pytest with the package in ``root`` first on the path
     (a seeded bug's patched copy): node id -> PASSED / FAILED / ERROR. ``probe``: a module that must come from
-    ``root``."""
+    ``root``; ``env``: more environment for the child."""
     import os
     import re
     import subprocess
@@ -68,7 +68,8 @@ def run_tests(root, tests: list[str], probe: str = "zabref") -> dict[str, str]:
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     which = subprocess.run([sys.executable, "-c", f"import {probe}; print({probe}.__file__)"], cwd=root, env=env,
                            capture_output=True, text=True, check=True)
     assert which.stdout.startswith(str(root)), which.stdout  # the child runs the patched copy
