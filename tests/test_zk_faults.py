@@ -158,9 +158,13 @@ def test_zookeeper_4785_is_caught_on_debian_3_8_0(tmp_path):
     from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
 
     steps = load_schedule(builtin_schedule("zookeeper-4785"), 3)
-    r = run_zk_faults(tmp_path / "run", "3.8.0", 3, 1, schedule=steps, calm=0.5, sample=False,
-                      echo=lambda _: None)
-    assert not r.problems, r.problems
+    attempts = next(a for bug, _, _, a in MATRIX if bug == "zookeeper-4785")
+    for attempt in range(1, attempts + 1):  # as `zabref zk matrix` tries it: a loaded machine missed it once in CI
+        r = run_zk_faults(tmp_path / f"run-{attempt}", "3.8.0", 3, 1, schedule=steps, calm=0.5, sample=False,
+                          echo=lambda _: None)
+        assert not r.problems, r.problems
+        if "lost" in r.caught_by:
+            break
     assert any("crash_in_sync" in text and "-> 2" in text for _, text in r.events)
     assert "lost" in r.caught_by and r.verdict.lost >= 10
     assert "missing at servers [1, 2, 3]" in r.verdict.examples[0]

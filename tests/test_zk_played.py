@@ -65,6 +65,7 @@ async def _follow_a_played_leader(e: ZkEnsemble) -> dict:
         q.send("NEWLEADER", EPOCH, config.encode())
         seen["ack_newleader"] = await q.recv()
         q.send("UPTODATE", -1)
+        leader.ping(q)
         seen["ack_uptodate"] = await q.recv()
         # broadcast: a proposal is logged and acknowledged, and applied only at its commit
         z = EPOCH + 1

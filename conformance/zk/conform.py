@@ -419,6 +419,8 @@ class _Replay:
             data = txn_create(z, f"/zabref-{head['zxid'][0]}-{head['zxid'][1]}", str(head["data"]).encode(),
                               time_ms=int(time.time() * 1000))
         self.quorum.send(head["type"], zxid_of(head["zxid"]), data)
+        if head["type"] == "UPTODATE":
+            self.leaders[j].ping(self.quorum)
         if head["type"] in ("PROPOSAL", "COMMIT"):
             self.leaders[j].zxid = max(self.leaders[j].zxid, zxid_of(head["zxid"]))
         new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]

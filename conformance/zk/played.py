@@ -130,8 +130,8 @@ class QuorumLink(_Link):
 
 
 class PlayedLeader:
-    """Listens on a played leader's quorum port; `learner` waits for the real server's connection. While a learner
-    is connected it is sent a PING every ``ping_s`` (a follower that hears nothing for syncLimit ticks leaves)."""
+    """Listens on a played leader's quorum port; `learner` waits for the real server's connection; once it is synced,
+    `ping` sends it a PING every ``ping_s`` (a follower that hears nothing for syncLimit ticks leaves)."""
 
     def __init__(self, port: int, sid: int, ping_s: float = 0.1) -> None:
         self.port, self.sid, self.ping_s = port, sid, ping_s
@@ -148,7 +148,11 @@ class PlayedLeader:
         return self
 
     async def learner(self, timeout: float = 30.0) -> QuorumLink:
-        link = await asyncio.wait_for(self._links.get(), timeout)
+        return await asyncio.wait_for(self._links.get(), timeout)
+
+    def ping(self, link: QuorumLink) -> None:
+        """PING ``link`` every ``ping_s`` from now: call it once the learner is synced (UPTODATE sent); a PING before
+        LEADERINFO is a protocol error to ZooKeeper's learner, which resets the connection."""
 
         async def ping() -> None:
             while not link.writer.is_closing():
@@ -156,7 +160,6 @@ class PlayedLeader:
                 link.send("PING", self.zxid)
 
         self._pings.append(asyncio.get_running_loop().create_task(ping()))
-        return link
 
     async def close(self) -> None:
         for task in self._pings:
