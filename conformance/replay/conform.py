@@ -188,9 +188,9 @@ def summary_line(results: list[dict[str, Any]], wall: float) -> str:
 @click.option("--site", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The auditor's site (index.html of `zabref docs`) for the report to link to.")
 @click.option("--system", default="zabref", show_default=True, metavar="zabref|zookeeper[@VERSION]",
-              help="The servers under test: zabref's, or one real ZooKeeper server as each trace's first follower, "
-                   "the other servers played (conformance/zk/conform.py; VERSION as `zabref zk versions`, default "
-                   "3.8.0).")
+              help="The servers under test: zabref's, or one real ZooKeeper server as each trace's first follower "
+                   "(else first leader), the other servers played (conformance/zk/conform.py; VERSION as `zabref zk "
+                   "versions`, default 3.8.0).")
 def conform(paths: tuple[Path, ...], jobs: int | None, master: str | None, report_dir: Path, bug: str | None,
             minimize: bool, graph: str | None, attempts: int, settle_timeout: float, site: Path | None,
             system: str) -> None:
