@@ -37,14 +37,13 @@ the spec (with QuorumCnxManager's queue) cannot make.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from conformance.tla.tracemodule import chunked
 from conformance.tla.values import format_value
-from conformance.validate.observed import check_observed
+from conformance.validate.observed import check_observed, observed_folder
 from conformance.zk.elections import Elections, elections_dir
 
 __all__ = ["FleValidation", "fle_module", "validate_elections", "validate_elections_dir"]
@@ -187,10 +186,8 @@ def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS,
                        echo: Callable[[str], None] = lambda s: None) -> FleValidation:
     """Check ``el``'s notifications with TLC (module docstring); never raises for a departure."""
     result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end, el.later)
-    folder = Path(tempfile.mkdtemp(prefix="zabref-flevalidate-", dir=work))
-    (folder / "FastLeaderElection.tla").write_text((SPEC_DIR / "FastLeaderElection.tla").read_text())
-    (folder / "VFle.tla").write_text(fle_module(el, widenings))
-    (folder / "VFle.cfg").write_text(fle_config(el))
+    folder = observed_folder(SPEC_DIR / "FastLeaderElection.tla", "VFle", fle_module(el, widenings), fle_config(el),
+                             "zabref-flevalidate-", work)
     if not check_observed(result, folder, "VFle", "fleprogress", PROGRESS_FIELDS):
         return result
     result.frontier = int(result.best.get("next", 1))

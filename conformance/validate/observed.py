@@ -12,6 +12,7 @@ otherwise.
 from __future__ import annotations
 
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from conformance.tla.output import TLCMessage
 from conformance.tla.tools import Outcome, run_tlc, toolchain
 from conformance.tla.valueparse import parse_value
 
-__all__ = ["check_observed", "last_progress"]
+__all__ = ["check_observed", "last_progress", "observed_folder"]
 
 
 def last_progress(lines: list[str], tag: str, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -35,6 +36,15 @@ def last_progress(lines: list[str], tag: str, fields: tuple[str, ...]) -> dict[s
             break
     value = parse_value(text.strip(), f"TLC's {tag} line")
     return dict(zip(fields, value[1:]))
+
+
+def observed_folder(spec: Path, module: str, text: str, cfg: str, prefix: str, work: Path | None) -> Path:
+    """A new folder (under ``work``) holding a copy of ``spec`` and the generated ``module``.tla and .cfg."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=work))
+    (folder / spec.name).write_text(spec.read_text())
+    (folder / f"{module}.tla").write_text(text)
+    (folder / f"{module}.cfg").write_text(cfg)
+    return folder
 
 
 def check_observed(result: Any, folder: Path, module: str, tag: str, fields: tuple[str, ...]) -> bool:

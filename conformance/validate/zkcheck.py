@@ -18,7 +18,6 @@ not.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, Callable
 
 from conformance.tla.labels import read_next
 from conformance.tla.values import format_value
-from conformance.validate.observed import check_observed
+from conformance.validate.observed import check_observed, observed_folder
 from conformance.validate.zkmodule import config, trace_module
 from conformance.zk.observe import Observation, observe_dir
 
@@ -74,10 +73,8 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
     """Check ``observation`` with TLC (module docstring); never raises for a departure."""
     result = ZkValidation(observation.recording, observation.servers, len(observation.obs), observation.txns,
                           dict(observation.ignored))
-    folder = Path(tempfile.mkdtemp(prefix="zabref-zkvalidate-", dir=work))
-    (folder / "Zab.tla").write_text((SPEC_DIR / "Zab.tla").read_text())
-    (folder / "VZk.tla").write_text(trace_module(observation, _actions()))
-    (folder / "VZk.cfg").write_text(config(observation))
+    folder = observed_folder(SPEC_DIR / "Zab.tla", "VZk", trace_module(observation, _actions()), config(observation),
+                             "zabref-zkvalidate-", work)
     if not check_observed(result, folder, "VZk", "zkprogress", PROGRESS_FIELDS):
         return result
     result.frontier = int(result.best.get("frontier", 1))
