@@ -176,6 +176,31 @@ def test_a_window_whose_rebasing_is_not_exact_is_checked_again_without_it(long_l
     assert result.rechecked == 1
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_packet_sent_in_a_window_is_held_to_the_rebasing_at_its_step(long_log: Path, monkeypatch) -> None:
+    """After the start state, Exact is checked where it can change (RebasedStep): each packet when it is sent. A
+    seeded condition that no PROPOSAL sent in a rebased window meets fails at such a step, not at the start (the
+    start's check is left as it is), and the window is checked again with its histories whole: the verdict stands.
+    Without the seed no window is checked again."""
+    import conformance.validate.command as command
+
+    clean = validate(long_log, window=500, batch=1)
+    assert clean.passed and clean.rechecked == 0, clean.line()
+    real = command.chain_helpers
+    seeded = 'e[19][z][k].type /= "PROPOSAL"'
+
+    def helpers(actions):
+        text = real(actions)
+        assert "PacketRebased(a[z][1], e[19][z][k])" in text
+        return text.replace("PacketRebased(a[z][1], e[19][z][k])", seeded)
+
+    monkeypatch.setattr(command, "chain_helpers", helpers)
+    result = validate(long_log, window=500, batch=1)
+    assert result.passed, result.failure
+    assert result.rechecked >= 1, result.line()
+
+
 # ------------------------------------------------------------------------------ side by side
 
 
@@ -190,3 +215,39 @@ def test_the_command_takes_a_window_and_workers(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["validate", str(FIXTURE), "--window", "10", "--batch", "2", "--workers", "2"])
     assert out.exit_code == 0, out.output
     assert "windows=7 tlc_runs=4" in out.output and "result=ok" in out.output
+
+
+# ------------------------------------------------------------------------------ fingerprints by place (VIEW)
+
+_TOY = """---- MODULE Toy ----
+EXTENDS Naturals
+VARIABLE v
+====
+"""
+#: "two": two different successors; "dup": the same successor twice (as Zab.tla's Crash gives, through its
+#: disjunctive guard); "one": one successor; "at": v must be e[2].
+_TOY_STEP = ('IF e[1] = "two" THEN (v\' = v + 1 \\/ v\' = v + 2) ELSE IF e[1] = "dup" THEN (v\' = v + 1 \\/ v\' = v + 1) '
+             'ELSE IF e[1] = "one" THEN v\' = v + 1 ELSE (e[1] = "at" /\\ v = e[2] /\\ v\' = v)')
+
+
+@pytest.mark.parametrize("records, kind, record, again", [
+    (['<<"one", 0>>', '<<"at", 2>>'], "ok", None, False),  # one chain: the run by place stands
+    (['<<"dup", 0>>', '<<"at", 2>>'], "ok", None, True),  # a step generated twice: checked again, still a pass
+    (['<<"two", 0>>', '<<"at", 2>>'], "departure", 1, True),  # one successor cannot take "at": a departure
+])
+def test_a_step_with_two_successors_is_checked_again_with_whole_states(tmp_path: Path, records, kind, record,
+                                                                      again) -> None:
+    """The VIEW fingerprints a window's states by place only; a step TLC generated twice makes the batch's count
+    differ from one chain a window, and the batch is checked again with whole states, whose verdict stands: so a
+    step with two different successors, one of which cannot take the next record, is the departure the whole check
+    finds, whichever successor TLC took first by place."""
+    from conformance.validate.windows import Window, batch_module, check_batch, write_batch
+
+    toy = tmp_path / "Toy.tla"
+    toy.write_text(_TOY)
+    win = Window(0, 0, records, {"v": "1"}, None)
+    module = batch_module("VToy", "Toy", ["v"], "", _TOY_STEP, [win])
+    folder = write_batch(tmp_path / "b", "VToy", module, "", [toy], [win])
+    out = check_batch(str(folder), "VToy")
+    assert (out.kind, out.record) == (kind, record), out
+    assert bool(out.rechecked) is again, out.rechecked

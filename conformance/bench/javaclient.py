@@ -22,12 +22,10 @@ exactly N requests in flight, the same values as `conformance.bench.workload`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -35,7 +33,8 @@ from typing import Any, TextIO
 from conformance.bench import BenchError
 from conformance.bench.stats import Row, make_row
 from conformance.bench.workload import ROOT
-from conformance.zk.versions import apt_install, cache_root, find_classpath, install_failed
+from conformance.tla.javac import JavaBuildError, compile_cached
+from conformance.zk.versions import apt_install, find_classpath, install_failed
 
 __all__ = ["SOURCE", "JavaClient", "JavaZooKeeperAdapter", "build", "client_classpath", "ensure_javac",
            "parse_line", "parse_result"]
@@ -96,26 +95,13 @@ def build(echo=print) -> JavaClient:
     """Compile ZkLoad.java (once per source and javac version, cached outside the repository)."""
     jars = tuple(client_classpath())
     javac = ensure_javac(echo)
-    version = subprocess.run([javac, "-version"], capture_output=True, text=True)
-    key = hashlib.sha256(SOURCE.read_bytes() + b"\0" + (version.stdout + version.stderr).encode()).hexdigest()[:20]
-    root = cache_root() / "zkload"
-    final = root / key
-    if (final / f"{MAIN}.class").is_file():
-        return JavaClient(final, jars)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
-    # -proc:none -implicit:none: no annotation processors, and no classes compiled from sources found in jars
-    done = subprocess.run([javac, "-proc:none", "-implicit:none", "-Xlint:-options", "-d", str(tmp), "-cp",
-                           os.pathsep.join(map(str, jars)), str(SOURCE)], capture_output=True, text=True)
-    if done.returncode != 0 or not (tmp / f"{MAIN}.class").is_file():
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise BenchError(f"javac failed on {SOURCE} (exit {done.returncode}):\n{done.stderr[-2000:]}")
     try:
-        tmp.rename(final)
-    except OSError:  # built meanwhile by another run: keep that one
-        shutil.rmtree(tmp, ignore_errors=True)
-    echo(f"built {_WHO} in {final}")
-    return JavaClient(final, jars)
+        classes, built = compile_cached([SOURCE], MAIN, jars, "zkload", javac)
+    except JavaBuildError as e:
+        raise BenchError(str(e)) from None
+    if built:
+        echo(f"built {_WHO} in {classes}")
+    return JavaClient(classes, jars)
 
 
 _RESULT_FIELDS = {"count": int, "errors": int, "seconds": (int, float), "cpu_seconds": (int, float, type(None)),

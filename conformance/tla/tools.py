@@ -51,6 +51,10 @@ __all__ = [
 ]
 
 JVM_OPTIONS = ("-XX:+UseParallelGC",)  # TLC's recommended collector for throughput
+#: For TLC runs of a few seconds (a validation window's batch): the JIT's first tier only and the serial collector.
+#: Measured on a batch of 5,000 logged steps (docs/performance.md): half the CPU of JVM_OPTIONS, since C2's
+#: compilations and the parallel collector's threads cost more than they return in a run that short.
+SHORT_RUN = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
 @dataclass(frozen=True)
@@ -134,13 +138,17 @@ class Toolchain:
     jar: JarInfo
 
     def command(self, main_class: str, args: Sequence[str | os.PathLike[str]] = (), *,
-                tmpdir: str | os.PathLike[str] | None = None) -> list[str]:
+                tmpdir: str | os.PathLike[str] | None = None,
+                classpath: Sequence[str | os.PathLike[str]] = (),
+                jvm_options: Sequence[str] = JVM_OPTIONS) -> list[str]:
         """The command line; ``tmpdir`` the JVM's java.io.tmpdir. The parser extracts the standard modules (TLC,
         Naturals, ...) from the jar into java.io.tmpdir before it reads them, so two runs sharing one tmpdir can read
         each other's half-written copies ("Module-Table lookup failure", measured: 2 of 16 runs four at a time):
-        give every concurrent run its own."""
-        jvm = [*JVM_OPTIONS, f"-Djava.io.tmpdir={tmpdir}"] if tmpdir is not None else list(JVM_OPTIONS)
-        return [self.java, *jvm, "-cp", str(self.jar.path), main_class, *map(str, args)]
+        give every concurrent run its own. ``classpath``: folders or jars after the jar (TLC's operator overrides:
+        conformance/tla/overrides.py); ``jvm_options``: the JVM's own (`SHORT_RUN` for checks of a few seconds)."""
+        jvm = [*jvm_options, f"-Djava.io.tmpdir={tmpdir}"] if tmpdir is not None else list(jvm_options)
+        cp = os.pathsep.join([str(self.jar.path), *map(str, classpath)])
+        return [self.java, *jvm, "-cp", cp, main_class, *map(str, args)]
 
     @property
     def tlc_version(self) -> str:
@@ -254,12 +262,16 @@ def run_tlc(
     extra_args: Sequence[str] = (),
     on_message: Callable[[TLCMessage], None] | None = None,
     tools: Toolchain | None = None,
+    classpath: Sequence[Path] = (),
+    jvm_options: Sequence[str] = JVM_OPTIONS,
 ) -> TLCResult:
     """Model-check `module` with `config` (default: the .cfg beside it) and return what TLC found.
 
     `dump_dot` is the exact path the DOT dump ends up at (`-dump dot,actionlabels`); for dumps that are identical
     byte for byte from run to run pass `workers=1, fp=0` (TLC's node ids are fingerprints; `-fp` fixes the
-    polynomial and one worker fixes the order). `coverage=True` adds `-coverage 1` and fills `TLCResult.coverage`.
+    polynomial and one worker fixes the order). `coverage=True` adds `-coverage 1` and fills `TLCResult.coverage`. ``classpath``: more folders for
+    TLC's classpath (the classes of operator overrides, conformance/tla/overrides.py); ``jvm_options``: the
+    JVM's (`SHORT_RUN` for runs of a few seconds).
     """
     tools = tools or toolchain()
     module = Path(module).resolve()
@@ -281,7 +293,8 @@ def run_tlc(
             args += ["-fp", str(fp)]
         if coverage:
             args += ["-coverage", "1"]
-        command = tools.command("tlc2.TLC", [*args, *extra_args, module.name], tmpdir=scratch)
+        command = tools.command("tlc2.TLC", [*args, *extra_args, module.name], tmpdir=scratch,
+                                classpath=classpath, jvm_options=jvm_options)
         try:
             verdict, exit_code, wall = _stream(command, module.parent, on_message)
             verdict = settle(verdict, exit_code)

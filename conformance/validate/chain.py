@@ -121,49 +121,30 @@ class Coords:
         return {"data": data, "type": p["type"], "zxid": self.zx(p["zxid"])}
 
 
-#: The acting server's variables that change seldom: a record names their tuple in a table of the window's
-#: (`Table`), the others (lastCommitted, ackIndex) it holds itself.
+#: The acting server's variables that change seldom (a record holds them as one tuple), the others (lastCommitted,
+#: ackIndex) one by one.
 STATIC = ("acceptedEpoch", "currentEpoch", "state", "zabState", "leader", "newEpoch", "learnerPhase", "learnerLastZxid")
 
 
-class Table:
-    """Distinct values a window's records share, as zero-arity definitions (``<prefix><k>``): a record refers to one
-    by name, one token for SANY instead of some thirty."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.names: dict[str, str] = {}
-
-    def name(self, text: str) -> str:
-        held = self.names.get(text)
-        if held is None:
-            held = self.names[text] = f"{self.prefix}{len(self.names)}"
-        return held
-
-    def defs(self) -> str:
-        return "\n".join(f"{name} == {text}" for text, name in self.names.items())
-
-
 def _tx(t: dict[str, Any]) -> str:
-    return f"Tx({t['zxid'][0]}, {t['zxid'][1]}, {format_value(t['value'])})"
+    return f"[value |-> {format_value(t['value'])}, zxid |-> <<{t['zxid'][0]}, {t['zxid'][1]}>>]"
 
 
 def _pk(p: dict[str, Any]) -> str:
     data = p["data"]
     text = "<<" + ", ".join(_tx(t) for t in data) + ">>" if p["type"] == "SNAP" else format_value(data)
-    return f'Pk("{p["type"]}", {p["zxid"][0]}, {p["zxid"][1]}, {text})'
+    return f'[data |-> {text}, type |-> "{p["type"]}", zxid |-> <<{p["zxid"][0]}, {p["zxid"][1]}>>]'
 
 
 def _seq(h: list[dict[str, Any]]) -> str:
     return "<<" + ", ".join(_tx(t) for t in h) + ">>"
 
 
-def record(step: SpecStep, n: int, co: Coords = Coords(), table: Table | None = None) -> str:
-    """One step as a TLA+ tuple in the window's coordinates, as short as it can be: TLC's parser (SANY) spends
-    about 0.6 ms of CPU on a record of the first form (every part a named field, every transaction and packet
-    spelled out), the larger part of a window's cost. Positions: 1 action, 2 i, 3 j, 4 the server, 5 GoLooking
-    (what it sent is not compared), 6 the server's variables were logged (then: 7 its STATIC variables, by name in
-    ``table``, 8 lastCommitted, 9 ackIndex, 10-11 history length and last transaction, 12-13 the same of the staged
+def record(step: SpecStep, n: int, co: Coords = Coords()) -> str:
+    """One step as a TLA+ tuple value in the window's coordinates, one line of the window's data file (TLC reads it
+    with ZabrefData's Datum, conformance/tla/datafile.py, not with its parser). Positions: 1 action, 2 i, 3 j, 4 the
+    server, 5 GoLooking (what it sent is not compared), 6 the server's variables were logged (then: 7 its STATIC
+    variables as one tuple, 8 lastCommitted, 9 ackIndex, 10-11 history length and last transaction, 12-13 the same of the staged
     history, 14 both compared whole (after NEWLEADER, DIFF, TRUNC, SNAP, a restart; then 15-16 them)), 17 a packet
     was taken (then 18 it), 19 the packets sent, per receiver (<<>>: none). TLC compares only values of one kind, so
     a part that does not apply holds 0 and its flag (or length) keeps TLC from reading it."""
@@ -176,7 +157,7 @@ def record(step: SpecStep, n: int, co: Coords = Coords(), table: Table | None = 
     else:
         static = format_value(
             [[co.zx(z) for z in e["learnerLastZxid"]] if name == "learnerLastZxid" else e[name] for name in STATIC])
-        parts += ["TRUE", table.name(static) if table is not None else static,
+        parts += ["TRUE", static,
                   str(co.idx(e["lastCommitted"], sid)), format_value([co.idx(k, sid) for k in e["ackIndex"]]),
                   str(co.idx(e["hl"], sid)), _tx(co.txn(e["hlast"])) if e["hlast"] is not None else "0",
                   str(co.idx(e["sl"], sid)), _tx(co.txn(e["slast"])) if e["slast"] is not None else "0"]
@@ -208,10 +189,6 @@ def _actions_helpers(actions: list[tuple[str, tuple[str, ...]]]) -> str:
     act = "Act(e) ==\n" + "\n".join([*arms, '    \\/ e[1] = "Check" /\\ UNCHANGED vars'])
     return f"""{act}
 
-\\* A record's transactions and packets (conformance/validate/chain.py, `record`: the positions of a record).
-Tx(e1, c1, v) == [value |-> v, zxid |-> <<e1, c1>>]
-Pk(t, e1, c1, x) == [data |-> x, type |-> t, zxid |-> <<e1, c1>>]
-
 Logged(e) ==
     /\\ <<{static}>> = e[7]
     /\\ lastCommitted'[e[4]] = e[8]
@@ -234,19 +211,35 @@ Sent(e) == IF e[5] THEN TRUE
 \\* The rebasing's conditions (conformance/validate/chain.py, docs/validation.md): server s's anchor is a[s] (a
 \\* sequence, empty for a server whose history is whole).
 ZRef(t, z) == z[2] = 0 \\/ ZxidLE(t.zxid, z)
-RebasedAt(s, t) ==
+\\* what server s holds itself, and a packet p on its way to s
+RebasedHere(s, t) ==
     /\\ history[s] /= <<>> /\\ history[s][1] = t
     /\\ stagedHistory[s] = <<>> \\/ stagedHistory[s][1] = t
     /\\ currentEpoch[s] >= t.zxid[1]
     /\\ \\A f \\in Server : learnerPhase[s][f] = "ACKEPOCH" =>
            learnerLastZxid[s][f] = <<0, 0>> \\/ ZxidLE(t.zxid, learnerLastZxid[s][f])
-    /\\ \\A x \\in Server : \\A k \\in 1 .. Len(msgs[x][s]) :
-           LET p == msgs[x][s][k] IN
-           /\\ p.type = "SNAP" => p.data /= <<>> /\\ p.data[1] = t
-           /\\ p.type = "ACKEPOCH" => p.zxid = <<0, 0>> \\/ ZxidLE(t.zxid, p.zxid)
-           /\\ p.type = "TRUNC" => ZxidLE(t.zxid, p.zxid)
-           /\\ p.type \\in {{"ACK", "COMMIT", "UPTODATE", "DIFF", "PROPOSAL"}} => ZRef(t, p.zxid)
-Rebased(a) == \\A s \\in Server : a[s] /= <<>> => RebasedAt(s, a[s][1])"""
+PacketRebased(t, p) ==
+    /\\ p.type = "SNAP" => p.data /= <<>> /\\ p.data[1] = t
+    /\\ p.type = "ACKEPOCH" => p.zxid = <<0, 0>> \\/ ZxidLE(t.zxid, p.zxid)
+    /\\ p.type = "TRUNC" => ZxidLE(t.zxid, p.zxid)
+    /\\ p.type \\in {{"ACK", "COMMIT", "UPTODATE", "DIFF", "PROPOSAL"}} => ZRef(t, p.zxid)
+RebasedAt(s, t) ==
+    /\\ RebasedHere(s, t)
+    /\\ \\A x \\in Server : \\A k \\in 1 .. Len(msgs[x][s]) : PacketRebased(t, msgs[x][s][k])
+Rebased(a) == \\A s \\in Server : a[s] /= <<>> => RebasedAt(s, a[s][1])
+
+\\* Rebased in the state after step e, given Rebased before it, checking each packet once: when it is sent. Zab.tla
+\\* adds packets only to the acting server's channels (Send, SendSeq, SendAll from i) and Sent pins those additions to
+\\* the record's e[19]; every other channel only loses packets at its head (Discard) or is emptied (a crash or
+\\* GoLooking). Both are checked here (IsSuffix, of module ZabrefSeq, compares by identity first), so a spec that
+\\* added packets another way would make the step inexact (the window is checked again without rebasing), never a
+\\* packet unchecked. A GoLooking's sends are not compared (e[5]): its whole state is checked.
+RebasedStep(e, a) ==
+    /\\ \\A s \\in Server : a[s] /= <<>> => RebasedHere(s, a[s][1])'
+    /\\ IF e[5] THEN Rebased(a)'
+       ELSE /\\ \\A y \\in Server : \\A z \\in Server : y /= e[4] \\/ z = e[4] => IsSuffix(msgs'[y][z], msgs[y][z])
+            /\\ e[19] /= <<>> => \\A z \\in Server \\ {{e[4]}} : a[z] /= <<>> =>
+                   \\A k \\in 1 .. Len(e[19][z]) : PacketRebased(a[z][1], e[19][z][k])"""
 
 
 STEP = "Took(e) /\\ Act(e) /\\ Post(e) /\\ Sent(e)"
@@ -264,9 +257,9 @@ def config(n: int) -> str:
 
 
 def render_state(snap: Snapshot, co: Coords) -> dict[str, str]:
-    """Every variable of the spec in the snapshot's state, as TLA+ text in the coordinates ``co`` (transactions and
-    packets written with the helpers Tx and Pk: fewer tokens for SANY). ``proposed`` is written empty: a window
-    starts it empty (module docstring), and its end is compared by size (`END_PROPOSED`)."""
+    """Every variable of the spec in the snapshot's state, as TLA+ value text in the coordinates ``co``.
+    ``proposed`` is written empty: a window starts it empty (module docstring), and its end is compared by size
+    (`END_PROPOSED`)."""
     n = snap.view.n
     servers = range(1, n + 1)
     per = snap.per
@@ -578,15 +571,14 @@ class Cutter:
         end = Snapshot(view)
         self.bounds.start(end)  # the end state is written in this window's coordinates too
         co = coordinates(self.start, self.bounds, self.inc, rebase=self.first not in self.plan.plain)
-        table = Table(f"V{self.first}x")
-        records = [record(s, self.n, co, table) for s in self.steps]
-        exact = None if not co.anchors else \
-            f"Rebased({format_value([[co.anchors[k]] if k in co.anchors else [] for k in range(1, self.n + 1)])})"
+        records = [record(s, self.n, co) for s in self.steps]
+        anchors = format_value([[co.anchors[k]] if k in co.anchors else [] for k in range(1, self.n + 1)])
+        exact, exact_step = (None, None) if not co.anchors else (f"Rebased({anchors})", f"RebasedStep(e, {anchors})")
         self.emit(Window(self.first, self.first, records,
                          render_state(self.start, co),
                          None if last else {k: v for k, v in render_state(end, co).items() if k in COMPARED},
-                         exact, meta={"drop": max(co.drops.values(), default=0), "drops": co.drops},
-                         defs=table.defs(), end_also=END_PROPOSED.format(end.proposed - self.start.proposed)))
+                         exact, exact_step, meta={"drop": max(co.drops.values(), default=0), "drops": co.drops},
+                         end_also=END_PROPOSED.format(end.proposed - self.start.proposed)))
         self.start = None
 
 

@@ -8,10 +8,9 @@ Trace validation as etcd's raft and CCF do it, for TLC 2.15 (no IOUtils, no Json
 dropped);
 2. `conformance.validate.merge` orders every server's lines into ONE behaviour, numbering the client values as the spec
 does;
-3. `trace_module` writes a module ``VZab`` that EXTENDS Zab and holds that behaviour as a constant sequence of
-   records -- in operators of `CHUNK` records each (one huge tuple expression breaks TLC's front end), the ``l``-th
-   record read by ``Rec(l)`` from its chunk, never by concatenating the chunks (``\\o`` of them all is evaluated
-   again at every step) -- with a cursor variable ``l``. Its next-state relation is: the ``l``-th record's action with
+3. `trace_module` writes a module ``VZab`` that EXTENDS Zab and reads that behaviour's records from a data file
+   beside it, one a line (``Rec(l)``: ZabrefData's ``Datum``, conformance/tla/datafile.py; TLC's parser never reads
+   them), with a cursor variable ``l``. Its next-state relation is: the ``l``-th record's action with
    its parameters (a ``Check`` record: no action) AND the record's constraints on the state after it: the acting
    server's variables as its line logged them, the packet it took at the head of its channel, the packets it sent
    appended to its channels. Everything else -- the other servers, ``proposed``, ``committed``, ``established``,
@@ -45,29 +44,27 @@ from typing import Any, Callable
 import click
 
 from conformance.errors import ConformanceError, InputError, Location, MergeError
+from conformance.tla.datafile import DataFile
+from conformance.tla.overrides import MODULES, classes
 from conformance.tla.labels import read_next
 from conformance.tla.tools import Outcome, run_tlc, toolchain
-from conformance.tla.tracemodule import chunked, dispatch
 from conformance.tla.values import format_value
 from conformance.validate.actionlogs import read_logs
-from conformance.validate.chain import Cutter, Plan, Table, record, spec_files
+from conformance.validate.chain import Cutter, Plan, record, spec_files
 from conformance.validate.chain import config as chain_config
 from conformance.validate.chain import helpers as chain_helpers
 from conformance.validate.chain import STEP, VARIABLES
 from conformance.validate.merge import Behaviour, SpecStep, merge, state_before, step_at
-from conformance.validate.windows import (BatchOutcome, Window, batch_module, check_batch, check_batches, cpu_workers,
-                                         write_batch)
+from conformance.validate.windows import (DATA, BatchOutcome, Window, batch_module, check_batch, check_batches,
+                                         cpu_workers, write_batch)
 
-__all__ = ["CHUNK", "ValidationResult", "trace_module", "validate", "validate_command"]
+__all__ = ["ValidationResult", "trace_module", "validate", "validate_command"]
 
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
-#: Records per operator of the generated trace module.
-CHUNK = 200
 BIG = 1_000_000_000
 #: The acting server's variables a record constrains (history apart: see the module docstring).
 PER_SERVER = ("acceptedEpoch", "currentEpoch", "state", "zabState", "leader", "lastCommitted", "newEpoch",
               "learnerPhase", "learnerLastZxid", "ackIndex")
-_NO_TXN = "[value |-> 0, zxid |-> <<0, 0>>]"
 
 
 @dataclass
@@ -89,6 +86,7 @@ class ValidationResult:
     states: int = 0
     passes: int = 0
     rechecked: int = 0  # windows checked again (joined with the next, without rebasing, or for their own verdict)
+    whole: int = 0  # TLC runs of a batch checked again with whole states fingerprinted (windows.check_batch)
 
     @property
     def passed(self) -> bool:
@@ -97,8 +95,8 @@ class ValidationResult:
     def line(self) -> str:
         wall = self.wall_seconds or (self.merge_seconds + self.tlc_seconds)
         rate = self.steps / wall if self.steps and wall else 0.0
-        windows = f"windows={self.windows} tlc_runs={self.tlc_runs} rechecked={self.rechecked} " if self.windows \
-            else ""
+        windows = (f"windows={self.windows} tlc_runs={self.tlc_runs} whole={self.whole} rechecked={self.rechecked} "
+                   if self.windows else "")
         return (f"validate: servers={self.servers} lines={self.lines} steps={self.steps} matched={self.matched} "
                 f"unlogged={self.unlogged} {windows}merge={self.merge_seconds:.1f}s tlc={self.tlc_seconds:.1f}s "
                 f"wall={wall:.1f}s steps/s={rate:.0f} result={self.verdict}")
@@ -108,23 +106,23 @@ class ValidationResult:
         return "ok" if self.passed else "INCONCLUSIVE" if self.inconclusive else "FAILED"
 
 
-def trace_module(behaviour: Behaviour, actions: list[tuple[str, tuple[str, ...]]]) -> str:
-    """The text of module VZab, the whole behaviour from Init (module docstring); ``actions``: Next's actions with
-    their parameter names. The records and the step formula are a window's (conformance/validate/chain.py)."""
-    table = Table("V")
-    records = [record(s, behaviour.n, table=table) for s in behaviour.steps]
-    chunks = chunked("T", records, "Rec", CHUNK)
+def trace_module(behaviour: Behaviour, actions: list[tuple[str, tuple[str, ...]]]) -> tuple[str, DataFile]:
+    """The text of module VZab, the whole behaviour from Init (module docstring), and its data file (a record a
+    line, read with ZabrefData's Datum: conformance/tla/datafile.py); ``actions``: Next's actions with their
+    parameter names. The records and the step formula are a window's (conformance/validate/chain.py)."""
+    data = DataFile(DATA)
+    for s in behaviour.steps:
+        data.add(record(s, behaviour.n))
     return f"""---------------------------- MODULE VZab ----------------------------
-\\* Generated by conformance/validate/command.py from servers' action logs: one record a merged step. Do not edit.
-EXTENDS Zab, TLC
+\\* Generated by conformance/validate/command.py from servers' action logs: one record a merged step, read from
+\\* {DATA}. Do not edit.
+EXTENDS Zab, ZabrefData, ZabrefSeq, TLC
 VARIABLE l
 
 {chain_helpers(actions)}
 
-{table.defs()}
-
-{chunks}
-Steps == {len(records)}
+Rec(k) == Datum("{DATA}", k)
+Steps == {len(data.lines)}
 
 TraceInit == Init /\\ l = 1
 
@@ -132,7 +130,7 @@ TraceNext == /\\ l <= Steps
              /\\ LET e == Rec(l) IN {STEP}
              /\\ l' = l + 1
 =============================================================================
-"""
+""", data
 
 
 def _config(n: int) -> str:
@@ -193,13 +191,16 @@ def _validate_whole(logs: Any, result: ValidationResult, started: float, *, work
     echo(f"validate: {result.lines} lines of {n} servers merged into {result.steps} steps "
          f"({result.unlogged} unlogged) in {result.merge_seconds:.1f}s")
     folder = Path(tempfile.mkdtemp(prefix="zabref-validate-", dir=work))
-    for name in ("Zab.tla",):
-        (folder / name).write_text((SPEC_DIR / name).read_text())
-    (folder / "VZab.tla").write_text(trace_module(behaviour, _next_actions()))
+    for spec in (SPEC_DIR / "Zab.tla", *MODULES):
+        shutil.copyfile(spec, folder / spec.name)
+    text, data = trace_module(behaviour, _next_actions())
+    data.write(folder)
+    (folder / "VZab.tla").write_text(text)
     (folder / "VZab.cfg").write_text(_config(n))
     t0 = time.monotonic()
+    tools = toolchain()
     tlc = run_tlc(folder / "VZab.tla", folder / "VZab.cfg", workers=workers, extra_args=("-deadlock",),
-                  tools=toolchain())
+                  tools=tools, classpath=[classes(tools)])
     result.tlc_seconds = time.monotonic() - t0
     result.tlc_runs = 1
     result.states = tlc.distinct_states or 0
@@ -307,6 +308,7 @@ def _validate_windows(logs: Any, result: ValidationResult, started: float, *, wi
                  f"({result.unlogged} unlogged), {result.windows} windows of {window}, in "
                  f"{time.monotonic() - started:.1f}s wall")
         result.tlc_runs += len(p.outcomes)
+        result.whole += sum(1 for o in p.outcomes if o.rechecked)
         result.tlc_seconds += sum(o.seconds for o in p.outcomes)
         result.states += sum(o.states for o in p.outcomes)
         for o in p.outcomes:

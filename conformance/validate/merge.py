@@ -93,6 +93,19 @@ class Behaviour:
     notes: list[str]
 
 
+@dataclass
+class Dial:
+    """accepted_after's scan of the dialed server's queue for one BecomeFollower: the connections its FOLLOWERINFO
+    went on, the GoLooking/restart lines met (place, line), the place the scan reached, and where the dialed server
+    takes the FOLLOWERINFO (None: not found yet; -1: never)."""
+
+    ev: Event
+    conns: set[Any]
+    scanned: int
+    found: list[tuple[int, Event]] = field(default_factory=list)
+    taken: int | None = None
+
+
 def _looking_after(event: Event) -> bool:
     return event.kind == "step" and event.fields["vars"]["state"] == "LOOKING"
 
@@ -211,7 +224,7 @@ def merge(logs: Logs, *, stop_at: int | None = None,
     count = [0]
 
     popped = {s: 0 for s in queues}  # lines taken from each queue so far: a line's place is popped[s] + its index
-    dials: dict[int, tuple[Event, list[tuple[int, Event]], bool]] = {}  # accepted_after's scans, by id of the dial
+    dials: dict[int, Dial] = {}  # accepted_after's scans, by id of the dial
 
     def head(s: int) -> Event | None:
         return queues[s][0] if queues.get(s) else None
@@ -326,31 +339,32 @@ def merge(logs: Logs, *, stop_at: int | None = None,
     def accepted_after(j: int, ev: Event) -> Event | None:
         """BecomeFollower ``ev`` dials j; if j takes its FOLLOWERINFO only after a GoLooking or restart of its own
         (the dial was under way while j restarted, and j's next incarnation accepted it), that first GoLooking: the
-        connection exists only after it, whatever the clock says of the dial. (j's queue only loses lines at its
-        front, so a scan is kept for the dial and only its GoLooking lines already taken are skipped later; a scan
-        that stopped at LOOKAHEAD is done again.)"""
+        connection exists only after it, whatever the clock says of the dial. None also when j does not take it
+        within LOOKAHEAD lines of its queue's front (asked again later). j's queue only loses lines at its front, so
+        the scan is kept for the dial and continued where it stopped: a dial at a head for thousands of merge steps
+        costs one scan of j's queue, not one a merge step (`Dial`)."""
         held = dials.get(id(ev))
-        if held is None or held[0] is not ev or held[2]:
-            conns = {p.get("conn") for to, p in ev.fields["sends"] if int(to) == j and p["type"] == "FOLLOWERINFO"}
-            found: list[tuple[int, Event]] = []
-            capped = True
-            for k, e in enumerate(queues[j]):
-                if k > LOOKAHEAD:
-                    break
-                if e.kind == "step" and "recv" in e.fields and e.fields["recv"].get("conn") in conns:
-                    capped = False
-                    break
-                if e.kind == "restart" or _looking_after(e):
-                    found.append((popped[j] + k, e))
-            else:
-                found, capped = [], False  # j never takes it: no GoLooking to wait for
-            if capped:
-                return None
+        if held is None or held.ev is not ev:
             if len(dials) > 4096:
                 dials.clear()
-            held = (ev, found, capped)
-            dials[id(ev)] = held
-        for place, e in held[1]:
+            held = dials[id(ev)] = Dial(ev, {p.get("conn") for to, p in ev.fields["sends"]
+                                             if int(to) == j and p["type"] == "FOLLOWERINFO"}, popped[j])
+        if held.taken is None:
+            q, base = queues[j], popped[j]
+            limit = base + LOOKAHEAD + 1  # the lines k - base <= LOOKAHEAD, as far as the front allows
+            start = max(held.scanned, base)
+            for k, e in enumerate(itertools.islice(q, start - base, limit - base), start):
+                if e.kind == "step" and "recv" in e.fields and e.fields["recv"].get("conn") in held.conns:
+                    held.taken = k
+                    break
+                if e.kind == "restart" or _looking_after(e):
+                    held.found.append((k, e))
+            else:
+                held.scanned = min(limit, base + len(q))
+                if held.scanned < base + len(q):
+                    return None  # not taken within LOOKAHEAD lines: assume no GoLooking comes first, for now
+                held.taken, held.found = -1, []  # j never takes it: no GoLooking to wait for
+        for place, e in held.found:
             if place >= popped[j]:
                 return e
         return None

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from conformance.tla.javac import cache_root
 from conformance.zk import ZkFetchError
 
 __all__ = ["DEBIAN_VERSION", "MAVEN_VERSIONS", "SUPPORTED", "Distribution", "apt_install", "available", "cache_root",
@@ -79,12 +80,6 @@ def logging_backend(jars: tuple[Path, ...]) -> str:
     if any(n.startswith("slf4j-simple") for n in names):
         return "slf4j-simple"
     return "none"
-
-
-def cache_root() -> Path:
-    if os.environ.get("ZABREF_CACHE"):
-        return Path(os.environ["ZABREF_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zabref"
 
 
 # --- Debian's package ----------------------------------------------------------------------------------------------
