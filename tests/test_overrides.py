@@ -131,8 +131,8 @@ def test_is_suffix_in_java_answers_as_its_definition(tmp_path_factory, pairs) ->
         if make:
             t = t + s
         ss, tt = "<<" + ", ".join(s) + ">>", "<<" + ", ".join(t) + ">>"
-        conj.append(f"IsSuffix({ss}, {tt}) = (Len({ss}) <= Len({tt}) /\\ {ss} = SubSeq({tt}, Len({tt}) - Len({ss}) + 1, "
-                    f"Len({tt})))")
+        conj.append(f"IsSuffix({ss}, {tt}) = (Len({ss}) <= Len({tt}) /\\ "
+                    f"{ss} = SubSeq({tt}, Len({tt}) - Len({ss}) + 1, Len({tt})))")
     for module in overrides.MODULES:
         shutil.copyfile(module, folder / module.name)
     (folder / "T.tla").write_text(

@@ -269,9 +269,9 @@ def run_tlc(
 
     `dump_dot` is the exact path the DOT dump ends up at (`-dump dot,actionlabels`); for dumps that are identical
     byte for byte from run to run pass `workers=1, fp=0` (TLC's node ids are fingerprints; `-fp` fixes the
-    polynomial and one worker fixes the order). `coverage=True` adds `-coverage 1` and fills `TLCResult.coverage`. ``classpath``: more folders for
-    TLC's classpath (the classes of operator overrides, conformance/tla/overrides.py); ``jvm_options``: the
-    JVM's (`SHORT_RUN` for runs of a few seconds).
+    polynomial and one worker fixes the order). `coverage=True` adds `-coverage 1` and fills `TLCResult.coverage`.
+    ``classpath``: more folders for TLC's classpath (the classes of operator overrides, conformance/tla/overrides.py);
+    ``jvm_options``: the JVM's (`SHORT_RUN` for runs of a few seconds).
     """
     tools = tools or toolchain()
     module = Path(module).resolve()

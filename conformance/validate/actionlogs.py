@@ -76,45 +76,89 @@ _BY_KIND = {
 
 
 def read_log(path: Path, sid: int) -> tuple[list[Event], str | None]:
-    """One server's events; the second value says why a torn last line was dropped (None: there was none)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise _fail(path, 0, f"cannot read: {e}") from None
-    lines = text.split("\n")
-    torn = None
-    if lines and lines[-1] == "":
-        lines.pop()
-    elif lines:
-        torn = f"{path}:{len(lines)}: torn last line dropped (the process died while writing it)"
-        lines.pop()
+    """One server's events; the second value says why a torn last line was dropped (None: there was none). The file
+    is read a line at a time, and the transactions of the histories the lines hold (a DIFF's staged history, a
+    restart's history on disk: each the whole history, and a long run logs hundreds) are kept once
+    (`_Transactions`), so memory grows with the run's transactions and lines, not with lines x history."""
+    txns = _Transactions()
     events: list[Event] = []
     expected_n = 0
-    for k, raw in enumerate(lines, 1):
-        try:
-            obj = json.loads(raw)
-        except ValueError as e:
-            if k == len(lines) and torn is None:
+    torn = None
+    pending: tuple[int, str] | None = None  # the previous line, read only once the next shows it was not the last
+    try:
+        with path.open(encoding="utf-8", newline="\n") as f:
+            for k, raw in enumerate(f, 1):
+                if pending is not None:
+                    expected_n = _event(path, sid, *pending, events, expected_n, txns, last=False)
+                pending = (k, raw)
+    except (OSError, UnicodeDecodeError) as e:
+        raise _fail(path, 0, f"cannot read: {e}") from None
+    if pending is not None:
+        k, raw = pending
+        if not raw.endswith("\n"):
+            torn = f"{path}:{k}: torn last line dropped (the process died while writing it)"
+        else:
+            try:
+                _event(path, sid, k, raw, events, expected_n, txns, last=True)
+            except _TornLast as e:
                 torn = f"{path}:{k}: torn last line dropped (not JSON: {e})"
-                break
-            raise _fail(path, k, f"not JSON: {e}") from None
-        _check(path, k, obj, _COMMON, "action log line")
-        kind = obj["kind"]
-        if kind not in _BY_KIND:
-            raise _fail(path, k, f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
-        _check(path, k, obj, _BY_KIND[kind], f"{kind} line")
-        if obj["sid"] != sid:
-            raise _fail(path, k, f"line of server {obj['sid']} in the log of server {sid}")
-        if kind == "restart":
-            expected_n = 0
-        if obj["n"] != expected_n:
-            raise _fail(path, k, f"line number n={obj['n']}, expected {expected_n}: a line is missing")
-        expected_n += 1
-        fields = {key: v for key, v in obj.items() if key not in _COMMON}
-        events.append(Event(sid, k, str(path), obj["t"], kind, fields))
     if events and events[0].kind != "restart":
         raise _fail(path, events[0].line, "the log does not start with the process's start (a 'restart' line)")
     return events, torn
+
+
+class _TornLast(Exception):  # noqa: N818 -- the last line is not JSON: torn, not malformed
+    pass
+
+
+class _Transactions:
+    """One copy of each (zxid, value) pair the histories of a log's lines name: a line's history becomes a list of
+    references to them (tuples, which unpack and index as the lists they replace)."""
+
+    def __init__(self) -> None:
+        self.held: dict[tuple[Any, Any], tuple[Any, Any]] = {}
+
+    def history(self, h: Any) -> Any:
+        if not isinstance(h, list):
+            return h
+        held = self.held
+        out = []
+        for t in h:
+            if isinstance(t, list) and len(t) == 2:
+                key = (t[0], t[1])
+                out.append(held.setdefault(key, key))
+            else:
+                out.append(t)  # not a pair: left as it is, for the merge to refuse with its words
+        return out
+
+
+def _event(path: Path, sid: int, k: int, raw: str, events: list[Event], expected_n: int, txns: _Transactions, *,
+           last: bool) -> int:
+    """Check line ``k`` and append its event; returns the next expected ``n``."""
+    try:
+        obj = json.loads(raw)
+    except ValueError as e:
+        if last:
+            raise _TornLast(str(e)) from None
+        raise _fail(path, k, f"not JSON: {e}") from None
+    _check(path, k, obj, _COMMON, "action log line")
+    kind = obj["kind"]
+    if kind not in _BY_KIND:
+        raise _fail(path, k, f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
+    _check(path, k, obj, _BY_KIND[kind], f"{kind} line")
+    if obj["sid"] != sid:
+        raise _fail(path, k, f"line of server {obj['sid']} in the log of server {sid}")
+    if kind == "restart":
+        expected_n = 0
+    if obj["n"] != expected_n:
+        raise _fail(path, k, f"line number n={obj['n']}, expected {expected_n}: a line is missing")
+    fields = {key: v for key, v in obj.items() if key not in _COMMON}
+    v = fields["vars"]
+    for name in ("history", "staged_history"):
+        if name in v:
+            v[name] = txns.history(v[name])
+    events.append(Event(sid, k, str(path), obj["t"], kind, fields))
+    return expected_n + 1
 
 
 def read_logs(folder: Path) -> Logs:

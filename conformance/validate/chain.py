@@ -44,7 +44,7 @@ from conformance.validate.merge import SpecStep
 from conformance.validate.specview import RawHistory, Snapshot, SpecView
 from conformance.validate.windows import Window
 
-__all__ = ["Coords", "Cutter", "Plan", "VARIABLES", "PER_SERVER", "HELPERS", "STEP", "record", "render_state", "config"]
+__all__ = ["Coords", "Cutter", "Plan", "VARIABLES", "PER_SERVER", "PLACE", "STEP", "record", "render_state", "config"]
 
 #: The acting server's variables a record constrains (history apart).
 PER_SERVER = ("acceptedEpoch", "currentEpoch", "state", "zabState", "leader", "lastCommitted", "newEpoch",
@@ -144,10 +144,10 @@ def record(step: SpecStep, n: int, co: Coords = Coords()) -> str:
     """One step as a TLA+ tuple value in the window's coordinates, one line of the window's data file (TLC reads it
     with ZabrefData's Datum, conformance/tla/datafile.py, not with its parser). Positions: 1 action, 2 i, 3 j, 4 the
     server, 5 GoLooking (what it sent is not compared), 6 the server's variables were logged (then: 7 its STATIC
-    variables as one tuple, 8 lastCommitted, 9 ackIndex, 10-11 history length and last transaction, 12-13 the same of the staged
-    history, 14 both compared whole (after NEWLEADER, DIFF, TRUNC, SNAP, a restart; then 15-16 them)), 17 a packet
-    was taken (then 18 it), 19 the packets sent, per receiver (<<>>: none). TLC compares only values of one kind, so
-    a part that does not apply holds 0 and its flag (or length) keeps TLC from reading it."""
+    variables as one tuple, 8 lastCommitted, 9 ackIndex, 10-11 history length and last transaction, 12-13 the same
+    of the staged history, 14 both compared whole (after NEWLEADER, DIFF, TRUNC, SNAP, a restart; then 15-16
+    them)), 17 a packet was taken (then 18 it), 19 the packets sent, per receiver (<<>>: none). TLC compares only
+    values of one kind, so a part that does not apply holds 0 and its flag (or length) keeps TLC from reading it."""
     e = step.expected
     sid = step.sid
     parts = [f'"{step.action}"', str(step.params.get("i", sid)), str(step.params.get("j", 0)), str(sid),
@@ -218,8 +218,12 @@ RebasedHere(s, t) ==
     /\\ currentEpoch[s] >= t.zxid[1]
     /\\ \\A f \\in Server : learnerPhase[s][f] = "ACKEPOCH" =>
            learnerLastZxid[s][f] = <<0, 0>> \\/ ZxidLE(t.zxid, learnerLastZxid[s][f])
+\\* An ACK's counter keeps its sign: LeaderProcessACK tells a proposal's ACK from NEWLEADER's by zxid[2] > 0, and a
+\\* dropped transaction's counter goes below 0 in the window (Coords.zx): the 1,000-fault run's ACK of 492:74 read
+\\* as 492:-3 was refused by that guard until this condition sent its window back to be checked without rebasing.
 PacketRebased(t, p) ==
     /\\ p.type = "SNAP" => p.data /= <<>> /\\ p.data[1] = t
+    /\\ p.type = "ACK" => p.zxid[2] >= 0
     /\\ p.type = "ACKEPOCH" => p.zxid = <<0, 0>> \\/ ZxidLE(t.zxid, p.zxid)
     /\\ p.type = "TRUNC" => ZxidLE(t.zxid, p.zxid)
     /\\ p.type \\in {{"ACK", "COMMIT", "UPTODATE", "DIFF", "PROPOSAL"}} => ZRef(t, p.zxid)
@@ -227,6 +231,9 @@ RebasedAt(s, t) ==
     /\\ RebasedHere(s, t)
     /\\ \\A x \\in Server : \\A k \\in 1 .. Len(msgs[x][s]) : PacketRebased(t, msgs[x][s][k])
 Rebased(a) == \\A s \\in Server : a[s] /= <<>> => RebasedAt(s, a[s][1])
+
+\\* A sequence as the fingerprints by place see it (PLACE).
+Ends(q) == IF q = <<>> THEN <<0>> ELSE <<Len(q), q[1], q[Len(q)]>>
 
 \\* Rebased in the state after step e, given Rebased before it, checking each packet once: when it is sent. Zab.tla
 \\* adds packets only to the acting server's channels (Send, SendSeq, SendAll from i) and Sent pins those additions to
@@ -243,6 +250,14 @@ RebasedStep(e, a) ==
 
 
 STEP = "Took(e) /\\ Act(e) /\\ Post(e) /\\ Sent(e)"
+#: What the fingerprints by place hold of a state (conformance/validate/windows.py): every variable but the
+#: sequences whole, and each sequence (history, stagedHistory, a channel, committed) by its length and its first
+#: and last elements. Zab.tla changes a sequence only at its ends (Append, SendSeq, Tail, a prefix by SubSeq) or
+#: replaces it by the value of another variable or packet, so two successors of one step that differ, differ here.
+PLACE = ("acceptedEpoch, currentEpoch, state, zabState, leader, lastCommitted, newEpoch, learnerPhase, "
+         "learnerLastZxid, ackIndex, Cardinality(proposed), established, faults, Ends(committed), "
+         "[s \\in Server |-> <<Ends(history[s]), Ends(stagedHistory[s])>>], "
+         "[a \\in Server |-> [b \\in Server |-> Ends(msgs[a][b])]]")
 
 
 def helpers(actions: list[tuple[str, tuple[str, ...]]]) -> str:

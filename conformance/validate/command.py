@@ -53,7 +53,7 @@ from conformance.validate.actionlogs import read_logs
 from conformance.validate.chain import Cutter, Plan, record, spec_files
 from conformance.validate.chain import config as chain_config
 from conformance.validate.chain import helpers as chain_helpers
-from conformance.validate.chain import STEP, VARIABLES
+from conformance.validate.chain import PLACE, STEP, VARIABLES
 from conformance.validate.merge import Behaviour, SpecStep, merge, state_before, step_at
 from conformance.validate.windows import (DATA, BatchOutcome, Window, batch_module, check_batch, check_batches,
                                          cpu_workers, write_batch)
@@ -245,7 +245,7 @@ class _Pass:
         if not self.pending:
             return
         name = f"b{len(self.batches):05d}"
-        module = batch_module("VZabW", "Zab", VARIABLES, self.helpers, STEP, self.pending)
+        module = batch_module("VZabW", "Zab", VARIABLES, self.helpers, STEP, self.pending, PLACE)
         path = write_batch(self.folder / name, "VZabW", module, chain_config(self.n), spec_files(SPEC_DIR),
                            self.pending)
         self.batches[str(path)] = [(w.first, w.count) for w in self.pending]
@@ -257,9 +257,12 @@ class _Pass:
 
     def run(self) -> tuple[Cutter, Behaviour]:
         import concurrent.futures as cf  # noqa: PLC0415
+        import multiprocessing as mp  # noqa: PLC0415
 
         if self.workers > 1 and not self.master:
-            self.pool = cf.ProcessPoolExecutor(max_workers=self.workers)
+            # forkserver: a worker does not start as a copy of this process, which holds the logs read (gigabytes
+            # for a long run); forked, each worker's garbage collector would touch, and so copy, all of it
+            self.pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("forkserver"))
         try:
             cutter = Cutter(self.n, self.plan, self.emit)
             behaviour = merge(self.logs, sink=cutter)

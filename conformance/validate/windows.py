@@ -25,12 +25,14 @@ window's ``exact_step``, a formula of the step's record ``e`` and of both states
 state holds (thousands of packets in a channel) can be checked where it changes instead of in every state.
 
 Each window is one chain of states (from a known state a record has at most one successor: chain.py says why), so
-TLC first fingerprints only ``<<w, l>>`` (``VIEW Place``) instead of states that can hold thousands of transactions.
-That is exact only if no step has two successors, and TLC's count says so: a pass that generated exactly (records +
-2 x windows) states (each record's successor, each window's start and the stutter at its end) is one chain a
-window. Any other count -- Zab.tla's disjunctive guards (Crash's ``state[i] /= LOOKING \\/ lastCommitted[i] > 0``)
-give TLC two identical successors now and then -- and any verdict other than a pass are checked again with whole
-states fingerprinted, as before the VIEW, and that verdict stands (`check_batch`).
+TLC first fingerprints only a state's place (``VIEW Place``): ``<<w, l, xok>>`` and what the caller's ``place``
+summarizes of the state (chain.py: the small variables whole, each sequence by its length and end elements), not
+states that can hold thousands of transactions. Identical successors of one step -- Zab.tla's disjunctive guards
+(Crash's ``state[i] /= LOOKING \\/ lastCommitted[i] > 0``) give TLC the same successor twice -- have one place;
+two successors that differ in their place are two places at one position, so a pass that found exactly (records
++ windows) places (each window's start and each record's successor) is one chain a window. Any other count, and
+any verdict other than a pass, is checked again with whole states fingerprinted, as before the VIEW, and that
+verdict stands (`check_batch`).
 
 `check_batches` runs the batches' TLC checks in a process pool on this machine (``workers``) or as a Spark job
 (``master``: ``local[N]``, ``spark://host:port``): each task reads its module from a folder every worker can see
@@ -40,6 +42,7 @@ and returns a small `BatchOutcome`. TLC itself runs with one worker thread per b
 from __future__ import annotations
 
 import concurrent.futures as cf
+import multiprocessing as mp
 import os
 import re
 import shutil
@@ -90,15 +93,15 @@ class BatchOutcome:
     seconds: float = 0.0
     states: int = 0
     end_state: dict[str, str] | None = None  # with kind == "end": TLC's state at the window's end
-    generated: int = 0  # states TLC generated (a pass)
     rechecked: str = ""  # why and how the batch was checked again with whole states (`check_batch`)
 
 
 def batch_module(name: str, extends: str, variables: Sequence[str], helpers: str, step: str,
-                 windows: Sequence[Window]) -> tuple[str, DataFile]:
+                 windows: Sequence[Window], place: str = "") -> tuple[str, DataFile]:
     """The text of one module checking ``windows`` (module docstring) and its data file. ``helpers``: TLA+
     definitions the step formula uses; ``step``: a formula of the record ``e`` (the spec's action and its
-    constraints), ``variables``: the spec's variables (all of them)."""
+    constraints), ``variables``: the spec's variables (all of them); ``place``: what of a state, beside its window
+    and position, the fingerprints by place hold (a TLA+ expression over the state; module docstring)."""
     data = DataFile(DATA)
     first, last = [], []
     for win in windows:  # the records first, so that record k is line k
@@ -155,7 +158,7 @@ BatchNext == \\/ /\\ l <= Last[w]
 EndOK == l = Last[w] + 1 => CASE {end_ok}
 Exact == xok
 \\* Each window is one chain of states: TLC tells its states apart by their place (module docstring).
-Place == <<w, l>>
+Place == <<w, l, xok{", " + place if place else ""}>>
 =============================================================================
 """
     return module, data
@@ -183,21 +186,21 @@ _INT = re.compile(r"-?\d+")
 
 def check_batch(folder: str, name: str = "VZabW") -> BatchOutcome:
     """TLC on one batch folder (`write_batch`); picklable, for a process pool or a Spark task. First with the
-    fingerprints by place (``VIEW Place``); a pass that generated exactly one chain a window stands, anything else
-    (a step with two successors, identical ones included, or a verdict other than a pass) is checked again with
-    whole states fingerprinted, and that run's verdict stands (module docstring)."""
+    fingerprints by place (``VIEW Place``); a pass that found exactly one place a record and window stands, anything
+    else (a step with two successors that differ in their place, or a verdict other than a pass) is checked again
+    with whole states fingerprinted, and that run's verdict stands (module docstring)."""
     path = Path(folder)
     index = [tuple(map(int, line.split())) for line in (path / "windows.txt").read_text().split("\n") if line]
     t0 = time.monotonic()
     out = _check(path, name, index, f"{name}.cfg")
-    if out.kind == "ok" and out.generated == sum(c for _, _, c in index) + 2 * len(index):
+    if out.kind == "ok" and out.states == sum(c for _, _, c in index) + len(index):
         return out
     whole = path / f"{name}.whole.cfg"
     whole.write_text("".join(line for line in (path / f"{name}.cfg").read_text().splitlines(keepends=True)
                              if not line.startswith("VIEW ")))
     again = _check(path, name, index, whole.name)
     again.seconds = time.monotonic() - t0
-    again.rechecked = f"{out.kind} by place (generated {out.generated}); whole states: {again.kind}"
+    again.rechecked = f"{out.kind} by place ({out.states} places); whole states: {again.kind}"
     return again
 
 
@@ -217,8 +220,7 @@ def _check(path: Path, name: str, index: list[tuple[int, ...]], config: str) -> 
     seconds = time.monotonic() - t0
     states = tlc.distinct_states or 0
     if tlc.outcome is Outcome.OK:
-        return BatchOutcome(folder, windows, "ok", seconds=seconds, states=states,
-                            generated=tlc.states_generated or 0)
+        return BatchOutcome(folder, windows, "ok", seconds=seconds, states=states)
     last = dict(tlc.trace[-1].variables) if tlc.trace else {}
     if not last:  # an initial state: TLC prints it in its message, not as a trace
         last = {m[1]: m[2] for m in re.finditer(r"^\s*/\\ (w|l) = (\d+)\s*$", tlc.message, re.M)}
@@ -241,7 +243,7 @@ def _check(path: Path, name: str, index: list[tuple[int, ...]], config: str) -> 
 
 def _pool_map(folders: Iterable[str], workers: int) -> Iterator[BatchOutcome]:
     """Outcomes as they come (batches may be submitted while the caller still produces them)."""
-    with cf.ProcessPoolExecutor(max_workers=workers) as pool:
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver")) as pool:
         pending = [pool.submit(check_batch, f) for f in folders]
         for fut in cf.as_completed(pending):
             yield fut.result()
