@@ -373,7 +373,7 @@ class Relayed:
     knock: Knock
     handshake: bytes
     answer: bytes
-    late: bool = False  # the answer reached the live server ``timeout`` or more after the connection opened
+    late: bool = False  # the answer left for the live server ``timeout / 2`` or more after the connection opened
 
 
 async def relay(dialer_reader: asyncio.StreamReader, dialer_writer: asyncio.StreamWriter, host: str, port: int,
@@ -397,7 +397,10 @@ async def relay(dialer_reader: asyncio.StreamReader, dialer_writer: asyncio.Stre
         if answer is None:
             return None
         writer.write(wire.frame(answer))
-        late = loop.time() - opened >= timeout
+        # late: the live server may reach its admission deadline before it reads the answer. Written at 1.9 s of a
+        # 2 s deadline, it was read after it on a loaded machine (a fresh clone's test run): half the deadline is the
+        # margin for the live server's loop to read and check it
+        late = loop.time() - opened >= timeout / 2
         proof = await _frame(reader, MAC, timeout)
         return Relayed(Knock(address, proof is None, proof or b""), body, answer, late)
     finally:
