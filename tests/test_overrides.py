@@ -19,20 +19,25 @@ from conformance.tla.values import format_value
 pytestmark = pytest.mark.usefixtures("tla")
 
 
+def _tlc(folder: Path, extends: str, step: str, *, with_class: bool = True):
+    """TLC on module T (EXTENDS ``extends``, the override modules beside it) whose one step from x = 0 is ``step``,
+    then x = 1 stutters: a false condition in ``step`` is a deadlock at x = 0."""
+    for module in overrides.MODULES:
+        shutil.copyfile(module, folder / module.name)
+    (folder / "T.tla").write_text(
+        f"---- MODULE T ----\nEXTENDS {extends}, TLC\nVARIABLE x\nInit == x = 0\n"
+        f"Next == \\/ x = 0 /\\ x' = 1 /\\ {step}\n        \\/ x = 1 /\\ UNCHANGED x\n====\n")
+    (folder / "T.cfg").write_text("INIT Init\nNEXT Next\n")
+    tools = toolchain()
+    return run_tlc(folder / "T.tla", tools=tools, classpath=[overrides.classes(tools)] if with_class else [])
+
+
 def _check(folder: Path, pairs: list[tuple[str, str]], *, with_class: bool = True):
     """TLC on a module asserting ``Datum(line k) = expression k`` for each pair (value text, TLA+ expression)."""
     data = datafile.DataFile("d.tlav")
     conj = [f"{data.datum(text)} = {expr}" for text, expr in pairs] or ["TRUE"]
     data.write(folder)
-    shutil.copyfile(overrides.MODULES[0], folder / overrides.MODULES[0].name)
-    (folder / "T.tla").write_text(
-        "---- MODULE T ----\nEXTENDS ZabrefData, Integers, TLC\nVARIABLE x\nInit == x = 0\n"
-        "Next == \\/ x = 0 /\\ x' = 1 /\\ " + " /\\ ".join(f"({c})" for c in conj) + "\n"
-        "        \\/ x = 1 /\\ UNCHANGED x\n====\n")
-    (folder / "T.cfg").write_text("INIT Init\nNEXT Next\n")
-    tools = toolchain()
-    cp = [overrides.classes(tools)] if with_class else []
-    return run_tlc(folder / "T.tla", tools=tools, classpath=cp)  # a false condition: a deadlock at x = 0
+    return _tlc(folder, "ZabrefData, Integers", " /\\ ".join(f"({c})" for c in conj), with_class=with_class)
 
 
 def test_values_read_equal_the_same_values_built_by_tlc(tmp_path: Path) -> None:
@@ -76,13 +81,7 @@ def test_a_line_past_the_end_and_a_missing_class_are_errors_not_verdicts(tmp_pat
     data.add("1")
     (tmp_path / "a").mkdir()
     data.write(tmp_path / "a")
-    folder = tmp_path / "a"
-    shutil.copyfile(overrides.MODULES[0], folder / overrides.MODULES[0].name)
-    (folder / "T.tla").write_text('---- MODULE T ----\nEXTENDS ZabrefData, Integers, TLC\nVARIABLE x\nInit == x = 0\n'
-                                  'Next == x < 1 /\\ x\' = Datum("d.tlav", 2)\n====\n')
-    (folder / "T.cfg").write_text("INIT Init\nNEXT Next\n")
-    tools = toolchain()
-    r = run_tlc(folder / "T.tla", extra_args=("-deadlock",), tools=tools, classpath=[overrides.classes(tools)])
+    r = _tlc(tmp_path / "a", "ZabrefData, Integers", 'Datum("d.tlav", 2) = 1')
     assert r.outcome is Outcome.ERROR and "d.tlav has 1 lines; line 2 was asked for" in r.message, r.message
     (tmp_path / "b").mkdir()
     r = _check(tmp_path / "b", [("1", "1")], with_class=False)
@@ -133,25 +132,11 @@ def test_is_suffix_in_java_answers_as_its_definition(tmp_path_factory, pairs) ->
         ss, tt = "<<" + ", ".join(s) + ">>", "<<" + ", ".join(t) + ">>"
         conj.append(f"IsSuffix({ss}, {tt}) = (Len({ss}) <= Len({tt}) /\\ "
                     f"{ss} = SubSeq({tt}, Len({tt}) - Len({ss}) + 1, Len({tt})))")
-    for module in overrides.MODULES:
-        shutil.copyfile(module, folder / module.name)
-    (folder / "T.tla").write_text(
-        "---- MODULE T ----\nEXTENDS ZabrefSeq, Integers, Sequences, TLC\nVARIABLE x\nInit == x = 0\n"
-        "Next == \\/ x = 0 /\\ x' = 1 /\\ " + " /\\ ".join(f"({c})" for c in conj) + "\n"
-        "        \\/ x = 1 /\\ UNCHANGED x\n====\n")
-    (folder / "T.cfg").write_text("INIT Init\nNEXT Next\n")
-    tools = toolchain()
-    r = run_tlc(folder / "T.tla", tools=tools, classpath=[overrides.classes(tools)])
+    r = _tlc(folder, "ZabrefSeq, Integers, Sequences", " /\\ ".join(f"({c})" for c in conj))
     assert r.outcome is Outcome.OK and r.distinct_states == 2, r.message
 
 
 def test_tlc_uses_the_class_for_is_suffix(tmp_path: Path) -> None:
     """Only the class words its refusal of a non-sequence so: TLC evaluated IsSuffix in Java."""
-    for module in overrides.MODULES:
-        shutil.copyfile(module, tmp_path / module.name)
-    (tmp_path / "T.tla").write_text("---- MODULE T ----\nEXTENDS ZabrefSeq, TLC\nVARIABLE x\nInit == x = 0\n"
-                                    "Next == x' = 0 /\\ IsSuffix(1, <<>>)\n====\n")
-    (tmp_path / "T.cfg").write_text("INIT Init\nNEXT Next\n")
-    tools = toolchain()
-    r = run_tlc(tmp_path / "T.tla", tools=tools, classpath=[overrides.classes(tools)])
+    r = _tlc(tmp_path, "ZabrefSeq", "IsSuffix(1, <<>>)")
     assert r.outcome is Outcome.ERROR and "ZabrefSeq: IsSuffix takes two sequences" in r.message, r.message

@@ -16,10 +16,11 @@ beside the generated module that EXTENDS them.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
-from conformance.tla.javac import JavaBuildError, compile_cached
+from conformance.tla.javac import JavaBuildError, cache_root, compile_cached
 from conformance.tla.tools import Toolchain, ToolchainError
 
 __all__ = ["MODULES", "classes"]
@@ -32,15 +33,21 @@ MODULES = tuple(_FOLDER / f"{name}.tla" for name in _NAMES)
 
 def classes(tools: Toolchain) -> Path:
     """The folder holding the classes, compiled against the toolchain's tla2tools.jar; ToolchainError naming what is
-    missing, or javac's complaint."""
-    beside = Path(tools.java).with_name("javac")
+    missing, or javac's complaint. Found once per process (a pool worker checks batch after batch; each look at the
+    cache starts ``javac -version``, a JVM)."""
+    return _classes(tools.java, tools.jar.path, cache_root())
+
+
+@functools.lru_cache(maxsize=None)
+def _classes(java: str, jar: Path, _cache: Path) -> Path:  # _cache: the key includes where compile_cached looks
+    beside = Path(java).with_name("javac")
     javac = str(beside) if beside.is_file() else shutil.which("javac")
     if javac is None:
-        raise ToolchainError(f"javac not found beside {tools.java} nor on PATH: TLC's Java operators "
+        raise ToolchainError(f"javac not found beside {java} nor on PATH: TLC's Java operators "
                              f"({', '.join(_NAMES)}) need it (Debian: apt-get install default-jdk-headless)")
     try:
-        folder, _ = compile_cached([_FOLDER / f"{name}.java" for name in _NAMES], _NAMES[0], [tools.jar.path],
-                                   "tlc-java", javac)
+        folder, _ = compile_cached([_FOLDER / f"{name}.java" for name in _NAMES], _NAMES[0], [jar], "tlc-java",
+                                   javac)
     except JavaBuildError as e:
         raise ToolchainError(str(e)) from None
     return folder

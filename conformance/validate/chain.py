@@ -57,8 +57,6 @@ VARIABLES = ("history", "acceptedEpoch", "currentEpoch", "state", "zabState", "l
 COMPARED = tuple(v for v in VARIABLES if v not in ("committed", "established", "faults", "proposed"))
 END_PROPOSED = "Cardinality(proposed) = {}"
 BIG = 1_000_000_000
-_NO_TXN = "[value |-> 0, zxid |-> <<0, 0>>]"
-_NO_PACKET = '[data |-> "n/a", type |-> "none", zxid |-> <<0, 0>>]'
 MASK = (1 << 32) - 1
 
 

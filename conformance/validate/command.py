@@ -53,7 +53,7 @@ from conformance.validate.actionlogs import read_logs
 from conformance.validate.chain import Cutter, Plan, record, spec_files
 from conformance.validate.chain import config as chain_config
 from conformance.validate.chain import helpers as chain_helpers
-from conformance.validate.chain import PLACE, STEP, VARIABLES
+from conformance.validate.chain import PER_SERVER, PLACE, STEP, VARIABLES
 from conformance.validate.merge import Behaviour, SpecStep, merge, state_before, step_at
 from conformance.validate.windows import (DATA, BatchOutcome, Window, batch_module, check_batch, check_batches,
                                          cpu_workers, write_batch)
@@ -62,9 +62,6 @@ __all__ = ["ValidationResult", "trace_module", "validate", "validate_command"]
 
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 BIG = 1_000_000_000
-#: The acting server's variables a record constrains (history apart: see the module docstring).
-PER_SERVER = ("acceptedEpoch", "currentEpoch", "state", "zabState", "leader", "lastCommitted", "newEpoch",
-              "learnerPhase", "learnerLastZxid", "ackIndex")
 
 
 @dataclass

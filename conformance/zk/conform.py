@@ -542,7 +542,7 @@ async def _replay(trace: Trace, ensemble: ZkEnsemble, sut: int) -> Outcome:
 
 
 def replay_trace(trace: Trace, folder: Path, base_port: int, *, timeout: float = 120.0,
-                    distribution: Any = None) -> Outcome:
+                 distribution: Any = None) -> Outcome:
     """Replay ``trace`` with a new ZooKeeper server 1 (files under ``folder``) as its server under test (`sut_of`)."""
     sut = sut_of(trace)
     if sut is None:
