@@ -80,6 +80,11 @@ def test_a_real_run_through_a_partition_a_crash_and_a_new_leader_is_a_behaviour_
     assert sum(1 for s, a in seen if (s, a) == (first, "restart")) == 2, "the killed leader started twice"
     assert {a for _, a in seen} >= {"ClientRequest", "LeaderProcessACK", "FollowerProcessCOMMIT",
                                     "FollowerProcessNEWLEADER", "LeaderProcessFOLLOWERINFO"}
+    # the healed follower's sync stages its history: the DIFF's line says "the first k transactions", in O(1)
+    syncs = [e.fields["vars"] for evs in read_logs(logs).events.values() for e in evs
+             if e.fields.get("action") in ("FollowerProcessDIFF", "FollowerProcessTRUNC")]
+    assert syncs and all("staged_history" not in v and v["staged"]["prefix"] for v in syncs), syncs
+    assert max(v["staged"]["len"] for v in syncs) >= 2, syncs
     result = validate(logs)
     assert result.passed, result.failure
     assert result.matched == result.steps > 50 and result.servers == 3
@@ -162,6 +167,23 @@ def test_a_torn_last_line_is_dropped_and_reported(tmp_path: Path) -> None:
     (tmp_path / "actions-1.jsonl").write_text(_line(1, 0) + _line(1, 1)[:25])
     logs = read_logs(tmp_path)
     assert len(logs.events[1]) == 1 and "actions-1.jsonl:2" in logs.notes[0]
+
+
+@pytest.mark.parametrize("bad", [b'{"sid": 1, "n": 1, "t"\n', b'{"sid": 1, "n": NaN}\n',
+                                 b'{"sid": 1, "kind": "\xff"}\n'], ids=["garbled", "nan", "not-utf8"])
+def test_a_line_that_is_not_json_before_the_last_is_refused_with_its_file_and_line(tmp_path: Path, bad: bytes) -> None:
+    """orjson reads the lines (bytes): its error, invalid UTF-8 included, is an input error of that line."""
+    (tmp_path / "actions-1.jsonl").write_bytes(_line(1, 0).encode() + bad + _line(1, 0).encode())
+    with pytest.raises(InputError, match=r"actions-1\.jsonl:2: not JSON"):
+        read_logs(tmp_path)
+
+
+def test_a_last_line_torn_inside_a_character_is_dropped_and_reported(tmp_path: Path) -> None:
+    line = _line(1, 1).replace('"LOOKING"', '"LOOKING\u00e9"').encode()
+    torn = line[: line.index("\u00e9".encode()) + 1]  # the first of the character's two bytes
+    (tmp_path / "actions-1.jsonl").write_bytes(_line(1, 0).encode() + torn)
+    logs = read_logs(tmp_path)
+    assert len(logs.events[1]) == 1 and "actions-1.jsonl:2: torn last line" in logs.notes[0]
 
 
 def test_a_server_that_starts_with_data_is_refused(tmp_path: Path) -> None:

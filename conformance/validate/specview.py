@@ -56,8 +56,9 @@ class RawHistory:
 class Snapshot:
     """The spec state the logs give after some step, taken without copying a history: every history as (the view's
     list, its length then) -- the view only appends to a history list in place and replaces it by a new list
-    otherwise, so that prefix of that list stays what it was -- the staged histories (lists the view never changes,
-    it replaces them), the channels, and each server's other variables (`SpecView.expected` without the history).
+    otherwise, so that prefix of that list stays what it was -- the staged histories (lists the view no longer
+    changes once a snapshot holds them: `SpecView.learns` appends in place only to a list it made after the last
+    snapshot), the channels, and each server's other variables (`SpecView.expected` without the history).
     `conformance.validate.chain` renders it as a window's start or end state (only the suffix it needs)."""
 
     __slots__ = ("hist", "staged", "per", "msgs", "proposed", "view")
@@ -69,6 +70,7 @@ class Snapshot:
         self.per = {s: view.expected(s, history=False) for s in view.hist}
         self.msgs = {k: [p for p, _ in q] for k, q in view.msgs.items()}
         self.proposed = len(view.proposed)
+        view.own_staged.clear()  # held here now: the view's next append to one copies it first
 
 
 class SpecView:
@@ -83,6 +85,9 @@ class SpecView:
         self.learner_conn: dict[tuple[int, int], int | None] = {}  # (leader, learner) -> connection it knows it by
         self.values: dict[tuple[int, str], int] = {}  # (zxid, value text) -> the spec's number
         self.proposed: list[dict[str, Any]] = []
+        # server -> its staged history list when the view made it and nobody else holds it (no Snapshot, not
+        # INIT_VARS'): a sync's PROPOSALs append to it in place, O(1) each, not a copy of the whole list each
+        self.own_staged: dict[int, list[tuple[int, str]]] = {}
 
     # ---- values
 
@@ -122,18 +127,38 @@ class SpecView:
             self.hist[sid] = [(int(z), v) for z, v in line_vars["history"]]
         staged = self.vars[sid]["staged_history"]
         if "staged_history" in line_vars:
-            staged = [(int(z), v) for z, v in line_vars["staged_history"]]
+            staged = self.own_staged[sid] = [(int(z), v) for z, v in line_vars["staged_history"]]
+        elif line_vars.get("staged", {}).get("prefix"):  # DIFF, TRUNC: the first len transactions of the history
+            staged = self.own_staged[sid] = self._prefix(sid, line_vars["staged"]["len"], line_vars["staged"]["last"])
         elif "staged" in line_vars:  # length and last transaction: unchanged, emptied, or one appended
             length, last = line_vars["staged"]["len"], line_vars["staged"]["last"]
             if length == 0:
-                staged = []
+                staged = self.own_staged[sid] = []
             elif length == len(staged) + 1:
-                staged = [*staged, (int(last[0]), last[1])]
+                if self.own_staged.get(sid) is not staged:
+                    staged = self.own_staged[sid] = list(staged)
+                staged.append((int(last[0]), last[1]))
             elif length != len(staged):
                 raise MergeError(f"server {sid}: its staged history went from {len(staged)} to {length} "
                                  "transactions in one step without being logged whole")
         self.vars[sid] = {k: v for k, v in line_vars.items() if k not in ("history", "staged")}
         self.vars[sid]["staged_history"] = staged
+
+    def _prefix(self, sid: int, length: Any, last: Any) -> list[tuple[int, str]]:
+        """The staged history a line gives as the first ``length`` transactions of the server's history, ending with
+        ``last`` (zabref/runtime/actionlog.py). The history is the one after the line's own storage operations
+        (`learns` applies them first; DIFF and TRUNC have none): the writer compared the staged history with its
+        history after the step."""
+        h = self.hist[sid]
+        if not isinstance(length, int) or isinstance(length, bool) or not 0 <= length <= len(h):
+            raise MergeError(f"server {sid}: its staged history is logged as the first {length!r} transactions of "
+                             f"its history, which has {len(h)}")
+        staged = h[:length]
+        end = (int(last[0]), last[1]) if last is not None else None
+        if (staged[-1] if staged else None) != end:
+            raise MergeError(f"server {sid}: its staged history is logged as the first {length} transactions of its "
+                             f"history, ending with {last!r}; they end with {staged[-1] if staged else None!r}")
+        return staged
 
     def expected(self, sid: int, *, history: bool = True) -> dict[str, Any]:
         """Server ``sid``'s spec variables (per-server slices, canonical). Without ``history`` the history is given
