@@ -18,22 +18,37 @@ not.
 
 from __future__ import annotations
 
+import re
+import shutil
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from conformance.tla.datafile import DataFile
 from conformance.tla.labels import read_next
+from conformance.tla.output import TLCMessage
+from conformance.tla.overrides import MODULES, classes
+from conformance.tla.tools import SHORT_RUN, Outcome, Toolchain, run_tlc, toolchain
 from conformance.tla.values import format_value
-from conformance.validate.observed import check_observed, observed_folder
-from conformance.validate.zkmodule import config, trace_module
+from conformance.validate.observed import last_progress, observed_folder
+from conformance.validate.zkmodule import RUN_DATA, WINDOW_DATA, config, goal, run_data, trace_module, window_data
 from conformance.zk.observe import Observation, observe_dir
 
-__all__ = ["ZkValidation", "validate_observation", "validate_recording"]
+__all__ = ["WIDEN", "WINDOW", "ZkValidation", "validate_observation", "validate_recording"]
 
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 PROGRESS_FIELDS = ("frontier", "rc", "state", "zabState", "leader", "acceptedEpoch", "currentEpoch",
                    "lastCommitted", "history", "msgs")
+#: Observations a window holds (docs/zookeeper.md, "Windows": measured), and how many windows back a window that
+#: finds no behaviour is checked again from.
+WINDOW = 400
+WIDEN = 2
+LAG = 20
+#: The most distinct states one search may explore: with the guide, and without it.
+BUDGET_GUIDED = 2_000_000
+BUDGET = 300_000
 
 
 @dataclass
@@ -52,6 +67,9 @@ class ZkValidation:
     observe_seconds: float = 0.0
     tlc_seconds: float = 0.0
     best: dict[str, Any] = field(default_factory=dict)
+    windows: int = 0  # windows checked (a window checked again from further back counts once)
+    runs: int = 0  # TLC runs (a window checked again counts each time)
+    exact: bool = True  # a departure found from Init (False: from a window's start, `WIDEN` windows back at most)
 
     @property
     def verdict(self) -> str:
@@ -60,30 +78,136 @@ class ZkValidation:
     def line(self) -> str:
         left = sum(self.ignored.values())
         return (f"zk validate: servers={self.servers} observations={self.observations} txns={self.txns} "
-                f"left-out={left} steps={self.steps} states={self.distinct_states} "
-                f"observe={self.observe_seconds:.1f}s tlc={self.tlc_seconds:.1f}s result={self.verdict}")
+                f"left-out={left} windows={self.windows} tlc-runs={self.runs} steps={self.steps} "
+                f"states={self.distinct_states} observe={self.observe_seconds:.1f}s tlc={self.tlc_seconds:.1f}s "
+                f"result={self.verdict}")
 
 
 def _actions() -> list[tuple[str, tuple[str, ...]]]:
     return [(a.name, a.param_names) for a in read_next(SPEC_DIR / "Zab.tla")]
 
 
+@dataclass
+class _Run:
+    end: str | None  # the state the window ended in, as TLC printed it (one line), or None: no state got there
+    steps: int
+    states: int
+    seconds: float
+    printed: list[str]
+    error: str | None = None
+    budget_hit: bool = False
+
+
+def _printed_value(lines: list[str], tag: str) -> str | None:
+    """The first ``<<"tag", value>>`` TLC printed, as ``value``'s text on one line (PrintT wraps long values)."""
+    at = next((k for k, line in enumerate(lines) if re.match(rf'\s*<<\s*"{tag}",', line)), None)
+    if at is None:
+        return None
+    text = ""
+    for line in lines[at:]:
+        text += " " + line.strip()
+        if text.count("<<") == text.count(">>") and text.count("[") == text.count("]"):
+            break
+    text = text.strip()
+    return text[text.index(",") + 1:-2].strip()
+
+
+def _window(folder: Path, tools: Toolchain, start: str | None, counts: list[list[int]], cap: list[list[int]], *,
+            final: bool, lag: int, exempt: int) -> _Run:
+    """One TLC run: from ``start`` (None: Init) to the first state that made ``counts`` sends (``final``: the whole
+    run, every role taken), none past ``cap``; guided when ``lag`` > 0."""
+    data = DataFile(WINDOW_DATA)
+    budget = BUDGET_GUIDED if lag else BUDGET
+    for line in window_data(start, counts, cap, final=final, lag=lag, exempt=exempt, budget=budget):
+        data.add(line)
+    data.write(folder)
+    printed: list[str] = []
+
+    def on_message(msg: TLCMessage) -> None:
+        if msg.code == 0:
+            printed.extend(msg.text.splitlines())
+
+    started = time.monotonic()
+    tlc = run_tlc(folder / "VZk.tla", folder / "VZk.cfg", workers=1, extra_args=("-deadlock",),
+                  on_message=on_message, tools=tools, classpath=[classes(tools)], jvm_options=SHORT_RUN)
+    seconds = time.monotonic() - started
+    end = _printed_value(printed, "zkend")
+    error = None if tlc.outcome is Outcome.OK or end is not None else f"{tlc.result_text()}: {tlc.message}"
+    hit = end is None and any('"zkbudget"' in line for line in printed)
+    return _Run(end, max((tlc.depth or 1) - 1, 0), tlc.distinct_states or 0, seconds, printed, error, hit)
+
+
 def validate_observation(observation: Observation, *, work: Path | None = None,
-                         echo: Callable[[str], None] = lambda s: None) -> ZkValidation:
-    """Check ``observation`` with TLC (module docstring); never raises for a departure."""
+                         echo: Callable[[str], None] = lambda s: None, window: int = WINDOW,
+                         widen: int = WIDEN, lag: int = LAG) -> ZkValidation:
+    """Check ``observation`` with TLC in windows of ``window`` observations (docs/zookeeper.md, "Windows"); never
+    raises for a departure."""
     result = ZkValidation(observation.recording, observation.servers, len(observation.obs), observation.txns,
                           dict(observation.ignored))
+    tools = toolchain()
     folder = observed_folder(SPEC_DIR / "Zab.tla", "VZk", trace_module(observation, _actions()), config(observation),
                              "zabref-zkvalidate-", work)
-    if not check_observed(result, folder, "VZk", "zkprogress", PROGRESS_FIELDS):
-        return result
-    result.frontier = int(result.best.get("frontier", 1))
-    result.failure = _report(observation, result, folder)
-    echo(f"zk validate: {result.distinct_states} states explored, none makes every observation")
+    for module in MODULES:
+        shutil.copy(module, folder / module.name)
+    run = DataFile(RUN_DATA)
+    for line in run_data(observation):
+        run.add(line)
+    run.write(folder)
+    total = len(observation.obs)
+    bounds = [*range(window, total, window), total]
+    # the starts of the last windows (None: Init), kept to check a window again from further back; steps before each
+    starts: deque[tuple[int, str | None, int]] = deque([(0, None, 0)], maxlen=widen + 1)
+    exempt = 0  # the guide leaves alone packets of observations up to this one (in flight after an unguided window)
+    for k, upto in enumerate(bounds):
+        final = k == len(bounds) - 1
+        counts, cap = goal(observation, upto), goal(observation, min(total, upto + window))
+        # the guided search from this window's start; then every behaviour from it; then from further back
+        tries = ([(starts[-1], lag)] if lag else []) + [(s, 0) for s in reversed(starts)]
+        missed: list[tuple[_Run, int, int]] = []  # the tries that found no behaviour: (run, start window, guide)
+        for (at, start, before), guide in tries:
+            r = _window(folder, tools, start, counts, cap, final=final, lag=guide, exempt=exempt)
+            result.runs += 1
+            result.tlc_seconds += r.seconds
+            result.distinct_states += r.states
+            if r.end is not None or r.error is not None:
+                break
+            missed.append((r, at, guide))
+            if r.budget_hit and not guide:  # a search from further back would explore more still
+                break
+            echo(f"zk validate: window {k + 1} from window {at + 1}'s start"
+                 f"{' with the guide' if guide else ''} found no behaviour"
+                 f"{f' within {BUDGET_GUIDED if guide else BUDGET:,} states' if r.budget_hit else ''}")
+        result.windows = k + 1
+        if r.error is not None:
+            result.inconclusive = True
+            result.failure = f"TLC did not finish window {k + 1} ({r.error})\n  kept: {folder}"
+            return result
+        if r.end is None:
+            result.inconclusive = any(m.budget_hit for m, _, _ in missed)
+            # reported: the furthest search that explored everything it could reach, else the guided one
+            r, at, guide = next(((m, a, g) for m, a, g in reversed(missed) if not m.budget_hit), missed[0])
+            result.best = last_progress(r.printed, "zkprogress", PROGRESS_FIELDS)
+            result.frontier = int(result.best.get("frontier", 1))
+            result.exact = at == 0 and not guide and not result.inconclusive
+            result.failure = _report(observation, result, folder, at, bounds[at - 1] if at else 0, guide)
+            return result
+        if not guide:
+            exempt = upto
+        while starts[-1][0] > at:  # a start the window could not go on from is not gone back to
+            starts.pop()
+        starts.append((k + 1, r.end, before + r.steps))
+        result.steps = before + r.steps
+        if not final:
+            echo(f"zk validate: {upto} of {total} observations made ({k + 1} windows, {result.tlc_seconds:.0f} s of "
+                 f"TLC, {result.distinct_states:,} states)")
+    result.matched = True
+    shutil.rmtree(folder, ignore_errors=True)
     return result
 
 
-def _report(observation: Observation, result: ZkValidation, folder: Path) -> str:
+def _report(observation: Observation, result: ZkValidation, folder: Path, at: int, after: int, guide: int) -> str:
+    """The departure: the first observation no behaviour made, checked from window ``at``'s start (0: Init), which
+    follows observation ``after``, with the guide (``guide`` > 0) or without."""
     g = result.frontier
     best = result.best
     if g > len(observation.obs):
@@ -94,7 +218,13 @@ def _report(observation: Observation, result: ZkValidation, folder: Path) -> str
         head = (f"observation {g} of {len(observation.obs)} is the first the spec cannot take: {o.describe()} from "
                 f"{o.sender} to {o.receiver} ({o.name})\n  at {o.where(observation.recording)}, "
                 f"t={o.t_ns - observation.obs[0].t_ns:,} ns after the first observation")
-    lines = [head, "  in the state that made the longest prefix of the observations:"]
+    where = ("from the spec's Init: no behaviour of the spec makes the observations up to it" if at == 0 else
+             f"from the state the behaviour found for the observations before window {at + 1} reached (window "
+             f"{at + 1} starts after observation {after}); another behaviour of those might "
+             "still go on")
+    how = (f"; by the guided search (lag {guide}): the search without the guide stopped at its budget of "
+           f"{BUDGET:,} states, so this is not proven" if guide else "")
+    lines = [head, f"  checked {where}{how}", "  in the state that made the longest prefix of the observations:"]
     n = observation.servers
     for s in range(1, n + 1):
         part = [f"{name}={format_value(best[name][s - 1])}" for name in

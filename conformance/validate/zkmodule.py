@@ -33,13 +33,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.tla.tracemodule import chunked
 from conformance.tla.values import format_value
+from conformance.validate.chain import VARIABLES
 from conformance.zk.observe import Observation
 
-__all__ = ["CHUNK", "config", "trace_module"]
+__all__ = ["RUN_DATA", "WINDOW_DATA", "config", "goal", "run_data", "trace_module", "window_data"]
 
-CHUNK = 200
+#: The data files beside the module (conformance/tla/datafile.py): the run's observations, and the window's start.
+RUN_DATA = "vzk.tlav"
+WINDOW_DATA = "window.tlav"
+#: What a window's end state holds: Zab's variables and the module's own.
+STATE = (*VARIABLES, "sent", "tags", "rc")
+#: Zab's checking variables no action reads (ClientRequest reads the size of ``proposed``, which the VIEW keeps).
+UNREAD = ("committed", "established")
 
 
 def _record(o: Any, n: int) -> str:
@@ -60,10 +66,58 @@ def _roles(observation: Observation) -> str:
     return "<<" + ", ".join(per) + ">>"
 
 
+def role_sends(observation: Observation) -> list[list[list[int]]]:
+    """``[x][r][b]``: how many sends x -> b the observation holds up to the end of x's role r (0-based here, 1-based
+    in the module): a send on one of a role's connections is made in that role, so the spec's server can leave the
+    role only after making them."""
+    n = observation.servers
+    out = []
+    for x in range(1, n + 1):
+        made = [0] * n
+        per_role = []
+        for r in observation.roles.get(x, []):
+            conns = set(r.conns)
+            for b in range(1, n + 1):
+                last = [observation.obs[g - 1].ci for g in observation.channels.get((x, b), [])
+                        if observation.obs[g - 1].conn in conns]
+                made[b - 1] = max([made[b - 1], *last])
+            per_role.append(list(made))
+        out.append(per_role)
+    return out
+
+
 def _channels(observation: Observation) -> str:
     n = observation.servers
-    return "<<" + ", ".join("<<" + ", ".join(format_value(observation.channels[a, b]) for b in range(1, n + 1)) + ">>"
-                            for a in range(1, n + 1)) + ">>"
+    return format_value([[observation.channels.get((a, b), []) for b in range(1, n + 1)] for a in range(1, n + 1)])
+
+
+def run_data(observation: Observation) -> list[str]:
+    """The lines of `RUN_DATA`: the observations (line g: observation g), then Chan, Roles and RoleSends."""
+    n = observation.servers
+    return [*(_record(o, n) for o in observation.obs), _channels(observation), _roles(observation),
+            format_value(role_sends(observation))]
+
+
+def goal(observation: Observation, upto: int) -> list[list[int]]:
+    """``[a][b]``: how many of the pair a -> b's observations are among the first ``upto`` (a window's end)."""
+    n = observation.servers
+    return [[sum(1 for g in observation.channels.get((a, b), []) if g <= upto) for b in range(1, n + 1)]
+            for a in range(1, n + 1)]
+
+
+def window_data(start: str | None, goal_counts: list[list[int]], cap: list[list[int]], *, final: bool, lag: int = 0,
+                exempt: int = 0, budget: int = 0) -> list[str]:
+    """The lines of `WINDOW_DATA`: what the window is (from Init or from ``start``, a state TLC printed as the end of
+    the window before, one line; the counts of sends it must reach, and those it may not pass; whether it is the
+    last; the search's guide, lag observations, 0 for none, with packets of observations up to ``exempt`` exempt;
+    the most distinct states it may explore, 0 for no limit), then the start."""
+    head = format_value({"init": start is None, "final": final, "goal": goal_counts, "cap": cap, "lag": lag,
+                         "exempt": exempt, "budget": budget})
+    return [head, "[none |-> TRUE]" if start is None else start]
+
+
+#: The actions of Zab.tla that always take their server i back to LOOKING (GoLooking(i)).
+LEAVES = ("Crash", "FollowerTimeout", "LeaderTimeout")
 
 
 def _obs_next(actions: list[tuple[str, tuple[str, ...]]]) -> str:
@@ -71,29 +125,42 @@ def _obs_next(actions: list[tuple[str, tuple[str, ...]]]) -> str:
     for name, params in actions:
         binder = f"\\E {', '.join(params)} \\in Server : " if params else ""
         call = f"{name}({', '.join(params)})" if params else name
-        extra = " /\\ state[i] /= LOOKING" if name == "Crash" else ""
-        arms.append(f"    \\/ {binder}{call}{extra}")
+        if name in LEAVES:  # CanLeave first: TLC then skips building a successor RolesNext would refuse
+            call = "CanLeave(i) /\\ " + ("state[i] /= LOOKING /\\ " if name == "Crash" else "") + call
+        arms.append(f"    \\/ {binder}{call}")
     return "ObsNext ==\n" + "\n".join(arms)
 
 
 def trace_module(observation: Observation, actions: list[tuple[str, tuple[str, ...]]]) -> str:
-    """The text of module VZk for ``observation``; ``actions``: Next's disjuncts (name, parameters)."""
-    n = observation.servers
-    records = [_record(o, n) for o in observation.obs]
-    chunks = chunked("Ob", records, "O", CHUNK)
+    """The text of module VZk for ``observation`` (its values in `run_data`, the window's in `window_data`);
+    ``actions``: Next's disjuncts (name, parameters)."""
+    total = len(observation.obs)
+    start = "\n".join(f"       /\\ {v} = Start.{v}" for v in STATE)
+    end = ", ".join(f"{v} |-> {v}" for v in STATE)
+    place = ", ".join("Cardinality(proposed)" if v == "proposed" else v for v in STATE if v not in UNREAD)
     return f"""---------------------------- MODULE VZk ----------------------------
 \\* Generated by conformance/validate/zkmodule.py from a ZooKeeper recording: {observation.recording}
-\\* One record an observed send (conformance/zk/observe.py). Do not edit.
-EXTENDS Zab, TLC
+\\* One record an observed send (conformance/zk/observe.py), read from {RUN_DATA}. Do not edit.
+EXTENDS Zab, TLC, ZabrefData
 VARIABLES sent, tags, rc
 
-{chunks}
-Total == {len(records)}
+Total == {total}
+O(g) == Datum("{RUN_DATA}", g)
 \\* Chan[a][b]: the observations of the pair a -> b, in order (global indexes).
-Chan == {_channels(observation)}
+Chan == Datum("{RUN_DATA}", {total + 1})
 \\* Roles[x]: x's observed roles, in order: leads (k = "L") or follows j (k = "F"); ended before the run did.
-Roles == {_roles(observation)}
+Roles == Datum("{RUN_DATA}", {total + 2})
+\\* RoleSends[x][r][b]: the sends x -> b observed up to the end of x's role r.
+RoleSends == Datum("{RUN_DATA}", {total + 3})
+\\* The window: from Init or from Start; the counts of sends it must reach (goal); whether it is the run's last.
+Win == Datum("{WINDOW_DATA}", 1)
+Start == Datum("{WINDOW_DATA}", 2)
 SyncHeads == {{"DIFF", "TRUNC", "SNAP"}}
+
+\\* x may leave its role (a timeout, a crash, a packet that sends it back to LOOKING) only if the role ended before the
+\\* run did, after every send observed in it.
+CanLeave(x) == /\\ rc[x] >= 1 /\\ Roles[x][rc[x]].ended
+               /\\ \\A b \\in Server : sent[x][b] >= RoleSends[x][rc[x]][b]
 
 {_obs_next(actions)}
 
@@ -154,7 +221,7 @@ Causal == \\A a, b \\in Server : Received(a, b) =>
               LET need == O(Head(tags[a][b])).need IN \\A k \\in Server : sent[b][k] >= need[k]
 
 RolesNext ==
-    /\\ \\A x \\in Server : GoesLooking(x) => rc[x] >= 1 /\\ Roles[x][rc[x]].ended
+    /\\ \\A x \\in Server : GoesLooking(x) => CanLeave(x)
     /\\ \\A x \\in Server : Leaves(x) =>
           /\\ rc[x] < Len(Roles[x])
           /\\ LET r == Roles[x][rc[x] + 1]
@@ -162,10 +229,13 @@ RolesNext ==
     /\\ rc' = [x \\in Server |-> IF Leaves(x) THEN rc[x] + 1 ELSE rc[x]]
 
 TraceInit ==
-    /\\ Init
-    /\\ sent = [a \\in Server |-> [b \\in Server |-> 0]]
-    /\\ tags = [a \\in Server |-> [b \\in Server |-> <<>>]]
-    /\\ rc = [x \\in Server |-> 0]
+    IF Win.init
+    THEN /\\ Init
+         /\\ sent = [a \\in Server |-> [b \\in Server |-> 0]]
+         /\\ tags = [a \\in Server |-> [b \\in Server |-> <<>>]]
+         /\\ rc = [x \\in Server |-> 0]
+    ELSE
+{start}
 
 TraceNext ==
     /\\ ObsNext
@@ -181,13 +251,40 @@ Complete ==
     /\\ \\A x \\in Server : rc[x] = Len(Roles[x])
     /\\ \\A x \\in Server : Len(Roles[x]) > 0 /\\ Roles[x][Len(Roles[x])].ended => state[x] = LOOKING
 
-\\* The invariant whose violation is the verdict "a behaviour of the spec" (module docstring).
-NotDone == ~Complete
+\\* A window is done when its state made the window's sends; the last window when the whole run is (Complete).
+Done == IF Win.final THEN Complete ELSE \\A a, b \\in Server : sent[a][b] >= Win.goal[a][b]
+
+\\* The first state that is done is printed, whole, and ends the search: the next window starts from it.
+Stop == IF Done
+        THEN /\\ PrintT(<<"zkend", [{end}]>>)
+             /\\ TLCSet("exit", TRUE)
+        ELSE TRUE
 
 \\* The first observation (in the proxy's order) this state has not made; Total + 1 when it made them all.
 Frontier == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN Chan[a][b][sent[a][b] + 1] ELSE Total + 1
                 firsts == {{next(a, b) : a, b \\in Server}}
             IN  CHOOSE g \\in firsts : \\A g2 \\in firsts : g <= g2
+
+\\* The latest observation (in the proxy's order) this state made.
+Latest == LET last(a, b) == IF sent[a][b] = 0 THEN 0 ELSE Chan[a][b][sent[a][b]]
+          IN  CHOOSE g \\in {{last(a, b) : a, b \\in Server}} : \\A a, b \\in Server : last(a, b) <= g
+
+\\* The search's guide (docs/zookeeper.md, "Windows"), with Win.lag > 0: every packet sent since the window began is
+\\* taken before the behaviour makes Win.lag more observations, and no observation is made Win.lag or more ahead of
+\\* the first one not made. The bound of every search: no pair's sends go past Win.cap; at most Win.budget distinct
+\\* states (0: no limit), after which the search stops and says so.
+Guide == Win.lag = 0 \\/ /\\ (Latest < Frontier + Win.lag \\/ Latest <= Win.exempt)
+                         /\\ \\A a, b \\in Server : tags[a][b] = <<>> \\/ Head(tags[a][b]) <= Win.exempt
+                                                 \\/ Head(tags[a][b]) + Win.lag >= Latest
+Bound == /\\ \\A a, b \\in Server : sent[a][b] <= Win.cap[a][b]
+         /\\ IF Win.budget > 0 /\\ TLCGet("distinct") >= Win.budget
+            THEN PrintT(<<"zkbudget", TLCGet("distinct")>>) /\\ TLCSet("exit", TRUE)
+            ELSE TRUE
+
+\\* What TLC tells states apart by: every variable a step or this module reads. Zab's checking variables are read by no
+\\* action but ClientRequest, which reads the size of `proposed` only; they grow with the run, and fingerprinting them
+\\* was most of the cost of a state in a long run's windows.
+Place == <<{place}>>
 
 ASSUME TLCSet(1, 0)
 Prog == IF Frontier > TLCGet(1)
@@ -203,4 +300,4 @@ def config(observation: Observation) -> str:
     roles = sum(len(r) for r in observation.roles.values())
     return (f"CONSTANTS\n    N = {observation.servers}\n    MaxEpoch = {observation.max_epoch}\n"
             f"    MaxTxns = {observation.txns}\n    MaxFaults = {roles + 1}\n"
-            "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Prog\nINVARIANT NotDone\n")
+            "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Prog Stop Guide Bound\nVIEW Place\n")
