@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.zk.observe import observe, observe_dir
+from conformance.zk.observe import Observation, observe, observe_dir
 from conformance.zk.recording import HEAD, MAGIC, Kind, Record, Recording, read_records
 from conformance.zk.wire import Decoded, Message, decode_recording
 
@@ -306,6 +306,7 @@ def test_windows_give_the_whole_checks_verdict_and_catch_a_change_at_either_edge
     small = validate_observation(o, work=tmp_path, window=7)
     assert whole.matched and whole.windows == 1, whole.failure
     assert small.matched and small.windows == -(-len(o.obs) // 7), small.failure
+    assert small.dropped >= 1 and small.inexact == 0  # later windows start from a state with a prefix left out
     assert list(tmp_path.iterdir()) == []
 
     decoded = decode_recording(real_run / "recording.zkrec")
@@ -331,6 +332,68 @@ def test_windows_give_the_whole_checks_verdict_and_catch_a_change_at_either_edge
     g = _index(mutated, moved)
     r = validate_observation(mutated, work=tmp_path, window=g - 1)  # the COMMIT opens window 2, its ACKs come after
     assert not r.matched and r.frontier == g, r.failure
+
+
+@pytest.mark.slow
+def test_a_window_whose_coordinates_drop_too_much_is_caught_by_tlc_and_checked_again(real_run, toolchain_ready,
+                                                                                        tmp_path, monkeypatch):
+    """A plan that drops every transaction but the last, whatever the window reads: a state TLC reaches breaks the
+    coordinates (`Rebased`), TLC says so, and the window is checked again without dropping: the run still validates,
+    and the count of such windows says what happened."""
+    from conformance.validate import zkcheck, zkrebase
+
+    def greedy(state, observation, lo, hi, values):
+        h = state["history"][0]
+        if len(h) < 3 or any(x != h for x in state["history"]):
+            return zkrebase.Rebase(len(state["state"]), [], -1, 0, values), None
+        epoch = h[-1]["zxid"][0]
+        return zkrebase.Rebase(len(state["state"]), h[:-1], epoch, sum(t["zxid"][0] == epoch for t in h[:-1]),
+                               values), h[-1]
+
+    monkeypatch.setattr(zkcheck, "plan", greedy)
+    o = observe_dir(real_run)
+    r = zkcheck.validate_observation(o, work=tmp_path, window=7)
+    assert r.matched, r.failure
+    assert r.inexact >= 1
+
+
+def test_a_state_rebased_and_restored_is_the_same_state():
+    """`rebase` then `restore` gives back every variable a window carries (``proposed`` and ``committed`` start
+    empty); the rebased state's histories start at the anchor, its indexes and the anchor's epoch's counters are
+    lowered, its values by the count proposed before."""
+    from conformance.validate.zkrebase import plan, rebase, restore
+
+    def t(c, v):
+        return {"zxid": [1, c], "value": v}
+
+    h = [t(k, 10 + k) for k in range(1, 7)]
+    n = 3
+    state = {
+        "history": [h, h[:5], h[:6]], "stagedHistory": [[], h[:4], []], "acceptedEpoch": [1] * n,
+        "currentEpoch": [1] * n, "state": ["LEADING", "FOLLOWING", "FOLLOWING"],
+        "zabState": ["BROADCAST", "SYNCHRONIZATION", "BROADCAST"], "leader": [1, 1, 1], "lastCommitted": [5, 4, 4],
+        "newEpoch": [1, 0, 0], "learnerPhase": [["NONE", "ACKEPOCH", "BROADCAST"], ["NONE"] * n, ["NONE"] * n],
+        "learnerLastZxid": [[[0, 0], [1, 4], [1, 6]], [[0, 0]] * n, [[0, 0]] * n],
+        "ackIndex": [[0, 0, 5], [0] * n, [0] * n],
+        "msgs": [[[], [{"type": "PROPOSAL", "zxid": [1, 6], "data": 16}], [{"type": "COMMIT", "zxid": [1, 5],
+                                                                           "data": "n/a"}]],
+                 [[{"type": "ACK", "zxid": [1, 5], "data": "n/a"}], [], []], [[], [], []]],
+        "proposed": {"$set": h}, "committed": h[:4], "established": {"$set": [[1, 1]]}, "faults": 0,
+        "sent": [[0, 3, 3], [2, 0, 0], [2, 0, 0]], "tags": [[[], [7], [8]], [[9], [], []], [[], [], []]],
+        "rc": [1, 1, 1],
+    }
+    o = Observation("r", n, "3.8.0", [], {}, {}, {}, {}, None, 1)
+    rb, anchor = plan(state, o, 0, 0, 6)
+    assert anchor == t(4, 14) and rb.d == 3  # lastCommitted 4 and the learner's zxid <<1, 4>> keep the 4th
+    small = rebase(state, rb)
+    assert small["history"][1] == [{"zxid": [1, 1], "value": 8}, {"zxid": [1, 2], "value": 9}]
+    assert small["lastCommitted"] == [2, 1, 1] and small["ackIndex"][0] == [0, 0, 2]
+    assert small["msgs"][0][1] == [{"type": "PROPOSAL", "zxid": [1, 3], "data": 10}]
+    assert small["learnerLastZxid"][0] == [[0, 0], [1, 1], [1, 3]]
+    back = restore(small, rb)
+    for name in state:
+        if name not in ("proposed", "committed"):
+            assert back[name] == state[name], name
 
 
 @pytest.mark.slow

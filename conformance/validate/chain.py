@@ -44,7 +44,7 @@ from conformance.validate.merge import SpecStep
 from conformance.validate.specview import RawHistory, Snapshot, SpecView
 from conformance.validate.windows import Window
 
-__all__ = ["Coords", "Cutter", "Plan", "VARIABLES", "PER_SERVER", "PLACE", "STEP", "record", "render_state", "config"]
+__all__ = ["Coords", "Cutter", "Plan", "VARIABLES", "PER_SERVER", "PLACE", "REBASING", "STEP", "record", "render_state", "config"]
 
 #: The acting server's variables a record constrains (history apart).
 PER_SERVER = ("acceptedEpoch", "currentEpoch", "state", "zabState", "leader", "lastCommitted", "newEpoch",
@@ -206,7 +206,27 @@ Sent(e) == IF e[5] THEN TRUE
            ELSE IF e[19] = <<>> THEN \\A k \\in Server \\ {{e[4]}} : msgs'[e[4]][k] = msgs[e[4]][k]
            ELSE \\A k \\in Server \\ {{e[4]}} : msgs'[e[4]][k] = msgs[e[4]][k] \\o e[19][k]
 
-\\* The rebasing's conditions (conformance/validate/chain.py, docs/validation.md): server s's anchor is a[s] (a
+{REBASING}
+\\* A sequence as the fingerprints by place see it (PLACE).
+Ends(q) == IF q = <<>> THEN <<0>> ELSE <<Len(q), q[1], q[Len(q)]>>
+
+\\* Rebased in the state after step e, given Rebased before it, checking each packet once: when it is sent. Zab.tla
+\\* adds packets only to the acting server's channels (Send, SendSeq, SendAll from i) and Sent pins those additions to
+\\* the record's e[19]; every other channel only loses packets at its head (Discard) or is emptied (a crash or
+\\* GoLooking). Both are checked here (IsSuffix, of module ZabrefSeq, compares by identity first), so a spec that
+\\* added packets another way would make the step inexact (the window is checked again without rebasing), never a
+\\* packet unchecked. A GoLooking's sends are not compared (e[5]): its whole state is checked.
+RebasedStep(e, a) ==
+    /\\ \\A s \\in Server : a[s] /= <<>> => RebasedHere(s, a[s][1])'
+    /\\ IF e[5] THEN Rebased(a)'
+       ELSE /\\ \\A y \\in Server : \\A z \\in Server : y /= e[4] \\/ z = e[4] => IsSuffix(msgs'[y][z], msgs[y][z])
+            /\\ e[19] /= <<>> => \\A z \\in Server \\ {{e[4]}} : a[z] /= <<>> =>
+                   \\A k \\in 1 .. Len(e[19][z]) : PacketRebased(a[z][1], e[19][z][k])"""
+
+
+#: The rebasing's conditions in TLA+ (docs/validation.md, "Windows"), over Zab.tla's variables: this module's windows
+#: and conformance/validate/zkmodule.py's check them.
+REBASING = """\\* The rebasing's conditions (conformance/validate/chain.py, docs/validation.md): server s's anchor is a[s] (a
 \\* sequence, empty for a server whose history is whole).
 ZRef(t, z) == z[2] = 0 \\/ ZxidLE(t.zxid, z)
 \\* what server s holds itself, and a packet p on its way to s
@@ -224,27 +244,12 @@ PacketRebased(t, p) ==
     /\\ p.type = "ACK" => p.zxid[2] >= 0
     /\\ p.type = "ACKEPOCH" => p.zxid = <<0, 0>> \\/ ZxidLE(t.zxid, p.zxid)
     /\\ p.type = "TRUNC" => ZxidLE(t.zxid, p.zxid)
-    /\\ p.type \\in {{"ACK", "COMMIT", "UPTODATE", "DIFF", "PROPOSAL"}} => ZRef(t, p.zxid)
+    /\\ p.type \\in {"ACK", "COMMIT", "UPTODATE", "DIFF", "PROPOSAL"} => ZRef(t, p.zxid)
 RebasedAt(s, t) ==
     /\\ RebasedHere(s, t)
     /\\ \\A x \\in Server : \\A k \\in 1 .. Len(msgs[x][s]) : PacketRebased(t, msgs[x][s][k])
 Rebased(a) == \\A s \\in Server : a[s] /= <<>> => RebasedAt(s, a[s][1])
-
-\\* A sequence as the fingerprints by place see it (PLACE).
-Ends(q) == IF q = <<>> THEN <<0>> ELSE <<Len(q), q[1], q[Len(q)]>>
-
-\\* Rebased in the state after step e, given Rebased before it, checking each packet once: when it is sent. Zab.tla
-\\* adds packets only to the acting server's channels (Send, SendSeq, SendAll from i) and Sent pins those additions to
-\\* the record's e[19]; every other channel only loses packets at its head (Discard) or is emptied (a crash or
-\\* GoLooking). Both are checked here (IsSuffix, of module ZabrefSeq, compares by identity first), so a spec that
-\\* added packets another way would make the step inexact (the window is checked again without rebasing), never a
-\\* packet unchecked. A GoLooking's sends are not compared (e[5]): its whole state is checked.
-RebasedStep(e, a) ==
-    /\\ \\A s \\in Server : a[s] /= <<>> => RebasedHere(s, a[s][1])'
-    /\\ IF e[5] THEN Rebased(a)'
-       ELSE /\\ \\A y \\in Server : \\A z \\in Server : y /= e[4] \\/ z = e[4] => IsSuffix(msgs'[y][z], msgs[y][z])
-            /\\ e[19] /= <<>> => \\A z \\in Server \\ {{e[4]}} : a[z] /= <<>> =>
-                   \\A k \\in 1 .. Len(e[19][z]) : PacketRebased(a[z][1], e[19][z][k])"""
+"""
 
 
 STEP = "Took(e) /\\ Act(e) /\\ Post(e) /\\ Sent(e)"

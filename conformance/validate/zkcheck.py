@@ -31,8 +31,10 @@ from conformance.tla.labels import read_next
 from conformance.tla.output import TLCMessage
 from conformance.tla.overrides import MODULES, classes
 from conformance.tla.tools import SHORT_RUN, Outcome, Toolchain, run_tlc, toolchain
+from conformance.tla.valueparse import parse_value
 from conformance.tla.values import format_value
 from conformance.validate.observed import last_progress, observed_folder
+from conformance.validate.zkrebase import Rebase, plan, rebase, restore
 from conformance.validate.zkmodule import RUN_DATA, WINDOW_DATA, config, goal, run_data, trace_module, window_data
 from conformance.zk.observe import Observation, observe_dir
 
@@ -70,6 +72,8 @@ class ZkValidation:
     windows: int = 0  # windows checked (a window checked again from further back counts once)
     runs: int = 0  # TLC runs (a window checked again counts each time)
     exact: bool = True  # a departure found from Init (False: from a window's start, `WIDEN` windows back at most)
+    inexact: int = 0  # windows checked again without dropping (a state broke the window's coordinates)
+    dropped: int = 0  # the most transactions a window's coordinates left out of each history
 
     @property
     def verdict(self) -> str:
@@ -78,7 +82,8 @@ class ZkValidation:
     def line(self) -> str:
         left = sum(self.ignored.values())
         return (f"zk validate: servers={self.servers} observations={self.observations} txns={self.txns} "
-                f"left-out={left} windows={self.windows} tlc-runs={self.runs} steps={self.steps} "
+                f"left-out={left} windows={self.windows} tlc-runs={self.runs} dropped={self.dropped} "
+                f"inexact={self.inexact} steps={self.steps} "
                 f"states={self.distinct_states} observe={self.observe_seconds:.1f}s tlc={self.tlc_seconds:.1f}s "
                 f"result={self.verdict}")
 
@@ -89,13 +94,16 @@ def _actions() -> list[tuple[str, tuple[str, ...]]]:
 
 @dataclass
 class _Run:
-    end: str | None  # the state the window ended in, as TLC printed it (one line), or None: no state got there
+    end: dict[str, Any] | None  # the state the window ended in (the run's coordinates), or None: no state got there
+    values: int  # transactions proposed before the end
     steps: int
     states: int
     seconds: float
     printed: list[str]
     error: str | None = None
     budget_hit: bool = False
+    inexact: bool = False  # a state broke the window's coordinates: checked again without dropping
+    dropped: int = 0  # transactions the window's coordinates left out of each history
 
 
 def _printed_value(lines: list[str], tag: str) -> str | None:
@@ -112,13 +120,31 @@ def _printed_value(lines: list[str], tag: str) -> str | None:
     return text[text.index(",") + 1:-2].strip()
 
 
-def _window(folder: Path, tools: Toolchain, start: str | None, counts: list[list[int]], cap: list[list[int]], *,
-            final: bool, lag: int, exempt: int) -> _Run:
-    """One TLC run: from ``start`` (None: Init) to the first state that made ``counts`` sends (``final``: the whole
-    run, every role taken), none past ``cap``; guided when ``lag`` > 0."""
+@dataclass
+class _Start:
+    window: int  # the window it starts (0-based)
+    state: dict[str, Any] | None  # the run's coordinates; None: Init
+    steps: int  # the behaviour's steps before it
+    values: int  # transactions proposed before it
+
+
+def _window(folder: Path, tools: Toolchain, observation: Observation, start: _Start, span: tuple[int, int],
+            counts: list[list[int]], cap: list[list[int]], *, final: bool, lag: int, exempt: int,
+            drop: bool = True) -> _Run:
+    """One TLC run: from ``start`` to the first state that made ``counts`` sends (``final``: the whole run, every role
+    taken), none past ``cap``; guided when ``lag`` > 0; in coordinates that drop what the window cannot read
+    (conformance/validate/zkrebase.py) when ``drop``. ``span``: the observations its sends may be (lo, hi]."""
+    n = observation.servers
+    if start.state is None:
+        rb, anchor, text = Rebase(n, [], -1, 0, 0), None, None
+    else:
+        rb, anchor = plan(start.state, observation, *span, start.values) if drop else (
+            Rebase(n, [], -1, 0, start.values), None)
+        text = format_value(rebase(start.state, rb))
     data = DataFile(WINDOW_DATA)
     budget = BUDGET_GUIDED if lag else BUDGET
-    for line in window_data(start, counts, cap, final=final, lag=lag, exempt=exempt, budget=budget):
+    for line in window_data(text, counts, cap, final=final, lag=lag, exempt=exempt, budget=budget,
+                            coords=rb.window_fields(anchor)):
         data.add(line)
     data.write(folder)
     printed: list[str] = []
@@ -131,10 +157,17 @@ def _window(folder: Path, tools: Toolchain, start: str | None, counts: list[list
     tlc = run_tlc(folder / "VZk.tla", folder / "VZk.cfg", workers=1, extra_args=("-deadlock",),
                   on_message=on_message, tools=tools, classpath=[classes(tools)], jvm_options=SHORT_RUN)
     seconds = time.monotonic() - started
-    end = _printed_value(printed, "zkend")
+    end_text = _printed_value(printed, "zkend")
+    end, values = None, start.values
+    if end_text is not None:
+        reached = parse_value(end_text, f"TLC's end of window (kept: {folder})")
+        values += len(reached["proposed"]["$set"])
+        end = restore(reached, rb)
     error = None if tlc.outcome is Outcome.OK or end is not None else f"{tlc.result_text()}: {tlc.message}"
+    inexact = end is None and any('"zkinexact"' in line for line in printed)
     hit = end is None and any('"zkbudget"' in line for line in printed)
-    return _Run(end, max((tlc.depth or 1) - 1, 0), tlc.distinct_states or 0, seconds, printed, error, hit)
+    return _Run(end, values, max((tlc.depth or 1) - 1, 0), tlc.distinct_states or 0, seconds, printed, error, hit,
+                inexact, rb.d)
 
 
 def validate_observation(observation: Observation, *, work: Path | None = None,
@@ -155,17 +188,27 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
     run.write(folder)
     total = len(observation.obs)
     bounds = [*range(window, total, window), total]
-    # the starts of the last windows (None: Init), kept to check a window again from further back; steps before each
-    starts: deque[tuple[int, str | None, int]] = deque([(0, None, 0)], maxlen=widen + 1)
+    # the starts of the last windows, kept to check a window again from further back
+    starts: deque[_Start] = deque([_Start(0, None, 0, 0)], maxlen=widen + 1)
     exempt = 0  # the guide leaves alone packets of observations up to this one (in flight after an unguided window)
     for k, upto in enumerate(bounds):
         final = k == len(bounds) - 1
-        counts, cap = goal(observation, upto), goal(observation, min(total, upto + window))
+        hi = min(total, upto + window)
+        counts, cap = goal(observation, upto), goal(observation, hi)
         # the guided search from this window's start; then every behaviour from it; then from further back
-        tries = ([(starts[-1], lag)] if lag else []) + [(s, 0) for s in reversed(starts)]
+        tries = ([(starts[-1], lag)] if lag else []) + [(st, 0) for st in reversed(starts)]
         missed: list[tuple[_Run, int, int]] = []  # the tries that found no behaviour: (run, start window, guide)
-        for (at, start, before), guide in tries:
-            r = _window(folder, tools, start, counts, cap, final=final, lag=guide, exempt=exempt)
+        for start, guide in tries:
+            at = start.window
+            span = (bounds[at - 1] if at else 0, hi)
+            r = _window(folder, tools, observation, start, span, counts, cap, final=final, lag=guide,
+                        exempt=exempt)
+            if r.inexact:
+                result.runs += 1
+                result.inexact += 1
+                result.tlc_seconds += r.seconds
+                r = _window(folder, tools, observation, start, span, counts, cap, final=final, lag=guide,
+                            exempt=exempt, drop=False)
             result.runs += 1
             result.tlc_seconds += r.seconds
             result.distinct_states += r.states
@@ -193,13 +236,14 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
             return result
         if not guide:
             exempt = upto
-        while starts[-1][0] > at:  # a start the window could not go on from is not gone back to
+        while starts[-1].window > start.window:  # a start the window could not go on from is not gone back to
             starts.pop()
-        starts.append((k + 1, r.end, before + r.steps))
-        result.steps = before + r.steps
+        starts.append(_Start(k + 1, r.end, start.steps + r.steps, r.values))
+        result.dropped = max(result.dropped, r.dropped)
+        result.steps = start.steps + r.steps
         if not final:
             echo(f"zk validate: {upto} of {total} observations made ({k + 1} windows, {result.tlc_seconds:.0f} s of "
-                 f"TLC, {result.distinct_states:,} states)")
+                 f"TLC, {result.distinct_states:,} states; the last from {r.dropped} dropped transactions)")
     result.matched = True
     shutil.rmtree(folder, ignore_errors=True)
     return result

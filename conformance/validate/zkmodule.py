@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.tla.values import format_value
-from conformance.validate.chain import VARIABLES
+from conformance.validate.chain import REBASING, VARIABLES
 from conformance.zk.observe import Observation
 
 __all__ = ["RUN_DATA", "WINDOW_DATA", "config", "goal", "run_data", "trace_module", "window_data"]
@@ -106,13 +106,15 @@ def goal(observation: Observation, upto: int) -> list[list[int]]:
 
 
 def window_data(start: str | None, goal_counts: list[list[int]], cap: list[list[int]], *, final: bool, lag: int = 0,
-                exempt: int = 0, budget: int = 0) -> list[str]:
+                exempt: int = 0, budget: int = 0, coords: dict[str, Any] | None = None) -> list[str]:
     """The lines of `WINDOW_DATA`: what the window is (from Init or from ``start``, a state TLC printed as the end of
     the window before, one line; the counts of sends it must reach, and those it may not pass; whether it is the
     last; the search's guide, lag observations, 0 for none, with packets of observations up to ``exempt`` exempt;
-    the most distinct states it may explore, 0 for no limit), then the start."""
+    the most distinct states it may explore, 0 for no limit; ``coords``, the window's coordinates, `Rebase`'s
+    window_fields), then the start."""
+    coords = coords or {"anchors": [[] for _ in goal_counts], "epoch": -1, "shift": 0, "values": 0}
     head = format_value({"init": start is None, "final": final, "goal": goal_counts, "cap": cap, "lag": lag,
-                         "exempt": exempt, "budget": budget})
+                         "exempt": exempt, "budget": budget, **coords})
     return [head, "[none |-> TRUE]" if start is None else start]
 
 
@@ -168,10 +170,18 @@ CanLeave(x) == /\\ rc[x] >= 1 /\\ Roles[x][rc[x]].ended
 NewSends(a, b) == IF Len(msgs'[a][b]) > Len(msgs[a][b])
                   THEN SubSeq(msgs'[a][b], Len(msgs[a][b]) + 1, Len(msgs'[a][b])) ELSE <<>>
 
+\\* An observation's zxids and values in the window's coordinates (conformance/validate/zkrebase.py): counters of
+\\* Win.epoch lowered by Win.shift (those of dropped transactions below 0), values by Win.values.
+Z(z) == IF z[1] = Win.epoch /\\ z[2] > 0
+        THEN IF z[2] > Win.shift THEN <<z[1], z[2] - Win.shift>> ELSE <<z[1], z[2] - Win.shift - 1>>
+        ELSE z
+OV(o) == IF o.type = "PROPOSAL" THEN o.data - Win.values ELSE o.data
+ST(txns) == [k \\in 1 .. Len(txns) |-> [zxid |-> Z(txns[k].zxid), value |-> txns[k].value - Win.values]]
+
 \\* The spec's packet p is the observed send o (the fields o does not compare are ZooKeeper's own).
 Agree(p, o) == /\\ p.type = o.type
-               /\\ IF o.cz THEN p.zxid = o.zxid ELSE TRUE
-               /\\ IF o.cd THEN p.data = o.data ELSE TRUE
+               /\\ IF o.cz THEN p.zxid = Z(o.zxid) ELSE TRUE
+               /\\ IF o.cd THEN p.data = OV(o) ELSE TRUE
 
 NumLE(h, z) == Cardinality({{k \\in 1 .. Len(h) : ZxidLE(h[k].zxid, z)}})
 
@@ -179,12 +189,13 @@ NumLE(h, z) == Cardinality({{k \\in 1 .. Len(h) : ZxidLE(h[k].zxid, z)}})
 \\* leader's (every sync of the spec does). DIFF keeps f's history and appends o's proposals; TRUNC(z) cuts it after z
 \\* first; SNAP replaces it with the leader's up to the snapshot's zxid, and o's proposals are the rest.
 SyncAgree(l, f, new, o) ==
-    /\\ new[Len(new)].type = "NEWLEADER" /\\ new[Len(new)].zxid = o.nl
+    /\\ new[Len(new)].type = "NEWLEADER" /\\ new[Len(new)].zxid = Z(o.nl)
     /\\ LET hl == history[l]
            hf == history[f]
-       IN  CASE o.sk = "DIFF" -> hf \\o o.sp = hl
-             [] o.sk = "TRUNC" -> SubSeq(hf, 1, NumLE(hf, o.sz)) \\o o.sp = hl
-             [] o.sk = "SNAP" -> SubSeq(hl, NumLE(hl, o.sz) + 1, Len(hl)) = o.sp
+           sp == ST(o.sp)
+       IN  CASE o.sk = "DIFF" -> hf \\o sp = hl
+             [] o.sk = "TRUNC" -> SubSeq(hf, 1, NumLE(hf, Z(o.sz))) \\o sp = hl
+             [] o.sk = "SNAP" -> SubSeq(hl, NumLE(hl, Z(o.sz)) + 1, Len(hl)) = sp
              [] OTHER -> FALSE
 
 \\* The new value of sent[a][b] after this step, or -1 when its sends on a -> b are not the next observations.
@@ -265,21 +276,28 @@ Frontier == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN Chan[a][b][se
                 firsts == {{next(a, b) : a, b \\in Server}}
             IN  CHOOSE g \\in firsts : \\A g2 \\in firsts : g <= g2
 
-\\* The latest observation (in the proxy's order) this state made.
-Latest == LET last(a, b) == IF sent[a][b] = 0 THEN 0 ELSE Chan[a][b][sent[a][b]]
-          IN  CHOOSE g \\in {{last(a, b) : a, b \\in Server}} : \\A a, b \\in Server : last(a, b) <= g
+\\* The latest observation (in the proxy's order) this state made: of every server, and of server x's sends.
+MaxOf(S) == CHOOSE g \\in S : \\A g2 \\in S : g2 <= g
+Made(a, b) == IF sent[a][b] = 0 THEN 0 ELSE Chan[a][b][sent[a][b]]
+Latest == MaxOf({{Made(a, b) : a, b \\in Server}})
+LatestBy(x) == MaxOf({{Made(x, b) : b \\in Server}})
 
-\\* The search's guide (docs/zookeeper.md, "Windows"), with Win.lag > 0: every packet sent since the window began is
-\\* taken before the behaviour makes Win.lag more observations, and no observation is made Win.lag or more ahead of
-\\* the first one not made. The bound of every search: no pair's sends go past Win.cap; at most Win.budget distinct
-\\* states (0: no limit), after which the search stops and says so.
+\\* The search's guide (docs/zookeeper.md, "Windows"), with Win.lag > 0: a server takes every packet sent to it in the
+\\* window before it makes a send Win.lag observations later (a server that sends nothing, paused or cut off, is not
+\\* hurried), and no observation is made Win.lag or more ahead of the first one not made. The bound of every search:
+\\* no pair's sends go past Win.cap; at most Win.budget distinct states (0: no limit), after which the search stops and
+\\* says so.
 Guide == Win.lag = 0 \\/ /\\ (Latest < Frontier + Win.lag \\/ Latest <= Win.exempt)
                          /\\ \\A a, b \\in Server : tags[a][b] = <<>> \\/ Head(tags[a][b]) <= Win.exempt
-                                                 \\/ Head(tags[a][b]) + Win.lag >= Latest
+                                                 \\/ Head(tags[a][b]) + Win.lag >= LatestBy(b)
 Bound == /\\ \\A a, b \\in Server : sent[a][b] <= Win.cap[a][b]
          /\\ IF Win.budget > 0 /\\ TLCGet("distinct") >= Win.budget
             THEN PrintT(<<"zkbudget", TLCGet("distinct")>>) /\\ TLCSet("exit", TRUE)
             ELSE TRUE
+
+{REBASING}
+\\* The window's coordinates hold in every state it reaches; else the window is checked again without dropping.
+Exact == IF Rebased(Win.anchors) THEN TRUE ELSE PrintT(<<"zkinexact">>) /\\ TLCSet("exit", TRUE)
 
 \\* What TLC tells states apart by: every variable a step or this module reads. Zab's checking variables are read by no
 \\* action but ClientRequest, which reads the size of `proposed` only; they grow with the run, and fingerprinting them
@@ -300,4 +318,4 @@ def config(observation: Observation) -> str:
     roles = sum(len(r) for r in observation.roles.values())
     return (f"CONSTANTS\n    N = {observation.servers}\n    MaxEpoch = {observation.max_epoch}\n"
             f"    MaxTxns = {observation.txns}\n    MaxFaults = {roles + 1}\n"
-            "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Prog Stop Guide Bound\nVIEW Place\n")
+            "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Exact Prog Stop Guide Bound\nVIEW Place\n")
