@@ -3,7 +3,9 @@
 Theory of operation: the ``zk`` group is defined in conformance/zk/command.py, a layer below this one; these two
 commands plug into it through the entry-point group ``zabref.zk.commands`` (pyproject.toml), because they use the
 history checker of this layer. ``faults`` is one run (`conformance.faults.zkrun.run_zk_faults`): a verdict line,
-exit code 0 when it passed, 1 when it did not, and a JSON report. ``matrix`` runs the `MATRIX` -- each known bug's
+exit code 0 when it passed, 1 when it did not, and a JSON report; with ``--validate`` the run's recording is then
+held against spec/Zab.tla by the ``validate`` plugin of the same group (conformance/validate/zkcommand.py, the
+election check left out), and the exit code is the worse of the two (4: the validation had no verdict). ``matrix`` runs the `MATRIX` -- each known bug's
 scripted schedule on the versions it affects and the versions that fixed it -- and compares each verdict with the
 one expected: exit code 0 when every run came out as expected.
 
@@ -76,8 +78,12 @@ def _schedule(spec: str, servers: int):  # noqa: ANN202
               help="The run's folder (emptied first): data dirs, server logs, the proxy's recording.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="The report. [default: <dir>/report.json]")
+@click.option("--validate/--no-validate", default=False, show_default=True,
+              help="Then hold the run's recording against spec/Zab.tla (the `zabref zk validate` plugin, in "
+                   "windows); the run passes only if both checks do.")
 def faults(version: str, servers: str, duration: float, seed: int, schedule: str | None, writers: int,
-           power_loss: bool, writeback: float, force_sync: bool, folder: str, json_path: str | None) -> None:
+           power_loss: bool, writeback: float, force_sync: bool, folder: str, json_path: str | None,
+           validate: bool) -> None:
     """One fault run on a real ZooKeeper ensemble, checked by the history checker; a verdict line and a report."""
     from conformance.faults.zkrun import run_zk_faults, write_report  # noqa: PLC0415
 
@@ -94,8 +100,20 @@ def faults(version: str, servers: str, duration: float, seed: int, schedule: str
     report = Path(json_path) if json_path else out / "report.json"
     write_report(result, report)
     click.echo(f"report: {report}")
-    if not result.ok:
-        raise SystemExit(1)
+    code = 0 if result.ok else 1
+    if validate:
+        ctx = click.get_current_context()
+        group = ctx.parent
+        # the group's own lookup: a MultiCommand
+        command = None if group is None else group.command.get_command(group, "validate")  # type: ignore
+        if command is None:
+            raise click.ClickException("--validate needs the `zabref zk validate` plugin (run as `zabref zk faults`)")
+        try:  # a plugin of the zk group: conformance.validate.zkcommand (a layer above this one)
+            ctx.invoke(command, recording_dir=out, election=False)
+        except SystemExit as e:
+            code = max(code, int(e.code or 0))
+    if code:
+        raise SystemExit(code)
 
 
 @click.command("matrix")

@@ -4,11 +4,13 @@ Theory of operation
 -------------------
 1. `conformance.zk.observe` turns the recording into observations of sends (and roles, values, what was left out);
 2. `conformance.validate.zkmodule` writes module ``VZk`` (EXTENDS Zab) and its config, with the bounds of the run;
-3. TLC explores ``VZk`` breadth-first with one worker. A violation of ``NotDone`` is the verdict "a behaviour of the
-   spec" (its counterexample the behaviour, ``steps`` long); TLC ending with no violation means no behaviour makes
-   every observation, and the last ``zkprogress`` line TLC printed names the state that made the longest prefix of
-   them: the next observation is the first the spec cannot take, reported with its connection, direction and byte
-   offset, and the servers' states in that state.
+3. TLC checks ``VZk`` window by window (`WINDOW` observations each), each window started from the state the one
+   before ended in, kept small by conformance/validate/zkrebase.py; a window is searched with the guide first, then
+   without it, then from up to `WIDEN` windows back (docs/zookeeper.md, "Windows"). Every window's end reached is
+   the verdict "a behaviour of the spec" (``steps`` long: the windows' behaviours are one). A window with no
+   behaviour names the first observation the spec cannot take from its start, with its connection, direction and
+   byte offset, and the servers' states in the state that made the most; a departure the search without the guide
+   could not confirm within its budget is INCONCLUSIVE, saying so.
 
 The module lives here, in the validate layer, because it uses the TLC machinery of `conformance.validate` and
 `conformance.tla`; `conformance.zk` (a layer below) knows nothing of it. The generated files are written to a new
@@ -49,8 +51,8 @@ WINDOW = 400
 WIDEN = 2
 LAG = 20
 #: The most distinct states one search may explore: with the guide, and without it.
-BUDGET_GUIDED = 2_000_000
-BUDGET = 300_000
+BUDGET_GUIDED = 100_000
+BUDGET = 200_000
 
 
 @dataclass
@@ -217,9 +219,11 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
             missed.append((r, at, guide))
             if r.budget_hit and not guide:  # a search from further back would explore more still
                 break
+            reached = last_progress(r.printed, "zkprogress", ("frontier",)).get("frontier", "?")
             echo(f"zk validate: window {k + 1} from window {at + 1}'s start"
                  f"{' with the guide' if guide else ''} found no behaviour"
-                 f"{f' within {BUDGET_GUIDED if guide else BUDGET:,} states' if r.budget_hit else ''}")
+                 f"{f' within {BUDGET_GUIDED if guide else BUDGET:,} states' if r.budget_hit else ''} "
+                 f"(none made observation {reached}): checked again")
         result.windows = k + 1
         if r.error is not None:
             result.inconclusive = True

@@ -17,12 +17,18 @@ module EXTENDS Zab and adds three variables:
   following the server its FOLLOWERINFO went to), and goes back to LOOKING (a timeout, a crash) only when its
   current role ended before the run did.
 
-The behaviour matches when a state makes every observation and takes every role, each server whose last role ended
-being LOOKING: the config states that as the invariant ``NotDone``, so TLC's violation of it is the verdict "a
-behaviour of the spec", and its counterexample is that behaviour, shortest first (breadth-first). When no state
-gets there, TLC explores everything reachable and stops; the constraint ``Prog`` keeps, in TLC register 1, the
-longest prefix of the observations (in the proxy's order) any state has made, and prints that state when the prefix
-grows: the observation after it is the first one the spec cannot take.
+The module is checked window by window (conformance/validate/zkcheck.py): the observations, channels and roles are in
+a data file (`RUN_DATA`, read by ``Datum``: SANY parses only the module), the window in a second (`WINDOW_DATA`):
+its start (Init, or a state the window before ended in, in the coordinates of conformance/validate/zkrebase.py,
+which ``Z``, ``OV`` and ``ST`` apply to each observation compared, and ``Exact`` checks on every state), the sends it
+must reach (``goal``) and may not pass (``cap``), the guide (``Guide``) and a state budget (``Bound``). The
+constraint ``Stop`` prints the first state that is ``Done`` (the last window: ``Complete``, every observation made,
+every role taken, each server whose last role ended LOOKING) and ends TLC: breadth-first, the end of a shortest
+behaviour of the window. When no state gets there, TLC explores everything reachable and stops; the constraint
+``Prog`` keeps, in TLC register 1, the longest prefix of the observations (in the proxy's order) any state has made,
+and prints that state when the prefix grows: the observation after it is the first one the spec cannot take from
+the window's start. ``CanLeave`` is asked before Crash and the timeouts (a role is left only after its sends), and
+the ``VIEW`` leaves out Zab's checking variables no action reads.
 
 Bounds come from the run: N servers, MaxTxns the distinct transactions observed, MaxEpoch the greatest epoch a
 leader proposed (plus one per leading role that never proposed one), MaxFaults the number of roles (a fault is an
@@ -282,13 +288,15 @@ Made(a, b) == IF sent[a][b] = 0 THEN 0 ELSE Chan[a][b][sent[a][b]]
 Latest == MaxOf({{Made(a, b) : a, b \\in Server}})
 LatestBy(x) == MaxOf({{Made(x, b) : b \\in Server}})
 
-\\* The search's guide (docs/zookeeper.md, "Windows"), with Win.lag > 0: a server takes every packet sent to it in the
-\\* window before it makes a send Win.lag observations later (a server that sends nothing, paused or cut off, is not
-\\* hurried), and no observation is made Win.lag or more ahead of the first one not made. The bound of every search:
+\\* The search's guide (docs/zookeeper.md, "Windows"), with Win.lag > 0: a leader takes every packet sent to it in the
+\\* window before it makes a send Win.lag observations later (its learners' ACKs past a quorum are the receives
+\\* nothing else hurries; a follower's wait behind its one channel, and a server that sends nothing, paused or cut
+\\* off, is not hurried), and no observation is made Win.lag or more ahead of the first one not made. The bound of every search:
 \\* no pair's sends go past Win.cap; at most Win.budget distinct states (0: no limit), after which the search stops and
 \\* says so.
 Guide == Win.lag = 0 \\/ /\\ (Latest < Frontier + Win.lag \\/ Latest <= Win.exempt)
-                         /\\ \\A a, b \\in Server : tags[a][b] = <<>> \\/ Head(tags[a][b]) <= Win.exempt
+                         /\\ \\A a, b \\in Server : state[b] /= LEADING \\/ tags[a][b] = <<>>
+                                                 \\/ Head(tags[a][b]) <= Win.exempt
                                                  \\/ Head(tags[a][b]) + Win.lag >= LatestBy(b)
 Bound == /\\ \\A a, b \\in Server : sent[a][b] <= Win.cap[a][b]
          /\\ IF Win.budget > 0 /\\ TLCGet("distinct") >= Win.budget

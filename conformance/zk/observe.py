@@ -59,6 +59,10 @@ IGNORED = {
     "TRUNCATED": "a packet cut short by the end of its stream (a server killed while writing): never received",
     "ACK-UPTODATE": "the learner's ACK(newEpoch << 32) after UPTODATE: Leader.processAck returns at once for a zxid "
                     "whose counter is 0",
+    "ACK-SYNC": "a learner's ACK of a transaction its DIFF or TRUNC carried, which the leader had committed before "
+                "(it sent a COMMIT of that zxid or later first): ZooKeeper's learner logs and ACKs each one, "
+                "Leader.processAck returns at once for a zxid at or below its lastCommitted, and the spec's "
+                "follower sends no such ACK",
     "COMMIT-IN-SYNC": "a COMMIT between DIFF and NEWLEADER: the spec's sync stages the leader's history whole and the "
                       "follower delivers at UPTODATE",
     "AFTER-CLOSE": "sent on a connection the other side had already closed: never received",
@@ -213,6 +217,8 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
     obs: list[Obs] = []
     sync_open: dict[int, Obs] = {}  # connection -> its open sync group
     acked0: set[int] = set()  # connections whose ACK of NEWLEADER was seen
+    synced: dict[int, set[int]] = {}  # connection -> the zxids its sync group carried
+    committed: dict[int, int] = {}  # leader -> the greatest zxid it had sent a COMMIT of (in a sync or not)
 
     def value(m: Message) -> int:
         key = _txn_key(m.fields)
@@ -229,8 +235,10 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
         if group is not None and group.sync is not None:
             if name == "PROPOSAL":
                 group.sync["txns"].append(txn(m))
+                synced.setdefault(m.conn, set()).add(zxid)
                 continue
             if name == "COMMIT":
+                committed[m.sender or 0] = max(committed.get(m.sender or 0, -1), zxid)
                 skip("COMMIT-IN-SYNC")
                 continue
             if name == "NEWLEADER":
@@ -239,6 +247,12 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
                 del sync_open[m.conn]
                 continue
             # anything else inside a sync group is kept as its own observation (the group then never matches)
+        if name == "COMMIT" and m.direction == "s2c":
+            committed[m.sender or 0] = max(committed.get(m.sender or 0, -1), zxid)
+        if (name == "ACK" and m.direction == "c2s" and zxid & 0xFFFFFFFF != 0 and zxid in synced.get(m.conn, ())
+                and committed.get(m.receiver or 0, -1) >= zxid):
+            skip("ACK-SYNC")
+            continue
         if name == "ACK" and zxid & 0xFFFFFFFF == 0 and m.direction == "c2s":
             if m.conn in acked0:
                 skip("ACK-UPTODATE")
