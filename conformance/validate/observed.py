@@ -1,9 +1,10 @@
-"""What the two checks of a recorded ZooKeeper run share: one TLC run over a generated module, judged the same way.
+"""What the two checks of a recorded ZooKeeper run share: the generated folder, the progress line, one TLC run.
 
-`conformance.validate.zkcheck` (quorum packets against Zab.tla) and `conformance.validate.flecheck` (election
-notifications against FastLeaderElection.tla) each write a module whose invariant ``NotDone`` is violated exactly
-when a behaviour makes every observation, and whose constraint prints, under a tag, the state that made the longest
-prefix of them. `check_observed` runs TLC on it (one worker, ``-deadlock``) and fills the verdict's common fields:
+`conformance.validate.zkcheck` (quorum packets against Zab.tla, window by window) and `conformance.validate.flecheck`
+(election notifications against FastLeaderElection.tla) each write a module into a folder (`observed_folder`) whose
+constraint prints, under a tag, the state that made the longest prefix of the observations (`last_progress` reads
+the last such line). flecheck's module has an invariant ``NotDone`` violated exactly when a behaviour makes every
+observation; `check_observed` runs TLC on it (one worker, ``-deadlock``) and fills the verdict's common fields:
 matched (and the behaviour's length), inconclusive (TLC did not finish), or departed, with the last progress line
 parsed (`last_progress`) for the caller's report. The generated folder is removed when the run matched and kept
 otherwise.

@@ -31,8 +31,8 @@ The run's end: the harness stops an ensemble by killing every server, which is n
 quorum connection after which the recording holds nothing but closes and PINGs. Everything the proxy read after the
 end is left out.
 
-A window of a long run (later) starts from a known state: ``start`` is None for the spec's Init (every server from an
-empty data dir, what the harness runs), or the spec's variables as canonical values.
+``start`` is None: the spec's Init (every server from an empty data dir, what the harness runs). The windows of a
+long run start from the states TLC reached (conformance/validate/zkcheck.py), which they keep themselves.
 """
 
 from __future__ import annotations
