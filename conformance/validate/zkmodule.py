@@ -97,11 +97,28 @@ def _channels(observation: Observation) -> str:
     return format_value([[observation.channels.get((a, b), []) for b in range(1, n + 1)] for a in range(1, n + 1)])
 
 
+def sync_first(observation: Observation) -> list[int]:
+    """The values whose first observation is in a sync (a DIFF's, TRUNC's or SNAP's proposals), not a PROPOSAL: the
+    only transactions a leader can have proposed without sending them to anyone (module `ClientRequest` arm)."""
+    seen: set[int] = set()
+    first: list[int] = []
+    for o in observation.obs:
+        if o.type == "PROPOSAL" and isinstance(o.data, int):
+            seen.add(o.data)
+        elif o.sync is not None:
+            for t in o.sync["txns"]:
+                if t["value"] not in seen:
+                    seen.add(t["value"])
+                    first.append(t["value"])
+    return first
+
+
 def run_data(observation: Observation) -> list[str]:
-    """The lines of `RUN_DATA`: the observations (line g: observation g), then Chan, Roles and RoleSends."""
+    """The lines of `RUN_DATA`: the observations (line g: observation g), then Chan, Roles, RoleSends and the set of
+    values first observed in a sync."""
     n = observation.servers
     return [*(_record(o, n) for o in observation.obs), _channels(observation), _roles(observation),
-            format_value(role_sends(observation))]
+            format_value(role_sends(observation)), format_value({"$set": sync_first(observation)})]
 
 
 def goal(observation: Observation, upto: int) -> list[list[int]]:
@@ -135,6 +152,8 @@ def _obs_next(actions: list[tuple[str, tuple[str, ...]]]) -> str:
         call = f"{name}({', '.join(params)})" if params else name
         if name in LEAVES:  # CanLeave first: TLC then skips building a successor RolesNext would refuse
             call = "CanLeave(i) /\\ " + ("state[i] /= LOOKING /\\ " if name == "Crash" else "") + call
+        if name == "ClientRequest":
+            call = "Proposes(i) /\\ " + call
         arms.append(f"    \\/ {binder}{call}")
     return "ObsNext ==\n" + "\n".join(arms)
 
@@ -169,6 +188,13 @@ SyncHeads == {{"DIFF", "TRUNC", "SNAP"}}
 \\* run did, after every send observed in it.
 CanLeave(x) == /\\ rc[x] >= 1 /\\ Roles[x][rc[x]].ended
                /\\ \\A b \\in Server : sent[x][b] >= RoleSends[x][rc[x]][b]
+
+\\* SyncFirst: the values first observed in a sync, not in a PROPOSAL. A ClientRequest that sends to no learner is
+\\* observed nowhere; it numbers its value before every later one, which an observation numbers before it unless the
+\\* value first shows in a sync: so it is taken only for such a value (else no behaviour with it makes the run).
+SyncFirst == Datum("{RUN_DATA}", {total + 4})
+Proposes(i) == \\/ \\E f \\in Server : learnerPhase[i][f] \\in ForwardingPhases
+               \\/ Cardinality(proposed) + 1 + Win.values \\in SyncFirst
 
 {_obs_next(actions)}
 
