@@ -196,6 +196,34 @@ def test_the_txnlog_hole_loses_writes_on_debian_3_8_0(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.long
+def test_validation_catches_zookeeper_4785_at_the_truncating_sync(tmp_path):
+    """ZOOKEEPER-4785's scripted run on Debian's 3.8.0, held against spec/Zab.tla in windows: no behaviour of the
+    spec, from Init, makes the sync by which the new leader (the learner killed in its sync, its currentEpoch new and
+    its log old) truncates the others (docs/zookeeper.md, "Fault runs, in windows": observation 414 of the recorded
+    run, about 70 s of TLC)."""
+    from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
+    from conformance.validate.zkcheck import validate_observation  # noqa: PLC0415
+    from conformance.zk.observe import observe_dir  # noqa: PLC0415
+
+    steps = load_schedule(builtin_schedule("zookeeper-4785"), 3)
+    attempts = next(a for bug, _, _, a in MATRIX if bug == "zookeeper-4785")
+    for attempt in range(1, attempts + 1):
+        folder = tmp_path / f"run-{attempt}"
+        r = run_zk_faults(folder, "3.8.0", 3, 1, schedule=steps, calm=0.5, sample=False, echo=lambda _: None)
+        if "lost" in r.caught_by:
+            break
+    assert "lost" in r.caught_by
+    o = observe_dir(folder)
+    work = tmp_path / "validate"
+    work.mkdir()
+    v = validate_observation(o, work=work)
+    assert not v.matched and not v.inconclusive and v.exact, v.failure
+    x = o.obs[v.frontier - 1]
+    assert x.type == "SYNC" and x.sync["kind"] == "TRUNC", v.failure
+
+
+@pytest.mark.slow
+@pytest.mark.long
 def test_the_version_matrix_catches_each_bug_on_its_versions_and_passes_the_fixed_ones(tmp_path):
     """`zabref zk matrix`: every known bug's scripted schedule on every version of MATRIX (fetched from Maven Central
     once and cached outside the repository); it exits 1 when any version does other than expected."""
