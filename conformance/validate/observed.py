@@ -22,20 +22,29 @@ from conformance.tla.output import TLCMessage
 from conformance.tla.tools import Outcome, run_tlc, toolchain
 from conformance.tla.valueparse import parse_value
 
-__all__ = ["check_observed", "last_progress", "observed_folder"]
+__all__ = ["check_observed", "last_progress", "observed_folder", "printed"]
 
 
-def last_progress(lines: list[str], tag: str, fields: tuple[str, ...]) -> dict[str, Any]:
-    """The last ``<<"tag", ...>>`` value TLC printed (PrintT wraps a long value over several lines), by field."""
+def printed(lines: list[str], tag: str, *, last: bool = True) -> str | None:
+    """The text of the last (or first) ``<<"tag", ...>>`` value TLC printed, on one line (PrintT wraps a long value
+    over several lines); None when there is none."""
     starts = [k for k, line in enumerate(lines) if f'"{tag}"' in line]
     if not starts:
-        return {}
+        return None
     text = ""
-    for line in lines[starts[-1]:]:
+    for line in lines[starts[-1] if last else starts[0]:]:
         text += " " + line.strip()
         if text.count("<<") == text.count(">>") and text.count("[") == text.count("]"):
             break
-    value = parse_value(text.strip(), f"TLC's {tag} line")
+    return text.strip()
+
+
+def last_progress(lines: list[str], tag: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The last ``<<"tag", ...>>`` value TLC printed, by field."""
+    text = printed(lines, tag)
+    if text is None:
+        return {}
+    value = parse_value(text, f"TLC's {tag} line")
     return dict(zip(fields, value[1:]))
 
 

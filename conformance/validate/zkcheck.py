@@ -20,7 +20,6 @@ not.
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from collections import deque
@@ -35,7 +34,7 @@ from conformance.tla.overrides import MODULES, classes
 from conformance.tla.tools import SHORT_RUN, Outcome, Toolchain, run_tlc, toolchain
 from conformance.tla.valueparse import parse_value
 from conformance.tla.values import format_value
-from conformance.validate.observed import last_progress, observed_folder
+from conformance.validate.observed import last_progress, observed_folder, printed
 from conformance.validate.zkrebase import Rebase, plan, rebase, restore
 from conformance.validate.zkmodule import RUN_DATA, WINDOW_DATA, config, goal, run_data, trace_module, window_data
 from conformance.zk.observe import Observation, observe_dir
@@ -108,20 +107,6 @@ class _Run:
     dropped: int = 0  # transactions the window's coordinates left out of each history
 
 
-def _printed_value(lines: list[str], tag: str) -> str | None:
-    """The first ``<<"tag", value>>`` TLC printed, as ``value``'s text on one line (PrintT wraps long values)."""
-    at = next((k for k, line in enumerate(lines) if re.match(rf'\s*<<\s*"{tag}",', line)), None)
-    if at is None:
-        return None
-    text = ""
-    for line in lines[at:]:
-        text += " " + line.strip()
-        if text.count("<<") == text.count(">>") and text.count("[") == text.count("]"):
-            break
-    text = text.strip()
-    return text[text.index(",") + 1:-2].strip()
-
-
 @dataclass
 class _Start:
     window: int  # the window it starts (0-based)
@@ -149,26 +134,27 @@ def _window(folder: Path, tools: Toolchain, observation: Observation, start: _St
                             coords=rb.window_fields(anchor)):
         data.add(line)
     data.write(folder)
-    printed: list[str] = []
+    lines: list[str] = []
 
     def on_message(msg: TLCMessage) -> None:
         if msg.code == 0:
-            printed.extend(msg.text.splitlines())
+            lines.extend(msg.text.splitlines())
 
     started = time.monotonic()
     tlc = run_tlc(folder / "VZk.tla", folder / "VZk.cfg", workers=1, extra_args=("-deadlock",),
                   on_message=on_message, tools=tools, classpath=[classes(tools)], jvm_options=SHORT_RUN)
     seconds = time.monotonic() - started
-    end_text = _printed_value(printed, "zkend")
+    whole = printed(lines, "zkend", last=False)  # <<"zkend", state>>
+    end_text = None if whole is None else whole[whole.index(",") + 1:-2].strip()
     end, values = None, start.values
     if end_text is not None:
         reached = parse_value(end_text, f"TLC's end of window (kept: {folder})")
         values += len(reached["proposed"]["$set"])
         end = restore(reached, rb)
     error = None if tlc.outcome is Outcome.OK or end is not None else f"{tlc.result_text()}: {tlc.message}"
-    inexact = end is None and any('"zkinexact"' in line for line in printed)
-    hit = end is None and any('"zkbudget"' in line for line in printed)
-    return _Run(end, values, max((tlc.depth or 1) - 1, 0), tlc.distinct_states or 0, seconds, printed, error, hit,
+    inexact = end is None and any('"zkinexact"' in line for line in lines)
+    hit = end is None and any('"zkbudget"' in line for line in lines)
+    return _Run(end, values, max((tlc.depth or 1) - 1, 0), tlc.distinct_states or 0, seconds, lines, error, hit,
                 inexact, rb.d)
 
 

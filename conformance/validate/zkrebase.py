@@ -74,8 +74,8 @@ class Rebase:
         return {"data": data, "type": p["type"], "zxid": self.unzx(p["zxid"])}
 
 
-def _le(a: list[int], b: list[int]) -> bool:
-    return (int(a[0]), int(a[1])) <= (int(b[0]), int(b[1]))
+def _key(z: list[int]) -> tuple[int, int]:
+    return int(z[0]), int(z[1])
 
 
 def _named(state: dict[str, Any], observation: Observation, lo: int, hi: int) -> list[list[int]]:
@@ -118,10 +118,12 @@ def plan(state: dict[str, Any], observation: Observation, lo: int, hi: int, valu
     indexes = [k for k in state["lastCommitted"] if k > 0]
     indexes += [k for row in state["ackIndex"] for k in row if k > 0]
     b = min([b, *indexes])
-    named = _named(state, observation, lo, hi)
+    # the anchor's zxid may be no later than any zxid named, its epoch no later than any server's currentEpoch
+    oldest = min((_key(z) for z in _named(state, observation, lo, hi)), default=None)
+    epoch_cap = min(int(e) for e in state["currentEpoch"]) if n else 0
     history = state["history"][0] if n else []
-    while b > 0 and (any(not _le(history[b - 1]["zxid"], z) for z in named)
-                     or any(int(e) < int(history[b - 1]["zxid"][0]) for e in state["currentEpoch"])):
+    while b > 0 and ((oldest is not None and _key(history[b - 1]["zxid"]) > oldest)
+                     or int(history[b - 1]["zxid"][0]) > epoch_cap):
         b -= 1
     if b < 2:
         return Rebase(n, [], -1, 0, values), None
