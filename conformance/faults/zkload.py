@@ -44,7 +44,8 @@ def _client(hosts: str, timeout: float = SESSION_TIMEOUT):  # noqa: ANN202 (kazo
 
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     return KazooClient(hosts=hosts, timeout=timeout,
-                       connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5})
+                       connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5},
+                       command_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5, "deadline": 60.0})
 
 
 class ZkWriter(threading.Thread):
@@ -68,7 +69,9 @@ class ZkWriter(threading.Thread):
         client = _client(self.hosts)
         try:
             client.start(timeout=60)
-            client.ensure_path(ROOT)
+            # retried: a schedule may kill the server this writer is connected to before the writer's first call
+            # (another writer's acknowledgements can end a schedule's first step before this one is under way)
+            client.retry(client.ensure_path, ROOT)
             k = 0
             while not self.stop.is_set():
                 if self.hold.is_set() or not client.connected:
