@@ -288,6 +288,38 @@ def test_transaction_logs_and_epochs(tmp_path):
         read_epochs(tmp_path)
 
 
+def test_snapshots_written_for_the_wire_and_read_from_files_and_the_history_the_files_hold(tmp_path):
+    from conformance.zk.disk import history_zxids
+    from conformance.zk.snapshot import SIGNATURE, read_snapshot, read_snapshot_file, write_snapshot
+    from conformance.zk.stream import Cursor, Short
+
+    wire = write_snapshot([("/zabref-1-1", b"1", 0x100000001), ("/zabref-1-2", b"2", 0x100000002)])
+    tree = read_snapshot(Cursor(wire, "snap"))
+    assert tree["paths"] == ["/", "/zabref-1-1", "/zabref-1-2", "/zookeeper", "/zookeeper/config", "/zookeeper/quota"]
+    assert tree["czxids"]["/zabref-1-2"] == 0x100000002 and tree["czxids"]["/zookeeper"] == 0
+    with pytest.raises(Short):  # a stream read before its signature arrived: more to read, not an error
+        read_snapshot(Cursor(wire[:-3], "snap"))
+    with pytest.raises(ValueError, match="a child of the root"):
+        write_snapshot([("/a/b", b"", 1)])
+    # a file: the header, the same tree without the signature, then a checksum (not read)
+    folder = tmp_path / "version-2"
+    folder.mkdir()
+    body = wire[:-(4 + len(SIGNATURE))]
+    (folder / "snapshot.100000002").write_bytes(b"ZKSN" + INT.pack(2) + LONG.pack(-1) + body + LONG.pack(7))
+    (folder / "snapshot.0").write_bytes(b"ZKSN" + INT.pack(2) + LONG.pack(-1) + write_snapshot([])[:-14])
+    assert read_snapshot_file(folder / "snapshot.100000002")["dbid"] == -1
+    # the newest snapshot's transactions, then the logged ones after its zxid
+    (folder / "log.100000001").write_bytes(_log([txn(1, 0x100000001, CREATE), txn(1, 0x100000002, CREATE),
+                                                 txn(1, 0x100000003, CREATE)]))
+    assert history_zxids(tmp_path) == [0x100000001, 0x100000002, 0x100000003]
+    (folder / "snapshot.100000002").write_bytes(b"ZKSN" + INT.pack(2) + LONG.pack(-1) + body[:40])
+    with pytest.raises(WireError, match="snapshot.100000002.*ends inside its tree"):
+        history_zxids(tmp_path)  # a snapshot still being written: an error naming it (a waiting caller reads again)
+    (folder / "snapshot.100000002").write_bytes(b"ZKLG" + INT.pack(2) + LONG.pack(-1) + body)
+    with pytest.raises(WireError, match="not a version-2 snapshot file"):
+        read_snapshot_file(folder / "snapshot.100000002")
+
+
 # ------------------------------------------------------------------------------------ config, ports, versions
 
 

@@ -171,13 +171,61 @@ def test_spec_traces_drive_a_real_zookeeper_follower_step_by_step(tmp_path, zk38
     # client requests to the real leader (a local session): its PROPOSALs and COMMITs to the played followers
     o = _replay(read_trace(REGRESSION / "sync-trunc-then-proposals.jsonl.gz"), tmp_path / "d")
     assert (o.verdict, o.done) == ("followed", 32), o.line()
-    # a SNAP to the real follower is not played yet: the replay stops there, saying so (fig3's DIFF made a SNAP)
+    # the real leader syncs a follower by SNAP while a proposal of its epoch is outstanding: ZooKeeper's SNAP is of
+    # its committed state, the proposal follows it; the spec's SNAP carries both; the follower ends the same
+    o = _replay(read_trace(REGRESSION / "sync-snap.jsonl.gz"), tmp_path / "s")
+    assert (o.verdict, o.done) == ("followed", 28), o.line()
+    assert o.synced[-1] == "SNAP as SNAP 0x200000000 + 1 PROPOSAL", o.synced
 
-    def snap(state):
-        state["msgs"][1][0][0]["type"] = "SNAP"
 
-    o = _replay(_mutated(fig3, 5, snap), tmp_path / "e")
-    assert (o.verdict, o.at, o.done) == ("stopped", 6, 5) and "a SNAP is not played yet" in o.why, o.line()
+def _snap_then_newleader(trace) -> int | None:
+    """The index of the step at which ``trace``'s server under test takes a SNAP, if its NEWLEADER follows."""
+    from conformance.zk.conform import sut_of
+
+    sut, seen = sut_of(trace), None
+    for k, step in enumerate(trace.steps[1:], 1):
+        if step.params.get("i") is not None and int(step.params["i"]) == sut:
+            if step.action == "FollowerProcessSNAP":
+                seen = k
+            elif step.action == "FollowerProcessNEWLEADER" and seen is not None:
+                return seen
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_played_snap_leaves_the_real_follower_with_the_trees_transactions(tmp_path, zk380) -> None:
+    """A played leader's SNAP: the data tree in ZooKeeper's wire format, a node a transaction. The real follower
+    takes it and writes it to a snapshot at NEWLEADER (its txnlog holds none of them); a tree that leaves out a
+    transaction is a departure at the NEWLEADER that persists it."""
+    from conformance.graph.cache import ensure_traces
+    from conformance.graph.traces import read_trace
+    from conformance.zk.disk import snapshot_files
+    from conformance.zk.snapshot import read_snapshot_file
+
+    traces = [read_trace(p) for p in sorted(ensure_traces("ci").glob("*.jsonl.gz"))]
+    trace, at = next((t, k) for t in traces if (k := _snap_then_newleader(t)) is not None)
+    o = _replay(trace, tmp_path / "a")
+    assert (o.verdict, o.done) == ("followed", len(trace.steps) - 1), o.line()
+    snap = next(m for ch in trace.steps[at - 1].state["msgs"] for msgs in ch for m in msgs if m["type"] == "SNAP")
+    assert snap["data"], "a SNAP of no transaction shows little"
+    name = f"snapshot.{snap['zxid'][0] << 32 | snap['zxid'][1]:x}"
+    written = [p for p in snapshot_files(tmp_path / "a" / "zk" / "1") if p.name == name]
+    assert written, f"the follower wrote no {name}"
+    held = sorted(z for z in read_snapshot_file(written[0])["czxids"].values() if z)
+    assert held == [t["zxid"][0] << 32 | t["zxid"][1] for t in snap["data"]]
+
+    def short(state):  # the step before: the played leader's SNAP leaves out its last transaction
+        for ch in state["msgs"]:
+            for msgs in ch:
+                for m in msgs:
+                    if m["type"] == "SNAP":
+                        m["data"] = m["data"][:-1]
+
+    o = _replay(_mutated(trace, at - 1, short), tmp_path / "b")
+    newleader = next(k for k in range(at + 1, len(trace.steps)) if trace.steps[k].action == "FollowerProcessNEWLEADER")
+    assert (o.verdict, o.at) == ("departed", newleader), o.line()
+    assert "the files hold" in o.why and "the spec's history" in o.why, o.line()
 
 
 @pytest.mark.slow
@@ -204,7 +252,7 @@ def test_a_real_zookeeper_that_does_otherwise_than_the_trace_is_a_departure_at_t
                                                          "0x100000001"),
                                (4, epoch_on_disk, "acceptedEpoch on disk is 1, the spec's 2"),
                                (4, ackepoch_data, "ACKEPOCH says currentEpoch 0, the spec 3"),
-                               (11, history, "the txnlog holds ['0x100000001'], the spec's history []")]:
+                               (11, history, "the files hold ['0x100000001'], the spec's history []")]:
         o = _replay(_mutated(fig3, index, change), tmp_path / f"{index}-{change.__name__}")
         assert (o.verdict, o.at, o.done) == ("departed", index, index - 1), o.line()
         assert why in o.why, o.line()
@@ -216,7 +264,49 @@ def test_a_real_zookeeper_that_does_otherwise_than_the_trace_is_a_departure_at_t
 
     o = _replay(_mutated(read_trace(REGRESSION / "sync-trunc.jsonl.gz"), 20, diff_not_trunc), tmp_path / "trunc")
     assert (o.verdict, o.at) == ("departed", 20), o.line()
-    assert "the spec sends DIFF zxid [0, 0]; ZooKeeper sent TRUNC" in o.why, o.line()
+    assert ("the spec's DIFF leaves the follower with [0x100000001] at NEWLEADER [2, 0]; ZooKeeper's TRUNC 0x0 "
+            "(+0 packets) with [] at NEWLEADER [2, 0]") in o.why, o.line()
+    # sync-snap (step 24): ZooKeeper's SNAP of its committed state and the outstanding proposal after it leave the
+    # follower with the spec's SNAP's history; a spec whose SNAP stops short of that proposal, or names another new
+    # epoch, is a departure there
+
+    def snap_short(state):
+        state["msgs"][0][1][0]["zxid"] = [2, 0]
+
+    def other_epoch(state):
+        state["msgs"][0][1][-1]["zxid"] = [3, 0]
+
+    snap = read_trace(REGRESSION / "sync-snap.jsonl.gz")
+    for change, why in [(snap_short, "the spec's SNAP leaves the follower with [] at NEWLEADER [2, 0]; ZooKeeper's "
+                                     "SNAP 0x200000000 (+1 packets) with [0x200000001]"),
+                        (other_epoch, "with [0x200000001] at NEWLEADER [3, 0]; ZooKeeper's SNAP")]:
+        o = _replay(_mutated(snap, 24, change), tmp_path / f"snap-{change.__name__}")
+        assert (o.verdict, o.at, o.done) == ("departed", 24, 23), o.line()
+        assert why in o.why, o.line()
+
+
+def test_a_synchronization_is_compared_by_the_history_it_leaves_the_follower_with() -> None:
+    from conformance.zk.conform import sync_result
+
+    def txns(*zs):
+        return [{"zxid": list(z), "value": 0} for z in zs]
+
+    def pk(kind, z):
+        return {"type": kind, "zxid": list(z)}
+
+    follower, leader = txns((1, 1), (1, 2)), txns((1, 1), (2, 1), (2, 2))
+    nl = pk("NEWLEADER", (3, 0))
+    assert sync_result([pk("DIFF", (0, 0)), pk("PROPOSAL", (2, 1)), nl], follower, leader) == [
+        1 << 32 | 1, 1 << 32 | 2, 2 << 32 | 1]
+    assert sync_result([pk("TRUNC", (1, 1)), pk("PROPOSAL", (2, 1)), pk("PROPOSAL", (2, 2)), nl], follower,
+                       leader) == [1 << 32 | 1, 2 << 32 | 1, 2 << 32 | 2]
+    # ZooKeeper's SNAP of the committed state, then the outstanding proposal; the spec's SNAP of the whole history
+    zk = sync_result([pk("SNAP", (2, 1)), pk("PROPOSAL", (2, 2)), nl], follower, leader)
+    assert zk == sync_result([pk("SNAP", (2, 2)), nl], follower, leader) == [1 << 32 | 1, 2 << 32 | 1, 2 << 32 | 2]
+    assert sync_result([pk("SNAP", (2, 1)), nl], follower, leader) != zk  # the proposal left out: not the same
+    assert sync_result([pk("TRUNC", (1, 0)), nl], follower, leader) == []
+    with pytest.raises(ValueError, match="not a synchronization: PROPOSAL"):
+        sync_result([pk("PROPOSAL", (2, 1)), nl], follower, leader)
 
 
 def test_a_trace_in_which_no_server_follows_stops_before_any_server_runs(tmp_path) -> None:

@@ -17,13 +17,16 @@ Each step of the trace is one of three kinds:
   NEWLEADER's the configuration; FOLLOWERINFO's a LearnerInfo; ACKEPOCH's the epoch). A played follower that has
   taken UPTODATE sends the real leader a PING every 100 ms, as a learner answers its leader's;
 * **a step of the SUT that takes a message** (``FollowerProcess<TYPE>(sut, j)``, or as leader
-  ``LeaderProcess<TYPE>(sut, j)``): the head of the queue from ``j`` is written to the real server, and what it
-  sends back on that connection is read until it has sent the messages the spec's step adds toward ``j`` (type and
-  zxid; a FOLLOWERINFO's sid, an ACKEPOCH's epoch; not UPTODATE's zxid, which no receiver reads: `ZXID_UNREAD`).
-  Then its files must reach the spec's next state within `SETTLE` seconds (its threads may finish a step's writes
-  after its messages; a step whose files lagged is noted): acceptedEpoch and currentEpoch, the zxids its
-  transaction log holds against ``history``, and after a COMMIT the last zxid it applied (``srvr``) against
-  ``lastCommitted``;
+  ``LeaderProcess<TYPE>(sut, j)``): the head of the queue from ``j`` is written to the real server (a SNAP with the
+  data tree it carries, `conformance.zk.snapshot.write_snapshot`: a node a transaction), and what it sends back on
+  that connection is read until it has sent the messages the spec's step adds toward ``j`` (type and zxid; a
+  FOLLOWERINFO's sid, an ACKEPOCH's epoch; not UPTODATE's zxid, which no receiver reads: `ZXID_UNREAD`). A
+  synchronization the real leader sends (DIFF, TRUNC or SNAP, through NEWLEADER) is compared by the history it
+  leaves the follower with (`sync_result`), as validation compares one. Then its files must reach the spec's next
+  state within `SETTLE` seconds (its threads may finish a step's writes after its messages; a step whose files
+  lagged is noted): acceptedEpoch and currentEpoch, the transactions its files hold (its newest snapshot's and the
+  logged ones after it, `conformance.zk.disk.history_zxids`) against ``history``, and after a COMMIT the last zxid
+  it applied (``srvr``) against ``lastCommitted``;
 * **a step of the SUT driven from outside**: BecomeFollower (the played leader's LEADING notification and a played
   follower's FOLLOWING one decide its election; it then connects and sends FOLLOWERINFO), BecomeLeader (both played
   servers vote for it with its own zxid and epoch; a LOOKING vote's answer says it decided LEADING), FollowerTimeout
@@ -35,9 +38,8 @@ Each step of the trace is one of three kinds:
 A message the real server sends that the spec's step does not, and one the spec sends that it does not, is a
 departure, reported with the step's index, action and what was expected and seen -- unless it is one decided in
 `DECIDED` (ZooKeeper's follower acknowledges UPTODATE; the spec's follower does not, and its leader would ignore the
-ACK). A step the driver cannot force yet (a SNAP to the SUT, whose data tree would have to be written in ZooKeeper's
-format; a client request to the SUT as leader) ends the replay as *stopped*, with the step and why: the traces that
-stop say what the driver still lacks. Every wait is bounded.
+ACK). A step the driver cannot force yet (a TRUNC to the SUT) ends the replay as *stopped*, with the step and why:
+the traces that stop say what the driver still lacks. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -53,14 +55,15 @@ from typing import Any
 
 from conformance.graph.traces import Trace
 from conformance.zk import WireError
-from conformance.zk.disk import log_files, read_epochs, read_txn_log
+from conformance.zk.disk import history_zxids, read_epochs
 from conformance.zk.ensemble import ZkEnsemble, four_letter
 from conformance.zk.payloads import decode_data
+from conformance.zk.snapshot import write_snapshot
 from conformance.zk.played import (LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config,
                                    txn_create)
 from zabref.net.zkwire import ZkNotification
 
-__all__ = ["Outcome", "DECIDED", "sut_of", "replay_trace", "zxid_of", "run_traces", "summary"]
+__all__ = ["Outcome", "DECIDED", "sut_of", "replay_trace", "zxid_of", "sync_result", "run_traces", "summary"]
 
 #: What ZooKeeper sends that the spec does not, decided one by one: (after the SUT's step, message) -> why.
 DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLeader acknowledges UPTODATE with the "
@@ -69,6 +72,8 @@ DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLead
 #: Packets whose zxid the receiver does not read, so that it is not compared: UPTODATE (ZooKeeper's leader sends -1,
 #: the spec's its last zxid; Learner.syncWithLeader reads only the type).
 ZXID_UNREAD = {"UPTODATE"}
+#: The packets that begin a synchronization (through NEWLEADER): compared by what they leave the follower with.
+SYNC_HEADS = ("DIFF", "TRUNC", "SNAP")
 #: The SUT's steps, as leader, that take one message from a played follower.
 LEADER_TAKES = ("LeaderProcessFOLLOWERINFO", "LeaderProcessACKEPOCH", "LeaderProcessACKNEWLEADER", "LeaderProcessACK")
 STATE_LEADING = 2
@@ -99,6 +104,7 @@ class Outcome:
     why: str = ""
     decided: list[str] = field(default_factory=list)
     lagged: list[str] = field(default_factory=list)  # steps whose files reached the spec's state late (`SETTLE`)
+    synced: list[str] = field(default_factory=list)  # the real leader's synchronizations, as ZooKeeper made them
 
     def line(self) -> str:
         where = "" if self.at is None else f" at step {self.at} ({self.action})"
@@ -328,7 +334,7 @@ class _Replay:
             data = int(head["data"]).to_bytes(4, "big", signed=True)
         link.send(head["type"], z, data)
         new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]
-        await self._expect(new, action, link)
+        await self._expect(new, action, link, sync=(before["history"][j - 1], before["history"][self.sut - 1]))
 
     async def _client_request(self, before: dict, after: dict) -> None:
         """A client's create reaches the real leader (a local session: no createSession proposal; the request is
@@ -343,7 +349,7 @@ class _Replay:
             logging.getLogger("kazoo").setLevel(logging.ERROR)
             self.client = KazooClient(hosts=f"127.0.0.1:{self.e.member(1).client_port}", timeout=REPLY_TIMEOUT)
             await asyncio.to_thread(self.client.start, REPLY_TIMEOUT)
-        self.client.create_async(f"/zabref-{entry['zxid'][0]}-{entry['zxid'][1]}", str(entry["value"]).encode())
+        self.client.create_async(_node(entry["zxid"]), str(entry["value"]).encode())
         for j, link in sorted(self.learners.items()):
             new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]
             await self._expect(new, "ClientRequest", link)
@@ -405,8 +411,6 @@ class _Replay:
         if head is None:
             raise _Departure(f"the spec takes a message from {j}, none was queued")
         self.queue[j].pop(0)
-        if head["type"] == "SNAP":
-            raise _Stop("a SNAP is not played yet (the data tree it carries, in ZooKeeper's format)")
         if head["type"] == "TRUNC":
             raise _Stop("a TRUNC is not played yet")
         data: bytes | None = None
@@ -416,9 +420,11 @@ class _Replay:
             data = self.config.encode()
         elif head["type"] == "PROPOSAL":
             z = zxid_of(head["zxid"])
-            data = txn_create(z, f"/zabref-{head['zxid'][0]}-{head['zxid'][1]}", str(head["data"]).encode(),
-                              time_ms=int(time.time() * 1000))
+            data = txn_create(z, _node(head["zxid"]), str(head["data"]).encode(), time_ms=int(time.time() * 1000))
         self.quorum.send(head["type"], zxid_of(head["zxid"]), data)
+        if head["type"] == "SNAP":  # the data tree follows the packet: a node a transaction, as PROPOSALs create
+            self.quorum.writer.write(write_snapshot(
+                [(_node(t["zxid"]), str(t["value"]).encode(), zxid_of(t["zxid"])) for t in head["data"]]))
         if head["type"] == "UPTODATE":
             self.leaders[j].ping(self.quorum)
         if head["type"] in ("PROPOSAL", "COMMIT"):
@@ -428,12 +434,25 @@ class _Replay:
         if head["type"] == "COMMIT":
             await self._applied(after)
 
-    async def _expect(self, expected: list[dict[str, Any]], action: str, link: QuorumLink | None = None) -> None:
+    async def _expect(self, expected: list[dict[str, Any]], action: str, link: QuorumLink | None = None,
+                      sync: tuple[list, list] | None = None) -> None:
         """Read what the real server sends on ``link`` (default: to its leader) until it has sent ``expected`` (in
-        order); decided extras are noted."""
+        order); decided extras are noted. A synchronization the spec sends (DIFF, TRUNC or SNAP through NEWLEADER)
+        is compared by what it leaves the follower with (`_expect_sync`); ``sync``: the follower's and the leader's
+        histories before the step."""
         link = link or self.quorum
         assert link is not None
-        for m in expected:
+        k = 0
+        while k < len(expected):
+            m = expected[k]
+            k += 1
+            if m["type"] in SYNC_HEADS and sync is not None:
+                end = next((n for n in range(k, len(expected)) if expected[n]["type"] == "NEWLEADER"), None)
+                if end is None:
+                    raise _Departure(f"the spec's {m['type']} is not followed by NEWLEADER in the same step")
+                await self._expect_sync(expected[k - 1:end + 1], link, *sync)
+                k = end + 1
+                continue
             while True:
                 name, got = await link.recv(REPLY_TIMEOUT)
                 if (action, name) in DECIDED and not (name == m["type"] and got.zxid == zxid_of(m["zxid"])):
@@ -454,6 +473,34 @@ class _Replay:
                 self.outcome.decided.append(f"{action}: {name} 0x{got.zxid & (1 << 64) - 1:x}")
             except TimeoutError:
                 pass
+
+    async def _expect_sync(self, spec: list[dict[str, Any]], link: QuorumLink, follower: list, leader: list) -> None:
+        """The real leader's synchronization of a played follower, read up to its NEWLEADER, against the spec's
+        ``spec`` (a DIFF, TRUNC or SNAP, PROPOSALs, NEWLEADER): equal when both leave the follower with the same
+        transactions and name the same new epoch (`sync_result`). The kind and a DIFF's zxid are not compared: no
+        learner reads a DIFF's zxid, and which kind reaches a history is the leader's choice of means (its
+        committedLog and snapshot, ZooKeeper's `LearnerHandler.syncFollower`): ZooKeeper's SNAP carries its
+        *committed* state and sends an outstanding proposal after it as a PROPOSAL of its own, the spec's SNAP the
+        leader's whole history. Validation compares a sync the same way (`SyncAgree` in
+        conformance/validate/zkmodule.py)."""
+        got: list[dict[str, Any]] = []
+        while True:
+            name, p = await link.recv(REPLY_TIMEOUT)
+            if name == "COMMIT" and got:
+                continue  # ZooKeeper's DIFF or TRUNC commits what it sends as it goes; what is logged is the same
+            got.append({"type": name, "zxid": _pair(p.zxid)})
+            if name == "NEWLEADER":
+                break
+            if name not in (*SYNC_HEADS, "PROPOSAL") or (len(got) == 1) != (name in SYNC_HEADS):
+                raise _Departure(f"ZooKeeper's synchronization holds {name} 0x{p.zxid & (1 << 64) - 1:x} after "
+                                 f"{[g['type'] for g in got[:-1]]}; the spec sends {[m['type'] for m in spec]}")
+        want, have = sync_result(spec, follower, leader), sync_result(got, follower, leader)
+        if want != have or spec[-1]["zxid"] != got[-1]["zxid"]:
+            raise _Departure(f"the spec's {spec[0]['type']} leaves the follower with {_hexes(want)} at NEWLEADER "
+                             f"{spec[-1]['zxid']}; ZooKeeper's {got[0]['type']} 0x{zxid_of(got[0]['zxid']):x} "
+                             f"(+{len(got) - 2} packets) with {_hexes(have)} at NEWLEADER {got[-1]['zxid']}")
+        self.outcome.synced.append(f"{spec[0]['type']} as {got[0]['type']} 0x{zxid_of(got[0]['zxid']):x}"
+                                   f"{' + ' + str(len(got) - 2) + ' PROPOSAL' if len(got) > 2 else ''}")
 
     async def _applied(self, after: dict) -> None:
         k = after["lastCommitted"][self.sut - 1]
@@ -490,13 +537,14 @@ class _Replay:
     async def _settle(self, action: str, after: dict) -> None:
         """The real server's files reach the spec's next state within `SETTLE` seconds (its threads finish a step's
         writes after its messages: a leader's currentEpoch is written by its main thread while a LearnerHandler
-        already sends NEWLEADER); a step whose files lagged is noted in the outcome."""
+        already sends NEWLEADER; a txnlog it has just created may not hold its header yet); a step whose files
+        lagged is noted in the outcome."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         for attempt in itertools.count():
             try:
                 self._compare_files(after)
-            except _Departure:
+            except (_Departure, WireError):  # a file ZooKeeper has just created may not hold its header yet
                 if loop.time() - start > SETTLE:
                     raise
                 await asyncio.sleep(0.02)
@@ -513,11 +561,42 @@ class _Replay:
             have = epochs[name] or 0
             if have != after[name][i]:
                 raise _Departure(f"{name} on disk is {have}, the spec's {after[name][i]}")
-        logged = [r.txn["zxid"] for p in log_files(data) for r in read_txn_log(p).records]
+        logged = history_zxids(data)
         spec = [zxid_of(t["zxid"]) for t in after["history"][i]]
         if logged != spec:
-            raise _Departure(f"the txnlog holds {[hex(z) for z in logged]}, the spec's history "
+            raise _Departure(f"the files hold {[hex(z) for z in logged]}, the spec's history "
                              f"{[hex(z) for z in spec]}")
+
+
+def _node(zxid: list[int]) -> str:
+    """The node a played or driven transaction creates: one a transaction, named by its zxid."""
+    return f"/zabref-{zxid[0]}-{zxid[1]}"
+
+
+def _pair(z: int) -> list[int]:
+    return [z >> 32, z & 0xFFFFFFFF]
+
+
+def _hexes(zxids: list[int]) -> str:
+    return "[" + ", ".join(f"0x{z:x}" for z in zxids) + "]"
+
+
+def sync_result(packets: list[dict[str, Any]], follower: list, leader: list) -> list[int]:
+    """The zxids a follower whose history is ``follower`` holds after the synchronization ``packets`` (a DIFF, TRUNC
+    or SNAP, then PROPOSALs; a NEWLEADER at the end is not read) from a leader whose history is ``leader``: DIFF keeps
+    the follower's history, TRUNC(z) keeps what is at or below z, SNAP(z) gives the leader's up to z; each PROPOSAL is
+    appended. Histories are lists of {"zxid": [e, c], ...}; zxids as ZooKeeper's 64-bit numbers."""
+    head, z = packets[0]["type"], zxid_of(packets[0]["zxid"])
+    if head == "DIFF":
+        base = [zxid_of(t["zxid"]) for t in follower]
+    elif head == "TRUNC":
+        base = [zxid_of(t["zxid"]) for t in follower]
+        base = base[:next((k for k, x in enumerate(base) if x > z), len(base))]
+    elif head == "SNAP":
+        base = [zxid_of(t["zxid"]) for t in leader if zxid_of(t["zxid"]) <= z]
+    else:
+        raise ValueError(f"not a synchronization: {head}")
+    return base + [zxid_of(p["zxid"]) for p in packets[1:] if p["type"] == "PROPOSAL"]
 
 
 def _srvr(port: int) -> dict[str, str]:

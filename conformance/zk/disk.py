@@ -12,6 +12,11 @@ In ``<dataDir>/version-2/``:
   preallocated with zeros (64 MiB blocks, sparse), so a record whose checksum and length are both 0 is the end
   (``Util.readTxnBytes``: "we define EOF to be an empty transaction").
 
+* ``snapshot.<zxid hex>`` (``FileSnap``): the data tree after every transaction up to ``zxid``
+  (conformance/zk/snapshot.py). `history_zxids` gives the transactions the files hold: the creation zxids of the
+  newest snapshot's nodes, then the logged transactions after its zxid -- a server synchronized by a SNAP holds
+  the leader's transactions in a snapshot, not in its log.
+
 `read_txn_log` returns every record with its offset and decoded transaction, and how the log ends: ``zeros`` (the
 preallocated tail), ``eof``, or ``truncated`` -- the last record is cut short by the end of the file, or is
 incomplete (no 'B', a checksum that fails) with only zeros after it: a write a crash interrupted. A bad record with
@@ -31,7 +36,7 @@ from conformance.zk import WireError
 from conformance.zk.txns import decode_txn
 from zabref.errors import CodecError
 
-__all__ = ["LogRecord", "TxnLog", "log_files", "read_epochs", "read_txn_log"]
+__all__ = ["LogRecord", "TxnLog", "history_zxids", "log_files", "read_epochs", "read_txn_log", "snapshot_files"]
 
 MAGIC = b"ZKLG"
 HEADER = struct.Struct(">4sIq")
@@ -83,6 +88,29 @@ def log_files(data_dir: str | Path) -> list[Path]:
     folder = Path(data_dir) / "version-2"
     files = [p for p in folder.glob("log.*") if _hex(p.name[4:]) is not None]
     return sorted(files, key=lambda p: _hex(p.name[4:]) or 0)
+
+
+def snapshot_files(data_dir: str | Path) -> list[Path]:
+    """The ``snapshot.<zxid>`` files of a data dir, oldest first."""
+    folder = Path(data_dir) / "version-2"
+    files = [p for p in folder.glob("snapshot.*") if _hex(p.name[9:]) is not None]
+    return sorted(files, key=lambda p: _hex(p.name[9:]) or 0)
+
+
+def history_zxids(data_dir: str | Path) -> list[int]:
+    """The zxids of the transactions a data dir holds, in order: the newest snapshot's (its nodes' creation zxids,
+    each transaction a create of a node of its own, as the played leaders and the conformance clients write them),
+    then the logged ones after the snapshot's zxid. A `WireError` names a file that cannot be read (one being
+    written included: a caller that waits for a server's files reads again)."""
+    from conformance.zk.snapshot import read_snapshot_file  # noqa: PLC0415 (snapshot imports the stream codec)
+
+    snaps = snapshot_files(data_dir)
+    base, held = 0, []
+    if snaps:
+        base = _hex(snaps[-1].name[9:]) or 0
+        held = sorted(z for z in read_snapshot_file(snaps[-1])["czxids"].values() if 0 < z <= base)
+    logged = [z for p in log_files(data_dir) for z in read_txn_log(p).zxids if z > base]
+    return held + logged
 
 
 def _hex(s: str) -> int | None:
