@@ -217,6 +217,73 @@ def test_tlc_accepts_a_healthy_exchange_and_rejects_a_commit_before_any_ack(tmp_
         in bad.failure
 
 
+def late_learner(synced: int, behind: int, *, skip: int | None = None) -> Builder:
+    """Server 2 leads 1 (epoch 1) and broadcasts ``synced`` transactions; 3 joins and gets them in a DIFF, then
+    ACKs NEWLEADER only after ``behind`` more PROPOSALs (and their COMMITs) reached it -- a learner that logs a
+    long DIFF before its ACK, as 3.8.5's does. The last of them is not yet committed when the leader sends
+    UPTODATE; 3 then ACKs each of them, one by one, and nothing else (ZooKeeper's learner sends no ACK of its last
+    zxid at UPTODATE). ``skip``: 3 never ACKs that one (of 1 .. ``behind``)."""
+    b = Builder({1: (1, 2), 2: (3, 2)})
+    b.send(1, 1, "FOLLOWERINFO", 0, sid=1)
+    b.send(1, 2, "LEADERINFO", E1)
+    b.send(1, 1, "ACKEPOCH", 0, currentEpoch=0)
+    b.send(1, 2, "DIFF", 0)
+    b.send(1, 2, "NEWLEADER", E1)
+    b.send(1, 1, "ACK", E1)
+    b.send(1, 2, "UPTODATE", -1)
+    for k in range(1, synced + 1):
+        b.send(1, 2, "PROPOSAL", E1 + k, txn=_txn(E1 + k, f"/s{k}"))
+        b.send(1, 1, "ACK", E1 + k)
+        b.send(1, 2, "COMMIT", E1 + k)
+    b.send(2, 3, "FOLLOWERINFO", 0, sid=3)
+    b.send(2, 2, "LEADERINFO", E1)
+    b.send(2, 3, "ACKEPOCH", 0, currentEpoch=0)
+    b.send(2, 2, "DIFF", E1 + synced)
+    for k in range(1, synced + 1):
+        b.send(2, 2, "PROPOSAL", E1 + k, txn=_txn(E1 + k, f"/s{k}"))
+        b.send(2, 2, "COMMIT", E1 + k)
+    b.send(2, 2, "NEWLEADER", E1)
+    top = synced + behind
+    for k in range(synced + 1, top + 1):
+        for conn in (1, 2):
+            b.send(conn, 2, "PROPOSAL", E1 + k, txn=_txn(E1 + k, f"/p{k}"))
+        if k < top:
+            b.send(1, 1, "ACK", E1 + k)
+            for conn in (1, 2):
+                b.send(conn, 2, "COMMIT", E1 + k)
+    b.send(2, 3, "ACK", E1)  # NEWLEADER's, at last
+    b.send(2, 2, "UPTODATE", -1)
+    b.send(1, 1, "ACK", E1 + top)
+    for conn in (1, 2):
+        b.send(conn, 2, "COMMIT", E1 + top)
+    for k in range(synced + 1, top + 1):
+        if k - synced != skip:
+            b.send(2, 3, "ACK", E1 + k)
+    # one more transaction, which 3 takes only after UPTODATE
+    for conn in (1, 2):
+        b.send(conn, 2, "PROPOSAL", E1 + top + 1, txn=_txn(E1 + top + 1, f"/p{top + 1}"))
+    b.send(1, 1, "ACK", E1 + top + 1)
+    b.send(2, 3, "ACK", E1 + top + 1)
+    return b
+
+
+@pytest.mark.slow
+def test_a_learner_that_acks_newleader_late_and_each_proposal_once_is_a_behaviour(tmp_path, toolchain_ready):
+    """What a 3.8.5 fault run needed (docs/zookeeper.md, "Redundant ACKs"): the spec follower's ACK of its last
+    zxid at UPTODATE, which repeats the ACK it sent for that PROPOSAL, stands for no observation (without that rule
+    this run fails at 3's last ACK, which the spec's follower can send only after the repeated one). A learner that
+    leaves one PROPOSAL unacknowledged is still rejected, at the ACK after the gap."""
+    from conformance.validate.zkcheck import validate_observation
+
+    ok = validate_observation(observe(late_learner(40, 30).decoded()), work=tmp_path)
+    assert ok.matched, ok.failure
+    gap = observe(late_learner(40, 30, skip=5).decoded())
+    bad = validate_observation(gap, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive, bad.failure
+    first = gap.obs[bad.frontier - 1]
+    assert (first.type, first.zxid, first.sender) == ("ACK", [1, 46], 3), bad.failure
+
+
 # ------------------------------------------------------------------------ a real 3.8.0 run, and mutations of it
 
 

@@ -231,12 +231,20 @@ SyncAgree(l, f, new, o) ==
              [] o.sk = "SNAP" -> SubSeq(hl, NumLE(hl, Z(o.sz)) + 1, Len(hl)) = sp
              [] OTHER -> FALSE
 
+\\* A step's one ACK on a -> b that acknowledges no more than the ACK last observed on that pair: the spec's ACK is
+\\* cumulative (LeaderProcessACK keeps the greatest), so its leader takes it and changes nothing, and ZooKeeper's
+\\* learner never sends it (the spec's follower sends one at UPTODATE when its history goes beyond the commit point,
+\\* though it ACKed each PROPOSAL it took after NEWLEADER). It matches no observation and makes none.
+Redundant(new, c, ch) == /\\ Len(new) = 1 /\\ new[1].type = "ACK" /\\ new[1].zxid[2] > 0 /\\ c > 0
+                         /\\ O(ch[c]).type = "ACK" /\\ ZxidLE(new[1].zxid, Z(O(ch[c]).zxid))
+
 \\* The new value of sent[a][b] after this step, or -1 when its sends on a -> b are not the next observations.
 Adv(a, b) ==
     LET new == NewSends(a, b)
         c == sent[a][b]
         ch == Chan[a][b]
     IN  IF new = <<>> THEN c
+        ELSE IF Redundant(new, c, ch) THEN c
         ELSE IF c + 1 > Len(ch) THEN -1
         ELSE IF new[1].type \\in SyncHeads
         THEN IF O(ch[c + 1]).type = "SYNC" /\\ SyncAgree(a, b, new, O(ch[c + 1])) THEN c + 1 ELSE -1
@@ -246,11 +254,13 @@ Adv(a, b) ==
 GoesLooking(x) == state[x] /= LOOKING /\\ state'[x] = LOOKING
 Leaves(x) == state[x] = LOOKING /\\ state'[x] /= LOOKING
 
-\\* The observation each packet in flight was matched to (a sync's packets all to its SYNC observation).
+\\* The observation each packet in flight was matched to (a sync's packets all to its SYNC observation; a redundant
+\\* ACK to the ACK it repeats).
 TagsNext == [a \\in Server |-> [b \\in Server |->
     LET new == NewSends(a, b)
         c == sent[a][b]
-    IN  IF new /= <<>>
+    IN  IF new /= <<>> /\\ Redundant(new, c, Chan[a][b]) THEN Append(tags[a][b], Chan[a][b][c])
+        ELSE IF new /= <<>>
         THEN tags[a][b] \\o [k \\in 1 .. Len(new) |->
                  IF new[1].type \\in SyncHeads THEN Chan[a][b][c + 1] ELSE Chan[a][b][c + k]]
         ELSE IF msgs'[a][b] = <<>> THEN <<>>
@@ -263,6 +273,23 @@ Received(a, b) == msgs[a][b] /= <<>> /\\ msgs'[a][b] = Tail(msgs[a][b]) /\\ ~Goe
 \\* A server takes a packet only after every send of its own that the proxy read before that packet.
 Causal == \\A a, b \\in Server : Received(a, b) =>
               LET need == O(Head(tags[a][b])).need IN \\A k \\in Server : sent[b][k] >= need[k]
+
+\\* Follower i can take a packet that makes it send nothing: one of its synchronization (DIFF, TRUNC, SNAP, or a
+\\* PROPOSAL before NEWLEADER), or a COMMIT in BROADCAST. Such a receive changes only i's staged history or
+\\* lastCommitted and the channel's head, which nothing observed reads (a follower's lastCommitted is read by no
+\\* step that sends what a ZooKeeper run is compared on: UPTODATE's and a DIFF's zxids are not compared, and a leader
+\\* commits its whole history at NEWLEADER's quorum before it sends a COMMIT), and it stays possible until it is
+\\* taken or a GoLooking empties the channel; so the behaviours that take it at once make every run the others make
+\\* (docs/zookeeper.md, "Eager receives"), and `Eager` makes it the next step. A DIFF of hundreds of transactions to
+\\* a learner that ACKs NEWLEADER hundreds of observations later was that many hidden steps, each free to come
+\\* anywhere in between, and a lagging learner's COMMITs the same: a search of their product.
+Quiet(i) == /\\ state[i] = FOLLOWING
+            /\\ msgs[leader[i]][i] /= <<>>
+            /\\ \\/ zabState[i] = SYNCHRONIZATION
+                  /\\ Head(msgs[leader[i]][i]).type \\in {{"DIFF", "TRUNC", "SNAP", "PROPOSAL"}}
+               \\/ zabState[i] = BROADCAST /\\ Head(msgs[leader[i]][i]).type = "COMMIT"
+            /\\ \\A k \\in Server : sent[i][k] >= O(Head(tags[leader[i]][i])).need[k]
+Eager == (\\E i \\in Server : Quiet(i)) => \\E i \\in Server : Quiet(i) /\\ Received(leader[i], i)
 
 RolesNext ==
     /\\ \\A x \\in Server : GoesLooking(x) => CanLeave(x)
@@ -288,6 +315,7 @@ TraceNext ==
            /\\ sent' = adv
     /\\ RolesNext
     /\\ Causal
+    /\\ Eager
     /\\ tags' = TagsNext
 
 Complete ==
