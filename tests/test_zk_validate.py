@@ -284,6 +284,57 @@ def test_a_learner_that_acks_newleader_late_and_each_proposal_once_is_a_behaviou
     assert (first.type, first.zxid, first.sender) == ("ACK", [1, 46], 3), bad.failure
 
 
+def lost_ack(claims: int = 3) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1) and broadcasts three transactions; 3 ACKs two of them and its connection
+    ends (killed after it logged the third: its ACK never reached the proxy); it comes back and its ACKEPOCH names
+    (1, ``claims``) as its last logged zxid."""
+    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
+    for conn, f in ((1, 1), (2, 3)):
+        b.send(conn, f, "FOLLOWERINFO", 0, sid=f)
+        b.send(conn, 2, "LEADERINFO", E1)
+        b.send(conn, f, "ACKEPOCH", 0, currentEpoch=0)
+        b.send(conn, 2, "DIFF", 0)
+        b.send(conn, 2, "NEWLEADER", E1)
+        b.send(conn, f, "ACK", E1)
+        b.send(conn, 2, "UPTODATE", -1)
+    for k in (1, 2, 3):
+        for conn in (1, 2):
+            b.send(conn, 2, "PROPOSAL", E1 + k, txn=_txn(E1 + k, f"/t{k}"))
+        b.send(1, 1, "ACK", E1 + k)
+        if k < 3:
+            b.send(2, 3, "ACK", E1 + k)
+        for conn in (1, 2):
+            b.send(conn, 2, "COMMIT", E1 + k)
+    b.event(2, "EOF_C2S")
+    b.event(2, "EOF_S2C")
+    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
+    b.send(3, 2, "LEADERINFO", E1)
+    b.send(3, 3, "ACKEPOCH", E1 + claims, currentEpoch=-1)  # the epoch it accepted before: -1
+    b.send(3, 2, "DIFF", E1 + 3)
+    b.send(3, 2, "NEWLEADER", E1)
+    b.send(3, 3, "ACK", E1)
+    b.send(3, 2, "UPTODATE", -1)
+    return b
+
+
+@pytest.mark.slow
+def test_a_followers_ack_lost_when_it_was_killed_is_a_behaviour_and_a_zxid_it_never_got_is_not(tmp_path,
+                                                                                               toolchain_ready):
+    """docs/zookeeper.md, "Lost ACKs": a follower whose role is over (every send observed in it made) may still log
+    a PROPOSAL whose ACK nobody sees -- its ACKEPOCH later names it. Before that rule this run failed at the ACKEPOCH
+    (as ZOOKEEPER-4785's runs on 3.8.0 and 3.8.4 did, before their truncating TRUNC). An ACKEPOCH naming a
+    transaction the leader never proposed is still rejected there."""
+    from conformance.validate.zkcheck import validate_observation
+
+    ok = validate_observation(observe(lost_ack().decoded()), work=tmp_path)
+    assert ok.matched, ok.failure
+    claim = observe(lost_ack(claims=4).decoded())
+    bad = validate_observation(claim, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive, bad.failure
+    first = claim.obs[bad.frontier - 1]
+    assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 4], 3), bad.failure
+
+
 # ------------------------------------------------------------------------ a real 3.8.0 run, and mutations of it
 
 

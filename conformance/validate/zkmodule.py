@@ -238,12 +238,22 @@ SyncAgree(l, f, new, o) ==
 Redundant(new, c, ch) == /\\ Len(new) = 1 /\\ new[1].type = "ACK" /\\ new[1].zxid[2] > 0 /\\ c > 0
                          /\\ O(ch[c]).type = "ACK" /\\ ZxidLE(new[1].zxid, Z(O(ch[c]).zxid))
 
-\\* The new value of sent[a][b] after this step, or -1 when its sends on a -> b are not the next observations.
+\\* x follows in a role that ended before the run did, and has made every send observed in it.
+Over(x) == state[x] = FOLLOWING /\\ CanLeave(x)
+
+Acks(new) == \\A k \\in 1 .. Len(new) : new[k].type = "ACK"
+
+\\* The new value of sent[a][b] after this step, or -1 when its sends on a -> b are not the next observations. An ACK
+\\* of a follower whose role is over (`Over`: every send observed in it made) is lost: tagged 0, never taken, gone
+\\* when a GoLooking empties the channel. A follower killed after it logged a PROPOSAL and before the proxy read its
+\\* ACK is such a run: the kernel resets a killed process's connections, and what was still in its send buffer is
+\\* gone (its ACKEPOCH later names the transaction). Lost sends of a leader are not taken yet.
 Adv(a, b) ==
     LET new == NewSends(a, b)
         c == sent[a][b]
         ch == Chan[a][b]
     IN  IF new = <<>> THEN c
+        ELSE IF Over(a) /\\ Acks(new) THEN c
         ELSE IF Redundant(new, c, ch) THEN c
         ELSE IF c + 1 > Len(ch) THEN -1
         ELSE IF new[1].type \\in SyncHeads
@@ -255,11 +265,12 @@ GoesLooking(x) == state[x] /= LOOKING /\\ state'[x] = LOOKING
 Leaves(x) == state[x] = LOOKING /\\ state'[x] /= LOOKING
 
 \\* The observation each packet in flight was matched to (a sync's packets all to its SYNC observation; a redundant
-\\* ACK to the ACK it repeats).
+\\* ACK to the ACK it repeats; a lost packet to none: 0).
 TagsNext == [a \\in Server |-> [b \\in Server |->
     LET new == NewSends(a, b)
         c == sent[a][b]
-    IN  IF new /= <<>> /\\ Redundant(new, c, Chan[a][b]) THEN Append(tags[a][b], Chan[a][b][c])
+    IN  IF new /= <<>> /\\ Over(a) /\\ Acks(new) THEN tags[a][b] \\o [k \\in 1 .. Len(new) |-> 0]
+        ELSE IF new /= <<>> /\\ Redundant(new, c, Chan[a][b]) THEN Append(tags[a][b], Chan[a][b][c])
         ELSE IF new /= <<>>
         THEN tags[a][b] \\o [k \\in 1 .. Len(new) |->
                  IF new[1].type \\in SyncHeads THEN Chan[a][b][c + 1] ELSE Chan[a][b][c + k]]
@@ -271,8 +282,10 @@ TagsNext == [a \\in Server |-> [b \\in Server |->
 Received(a, b) == msgs[a][b] /= <<>> /\\ msgs'[a][b] = Tail(msgs[a][b]) /\\ ~GoesLooking(a) /\\ ~GoesLooking(b)
 
 \\* A server takes a packet only after every send of its own that the proxy read before that packet.
+\\* A lost packet (tag 0) is never taken.
 Causal == \\A a, b \\in Server : Received(a, b) =>
-              LET need == O(Head(tags[a][b])).need IN \\A k \\in Server : sent[b][k] >= need[k]
+              /\\ Head(tags[a][b]) > 0
+              /\\ LET need == O(Head(tags[a][b])).need IN \\A k \\in Server : sent[b][k] >= need[k]
 
 \\* Follower i can take a packet that makes it send nothing: one of its synchronization (DIFF, TRUNC, SNAP, or a
 \\* PROPOSAL before NEWLEADER), or a COMMIT in BROADCAST. Such a receive changes only i's staged history or
@@ -288,6 +301,7 @@ Quiet(i) == /\\ state[i] = FOLLOWING
             /\\ \\/ zabState[i] = SYNCHRONIZATION
                   /\\ Head(msgs[leader[i]][i]).type \\in {{"DIFF", "TRUNC", "SNAP", "PROPOSAL"}}
                \\/ zabState[i] = BROADCAST /\\ Head(msgs[leader[i]][i]).type = "COMMIT"
+            /\\ Head(tags[leader[i]][i]) > 0
             /\\ \\A k \\in Server : sent[i][k] >= O(Head(tags[leader[i]][i])).need[k]
 Eager == (\\E i \\in Server : Quiet(i)) => \\E i \\in Server : Quiet(i) /\\ Received(leader[i], i)
 
