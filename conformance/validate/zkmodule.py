@@ -30,6 +30,12 @@ and prints that state when the prefix grows: the observation after it is the fir
 the window's start. ``CanLeave`` is asked before Crash and the timeouts (a role is left only after its sends), and
 the ``VIEW`` leaves out Zab's checking variables no action reads.
 
+Three mappings keep the search to what a run can show (docs/zookeeper.md, "What is observed, and what is left to
+TLC"): a follower's receive that sends nothing (its sync's packets before NEWLEADER, a COMMIT) is taken as soon as it
+can be (``Eager``: no behaviour that makes the run is lost); a spec ACK that repeats the last ACK observed on its pair
+matches nothing (``Redundant``: ZooKeeper's learner never sends it, the spec's leader ignores it); and an ACK of a
+follower whose role is over is lost (``Over``: a learner killed after it logged a PROPOSAL, before its ACK left).
+
 Bounds come from the run: N servers, MaxTxns the distinct transactions observed, MaxEpoch the greatest epoch a
 leader proposed (plus one per leading role that never proposed one), MaxFaults the number of roles (a fault is an
 implausible election decision, a timeout of a live connection or a crash; each role begins or ends with at most one).
