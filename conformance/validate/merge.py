@@ -304,6 +304,10 @@ def merge(logs: Logs, *, stop_at: int | None = None,
                       go_looking=looking))
 
     relevant: dict[tuple[int, int], tuple[int, Event | None]] = {}  # takes_from's scans (below)
+    # How far takes_from and accepted_after look ahead before they assume. LOOKAHEAD keeps a step's cost bounded;
+    # when every server waits on an assumption, the step is looked at again with no bound (an exact answer: a
+    # server that follows another for more than LOOKAHEAD lines before it would have decided was such a deadlock)
+    reach = [LOOKAHEAD]
 
     def takes_from(y: int, x: int) -> bool:
         """Will y take a packet of x before its connection with x ends (its close of x, its GoLooking or restart)?
@@ -316,12 +320,12 @@ def merge(logs: Logs, *, stop_at: int | None = None,
         if held is None or (held[1] is not None and held[0] < base):
             start = base
         elif held[1] is not None:
-            return _decides(held[1], x, y) if held[0] - base <= LOOKAHEAD else True
+            return _decides(held[1], x, y) if held[0] - base <= reach[0] else True
         else:
             start = max(base, held[0])  # nothing decided before held[0]
         q = queues[y]
         for k, e in enumerate(itertools.islice(q, start - base, None), start):
-            if k - base > LOOKAHEAD:
+            if k - base > reach[0]:
                 relevant[(y, x)] = (k, None)
                 return True  # far enough: assume it will (the order then waits, never drops a packet y takes)
             if (e.kind == "step" and "recv" in e.fields and int(e.fields["params"]["j"]) == x) \
@@ -351,7 +355,7 @@ def merge(logs: Logs, *, stop_at: int | None = None,
                                              if int(to) == j and p["type"] == "FOLLOWERINFO"}, popped[j])
         if held.taken is None:
             q, base = queues[j], popped[j]
-            limit = base + LOOKAHEAD + 1  # the lines k - base <= LOOKAHEAD, as far as the front allows
+            limit = base + reach[0] + 1  # the lines k - base <= reach, as far as the front allows
             start = max(held.scanned, base)
             for k, e in enumerate(itertools.islice(q, start - base, limit - base), start):
                 if e.kind == "step" and "recv" in e.fields and e.fields["recv"].get("conn") in held.conns:
@@ -418,6 +422,7 @@ def merge(logs: Logs, *, stop_at: int | None = None,
                     return f"it drops learner {x}, whose next line is not its GoLooking"
         return None
 
+    retried = False
     while any(queues.values()):
         best: Event | None = None
         blocked: list[str] = []
@@ -431,6 +436,10 @@ def merge(logs: Logs, *, stop_at: int | None = None,
                     best = ev
             else:
                 blocked.append(f"server {s} at {ev.where} ({ev.fields.get('action', ev.kind)}): {why}")
+        if best is None and not retried:
+            retried, reach[0] = True, sum(len(q) for q in queues.values()) + 1  # again, as far as the logs go
+            continue
+        retried, reach[0] = False, LOOKAHEAD
         if best is None:
             raise MergeError("no order of the logs is a behaviour of spec/Zab.tla from here; every server waits:\n  "
                              + "\n  ".join(blocked) + f"\n(after {len(steps)} merged steps)")
