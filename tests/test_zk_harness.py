@@ -396,6 +396,14 @@ def test_a_real_ensemble_through_the_proxy_is_recorded_decoded_and_cut(tmp_path,
         follower = next(m.id for m in z.members if m.id != leader)
         z.faults.cut(follower, leader)
         z.wait(lambda: z.ensemble.modes()[follower] != "follower", 30, f"server {follower} leaves its leader")
+
+        def looking_notice() -> bool:  # its vote of the election crossed the proxy (load can make it late)
+            z.faults.flush()
+            messages = decode_recording(z.recording).messages
+            cut_at = next(m.t_ns for m in messages if m.name == "FAULT")
+            return any(m.name == "NOTIFICATION" and m.sender == follower and m.t_ns > cut_at for m in messages)
+
+        z.wait(looking_notice, 30, f"server {follower}'s election notification")
         z.faults.heal()
         z.wait(lambda: z.ensemble.modes()[follower] == "follower", 30, f"server {follower} follows again")
         z.client_writes(1)
