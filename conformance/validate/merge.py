@@ -364,7 +364,7 @@ def merge(logs: Logs, *, stop_at: int | None = None,
                 if e.kind == "restart" or _looking_after(e):
                     held.found.append((k, e))
             else:
-                held.scanned = min(limit, base + len(q))
+                held.scanned = max(held.scanned, min(limit, base + len(q)))  # never below a further scan
                 if held.scanned < base + len(q):
                     return None  # not taken within LOOKAHEAD lines: assume no GoLooking comes first, for now
                 held.taken, held.found = -1, []  # j never takes it: no GoLooking to wait for
