@@ -41,6 +41,13 @@ TOKEN = b"adversary-control-token-0123456789"
 COMBINATIONS = adversary.combinations("toml") + adversary.combinations("zoo")
 #: Combinations run at once (their ensembles share the event loop; most of a combination's time is waiting).
 BATCH = 6
+#: Knocks in flight at once over all the combinations of a batch (each TLS handshake is CPU in the one event loop:
+#: a burst of hundreds, on a machine busy with other tests, made handshakes outlast the admission deadline).
+IN_FLIGHT = 48
+#: A refusal logged only for the deadline is knocked again, alone, this many times (a loaded machine).
+AGAIN = 2
+#: The line of a refusal for the admission deadline alone (`zabref.runtime.links`), with no reason found by then.
+DEADLINE_ONLY = re.compile(r"not complete within [0-9.]+ s$")
 
 
 class LogWatch(logging.Handler):
@@ -232,7 +239,8 @@ async def _dialer_side(s: Settings, servers: dict[int, Server], creds, problems:
 KIND = {"quorum_port": "quorum", "election_port": "election", "client_port": "client", "control_port": "control"}
 
 
-async def _combination(s: Settings, creds, folder: Path, watch: LogWatch, every_byte: bool, source: str) -> dict:
+async def _combination(s: Settings, creds, folder: Path, watch: LogWatch, every_byte: bool, source: str,
+                       gate: asyncio.Semaphore) -> dict:
     base = find_free_base_port(len(RUNNING) + 1)
     configs = _configs(s, creds, folder, base)
     servers = {sid: Server(configs[sid], sid, NormalDriver(0.05), machine=Machine(signals=False),
@@ -253,7 +261,6 @@ async def _combination(s: Settings, creds, folder: Path, watch: LogWatch, every_
         target = {"quorum_port": leader, "election_port": follower, "client_port": follower, "control_port": leader}
         contexts = {None: None, "none": adversary.dial_context(None),
                     **{c: adversary.dial_context(getattr(creds, c)) for c in (*adversary.STRANGER_CERTS, "member")}}
-        gate = asyncio.Semaphore(64)
 
         async def run(a: adversary.Attempt):
             me = servers[target[a.port]].me
@@ -263,6 +270,7 @@ async def _combination(s: Settings, creds, folder: Path, watch: LogWatch, every_
                 return a, start, await adversary.knock(me.host, port, a, contexts[a.cert], TIMEOUT + 0.7, source)
 
         knocks = list(await asyncio.gather(*(run(a) for a in attempts)))
+        knocks = await _again_alone(knocks, run, watch)
         if s.secret:
             start = len(watch.lines)
             extra = await _relay_and_replay(s, servers, leader, creds, problems, source)
@@ -300,6 +308,24 @@ async def _combination(s: Settings, creds, folder: Path, watch: LogWatch, every_
         release_base_port(base)
 
 
+async def _again_alone(knocks: list, run, watch: LogWatch) -> list:
+    """``knocks`` with each refusal that was logged only for the admission deadline (its handshake outlasted it on a
+    busy machine, before the refusal's own reason was found) replaced by the same attempt knocked again alone, up to
+    `AGAIN` times: the refusal must still come to be logged for its own reason."""
+    out = []
+    for a, start, k in knocks:
+        for _ in range(AGAIN):
+            if a.expect is None or re.search(a.expect, "not complete within"):
+                break
+            lines = watch.about(KIND[a.port], k.address, start)  # logged before the server closed
+            if not lines or any(re.search(a.expect, line) for line in lines) \
+                    or not all(DEADLINE_ONLY.search(line) for line in lines):
+                break
+            a, start, k = await run(a)
+        out.append((a, start, k))
+    return out
+
+
 class _nothing:
     async def __aenter__(self):
         return None
@@ -322,18 +348,20 @@ def test_every_attempt_is_refused_or_admitted_as_the_threat_model_says(tmp_path,
     outcomes = {}
     full = ("toml-quorum_tls+client_tls+hostname_verification+secret-need", "zoo-quorum_tls+hostname_verification-need")
 
-    async def one(k: int, s: Settings) -> None:
+    async def one(k: int, s: Settings, gate: asyncio.Semaphore) -> None:
         folder = tmp_path / str(k)
         folder.mkdir()
         # each combination's stranger has a loopback address of its own: the log lines about it are its own
         try:
-            outcomes[s.name] = await _combination(s, creds, folder, watch, s.name in full, f"127.0.0.{k + 2}")
+            outcomes[s.name] = await _combination(s, creds, folder, watch, s.name in full, f"127.0.0.{k + 2}",
+                                                  gate)
         except Exception as e:  # noqa: BLE001 -- one combination's failure is reported with the others
             outcomes[s.name] = {"problems": [f"raised {type(e).__name__}: {e}"], "attempts": 0, "refused": 0}
 
     async def main():
+        gate = asyncio.Semaphore(IN_FLIGHT)
         for first in range(0, len(COMBINATIONS), BATCH):
-            await asyncio.gather(*(one(k, s) for k, s in enumerate(COMBINATIONS[first:first + BATCH], first)))
+            await asyncio.gather(*(one(k, s, gate) for k, s in enumerate(COMBINATIONS[first:first + BATCH], first)))
 
     asyncio.run(main())
     problems = [f"{name}: {p}" for name, o in outcomes.items() for p in o["problems"]]
