@@ -25,13 +25,13 @@ from conformance.zk.schedule import ScheduleError, load_schedule, parse_schedule
 
 
 def test_builtin_schedules_parse_for_their_ensembles():
-    for bug, servers in [(bug, servers) for bug, servers, _, _ in MATRIX] + [("power-loss-all", 3)]:
+    for bug, servers in [(r.schedule or r.bug, r.servers) for r in MATRIX] + [("power-loss-all", 3)]:
         steps = load_schedule(builtin_schedule(bug), servers)
         assert steps and all(s.index == i for i, s in enumerate(steps))
     steps = load_schedule(builtin_schedule("zookeeper-4925"), 5)
     assert [s.op for s in steps[:2]] == ["writes", "kill"]
     assert steps[1].get("server") == "follower#2" and steps[1].get("as") == "f2"
-    with pytest.raises(ZkError, match="no built-in schedule 'nope'; the built-in ones: power-loss-all, txnlog-hole, zookeeper-4785"):
+    with pytest.raises(ZkError, match="no built-in schedule 'nope'; the built-in ones: power-loss-all, txnlog-hole, zookeeper-4394, zookeeper-4785"):
         builtin_schedule("nope")
 
 
@@ -158,7 +158,7 @@ def test_zookeeper_4785_is_caught_on_debian_3_8_0(tmp_path):
     from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
 
     steps = load_schedule(builtin_schedule("zookeeper-4785"), 3)
-    attempts = next(a for bug, _, _, a in MATRIX if bug == "zookeeper-4785")
+    attempts = next(r.attempts for r in MATRIX if r.bug == "zookeeper-4785")
     for attempt in range(1, attempts + 1):  # as `zabref zk matrix` tries it: a loaded machine missed it once in CI
         r = run_zk_faults(tmp_path / f"run-{attempt}", "3.8.0", 3, 1, schedule=steps, calm=0.5, sample=False,
                           echo=lambda _: None)
@@ -180,7 +180,7 @@ def test_the_txnlog_hole_loses_writes_on_debian_3_8_0(tmp_path):
     from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
 
     steps = load_schedule(builtin_schedule("txnlog-hole"), 5)
-    attempts = next(a for bug, _, _, a in MATRIX if bug == "txnlog-hole")
+    attempts = next(r.attempts for r in MATRIX if r.bug == "txnlog-hole")
     for attempt in range(1, attempts + 1):  # an election the load causes can turn the TRUNC into a safe SNAP
         folder = tmp_path / f"run-{attempt}"
         r = run_zk_faults(folder, "3.8.0", 5, 1, schedule=steps, calm=0.5, sample=False, echo=lambda _: None)
@@ -206,7 +206,7 @@ def test_validation_catches_zookeeper_4785_at_the_truncating_sync(tmp_path):
     from conformance.zk.observe import observe_dir  # noqa: PLC0415
 
     steps = load_schedule(builtin_schedule("zookeeper-4785"), 3)
-    attempts = next(a for bug, _, _, a in MATRIX if bug == "zookeeper-4785")
+    attempts = next(r.attempts for r in MATRIX if r.bug == "zookeeper-4785")
     for attempt in range(1, attempts + 1):
         folder = tmp_path / f"run-{attempt}"
         r = run_zk_faults(folder, "3.8.0", 3, 1, schedule=steps, calm=0.5, sample=False, echo=lambda _: None)
@@ -231,4 +231,4 @@ def test_the_version_matrix_catches_each_bug_on_its_versions_and_passes_the_fixe
     rows = json.loads((tmp_path / "matrix" / "matrix.json").read_text())
     assert result.exit_code == 0, result.output
     assert sorted((r["bug"], r["version"], r["got"]) for r in rows) == sorted(
-        (bug, version, want) for bug, _, expect, _ in MATRIX for version, want in expect.items())
+        (r.bug, version, want) for r in MATRIX for version, want in r.expect.items())

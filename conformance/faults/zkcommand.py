@@ -6,8 +6,8 @@ history checker of this layer. ``faults`` is one run (`conformance.faults.zkrun.
 exit code 0 when it passed, 1 when it did not, and a JSON report; with ``--validate`` the run's recording is then
 held against spec/Zab.tla by the ``validate`` plugin of the same group (conformance/validate/zkcommand.py, the
 election check left out), and the exit code is the worse of the two (4: the validation had no verdict). ``matrix`` runs the `MATRIX` -- each known bug's
-scripted schedule on the versions it affects and the versions that fixed it -- and compares each verdict with the
-one expected: exit code 0 when every run came out as expected.
+scripted schedule on the versions it affects and the versions that fixed it, judged by the row's check -- and
+compares each verdict with the one expected: exit code 0 when every run came out as expected.
 
 Exit codes: 0 passed / as expected; 1 a check failed / a run came out otherwise; a ZkError (a version that cannot
 be fetched, a bad schedule) is click's ``Error: ...`` with exit code 1.
@@ -21,23 +21,50 @@ import time
 from importlib.resources import files
 from pathlib import Path
 
+from typing import NamedTuple
+
 import click
 
 from conformance.zk import ZkError
 
-__all__ = ["faults", "matrix", "MATRIX", "builtin_schedule"]
+__all__ = ["faults", "matrix", "MATRIX", "Row", "builtin_schedule", "judged"]
 
-#: (bug, servers, {version: "caught" | "pass"}, attempts): the built-in schedule
-#: ``conformance/zk/schedules/<bug>.toml``; a version expected "caught" is run up to ``attempts`` times, until caught
-#: (a scenario that timing outside the servers' control can miss: the matrix says at which attempt it was caught)
-MATRIX: list[tuple[str, int, dict[str, str], int]] = [
-    ("zookeeper-4925", 5, {"3.9.2": "pass", "3.9.3": "caught", "3.9.4": "pass"}, 1),
-    ("zookeeper-4785", 3, {"3.8.0": "caught", "3.8.3": "caught", "3.8.4": "caught", "3.8.5": "pass",
-                           "3.9.1": "caught", "3.9.2": "pass"}, 1),
+class Row(NamedTuple):
+    """One bug of the matrix: its scripted schedule (``conformance/zk/schedules/<schedule>.toml``, the bug's name
+    when None) on ``servers`` servers, the verdict expected of each version, and the check that judges it:
+    ``"history"`` (the history checker and the disk check: ``ok``) or a JIRA id of `conformance.zk.knownbugs` (its
+    mark in the servers' own logs, for a bug that loses no data the history check could see). A version expected
+    "caught" is run up to ``attempts`` times, until caught (a scenario that timing outside the servers' control can
+    miss: the matrix says at which attempt it was caught)."""
+
+    bug: str
+    servers: int
+    expect: dict[str, str]
+    attempts: int
+    schedule: str | None = None
+    judge: str = "history"
+
+
+MATRIX: list[Row] = [
+    Row("zookeeper-4925", 5, {"3.9.2": "pass", "3.9.3": "caught", "3.9.4": "pass"}, 1),
+    Row("zookeeper-4785", 3, {"3.8.0": "caught", "3.8.3": "caught", "3.8.4": "caught", "3.8.5": "pass",
+                              "3.9.1": "caught", "3.9.2": "pass"}, 1),
     # found here (docs/zookeeper.md, "The txnlog hole"): no fixed version; 3.8.0 and the newest of each line. An
     # election the load causes between y's kill and x's SNAP turns the TRUNC into a (safe) SNAP: up to 3 attempts.
-    ("txnlog-hole", 5, {"3.8.0": "caught", "3.8.6": "caught", "3.9.4": "caught", "3.9.5": "caught"}, 3),
+    Row("txnlog-hole", 5, {"3.8.0": "caught", "3.8.6": "caught", "3.9.4": "caught", "3.9.5": "caught"}, 3),
+    # a COMMIT during a sync with nothing waiting for it (no data lost): judged by its mark in ZooKeeper's own log
+    Row("zookeeper-4394", 3, {"3.8.0": "caught", "3.8.6": "caught", "3.9.2": "caught", "3.9.3": "pass",
+                              "3.9.5": "pass"}, 3, judge="ZOOKEEPER-4394"),
 ]
+
+
+def judged(row: Row, result) -> str:  # noqa: ANN001 -- a conformance.faults.zkrun.ZkRunResult
+    """"pass", "caught" or "error": ``result`` as ``row``'s check sees it."""
+    if row.judge == "history":
+        return "pass" if result.ok else "caught" if result.caught_by else "error"
+    if any(k.jira == row.judge for k in result.known):
+        return "caught"
+    return "error" if result.problems else "pass"
 
 
 def builtin_schedule(name: str) -> Path:
@@ -64,7 +91,8 @@ def _schedule(spec: str, servers: int):  # noqa: ANN202
               help="Seconds of random faults (ignored with --schedule).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seeds the random schedule and the selectors.")
 @click.option("--schedule", "schedule", default=None,
-              help="A schedule file (.toml or .json) or a built-in one (zookeeper-4925, zookeeper-4785, txnlog-hole).")
+              help="A schedule file (.toml or .json) or a built-in one (zookeeper-4925, zookeeper-4785, txnlog-hole, "
+                   "power-loss-all).")
 @click.option("--writers", type=click.IntRange(1, 16), default=2, show_default=True)
 @click.option("--power-loss", is_flag=True, default=False,
               help="Each dataDir on a power-cut file system (FUSE): every kill loses what the server never fsynced.")
@@ -117,7 +145,7 @@ def faults(version: str, servers: str, duration: float, seed: int, schedule: str
 
 
 @click.command("matrix")
-@click.option("--only", default=None, help="Only this bug (zookeeper-4925, zookeeper-4785, txnlog-hole).")
+@click.option("--only", default=None, help="Only this bug (zookeeper-4925, zookeeper-4785, txnlog-hole, zookeeper-4394).")
 @click.option("--dir", "folder", type=click.Path(file_okay=False), default="out/zk-matrix", show_default=True)
 def matrix(only: str | None, folder: str) -> None:
     """Each known bug's scripted schedule on the versions it affects and those that fixed it (docs/zookeeper.md);
@@ -125,25 +153,29 @@ def matrix(only: str | None, folder: str) -> None:
     from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
 
     rows, started, bad = [], time.monotonic(), 0
-    for bug, n, expect, attempts in MATRIX:
+    for row in MATRIX:
+        bug = row.bug
         if only and bug != only:
             continue
         try:
-            steps = _schedule(bug, n)
-            for version, want in expect.items():
-                for attempt in range(1, (attempts if want == "caught" else 1) + 1):
+            steps = _schedule(row.schedule or bug, row.servers)
+            for version, want in row.expect.items():
+                for attempt in range(1, (row.attempts if want == "caught" else 1) + 1):
                     out = Path(folder) / f"{bug}-{version}" / str(attempt)
                     if out.exists():
                         shutil.rmtree(out)
-                    r = run_zk_faults(out, version, n, 1, schedule=steps, echo=lambda _: None)
-                    got = "pass" if r.ok else "caught" if r.caught_by else "error"
+                    r = run_zk_faults(out, version, row.servers, 1, schedule=steps, echo=lambda _: None)
+                    got = judged(row, r)
                     if got != "pass":
                         break
                 bad += got != want
+                by = r.caught_by if row.judge == "history" else sorted({k.jira for k in r.known} & {row.judge})
                 rows.append({"bug": bug, "version": version, "expected": want, "got": got, "attempt": attempt,
-                             "caught_by": r.caught_by, "lost": r.verdict.lost, "seconds": round(r.seconds, 1),
-                             "first": (r.problems + r.verdict.examples)[:1]})
-                click.echo(f"{bug} {version:<6} expected {want:<6} got {got:<6} {','.join(r.caught_by) or '-':<16} "
+                             "judge": row.judge, "caught_by": by, "lost": r.verdict.lost,
+                             "known_bugs": sorted({k.jira for k in r.known}), "seconds": round(r.seconds, 1),
+                             "first": (r.problems + r.verdict.examples + [k.where() for k in r.known
+                                                                         if k.jira == row.judge])[:1]})
+                click.echo(f"{bug} {version:<6} expected {want:<6} got {got:<6} {','.join(by) or '-':<16} "
                            f"lost {r.verdict.lost:<5} {r.seconds:5.1f} s, attempt {attempt}"
                            + ("" if got == want else "  <-- differs"))
         except ZkError as e:

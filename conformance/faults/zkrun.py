@@ -21,6 +21,9 @@ ZooKeeper"); the checker is the same `conformance.faults.history.check`, fed fro
 6. Check: `history.check(writes, finals, samples)` -- lost, divergent, misplaced, duplicates, out of order,
    phantoms -- and the disk check ``not_durable``: a write a server delivered that is in none of its logs although
    no snapshot of that server covers it (a restart of that server would lose it).
+7. Name: the known bugs whose mark is in the servers' own logs (`conformance.zk.knownbugs`), reported beside the
+   checks; a sighting does not change ``ok`` (it names a bug, whatever it cost), and `zabref zk matrix` judges a
+   bug without a data loss of its own by it.
 
 The run passes when the verdict does, ``not_durable`` is 0 and nothing went wrong (a step that could not run, a
 server that would not serve again, a final read that failed). The run's folder keeps every server's data dir and
@@ -44,6 +47,7 @@ from conformance.zk import ZkError
 from conformance.zk.delivered import read_delivered, read_logged, snapshots
 from conformance.zk.ensemble import four_letter
 from conformance.zk.harness import ProxiedEnsemble
+from conformance.zk.knownbugs import Sighting, sightings, summarise
 from conformance.zk.nemesis import ZkNemesis
 from conformance.zk.schedule import Step, random_schedule
 from zabref.storage.atomic import write_file
@@ -67,6 +71,7 @@ class ZkRunResult:
     not_durable: dict[int, list[str]] = field(default_factory=dict)
     folder: str = ""
     seconds: float = 0.0
+    known: list[Sighting] = field(default_factory=list)  # known bugs' marks in the servers' own logs
     #: the checker's inputs, kept for a caller that checks again (the tests show each check can fail on them)
     writes: list[Write] = field(default_factory=list, repr=False)
     delivered: dict[int, list[tuple[int, str]]] = field(default_factory=dict, repr=False)
@@ -99,6 +104,7 @@ class ZkRunResult:
                 "out_of_order": v.out_of_order, "phantoms": v.phantoms,
                 "not_durable": {str(k): x for k, x in self.not_durable.items()},
                 "finals": {str(k): n for k, n in self.finals.items()}, "examples": v.examples,
+                "known_bugs": [{"jira": k.jira, "server": k.sid, "at": k.where(), "text": k.text} for k in self.known],
                 "problems": self.problems, "counts": self.counts, "events": self.events,
                 "schedule": [s.to_json() for s in self.schedule], "folder": self.folder}
 
@@ -201,6 +207,7 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
         logged = {v for _, v in read_logged(d, ROOT)}
         covered = max(snapshots(d), default=0)
         result.not_durable[sid] = [f"{v} (zxid {zx:#x})" for zx, v in seq if zx > covered and v not in logged]
+    result.known = sightings(folder)
     result.seconds = time.monotonic() - started
     echo(("PASS: " if result.ok else "FAIL: ") + result.summary())
     for line in result.problems + result.verdict.examples:
@@ -208,6 +215,8 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
     for sid, missing in result.not_durable.items():
         if missing:
             echo(f"  server {sid} delivered {len(missing)} writes its logs do not hold, e.g. {missing[:3]}")
+    for line in summarise(result.known):
+        echo(f"  known bug in ZooKeeper's own log: {line}")
     echo(f"logs, data dirs and the recording in {folder}")
     return result
 

@@ -37,6 +37,7 @@ from conformance.tla.values import format_value
 from conformance.validate.observed import last_progress, observed_folder, printed
 from conformance.validate.zkrebase import Rebase, plan, rebase, restore
 from conformance.validate.zkmodule import RUN_DATA, WINDOW_DATA, config, goal, run_data, trace_module, window_data
+from conformance.zk.knownbugs import sightings, summarise
 from conformance.zk.observe import Observation, observe_dir
 
 __all__ = ["WIDEN", "WINDOW", "ZkValidation", "validate_observation", "validate_recording"]
@@ -289,4 +290,7 @@ def validate_recording(folder: str | Path, *, work: Path | None = None,
          + (", ".join(f"{k} {v}" for k, v in sorted(observation.ignored.items())) or "nothing"))
     result = validate_observation(observation, work=work, echo=echo)
     result.observe_seconds = elapsed
+    if result.failure and (known := summarise(sightings(folder))):
+        # what the servers logged themselves, to decide the departure by (docs/zookeeper.md, "Known bugs")
+        result.failure += "\n  known bugs in the servers' own logs:" + "".join(f"\n    {k}" for k in known)
     return result

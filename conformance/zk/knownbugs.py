@@ -1,0 +1,106 @@
+"""Known ZooKeeper bugs, recognised in the servers' own logs.
+
+Theory of operation: some bugs of ZooKeeper leave a mark in the log the server writes itself -- an exception with
+its top stack frame -- which nothing here adds or changes (the log is configured by `conformance.zk.serverconfig`,
+the code is the released jar's). `SIGNATURES` lists the bugs whose mark is certain: the exception, the frame it was
+thrown in, and where the JIRA and the released code say the bug lives and was fixed. `sightings` reads every
+``<folder>/<sid>/server.log`` of a run (the layout of `conformance.zk.ensemble`) and returns each mark with the
+server, the file, the line and the time ZooKeeper gave it.
+
+A sighting is a name, not a verdict: the fault runner reports them beside its history check
+(`conformance.faults.zkrun`), `zabref zk matrix` judges a bug's rows by them when the bug loses no data that the
+history check could see, and a validation departure lists them so that the departure can be decided
+(docs/zookeeper.md, "Known bugs in ZooKeeper's own logs"). A log that is not UTF-8 is read with replacement
+characters; a log cut in the middle of a stack trace (a kill) yields the marks before the cut.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SIGNATURES", "Signature", "Sighting", "scan_log", "sightings", "summarise"]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A bug's mark: an exception line matching ``exception`` whose first stack frame matches ``frame``."""
+
+    jira: str
+    summary: str
+    exception: re.Pattern[str]
+    frame: re.Pattern[str]
+    affects: str  # the versions whose released code has it (read in the source, seen in runs: docs/zookeeper.md)
+    fixed: str
+
+
+SIGNATURES: tuple[Signature, ...] = (
+    Signature(
+        "ZOOKEEPER-4394",
+        "Learner.syncWithLeader: a COMMIT read during synchronization when no proposal waits for it "
+        "(packetsNotCommitted empty) throws a NullPointerException; the learner drops its leader and goes back to "
+        "election with its data tree behind what it has logged and acknowledged",
+        re.compile(r"\bjava\.lang\.NullPointerException\b"),
+        re.compile(r"^\s+at org\.apache\.zookeeper\.server\.quorum\.Learner\.syncWithLeader\("),
+        "3.8.0-3.8.6 (the 3.8 line has no fix), 3.9.0-3.9.2", "3.9.3 (PR 2152 / 2188)"),
+)
+
+
+@dataclass(frozen=True)
+class Sighting:
+    jira: str
+    sid: int
+    path: str  # the log, as given
+    line: int  # 1-based line of the exception
+    when: str  # ZooKeeper's timestamp of the log entry before the exception (its own clock), or ""
+    text: str  # the exception line
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line}" + (f" ({self.when})" if self.when else "")
+
+
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d{3})")
+
+
+def scan_log(path: str | Path, sid: int, signatures: tuple[Signature, ...] = SIGNATURES) -> list[Sighting]:
+    """Every mark of ``signatures`` in one server's log, in the log's order."""
+    out: list[Sighting] = []
+    lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    when = ""
+    for k, line in enumerate(lines):
+        if (m := _STAMP.match(line)) is not None:
+            when = m.group(1)
+            continue
+        frame = next((x for x in lines[k + 1:k + 3] if x.lstrip().startswith("at ")), None)
+        if frame is None:
+            continue
+        for s in signatures:
+            if s.exception.search(line) and s.frame.search(frame):
+                out.append(Sighting(s.jira, sid, str(path), k + 1, when, line.strip()))
+    return out
+
+
+def sightings(folder: str | Path, signatures: tuple[Signature, ...] = SIGNATURES) -> list[Sighting]:
+    """The marks in every ``<folder>/<sid>/server.log`` of a run, by server then line."""
+    out: list[Sighting] = []
+    for log in sorted(Path(folder).glob("*/server.log"), key=lambda p: (len(p.parent.name), p.parent.name)):
+        if log.parent.name.isdigit():
+            out += scan_log(log, int(log.parent.name), signatures)
+    return out
+
+
+def summarise(found: list[Sighting]) -> list[str]:
+    """One line a bug: its JIRA, how often and at which servers, the first mark, what the bug is."""
+    by: dict[str, list[Sighting]] = {}
+    for s in found:
+        by.setdefault(s.jira, []).append(s)
+    known = {s.jira: s for s in SIGNATURES}
+    lines = []
+    for jira, marks in by.items():
+        servers = sorted({m.sid for m in marks})
+        what = known[jira].summary if jira in known else ""
+        lines.append(f"{jira}: {len(marks)} time{'s' if len(marks) != 1 else ''} at server"
+                     f"{'s' if len(servers) != 1 else ''} {', '.join(map(str, servers))}; first at "
+                     f"{marks[0].where()}: {what}")
+    return lines
