@@ -145,7 +145,8 @@ def faults(version: str, servers: str, duration: float, seed: int, schedule: str
 
 
 @click.command("matrix")
-@click.option("--only", default=None, help="Only this bug (zookeeper-4925, zookeeper-4785, txnlog-hole, zookeeper-4394).")
+@click.option("--only", default=None,
+              help="Only this bug (zookeeper-4925, zookeeper-4785, txnlog-hole, zookeeper-4394).")
 @click.option("--dir", "folder", type=click.Path(file_okay=False), default="out/zk-matrix", show_default=True)
 def matrix(only: str | None, folder: str) -> None:
     """Each known bug's scripted schedule on the versions it affects and those that fixed it (docs/zookeeper.md);
