@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from conformance.tla.values import Value, canonical_json
+from zabref.core import packets
 
 __all__ = ["MAPPED", "NOT_MAPPED", "ServerSnapshot", "spec_state", "zxid_pair", "txn", "packet"]
 
@@ -42,7 +43,7 @@ NOT_MAPPED = {
 
 def zxid_pair(zxid: int) -> list[int]:
     """A 64-bit zxid as the spec's <<epoch, counter>>."""
-    return [zxid >> 32, zxid & 0xFFFFFFFF]
+    return list(packets.zxid_pair(zxid))
 
 
 def _value(text: Any) -> Value:

@@ -57,6 +57,7 @@ from conformance.graph.traces import Trace
 from conformance.zk import WireError
 from conformance.zk.disk import history_zxids, read_epochs
 from conformance.zk.ensemble import ZkEnsemble, four_letter
+from conformance.zk.observe import zxid_pair
 from conformance.zk.payloads import decode_data
 from conformance.zk.snapshot import write_snapshot
 from conformance.zk.played import (LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config,
@@ -488,7 +489,7 @@ class _Replay:
             name, p = await link.recv(REPLY_TIMEOUT)
             if name == "COMMIT" and got:
                 continue  # ZooKeeper's DIFF or TRUNC commits what it sends as it goes; what is logged is the same
-            got.append({"type": name, "zxid": _pair(p.zxid)})
+            got.append({"type": name, "zxid": zxid_pair(p.zxid)})
             if name == "NEWLEADER":
                 break
             if name not in (*SYNC_HEADS, "PROPOSAL") or (len(got) == 1) != (name in SYNC_HEADS):
@@ -571,10 +572,6 @@ class _Replay:
 def _node(zxid: list[int]) -> str:
     """The node a played or driven transaction creates: one a transaction, named by its zxid."""
     return f"/zabref-{zxid[0]}-{zxid[1]}"
-
-
-def _pair(z: int) -> list[int]:
-    return [z >> 32, z & 0xFFFFFFFF]
 
 
 def _hexes(zxids: list[int]) -> str:

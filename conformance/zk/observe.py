@@ -44,6 +44,7 @@ from typing import Any
 
 from conformance.zk import WireError
 from conformance.zk.wire import Decoded, Message, decode_recording
+from zabref.core import packets
 
 __all__ = ["IGNORED", "Obs", "Observation", "Role", "observe", "observe_dir", "observe_dir_decoded", "zxid_pair"]
 
@@ -80,7 +81,7 @@ COMPARED = {"FOLLOWERINFO": (True, True), "LEADERINFO": (True, False), "ACKEPOCH
 
 def zxid_pair(zxid: int) -> list[int]:
     """A 64-bit zxid as the spec's <<epoch, counter>> (a negative one, ZooKeeper's "none", as <<0, 0>>)."""
-    return [0, 0] if zxid < 0 else [zxid >> 32, zxid & 0xFFFFFFFF]
+    return [0, 0] if zxid < 0 else list(packets.zxid_pair(zxid))
 
 
 @dataclass
