@@ -132,12 +132,12 @@ def test_a_played_proposal_is_a_transaction_zookeepers_decoder_reads() -> None:
 REGRESSION = Path(__file__).resolve().parent.parent / "traces" / "regression"
 
 
-def _replay(trace, tmp_path):
+def _replay(trace, tmp_path, sut: int | None = None):
     from conformance.zk.conform import replay_trace
 
     base = find_free_base_port(3)
     try:
-        return replay_trace(trace, tmp_path / "zk", base)
+        return replay_trace(trace, tmp_path / "zk", base, sut=sut)
     finally:
         release_base_port(base)
 
@@ -178,15 +178,85 @@ def test_spec_traces_drive_a_real_zookeeper_follower_step_by_step(tmp_path, zk38
     assert o.synced[-1] == "SNAP as SNAP 0x200000000 + 1 PROPOSAL", o.synced
 
 
-def _snap_then_newleader(trace) -> int | None:
-    """The index of the step at which ``trace``'s server under test takes a SNAP, if its NEWLEADER follows."""
-    from conformance.zk.conform import sut_of
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_real_server_in_other_seats_takes_a_trunc_and_a_snap_and_departs_where_zookeeper_truncates(
+        tmp_path, zk380) -> None:
+    """Every seat (`zabref conform --every-seat`): the real server in the seat of the follower a TRUNC is sent to
+    follows a ci trace; in the seat of the follower whose SNAP carries an outstanding proposal, it follows (the SNAP
+    played as ZooKeeper's leader sends one: its committed state, then the proposal). Two things ZooKeeper's follower
+    does that the spec's does not are departures at their step (docs/zookeeper.md, "Every seat"): it truncates its
+    log when it takes TRUNC, before NEWLEADER; and a TRUNC to a zxid its log does not hold keeps the first
+    transaction above it (FileTxnLog.truncate stops after the first record at or above the zxid)."""
+    from conformance.graph.cache import ensure_traces
+    from conformance.graph.traces import read_trace
 
-    sut, seen = sut_of(trace), None
+    trunc = next(t for p in sorted(ensure_traces("ci").glob("*.jsonl.gz"))
+                 if (t := read_trace(p)).header.covers[0].startswith("FollowerProcessTRUNC__"))
+    seat = int(trunc.header.covers[0].split("__")[1])
+    o = _replay(trunc, tmp_path / "t", sut=seat)
+    assert (o.verdict, o.done) == ("followed", len(trunc.steps) - 1) and o.sut == seat, o.line()
+    assert any(label.startswith("FollowerProcessTRUNC") for label in o.own), o.own
+    snap = read_trace(REGRESSION / "sync-snap.jsonl.gz")
+    o = _replay(snap, tmp_path / "s", sut=2)
+    assert (o.verdict, o.done) == ("followed", 28), o.line()
+    early = read_trace(REGRESSION / "sync-trunc-to-prefix.jsonl.gz")
+    o = _replay(early, tmp_path / "e", sut=2)
+    assert (o.verdict, o.action) == ("departed", "FollowerProcessTRUNC"), o.line()
+    assert "the files hold ['0x100000001'], the spec's history ['0x100000001', '0x100000002']" in o.why, o.line()
+    absent = read_trace(REGRESSION / "sync-trunc.jsonl.gz")
+    o = _replay(absent, tmp_path / "a", sut=2)
+    assert (o.verdict, o.action) == ("departed", "FollowerProcessNEWLEADER"), o.line()
+    assert "the files hold ['0x100000001'], the spec's history []" in o.why, o.line()
+    trunc_step = next(s for s in absent.steps[1:o.at] if s.action == "FollowerProcessTRUNC" and s.params["i"] == 2)
+    assert trunc_step.state["stagedHistory"][1] == []  # a TRUNC to <<0, 0>>: a zxid no log holds
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_follower_that_leaves_between_newleader_and_uptodate_leads_with_a_data_tree_behind_its_log(
+        tmp_path, zk380) -> None:
+    """A ci trace, the real server in the seat of a follower synced by a SNAP with outstanding proposals (played
+    as ZooKeeper's leader sends them: after the snapshot), which leaves before UPTODATE and then leads: ZooKeeper
+    3.8.0 logged the proposals at NEWLEADER but applied none, and a server started without serving skips
+    `fastForwardDataBase` when it shuts down, so its data tree stays at the SNAP's zxid; as leader it refuses a
+    follower whose ACKEPOCH names one of those proposals ("Follower is ahead of the leader"), where the spec's
+    leader, whose history holds them, goes on (docs/zookeeper.md, "Every seat": the 4394 family, fixed in 3.9.3)."""
+    from conformance.graph.cache import ensure_traces
+    from conformance.graph.traces import read_trace
+    from conformance.zk.conform import seats_of
+
+    def left_then_led(t, sut: int) -> int | None:
+        """The index of ``sut``'s first LeaderProcessACKEPOCH after it took such a SNAP and NEWLEADER, timed out
+        before UPTODATE and led."""
+        if (k := _snap_then_newleader(t, sut, outstanding=True)) is None:
+            return None
+        mine = [(n, s.action) for n, s in enumerate(t.steps[k + 1:], k + 1) if s.params.get("i") == sut]
+        names = [a for _, a in mine]
+        if names[:3] != ["FollowerProcessNEWLEADER", "FollowerTimeout", "BecomeLeader"]:
+            return None
+        return next((n for n, a in mine if a == "LeaderProcessACKEPOCH"), None)
+
+    trace, sut, at = next((t, sut, n) for p in sorted(ensure_traces("ci").glob("*.jsonl.gz"))
+                          for t in [read_trace(p)] for sut in seats_of(t) if (n := left_then_led(t, sut)))
+    o = _replay(trace, tmp_path / "a", sut)
+    assert (o.verdict, o.at) == ("departed", at) and "closed the connection" in o.why, o.line()
+    log = (tmp_path / "a" / "zk" / "1" / "server.log").read_text(errors="replace")
+    assert "Follower is ahead of the leader" in log
+
+
+def _snap_then_newleader(trace, sut: int, outstanding: bool = False) -> int | None:
+    """The index of the step at which server ``sut`` of ``trace`` takes a SNAP, if its NEWLEADER follows, and the
+    SNAP's leader had (``outstanding``) or had not proposals it had not committed (ZooKeeper's leader sends those as
+    PROPOSALs after its snapshot: `_send_snap`)."""
+    seen = None
     for k, step in enumerate(trace.steps[1:], 1):
         if step.params.get("i") is not None and int(step.params["i"]) == sut:
             if step.action == "FollowerProcessSNAP":
-                seen = k
+                j, before = int(step.params["j"]), trace.steps[k - 1].state
+                sent = before["msgs"][j - 1][sut - 1][0]["data"]
+                pending = (before["zabState"][j - 1] == "BROADCAST" and before["lastCommitted"][j - 1] < len(sent))
+                seen = k if pending == outstanding else None
             elif step.action == "FollowerProcessNEWLEADER" and seen is not None:
                 return seen
     return None
@@ -203,9 +273,12 @@ def test_a_played_snap_leaves_the_real_follower_with_the_trees_transactions(tmp_
     from conformance.zk.disk import snapshot_files
     from conformance.zk.snapshot import read_snapshot_file
 
+    from conformance.zk.conform import seats_of
+
     traces = [read_trace(p) for p in sorted(ensure_traces("ci").glob("*.jsonl.gz"))]
-    trace, at = next((t, k) for t in traces if (k := _snap_then_newleader(t)) is not None)
-    o = _replay(trace, tmp_path / "a")
+    trace, sut, at = next((t, sut, k) for t in traces for sut in seats_of(t)
+                          if (k := _snap_then_newleader(t, sut)) is not None)
+    o = _replay(trace, tmp_path / "a", sut)
     assert (o.verdict, o.done) == ("followed", len(trace.steps) - 1), o.line()
     snap = next(m for ch in trace.steps[at - 1].state["msgs"] for msgs in ch for m in msgs if m["type"] == "SNAP")
     assert snap["data"], "a SNAP of no transaction shows little"
@@ -222,7 +295,7 @@ def test_a_played_snap_leaves_the_real_follower_with_the_trees_transactions(tmp_
                     if m["type"] == "SNAP":
                         m["data"] = m["data"][:-1]
 
-    o = _replay(_mutated(trace, at - 1, short), tmp_path / "b")
+    o = _replay(_mutated(trace, at - 1, short), tmp_path / "b", sut)
     newleader = next(k for k in range(at + 1, len(trace.steps)) if trace.steps[k].action == "FollowerProcessNEWLEADER")
     assert (o.verdict, o.at) == ("departed", newleader), o.line()
     assert "the files hold" in o.why and "the spec's history" in o.why, o.line()
@@ -338,6 +411,9 @@ def test_the_conform_command_replays_traces_against_zookeeper_and_exits_1_on_a_d
     assert "traces=1 followed=1 stopped=0 departed=0 steps=15/15" in ok.output
     saved = json.loads((report / "zookeeper.json").read_text())
     assert saved["system"] == "zookeeper@3.8.0" and saved["traces"][0]["verdict"] == "followed"
+    # what it reached: every step, the real server's own among them; no manifest names ci's whole graph here
+    assert "coverage ci: traces=1 steps=15/15 action_instances=15 " in ok.output, ok.output
+    assert saved["coverage"][0]["own_instances"] > 0 and saved["second_run"] == []
     # a departure: the trace's follower accepts epoch 2 at step 4 (written as a changed copy of the file)
     import gzip
 
@@ -362,3 +438,5 @@ def test_the_conform_command_refuses_a_system_it_does_not_know_and_zabref_only_o
     assert bad.exit_code == 2 and "zabref, zookeeper or zookeeper@VERSION" in bad.output
     mixed = CliRunner().invoke(main, ["conform", "--system", "zookeeper", "--bug", "no_trunc", trace])
     assert mixed.exit_code == 2 and "--bug, --minimize and --master are for zabref's servers" in mixed.output
+    seats = CliRunner().invoke(main, ["conform", "--every-seat", trace])
+    assert seats.exit_code == 2 and "--every-seat is for --system zookeeper" in seats.output

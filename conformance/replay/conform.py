@@ -191,16 +191,22 @@ def summary_line(results: list[dict[str, Any]], wall: float) -> str:
               help="The servers under test: zabref's, or one real ZooKeeper server as each trace's first follower "
                    "(else first leader), the other servers played (conformance/zk/conform.py; VERSION as `zabref zk "
                    "versions`, default 3.8.0).")
+@click.option("--every-seat", is_flag=True, default=False,
+              help="With --system zookeeper: replay each trace once for every server that takes a role in it, the "
+                   "real server in that server's seat (leader, follower, the one that crashes, in turn).")
 def conform(paths: tuple[Path, ...], jobs: int | None, master: str | None, report_dir: Path, bug: str | None,
             minimize: bool, graph: str | None, attempts: int, settle_timeout: float, site: Path | None,
-            system: str) -> None:
+            system: str, every_seat: bool) -> None:
     """Replay conformance traces (files, or folders of them) against real zabref servers, or a real ZooKeeper
     server (--system zookeeper)."""
 
     started = time.monotonic()
     if system != "zabref":
-        _conform_zookeeper(paths, system, report_dir, bug=bug, minimize=minimize, master=master)
+        _conform_zookeeper(paths, system, report_dir, bug=bug, minimize=minimize, master=master,
+                           every_seat=every_seat)
         return
+    if every_seat:
+        raise click.UsageError("--every-seat is for --system zookeeper (zabref's servers take every seat at once)")
     try:
         traces, manifests = find_traces(paths)
         results = run_all(traces, jobs=jobs or os.cpu_count() or 1, master=master, bug=bug,
@@ -230,11 +236,12 @@ def conform(paths: tuple[Path, ...], jobs: int | None, master: str | None, repor
 
 
 def _conform_zookeeper(paths: tuple[Path, ...], system: str, report_dir: Path, *, bug: str | None, minimize: bool,
-                       master: str | None) -> None:
+                       master: str | None, every_seat: bool = False) -> None:
     """``--system zookeeper[@VERSION]``: each trace against a new real ZooKeeper server, one at a time; the outcomes
     in ``report_dir``/zookeeper.json; exit 1 if a trace departed."""
     from conformance.zk import ZkError  # noqa: PLC0415 -- the ZooKeeper side is loaded only when asked for
     from conformance.zk.conform import run_traces, summary  # noqa: PLC0415
+    from conformance.zk.coverage import coverage, second_run  # noqa: PLC0415
 
     name, _, version = system.partition("@")
     if name != "zookeeper":
@@ -243,17 +250,25 @@ def _conform_zookeeper(paths: tuple[Path, ...], system: str, report_dir: Path, *
         raise click.UsageError("--bug, --minimize and --master are for zabref's servers, not --system zookeeper")
     version = version or "3.8.0"
     try:
-        traces, _ = find_traces(paths)
-        outcomes = run_traces(traces, version, report_dir.with_name(report_dir.name + "-zk-work"), echo=click.echo)
+        traces, manifests = find_traces(paths)
+        outcomes = run_traces(traces, version, report_dir.with_name(report_dir.name + "-zk-work"), echo=click.echo,
+                              every_seat=every_seat)
     except (ConformanceError, ZkError) as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(3) from None
     line = summary(outcomes, version)
+    covered, again = coverage(outcomes, manifests), second_run(outcomes)
     report_dir.mkdir(parents=True, exist_ok=True)
     tmp = report_dir / "zookeeper.json.tmp"
     tmp.write_text(json.dumps({"system": f"zookeeper@{version}", "summary": line,
+                               "coverage": [c.to_json() for c in covered],
+                               "second_run": [{"trace": t, "instances": new} for t, new in again],
                                "traces": [dataclasses.asdict(o) for o in outcomes]}, indent=1), encoding="utf-8")
     tmp.replace(report_dir / "zookeeper.json")
+    for c in covered:
+        click.echo(c.line())
+    click.echo(f"a second run needs {len(again)} trace{'s' if len(again) != 1 else ''}"
+               + "".join(f"\n  {t}: {', '.join(new)}" for t, new in again))
     click.echo(line)
     if any(o.verdict == "departed" for o in outcomes):
         raise SystemExit(1)

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 The server under test (SUT) is the trace's first server that follows (a ``BecomeFollower(i, j)``), else its first
-that leads. It runs as ZooKeeper server 1 of a 3-server configuration; the trace's other servers become 2 and 3 in
+that leads; with ``every_seat``, each server that takes a role in the trace, one replay each (`seats_of`). It runs
+as ZooKeeper server 1 of a 3-server configuration; the trace's other servers become 2 and 3 in
 order (Zab.tla's servers are symmetric, so renaming them keeps the behaviour) and are played through
 `conformance.zk.played`: each listens on its quorum port as a possible leader, has an election link dialed to the
 real server, and connects to the real server's quorum port when it follows it.
@@ -17,8 +18,9 @@ Each step of the trace is one of three kinds:
   NEWLEADER's the configuration; FOLLOWERINFO's a LearnerInfo; ACKEPOCH's the epoch). A played follower that has
   taken UPTODATE sends the real leader a PING every 100 ms, as a learner answers its leader's;
 * **a step of the SUT that takes a message** (``FollowerProcess<TYPE>(sut, j)``, or as leader
-  ``LeaderProcess<TYPE>(sut, j)``): the head of the queue from ``j`` is written to the real server (a SNAP with the
-  data tree it carries, `conformance.zk.snapshot.write_snapshot`: a node a transaction), and what it sends back on
+  ``LeaderProcess<TYPE>(sut, j)``): the head of the queue from ``j`` is written to the real server (a SNAP as
+  ZooKeeper's leader sends one, `_send_snap`: its data tree, `conformance.zk.snapshot.write_snapshot`, a node a
+  transaction, then the leader's outstanding proposals as PROPOSALs), and what it sends back on
   that connection is read until it has sent the messages the spec's step adds toward ``j`` (type and zxid; a
   FOLLOWERINFO's sid, an ACKEPOCH's epoch; not UPTODATE's zxid, which no receiver reads: `ZXID_UNREAD`). A
   synchronization the real leader sends (DIFF, TRUNC or SNAP, through NEWLEADER) is compared by the history it
@@ -26,7 +28,10 @@ Each step of the trace is one of three kinds:
   state within `SETTLE` seconds (its threads may finish a step's writes after its messages; a step whose files
   lagged is noted): acceptedEpoch and currentEpoch, the transactions its files hold (its newest snapshot's and the
   logged ones after it, `conformance.zk.disk.history_zxids`) against ``history``, and after a COMMIT the last zxid
-  it applied (``srvr``) against ``lastCommitted``;
+  it applied (``srvr``) against ``lastCommitted``. A step that takes a message and sends nothing back gives no sign
+  of when the server has handled it, so its files must also stay in that state for `HOLD` seconds. What a follower
+  sends for its clients (`CLIENT_TRAFFIC`: a session of the driver's client revalidated once the server follows)
+  is noted and left out, as validation leaves it out;
 * **a step of the SUT driven from outside**: BecomeFollower (the played leader's LEADING notification and a played
   follower's FOLLOWING one decide its election; it then connects and sends FOLLOWERINFO), BecomeLeader (both played
   servers vote for it with its own zxid and epoch; a LOOKING vote's answer says it decided LEADING), FollowerTimeout
@@ -38,8 +43,9 @@ Each step of the trace is one of three kinds:
 A message the real server sends that the spec's step does not, and one the spec sends that it does not, is a
 departure, reported with the step's index, action and what was expected and seen -- unless it is one decided in
 `DECIDED` (ZooKeeper's follower acknowledges UPTODATE; the spec's follower does not, and its leader would ignore the
-ACK). A step the driver cannot force yet (a TRUNC to the SUT) ends the replay as *stopped*, with the step and why:
-the traces that stop say what the driver still lacks. Every wait is bounded.
+ACK). A step the driver cannot force yet ends the replay as *stopped*, with the step and why: the traces that stop
+say what the driver still lacks. Every wait is bounded. Each outcome says what it reached of its trace (`reach`),
+which `conformance.zk.coverage` sums into the run's coverage.
 """
 
 from __future__ import annotations
@@ -57,19 +63,23 @@ from conformance.graph.traces import Trace
 from conformance.zk import WireError
 from conformance.zk.disk import history_zxids, read_epochs
 from conformance.zk.ensemble import ZkEnsemble, four_letter
-from conformance.zk.observe import zxid_pair
+from conformance.zk.observe import IGNORED, zxid_pair
 from conformance.zk.payloads import decode_data
 from conformance.zk.snapshot import write_snapshot
 from conformance.zk.played import (LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config,
                                    txn_create)
 from zabref.net.zkwire import ZkNotification
 
-__all__ = ["Outcome", "DECIDED", "sut_of", "replay_trace", "zxid_of", "sync_result", "run_traces", "summary"]
+__all__ = ["Outcome", "DECIDED", "sut_of", "seats_of", "replay_trace", "reach", "zxid_of", "sync_result", "run_traces",
+           "summary"]
 
 #: What ZooKeeper sends that the spec does not, decided one by one: (after the SUT's step, message) -> why.
 DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLeader acknowledges UPTODATE with the "
                                                "new epoch's zxid; the spec's follower sends nothing, and a leader "
                                                "past NEWLEADER's quorum ignores the ACK"}
+#: What a follower sends its leader for its clients, left out as validation leaves it out (`IGNORED`): a client of
+#: the real server (the driver's, once it led) reconnects to it as a follower and its session is revalidated.
+CLIENT_TRAFFIC = ("REVALIDATE", "REQUEST", "SYNC")
 #: Packets whose zxid the receiver does not read, so that it is not compared: UPTODATE (ZooKeeper's leader sends -1,
 #: the spec's its last zxid; Learner.syncWithLeader reads only the type).
 ZXID_UNREAD = {"UPTODATE"}
@@ -85,6 +95,8 @@ TAKES = ("FollowerProcessLEADERINFO", "FollowerProcessDIFF", "FollowerProcessSNA
 REPLY_TIMEOUT = 10.0
 #: How long the real server's files may take to reach the spec's next state after its step's messages.
 SETTLE = 2.0
+#: How long the files must stay in the spec's state after a step that takes a message and sends nothing back.
+HOLD = 0.15
 #: The real server's initLimit and syncLimit, in ticks of 200 ms: 5 s each, so that a loaded machine (the test
 #: command's workers beside it) does not make it give up between two steps; a LeaderTimeout with no follower waits
 #: for the real leader's own initLimit.
@@ -106,6 +118,15 @@ class Outcome:
     decided: list[str] = field(default_factory=list)
     lagged: list[str] = field(default_factory=list)  # steps whose files reached the spec's state late (`SETTLE`)
     synced: list[str] = field(default_factory=list)  # the real leader's synchronizations, as ZooKeeper made them
+    # what the run reached of the trace (`conformance.zk.coverage`): the model, the server under test, and the edge
+    # labels (action instances) and state-graph edges of the steps carried out, those of the real server's own
+    # steps among them, and the labels of the steps not reached
+    config: str = ""
+    sut: int | None = None
+    reached: list[str] = field(default_factory=list)
+    own: list[str] = field(default_factory=list)
+    edges: list[list[int]] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         where = "" if self.at is None else f" at step {self.at} ({self.action})"
@@ -131,6 +152,13 @@ def sut_of(trace: Trace) -> int | None:
             if step.action == action:
                 return int(step.params["i"])
     return None
+
+
+def seats_of(trace: Trace) -> list[int]:
+    """Every server that takes a role in the trace (follows or leads), `sut_of`'s first, then by first role."""
+    first = sut_of(trace)
+    seats = [int(s.params["i"]) for s in trace.steps[1:] if s.action in ("BecomeFollower", "BecomeLeader")]
+    return list(dict.fromkeys(([first] if first is not None else []) + seats))
 
 
 class _Replay:
@@ -241,7 +269,11 @@ class _Replay:
         else:
             raise _Stop(f"{action} of the server under test is not driven yet")
         self._queue(before, after, skip_from=sut)
-        await self._settle(action, after)
+        # a message taken with nothing sent back: no reply says the server has handled it, so its files are also
+        # watched for `HOLD` seconds after they match (a change in that time would otherwise go unseen)
+        silent = action in TAKES and all(len(a) <= len(b) for a, b in zip(after["msgs"][sut - 1],
+                                                                           before["msgs"][sut - 1]))
+        await self._settle(action, after, HOLD if silent else 0.0)
 
     # -------------------------------------------------------------------------------------------- the leader role
 
@@ -412,8 +444,6 @@ class _Replay:
         if head is None:
             raise _Departure(f"the spec takes a message from {j}, none was queued")
         self.queue[j].pop(0)
-        if head["type"] == "TRUNC":
-            raise _Stop("a TRUNC is not played yet")
         data: bytes | None = None
         if head["type"] == "LEADERINFO":
             data = (0x10000).to_bytes(4, "big")
@@ -422,10 +452,10 @@ class _Replay:
         elif head["type"] == "PROPOSAL":
             z = zxid_of(head["zxid"])
             data = txn_create(z, _node(head["zxid"]), str(head["data"]).encode(), time_ms=int(time.time() * 1000))
-        self.quorum.send(head["type"], zxid_of(head["zxid"]), data)
-        if head["type"] == "SNAP":  # the data tree follows the packet: a node a transaction, as PROPOSALs create
-            self.quorum.writer.write(write_snapshot(
-                [(_node(t["zxid"]), str(t["value"]).encode(), zxid_of(t["zxid"])) for t in head["data"]]))
+        if head["type"] == "SNAP":
+            self._send_snap(head["data"], j, before)
+        else:
+            self.quorum.send(head["type"], zxid_of(head["zxid"]), data)
         if head["type"] == "UPTODATE":
             self.leaders[j].ping(self.quorum)
         if head["type"] in ("PROPOSAL", "COMMIT"):
@@ -434,6 +464,28 @@ class _Replay:
         await self._expect(new, action)
         if head["type"] == "COMMIT":
             await self._applied(after)
+
+    def _send_snap(self, history: list[dict[str, Any]], leader: int, state: dict[str, Any]) -> None:
+        """The spec's SNAP of ``history`` sent as ZooKeeper's leader would send it (`LearnerHandler.syncFollower`):
+        the SNAP packet at the leader's last processed zxid, its data tree (a node a transaction, as PROPOSALs
+        create), then the leader's outstanding proposals as PROPOSALs of their own. ZooKeeper's snapshot is of the
+        leader's data tree: before its NEWLEADER quorum, everything it loaded (its whole history, what the spec's
+        leader will commit at that quorum); in broadcast, what it committed, and its last processed zxid is then at
+        least ``<<epoch, 0>>`` (set when its epoch began, as the recorded runs show). The follower's history at
+        NEWLEADER is the same as the spec's (spec/README.md, sync-snap); what differs is that it logs, and later
+        acknowledges, the outstanding ones. ``state``: the spec's state when the leader sent the SNAP."""
+        assert self.quorum is not None
+        broadcast = state["zabState"][leader - 1] == "BROADCAST"
+        cut = min(state["lastCommitted"][leader - 1], len(history)) if broadcast else len(history)
+        head, tail = history[:cut], history[cut:]
+        last = zxid_of(head[-1]["zxid"]) if head else 0
+        self.quorum.send("SNAP", max(last, state["currentEpoch"][leader - 1] << 32) if broadcast else last)
+        self.quorum.writer.write(write_snapshot(
+            [(_node(t["zxid"]), str(t["value"]).encode(), zxid_of(t["zxid"])) for t in head]))
+        for t in tail:
+            z = zxid_of(t["zxid"])
+            self.quorum.send("PROPOSAL", z, txn_create(z, _node(t["zxid"]), str(t["value"]).encode(),
+                                                        time_ms=int(time.time() * 1000)))
 
     async def _expect(self, expected: list[dict[str, Any]], action: str, link: QuorumLink | None = None,
                       sync: tuple[list, list] | None = None) -> None:
@@ -458,6 +510,9 @@ class _Replay:
                 name, got = await link.recv(REPLY_TIMEOUT)
                 if (action, name) in DECIDED and not (name == m["type"] and got.zxid == zxid_of(m["zxid"])):
                     self.outcome.decided.append(f"{action}: {name} 0x{got.zxid & (1 << 64) - 1:x}")
+                    continue
+                if name in CLIENT_TRAFFIC:  # a client's session or request, not a step of the spec
+                    self.outcome.decided.append(f"{action}: {name} (client traffic: {IGNORED[name]})")
                     continue
                 break
             if name != m["type"] or (got.zxid != zxid_of(m["zxid"]) and name not in ZXID_UNREAD):
@@ -535,11 +590,11 @@ class _Replay:
         self.round = 0  # a new process starts its elections at round 1 again
         await self._dial()
 
-    async def _settle(self, action: str, after: dict) -> None:
+    async def _settle(self, action: str, after: dict, hold: float = 0.0) -> None:
         """The real server's files reach the spec's next state within `SETTLE` seconds (its threads finish a step's
         writes after its messages: a leader's currentEpoch is written by its main thread while a LearnerHandler
-        already sends NEWLEADER; a txnlog it has just created may not hold its header yet); a step whose files
-        lagged is noted in the outcome."""
+        already sends NEWLEADER; a txnlog it has just created may not hold its header yet), and then stay in it for
+        ``hold`` seconds; a step whose files lagged is noted in the outcome."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         for attempt in itertools.count():
@@ -552,7 +607,16 @@ class _Replay:
                 continue
             if attempt:
                 self.outcome.lagged.append(f"{action}: {1000 * (loop.time() - start):.0f} ms")
-            return
+            break
+        end = loop.time() + hold
+        while loop.time() < end:
+            await asyncio.sleep(0.02)
+            try:
+                self._compare_files(after)
+            except _Departure as e:
+                raise _Departure(f"{e} (within {hold} s after matching the spec's state)") from None
+            except WireError:  # a txnlog just created, header not yet written: the next look decides
+                continue
 
     def _compare_files(self, after: dict) -> None:
         i = self.sut - 1
@@ -618,12 +682,13 @@ async def _replay(trace: Trace, ensemble: ZkEnsemble, sut: int) -> Outcome:
 
 
 def replay_trace(trace: Trace, folder: Path, base_port: int, *, timeout: float = 120.0,
-                 distribution: Any = None) -> Outcome:
-    """Replay ``trace`` with a new ZooKeeper server 1 (files under ``folder``) as its server under test (`sut_of`)."""
-    sut = sut_of(trace)
+                 distribution: Any = None, sut: int | None = None) -> Outcome:
+    """Replay ``trace`` with a new ZooKeeper server 1 (files under ``folder``) as its server under test: ``sut``,
+    else `sut_of`."""
+    sut = sut_of(trace) if sut is None else sut
     if sut is None:
-        return Outcome(trace_name(trace), len(trace.steps) - 1, 0, "stopped", 1, trace.steps[1].action,
-                       "no server follows or leads in this trace")
+        return reach(Outcome(trace_name(trace), len(trace.steps) - 1, 0, "stopped", 1, trace.steps[1].action,
+                             "no server follows or leads in this trace"), trace, None)
     if Path(folder).exists() and any(Path(folder).iterdir()):
         raise ValueError(f"{folder}: not empty (a server under test starts from empty files)")
     e = ZkEnsemble(folder, base_port, len(trace.steps[0].state["state"]), tick_time_ms=200, heap_mb=256,
@@ -631,13 +696,27 @@ def replay_trace(trace: Trace, folder: Path, base_port: int, *, timeout: float =
                    sync_limit=SYNC_LIMIT)
     try:
         e.start_server(1)
-        return asyncio.run(asyncio.wait_for(_replay(trace, e, sut), timeout))
+        return reach(asyncio.run(asyncio.wait_for(_replay(trace, e, sut), timeout)), trace, sut)
     finally:
         e.stop()
 
 
-def run_traces(paths: list[Path], version: str, work: Path, echo: Any = print) -> list[Outcome]:
-    """Replay each trace file against a new ZooKeeper ``version`` server, one at a time; a line per trace."""
+def reach(o: Outcome, trace: Trace, sut: int | None) -> Outcome:
+    """``o`` with what it reached of ``trace`` with the real server in ``sut``'s seat: the steps 1..``o.done`` were
+    carried out and compared."""
+    done, steps = trace.steps[1:o.done + 1], trace.steps[o.done + 1:]
+    o.config, o.sut = trace.header.config, sut
+    o.reached = [s.label or s.action for s in done]
+    o.own = [s.label or s.action for s in done if o.sut is not None and s.params.get("i") == o.sut]
+    o.edges = [[a.node, b.node] for a, b in zip(trace.steps[:o.done], done)]
+    o.left = [s.label or s.action for s in steps]
+    return o
+
+
+def run_traces(paths: list[Path], version: str, work: Path, echo: Any = print, *,
+               every_seat: bool = False) -> list[Outcome]:
+    """Replay each trace file against a new ZooKeeper ``version`` server, one at a time, in the seat of `sut_of` or
+    (``every_seat``) in each seat of `seats_of` in turn; a line per replay."""
     from conformance.graph.traces import read_trace  # noqa: PLC0415 -- the trace reader pulls in the pipeline
     from conformance.zk.versions import resolve  # noqa: PLC0415 -- fetches a version on first use
     from zabref.net.ports import find_free_base_port, release_base_port  # noqa: PLC0415
@@ -647,16 +726,19 @@ def run_traces(paths: list[Path], version: str, work: Path, echo: Any = print) -
     out = []
     for k, path in enumerate(paths):
         trace = read_trace(path)
-        base = find_free_base_port(3)
-        try:
-            o = replay_trace(trace, work / f"{k:05d}", base, distribution=dist)
-        finally:
-            release_base_port(base)
-        o.trace = path.name
-        if o.verdict != "departed":  # a departure's files stay for reading; the others' go
-            shutil.rmtree(work / f"{k:05d}", ignore_errors=True)
-        echo(f"{o.verdict.upper():<8} {path.name}: {o.line()}")
-        out.append(o)
+        seats = (seats_of(trace) or [None]) if every_seat else [sut_of(trace)]
+        for sut in seats:
+            folder = work / (f"{k:05d}" if not every_seat else f"{k:05d}-{sut}")
+            base = find_free_base_port(3)
+            try:
+                o = replay_trace(trace, folder, base, distribution=dist, sut=sut)
+            finally:
+                release_base_port(base)
+            o.trace = path.name
+            if o.verdict != "departed":  # a departure's files stay for reading; the others' go
+                shutil.rmtree(folder, ignore_errors=True)
+            echo(f"{o.verdict.upper():<8} {path.name}{f' as server {sut}' if every_seat else ''}: {o.line()}")
+            out.append(o)
     return out
 
 
