@@ -405,7 +405,21 @@ LeaderProcessACKEPOCH(i, j) ==
 
 -----------------------------------------------------------------------------
 (* Phase 2: sync with followers (seed 000).  The follower stages what it *)
-(* receives and changes nothing on disk until NEWLEADER.                  *)
+(* receives and changes nothing on disk until NEWLEADER -- except, when   *)
+(* TruncAtOnce, the truncation a TRUNC asks for.                          *)
+
+(***************************************************************************)
+(* TruncAtOnce: whether a follower truncates its history when it takes    *)
+(* TRUNC (ZooKeeper's Learner.syncWithLeader calls truncateLog there) or   *)
+(* stages the truncation until NEWLEADER like every other sync packet     *)
+(* (seed 000: the follower "doesn't modify its state until it receives    *)
+(* the NEWLEADER(e) packet").  zabref follows the seed (FALSE); the        *)
+(* ZooKeeper models override it with TRUE (`TruncAtOnce <- ...` in their  *)
+(* cfg).  Both are model-checked: the transactions a TRUNC removes are    *)
+(* ones the leader does not have, so removing them early loses nothing    *)
+(* (spec/README.md, departure 12).                                        *)
+(***************************************************************************)
+TruncAtOnce == FALSE
 
 SyncingFrom(i, j) == state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = SYNCHRONIZATION
 
@@ -427,9 +441,10 @@ FollowerProcessTRUNC(i, j) ==
            \* the longest prefix whose zxids are all <= t ends before the first transaction after t (one pass
            \* over the history: `zabref validate` evaluates this on production histories of thousands)
            keep == IF after = {} THEN Len(h) ELSE (CHOOSE k \in after : \A k2 \in after : k <= k2) - 1
-       IN  stagedHistory' = [stagedHistory EXCEPT ![i] = SubSeq(h, 1, keep)]
+       IN  /\ stagedHistory' = [stagedHistory EXCEPT ![i] = SubSeq(h, 1, keep)]
+           /\ history' = IF TruncAtOnce THEN [history EXCEPT ![i] = SubSeq(h, 1, keep)] ELSE history
     /\ msgs' = Discard(msgs, j, i)
-    /\ UNCHANGED <<persistentVars, serverVars, leaderVars, checkVars, faults>>
+    /\ UNCHANGED <<acceptedEpoch, currentEpoch, serverVars, leaderVars, checkVars, faults>>
 
 \* SNAP: a state transfer; here the packet carries the leader's whole history.
 FollowerProcessSNAP(i, j) ==

@@ -88,6 +88,17 @@ def test_liveness_holds_under_livespec(config, tla, tmp_path):
     assert result.distinct_states > 5000
 
 
+def test_the_zookeeper_model_is_ci_with_truncation_at_once():
+    """MC_cizk: ci's bounds and checks, with TruncAtOnce overridden to TRUE (spec/README.md, departure 11); its
+    check and its mutations (TruncAtOnceTooFar, TruncAtOnceKeepsNext) run with TLC in tests/test_mutations.py."""
+    cfg = (SPEC / "MC_cizk.cfg").read_text()
+    assert re.search(r"^\s*TruncAtOnce <- ZooKeeperTruncAtOnce$", cfg, re.M)
+    assert re.search(r"^ZooKeeperTruncAtOnce == TRUE$", (SPEC / "MC_cizk.tla").read_text(), re.M)
+    assert re.search(r"^TruncAtOnce == FALSE$", (SPEC / "Zab.tla").read_text(), re.M)
+    assert model_checks(cfg) == model_checks((SPEC / "MC_ci.cfg").read_text())
+    assert read_constants(cfg) == read_constants((SPEC / "MC_ci.cfg").read_text())
+
+
 @pytest.mark.slow
 def test_safety_does_not_depend_on_the_election(tla, tmp_path):
     """MC_free: the tiny bounds with every election decision free (TLC's definition override of ElectionFault), the

@@ -185,9 +185,10 @@ def test_the_real_server_in_other_seats_takes_a_trunc_and_a_snap_and_departs_whe
     """Every seat (`zabref conform --every-seat`): the real server in the seat of the follower a TRUNC is sent to
     follows a ci trace; in the seat of the follower whose SNAP carries an outstanding proposal, it follows (the SNAP
     played as ZooKeeper's leader sends one: its committed state, then the proposal). Two things ZooKeeper's follower
-    does that the spec's does not are departures at their step (docs/zookeeper.md, "Every seat"): it truncates its
-    log when it takes TRUNC, before NEWLEADER; and a TRUNC to a zxid its log does not hold keeps the first
-    transaction above it (FileTxnLog.truncate stops after the first record at or above the zxid)."""
+    does that ci's does not are departures at their step (docs/zookeeper.md, "Every seat"): it truncates its log
+    when it takes TRUNC, before NEWLEADER (what the model cizk admits: spec/README.md, departure 11; these are ci's
+    traces, the seed's follower); and a TRUNC to a zxid its log does not hold keeps the first transaction above it
+    (FileTxnLog.truncate stops after the first record at or above the zxid: finding 2, not decided)."""
     from conformance.graph.cache import ensure_traces
     from conformance.graph.traces import read_trace
 

@@ -190,6 +190,8 @@ RoleSends == Datum("{RUN_DATA}", {total + 3})
 Win == Datum("{WINDOW_DATA}", 1)
 Start == Datum("{WINDOW_DATA}", 2)
 SyncHeads == {{"DIFF", "TRUNC", "SNAP"}}
+\* ZooKeeper's follower truncates its log when it takes TRUNC (Zab.tla, TruncAtOnce; the cfg overrides it with this)
+ZooKeeperTruncAtOnce == TRUE
 
 \\* x may leave its role (a timeout, a crash, a packet that sends it back to LOOKING) only if the role ended before the
 \\* run did, after every send observed in it.
@@ -400,5 +402,5 @@ Prog == IF Frontier > TLCGet(1)
 def config(observation: Observation) -> str:
     roles = sum(len(r) for r in observation.roles.values())
     return (f"CONSTANTS\n    N = {observation.servers}\n    MaxEpoch = {observation.max_epoch}\n"
-            f"    MaxTxns = {observation.txns}\n    MaxFaults = {roles + 1}\n"
+            f"    MaxTxns = {observation.txns}\n    MaxFaults = {roles + 1}\n    TruncAtOnce <- ZooKeeperTruncAtOnce\n"
             "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Exact Prog Stop Guide Bound\nVIEW Place\n")
