@@ -33,8 +33,10 @@ from zabref.runtime.drivers import NormalDriver
 from zabref.runtime.machine import Machine
 from zabref.runtime.server import Server
 
-#: The admission deadline of the servers here (HANDSHAKE_TIMEOUT, the client port's TLS bound, the control's auth).
-TIMEOUT = 2.0
+#: The admission deadline of the servers here (HANDSHAKE_TIMEOUT, the client port's TLS bound, the control's auth):
+#: long enough that the servers' own TLS links are admitted on a machine busy with the test command's other workers
+#: (at 2 s, one fresh-clone run in three saw a member's link refused and the ensemble elect again).
+TIMEOUT = 3.5
 RUNNING = (1, 2, 3)
 GHOST = 4
 TOKEN = b"adversary-control-token-0123456789"
@@ -43,7 +45,7 @@ COMBINATIONS = adversary.combinations("toml") + adversary.combinations("zoo")
 BATCH = 6
 #: Knocks in flight at once over all the combinations of a batch (each TLS handshake is CPU in the one event loop:
 #: a burst of hundreds, on a machine busy with other tests, made handshakes outlast the admission deadline).
-IN_FLIGHT = 48
+IN_FLIGHT = 32
 #: A refusal logged only for the deadline is knocked again, alone, this many times (a loaded machine).
 AGAIN = 2
 #: The line of a refusal for the admission deadline alone (`zabref.runtime.links`), with no reason found by then.
@@ -309,16 +311,18 @@ async def _combination(s: Settings, creds, folder: Path, watch: LogWatch, every_
 
 
 async def _again_alone(knocks: list, run, watch: LogWatch) -> list:
-    """``knocks`` with each refusal that was logged only for the admission deadline (its handshake outlasted it on a
-    busy machine, before the refusal's own reason was found) replaced by the same attempt knocked again alone, up to
-    `AGAIN` times: the refusal must still come to be logged for its own reason."""
+    """``knocks`` with each attempt that was refused only for the admission deadline (its handshake outlasted it on a
+    busy machine, before the refusal's own reason was found, or before an attempt the settings admit was through)
+    replaced by the same attempt knocked again alone, up to `AGAIN` times: a refusal must still come to be logged for
+    its own reason, an admitted attempt must still come to be admitted. Attempts whose expected reason is the
+    deadline itself are not knocked again."""
     out = []
     for a, start, k in knocks:
         for _ in range(AGAIN):
-            if a.expect is None or re.search(a.expect, "not complete within"):
+            if a.expect is not None and re.search(a.expect, "not complete within"):
                 break
             lines = watch.about(KIND[a.port], k.address, start)  # logged before the server closed
-            if not lines or any(re.search(a.expect, line) for line in lines) \
+            if not lines or (a.expect is not None and any(re.search(a.expect, line) for line in lines)) \
                     or not all(DEADLINE_ONLY.search(line) for line in lines):
                 break
             a, start, k = await run(a)

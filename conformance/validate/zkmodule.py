@@ -190,7 +190,7 @@ RoleSends == Datum("{RUN_DATA}", {total + 3})
 Win == Datum("{WINDOW_DATA}", 1)
 Start == Datum("{WINDOW_DATA}", 2)
 SyncHeads == {{"DIFF", "TRUNC", "SNAP"}}
-\* ZooKeeper's follower truncates its log when it takes TRUNC (Zab.tla, TruncAtOnce; the cfg overrides it with this)
+\\* ZooKeeper's follower truncates its log when it takes TRUNC (Zab.tla, TruncAtOnce; the cfg overrides it with this)
 ZooKeeperTruncAtOnce == TRUE
 
 \\* x may leave its role (a timeout, a crash, a packet that sends it back to LOOKING) only if the role ended before the
