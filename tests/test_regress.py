@@ -138,3 +138,38 @@ def test_tlc_and_write_together_are_a_usage_error_that_changes_nothing(tmp_path)
     result = CliRunner().invoke(regress_command, ["--tlc", "--write", "--out", str(out)])
     assert result.exit_code == 2 and "--tlc checks the committed traces; --write needs the graphs" in result.output
     assert list(out.iterdir()) == []
+
+
+def test_scenarios_in_another_model_are_written_only_to_a_folder_of_their_own(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from conformance.replay.regress import regress_command
+
+    for args in (["--in-model", "cizk"], ["--in-model", "cizk", "--write"],
+                 ["--in-model", "cizk", "--write", "--tlc", "--out", str(tmp_path)]):
+        result = CliRunner().invoke(regress_command, args)
+        assert result.exit_code == 2 and "an --out that is not the committed folder" in result.output, args
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_the_scenarios_of_ci_searched_in_zookeepers_model_truncate_at_the_trunc(tmp_path) -> None:
+    """`zabref regress --write --in-model cizk`: ci's scenarios in the model of ZooKeeper's follower (TruncAtOnce,
+    spec/README.md departure 11); in sync-trunc-to-prefix the follower's history is truncated at its TRUNC, where
+    the committed ci trace keeps it until NEWLEADER."""
+    from click.testing import CliRunner
+
+    from conformance.replay.regress import regress_command
+
+    result = CliRunner().invoke(regress_command, ["--write", "--in-model", "cizk", "--out", str(tmp_path / "zk")])
+    assert result.exit_code == 0, result.output
+    zk, ci = (read_trace(folder / "sync-trunc-to-prefix.jsonl.gz") for folder in (tmp_path / "zk", REGRESSION_DIR))
+    assert zk.header.config == "cizk" and ci.header.config == "ci"
+
+    def at_trunc(trace):
+        step = next(s for s in trace.steps if s.action == "FollowerProcessTRUNC")
+        i = step.params["i"] - 1
+        return step.state["history"][i], step.state["stagedHistory"][i]
+
+    (zk_history, zk_staged), (ci_history, ci_staged) = at_trunc(zk), at_trunc(ci)
+    assert zk_history == zk_staged and len(ci_history) > len(ci_staged)

@@ -24,6 +24,7 @@ is how the test suite keeps the traces of models too large to build there (ci3) 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import deque
@@ -195,8 +196,19 @@ def graphs_of(configs: Iterable[str]) -> dict[str, tuple[Graph, dict[str, Any]]]
 @click.option("--write", "do_write", is_flag=True, help="Search again and replace the folder (for review).")
 @click.option("--tlc", "by_tlc", is_flag=True, help="Check each trace with TLC against the current spec, without "
                                                     "the models' graphs (conformance/replay/tracecheck.py).")
-def regress_command(out: Path, do_write: bool, by_tlc: bool) -> None:
+@click.option("--in-model", "in_model", default=None, metavar="NAME",
+              help="With --write and an --out of its own: search the scenarios of ci in model NAME instead (cizk: "
+                   "ci as ZooKeeper's follower, for `zabref conform --system zookeeper`); not committed.")
+def regress_command(out: Path, do_write: bool, by_tlc: bool, in_model: str | None = None) -> None:
     """Check (default) or regenerate (--write) the committed regression traces against their models' graphs."""
+    if in_model is not None:
+        if not do_write or by_tlc or out.resolve() == REGRESSION_DIR.resolve():
+            raise click.UsageError("--in-model writes scenario traces of another model: give --write and an --out "
+                                   "that is not the committed folder")
+        scenarios = [dataclasses.replace(s, config=in_model) for s in SCENARIOS if s.config == "ci"]
+        write(graphs_of([in_model]), out, scenarios, echo=click.echo)
+        click.echo(f"regress: wrote {len(scenarios)} scenarios of ci, searched in {in_model}'s graph, to {out}")
+        return
     if by_tlc:
         if do_write:
             raise click.UsageError("--tlc checks the committed traces; --write needs the graphs")
