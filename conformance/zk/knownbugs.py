@@ -43,7 +43,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "election with its data tree behind what it has logged and acknowledged",
         re.compile(r"\bjava\.lang\.NullPointerException\b"),
         re.compile(r"^\s+at org\.apache\.zookeeper\.server\.quorum\.Learner\.syncWithLeader\("),
-        "3.8.0-3.8.6 (the 3.8 line has no fix), 3.9.0-3.9.2", "3.9.3 (PR 2152 / 2188)"),
+        "3.8.0-3.8.6 (no 3.8 release up to 3.8.6 has the fix; 3.8.7 is not fetchable here), 3.9.0-3.9.2",
+        "3.9.3 (PR 2152 / 2188)"),
 )
 
 
