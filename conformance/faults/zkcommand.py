@@ -27,7 +27,7 @@ import click
 
 from conformance.zk import ZkError
 
-__all__ = ["faults", "matrix", "MATRIX", "Row", "builtin_schedule", "judged"]
+__all__ = ["faults", "matrix", "MATRIX", "Row", "builtin_schedule", "caught_by", "judged"]
 
 class Row(NamedTuple):
     """One bug of the matrix: its scripted schedule (``conformance/zk/schedules/<schedule>.toml``, the bug's name
@@ -58,13 +58,19 @@ MATRIX: list[Row] = [
 ]
 
 
+def caught_by(row: Row, result) -> list[str]:  # noqa: ANN001 -- a conformance.faults.zkrun.ZkRunResult
+    """What of ``row``'s check caught ``result``: the history check's failed counts, or the row's JIRA if its mark
+    is in the servers' logs."""
+    if row.judge == "history":
+        return result.caught_by
+    return sorted({k.jira for k in result.known} & {row.judge})
+
+
 def judged(row: Row, result) -> str:  # noqa: ANN001 -- a conformance.faults.zkrun.ZkRunResult
     """"pass", "caught" or "error": ``result`` as ``row``'s check sees it."""
     if row.judge == "history":
         return "pass" if result.ok else "caught" if result.caught_by else "error"
-    if any(k.jira == row.judge for k in result.known):
-        return "caught"
-    return "error" if result.problems else "pass"
+    return "caught" if caught_by(row, result) else "error" if result.problems else "pass"
 
 
 def builtin_schedule(name: str) -> Path:
@@ -170,7 +176,7 @@ def matrix(only: str | None, folder: str) -> None:
                     if got != "pass":
                         break
                 bad += got != want
-                by = r.caught_by if row.judge == "history" else sorted({k.jira for k in r.known} & {row.judge})
+                by = caught_by(row, r)
                 rows.append({"bug": bug, "version": version, "expected": want, "got": got, "attempt": attempt,
                              "judge": row.judge, "caught_by": by, "lost": r.verdict.lost,
                              "known_bugs": sorted({k.jira for k in r.known}), "seconds": round(r.seconds, 1),
