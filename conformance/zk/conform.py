@@ -450,8 +450,7 @@ class _Replay:
         elif head["type"] == "NEWLEADER":
             data = self.config.encode()
         elif head["type"] == "PROPOSAL":
-            z = zxid_of(head["zxid"])
-            data = txn_create(z, _node(head["zxid"]), str(head["data"]).encode(), time_ms=int(time.time() * 1000))
+            data = _proposal_data(head["zxid"], head["data"])
         if head["type"] == "SNAP":
             self._send_snap(head["data"], j, before)
         else:
@@ -483,9 +482,7 @@ class _Replay:
         self.quorum.writer.write(write_snapshot(
             [(_node(t["zxid"]), str(t["value"]).encode(), zxid_of(t["zxid"])) for t in head]))
         for t in tail:
-            z = zxid_of(t["zxid"])
-            self.quorum.send("PROPOSAL", z, txn_create(z, _node(t["zxid"]), str(t["value"]).encode(),
-                                                        time_ms=int(time.time() * 1000)))
+            self.quorum.send("PROPOSAL", zxid_of(t["zxid"]), _proposal_data(t["zxid"], t["value"]))
 
     async def _expect(self, expected: list[dict[str, Any]], action: str, link: QuorumLink | None = None,
                       sync: tuple[list, list] | None = None) -> None:
@@ -636,6 +633,11 @@ class _Replay:
 def _node(zxid: list[int]) -> str:
     """The node a played or driven transaction creates: one a transaction, named by its zxid."""
     return f"/zabref-{zxid[0]}-{zxid[1]}"
+
+
+def _proposal_data(zxid: list[int], value: Any) -> bytes:
+    """A played PROPOSAL's data: the create of the transaction's own node, holding its value (`txn_create`)."""
+    return txn_create(zxid_of(zxid), _node(zxid), str(value).encode(), time_ms=int(time.time() * 1000))
 
 
 def _hexes(zxids: list[int]) -> str:
