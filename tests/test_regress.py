@@ -149,6 +149,9 @@ def test_scenarios_in_another_model_are_written_only_to_a_folder_of_their_own(tm
                  ["--in-model", "cizk", "--write", "--tlc", "--out", str(tmp_path)]):
         result = CliRunner().invoke(regress_command, args)
         assert result.exit_code == 2 and "an --out that is not the committed folder" in result.output, args
+    unknown = CliRunner().invoke(regress_command, ["--write", "--in-model", "nope", "--out", str(tmp_path / "x")])
+    assert unknown.exit_code == 2 and "no model 'nope'" in unknown.output and "cizk" in unknown.output
+    assert not (tmp_path / "x").exists()  # nothing written
 
 
 @pytest.mark.slow

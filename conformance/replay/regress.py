@@ -36,7 +36,7 @@ from typing import Any
 import click
 
 from conformance.errors import PipelineError
-from conformance.graph.cache import ensure_traces
+from conformance.graph.cache import REPO, ensure_traces
 from conformance.graph.traces import MANIFEST, OutputDir, Step, Trace, TraceHeader, dump_trace, read_trace
 from conformance.replay.scenarios import ACCEPT, SCENARIOS, Scenario
 from conformance.replay.tracecheck import check_trace
@@ -205,6 +205,11 @@ def regress_command(out: Path, do_write: bool, by_tlc: bool, in_model: str | Non
         if not do_write or by_tlc or out.resolve() == REGRESSION_DIR.resolve():
             raise click.UsageError("--in-model writes scenario traces of another model: give --write and an --out "
                                    "that is not the committed folder")
+        spec = REPO / "spec"
+        if not (spec / f"MC_{in_model}.cfg").is_file() or not (spec / f"MC_{in_model}.tla").is_file():
+            known = sorted(p.stem.removeprefix("MC_") for p in spec.glob("MC_*.cfg"))
+            raise click.BadParameter(f"no model {in_model!r} in {spec}; the models there: {', '.join(known)}",
+                                     param_hint="--in-model")
         scenarios = [dataclasses.replace(s, config=in_model) for s in SCENARIOS if s.config == "ci"]
         write(graphs_of([in_model]), out, scenarios, echo=click.echo)
         click.echo(f"regress: wrote {len(scenarios)} scenarios of ci, searched in {in_model}'s graph, to {out}")
