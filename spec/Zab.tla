@@ -417,7 +417,7 @@ LeaderProcessACKEPOCH(i, j) ==
 (* ZooKeeper models override it with TRUE (`TruncAtOnce <- ...` in their  *)
 (* cfg).  Both are model-checked: the transactions a TRUNC removes are    *)
 (* ones the leader does not have, so removing them early loses nothing    *)
-(* (spec/README.md, departure 12).                                        *)
+(* (spec/README.md, departure 11).                                        *)
 (***************************************************************************)
 TruncAtOnce == FALSE
 
@@ -464,18 +464,45 @@ FollowerProcessPROPOSALInSync(i, j) ==
     /\ UNCHANGED <<persistentVars, serverVars, leaderVars, checkVars, faults>>
 
 (***************************************************************************)
-(* NEWLEADER(e): the follower atomically applies the staged history, sets  *)
-(* currentEpoch = e and sends ACK(e << 32) (phase 2, step 2).  From here   *)
-(* on it logs and ACKs proposals (it is on the leader's forwarding list).  *)
+(* NewLeaderDefers, what NEWLEADER must have logged.  FALSE (seed 000,     *)
+(* zabref): the whole staged history.  TRUE (ZooKeeper 3.9.3 and later,   *)
+(* Learner.syncWithLeader after ZOOKEEPER-4394): the follower may leave    *)
+(* staged a suffix of transactions of the new epoch e that its history    *)
+(* does not hold (ZooKeeper keeps the proposals its sync did not COMMIT in *)
+(* packetsNotLogged), ACK NEWLEADER, and log them when UPTODATE comes.    *)
+(* Only a leader in BROADCAST has transactions of epoch e, and it counts   *)
+(* them by their own ACKs, never by NEWLEADER's; a leader in its own       *)
+(* synchronization commits its whole history at NEWLEADER's quorum, so     *)
+(* transactions of older epochs must be logged first (the mutation        *)
+(* NewLeaderDefersOlder loses a committed one: ZOOKEEPER-4646).  The       *)
+(* ZooKeeper model cizk39 overrides it with TRUE (spec/README.md,          *)
+(* departure 12).                                                         *)
+(***************************************************************************)
+NewLeaderDefers == FALSE
+
+\* The sizes of the suffix of staged history s that NEWLEADER(e) may leave staged, from history h: 0, and with
+\* NewLeaderDefers every suffix of transactions of epoch e above h's last zxid (s is in zxid order).
+Deferrable(s, h, e) ==
+    {0} \cup IF NewLeaderDefers
+             THEN {d \in 1 .. Len(s) : s[Len(s) - d + 1].zxid[1] = e /\ ZxidLT(LastZxid(h), s[Len(s) - d + 1].zxid)}
+             ELSE {}
+
+(***************************************************************************)
+(* NEWLEADER(e): the follower atomically applies the staged history (with *)
+(* NewLeaderDefers, all but a deferred suffix), sets currentEpoch = e and  *)
+(* sends ACK(e << 32) (phase 2, step 2).  From here on it logs and ACKs    *)
+(* proposals (it is on the leader's forwarding list).                     *)
 (***************************************************************************)
 FollowerProcessNEWLEADER(i, j) ==
     /\ SyncingFrom(i, j)
     /\ HasPacket(j, i, "NEWLEADER")
     /\ LET e == Head(msgs[j][i]).zxid[1]
-       IN  /\ history' = [history EXCEPT ![i] = stagedHistory[i]]
+           s == stagedHistory[i]
+       IN  /\ \E d \in Deferrable(s, history[i], e) :
+                  /\ history' = [history EXCEPT ![i] = SubSeq(s, 1, Len(s) - d)]
+                  /\ stagedHistory' = [stagedHistory EXCEPT ![i] = SubSeq(s, Len(s) - d + 1, Len(s))]
            /\ currentEpoch' = [currentEpoch EXCEPT ![i] = e]
            /\ msgs' = Send(Discard(msgs, j, i), i, j, Packet("ACK", <<e, 0>>, NoData))
-    /\ stagedHistory' = [stagedHistory EXCEPT ![i] = <<>>]
     /\ zabState' = [zabState EXCEPT ![i] = BROADCAST]
     /\ UNCHANGED <<acceptedEpoch, state, leader, lastCommitted, leaderVars, checkVars, faults>>
 
@@ -520,14 +547,17 @@ LeaderProcessACKNEWLEADER(i, j) ==
 FollowerProcessUPTODATE(i, j) ==
     /\ state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = BROADCAST
     /\ HasPacket(j, i, "UPTODATE")
-    /\ LET k == IndexOf(history[i], Head(msgs[j][i]).zxid)
-       IN  /\ IF k > lastCommitted[i]
-              THEN Deliver(i, history[i], k)
+    /\ LET h == history[i] \o stagedHistory[i]   \* what NEWLEADER left staged is logged first (NewLeaderDefers)
+           k == IndexOf(h, Head(msgs[j][i]).zxid)
+       IN  /\ history' = [history EXCEPT ![i] = h]
+           /\ IF k > lastCommitted[i]
+              THEN Deliver(i, h, k)
               ELSE UNCHANGED <<lastCommitted, committed>>
-           /\ msgs' = IF k < Len(history[i])
-                      THEN Send(Discard(msgs, j, i), i, j, Packet("ACK", LastZxid(history[i]), NoData))
+           /\ msgs' = IF k < Len(h)
+                      THEN Send(Discard(msgs, j, i), i, j, Packet("ACK", LastZxid(h), NoData))
                       ELSE Discard(msgs, j, i)
-    /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, leaderVars, proposed, established,
+    /\ stagedHistory' = [stagedHistory EXCEPT ![i] = <<>>]
+    /\ UNCHANGED <<acceptedEpoch, currentEpoch, state, zabState, leader, leaderVars, proposed, established,
                    faults>>
 
 -----------------------------------------------------------------------------
@@ -551,14 +581,21 @@ ClientRequest(i) ==
     /\ UNCHANGED <<acceptedEpoch, currentEpoch, serverVars, stagedHistory, leaderVars, committed, established,
                    faults>>
 
-\* Follower i logs a PROPOSAL (on disk before it answers) and sends ACK(zxid) (step 2).
+\* Follower i logs a PROPOSAL (on disk before it answers) and sends ACK(zxid) (step 2).  While NEWLEADER left
+\* something staged (NewLeaderDefers), the proposal is staged behind it, and UPTODATE logs and ACKs it.
 FollowerProcessPROPOSAL(i, j) ==
     /\ state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = BROADCAST
     /\ HasPacket(j, i, "PROPOSAL")
     /\ LET m == Head(msgs[j][i])
-       IN  /\ history' = [history EXCEPT ![i] = Append(@, [zxid |-> m.zxid, value |-> m.data])]
-           /\ msgs' = Send(Discard(msgs, j, i), i, j, Packet("ACK", m.zxid, NoData))
-    /\ UNCHANGED <<acceptedEpoch, currentEpoch, serverVars, stagedHistory, leaderVars, checkVars, faults>>
+           t == [zxid |-> m.zxid, value |-> m.data]
+       IN  IF stagedHistory[i] = <<>>
+           THEN /\ history' = [history EXCEPT ![i] = Append(@, t)]
+                /\ msgs' = Send(Discard(msgs, j, i), i, j, Packet("ACK", m.zxid, NoData))
+                /\ UNCHANGED stagedHistory
+           ELSE /\ stagedHistory' = [stagedHistory EXCEPT ![i] = Append(@, t)]
+                /\ msgs' = Discard(msgs, j, i)
+                /\ UNCHANGED history
+    /\ UNCHANGED <<acceptedEpoch, currentEpoch, serverVars, leaderVars, checkVars, faults>>
 
 (***************************************************************************)
 (* Leader i takes ACK(zxid) of a proposal from j (step 3).  When a quorum  *)

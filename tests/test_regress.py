@@ -7,8 +7,8 @@ import json
 import pytest
 
 from conformance.graph.traces import read_trace
-from conformance.replay.regress import REGRESSION_DIR, Graph, search, stale
-from conformance.replay.scenarios import ACCEPT, SCENARIOS, Scenario, by_name
+from conformance.replay.regress import REGRESSION_DIR, ZOOKEEPER_DIR, Graph, search, stale
+from conformance.replay.scenarios import ACCEPT, SCENARIOS, ZOOKEEPER_SCENARIOS, Scenario, by_name
 
 MANIFEST = json.loads((REGRESSION_DIR / "manifest.json").read_text())
 ENTRIES = {e["scenario"]: e for e in MANIFEST["traces"]}
@@ -63,6 +63,55 @@ def test_each_committed_trace_is_accepted_by_its_monitor_at_its_last_step_and_no
             return
         memory = memory if nxt is None else nxt
     pytest.fail(f"{scenario.name}: its monitor never accepts the committed trace")
+
+
+def test_the_zookeeper_traces_are_ci_scenarios_and_the_models_own_each_accepted_at_its_last_step() -> None:
+    """traces/zookeeper: `zabref regress --write --in-model cizk39` (ci's scenarios searched in ZooKeeper 3.9.3+'s
+    model, and that model's own: a NEWLEADER that leaves proposals for UPTODATE, spec/README.md departure 12)."""
+    manifest = json.loads((ZOOKEEPER_DIR / "manifest.json").read_text())
+    entries = {e["scenario"]: e for e in manifest["traces"]}
+    own = [s for s in ZOOKEEPER_SCENARIOS if s.config == "cizk39"]
+    assert len(own) == 2 and sorted(entries) == sorted([s.name for s in SCENARIOS if s.config == "ci"]
+                                                       + [s.name for s in own])
+    assert {e["config"] for e in manifest["traces"]} == {"cizk39"}
+    for scenario in own:
+        trace = read_trace(ZOOKEEPER_DIR / entries[scenario.name]["file"])
+        memory = None
+        for before, step in zip(trace.steps, trace.steps[1:]):
+            nxt = scenario.step(memory, before.state, step.action, step.params, step.state)
+            if nxt == ACCEPT:
+                assert step is trace.steps[-1], f"accepted early, at step {step.index}"
+                break
+            memory = memory if nxt is None else nxt
+        else:
+            pytest.fail(f"{scenario.name}: its monitor never accepts the committed trace")
+    # what the deferral looks like in the trace: NEWLEADER leaves one staged, a PROPOSAL joins it, UPTODATE logs both
+    trace = read_trace(ZOOKEEPER_DIR / "sync-newleader-defers-then-proposal.jsonl.gz")
+    staged = [len(s.state["stagedHistory"][s.params["i"] - 1]) for s in trace.steps[1:]
+              if s.action in ("FollowerProcessNEWLEADER", "FollowerProcessPROPOSAL", "FollowerProcessUPTODATE")
+              and s.params["i"] == trace.steps[-1].params["i"]]
+    assert staged[0] >= 1 and staged[-1] == 0 and max(staged) > staged[0]
+
+
+def test_the_deferral_monitor_refuses_a_newleader_that_logs_everything() -> None:
+    """The monitor can fail: sync-diff of the committed ci traces (NEWLEADER logs the proposal) is never accepted."""
+    scenario = next(s for s in ZOOKEEPER_SCENARIOS if s.name == "sync-newleader-defers")
+    trace = read_trace(REGRESSION_DIR / "sync-diff.jsonl.gz")
+    memory = None
+    for before, step in zip(trace.steps, trace.steps[1:]):
+        nxt = scenario.step(memory, before.state, step.action, step.params, step.state)
+        assert nxt != ACCEPT, step.index
+        memory = memory if nxt is None else nxt
+    assert memory is None
+
+
+@pytest.mark.slow
+def test_the_zookeeper_traces_are_behaviours_of_the_current_spec(tmp_path) -> None:
+    from conformance.replay.tracecheck import check_trace
+
+    for entry in json.loads((ZOOKEEPER_DIR / "manifest.json").read_text())["traces"]:
+        result = check_trace(ZOOKEEPER_DIR / entry["file"], work=tmp_path)
+        assert result.passed, f"{entry['file']}: {result.failure}"
 
 
 def _graph_of(trace) -> Graph:

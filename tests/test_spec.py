@@ -99,6 +99,45 @@ def test_the_zookeeper_model_is_ci_with_truncation_at_once():
     assert read_constants(cfg) == read_constants((SPEC / "MC_ci.cfg").read_text())
 
 
+def test_the_zookeeper_39_model_is_cizk_with_newleader_deferring():
+    """MC_cizk39: cizk's bounds and checks, with NewLeaderDefers overridden to TRUE too (spec/README.md, departure
+    12); its mutations (NewLeaderDefersOlder, NewLeaderDefersLogged) run with TLC in tests/test_mutations.py, its
+    whole check in the longer command (below)."""
+    cfg = (SPEC / "MC_cizk39.cfg").read_text()
+    assert re.search(r"^\s*TruncAtOnce <- ZooKeeperTruncAtOnce$", cfg, re.M)
+    assert re.search(r"^\s*NewLeaderDefers <- ZooKeeperNewLeaderDefers$", cfg, re.M)
+    module = (SPEC / "MC_cizk39.tla").read_text()
+    assert re.search(r"^ZooKeeperTruncAtOnce == TRUE$", module, re.M)
+    assert re.search(r"^ZooKeeperNewLeaderDefers == TRUE$", module, re.M)
+    assert re.search(r"^NewLeaderDefers == FALSE$", (SPEC / "Zab.tla").read_text(), re.M)
+    assert model_checks(cfg) == model_checks((SPEC / "MC_ci.cfg").read_text())
+    assert read_constants(cfg) == read_constants((SPEC / "MC_ci.cfg").read_text())
+
+
+def test_a_models_switches_are_read_from_its_cfg_and_module(tmp_path):
+    """`model_switch`: what the ZooKeeper driver asks of a trace's model (conformance/zk/conform.py, `_deferral`)."""
+    from conformance.errors import SpecFormatError
+    from conformance.tla.labels import model_switch
+
+    assert [model_switch(SPEC, c, "NewLeaderDefers") for c in ("ci", "cizk", "cizk39")] == [False, False, True]
+    assert [model_switch(SPEC, c, "TruncAtOnce") for c in ("ci", "cizk", "cizk39")] == [False, True, True]
+    (tmp_path / "MC_off.cfg").write_text("CONSTANTS\n    NewLeaderDefers <- Off\n")
+    (tmp_path / "MC_off.tla").write_text("---- MODULE MC_off ----\nEXTENDS Zab\nOff == FALSE\n====\n")
+    assert model_switch(tmp_path, "off", "NewLeaderDefers") is False
+    with pytest.raises(SpecFormatError, match="no model 'nope'"):
+        model_switch(SPEC, "nope", "NewLeaderDefers")
+
+
+@pytest.mark.long
+def test_the_zookeeper_39_model_passes_every_check_on_more_states_than_cizk(tla, tmp_path):
+    """cizk39 holds every invariant of ci; deferring adds states (a follower between NEWLEADER and UPTODATE with
+    something staged), it removes none of cizk's (spec/README.md: 264,746 against 294,265)."""
+    model = prepare(SPEC, "cizk39", tmp_path, labels=False)
+    result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
+    assert result.distinct_states > 264_746
+
+
 @pytest.mark.slow
 def test_safety_does_not_depend_on_the_election(tla, tmp_path):
     """MC_free: the tiny bounds with every election decision free (TLC's definition override of ElectionFault), the

@@ -213,6 +213,59 @@ def test_the_real_server_in_other_seats_takes_a_trunc_and_a_snap_and_departs_whe
     assert trunc_step.state["stagedHistory"][1] == []  # a TRUNC to <<0, 0>>: a zxid no log holds
 
 
+@pytest.fixture
+def zk395():
+    """ZooKeeper 3.9.5 from Maven Central, fetched once into the cache (`zabref zk fetch 3.9.5`)."""
+    from conformance.zk.versions import fetch
+
+    return fetch("3.9.5", echo=lambda s: None)
+
+
+def _deferring_seat(trace) -> int:
+    """The server whose NEWLEADER leaves transactions staged in a cizk39 trace (NewLeaderDefers)."""
+    return next(s.params["i"] for s in trace.steps[1:]
+                if s.action == "FollowerProcessNEWLEADER" and s.state["stagedHistory"][s.params["i"] - 1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_39_follower_logs_the_uncommitted_proposals_of_its_sync_at_uptodate_as_newleader_defers_says(
+        tmp_path, zk380, zk395) -> None:
+    """ZooKeeper 3.9.3+ persists at NEWLEADER only what its sync COMMITted and logs the rest after UPTODATE (spec
+    /README.md, departure 12: `NewLeaderDefers`, model cizk39). Its traces in traces/zookeeper: 3.9.5 follows both
+    (the played leader's DIFF COMMITs what it had committed, as ZooKeeper's leader sends its committedLog); 3.8.0,
+    which logs them at NEWLEADER, departs there; and ci's sync-diff, whose follower logs the proposal at NEWLEADER,
+    is a departure of 3.9.5 at that step. The same scenario in cizk39 without the deferral is a choice of the spec
+    no ZooKeeper leader makes a 3.9.3+ follower take: the replay stops there."""
+    from conformance.graph.traces import read_trace
+    from conformance.replay.regress import ZOOKEEPER_DIR
+    from conformance.zk.conform import replay_trace
+
+    def replay(trace, folder: Path, sut: int | None = None, distribution=None):
+        base = find_free_base_port(3)
+        try:
+            return replay_trace(trace, folder, base, sut=sut, distribution=distribution)
+        finally:
+            release_base_port(base)
+
+    defers = read_trace(ZOOKEEPER_DIR / "sync-newleader-defers.jsonl.gz")
+    seat = _deferring_seat(defers)
+    o = replay(defers, tmp_path / "a", seat, zk395)
+    assert (o.verdict, o.done) == ("followed", len(defers.steps) - 1), o.line()
+    behind = read_trace(ZOOKEEPER_DIR / "sync-newleader-defers-then-proposal.jsonl.gz")
+    o = replay(behind, tmp_path / "b", _deferring_seat(behind), zk395)
+    assert (o.verdict, o.done) == ("followed", len(behind.steps) - 1), o.line()
+    o = replay(defers, tmp_path / "c", seat)  # Debian's 3.8.0
+    assert (o.verdict, o.action) == ("departed", "FollowerProcessNEWLEADER"), o.line()
+    assert "the spec's history []" in o.why and "the files hold ['0x100000001']" in o.why, o.line()
+    o = replay(read_trace(REGRESSION / "sync-diff.jsonl.gz"), tmp_path / "d", None, zk395)
+    assert (o.verdict, o.action) == ("departed", "FollowerProcessNEWLEADER"), o.line()
+    assert "the files hold ['0x100000001'], the spec's history ['0x100000001', '0x100000002']" in o.why, o.line()
+    o = replay(read_trace(ZOOKEEPER_DIR / "sync-diff.jsonl.gz"), tmp_path / "e", None, zk395)
+    assert (o.verdict, o.action) == ("stopped", "FollowerProcessNEWLEADER"), o.line()
+    assert "leaves 0 transaction(s) staged; a ZooKeeper leader's sync leaves a 3.9.3+ follower 1" in o.why
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_follower_that_leaves_between_newleader_and_uptodate_leads_with_a_data_tree_behind_its_log(

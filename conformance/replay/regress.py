@@ -38,12 +38,15 @@ import click
 from conformance.errors import PipelineError
 from conformance.graph.cache import REPO, ensure_traces
 from conformance.graph.traces import MANIFEST, OutputDir, Step, Trace, TraceHeader, dump_trace, read_trace
-from conformance.replay.scenarios import ACCEPT, SCENARIOS, Scenario
+from conformance.replay.scenarios import ACCEPT, SCENARIOS, ZOOKEEPER_SCENARIOS, Scenario
 from conformance.replay.tracecheck import check_trace
 
 __all__ = ["Graph", "load_graph", "graphs_of", "search", "write", "stale", "REGRESSION_DIR"]
 
 REGRESSION_DIR = Path(__file__).resolve().parents[2] / "traces" / "regression"
+#: The scenario traces of ZooKeeper 3.9.3+'s model (`--write --in-model cizk39 --out traces/zookeeper`), checked by
+#: TLC (`--tlc --out traces/zookeeper`): the traces `zabref conform --system zookeeper@3.9.5` replays beside ci's.
+ZOOKEEPER_DIR = REGRESSION_DIR.parent / "zookeeper"
 
 
 @dataclass
@@ -211,8 +214,10 @@ def regress_command(out: Path, do_write: bool, by_tlc: bool, in_model: str | Non
             raise click.BadParameter(f"no model {in_model!r} in {spec}; the models there: {', '.join(known)}",
                                      param_hint="--in-model")
         scenarios = [dataclasses.replace(s, config=in_model) for s in SCENARIOS if s.config == "ci"]
-        write(graphs_of([in_model]), out, scenarios, echo=click.echo)
-        click.echo(f"regress: wrote {len(scenarios)} scenarios of ci, searched in {in_model}'s graph, to {out}")
+        own = [s for s in ZOOKEEPER_SCENARIOS if s.config == in_model]
+        write(graphs_of([in_model]), out, scenarios + own, echo=click.echo)
+        click.echo(f"regress: wrote {len(scenarios)} scenarios of ci, searched in {in_model}'s graph, and "
+                   f"{len(own)} of {in_model}'s own, to {out}")
         return
     if by_tlc:
         if do_write:

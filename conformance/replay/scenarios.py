@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ACCEPT", "Scenario", "SCENARIOS", "by_name"]
+__all__ = ["ACCEPT", "Scenario", "SCENARIOS", "ZOOKEEPER_SCENARIOS", "by_name"]
 
 ACCEPT = "accept"
 
@@ -229,6 +229,30 @@ def _older_round_ballot(m: Memory, before: State, action: str, params: dict, aft
     return None
 
 
+# -- NEWLEADER that leaves the new epoch's proposals for UPTODATE (NewLeaderDefers: ZooKeeper 3.9.3+) ------------
+
+def _deferred(behind: bool) -> StepFn:
+    """FollowerProcessNEWLEADER(i, j) leaves transactions staged (spec/README.md, departure 12); with ``behind``, a
+    PROPOSAL from j is then staged behind them; then i's UPTODATE logs them all: its history ends with what was
+    staged and nothing stays staged."""
+    def step(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+        if m is None:
+            if action == "FollowerProcessNEWLEADER" and after["stagedHistory"][_srv(params)]:
+                return ("deferred", _srv(params), _srv(params, "j"), not behind)
+            return None
+        _, i, j, ready = m
+        if (params.get("i"), params.get("j")) != (i + 1, j + 1):
+            return None
+        if action == "FollowerProcessPROPOSAL" and len(after["stagedHistory"][i]) > len(before["stagedHistory"][i]):
+            return ("deferred", i, j, True)
+        if ready and action == "FollowerProcessUPTODATE":
+            staged = before["stagedHistory"][i]
+            if not after["stagedHistory"][i] and after["history"][i][len(after["history"][i]) - len(staged):] == staged:
+                return ACCEPT
+        return None
+    return step
+
+
 SCENARIOS = (
     Scenario("fig3-committed-survives-leader-crash", "ci", "seed 004, Fig. 3",
              "A transaction committed in epoch e is in the history of the leader established after e's leader "
@@ -277,6 +301,21 @@ SCENARIOS = (
              "keeps looking: the ballot counts toward joining an established leader (outOfElection), never toward "
              "this round's ballot box. Failing means a server can follow the leader of an older round (seeded bug "
              "follows_older_round fails here).", _older_round_ballot),
+)
+
+#: Scenarios of a ZooKeeper model only (not committed with traces/regression, whose traces zabref also follows):
+#: `zabref regress --write --in-model NAME` searches them beside ci's, into traces/zookeeper/.
+ZOOKEEPER_SCENARIOS = (
+    Scenario("sync-newleader-defers", "cizk39", "seed 000, phase 2, NEWLEADER; ZooKeeper 3.9.3+ Learner.syncWithLeader",
+             "A follower synced by a leader in broadcast takes NEWLEADER with the leader's uncommitted proposal of "
+             "the new epoch left staged, ACKs it, and logs the proposal at UPTODATE (NewLeaderDefers: spec/README.md, "
+             "departure 12). A 3.9.3+ follower does this; 3.8.x and 3.9.0-3.9.2 log it at NEWLEADER and depart.",
+             _deferred(behind=False)),
+    Scenario("sync-newleader-defers-then-proposal", "cizk39",
+             "seed 000, phase 2, NEWLEADER; ZooKeeper 3.9.3+ Learner.syncWithLeader (packetsNotLogged)",
+             "As sync-newleader-defers, and a PROPOSAL of the leader between NEWLEADER and UPTODATE is staged behind "
+             "what was left (no ACK until UPTODATE logs both). Failing means a follower logs or ACKs a proposal "
+             "ahead of one before it.", _deferred(behind=True)),
 )
 
 

@@ -235,6 +235,19 @@ def server_count(spec_dir: Path, config: str, cfg_text: str, cfg_path: Path) -> 
     raise SpecFormatError(f"{cfg_path}: neither a constant N nor 'Server <- Def' with 'Def == 1..K' in {mc.name}")
 
 
+def model_switch(spec_dir: Path, config: str, name: str) -> bool:
+    """Whether model ``config`` turns on the spec's switch ``name`` (a definition such as ``TruncAtOnce == FALSE``
+    in Zab.tla): its cfg overrides it (``name <- Def``) with ``Def == TRUE`` in MC_<config>.tla. A model that
+    spec/ does not hold is refused with its path."""
+    cfg_path, mc = Path(spec_dir) / f"MC_{config}.cfg", Path(spec_dir) / f"MC_{config}.tla"
+    if not cfg_path.is_file() or not mc.is_file():
+        raise SpecFormatError(f"no model {config!r}: {cfg_path} and {mc.name} are not both there")
+    sub = re.search(rf"^\s*{re.escape(name)}\s*<-\s*([A-Za-z]\w*)\s*$", cfg_path.read_text(encoding="utf-8"), re.M)
+    if not sub:
+        return False
+    return bool(re.search(rf"^{sub.group(1)}\s*==\s*TRUE\s*$", mc.read_text(encoding="utf-8"), re.M))
+
+
 def config_module_base(spec_dir: Path, config: str) -> str:
     """The spec module a model extends: the module named on ``EXTENDS`` in MC_<config>.tla."""
     mc = Path(spec_dir) / f"MC_{config}.tla"

@@ -20,7 +20,10 @@ Each step of the trace is one of three kinds:
 * **a step of the SUT that takes a message** (``FollowerProcess<TYPE>(sut, j)``, or as leader
   ``LeaderProcess<TYPE>(sut, j)``): the head of the queue from ``j`` is written to the real server (a SNAP as
   ZooKeeper's leader sends one, `_send_snap`: its data tree, `conformance.zk.snapshot.write_snapshot`, a node a
-  transaction, then the leader's outstanding proposals as PROPOSALs), and what it sends back on
+  transaction, then the leader's outstanding proposals as PROPOSALs; a PROPOSAL of a DIFF or TRUNC followed by a
+  COMMIT when the leader had committed it, as ZooKeeper's leader sends its committedLog, `_mark_commits`; in a
+  model with `NewLeaderDefers` the trace's NEWLEADER must leave staged what such a sync leaves a 3.9.3+ follower,
+  `_deferral`), and what it sends back on
   that connection is read until it has sent the messages the spec's step adds toward ``j`` (type and zxid; a
   FOLLOWERINFO's sid, an ACKEPOCH's epoch; not UPTODATE's zxid, which no receiver reads: `ZXID_UNREAD`). A
   synchronization the real leader sends (DIFF, TRUNC or SNAP, through NEWLEADER) is compared by the history it
@@ -65,6 +68,7 @@ from conformance.zk.disk import history_zxids, read_epochs
 from conformance.zk.ensemble import ZkEnsemble, four_letter
 from conformance.zk.observe import IGNORED, zxid_pair
 from conformance.zk.payloads import decode_data
+from conformance.tla.labels import model_switch
 from conformance.zk.snapshot import write_snapshot
 from conformance.zk.played import (LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config,
                                    txn_create)
@@ -76,7 +80,9 @@ __all__ = ["Outcome", "DECIDED", "sut_of", "seats_of", "replay_trace", "reach", 
 #: What ZooKeeper sends that the spec does not, decided one by one: (after the SUT's step, message) -> why.
 DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLeader acknowledges UPTODATE with the "
                                                "new epoch's zxid; the spec's follower sends nothing, and a leader "
-                                               "past NEWLEADER's quorum ignores the ACK"}
+                                               "past NEWLEADER's quorum ignores the ACK. After a NEWLEADER that left "
+                                               "proposals staged (NewLeaderDefers, 3.9.3+), ZooKeeper logs and ACKs "
+                                               "each one, the spec the last only, which covers the others"}
 #: What a follower sends its leader for its clients, left out as validation leaves it out (`IGNORED`): a client of
 #: the real server (the driver's, once it led) reconnects to it as a follower and its session is revalidated.
 CLIENT_TRAFFIC = ("REVALIDATE", "REQUEST", "SYNC")
@@ -97,6 +103,7 @@ REPLY_TIMEOUT = 10.0
 SETTLE = 2.0
 #: How long the files must stay in the spec's state after a step that takes a message and sends nothing back.
 HOLD = 0.15
+SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 #: The real server's initLimit and syncLimit, in ticks of 200 ms: 5 s each, so that a loaded machine (the test
 #: command's workers beside it) does not make it give up between two steps; a LeaderTimeout with no follower waits
 #: for the real leader's own initLimit.
@@ -180,6 +187,9 @@ class _Replay:
         self.pending: set[int] = set()  # played servers following the real server before it decided to lead
         self.client: Any = None  # a kazoo client of the real leader (`_client_request`)
         self.outcome = Outcome(trace_name(trace), len(trace.steps) - 1)
+        # the trace's model lets NEWLEADER leave the new epoch's proposals staged (ZooKeeper 3.9.3+, `_deferral`)
+        self.defers = model_switch(SPEC_DIR, trace.header.config, "NewLeaderDefers")
+        self.sync_open = 0  # proposals of the sync in progress sent without a COMMIT
 
     # -------------------------------------------------------------------------------------------- set-up
 
@@ -270,10 +280,12 @@ class _Replay:
             raise _Stop(f"{action} of the server under test is not driven yet")
         self._queue(before, after, skip_from=sut)
         # a message taken with nothing sent back: no reply says the server has handled it, so its files are also
-        # watched for `HOLD` seconds after they match (a change in that time would otherwise go unseen)
+        # watched for `HOLD` seconds after they match (a change in that time would otherwise go unseen); so is
+        # NEWLEADER, whose ACK a follower may send before its log thread writes what the sync brought (3.8's
+        # Learner.syncWithLeader hands the proposals to the asynchronous SyncRequestProcessor, then ACKs)
         silent = action in TAKES and all(len(a) <= len(b) for a, b in zip(after["msgs"][sut - 1],
                                                                            before["msgs"][sut - 1]))
-        await self._settle(action, after, HOLD if silent else 0.0)
+        await self._settle(action, after, HOLD if silent or action == "FollowerProcessNEWLEADER" else 0.0)
 
     # -------------------------------------------------------------------------------------------- the leader role
 
@@ -412,6 +424,8 @@ class _Replay:
                 continue
             old, new = before["msgs"][j - 1][self.sut - 1], after["msgs"][j - 1][self.sut - 1]
             added = new[len(old):]  # a played step never takes from j -> sut: the old messages are a prefix
+            if any(m["type"] in SYNC_HEADS for m in added):
+                added = _mark_commits(added, after, j)
             if j in self.learners or j in self.pending:
                 self.queue_to_sut.setdefault(j, []).extend(added)
             else:
@@ -451,10 +465,19 @@ class _Replay:
             data = self.config.encode()
         elif head["type"] == "PROPOSAL":
             data = _proposal_data(head["zxid"], head["data"])
+        if head["type"] in SYNC_HEADS:
+            self.sync_open = 0
+        if action == "FollowerProcessNEWLEADER":
+            self._deferral(after)
         if head["type"] == "SNAP":
             self._send_snap(head["data"], j, before)
         else:
             self.quorum.send(head["type"], zxid_of(head["zxid"]), data)
+        if head.get("commit") is not None:  # a PROPOSAL of a synchronization: COMMITted there if the leader had
+            if head["commit"]:
+                self.quorum.send("COMMIT", zxid_of(head["zxid"]))
+            else:
+                self.sync_open += 1
         if head["type"] == "UPTODATE":
             self.leaders[j].ping(self.quorum)
         if head["type"] in ("PROPOSAL", "COMMIT"):
@@ -483,6 +506,19 @@ class _Replay:
             [(_node(t["zxid"]), str(t["value"]).encode(), zxid_of(t["zxid"])) for t in head]))
         for t in tail:
             self.quorum.send("PROPOSAL", zxid_of(t["zxid"]), _proposal_data(t["zxid"], t["value"]))
+        self.sync_open += len(tail)
+
+    def _deferral(self, after: dict) -> None:
+        """Before the real follower takes NEWLEADER, in a trace of a model with `NewLeaderDefers` (cizk39): the trace
+        leaves d transactions staged, ZooKeeper 3.9.3+ the proposals its sync did not COMMIT (`sync_open`; a
+        ZooKeeper leader COMMITs there every proposal it had committed). Another d is a choice of the spec that no
+        ZooKeeper leader's sync makes a 3.9.3+ follower take: the replay stops there."""
+        if not self.defers:
+            return
+        d = len(after["stagedHistory"][self.sut - 1])
+        if d != self.sync_open:
+            raise _Stop(f"the trace's NEWLEADER leaves {d} transaction(s) staged; a ZooKeeper leader's sync leaves a "
+                        f"3.9.3+ follower {self.sync_open} (the proposals it did not COMMIT)")
 
     async def _expect(self, expected: list[dict[str, Any]], action: str, link: QuorumLink | None = None,
                       sync: tuple[list, list] | None = None) -> None:
@@ -638,6 +674,20 @@ def _node(zxid: list[int]) -> str:
 def _proposal_data(zxid: list[int], value: Any) -> bytes:
     """A played PROPOSAL's data: the create of the transaction's own node, holding its value (`txn_create`)."""
     return txn_create(zxid_of(zxid), _node(zxid), str(value).encode(), time_ms=int(time.time() * 1000))
+
+
+def _mark_commits(added: list[dict[str, Any]], after: dict, leader: int) -> list[dict[str, Any]]:
+    """A played leader's synchronization (a DIFF, TRUNC or SNAP, PROPOSALs, NEWLEADER) with each PROPOSAL marked
+    ``commit``: whether ZooKeeper's leader sends it with a COMMIT (`LearnerHandler.syncFollower`: the proposals of
+    its committedLog, PROPOSAL and COMMIT each, then its outstanding ones alone). In broadcast those are the ones the
+    spec's leader has delivered; before its NEWLEADER quorum every one (a ZooKeeper leader has applied everything it
+    loaded, and the spec's commits its whole history at that quorum). ``after``: the spec's state once the leader
+    queued them."""
+    i = leader - 1
+    history = after["history"][i]
+    done = (min(after["lastCommitted"][i], len(history)) if after["zabState"][i] == "BROADCAST" else len(history))
+    committed = {tuple(t["zxid"]) for t in history[:done]}
+    return [{**m, "commit": tuple(m["zxid"]) in committed} if m["type"] == "PROPOSAL" else m for m in added]
 
 
 def _hexes(zxids: list[int]) -> str:
