@@ -78,6 +78,7 @@ class SpecView:
 
     def __init__(self, n: int) -> None:
         self.n = n
+        self._peer_keys = [str(f) for f in range(1, n + 1)]  # how the lines key per-peer variables
         self.hist: dict[int, list[tuple[int, str]]] = {s: [] for s in range(1, n + 1)}
         self.vars: dict[int, dict[str, Any]] = {s: copy.deepcopy(INIT_VARS) for s in range(1, n + 1)}
         self.msgs: dict[tuple[int, int], deque[tuple[dict[str, Any], int | None]]] = {
@@ -163,13 +164,14 @@ class SpecView:
     def expected(self, sid: int, *, history: bool = True) -> dict[str, Any]:
         """Server ``sid``'s spec variables (per-server slices, canonical). Without ``history`` the history is given
         by its length (``hl``) and last transaction (``hlast``) only: what a trace record needs, in O(1)."""
-        v, n = self.vars[sid], self.n
+        v = self.vars[sid]
         h = self.hist[sid]
-
-        def per_peer(key: str, default: Any, convert: Any) -> list[Any]:
-            held = {int(k): x for k, x in v.get(key, {}).items()}
-            return [convert(held[f]) if f in held else default for f in range(1, n + 1)]
-
+        # the per-peer variables as the lines give them: keyed by the peer's sid as text, "1" .. "n" (a merge step
+        # reads them once each; converting them is most of what this costs, so it is done in one pass each)
+        keys = self._peer_keys
+        phase = v.get("learner_phase") or {}
+        last = v.get("learner_last_zxid") or {}
+        acks = v.get("ack_index") or {}
         return {
             "history": RawHistory(list(h), self) if history else None,
             "hl": len(h), "hlast": self.txn(*h[-1]) if h else None,
@@ -179,9 +181,9 @@ class SpecView:
             "sl": len(v["staged_history"]),
             "slast": self.txn(*v["staged_history"][-1]) if v["staged_history"] else None,
             "newEpoch": v["new_epoch"],
-            "learnerPhase": per_peer("learner_phase", NONE, str),
-            "learnerLastZxid": per_peer("learner_last_zxid", [0, 0], lambda z: zxid_pair(int(z))),
-            "ackIndex": per_peer("ack_index", 0, int),
+            "learnerPhase": [str(phase[k]) if k in phase else NONE for k in keys],
+            "learnerLastZxid": [zxid_pair(int(last[k])) if k in last else [0, 0] for k in keys],
+            "ackIndex": [int(acks[k]) if k in acks else 0 for k in keys],
         }
 
     def state(self) -> dict[str, Any]:
