@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conformance.graph.traces import read_trace
 from conformance.zk.conform import Outcome, reach, seats_of, sut_of
 from conformance.zk.coverage import coverage, second_run
@@ -57,3 +59,21 @@ def test_coverage_sums_a_model_against_its_whole_graph_and_a_second_run_lists_wh
     # the same figures from the report's JSON, and no universe without a manifest
     (j,) = coverage([{**vars(o)} for o in (*full, stopped)])
     assert j.instances == (c.instances[0], None) and "/" not in j.line().split("action_instances=")[1].split()[0]
+
+
+def test_each_version_has_the_model_of_its_follower_and_other_models_traces_are_noted() -> None:
+    """`model_of`: 3.9.3+ defers a sync's uncommitted proposals to UPTODATE (cizk39), the older ones do not (cizk);
+    `model_note` names the replays of another model, and says nothing when all are the version's own."""
+    from conformance.zk import ZkFetchError
+    from conformance.zk.conform import Outcome, model_note
+    from conformance.zk.versions import model_of
+
+    assert [model_of(v) for v in ("3.8.0", "3.8.6", "3.9.2", "3.9.3", "3.9.5")] == ["cizk"] * 3 + ["cizk39"] * 2
+    with pytest.raises(ZkFetchError, match="'3.10.0' is not supported"):
+        model_of("3.10.0")
+    outs = [Outcome("a", 3, config="cizk39"), Outcome("b", 3, config="ci"), Outcome("c", 3, config="ci"),
+            Outcome("d", 8, config="fle_ci")]
+    note = model_note(outs, "3.9.5")
+    assert note is not None and "model cizk39's" in note and "2 replays here are of ci" in note
+    assert model_note(outs[:1] + outs[3:], "3.9.5") is None
+    assert "1 replay here is of cizk39" in model_note(outs[:1], "3.8.0")

@@ -236,7 +236,7 @@ def test_a_39_follower_logs_the_uncommitted_proposals_of_its_sync_at_uptodate_as
     (the played leader's DIFF COMMITs what it had committed, as ZooKeeper's leader sends its committedLog); 3.8.0,
     which logs them at NEWLEADER, departs there; and ci's sync-diff, whose follower logs the proposal at NEWLEADER,
     is a departure of 3.9.5 at that step. The same scenario in cizk39 without the deferral is a choice of the spec
-    no ZooKeeper leader makes a 3.9.3+ follower take: the replay stops there."""
+    no ZooKeeper leader makes a 3.9.3+ follower take: the replay stops there; 3.8.0 follows it."""
     from conformance.graph.traces import read_trace
     from conformance.replay.regress import ZOOKEEPER_DIR
     from conformance.zk.conform import replay_trace
@@ -261,9 +261,12 @@ def test_a_39_follower_logs_the_uncommitted_proposals_of_its_sync_at_uptodate_as
     o = replay(read_trace(REGRESSION / "sync-diff.jsonl.gz"), tmp_path / "d", None, zk395)
     assert (o.verdict, o.action) == ("departed", "FollowerProcessNEWLEADER"), o.line()
     assert "the files hold ['0x100000001'], the spec's history ['0x100000001', '0x100000002']" in o.why, o.line()
-    o = replay(read_trace(ZOOKEEPER_DIR / "sync-diff.jsonl.gz"), tmp_path / "e", None, zk395)
+    no_deferral = read_trace(ZOOKEEPER_DIR / "sync-diff.jsonl.gz")
+    o = replay(no_deferral, tmp_path / "e", None, zk395)
     assert (o.verdict, o.action) == ("stopped", "FollowerProcessNEWLEADER"), o.line()
     assert "leaves 0 transaction(s) staged; a ZooKeeper leader's sync leaves a 3.9.3+ follower 1" in o.why
+    o = replay(no_deferral, tmp_path / "f")  # 3.8.0 logs it at NEWLEADER, as this trace does: followed
+    assert (o.verdict, o.done) == ("followed", len(no_deferral.steps) - 1), o.line()
 
 
 @pytest.mark.slow

@@ -240,7 +240,7 @@ def _conform_zookeeper(paths: tuple[Path, ...], system: str, report_dir: Path, *
     """``--system zookeeper[@VERSION]``: each trace against a new real ZooKeeper server, one at a time; the outcomes
     in ``report_dir``/zookeeper.json; exit 1 if a trace departed."""
     from conformance.zk import ZkError  # noqa: PLC0415 -- the ZooKeeper side is loaded only when asked for
-    from conformance.zk.conform import run_traces, summary  # noqa: PLC0415
+    from conformance.zk.conform import model_note, run_traces, summary  # noqa: PLC0415
     from conformance.zk.coverage import coverage, second_run  # noqa: PLC0415
 
     name, _, version = system.partition("@")
@@ -270,5 +270,7 @@ def _conform_zookeeper(paths: tuple[Path, ...], system: str, report_dir: Path, *
     click.echo(f"a second run needs {len(again)} trace{'s' if len(again) != 1 else ''}"
                + "".join(f"\n  {t}: {', '.join(new)}" for t, new in again))
     click.echo(line)
+    if (note := model_note(outcomes, version)) is not None:
+        click.echo(note)
     if any(o.verdict == "departed" for o in outcomes):
         raise SystemExit(1)

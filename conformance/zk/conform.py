@@ -70,12 +70,13 @@ from conformance.zk.observe import IGNORED, zxid_pair
 from conformance.zk.payloads import decode_data
 from conformance.tla.labels import model_switch
 from conformance.zk.snapshot import write_snapshot
+from conformance.zk.versions import model_of
 from conformance.zk.played import (LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config,
                                    txn_create)
 from zabref.net.zkwire import ZkNotification
 
 __all__ = ["Outcome", "DECIDED", "sut_of", "seats_of", "replay_trace", "reach", "zxid_of", "sync_result", "run_traces",
-           "summary"]
+           "summary", "model_note"]
 
 #: What ZooKeeper sends that the spec does not, decided one by one: (after the SUT's step, message) -> why.
 DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLeader acknowledges UPTODATE with the "
@@ -187,8 +188,10 @@ class _Replay:
         self.pending: set[int] = set()  # played servers following the real server before it decided to lead
         self.client: Any = None  # a kazoo client of the real leader (`_client_request`)
         self.outcome = Outcome(trace_name(trace), len(trace.steps) - 1)
-        # the trace's model lets NEWLEADER leave the new epoch's proposals staged (ZooKeeper 3.9.3+, `_deferral`)
-        self.defers = model_switch(SPEC_DIR, trace.header.config, "NewLeaderDefers")
+        # the trace's model lets NEWLEADER leave the new epoch's proposals staged, and so does the real server's
+        # version (3.9.3+, `_deferral`); a version that logs them all there follows the traces that defer nothing
+        self.defers = (model_switch(SPEC_DIR, trace.header.config, "NewLeaderDefers")
+                       and model_switch(SPEC_DIR, model_of(ensemble.distribution.version), "NewLeaderDefers"))
         self.sync_open = 0  # proposals of the sync in progress sent without a COMMIT
 
     # -------------------------------------------------------------------------------------------- set-up
@@ -509,10 +512,12 @@ class _Replay:
         self.sync_open += len(tail)
 
     def _deferral(self, after: dict) -> None:
-        """Before the real follower takes NEWLEADER, in a trace of a model with `NewLeaderDefers` (cizk39): the trace
-        leaves d transactions staged, ZooKeeper 3.9.3+ the proposals its sync did not COMMIT (`sync_open`; a
-        ZooKeeper leader COMMITs there every proposal it had committed). Another d is a choice of the spec that no
-        ZooKeeper leader's sync makes a 3.9.3+ follower take: the replay stops there."""
+        """Before the real follower takes NEWLEADER, in a trace of a model with `NewLeaderDefers` (cizk39) on a
+        version that defers (3.9.3+, `model_of`): the trace leaves d transactions staged, ZooKeeper the proposals its
+        sync did not COMMIT (`sync_open`; a ZooKeeper leader COMMITs there every proposal it had committed). Another
+        d is a choice of the spec that no ZooKeeper leader's sync makes such a follower take: the replay stops
+        there. (A version that logs everything at NEWLEADER is compared as it is: a trace that defers is then a
+        departure at that step.)"""
         if not self.defers:
             return
         d = len(after["stagedHistory"][self.sut - 1])
@@ -792,6 +797,20 @@ def run_traces(paths: list[Path], version: str, work: Path, echo: Any = print, *
             echo(f"{o.verdict.upper():<8} {path.name}{f' as server {sut}' if every_seat else ''}: {o.line()}")
             out.append(o)
     return out
+
+
+def model_note(outcomes: list[Outcome], version: str) -> str | None:
+    """A line for traces of a Zab model other than ``version``'s own (`model_of`; ci's are the seed's follower):
+    their departures at a TRUNC or a NEWLEADER may be the difference between the models, decided in
+    docs/zookeeper.md, not news. None when every trace is of the version's model or of no Zab model."""
+    own = model_of(version)
+    others = sorted({o.config for o in outcomes if o.config and o.config != own and not o.config.startswith("fle")})
+    if not others:
+        return None
+    count = sum(o.config in others for o in outcomes)
+    return (f"note: ZooKeeper {version}'s follower is model {own}'s (spec/README.md, departures 11 and 12); {count} "
+            f"replay{'s' if count != 1 else ''} here {'are' if count != 1 else 'is'} of {', '.join(others)}, whose "
+            f"TRUNC and NEWLEADER differ from it (docs/zookeeper.md: a departure there may be that difference)")
 
 
 def summary(outcomes: list[Outcome], version: str) -> str:

@@ -37,11 +37,22 @@ from conformance.tla.javac import cache_root
 from conformance.zk import ZkFetchError
 
 __all__ = ["DEBIAN_VERSION", "MAVEN_VERSIONS", "SUPPORTED", "Distribution", "apt_install", "available", "cache_root",
-           "cached", "ensure_zookeeper", "fetch", "find_classpath", "install_failed", "resolve"]
+           "cached", "ensure_zookeeper", "fetch", "find_classpath", "install_failed", "model_of", "resolve"]
 
 DEBIAN_VERSION = "3.8.0"
 MAVEN_VERSIONS = tuple([f"3.8.{n}" for n in range(3, 8)] + [f"3.9.{n}" for n in range(0, 6)])
 SUPPORTED = (DEBIAN_VERSION, *MAVEN_VERSIONS)
+#: The first version whose follower persists at NEWLEADER only what its sync COMMITted (ZOOKEEPER-4394's work).
+DEFERS_FROM = (3, 9, 3)
+
+
+def model_of(version: str) -> str:
+    """The spec model whose follower is ``version``'s (spec/README.md, departures 11 and 12): every supported version
+    truncates at TRUNC (`cizk`); 3.9.3 and later also leave a sync's uncommitted proposals for UPTODATE (`cizk39`)."""
+    _check_version(version)
+    return "cizk39" if tuple(int(x) for x in version.split(".")) >= DEFERS_FROM else "cizk"
+
+
 JAR_DIRS = (Path("/usr/share/java"), Path("/usr/share/zookeeper"), Path("/usr/share/zookeeper/lib"))
 #: The dependency plugin, pinned so a fetch does the same on every machine.
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
