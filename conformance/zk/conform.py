@@ -32,7 +32,8 @@ Each step of the trace is one of three kinds:
   lagged is noted): acceptedEpoch and currentEpoch, the transactions its files hold (its newest snapshot's and the
   logged ones after it, `conformance.zk.disk.history_zxids`) against ``history``, and after a COMMIT the last zxid
   it applied (``srvr``) against ``lastCommitted``. A step that takes a message and sends nothing back gives no sign
-  of when the server has handled it, so its files must also stay in that state for `HOLD` seconds. What a follower
+  of when the server has handled it, so its files must also stay in that state for `HOLD` seconds (`HOLD_WRITES`
+  after a TRUNC or a NEWLEADER). What a follower
   sends for its clients (`CLIENT_TRAFFIC`: a session of the driver's client revalidated once the server follows)
   is noted and left out, as validation leaves it out;
 * **a step of the SUT driven from outside**: BecomeFollower (the played leader's LEADING notification and a played
@@ -104,6 +105,10 @@ REPLY_TIMEOUT = 10.0
 SETTLE = 2.0
 #: How long the files must stay in the spec's state after a step that takes a message and sends nothing back.
 HOLD = 0.15
+#: The same for the steps that change the files most (a TRUNC's truncation, NEWLEADER's writes): rare in a trace,
+#: and a loaded machine (the test command's workers) can delay those writes past `HOLD`, where the next step's state
+#: may no longer show them (a truncation at TRUNC is the spec's own by NEWLEADER in ci).
+HOLD_WRITES = 0.5
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 #: The real server's initLimit and syncLimit, in ticks of 200 ms: 5 s each, so that a loaded machine (the test
 #: command's workers beside it) does not make it give up between two steps; a LeaderTimeout with no follower waits
@@ -283,12 +288,14 @@ class _Replay:
             raise _Stop(f"{action} of the server under test is not driven yet")
         self._queue(before, after, skip_from=sut)
         # a message taken with nothing sent back: no reply says the server has handled it, so its files are also
-        # watched for `HOLD` seconds after they match (a change in that time would otherwise go unseen); so is
-        # NEWLEADER, whose ACK a follower may send before its log thread writes what the sync brought (3.8's
-        # Learner.syncWithLeader hands the proposals to the asynchronous SyncRequestProcessor, then ACKs)
+        # watched for `HOLD` seconds after they match (a change in that time would otherwise go unseen); a TRUNC and
+        # a NEWLEADER for `HOLD_WRITES`, NEWLEADER although it is answered: a follower may ACK it before its log
+        # thread writes what the sync brought (3.8's Learner.syncWithLeader hands the proposals to the asynchronous
+        # SyncRequestProcessor, then ACKs)
         silent = action in TAKES and all(len(a) <= len(b) for a, b in zip(after["msgs"][sut - 1],
                                                                            before["msgs"][sut - 1]))
-        await self._settle(action, after, HOLD if silent or action == "FollowerProcessNEWLEADER" else 0.0)
+        writes = action in ("FollowerProcessTRUNC", "FollowerProcessNEWLEADER")
+        await self._settle(action, after, HOLD_WRITES if writes else HOLD if silent else 0.0)
 
     # -------------------------------------------------------------------------------------------- the leader role
 
