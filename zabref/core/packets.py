@@ -116,7 +116,8 @@ class QuorumPacket:
     authinfo: tuple[AuthId, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "type", PacketType(self.type))
+        if type(self.type) is not PacketType:  # a number given: the member (ValueError if none)
+            object.__setattr__(self, "type", PacketType(self.type))
         if not -(1 << 63) <= self.zxid < (1 << 63):
             raise ValueError(f"zxid {self.zxid} does not fit in a signed 64-bit long")
         if self.data is not None and not isinstance(self.data, (bytes, bytearray)):

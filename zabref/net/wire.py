@@ -171,7 +171,20 @@ def encode_quorum_packet(p: QuorumPacket) -> bytes:
     return b"".join(parts)
 
 
+#: ``int type, long zxid, int data length``: a QuorumPacket's fixed head, read in one call on the common path.
+_PACKET_HEAD = struct.Struct(">iqi")
+_PACKET_TYPES = {int(t): t for t in PacketType}
+
+
 def decode_quorum_packet(body: bytes) -> QuorumPacket:
+    # The common packet (a known type, a data buffer that fits, no authinfo, nothing after) in a few calls; anything
+    # else -- every malformed body among it -- is read field by field below, which names what is wrong and where.
+    if type(body) is bytes and len(body) >= 20:
+        number, zxid, n = _PACKET_HEAD.unpack_from(body)
+        ptype = _PACKET_TYPES.get(number)
+        end = 16 + (n if n > 0 else 0)
+        if ptype is not None and n >= -1 and len(body) == end + 4 and body[end:] in _NO_AUTHINFO:
+            return QuorumPacket(ptype, zxid, None if n == -1 else body[16:end])
     r = jute.Reader(jute.bytes_like(body, "QuorumPacket"), "QuorumPacket")
     start = r.pos
     type_number = r.i32("type")
@@ -187,6 +200,10 @@ def decode_quorum_packet(body: bytes) -> QuorumPacket:
         ids.append(AuthId(r.ustring(f"authinfo[{i}].scheme"), r.ustring(f"authinfo[{i}].id")))
     r.end()
     return QuorumPacket(ptype, zxid, data, tuple(ids))
+
+
+#: The authinfo count of a packet without it: -1 (a null vector, as ZooKeeper writes it) or 0 (the same, empty).
+_NO_AUTHINFO = (jute.INT.pack(-1), jute.INT.pack(0))
 
 
 # ----------------------------------------------------------------------------------------------------------
