@@ -451,6 +451,21 @@ def test_a_trace_in_which_no_server_follows_stops_before_any_server_runs(tmp_pat
     assert not (tmp_path / "zk").exists()
 
 
+def test_a_trace_whose_model_spec_does_not_hold_is_refused_naming_the_trace(tmp_path, zk380) -> None:
+    """The driver asks the trace's model whether NEWLEADER may defer (`model_switch`): a model spec/ does not hold
+    is a clear error naming the trace, before the server under test is asked anything."""
+    from conformance.errors import SpecFormatError
+    from conformance.graph.traces import read_trace
+    from conformance.zk.conform import _Replay
+
+    trace = read_trace(REGRESSION / "sync-diff.jsonl.gz")
+    stray = dataclasses.replace(trace, header=dataclasses.replace(trace.header, config="nope"))
+    e = ZkEnsemble(tmp_path / "zk", 10000, 3)
+    with pytest.raises(SpecFormatError, match=r"trace \S+ names its model 'nope': no model 'nope'"):
+        _Replay(stray, e, 1)
+    assert _Replay(trace, e, 1).defers is False  # ci's follower logs everything at NEWLEADER
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_conform_command_replays_traces_against_zookeeper_and_exits_1_on_a_departure(tmp_path, zk380) -> None:

@@ -63,17 +63,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.errors import SpecFormatError
 from conformance.graph.traces import Trace
+from conformance.tla.labels import model_switch
 from conformance.zk import WireError
 from conformance.zk.disk import history_zxids, read_epochs
 from conformance.zk.ensemble import ZkEnsemble, four_letter
 from conformance.zk.observe import IGNORED, zxid_pair
 from conformance.zk.payloads import decode_data
-from conformance.tla.labels import model_switch
-from conformance.zk.snapshot import write_snapshot
-from conformance.zk.versions import model_of
 from conformance.zk.played import (LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config,
                                    txn_create)
+from conformance.zk.snapshot import write_snapshot
+from conformance.zk.versions import model_of
 from zabref.net.zkwire import ZkNotification
 
 __all__ = ["Outcome", "DECIDED", "sut_of", "seats_of", "replay_trace", "reach", "zxid_of", "sync_result", "run_traces",
@@ -195,8 +196,11 @@ class _Replay:
         self.outcome = Outcome(trace_name(trace), len(trace.steps) - 1)
         # the trace's model lets NEWLEADER leave the new epoch's proposals staged, and so does the real server's
         # version (3.9.3+, `_deferral`); a version that logs them all there follows the traces that defer nothing
-        self.defers = (model_switch(SPEC_DIR, trace.header.config, "NewLeaderDefers")
-                       and model_switch(SPEC_DIR, model_of(ensemble.distribution.version), "NewLeaderDefers"))
+        try:
+            self.defers = (model_switch(SPEC_DIR, trace.header.config, "NewLeaderDefers")
+                           and model_switch(SPEC_DIR, model_of(ensemble.distribution.version), "NewLeaderDefers"))
+        except SpecFormatError as e:
+            raise SpecFormatError(f"trace {trace_name(trace)} names its model {trace.header.config!r}: {e}") from None
         self.sync_open = 0  # proposals of the sync in progress sent without a COMMIT
 
     # -------------------------------------------------------------------------------------------- set-up
