@@ -90,3 +90,29 @@ def test_the_long_files_the_suite_starts_first_exist_and_come_first(request):
     files = list(dict.fromkeys(item.path.name for item in request.session.items))
     collected = [name for name in LONG_FILES if name in files]
     assert files[:len(collected)] == collected
+
+
+#: What a compiled build (mypyc) would take first: the sans-IO core and the quorum codec (docs/performance.md, "mypyc,
+#: probed"). mypyc refuses code mypy finds errors in, so these stay type-clean.
+TYPED = ("zabref/core", "zabref/net/wire.py")
+
+
+def _mypy(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy"), "--no-error-summary",
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_the_core_and_the_codec_are_type_clean(tmp_path):
+    done = _mypy(tmp_path, *TYPED)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mypy_reports_a_seeded_type_error(tmp_path):
+    """The check above can fail: the vote a handler compares may be None until the first election (election.py's
+    `_proposal` says so); read unguarded, mypy names it."""
+    source = (REPO / "zabref" / "core" / "election.py").read_text()
+    seeded = source.replace("return self._broadcast(self._proposal)", "return self._broadcast(self.proposed_vote)")
+    assert seeded != source
+    (tmp_path / "election.py").write_text(seeded)
+    done = _mypy(tmp_path, "--shadow-file", "zabref/core/election.py", str(tmp_path / "election.py"), *TYPED)
+    assert done.returncode == 1 and 'incompatible type "Vote | None"' in done.stdout, done.stdout + done.stderr

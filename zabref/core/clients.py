@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from zabref.core.effects import READ_LIMIT, Effects, EffectsBuilder, refused
+from zabref.core.effects import READ_LIMIT, Effects, EffectsBuilder, Timing, refused
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
-from zabref.core.zab import ZabState
+from zabref.core.zab import Output, ZabCore, ZabState
 
 __all__ = ["ClientRequests"]
 
@@ -24,14 +24,32 @@ __all__ = ["ClientRequests"]
 class ClientRequests:
     """The client half of `Node` (module docstring)."""
 
+    # What it uses of its node, which sets them (`zabref.core.node.Node.__init__`): declared here for the type
+    # checker only (no value: nothing at run time).
+    sid: int
+    timing: Timing
+    core: ZabCore
+    learner_conns: set[int]
+    _waiting: dict[int, list[tuple[int, float]]]
+    _waiting_zxids: list[int]
+    _forwarded: dict[int, float]
+    _pings: dict[int, list[int]]
+    _syncs: list[tuple[int, int, dict[int, int], float]]
+
+    if TYPE_CHECKING:
+        @property
+        def committed_zxid(self) -> int: ...
+
+        def _core(self, out: EffectsBuilder, output: Output, now: float, action: str | None,
+                  packet: QuorumPacket | None = None, tag: int | None = None, **params: int) -> None: ...
+
     def client_submit(self, rid: int, value: bytes, now: float) -> Effects:
         """A client's value: ClientRequest at the leader; a follower forwards it. Answered once delivered here."""
         out = EffectsBuilder()
         core = self.core
         if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
             output = core.client_request(value)
-            zxid = output.persist[0].txns[0].zxid
-            self._wait(zxid, rid, now + self.timing.submit_timeout_s)
+            self._wait(core.last_zxid, rid, now + self.timing.submit_timeout_s)  # the transaction just appended
             self._core(out, output, now, "ClientRequest", i=self.sid)
         elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
             self._forwarded[rid] = now + self.timing.submit_timeout_s

@@ -166,6 +166,18 @@ class FastLeaderElection:
         if self.sid not in self.voters:
             raise LocalProtocolError(f"server {self.sid} is not one of the voters {sorted(self.voters)}")
 
+    @property
+    def _proposal(self) -> Vote:
+        """``proposed_vote``, which every election round sets (`start_election`) before any handler runs."""
+        assert self.proposed_vote is not None, f"server {self.sid} has no proposal before its first election"
+        return self.proposed_vote
+
+    @property
+    def _own(self) -> Vote:
+        """``own_vote`` (InitVote), set with the first proposal."""
+        assert self.own_vote is not None, f"server {self.sid} has no initial vote before its first election"
+        return self.own_vote
+
     # ---- inputs ---------------------------------------------------------------------------------------------------
 
     def start_election(self, zxid: int, epoch: int) -> Step:
@@ -201,7 +213,7 @@ class FastLeaderElection:
         replaced. The caller decides when (`zabref.core.node`)."""
         if self.state is not LOOKING or self.logicalclock == 0 or self.finalizing:
             raise LocalProtocolError(f"server {self.sid} re-sends its vote only while LOOKING and not finalizing")
-        return self._broadcast(self.proposed_vote)
+        return self._broadcast(self._proposal)
 
     def receive(self, sender: int, n: Notification) -> Step:
         """The head notification of ``sender``'s channel: run the one spec action it enables."""
@@ -218,7 +230,7 @@ class FastLeaderElection:
         """
         if not (self.state is LOOKING and self.finalizing):
             raise LocalProtocolError(f"server {self.sid} is not waiting in finalize")
-        v = self.proposed_vote
+        v = self._proposal
         quorum = self._agreeing_in_round(self.recv_votes, v, self.logicalclock)
         return Step("FinalizeTimeout", (), self._decide(v, self.logicalclock, self.recv_votes, quorum))
 
@@ -232,7 +244,7 @@ class FastLeaderElection:
         """
         self._require(self._can_handle(n) and n.state is LOOKING and n.election_epoch > self.logicalclock, n)
         r, theirs = n.election_epoch, Vote.of(n)
-        v = theirs if total_order_predicate(theirs, self.own_vote) else self.own_vote
+        v = theirs if total_order_predicate(theirs, self._own) else self._own
         self.logicalclock, self.proposed_vote = r, v
         self.recv_votes = {self.sid: v.notification(LOOKING, r), sender: n}
         self.finalizing = self._quorum_in_round(v, r)
@@ -246,12 +258,12 @@ class FastLeaderElection:
         """
         self._require(self._can_handle(n) and n.state is LOOKING and n.election_epoch == self.logicalclock, n)
         r, theirs = self.logicalclock, Vote.of(n)
-        better = total_order_predicate(theirs, self.proposed_vote)
+        better = total_order_predicate(theirs, self._proposal)
         if better:
             self.proposed_vote = theirs
             self.recv_votes[self.sid] = theirs.notification(LOOKING, r)
         self.recv_votes[sender] = n
-        self.finalizing = self._quorum_in_round(self.proposed_vote, r)
+        self.finalizing = self._quorum_in_round(self._proposal, r)
         return Step("HandleSameRound", self._broadcast(theirs) if better else ())
 
     def handle_lower_round(self, sender: int, n: Notification) -> Step:
@@ -294,7 +306,7 @@ class FastLeaderElection:
         """
         self._require(
             self.state is LOOKING and self.finalizing
-            and not total_order_predicate(Vote.of(n), self.proposed_vote), n)
+            and not total_order_predicate(Vote.of(n), self._proposal), n)
         return Step("FinalizeDiscard", self._receiver_reply(sender, n))
 
     def handle_as_decided(self, sender: int, n: Notification) -> Step:
@@ -321,7 +333,7 @@ class FastLeaderElection:
             return self.handle_as_decided
         if self.logicalclock == 0:
             raise LocalProtocolError(f"server {self.sid} received a notification before start_election")
-        if self.finalizing and not total_order_predicate(Vote.of(n), self.proposed_vote):
+        if self.finalizing and not total_order_predicate(Vote.of(n), self._proposal):
             return self.finalize_discard
         if n.state is not LOOKING:
             return self.handle_from_decided
@@ -338,7 +350,7 @@ class FastLeaderElection:
     def _can_handle(self, n: Notification) -> bool:
         """Spec ``CanHandle(i, j)``: LOOKING and, while finalizing, only a better notification."""
         return self.state is LOOKING and self.logicalclock > 0 and (
-            not self.finalizing or total_order_predicate(Vote.of(n), self.proposed_vote))
+            not self.finalizing or total_order_predicate(Vote.of(n), self._proposal))
 
     def _broadcast(self, v: Vote) -> tuple[Send, ...]:
         """Spec ``Broadcast``: sendNotifications to every other voter, in sid order."""
@@ -348,7 +360,7 @@ class FastLeaderElection:
     def _receiver_reply(self, sender: int, n: Notification) -> tuple[Send, ...]:
         """Spec ``ReceiverReply``: WorkerReceiver's answer to a LOOKING sender that is behind or still looking."""
         if n.state is LOOKING and (self.state is not LOOKING or n.election_epoch < self.logicalclock):
-            return (Send(sender, self.proposed_vote.notification(self.state, self.logicalclock)),)
+            return (Send(sender, self._proposal.notification(self.state, self.logicalclock)),)
         return ()
 
     @staticmethod

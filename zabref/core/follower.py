@@ -79,8 +79,8 @@ class FollowerActions(CoreState):
             self._reject(j, packet, "LEADERINFO's zxid must be e << 32")
         try:
             payloads.decode_leaderinfo_data(packet.data)
-        except CodecError as e:
-            self._reject(j, packet, str(e))
+        except CodecError as err:
+            self._reject(j, packet, str(err))
         e = zxid_epoch(packet.zxid)
         if e < self.accepted_epoch:
             return self.go_looking()
