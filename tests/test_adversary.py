@@ -49,7 +49,9 @@ IN_FLIGHT = 32
 #: A refusal logged only for the deadline is knocked again, alone, this many times (a loaded machine).
 AGAIN = 2
 #: The line of a refusal for the admission deadline alone (`zabref.runtime.links`), with no reason found by then.
-DEADLINE_ONLY = re.compile(r"not complete within [0-9.]+ s$")
+DEADLINE_ONLY = re.compile(r"not complete within [0-9.]+ s$"
+                           # the same deadline met inside a TLS handshake (asyncio's ssl_handshake_timeout)
+                           r"|SSL handshake is taking longer than [0-9.]+ seconds: aborting the connection$")
 
 
 class LogWatch(logging.Handler):
@@ -194,7 +196,7 @@ async def _relay_and_replay(s: Settings, servers: dict[int, Server], leader: int
                             TIMEOUT + 5)
             except AssertionError:
                 break  # no line: named by the caller's check
-            if not all(re.search("not complete within", line) for line in watch.about("quorum", address, start)):
+            if not all(DEADLINE_ONLY.search(line) for line in watch.about("quorum", address, start)):
                 break
             relayed = dataclasses.replace(relayed, late=True)  # refused by the deadline alone: try again
     if not isinstance(relayed, adversary.Relayed):
