@@ -51,18 +51,29 @@ def test_every_scenario_has_one_committed_trace_with_its_reason() -> None:
         assert ENTRIES[s.name]["why"] == s.why and ENTRIES[s.name]["seed"] == s.seed
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
-def test_each_committed_trace_is_accepted_by_its_monitor_at_its_last_step_and_not_before(scenario) -> None:
-    trace = read_trace(REGRESSION_DIR / ENTRIES[scenario.name]["file"])
-    assert trace.header.criterion == "scenario" and len(trace.steps) - 1 == ENTRIES[scenario.name]["steps"]
+def _monitor(scenario: Scenario, trace) -> tuple[int | None, object]:
+    """Run ``scenario``'s monitor over ``trace``: the index of the step it accepts at (None: it never does) and its
+    memory then (or at the end)."""
     memory = None
     for before, step in zip(trace.steps, trace.steps[1:]):
         nxt = scenario.step(memory, before.state, step.action, step.params, step.state)
         if nxt == ACCEPT:
-            assert step is trace.steps[-1], f"accepted early, at step {step.index}"
-            return
+            return step.index, memory
         memory = memory if nxt is None else nxt
-    pytest.fail(f"{scenario.name}: its monitor never accepts the committed trace")
+    return None, memory
+
+
+def _accepted_at_its_last_step(scenario: Scenario, trace) -> None:
+    at, _ = _monitor(scenario, trace)
+    assert at is not None, f"{scenario.name}: its monitor never accepts the committed trace"
+    assert at == trace.steps[-1].index, f"accepted early, at step {at}"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_each_committed_trace_is_accepted_by_its_monitor_at_its_last_step_and_not_before(scenario) -> None:
+    trace = read_trace(REGRESSION_DIR / ENTRIES[scenario.name]["file"])
+    assert trace.header.criterion == "scenario" and len(trace.steps) - 1 == ENTRIES[scenario.name]["steps"]
+    _accepted_at_its_last_step(scenario, trace)
 
 
 def test_the_zookeeper_traces_are_ci_scenarios_and_the_models_own_each_accepted_at_its_last_step() -> None:
@@ -75,16 +86,7 @@ def test_the_zookeeper_traces_are_ci_scenarios_and_the_models_own_each_accepted_
                                                        + [s.name for s in own])
     assert {e["config"] for e in manifest["traces"]} == {"cizk39"}
     for scenario in own:
-        trace = read_trace(ZOOKEEPER_DIR / entries[scenario.name]["file"])
-        memory = None
-        for before, step in zip(trace.steps, trace.steps[1:]):
-            nxt = scenario.step(memory, before.state, step.action, step.params, step.state)
-            if nxt == ACCEPT:
-                assert step is trace.steps[-1], f"accepted early, at step {step.index}"
-                break
-            memory = memory if nxt is None else nxt
-        else:
-            pytest.fail(f"{scenario.name}: its monitor never accepts the committed trace")
+        _accepted_at_its_last_step(scenario, read_trace(ZOOKEEPER_DIR / entries[scenario.name]["file"]))
     # what the deferral looks like in the trace: NEWLEADER leaves one staged, a PROPOSAL joins it, UPTODATE logs both
     trace = read_trace(ZOOKEEPER_DIR / "sync-newleader-defers-then-proposal.jsonl.gz")
     staged = [len(s.state["stagedHistory"][s.params["i"] - 1]) for s in trace.steps[1:]
@@ -96,13 +98,7 @@ def test_the_zookeeper_traces_are_ci_scenarios_and_the_models_own_each_accepted_
 def test_the_deferral_monitor_refuses_a_newleader_that_logs_everything() -> None:
     """The monitor can fail: sync-diff of the committed ci traces (NEWLEADER logs the proposal) is never accepted."""
     scenario = next(s for s in ZOOKEEPER_SCENARIOS if s.name == "sync-newleader-defers")
-    trace = read_trace(REGRESSION_DIR / "sync-diff.jsonl.gz")
-    memory = None
-    for before, step in zip(trace.steps, trace.steps[1:]):
-        nxt = scenario.step(memory, before.state, step.action, step.params, step.state)
-        assert nxt != ACCEPT, step.index
-        memory = memory if nxt is None else nxt
-    assert memory is None
+    assert _monitor(scenario, read_trace(REGRESSION_DIR / "sync-diff.jsonl.gz")) == (None, None)
 
 
 @pytest.mark.slow
