@@ -512,7 +512,7 @@ class _Replay:
         acknowledges, the outstanding ones. ``state``: the spec's state when the leader sent the SNAP."""
         assert self.quorum is not None
         broadcast = state["zabState"][leader - 1] == "BROADCAST"
-        cut = min(state["lastCommitted"][leader - 1], len(history)) if broadcast else len(history)
+        cut = _applied(state, leader, len(history))
         head, tail = history[:cut], history[cut:]
         last = zxid_of(head[-1]["zxid"]) if head else 0
         self.quorum.send("SNAP", max(last, state["currentEpoch"][leader - 1] << 32) if broadcast else last)
@@ -692,17 +692,22 @@ def _proposal_data(zxid: list[int], value: Any) -> bytes:
     return txn_create(zxid_of(zxid), _node(zxid), str(value).encode(), time_ms=int(time.time() * 1000))
 
 
+def _applied(state: dict, leader: int, length: int) -> int:
+    """How many of the first ``length`` transactions of the spec's ``leader``'s history a ZooKeeper leader in its
+    place has applied: in broadcast, what the spec's leader delivered; before its NEWLEADER quorum, all it loaded
+    (the spec's leader commits its whole history at that quorum)."""
+    if state["zabState"][leader - 1] != "BROADCAST":
+        return length
+    return min(state["lastCommitted"][leader - 1], length)
+
+
 def _mark_commits(added: list[dict[str, Any]], after: dict, leader: int) -> list[dict[str, Any]]:
     """A played leader's synchronization (a DIFF, TRUNC or SNAP, PROPOSALs, NEWLEADER) with each PROPOSAL marked
     ``commit``: whether ZooKeeper's leader sends it with a COMMIT (`LearnerHandler.syncFollower`: the proposals of
-    its committedLog, PROPOSAL and COMMIT each, then its outstanding ones alone). In broadcast those are the ones the
-    spec's leader has delivered; before its NEWLEADER quorum every one (a ZooKeeper leader has applied everything it
-    loaded, and the spec's commits its whole history at that quorum). ``after``: the spec's state once the leader
-    queued them."""
-    i = leader - 1
-    history = after["history"][i]
-    done = (min(after["lastCommitted"][i], len(history)) if after["zabState"][i] == "BROADCAST" else len(history))
-    committed = {tuple(t["zxid"]) for t in history[:done]}
+    its committedLog, PROPOSAL and COMMIT each, then its outstanding ones alone): the transactions it has applied
+    (`_applied`). ``after``: the spec's state once the leader queued them."""
+    history = after["history"][leader - 1]
+    committed = {tuple(t["zxid"]) for t in history[:_applied(after, leader, len(history))]}
     return [{**m, "commit": tuple(m["zxid"]) in committed} if m["type"] == "PROPOSAL" else m for m in added]
 
 
