@@ -132,12 +132,12 @@ def test_a_played_proposal_is_a_transaction_zookeepers_decoder_reads() -> None:
 REGRESSION = Path(__file__).resolve().parent.parent / "traces" / "regression"
 
 
-def _replay(trace, tmp_path, sut: int | None = None):
+def _replay(trace, tmp_path, sut: int | None = None, distribution=None):
     from conformance.zk.conform import replay_trace
 
     base = find_free_base_port(3)
     try:
-        return replay_trace(trace, tmp_path / "zk", base, sut=sut)
+        return replay_trace(trace, tmp_path / "zk", base, sut=sut, distribution=distribution)
     finally:
         release_base_port(base)
 
@@ -239,33 +239,25 @@ def test_a_39_follower_logs_the_uncommitted_proposals_of_its_sync_at_uptodate_as
     no ZooKeeper leader makes a 3.9.3+ follower take: the replay stops there; 3.8.0 follows it."""
     from conformance.graph.traces import read_trace
     from conformance.replay.regress import ZOOKEEPER_DIR
-    from conformance.zk.conform import replay_trace
-
-    def replay(trace, folder: Path, sut: int | None = None, distribution=None):
-        base = find_free_base_port(3)
-        try:
-            return replay_trace(trace, folder, base, sut=sut, distribution=distribution)
-        finally:
-            release_base_port(base)
 
     defers = read_trace(ZOOKEEPER_DIR / "sync-newleader-defers.jsonl.gz")
     seat = _deferring_seat(defers)
-    o = replay(defers, tmp_path / "a", seat, zk395)
+    o = _replay(defers, tmp_path / "a", seat, zk395)
     assert (o.verdict, o.done) == ("followed", len(defers.steps) - 1), o.line()
     behind = read_trace(ZOOKEEPER_DIR / "sync-newleader-defers-then-proposal.jsonl.gz")
-    o = replay(behind, tmp_path / "b", _deferring_seat(behind), zk395)
+    o = _replay(behind, tmp_path / "b", _deferring_seat(behind), zk395)
     assert (o.verdict, o.done) == ("followed", len(behind.steps) - 1), o.line()
-    o = replay(defers, tmp_path / "c", seat)  # Debian's 3.8.0
+    o = _replay(defers, tmp_path / "c", seat)  # Debian's 3.8.0
     assert (o.verdict, o.action) == ("departed", "FollowerProcessNEWLEADER"), o.line()
     assert "the spec's history []" in o.why and "the files hold ['0x100000001']" in o.why, o.line()
-    o = replay(read_trace(REGRESSION / "sync-diff.jsonl.gz"), tmp_path / "d", None, zk395)
+    o = _replay(read_trace(REGRESSION / "sync-diff.jsonl.gz"), tmp_path / "d", None, zk395)
     assert (o.verdict, o.action) == ("departed", "FollowerProcessNEWLEADER"), o.line()
     assert "the files hold ['0x100000001'], the spec's history ['0x100000001', '0x100000002']" in o.why, o.line()
     no_deferral = read_trace(ZOOKEEPER_DIR / "sync-diff.jsonl.gz")
-    o = replay(no_deferral, tmp_path / "e", None, zk395)
+    o = _replay(no_deferral, tmp_path / "e", None, zk395)
     assert (o.verdict, o.action) == ("stopped", "FollowerProcessNEWLEADER"), o.line()
     assert "leaves 0 transaction(s) staged; a ZooKeeper leader's sync leaves a 3.9.3+ follower 1" in o.why
-    o = replay(no_deferral, tmp_path / "f")  # 3.8.0 logs it at NEWLEADER, as this trace does: followed
+    o = _replay(no_deferral, tmp_path / "f")  # 3.8.0 logs it at NEWLEADER, as this trace does: followed
     assert (o.verdict, o.done) == ("followed", len(no_deferral.steps) - 1), o.line()
 
 
