@@ -224,14 +224,22 @@ def write_labeled_model(spec_dir: Path, config: str, out_dir: Path) -> tuple[Pat
     return tla, cfg
 
 
+def _override(cfg_text: str, mc: Path, name: str) -> str | None:
+    """The right-hand side of the definition a model substitutes for ``name`` (its cfg's ``name <- Def``, and
+    ``Def == ...`` in its MC module ``mc``), or None when it substitutes none."""
+    sub = re.search(rf"^\s*{re.escape(name)}\s*<-\s*([A-Za-z]\w*)\s*$", cfg_text, re.M)
+    if not sub:
+        return None
+    d = re.search(rf"^{sub.group(1)}\s*==\s*(.*?)\s*$", mc.read_text(encoding="utf-8"), re.M)
+    return d.group(1) if d else None
+
+
 def server_count(spec_dir: Path, config: str, cfg_text: str, cfg_path: Path) -> int:
     """N for a model that sets `Server <- Def` with `Def == 1..K` in its MC module instead of a constant N."""
-    sub = re.search(r"^\s*Server\s*<-\s*([A-Za-z]\w*)\s*$", cfg_text, re.M)
     mc = Path(spec_dir) / f"MC_{config}.tla"
-    if sub:
-        m = re.search(rf"^{sub.group(1)}\s*==\s*1\s*\.\.\s*(\d+)\s*$", mc.read_text(encoding="utf-8"), re.M)
-        if m:
-            return int(m.group(1))
+    m = re.fullmatch(r"1\s*\.\.\s*(\d+)", _override(cfg_text, mc, "Server") or "")
+    if m:
+        return int(m.group(1))
     raise SpecFormatError(f"{cfg_path}: neither a constant N nor 'Server <- Def' with 'Def == 1..K' in {mc.name}")
 
 
@@ -242,10 +250,7 @@ def model_switch(spec_dir: Path, config: str, name: str) -> bool:
     cfg_path, mc = Path(spec_dir) / f"MC_{config}.cfg", Path(spec_dir) / f"MC_{config}.tla"
     if not cfg_path.is_file() or not mc.is_file():
         raise SpecFormatError(f"no model {config!r}: {cfg_path} and {mc.name} are not both there")
-    sub = re.search(rf"^\s*{re.escape(name)}\s*<-\s*([A-Za-z]\w*)\s*$", cfg_path.read_text(encoding="utf-8"), re.M)
-    if not sub:
-        return False
-    return bool(re.search(rf"^{sub.group(1)}\s*==\s*TRUE\s*$", mc.read_text(encoding="utf-8"), re.M))
+    return _override(cfg_path.read_text(encoding="utf-8"), mc, name) == "TRUE"
 
 
 def config_module_base(spec_dir: Path, config: str) -> str:
