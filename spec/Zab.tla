@@ -760,7 +760,8 @@ TypeOK ==
     /\ \A l, f \in Server : ackIndex[l][f] \in 0 .. Len(history[l])
     /\ \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
           msgs[a][b][k].type \in {"FOLLOWERINFO", "LEADERINFO", "ACKEPOCH", "DIFF", "TRUNC", "SNAP",
-                                  "NEWLEADER", "ACK", "UPTODATE", "PROPOSAL", "COMMIT"}
+                                  "NEWLEADER", "ACK", "UPTODATE", "PROPOSAL", "COMMIT",
+                                  "REQUEST", "SYNC"}  \* REQUEST, SYNC: ZabSync.tla
           /\ msgs[a][b][k].zxid \in Zxids
     /\ proposed \subseteq Txns
     /\ committed \in Seq(Txns)

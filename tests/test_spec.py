@@ -18,6 +18,9 @@ from conformance.tla.tools import Outcome, run_sany, run_tlc
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 # Recorded in spec/README.md; a change to the spec that changes these must update both.
 TINY_DISTINCT_STATES = 14496
+TINYSYNC_DISTINCT_STATES = 75457
+#: ZabSync.tla's actions (spec/README.md, "Reads: REQUEST, SYNC, PING").
+SYNC_ACTIONS = ("ClientSync", "LeaderProcessREQUEST", "LeaderSendSYNC", "FollowerProcessSYNC")
 
 
 def test_sany_parses_every_module(tla):
@@ -136,6 +139,43 @@ def test_the_zookeeper_39_model_passes_every_check_on_more_states_than_cizk(tla,
     result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
     assert result.outcome is Outcome.OK, result.message
     assert result.distinct_states > 264_746
+
+
+@pytest.mark.parametrize("sync, base", [("tinysync", "tiny"), ("cisync", "ci")])
+def test_a_sync_model_is_its_base_with_syncs_and_the_read_checks(sync, base):
+    """The sync models change nothing of their base but one sync under way, ZabSync's Init/Next, and the checks:
+    NoHiddenDeadlock over SyncNext, and the three checks of the reads."""
+    cfg, base_cfg = ((SPEC / f"MC_{name}.cfg").read_text() for name in (sync, base))
+    assert read_constants(cfg) == {**read_constants(base_cfg), "MaxSyncs": 1}
+    assert re.search(r"^INIT SyncInit$", cfg, re.M) and re.search(r"^NEXT SyncNext$", cfg, re.M)
+    invariants, properties = model_checks(cfg)
+    base_invariants, base_properties = model_checks(base_cfg)
+    assert properties == base_properties
+    assert invariants == [("Sync" + name if name == "NoHiddenDeadlock" else name) for name in base_invariants] + [
+        "SyncTypeOK", "SyncSeesCommitted", "SyncFlushesChannel"]
+    assert "EXTENDS ZabSync" in (SPEC / f"MC_{sync}.tla").read_text()
+
+
+def test_tinysync_passes_every_check_and_takes_every_sync_action(tla, tmp_path):
+    """ZabSync.tla on tiny's bounds: every check holds, with the recorded state count, and each of its four actions
+    is taken (LeaderSendSYNC only when a sync waited for an outstanding proposal)."""
+    model = prepare(SPEC, "tinysync", tmp_path, labels=False)
+    result = run_tlc(model.module, model.cfg, workers=2, coverage=True, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
+    assert result.distinct_states == TINYSYNC_DISTINCT_STATES
+    taken = coverage_by_action(result)
+    for action in SYNC_ACTIONS:
+        assert taken.get(action, (0, 0))[1] > 0, (action, taken)
+
+
+@pytest.mark.long
+def test_cisync_passes_every_check(tla, tmp_path):
+    """cisync (spec/README.md's models table: 2,175,345 states, about 15 minutes on two cores) holds every check of ci
+    and the reads'."""
+    model = prepare(SPEC, "cisync", tmp_path, labels=False)
+    result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
+    assert result.distinct_states == 2_175_345
 
 
 @pytest.mark.slow

@@ -1,0 +1,176 @@
+------------------------------- MODULE ZabSync -------------------------------
+(***************************************************************************)
+(* What ZooKeeper's quorum connections carry beyond broadcast, for reads:  *)
+(* a client's sync at a follower, forwarded to the leader as a REQUEST     *)
+(* (packet 1) and answered with SYNC (packet 7), and the read guarantees   *)
+(* it buys (ZooKeeper's programmer's guide: a client that must see what    *)
+(* another wrote calls sync before it reads; its API: sync "flushes the    *)
+(* channel between process and leader").                                   *)
+(*                                                                         *)
+(* ZooKeeper 3.8/3.9 (its released source, read: LearnerHandler,          *)
+(* Leader.processSync): the follower's FollowerRequestProcessor forwards   *)
+(* the sync as REQUEST; the leader answers at once when no proposal is     *)
+(* outstanding, else it keeps the sync in pendingSyncs under its last      *)
+(* proposed zxid and answers once that zxid is committed, after the       *)
+(* COMMIT; the follower completes the client's sync when it takes SYNC,    *)
+(* behind every COMMIT the leader sent before it (one FIFO connection).    *)
+(* Here every sync waits in pendingSyncs, for nothing when nothing is      *)
+(* outstanding, and LeaderSendSYNC answers it: ZooKeeper's "at once" is    *)
+(* the two steps back to back, and a leader that first confirms it still  *)
+(* leads (zabref) takes the second later.                                  *)
+(*                                                                         *)
+(* This module extends Zab.tla and changes none of its actions.  A sync   *)
+(* adds packets to msgs (as every packet, the one at the head of a channel *)
+(* is taken before those behind it) and one leader variable, pendingSyncs; *)
+(* while no sync is under way, SyncNext's steps are Next's or ClientSync.  *)
+(* Writes forwarded as REQUEST are not modelled apart: their effect on     *)
+(* Zab's state is the leader's ClientRequest.  PING is not modelled        *)
+(* either: it carries no Zab state, and what its absence means (a timeout) *)
+(* is FollowerTimeout and LeaderTimeout (spec/README.md, "Reads: REQUEST,  *)
+(* SYNC, PING").                                                           *)
+(***************************************************************************)
+EXTENDS Zab
+
+CONSTANT
+    MaxSyncs    \* bound: ClientSync is enabled while fewer than MaxSyncs syncs are under way
+
+ASSUME MaxSyncs \in Nat
+
+VARIABLE
+    \* ---- leader, volatile ----
+    pendingSyncs      \* pendingSyncs[l]: syncs l took and has not answered, oldest first:
+                      \* [learner, point (it waits for history[l][1..point] to be committed), ghost]
+
+syncVars == <<vars, pendingSyncs>>
+
+\* The checking-only part of a sync (ZooKeeper's REQUEST carries the client's request, its SYNC nothing): REQUEST's
+\* data is `mark`, how many transactions were committed anywhere (Len(committed)) when the client issued the sync;
+\* SYNC's data is the ghost [mark, seen], `seen` the last zxid the leader had proposed when the sync reached it.
+\* No action reads them but to pass them on; the invariants below do.
+IsSyncPacket(m) == m.type \in {"REQUEST", "SYNC"}
+\* The syncs on their way between p[1] and p[2] (REQUEST or SYNC in flight), and, for p[1] = p[2], those
+\* waiting at p[1].
+SyncsAt(p) == Len(SelectSeq(msgs[p[1]][p[2]], IsSyncPacket)) + IF p[1] = p[2] THEN Len(pendingSyncs[p[1]]) ELSE 0
+RECURSIVE SyncsIn(_)
+SyncsIn(S) == IF S = {} THEN 0 ELSE LET p == CHOOSE p \in S : TRUE IN SyncsAt(p) + SyncsIn(S \ {p})
+SyncsUnderWay == SyncsIn(Server \X Server)
+
+SyncInit == Init /\ pendingSyncs = [s \in Server |-> <<>>]
+
+(***************************************************************************)
+(* A client of follower i issues a sync: i forwards it to its leader as    *)
+(* REQUEST (ZooKeeper's FollowerRequestProcessor).  Only a follower in     *)
+(* broadcast serves clients, and only on a connection its leader still     *)
+(* holds open: a packet on a closed connection reaches nobody (a follower  *)
+(* whose leader gave up and came back, leading again, is not its learner). *)
+(***************************************************************************)
+ClientSync(i) ==
+    /\ state[i] = FOLLOWING /\ zabState[i] = BROADCAST
+    /\ LeaderConnected(i)
+    /\ SyncsUnderWay < MaxSyncs
+    /\ msgs' = Send(msgs, i, leader[i], Packet("REQUEST", <<0, 0>>, Len(committed)))
+    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults, pendingSyncs>>
+
+(***************************************************************************)
+(* Leader i takes a sync REQUEST from learner j (Leader.processSync): the  *)
+(* sync waits until everything i has proposed so far is committed.         *)
+(***************************************************************************)
+LeaderProcessREQUEST(i, j) ==
+    /\ state[i] = LEADING /\ zabState[i] = BROADCAST
+    /\ HasPacket(j, i, "REQUEST")
+    /\ msgs' = Discard(msgs, j, i)
+    /\ pendingSyncs' = [pendingSyncs EXCEPT ![i] =
+                           Append(@, [learner |-> j, point |-> Len(history[i]),
+                                      ghost |-> [mark |-> Head(msgs[j][i]).data, seen |-> LastZxid(history[i])]])]
+    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
+
+(***************************************************************************)
+(* Leader i answers its oldest waiting sync once what it waited for is     *)
+(* committed: ZooKeeper at once when nothing was outstanding, else right   *)
+(* after that COMMIT, in the same call (both are interleavings of this     *)
+(* step).                                                                  *)
+(***************************************************************************)
+LeaderSendSYNC(i) ==
+    /\ state[i] = LEADING
+    /\ pendingSyncs[i] /= <<>>
+    /\ Head(pendingSyncs[i]).point <= lastCommitted[i]
+    /\ LET p == Head(pendingSyncs[i])
+       IN  msgs' = Send(msgs, i, p.learner, Packet("SYNC", <<0, 0>>, p.ghost))
+    /\ pendingSyncs' = [pendingSyncs EXCEPT ![i] = Tail(@)]
+    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
+
+\* Follower i takes SYNC from its leader: the client's sync completes, and its next read is served from what i
+\* has delivered now (every COMMIT sent before the SYNC was taken before it).
+FollowerProcessSYNC(i, j) ==
+    /\ state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = BROADCAST
+    /\ HasPacket(j, i, "SYNC")
+    /\ msgs' = Discard(msgs, j, i)
+    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults, pendingSyncs>>
+
+(***************************************************************************)
+(* Every step of Zab.tla, with the waiting syncs of a leader that stopped  *)
+(* leading, or of a learner whose connection closed, dropped with it (the  *)
+(* client's connection to that follower sees the sync fail).               *)
+(***************************************************************************)
+ZabStep ==
+    /\ Next
+    /\ pendingSyncs' = [l \in Server |->
+                           IF state'[l] = LEADING
+                           THEN SelectSeq(pendingSyncs[l], LAMBDA p : learnerPhase'[l][p.learner] /= "NONE")
+                           ELSE <<>>]
+
+\* Keep every disjunct in the form "\E params \in Domain : Action(params)" (Zab.tla's Next says why).
+SyncNext ==
+    \/ ZabStep
+    \/ \E i \in Server : ClientSync(i)
+    \/ \E i, j \in Server : LeaderProcessREQUEST(i, j)
+    \/ \E i \in Server : LeaderSendSYNC(i)
+    \/ \E i, j \in Server : FollowerProcessSYNC(i, j)
+
+SyncSpec == SyncInit /\ [][SyncNext]_syncVars
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* The read guarantees, checked when a SYNC reaches the head of the        *)
+(* follower's connection from its leader (the follower's next step there   *)
+(* takes it, and until then nothing else on that connection can add to     *)
+(* what it delivered).                                                     *)
+(*                                                                         *)
+(* SyncSeesCommitted: the follower has delivered every transaction         *)
+(* committed anywhere before its client issued the sync (a read after sync *)
+(* sees every write that completed before the sync began).  Delivered(f)   *)
+(* is a prefix of `committed` (TotalOrder), so its length says it all.      *)
+(*                                                                         *)
+(* SyncFlushesChannel: the follower has delivered everything its leader    *)
+(* had proposed when the sync reached it (ZooKeeper's API: sync "flushes   *)
+(* the channel between process and leader"), so a client's own earlier     *)
+(* writes, forwarded on the same connection ahead of the sync, are read    *)
+(* back.  This is what the leader's wait for outstanding proposals buys;   *)
+(* SyncSeesCommitted alone does not tell a leader that answers at once     *)
+(* apart (spec/README.md, "Reads: REQUEST, SYNC, PING").                   *)
+(***************************************************************************)
+SyncAtHead(f, j) == state[f] = FOLLOWING /\ leader[f] = j /\ HasPacket(j, f, "SYNC")
+
+SyncSeesCommitted ==
+    \A f, j \in Server : SyncAtHead(f, j) => Len(Delivered(f)) >= Head(msgs[j][f]).data.mark
+
+SyncFlushesChannel ==
+    \A f, j \in Server : SyncAtHead(f, j) =>
+        LET seen == Head(msgs[j][f]).data.seen
+        IN  seen = <<0, 0>> \/ IndexOf(Delivered(f), seen) > 0
+
+SyncTypeOK ==
+    /\ \A l \in Server : \A k \in 1 .. Len(pendingSyncs[l]) :
+          /\ pendingSyncs[l][k].learner \in Server
+          /\ pendingSyncs[l][k].point \in 0 .. Len(history[l])
+          /\ pendingSyncs[l][k].ghost \in [mark : 0 .. MaxTxns, seen : Zxids]
+    /\ \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
+          /\ msgs[a][b][k].type = "REQUEST" => msgs[a][b][k].data \in 0 .. MaxTxns
+          /\ msgs[a][b][k].type = "SYNC" => msgs[a][b][k].data \in [mark : 0 .. MaxTxns, seen : Zxids]
+
+\* Zab.tla's NoHiddenDeadlock over SyncNext: a state with no step enabled is one the bounds explain, with no
+\* sync left waiting.
+SyncNoHiddenDeadlock ==
+    (ENABLED SyncNext) \/ (BoundsStopProgress /\ \A l \in Server : pendingSyncs[l] = <<>>)
+
+=============================================================================
