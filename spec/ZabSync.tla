@@ -16,8 +16,9 @@
 (* behind every COMMIT the leader sent before it (one FIFO connection).    *)
 (* Here every sync waits in pendingSyncs, for nothing when nothing is      *)
 (* outstanding, and LeaderSendSYNC answers it: ZooKeeper's "at once" is    *)
-(* the two steps back to back, and a leader that first confirms it still  *)
-(* leads (zabref) takes the second later.                                  *)
+(* the two steps back to back.  With SyncConfirms (zabref's leader), a     *)
+(* sync is answered only once a quorum has confirmed, after it arrived,    *)
+(* that the leader still leads (LeaderConfirmSYNC).                        *)
 (*                                                                         *)
 (* This module extends Zab.tla and changes none of its actions.  A sync   *)
 (* adds packets to msgs (as every packet, the one at the head of a channel *)
@@ -39,9 +40,16 @@ ASSUME MaxSyncs \in Nat
 VARIABLE
     \* ---- leader, volatile ----
     pendingSyncs      \* pendingSyncs[l]: syncs l took and has not answered, oldest first:
-                      \* [learner, point (it waits for history[l][1..point] to be committed), ghost]
+                      \* [learner, point (it waits for history[l][1..point] to be committed), confirmed
+                      \* (SyncConfirms: the learners that confirmed l still leads since it arrived), ghost]
 
 syncVars == <<vars, pendingSyncs>>
+
+\* zabref's leader confirms that it still leads before it answers a sync: each learner that answers a PING sent
+\* after the sync arrived confirms it, and it answers once a quorum has, itself counted (Raft's ReadIndex);
+\* ZooKeeper's leader does not (spec/README.md, "Reads": a deposed leader). A switch, like Zab.tla's TruncAtOnce:
+\* FALSE is ZooKeeper.
+SyncConfirms == FALSE
 
 \* The checking-only part of a sync (ZooKeeper's REQUEST carries the client's request, its SYNC nothing): REQUEST's
 \* data is `mark`, how many transactions were committed anywhere (Len(committed)) when the client issued the sync;
@@ -80,7 +88,7 @@ LeaderProcessREQUEST(i, j) ==
     /\ HasPacket(j, i, "REQUEST")
     /\ msgs' = Discard(msgs, j, i)
     /\ pendingSyncs' = [pendingSyncs EXCEPT ![i] =
-                           Append(@, [learner |-> j, point |-> Len(history[i]),
+                           Append(@, [learner |-> j, point |-> Len(history[i]), confirmed |-> {},
                                       ghost |-> [mark |-> Head(msgs[j][i]).data, seen |-> LastZxid(history[i])]])]
     /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
 
@@ -94,10 +102,27 @@ LeaderSendSYNC(i) ==
     /\ state[i] = LEADING
     /\ pendingSyncs[i] /= <<>>
     /\ Head(pendingSyncs[i]).point <= lastCommitted[i]
+    /\ SyncConfirms => IsQuorum({i} \cup Head(pendingSyncs[i]).confirmed)
     /\ LET p == Head(pendingSyncs[i])
        IN  msgs' = Send(msgs, i, p.learner, Packet("SYNC", <<0, 0>>, p.ghost))
     /\ pendingSyncs' = [pendingSyncs EXCEPT ![i] = Tail(@)]
     /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
+
+(***************************************************************************)
+(* With SyncConfirms: follower f answers a PING of leader i while it still *)
+(* follows i in broadcast, so every sync i holds now (all arrived before   *)
+(* that PING was sent) counts f as a confirmation.  The PING round itself  *)
+(* changes nothing else and is not modelled (spec/README.md, "Reads").     *)
+(***************************************************************************)
+LeaderConfirmSYNC(i, f) ==
+    /\ SyncConfirms
+    /\ state[i] = LEADING /\ state[f] = FOLLOWING /\ leader[f] = i /\ zabState[f] = BROADCAST
+    /\ learnerPhase[i][f] /= "NONE"
+    /\ \E k \in 1 .. Len(pendingSyncs[i]) : f \notin pendingSyncs[i][k].confirmed
+    /\ LET waiting == pendingSyncs[i]
+       IN  pendingSyncs' = [pendingSyncs EXCEPT ![i] =
+                               [k \in 1 .. Len(waiting) |-> [waiting[k] EXCEPT !.confirmed = @ \cup {f}]]]
+    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, msgs, checkVars, faults>>
 
 \* Follower i takes SYNC from its leader: the client's sync completes, and its next read is served from what i
 \* has delivered now (every COMMIT sent before the SYNC was taken before it).
@@ -124,6 +149,7 @@ SyncNext ==
     \/ ZabStep
     \/ \E i \in Server : ClientSync(i)
     \/ \E i, j \in Server : LeaderProcessREQUEST(i, j)
+    \/ \E i, j \in Server : LeaderConfirmSYNC(i, j)
     \/ \E i \in Server : LeaderSendSYNC(i)
     \/ \E i, j \in Server : FollowerProcessSYNC(i, j)
 
@@ -163,6 +189,7 @@ SyncTypeOK ==
     /\ \A l \in Server : \A k \in 1 .. Len(pendingSyncs[l]) :
           /\ pendingSyncs[l][k].learner \in Server
           /\ pendingSyncs[l][k].point \in 0 .. Len(history[l])
+          /\ pendingSyncs[l][k].confirmed \subseteq Server \ {l}
           /\ pendingSyncs[l][k].ghost \in [mark : 0 .. MaxTxns, seen : Zxids]
     /\ \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
           /\ msgs[a][b][k].type = "REQUEST" => msgs[a][b][k].data \in 0 .. MaxTxns

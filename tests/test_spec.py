@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conformance.tla.check import coverage_by_action
-from conformance.tla.labels import decode_label, encode_label, instances, read_constants, read_next
+from conformance.tla.labels import decode_label, encode_label, instances, model_switch, read_constants, read_next
 from conformance.tla.modelconfig import prepare
 from conformance.tla.mutations import model_checks
 from conformance.tla.tools import Outcome, run_sany, run_tlc
@@ -120,7 +120,6 @@ def test_the_zookeeper_39_model_is_cizk_with_newleader_deferring():
 def test_a_models_switches_are_read_from_its_cfg_and_module(tmp_path):
     """`model_switch`: what the ZooKeeper driver asks of a trace's model (conformance/zk/conform.py, `_deferral`)."""
     from conformance.errors import SpecFormatError
-    from conformance.tla.labels import model_switch
 
     assert [model_switch(SPEC, c, "NewLeaderDefers") for c in ("ci", "cizk", "cizk39")] == [False, False, True]
     assert [model_switch(SPEC, c, "TruncAtOnce") for c in ("ci", "cizk", "cizk39")] == [False, True, True]
@@ -166,6 +165,46 @@ def test_tinysync_passes_every_check_and_takes_every_sync_action(tla, tmp_path):
     taken = coverage_by_action(result)
     for action in SYNC_ACTIONS:
         assert taken.get(action, (0, 0))[1] > 0, (action, taken)
+
+
+def test_tinyconfirm_is_tinysync_with_zabrefs_confirmation_and_passes_every_check(tla, tmp_path):
+    """SyncConfirms on (zabref's leader answers a sync once a quorum confirmed it still leads): the checks of
+    tinysync hold, and the confirmation is taken."""
+    assert model_switch(SPEC, "tinyconfirm", "SyncConfirms") and not model_switch(SPEC, "tinysync", "SyncConfirms")
+    assert read_constants((SPEC / "MC_tinyconfirm.cfg").read_text()) == read_constants(
+        (SPEC / "MC_tinysync.cfg").read_text())
+    assert model_checks((SPEC / "MC_tinyconfirm.cfg").read_text()) == model_checks(
+        (SPEC / "MC_tinysync.cfg").read_text())
+    model = prepare(SPEC, "tinyconfirm", tmp_path, labels=False)
+    result = run_tlc(model.module, model.cfg, workers=2, coverage=True, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
+    assert result.distinct_states > TINYSYNC_DISTINCT_STATES
+    assert coverage_by_action(result).get("LeaderConfirmSYNC", (0, 0))[1] > 0
+
+
+def _sync_scenario(state: dict[str, str]) -> tuple[list[str], list[int]]:
+    """(state, leader) of every server in a counterexample state's variables, parsed from TLC's text."""
+    states = re.findall(r'"(\w+)"', state["state"])
+    leaders = [int(x) for x in re.findall(r"\d+", state["leader"])]
+    return states, leaders
+
+
+@pytest.mark.long
+def test_zookeepers_sync_with_five_servers_misses_a_commit_of_a_new_leader_and_zabrefs_confirmation_does_not(
+        tla, tmp_path):
+    """fivesync (ZooKeeper's sync: no leadership check) fails SyncSeesCommitted: a leader left with one follower
+    answers its sync after three other servers elected a new leader that committed. fiveconfirm, the same search
+    with SyncConfirms (zabref's leader), passes (spec/README.md, "Reads": a deposed leader)."""
+    model = prepare(SPEC, "fivesync", tmp_path / "zk", labels=False)
+    result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.INVARIANT_VIOLATED and result.violated == "SyncSeesCommitted", result.message
+    states, leaders = _sync_scenario(dict(result.trace[-1].variables))
+    assert states.count("LEADING") == 2  # the deposed leader still leads, beside the new one
+    deposed = next(s for s in range(1, 6) if states[s - 1] == "LEADING" and leaders.count(s) == 2)  # itself + one
+    assert sum(1 for s in range(1, 6) if states[s - 1] == "FOLLOWING" and leaders[s - 1] == deposed) == 1
+    model = prepare(SPEC, "fiveconfirm", tmp_path / "zabref", labels=False)
+    result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
 
 
 @pytest.mark.long
