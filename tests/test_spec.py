@@ -194,19 +194,24 @@ def _sync_scenario(state: dict[str, str]) -> tuple[list[str], list[int]]:
 
 
 @pytest.mark.long
-def test_zookeepers_sync_with_five_servers_misses_a_commit_of_a_new_leader_and_zabrefs_confirmation_does_not(
-        tla, tmp_path):
+def test_zookeepers_sync_with_five_servers_misses_a_commit_of_a_new_leader(tla, tmp_path):
     """fivesync (ZooKeeper's sync: no leadership check) fails SyncSeesCommitted: a leader left with one follower
-    answers its sync after three other servers elected a new leader that committed. fiveconfirm, the same search
-    with SyncConfirms (zabref's leader), passes (spec/README.md, "Reads": a deposed leader)."""
-    model = prepare(SPEC, "fivesync", tmp_path / "zk", labels=False)
+    answers its sync after three other servers elected a new leader that committed (spec/README.md, "Reads": a
+    deposed leader)."""
+    model = prepare(SPEC, "fivesync", tmp_path, labels=False)
     result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
     assert result.outcome is Outcome.INVARIANT_VIOLATED and result.violated == "SyncSeesCommitted", result.message
     states, leaders = _sync_scenario(dict(result.trace[-1].variables))
     assert states.count("LEADING") == 2  # the deposed leader still leads, beside the new one
     deposed = next(s for s in range(1, 6) if states[s - 1] == "LEADING" and leaders.count(s) == 2)  # itself + one
     assert sum(1 for s in range(1, 6) if states[s - 1] == "FOLLOWING" and leaders[s - 1] == deposed) == 1
-    model = prepare(SPEC, "fiveconfirm", tmp_path / "zabref", labels=False)
+
+
+@pytest.mark.long
+def test_zabrefs_confirmed_sync_with_five_servers_passes_the_same_search(tla, tmp_path):
+    """fiveconfirm: fivesync's search with SyncConfirms (zabref's leader) passes: the deposed leader never gathers a
+    quorum of confirmations, so its follower's sync is never answered (2,277,452 states)."""
+    model = prepare(SPEC, "fiveconfirm", tmp_path, labels=False)
     result = run_tlc(model.module, model.cfg, workers=2, extra_args=model.tlc_options, tools=tla)
     assert result.outcome is Outcome.OK, result.message
 
