@@ -98,16 +98,18 @@ def test_a_failing_seed_shrinks_to_fewer_steps_that_still_fail() -> None:
 
 # ---- CI seeds (M4): a few thousand short seeded runs of the clean implementation, all checked -------------------
 
-#: Seeds the test suite runs (steps each): every seed of tests/test_sim_bugs.py's table lies below it (107 the
-#: highest). The longer command (scripts/test-long.sh) runs LONG_SEEDS more.
-CI_SEEDS, CI_STEPS = 1000, 100
+#: Seeds the test suite runs (steps each): every seed of tests/test_sim_bugs.py's table lies below it (116 the
+#: highest, 445 with readers). The longer command (scripts/test-long.sh) runs the LONG ranges too.
+CI_SEEDS, CI_STEPS = 500, 100
 LONG_SEEDS = range(CI_SEEDS, 6000)
 #: Seeds the test suite runs with two readers (a run with readers is another run than the same seed without them:
 #: their requests draw network delays from the run's random source), their reads checked at the end.
-CI_READER_SEEDS, CI_READERS = 1000, 2
+CI_READER_SEEDS, CI_READERS = 500, 2
+LONG_READER_SEEDS = range(CI_READER_SEEDS, 2000)
 #: Seeds the test suite runs on five servers (quorums of three: a quorum counted for three servers passes every
 #: three-server run; tests/test_sim_bugs.py's quorum_of_two fails one of these seeds).
-CI_FIVE_SEEDS = 1000
+CI_FIVE_SEEDS = 400
+LONG_FIVE_SEEDS = range(CI_FIVE_SEEDS, 2000)
 #: Seeds the test suite runs with --validate (their action logs checked against spec/Zab.tla by TLC at the end):
 #: tests/test_sim_validation.py.
 CI_VALIDATED_SEEDS = 45
@@ -131,19 +133,23 @@ def test_the_long_command_s_seeds_all_pass() -> None:
     assert not failed, failed[:5]
 
 
-def test_ci_seeds_on_five_servers_all_pass() -> None:
+@pytest.mark.parametrize("seeds", [range(CI_FIVE_SEEDS), pytest.param(LONG_FIVE_SEEDS, marks=pytest.mark.long)],
+                         ids=["ci", "long"])
+def test_ci_seeds_on_five_servers_all_pass(seeds: range) -> None:
     from conformance.sim.seeds import run_seeds
 
-    rows = run_seeds(range(CI_FIVE_SEEDS), Options(servers=5, steps=CI_STEPS), workers=2)
+    rows = run_seeds(seeds, Options(servers=5, steps=CI_STEPS), workers=2)
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
     assert not failed, failed[:5]
     assert all("--servers 5" in r["replay"] and r["steps"] >= CI_STEPS for r in rows)
 
 
-def test_ci_seeds_with_readers_all_pass() -> None:
+@pytest.mark.parametrize("seeds", [range(CI_READER_SEEDS), pytest.param(LONG_READER_SEEDS, marks=pytest.mark.long)],
+                         ids=["ci", "long"])
+def test_ci_seeds_with_readers_all_pass(seeds: range) -> None:
     from conformance.sim.seeds import run_seeds
 
-    rows = run_seeds(range(CI_READER_SEEDS), Options(steps=CI_STEPS, readers=CI_READERS), workers=2)
+    rows = run_seeds(seeds, Options(steps=CI_STEPS, readers=CI_READERS), workers=2)
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
     assert not failed, failed[:5]
     assert all("--readers 2" in r["replay"] for r in rows)
