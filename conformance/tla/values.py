@@ -19,6 +19,7 @@ Parsing TLC's text into this form is `conformance.tla.valueparse`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Iterable
@@ -203,6 +204,7 @@ _STRING_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\
 _NEEDS_ESCAPE = re.compile(r'["\\\n\t\r\f]')
 
 
+@functools.lru_cache(maxsize=4096)  # the same few strings ("n/a", state names) again and again in a long run
 def _format_string(text: str) -> str:
     return '"' + _NEEDS_ESCAPE.sub(lambda m: _STRING_ESCAPES[m.group()], text) + '"'
 
