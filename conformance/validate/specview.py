@@ -15,7 +15,6 @@ from typing import Any
 from conformance.errors import MergeError
 from conformance.replay.mapping import zxid_pair
 from conformance.tla.values import make_set
-from zabref.core.packets import MAX_COUNTER
 
 __all__ = ["NONE", "INIT_VARS", "RawHistory", "SpecView", "Snapshot"]
 
@@ -97,8 +96,7 @@ class SpecView:
         return self.values.get((zxid, text), text)
 
     def txn(self, zxid: int, text: str) -> dict[str, Any]:
-        # zxid_pair and number inlined: a long run's merge calls this for every transaction a packet carries
-        return {"value": self.values.get((zxid, text), text), "zxid": [zxid >> 32, zxid & MAX_COUNTER]}
+        return {"value": self.number(zxid, text), "zxid": zxid_pair(zxid)}
 
     def packet(self, p: dict[str, Any]) -> dict[str, Any]:
         kind, zxid, data = p["type"], int(p["zxid"]), p.get("data")
@@ -110,7 +108,7 @@ class SpecView:
             spec = [self.txn(int(z), v) for z, v in data]
         else:
             spec = "n/a"
-        return {"data": spec, "type": kind, "zxid": [zxid >> 32, zxid & MAX_COUNTER]}
+        return {"data": spec, "type": kind, "zxid": zxid_pair(zxid)}
 
     # ---- one server's logged variables
 
