@@ -137,12 +137,15 @@ FollowerProcessSYNC(i, j) ==
 (* leading, or of a learner whose connection closed, dropped with it (the  *)
 (* client's connection to that follower sees the sync fail).               *)
 (***************************************************************************)
-ZabStep ==
-    /\ Next
-    /\ pendingSyncs' = [l \in Server |->
-                           IF state'[l] = LEADING
-                           THEN SelectSeq(pendingSyncs[l], LAMBDA p : learnerPhase'[l][p.learner] /= "NONE")
-                           ELSE <<>>]
+\* What a step of Zab.tla does to pendingSyncs (the validation of ZooKeeper runs, conformance/validate/zkmodule.py,
+\* conjoins it to each of Next's actions one by one).
+SyncsDropped ==
+    pendingSyncs' = [l \in Server |->
+                        IF state'[l] = LEADING
+                        THEN SelectSeq(pendingSyncs[l], LAMBDA p : learnerPhase'[l][p.learner] /= "NONE")
+                        ELSE <<>>]
+
+ZabStep == Next /\ SyncsDropped
 
 \* Keep every disjunct in the form "\E params \in Domain : Action(params)" (Zab.tla's Next says why).
 SyncNext ==

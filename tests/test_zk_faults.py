@@ -14,10 +14,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from conformance.faults.history import check
+from conformance.faults.history import Read, check
 from conformance.faults.zkcommand import MATRIX, builtin_schedule, faults
 from conformance.zk import ZkError
 from conformance.zk.command import zk
+from conformance.faults.zkload import reads_at_writes
 from conformance.zk.delivered import node_value
 from conformance.zk.schedule import ScheduleError, load_schedule, parse_schedule, random_schedule
 
@@ -93,6 +94,14 @@ def test_node_names_give_the_value():
     assert node_value("c0-17") is None and node_value("other") is None
 
 
+def test_a_reads_zxid_is_taken_as_the_last_write_delivered_at_or_below_it():
+    """A reply header's zxid counts every transaction (a session's creation too); the checker's reference holds
+    writes only."""
+    finals = {1: [(0x100000003, "c0-0"), (0x100000007, "c0-1")], 2: [(0x100000003, "c0-0")]}
+    raw = [Read(0, 1, 9, 1.0, 2.0, True, end) for end in (0x100000002, 0x100000003, 0x100000006, 0x200000000)]
+    assert [r.end for r in reads_at_writes(raw, finals)] == [0, 0x100000003, 0x100000003, 0x100000007]
+
+
 def test_the_zk_group_offers_the_fault_commands():
     ctx = click.Context(zk)
     assert {"faults", "matrix"} <= set(zk.list_commands(ctx))
@@ -148,6 +157,16 @@ def test_history_from_a_real_short_run(tmp_path):
     end = max(w.completed for w in r.writes)  # the first write, as if sent after every other was acknowledged
     late = [dataclasses.replace(w, invoked=end + 1, completed=end + 2) if w.value == val else w for w in r.writes]
     assert check(late, r.delivered).out_of_order == 1
+    # the readers' syncs and reads (one reader at each server): many, each at a write every server delivered ...
+    assert r.verdict.synced_reads == r.verdict.reads >= 30 and {x.server for x in r.reads} == {1, 2, 3}
+    assert all(x.end == 0 or x.end in {zz for zz, _ in seqs[0]} for x in r.reads)
+    # ... and a read after a sync that misses a write acknowledged before the sync began is stale
+    after, w = next((x, w) for x in r.reads for w in r.writes
+                    if w.outcome == "ok" and x.invoked > w.completed and x.end >= w.zxid)
+    zxids = [zz for zz, _ in seqs[0]]
+    below = zxids[zxids.index(w.zxid) - 1] if zxids.index(w.zxid) else 0
+    stale = [dataclasses.replace(x, end=below) if x is after else x for x in r.reads]
+    assert check(r.writes, r.delivered, r.samples, stale).stale_reads >= 1
 
 
 @pytest.mark.slow
@@ -219,7 +238,7 @@ def test_validation_catches_zookeeper_4785_at_the_truncating_sync(tmp_path):
     v = validate_observation(o, work=work)
     assert not v.matched and not v.inconclusive and v.exact, v.failure
     x = o.obs[v.frontier - 1]
-    assert x.type == "SYNC" and x.sync["kind"] == "TRUNC", v.failure
+    assert x.type == "SYNCGROUP" and x.sync["kind"] == "TRUNC", v.failure
 
 
 @pytest.mark.slow

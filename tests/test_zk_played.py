@@ -200,7 +200,12 @@ def test_the_real_server_in_other_seats_takes_a_trunc_and_a_snap_and_departs_whe
     assert any(label.startswith("FollowerProcessTRUNC") for label in o.own), o.own
     snap = read_trace(REGRESSION / "sync-snap.jsonl.gz")
     o = _replay(snap, tmp_path / "s", sut=2)
-    assert (o.verdict, o.done) == ("followed", 28), o.line()
+    # ZOOKEEPER-4685 (3.8.0): the learner's SyncRequestProcessor logs the SNAP's outstanding proposal and may ACK it
+    # before the QuorumPeer thread ACKs NEWLEADER -- a race inside the server, seen once in the suite on a loaded
+    # machine (2026-11-28), which nothing outside it can steer; that order, and only it, is the decided departure
+    raced = (o.verdict, o.action) == ("departed", "FollowerProcessNEWLEADER") and o.why.endswith(
+        "ZooKeeper sent ACK 0x200000001")
+    assert (o.verdict, o.done) == ("followed", 28) or raced, o.line()
     early = read_trace(REGRESSION / "sync-trunc-to-prefix.jsonl.gz")
     o = _replay(early, tmp_path / "e", sut=2)
     assert (o.verdict, o.action) == ("departed", "FollowerProcessTRUNC"), o.line()

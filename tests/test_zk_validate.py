@@ -99,7 +99,7 @@ def test_the_mapping_keeps_the_spec_packets_and_says_what_it_left_out():
     assert o.servers == 3 and o.txns == 1 and o.max_epoch == 1
     assert o.ignored == {"ACK-UPTODATE": 2, "PING": 1}
     assert [(x.sender, x.receiver, x.type) for x in o.obs[:7]] == [
-        (1, 2, "FOLLOWERINFO"), (2, 1, "LEADERINFO"), (1, 2, "ACKEPOCH"), (2, 1, "SYNC"), (1, 2, "ACK"),
+        (1, 2, "FOLLOWERINFO"), (2, 1, "LEADERINFO"), (1, 2, "ACKEPOCH"), (2, 1, "SYNCGROUP"), (1, 2, "ACK"),
         (2, 1, "UPTODATE"), (3, 2, "FOLLOWERINFO")]
     fi, li, ae = o.obs[0], o.obs[1], o.obs[2]
     assert (fi.zxid, fi.data, fi.cd) == ([0, 0], 1, True)  # FOLLOWERINFO(acceptedEpoch), the learner's sid
@@ -113,7 +113,8 @@ def test_the_mapping_keeps_the_spec_packets_and_says_what_it_left_out():
     assert [(r.kind, r.leader, r.ended) for r in o.roles[2]] == [("L", 2, False)]
     assert [(r.kind, r.leader) for r in o.roles[1]] == [("F", 2)] and [(r.kind, r.leader) for r in o.roles[3]] == [
         ("F", 2)]
-    assert [o.obs[g - 1].type for g in o.channels[2, 1]] == ["LEADERINFO", "SYNC", "UPTODATE", "PROPOSAL", "COMMIT"]
+    assert [o.obs[g - 1].type for g in o.channels[2, 1]] == ["LEADERINFO", "SYNCGROUP", "UPTODATE", "PROPOSAL",
+                                                              "COMMIT"]
 
 
 def test_a_sync_group_is_one_observation_with_its_proposals_and_without_its_commits():
@@ -127,7 +128,7 @@ def test_a_sync_group_is_one_observation_with_its_proposals_and_without_its_comm
     b.send(1, 2, "NEWLEADER", 2 * E1)
     o = observe(b.decoded(2))
     sync = o.obs[3]
-    assert sync.type == "SYNC" and sync.sync["kind"] == "TRUNC" and sync.sync["zxid"] == [1, 1]
+    assert sync.type == "SYNCGROUP" and sync.sync["kind"] == "TRUNC" and sync.sync["zxid"] == [1, 1]
     assert sync.sync["txns"] == [{"value": 1, "zxid": [1, 2]}] and sync.sync["newleader"] == [2, 0]
     assert o.ignored == {"COMMIT-IN-SYNC": 1} and len(o.obs) == 4
 
@@ -215,6 +216,56 @@ def test_tlc_accepts_a_healthy_exchange_and_rejects_a_commit_before_any_ack(tmp_
     assert (first.type, first.zxid, first.receiver) == ("COMMIT", [1, 1], 1), bad.failure
     assert f"observation {bad.frontier} of {len(bad_obs.obs)} is the first the spec cannot take: COMMIT<<1, 1>>" \
         in bad.failure
+
+
+def with_client_sync(early: bool = False) -> Builder:
+    """`healthy`, with a client's sync at follower 1 issued after the leader proposed: 1 forwards it (REQUEST, op
+    sync, zxid -1 as ZooKeeper's Learner.request sends it) and the leader answers SYNC once the proposal is
+    committed, right after its COMMIT to 1 (Leader.processSync: pendingSyncs under the last proposed zxid).
+    ``early``: the leader answers before it committed (before the ACKs, ahead of the COMMIT on 1's connection)."""
+    b = Builder({1: (1, 2), 2: (3, 2)})
+    full = healthy().messages
+    proposed = max(k for k, m in enumerate(full) if m.name == "PROPOSAL")
+    b.messages = list(full[:proposed + 1])
+    b.offsets = {(m.conn, m.direction): m.offset + 16 for m in b.messages}
+    b.t = b.messages[-1].t_ns
+    b.send(1, 1, "REQUEST", -1, op="sync", session="0x1", cxid=7, request_len=16)
+    if early:
+        b.send(1, 2, "SYNC", 0)
+    b.send(1, 1, "ACK", E1 + 1)
+    b.send(2, 3, "ACK", E1 + 1)
+    b.send(1, 2, "COMMIT", E1 + 1)
+    if not early:
+        b.send(1, 2, "SYNC", 0)
+    b.send(2, 2, "COMMIT", E1 + 1)
+    return b
+
+
+def test_a_clients_sync_is_observed_as_zabsyncs_request_and_sync_and_other_requests_are_left_out():
+    b = with_client_sync()
+    b.send(1, 1, "REQUEST", -1, op="create", session="0x1", cxid=8, request_len=30)  # a write forwarded
+    o = observe(b.decoded())
+    request, answer = (next(x for x in o.obs if x.type == t) for t in ("REQUEST", "SYNC"))
+    assert (request.sender, request.receiver, request.zxid, request.cz, request.cd) == (1, 2, [0, 0], True, False)
+    assert (answer.sender, answer.receiver, answer.zxid, answer.cz, answer.cd) == (2, 1, [0, 0], True, False)
+    assert o.ignored["REQUEST"] == 1 and sum(x.type == "REQUEST" for x in o.obs) == 1
+    assert [o.obs[g - 1].type for g in o.channels[2, 1]][-2:] == ["COMMIT", "SYNC"]
+
+
+@pytest.mark.slow
+def test_tlc_accepts_a_sync_answered_after_the_commit_and_rejects_one_answered_before(tmp_path, toolchain_ready):
+    """ZabSync's LeaderSendSYNC: a sync that reached the leader after it proposed waits for that proposal's commit.
+    The REQUEST's receive comes after the leader's PROPOSALs (the proxy read them first: `need`), so no behaviour
+    answers it before the COMMIT."""
+    from conformance.validate.zkcheck import validate_observation
+
+    ok = validate_observation(observe(with_client_sync().decoded()), work=tmp_path)
+    assert ok.matched, ok.failure
+    bad_obs = observe(with_client_sync(early=True).decoded())
+    bad = validate_observation(bad_obs, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive
+    first = bad_obs.obs[bad.frontier - 1]
+    assert (first.type, first.sender, first.receiver) == ("SYNC", 2, 1), bad.failure
 
 
 def late_learner(synced: int, behind: int, *, skip: int | None = None) -> Builder:
@@ -352,7 +403,10 @@ def real_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("zk-validate") / "run"
     z = ProxiedEnsemble(folder, 3, "3.8.0", echo=lambda s: None)
     with z.start():
-        assert len(z.client_writes(3)) == 3
+        zxids = z.client_writes(3)
+        assert len(zxids) == 3
+        # a sync and a read at each server alone: each read sees the last write (the followers' syncs cross the wire)
+        assert all(seen >= zxids[-1] for seen in z.client_syncs().values())
         time.sleep(0.3)
         (folder / "harness.json").write_text(json.dumps({"stop_ns": time.monotonic_ns()}))
     assert z.ensemble.leftovers() == {}
@@ -374,7 +428,9 @@ def test_a_real_380_run_is_a_behaviour_of_the_spec(real_run, toolchain_ready, tm
     assert result.matched, result.failure
     o = observe_dir(real_run)
     types = {x.type for x in o.obs}
-    assert {"FOLLOWERINFO", "LEADERINFO", "ACKEPOCH", "SYNC", "ACK", "UPTODATE", "PROPOSAL", "COMMIT"} <= types
+    assert {"FOLLOWERINFO", "LEADERINFO", "ACKEPOCH", "SYNCGROUP", "ACK", "UPTODATE", "PROPOSAL", "COMMIT"} <= types
+    # the two followers' clients' syncs: each forwarded (REQUEST) and answered (SYNC), as ZabSync.tla's
+    assert sum(x.type == "REQUEST" for x in o.obs) == sum(x.type == "SYNC" for x in o.obs) == 2
     assert result.steps >= len(o.obs) and o.txns >= 5  # createSession, the parent, 3 writes (closeSession)
     assert list(tmp_path.iterdir()) == []  # the generated module is removed when the run validates
 

@@ -100,6 +100,9 @@ def _schedule(spec: str, servers: int):  # noqa: ANN202
               help="A schedule file (.toml or .json) or a built-in one (zookeeper-4925, zookeeper-4785, txnlog-hole, "
                    "power-loss-all).")
 @click.option("--writers", type=click.IntRange(1, 16), default=2, show_default=True)
+@click.option("--readers/--no-readers", default=True, show_default=True,
+              help="A reader at each server alone: a sync, then a read, every 0.1 s (the read guarantee checked; a "
+                   "follower's sync crosses the quorum connection as REQUEST and SYNC).")
 @click.option("--power-loss", is_flag=True, default=False,
               help="Each dataDir on a power-cut file system (FUSE): every kill loses what the server never fsynced.")
 @click.option("--writeback", type=click.FloatRange(0), default=30.0, show_default=True,
@@ -113,10 +116,11 @@ def _schedule(spec: str, servers: int):  # noqa: ANN202
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="The report. [default: <dir>/report.json]")
 @click.option("--validate/--no-validate", default=False, show_default=True,
-              help="Then hold the run's recording against spec/Zab.tla (the `zabref zk validate` plugin, in "
+              help="Then hold the run's recording against spec/ZabSync.tla (Zab.tla and a client's sync; the "
+                   "`zabref zk validate` plugin, in "
                    "windows); the run passes only if both checks do.")
 def faults(version: str, servers: str, duration: float, seed: int, schedule: str | None, writers: int,
-           power_loss: bool, writeback: float, force_sync: bool, folder: str, json_path: str | None,
+           readers: bool, power_loss: bool, writeback: float, force_sync: bool, folder: str, json_path: str | None,
            validate: bool) -> None:
     """One fault run on a real ZooKeeper ensemble, checked by the history checker; a verdict line and a report."""
     from conformance.faults.zkrun import run_zk_faults, write_report  # noqa: PLC0415
@@ -127,8 +131,8 @@ def faults(version: str, servers: str, duration: float, seed: int, schedule: str
         out = Path(folder)
         if out.exists():
             shutil.rmtree(out)
-        result = run_zk_faults(out, version, n, seed, duration, steps, writers=writers, power_loss=power_loss,
-                               writeback=writeback, force_sync=force_sync, echo=click.echo)
+        result = run_zk_faults(out, version, n, seed, duration, steps, writers=writers, readers=readers,
+                               power_loss=power_loss, writeback=writeback, force_sync=force_sync, echo=click.echo)
     except (ZkError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e
     report = Path(json_path) if json_path else out / "report.json"

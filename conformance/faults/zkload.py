@@ -18,6 +18,14 @@ records each as a `conformance.faults.history.Write`:
 ``hold`` (an Event) holds the load: the writer finishes the write under way and waits -- a schedule's
 ``{"op": "load", "on": false}``, used where a scripted scenario needs the servers quiet.
 
+Each `ZkReader` is a thread with its own kazoo session to ONE server: every ``period`` seconds, unless held, a
+``sync`` of the root and then a read of it there (ZooKeeper's guarantee, the programmer's guide: a read after sync
+sees every write that completed before the sync began), recorded as a synced `conformance.faults.history.Read`
+whose ``end`` is the zxid the read's reply header carries (ZooKeeper's lastProcessedZxid there: every transaction up
+to it applied, in zxid order). That zxid counts every transaction (sessions too), so `reads_at_writes` maps it to
+the last write at or below it before the checker holds the reads to the reference. At a follower the sync crosses
+the quorum connection as REQUEST and SYNC, which the validation holds to spec/ZabSync.tla.
+
 The `ZkSampler` reads, every ``period`` seconds, every server alone (one session each, to that server only): the
 children of the root it has not seen there yet and their ``czxid``, as one `conformance.faults.history.Sample`
 (``after``: the last zxid seen there). The checker holds each sample against the final sequences, so a server that
@@ -26,14 +34,16 @@ delivered a value and later forgot it is caught even if the final read does not 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
 
-from conformance.faults.history import Outcome, Sample, Write
+from conformance.faults.history import Outcome, Read, Sample, Write
 from conformance.zk.delivered import node_value
 
-__all__ = ["ZkWriter", "ZkSampler", "ROOT"]
+__all__ = ["ZkWriter", "ZkReader", "ZkSampler", "ROOT", "reads_at_writes"]
 
 ROOT = "/zabref-faults"
 SESSION_TIMEOUT = 10.0
@@ -96,6 +106,51 @@ class ZkWriter(threading.Thread):
         finally:
             client.stop()
             client.close()
+
+
+class ZkReader(threading.Thread):
+    """A sync and a read at server ``sid`` alone, every ``period`` s (module docstring); ``reads`` in the order made,
+    ``end`` as the reply said (`reads_at_writes` maps it)."""
+
+    def __init__(self, reader: int, sid: int, port: int, stop: threading.Event, hold: threading.Event,
+                 period: float = 0.1, timeout: float = 5.0) -> None:
+        super().__init__(name=f"zk-reader-{reader}", daemon=True)
+        self.reader, self.sid, self.port = reader, sid, port
+        self.stop, self.hold = stop, hold
+        self.period, self.timeout = period, timeout
+        self.reads: list[Read] = []
+
+    def run(self) -> None:
+        client = _client(f"127.0.0.1:{self.port}", timeout=4.0)
+        try:
+            client.start_async()  # the server may be down now: kazoo keeps trying
+            while not self.stop.wait(self.period):
+                if self.hold.is_set() or not client.connected:
+                    continue
+                invoked = time.monotonic()
+                try:
+                    client.sync_async(ROOT).get(timeout=self.timeout)
+                    client.exists_async(ROOT).get(timeout=self.timeout)
+                except Exception:  # noqa: BLE001 -- a timeout, a lost connection: no read this time
+                    continue
+                end, session = client.last_zxid, client.client_id
+                if session is not None:  # a session's reads never go back (kazoo sends the last zxid it saw)
+                    self.reads.append(Read(self.reader, self.sid, session[0], invoked, time.monotonic(), True, end))
+        finally:
+            client.stop()
+            client.close()
+
+
+def reads_at_writes(reads: Iterable[Read], finals: Mapping[int, Sequence[tuple[int, str]]]) -> list[Read]:
+    """Each read's ``end`` (a reply header's zxid, which counts every transaction) as the last write any server
+    delivered at or below it (0: none): the checker's reference holds writes only. ZooKeeper applies in zxid order,
+    so a server at zxid z has applied every write below it."""
+    zxids = sorted({z for seq in finals.values() for z, _ in seq})
+    out = []
+    for r in reads:
+        k = bisect.bisect_right(zxids, r.end)
+        out.append(Read(r.reader, r.server, r.session, r.invoked, r.completed, r.synced, zxids[k - 1] if k else 0))
+    return out
 
 
 class ZkSampler(threading.Thread):

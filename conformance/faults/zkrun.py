@@ -7,7 +7,8 @@ ZooKeeper"); the checker is the same `conformance.faults.history.check`, fed fro
 
 1. Start a `conformance.zk.harness.ProxiedEnsemble` of 3 or 5 servers of the version asked for; every byte between
    servers crosses the recording proxy, which is also the network's fault layer.
-2. Start the `conformance.faults.zkload.ZkWriter` threads and the `ZkSampler`.
+2. Start the `conformance.faults.zkload.ZkWriter` threads, the `ZkSampler` and a `ZkReader` at each server (a
+   sync then a read, every 0.1 s: ``readers``).
 3. Run the schedule step by step (`conformance.zk.nemesis.ZkNemesis`): a scripted one (``--schedule``) or one drawn
    from the seed (`conformance.zk.schedule.random_schedule`, ``duration`` seconds). The schedule run is in the
    report, so a random run can be run again as a script. With ``power_loss`` (every kill a power cut:
@@ -18,9 +19,10 @@ ZooKeeper"); the checker is the same `conformance.faults.history.check`, fed fro
    (`conformance.zk.delivered.read_delivered`: what it applied, i.e. committed -- not its transaction log, which
    holds proposals that may never commit). Then stop the ensemble and read every server's transaction logs
    (`read_logged`).
-6. Check: `history.check(writes, finals, samples)` -- lost, divergent, misplaced, duplicates, out of order,
-   phantoms -- and the disk check ``not_durable``: a write a server delivered that is in none of its logs although
-   no snapshot of that server covers it (a restart of that server would lose it).
+6. Check: `history.check(writes, finals, samples, reads)` -- lost, divergent, misplaced, duplicates, out of order,
+   phantoms, stale reads (a read after a sync that misses a write acknowledged before the sync began) -- and the
+   disk check ``not_durable``: a write a server delivered that is in none of its logs although no snapshot of that
+   server covers it (a restart of that server would lose it).
 7. Name: the known bugs whose mark is in the servers' own logs (`conformance.zk.knownbugs`), reported beside the
    checks; a sighting does not change ``ok`` (it names a bug, whatever it cost), and `zabref zk matrix` judges a
    bug without a data loss of its own by it.
@@ -41,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from conformance.faults.history import Sample, Verdict, Write, check
-from conformance.faults.zkload import ROOT, ZkSampler, ZkWriter
+from conformance.faults.history import Read, Sample, Verdict, Write, check
+from conformance.faults.zkload import ROOT, ZkReader, ZkSampler, ZkWriter, reads_at_writes
 from conformance.zk import ZkError
 from conformance.zk.delivered import read_delivered, read_logged, snapshots
 from conformance.zk.ensemble import four_letter
@@ -76,6 +78,7 @@ class ZkRunResult:
     writes: list[Write] = field(default_factory=list, repr=False)
     delivered: dict[int, list[tuple[int, str]]] = field(default_factory=dict, repr=False)
     samples: list[Sample] = field(default_factory=list, repr=False)
+    reads: list[Read] = field(default_factory=list, repr=False)  # ends mapped to writes (`reads_at_writes`)
 
     @property
     def ok(self) -> bool:
@@ -85,8 +88,8 @@ class ZkRunResult:
     def caught_by(self) -> list[str]:
         """Which checks failed: the verdict's counts that are not 0, and ``not_durable``."""
         v = self.verdict
-        out = [name for name in ("lost", "divergent", "misplaced", "duplicates", "out_of_order", "phantoms")
-               if getattr(v, name)]
+        out = [name for name in ("lost", "divergent", "misplaced", "duplicates", "out_of_order", "phantoms",
+                                 "stale_reads", "backward_reads") if getattr(v, name)]
         return out + (["not_durable"] if any(self.not_durable.values()) else [])
 
     def summary(self) -> str:
@@ -102,6 +105,7 @@ class ZkRunResult:
                            "unknown_delivered": v.unacked_delivered, "delivered": v.delivered},
                 "lost": v.lost, "divergent": v.divergent, "duplicates": v.duplicates, "misplaced": v.misplaced,
                 "out_of_order": v.out_of_order, "phantoms": v.phantoms,
+                "reads": {"synced": v.synced_reads, "stale": v.stale_reads, "backward": v.backward_reads},
                 "not_durable": {str(k): x for k, x in self.not_durable.items()},
                 "finals": {str(k): n for k, n in self.finals.items()}, "examples": v.examples,
                 "known_bugs": [{"jira": k.jira, "server": k.sid, "at": k.where(), "text": k.text} for k in self.known],
@@ -136,7 +140,7 @@ def _settle(z: ProxiedEnsemble, timeout: float) -> str | None:
 
 def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", servers: int = 3, seed: int = 1,
                   duration: float = 30.0, schedule: list[Step] | None = None, *, writers: int = 2,
-                  calm: float = 2.0, sample: bool = True, power_loss: bool = False,
+                  calm: float = 2.0, sample: bool = True, readers: bool = True, power_loss: bool = False,
                   writeback: float | None = 30.0, force_sync: bool = True,
                   echo: Callable[[str], None] = print) -> ZkRunResult:
     """One run; see the module docstring. ``schedule`` None: a random one of ``duration`` seconds from ``seed``."""
@@ -153,7 +157,8 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
         stop, hold = threading.Event(), threading.Event()
         load = [ZkWriter(k, hosts, stop, hold) for k in range(writers)]
         sampler = ZkSampler({m.id: m.client_port for m in z.members}, stop) if sample else None
-        for t in (*load, *([sampler] if sampler else [])):
+        reading = [ZkReader(k, m.id, m.client_port, stop, hold) for k, m in enumerate(z.members)] if readers else []
+        for t in (*load, *reading, *([sampler] if sampler else [])):
             t.start()
         timers: list[tuple[threading.Timer, threading.Event]] = []
 
@@ -189,7 +194,7 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
             for timer, done in timers:
                 timer.cancel()
                 done.set()
-            for t in (*load, *([sampler] if sampler else [])):
+            for t in (*load, *reading, *([sampler] if sampler else [])):
                 t.join(30.0)
         result.problems += [w.error for w in load if w.error]
         if (why := _settle(z, SETTLE_TIMEOUT)) is not None:
@@ -211,8 +216,9 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
         result.events, result.counts = nemesis.events, dict(nemesis.counts)
     writes = [w for t in load for w in t.writes]
     samples = sampler.samples if sampler else []
-    result.verdict = check(writes, finals, samples) if finals else Verdict()
-    result.writes, result.delivered, result.samples = writes, finals, samples
+    reads = reads_at_writes([r for t in reading for r in t.reads], finals)
+    result.verdict = check(writes, finals, samples, reads) if finals else Verdict()
+    result.writes, result.delivered, result.samples, result.reads = writes, finals, samples, reads
     result.finals = {sid: len(seq) for sid, seq in finals.items()}
     for sid, seq in finals.items():
         d = z.ensemble.store_dir(sid)

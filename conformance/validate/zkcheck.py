@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 1. `conformance.zk.observe` turns the recording into observations of sends (and roles, values, what was left out);
-2. `conformance.validate.zkmodule` writes module ``VZk`` (EXTENDS Zab) and its config, with the bounds of the run;
+2. `conformance.validate.zkmodule` writes module ``VZk`` (EXTENDS ZabSync: Zab and a client's sync) and its config,
+   with the bounds of the run;
 3. TLC checks ``VZk`` window by window (`WINDOW` observations each), each window started from the state the one
    before ended in, kept small by conformance/validate/zkrebase.py; a window is searched with the guide first, then
    without it, then from up to `WIDEN` windows back (docs/zookeeper.md, "Windows"). Every window's end reached is
@@ -43,6 +44,8 @@ from conformance.zk.observe import Observation, observe_dir
 __all__ = ["WIDEN", "WINDOW", "ZkValidation", "validate_observation", "validate_recording"]
 
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
+#: The module VZk extends: Zab.tla with a client's sync (REQUEST and SYNC).
+SYNC_MODULE = "ZabSync.tla"
 PROGRESS_FIELDS = ("frontier", "rc", "state", "zabState", "leader", "acceptedEpoch", "currentEpoch",
                    "lastCommitted", "history", "msgs")
 #: Observations a window holds (docs/zookeeper.md, "Windows": measured), and how many windows back a window that
@@ -92,6 +95,11 @@ class ZkValidation:
 
 def _actions() -> list[tuple[str, tuple[str, ...]]]:
     return [(a.name, a.param_names) for a in read_next(SPEC_DIR / "Zab.tla")]
+
+
+def _sync_actions() -> list[tuple[str, tuple[str, ...]]]:
+    """ZabSync.tla's own actions: SyncNext's disjuncts but ZabStep (Zab's Next, which `_actions` lists)."""
+    return [(a.name, a.param_names) for a in read_next(SPEC_DIR / SYNC_MODULE, "SyncNext") if a.name != "ZabStep"]
 
 
 @dataclass
@@ -167,9 +175,9 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
     result = ZkValidation(observation.recording, observation.servers, len(observation.obs), observation.txns,
                           dict(observation.ignored))
     tools = toolchain()
-    folder = observed_folder(SPEC_DIR / "Zab.tla", "VZk", trace_module(observation, _actions()), config(observation),
-                             "zabref-zkvalidate-", work)
-    for module in MODULES:
+    folder = observed_folder(SPEC_DIR / "Zab.tla", "VZk", trace_module(observation, _actions(), _sync_actions()),
+                             config(observation), "zabref-zkvalidate-", work)
+    for module in (SPEC_DIR / SYNC_MODULE, *MODULES):
         shutil.copy(module, folder / module.name)
     run = DataFile(RUN_DATA)
     for line in run_data(observation):

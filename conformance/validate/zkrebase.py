@@ -10,7 +10,7 @@ window cannot read, the same map as chain.py's `Coords` for zabref's action logs
 
 * every server's history (and staged history, and the history a SNAP in flight carries) loses its first ``d``
   transactions, a prefix all of them share; the next one stays as the anchor, and every index (lastCommitted,
-  ackIndex) is lowered by ``d`` (0 stays 0);
+  ackIndex, the ``point`` a waiting sync of ZabSync's ``pendingSyncs`` waits for) is lowered by ``d`` (0 stays 0);
 * zxid counters of the anchor's epoch are lowered by how many dropped transactions are of that epoch (so
   ClientRequest, which counts its epoch's transactions, proposes the same zxid, written lowered);
 * values are lowered by how many were proposed before the window, and ``proposed`` starts empty (ClientRequest
@@ -117,6 +117,7 @@ def plan(state: dict[str, Any], observation: Observation, lo: int, hi: int, valu
     b = _common(seqs)
     indexes = [k for k in state["lastCommitted"] if k > 0]
     indexes += [k for row in state["ackIndex"] for k in row if k > 0]
+    indexes += [p["point"] for row in state.get("pendingSyncs", []) for p in row if p["point"] > 0]
     b = min([b, *indexes])
     # the anchor's zxid may be no later than any zxid named, its epoch no later than any server's currentEpoch
     oldest = min((_key(z) for z in _named(state, observation, lo, hi)), default=None)
@@ -145,6 +146,10 @@ def rebase(state: dict[str, Any], r: Rebase) -> dict[str, Any]:
     out["ackIndex"] = [[c.idx(k, s + 1) for k in row] for s, row in enumerate(state["ackIndex"])]
     out["learnerLastZxid"] = [[c.zx(z) for z in row] for row in state["learnerLastZxid"]]
     out["msgs"] = [[[c.packet(p, b + 1) for p in state["msgs"][a][b]] for b in range(n)] for a in range(n)]
+    if "pendingSyncs" in state:
+        out["pendingSyncs"] = [[{**p, "point": c.idx(p["point"], s + 1),
+                                 "ghost": {**p["ghost"], "seen": c.zx(p["ghost"]["seen"])}} for p in row]
+                               for s, row in enumerate(state["pendingSyncs"])]
     out["proposed"] = {"$set": []}
     out["committed"] = []
     return out
@@ -162,6 +167,10 @@ def restore(state: dict[str, Any], r: Rebase) -> dict[str, Any]:
     out["ackIndex"] = [[k + d if k > 0 else k for k in row] for row in state["ackIndex"]]
     out["learnerLastZxid"] = [[r.unzx(z) for z in row] for row in state["learnerLastZxid"]]
     out["msgs"] = [[[r.unpacket(p) for p in state["msgs"][a][b]] for b in range(n)] for a in range(n)]
+    if "pendingSyncs" in state:
+        out["pendingSyncs"] = [[{**p, "point": p["point"] + d if p["point"] > 0 else 0,
+                                 "ghost": {**p["ghost"], "seen": r.unzx(p["ghost"]["seen"])}} for p in row]
+                               for row in state["pendingSyncs"]]
     out["proposed"] = {"$set": []}
     out["committed"] = []
     return out

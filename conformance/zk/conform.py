@@ -86,9 +86,11 @@ DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLead
                                                "past NEWLEADER's quorum ignores the ACK. After a NEWLEADER that left "
                                                "proposals staged (NewLeaderDefers, 3.9.3+), ZooKeeper logs and ACKs "
                                                "each one, the spec the last only, which covers the others"}
-#: What a follower sends its leader for its clients, left out as validation leaves it out (`IGNORED`): a client of
-#: the real server (the driver's, once it led) reconnects to it as a follower and its session is revalidated.
-CLIENT_TRAFFIC = ("REVALIDATE", "REQUEST", "SYNC")
+#: What a follower sends its leader for its clients, and the leader's answer to a sync: no step of the traces
+#: replayed here (Zab.tla's; validation keeps a sync's REQUEST and SYNC, against ZabSync.tla). A client of the real
+#: server (the driver's, once it led) reconnects to it as a follower and its session is revalidated.
+CLIENT_TRAFFIC = {"REVALIDATE": IGNORED["REVALIDATE"], "REQUEST": IGNORED["REQUEST"],
+                  "SYNC": "a client's sync answered: the traces replayed here are of Zab.tla, which has no sync"}
 #: Packets whose zxid the receiver does not read, so that it is not compared: UPTODATE (ZooKeeper's leader sends -1,
 #: the spec's its last zxid; Learner.syncWithLeader reads only the type).
 ZXID_UNREAD = {"UPTODATE"}
@@ -561,7 +563,7 @@ class _Replay:
                     self.outcome.decided.append(f"{action}: {name} 0x{got.zxid & (1 << 64) - 1:x}")
                     continue
                 if name in CLIENT_TRAFFIC:  # a client's session or request, not a step of the spec
-                    self.outcome.decided.append(f"{action}: {name} (client traffic: {IGNORED[name]})")
+                    self.outcome.decided.append(f"{action}: {name} (client traffic: {CLIENT_TRAFFIC[name]})")
                     continue
                 break
             if name != m["type"] or (got.zxid != zxid_of(m["zxid"]) and name not in ZXID_UNREAD):

@@ -123,6 +123,26 @@ class ProxiedEnsemble:
             client.stop()
             client.close()
 
+    def client_syncs(self, path: str = "/zabref-harness", timeout: float = 30.0) -> dict[int, int]:
+        """A client's sync of ``path`` at each server alone, then a read there (kazoo, one session a server): the
+        zxid each read's reply says the server had applied (ZooKeeper's reply header). At a follower the sync is
+        forwarded to the leader as REQUEST and answered with SYNC, which the recording then holds."""
+        from kazoo.client import KazooClient  # noqa: PLC0415 (optional dependency: the dev / bench extras)
+
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
+        seen = {}
+        for m in self.members:
+            client = KazooClient(hosts=f"127.0.0.1:{m.client_port}", timeout=timeout)
+            client.start(timeout=timeout)
+            try:
+                client.sync(path)
+                client.exists(path)
+                seen[m.id] = client.last_zxid
+            finally:
+                client.stop()
+                client.close()
+        return seen
+
     def stop(self, settle: float = 2.0) -> None:
         """Kill every server, let the proxy see their connections close (up to ``settle`` s), stop the proxy."""
         self.ensemble.stop()

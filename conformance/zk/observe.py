@@ -12,9 +12,14 @@ read them. Receives, persists, timeouts and election decisions are not observed:
   recording (connection, direction, byte offset, time). Per directed pair, ``channels[(a, b)]`` lists the obs of
   a -> b in order, over every connection between them: the spec's ``msgs[a][b]`` is one channel per pair.
 * a **sync group** -- DIFF, TRUNC or SNAP, the PROPOSALs after it, NEWLEADER -- is ONE observation of type
-  ``SYNC`` (kind, zxid, the proposals as the spec's txns, NEWLEADER's zxid): the spec's own sync is judged by what it
-  leaves the follower with (`zkmodule`'s SyncAgree), since ZooKeeper chooses DIFF / SNAP / TRUNC by its in-memory
-  committed log and the spec by its history.
+  ``SYNCGROUP`` (kind, zxid, the proposals as the spec's txns, NEWLEADER's zxid): the spec's own sync is judged by
+  what it leaves the follower with (`zkmodule`'s SyncAgree), since ZooKeeper chooses DIFF / SNAP / TRUNC by its
+  in-memory committed log and the spec by its history.
+* a client's **sync** at a follower is the follower's ``REQUEST`` of op sync (ZooKeeper's FollowerRequestProcessor
+  forwards it) and the leader's answer ``SYNC`` (packet 7): both kept, as spec/ZabSync.tla's REQUEST and SYNC, their
+  zxids compared (ZooKeeper sends -1 and 0: the spec's <<0, 0>>), their data not (the spec's is a checking-only
+  ghost). A REQUEST of any other op (a write, a session's creation or close) is left out: a write enters the spec as
+  ClientRequest at the leader.
 * ``need``: for each observation, how many sends its receiver had made on each of its channels when the proxy read
   it. The receiver can take the packet only after the proxy forwarded it, so every send of the receiver the proxy read
   earlier was made before that receive (the only order across connections the recording proves).
@@ -46,16 +51,17 @@ from conformance.zk import WireError
 from conformance.zk.wire import Decoded, Message, decode_recording
 from zabref.core import packets
 
-__all__ = ["IGNORED", "Obs", "Observation", "Role", "observe", "observe_dir", "observe_dir_decoded", "zxid_pair"]
+__all__ = ["IGNORED", "SYNC_GROUP", "Obs", "Observation", "Role", "observe", "observe_dir", "observe_dir_decoded",
+           "zxid_pair"]
 
 FORMAT = 1
 
 #: ZooKeeper quorum packets the spec does not model, left out of the observation, with the reason.
 IGNORED = {
     "PING": "liveness only: the spec's timeouts stand for missing pings (spec/README.md, departure 9)",
-    "REQUEST": "a client request forwarded by a follower: a write enters the spec as ClientRequest at the leader",
+    "REQUEST": "a client's write or session request forwarded by a follower (a sync's REQUEST is kept): a write "
+               "enters the spec as ClientRequest at the leader",
     "REVALIDATE": "session revalidation: client sessions are not modelled",
-    "SYNC": "a client's sync: reads are not modelled",
     "SNAPSHOT": "the serialized tree after SNAP: part of the SNAP observation",
     "TRUNCATED": "a packet cut short by the end of its stream (a server killed while writing): never received",
     "ACK-UPTODATE": "the learner's ACK(newEpoch << 32) after UPTODATE: Leader.processAck returns at once for a zxid "
@@ -76,7 +82,9 @@ SYNC_HEADS = ("DIFF", "TRUNC", "SNAP")
 #: (compare zxid, compare data) by packet type; data compared only where the spec's data is an integer.
 COMPARED = {"FOLLOWERINFO": (True, True), "LEADERINFO": (True, False), "ACKEPOCH": (True, True),
             "NEWLEADER": (True, False), "ACK": (True, False), "UPTODATE": (False, False),
-            "PROPOSAL": (True, True), "COMMIT": (True, False)}
+            "PROPOSAL": (True, True), "COMMIT": (True, False), "REQUEST": (True, False), "SYNC": (True, False)}
+#: The observation type of a sync group (DIFF, TRUNC or SNAP through NEWLEADER).
+SYNC_GROUP = "SYNCGROUP"
 
 
 def zxid_pair(zxid: int) -> list[int]:
@@ -102,7 +110,7 @@ class Obs:
     offset: int
     t_ns: int
     name: str  # ZooKeeper's name of the (first) packet
-    sync: dict[str, Any] | None = None  # SYNC: kind, zxid, txns, newleader (zxid), newleader_offset
+    sync: dict[str, Any] | None = None  # SYNCGROUP: kind, zxid, txns, newleader (zxid), newleader_offset
     need: list[int] = field(default_factory=list)  # per k in 1..N: sends receiver -> k before this one was read
 
     def where(self, path: str = "") -> str:
@@ -110,7 +118,7 @@ class Obs:
                 f"{self.receiver}), byte {self.offset}")
 
     def describe(self) -> str:
-        if self.type == "SYNC" and self.sync is not None:
+        if self.type == SYNC_GROUP and self.sync is not None:
             txns = ", ".join(f"<<{t['zxid'][0]}, {t['zxid'][1]}>>" for t in self.sync["txns"])
             return (f"{self.sync['kind']}<<{self.sync['zxid'][0]}, {self.sync['zxid'][1]}>> [{txns}] "
                     f"NEWLEADER<<{self.sync['newleader'][0]}, {self.sync['newleader'][1]}>>")
@@ -209,7 +217,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
         if (m.conn, other) in eof and eof[m.conn, other] < m.t_ns:
             skip("AFTER-CLOSE")
             continue
-        if m.name in IGNORED:
+        if m.name in IGNORED and not (m.name == "REQUEST" and m.fields.get("op") == "sync"):
             skip(m.name)
             continue
         kept.append(m)
@@ -270,7 +278,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
         o = Obs(0, 0, m.sender or 0, m.receiver or 0, name, zxid_pair(zxid), data, cz, cd, m.conn, m.direction,
                 m.offset, m.t_ns, name)
         if name in SYNC_HEADS:
-            o.type = "SYNC"
+            o.type = SYNC_GROUP
             o.sync = {"kind": name, "zxid": zxid_pair(zxid), "txns": [], "newleader": None, "newleader_offset": None}
             sync_open[m.conn] = o
         obs.append(o)

@@ -37,7 +37,11 @@ from conformance.zk.txns import OPS, TxnReader, decode_txn
 from zabref.errors import CodecError
 from zabref.net.zkwire import PACKET_TYPES
 
-__all__ = ["decode_data"]
+__all__ = ["decode_data", "REQUEST_OPS"]
+
+#: A forwarded request's op (ZooDefs.OpCode): a transaction's, or sync (9), the one request a follower forwards that
+#: makes no transaction (FollowerRequestProcessor: a sync must reach the leader).
+REQUEST_OPS = {**OPS, 9: "sync"}
 
 EMPTY = {"ACK", "COMMIT", "UPTODATE", "DIFF", "TRUNC", "SNAP", "SYNC"}
 
@@ -90,7 +94,7 @@ def decode_data(ptype: int, data: bytes | None, from_leader: bool, what: str) ->
         out = {"suggestedLeader": r.i64("suggestedLeaderId")}
     elif name == "REQUEST":
         session, cxid, op = r.i64("sessionId"), r.i32("cxid"), r.i32("type")
-        out = {"session": f"0x{session & (1 << 64) - 1:x}", "cxid": cxid, "op": OPS.get(op, str(op)),
+        out = {"session": f"0x{session & (1 << 64) - 1:x}", "cxid": cxid, "op": REQUEST_OPS.get(op, str(op)),
                "request_len": len(raw) - r.pos}
         r.pos = len(raw)
     elif name == "PING":
