@@ -686,8 +686,29 @@ LeaderTimeout(i) ==
     /\ UNCHANGED <<persistentVars, lastCommitted, checkVars>>
 
 (***************************************************************************)
-(* Server i crashes and restarts: it keeps history, acceptedEpoch and      *)
-(* currentEpoch, loses everything else, and is LOOKING again.  (Crash and  *)
+(* LeaderLogsLate: whether a leader's crash may lose the transactions it   *)
+(* proposed and has not committed.  ZooKeeper's leader sends a PROPOSAL    *)
+(* first (ProposalRequestProcessor: Leader.propose) and logs it after, in  *)
+(* its SyncRequestProcessor, which counts the leader's own ACK only once   *)
+(* the transaction is on disk; a kill -9 in between leaves its log without *)
+(* what its followers logged.  The seed's leader (and zabref's) logs       *)
+(* before it proposes: FALSE.  The validation of ZooKeeper runs overrides  *)
+(* it with TRUE.  Only the tail above lastCommitted may go: the spec's     *)
+(* leader counts itself in every quorum, so what it committed is on its    *)
+(* log (spec/README.md, departure 13).                                     *)
+(***************************************************************************)
+LeaderLogsLate == FALSE
+
+\* The lengths server i's history may keep through a crash: all of it, or with LeaderLogsLate, for a leader in
+\* broadcast, any prefix that keeps what it committed.
+Kept(i) == IF LeaderLogsLate /\ state[i] = LEADING /\ zabState[i] = BROADCAST
+           THEN lastCommitted[i] .. Len(history[i])
+           ELSE {Len(history[i])}
+
+(***************************************************************************)
+(* Server i crashes and restarts: it keeps history (but, LeaderLogsLate,   *)
+(* a leader's uncommitted tail), acceptedEpoch and currentEpoch, loses     *)
+(* everything else, and is LOOKING again.  (Crash and                      *)
 (* recovery are one step: a server that stays down is indistinguishable,  *)
 (* for safety, from a LOOKING server that takes no step.)  A crash of a    *)
 (* LOOKING server that has delivered nothing changes nothing and is left  *)
@@ -699,7 +720,8 @@ Crash(i) ==
     /\ faults' = faults + 1
     /\ GoLooking(i)
     /\ lastCommitted' = [lastCommitted EXCEPT ![i] = 0]
-    /\ UNCHANGED <<persistentVars, checkVars>>
+    /\ \E k \in Kept(i) : history' = [history EXCEPT ![i] = SubSeq(@, 1, k)]
+    /\ UNCHANGED <<acceptedEpoch, currentEpoch, checkVars>>
 
 -----------------------------------------------------------------------------
 (***************************************************************************)

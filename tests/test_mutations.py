@@ -27,7 +27,7 @@ CHECKS = model_checks((SPEC / "MC_ci.cfg").read_text())
 def test_every_check_has_a_mutation_and_every_model_checks_them_all():
     invariants, properties = CHECKS
     assert len(invariants) >= 18 and properties == ["DeliveredGrows"]
-    for config in ("tiny", "tiny2", "two", "ci", "cizk", "cizk39", "ci3", "ci4", "deep", "five"):
+    for config in ("tiny", "tiny2", "two", "ci", "cizk", "cizk39", "cizklog", "ci3", "ci4", "deep", "five"):
         assert model_checks((SPEC / f"MC_{config}.cfg").read_text()) == CHECKS, config
     live = model_checks((SPEC / "MC_live.cfg").read_text())
     assert live == model_checks((SPEC / "MC_live2.cfg").read_text()) == ([], ["EventuallyStableLeader",

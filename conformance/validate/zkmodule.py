@@ -197,8 +197,10 @@ RoleSends == Datum("{RUN_DATA}", {total + 3})
 Win == Datum("{WINDOW_DATA}", 1)
 Start == Datum("{WINDOW_DATA}", 2)
 SyncHeads == {{"DIFF", "TRUNC", "SNAP"}}
-\\* ZooKeeper's follower truncates its log when it takes TRUNC (Zab.tla, TruncAtOnce; the cfg overrides it with this)
+\\* ZooKeeper's follower truncates its log when it takes TRUNC (Zab.tla, TruncAtOnce), and its leader proposes before it
+\\* logs, so that a crash may lose its uncommitted tail (LeaderLogsLate): the cfg overrides both with these
 ZooKeeperTruncAtOnce == TRUE
+ZooKeeperLeaderLogsLate == TRUE
 
 \\* x may leave its role (a timeout, a crash, a packet that sends it back to LOOKING) only if the role ended before the
 \\* run did, after every send observed in it.
@@ -366,22 +368,23 @@ Frontier == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN Chan[a][b][se
                 firsts == {{next(a, b) : a, b \\in Server}}
             IN  CHOOSE g \\in firsts : \\A g2 \\in firsts : g <= g2
 
-\\* The latest observation (in the proxy's order) this state made: of every server, and of server x's sends.
+\\* The latest observation (in the proxy's order) this state made.
 MaxOf(S) == CHOOSE g \\in S : \\A g2 \\in S : g2 <= g
 Made(a, b) == IF sent[a][b] = 0 THEN 0 ELSE Chan[a][b][sent[a][b]]
 Latest == MaxOf({{Made(a, b) : a, b \\in Server}})
-LatestBy(x) == MaxOf({{Made(x, b) : b \\in Server}})
 
 \\* The search's guide (docs/zookeeper.md, "Windows"), with Win.lag > 0: a leader takes every packet sent to it in the
-\\* window before it makes a send Win.lag observations later (its learners' ACKs past a quorum are the receives
+\\* window before the first observation not made is Win.lag past it (its learners' ACKs past a quorum are the receives
 \\* nothing else hurries; a follower's wait behind its one channel, and a server that sends nothing, paused or cut
-\\* off, is not hurried), and no observation is made Win.lag or more ahead of the first one not made. The bound of every search:
-\\* no pair's sends go past Win.cap; at most Win.budget distinct states (0: no limit), after which the search stops and
-\\* says so.
+\\* off, is not hurried), and no observation is made Win.lag or more ahead of the first one not made. Measured from
+\\* the frontier, not from the leader's own latest send: one step of a leader sends on every learner's connection,
+\\* and the proxy may read one of them many observations after the others. The bound of every search: no pair's
+\\* sends go past Win.cap; at most Win.budget distinct states (0: no limit), after which the search stops and says
+\\* so.
 Guide == Win.lag = 0 \\/ /\\ (Latest < Frontier + Win.lag \\/ Latest <= Win.exempt)
                          /\\ \\A a, b \\in Server : state[b] /= LEADING \\/ tags[a][b] = <<>>
                                                  \\/ Head(tags[a][b]) <= Win.exempt
-                                                 \\/ Head(tags[a][b]) + Win.lag >= LatestBy(b)
+                                                 \\/ Head(tags[a][b]) + Win.lag >= Frontier
 Bound == /\\ \\A a, b \\in Server : sent[a][b] <= Win.cap[a][b]
          /\\ IF Win.budget > 0 /\\ TLCGet("distinct") >= Win.budget
             THEN PrintT(<<"zkbudget", TLCGet("distinct")>>) /\\ TLCSet("exit", TRUE)
@@ -411,5 +414,5 @@ def config(observation: Observation) -> str:
     syncs = sum(1 for o in observation.obs if o.type == "REQUEST")  # each ClientSync makes one: no more can be
     return (f"CONSTANTS\n    N = {observation.servers}\n    MaxEpoch = {observation.max_epoch}\n"
             f"    MaxTxns = {observation.txns}\n    MaxFaults = {roles + 1}\n    MaxSyncs = {syncs}\n"
-            "    TruncAtOnce <- ZooKeeperTruncAtOnce\n"
+            "    TruncAtOnce <- ZooKeeperTruncAtOnce\n    LeaderLogsLate <- ZooKeeperLeaderLogsLate\n"
             "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Exact Prog Stop Guide Bound\nVIEW Place\n")
