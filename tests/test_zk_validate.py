@@ -386,6 +386,72 @@ def test_a_followers_ack_lost_when_it_was_killed_is_a_behaviour_and_a_zxid_it_ne
     assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 4], 3), bad.failure
 
 
+def leader_loses_its_tail(claims: int = 1) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1), proposes two transactions, both ACK both, and 2 commits the first; killed
+    before it takes the second's ACKs (its connections end). Server 1 then leads epoch 2; 3 and the restarted 2
+    follow it, 2's ACKEPOCH naming (1, ``claims``) as its last logged zxid -- 1: ZooKeeper's leader sent the second
+    PROPOSAL before its SyncRequestProcessor logged it, and the kill lost it (spec/README.md, departure 13)."""
+    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
+    for conn, f in ((1, 1), (2, 3)):
+        b.send(conn, f, "FOLLOWERINFO", 0, sid=f)
+        b.send(conn, 2, "LEADERINFO", E1)
+        b.send(conn, f, "ACKEPOCH", 0, currentEpoch=0)
+        b.send(conn, 2, "DIFF", 0)
+        b.send(conn, 2, "NEWLEADER", E1)
+        b.send(conn, f, "ACK", E1)
+        b.send(conn, 2, "UPTODATE", -1)
+    for k in (1, 2):
+        for conn in (1, 2):
+            b.send(conn, 2, "PROPOSAL", E1 + k, txn=_txn(E1 + k, f"/t{k}"))
+    for conn, f in ((1, 1), (2, 3)):
+        b.send(conn, f, "ACK", E1 + 1)
+        b.send(conn, f, "ACK", E1 + 2)
+    for conn in (1, 2):
+        b.send(conn, 2, "COMMIT", E1 + 1)
+    for conn in (1, 2):
+        b.event(conn, "EOF_S2C")
+        b.event(conn, "EOF_C2S")
+    for conn, f, last, epoch in ((3, 3, E1 + 2, 1), (4, 2, E1 + claims, 1)):
+        b.send(conn, f, "FOLLOWERINFO", E1, sid=f)
+        b.send(conn, 1, "LEADERINFO", 2 * E1)
+        b.send(conn, f, "ACKEPOCH", last, currentEpoch=epoch)
+        b.send(conn, 1, "DIFF", E1 + 2)
+        if f == 2 and claims < 2:
+            b.send(conn, 1, "PROPOSAL", E1 + 2, txn=_txn(E1 + 2, "/t2"))
+        b.send(conn, 1, "NEWLEADER", 2 * E1)
+        b.send(conn, f, "ACK", 2 * E1)
+        b.send(conn, 1, "UPTODATE", -1)
+    return b
+
+
+@pytest.mark.slow
+def test_a_killed_leader_that_lost_its_uncommitted_tail_is_a_behaviour_only_with_leaderlogslate(tmp_path,
+                                                                                               toolchain_ready,
+                                                                                               monkeypatch):
+    """Departure 13 (`LeaderLogsLate`, which VZk sets): the restarted leader's ACKEPOCH names the last transaction
+    it committed, not the last it proposed. With the switch left FALSE (the seed's leader, which logs before it
+    proposes) the same run fails at that ACKEPOCH; and even with it, a leader that claims to have lost what it
+    committed is rejected there."""
+    from conformance.validate import zkcheck
+
+    lost = observe(leader_loses_its_tail().decoded())
+    ok = zkcheck.validate_observation(lost, work=tmp_path)
+    assert ok.matched, ok.failure
+    below = observe(leader_loses_its_tail(claims=0).decoded())
+    bad = zkcheck.validate_observation(below, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive, bad.failure
+    first = below.obs[bad.frontier - 1]
+    assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 0], 2), bad.failure
+    switch = "    LeaderLogsLate <- ZooKeeperLeaderLogsLate\n"
+    config = zkcheck.config
+    assert switch in config(lost)
+    monkeypatch.setattr(zkcheck, "config", lambda o: config(o).replace(switch, ""))
+    seed = zkcheck.validate_observation(lost, work=tmp_path)
+    assert not seed.matched and not seed.inconclusive, seed.failure
+    first = lost.obs[seed.frontier - 1]
+    assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 1], 2), seed.failure
+
+
 # ------------------------------------------------------------------------ a real 3.8.0 run, and mutations of it
 
 
