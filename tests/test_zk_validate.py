@@ -117,6 +117,20 @@ def test_the_mapping_keeps_the_spec_packets_and_says_what_it_left_out():
                                                               "COMMIT"]
 
 
+def test_the_modules_switches_are_zookeepers_and_the_deferral_follows_the_recorded_version():
+    """TruncAtOnce and LeaderLogsLate for every version; NewLeaderDefers from 3.9.3 (spec/README.md, departure 12),
+    read from the recording's META; a version that is not a release number defers nothing."""
+    from conformance.validate.zkmodule import config, defers
+
+    o = observe(healthy().decoded())
+    assert [defers(v) for v in ("3.8.0", "3.9.2", "3.9.3", "3.9.5", "test", "?")] == [False, False, True, True,
+                                                                                      False, False]
+    for version, deferral in (("3.8.5", False), ("3.9.5", True)):
+        cfg = config(dataclasses.replace(o, version=version))
+        assert "TruncAtOnce <- ZooKeeperTruncAtOnce" in cfg and "LeaderLogsLate <- ZooKeeperLeaderLogsLate" in cfg
+        assert ("NewLeaderDefers <- ZooKeeperNewLeaderDefers" in cfg) is deferral
+
+
 def test_a_sync_group_is_one_observation_with_its_proposals_and_without_its_commits():
     b = Builder({1: (1, 2)})
     b.send(1, 1, "FOLLOWERINFO", 0, sid=1)

@@ -11,8 +11,8 @@ them) and adds three variables:
   ``ObsNext`` (ZabSync's SyncNext, with Crash restricted to a server that is not LOOKING) is kept only if, on every
   pair, the packets it appended to ``msgs[a][b]`` are the next observations of that pair (`Agree`; a sync -- DIFF,
   TRUNC or SNAP through NEWLEADER -- against one SYNCGROUP observation by what it leaves the follower with,
-  `SyncAgree`). A step
-  that sends nothing (a receive, an election decision, a timeout) is free, within the other two constraints.
+  `SyncAgree`). A step that sends nothing (a receive, an election decision, a timeout) is free, within the other two
+  constraints.
 * ``tags[a][b]``: beside each packet in flight, the observation it was matched to. When b takes the head of
   ``msgs[a][b]``, b must have made every send the proxy read before it read that packet (``need``: the one order
   across connections the recording proves).
@@ -42,6 +42,9 @@ follower whose role is over is lost (``Over``: a learner killed after it logged 
 Bounds come from the run: N servers, MaxTxns the distinct transactions observed, MaxEpoch the greatest epoch a
 leader proposed (plus one per leading role that never proposed one), MaxFaults the number of roles (a fault is an
 implausible election decision, a timeout of a live connection or a crash; each role begins or ends with at most one).
+Zab.tla's switches are ZooKeeper's (spec/README.md, departures 11-13): a follower truncates at TRUNC
+(``TruncAtOnce``) and a leader's crash may lose its uncommitted tail (``LeaderLogsLate``) in every version; from
+3.9.3 (the recording's META) a follower may leave a sync's uncommitted proposals for UPTODATE (``NewLeaderDefers``).
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ from typing import Any
 from conformance.tla.values import format_value
 from conformance.validate.chain import REBASING, VARIABLES
 from conformance.zk.observe import Observation
+from conformance.zk.versions import DEFERS_FROM
 
-__all__ = ["RUN_DATA", "WINDOW_DATA", "config", "goal", "run_data", "trace_module", "window_data"]
+__all__ = ["RUN_DATA", "WINDOW_DATA", "config", "defers", "goal", "run_data", "trace_module", "window_data"]
 
 #: The data files beside the module (conformance/tla/datafile.py): the run's observations, and the window's start.
 RUN_DATA = "vzk.tlav"
@@ -201,6 +205,9 @@ SyncHeads == {{"DIFF", "TRUNC", "SNAP"}}
 \\* logs, so that a crash may lose its uncommitted tail (LeaderLogsLate): the cfg overrides both with these
 ZooKeeperTruncAtOnce == TRUE
 ZooKeeperLeaderLogsLate == TRUE
+\\* ... and from 3.9.3 its follower may leave a sync's uncommitted proposals for UPTODATE (NewLeaderDefers): the cfg
+\\* overrides it with this for a recording of such a version
+ZooKeeperNewLeaderDefers == TRUE
 
 \\* x may leave its role (a timeout, a crash, a packet that sends it back to LOOKING) only if the role ended before the
 \\* run did, after every send observed in it.
@@ -409,10 +416,21 @@ Prog == IF Frontier > TLCGet(1)
 """
 
 
+def defers(version: str) -> bool:
+    """Whether ZooKeeper ``version``'s follower may leave a sync's uncommitted proposals for UPTODATE (Zab.tla's
+    NewLeaderDefers, spec/README.md departure 12: 3.9.3 and later); a version that is not a release number (a
+    hand-built recording's) does not."""
+    try:
+        return tuple(int(x) for x in version.split(".")) >= DEFERS_FROM
+    except ValueError:
+        return False
+
+
 def config(observation: Observation) -> str:
     roles = sum(len(r) for r in observation.roles.values())
     syncs = sum(1 for o in observation.obs if o.type == "REQUEST")  # each ClientSync makes one: no more can be
+    deferral = "    NewLeaderDefers <- ZooKeeperNewLeaderDefers\n" if defers(observation.version) else ""
     return (f"CONSTANTS\n    N = {observation.servers}\n    MaxEpoch = {observation.max_epoch}\n"
             f"    MaxTxns = {observation.txns}\n    MaxFaults = {roles + 1}\n    MaxSyncs = {syncs}\n"
             "    TruncAtOnce <- ZooKeeperTruncAtOnce\n    LeaderLogsLate <- ZooKeeperLeaderLogsLate\n"
-            "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Exact Prog Stop Guide Bound\nVIEW Place\n")
+            f"{deferral}INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Exact Prog Stop Guide Bound\nVIEW Place\n")
