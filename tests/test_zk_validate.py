@@ -349,11 +349,8 @@ def test_a_learner_that_acks_newleader_late_and_each_proposal_once_is_a_behaviou
     assert (first.type, first.zxid, first.sender) == ("ACK", [1, 46], 3), bad.failure
 
 
-def lost_ack(claims: int = 3) -> Builder:
-    """Server 2 leads 1 and 3 (epoch 1) and broadcasts three transactions; 3 ACKs two of them and its connection
-    ends (killed after it logged the third: its ACK never reached the proxy); it comes back and its ACKEPOCH names
-    (1, ``claims``) as its last logged zxid."""
-    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
+def _epoch_one(b: Builder) -> None:
+    """Server 2 establishes epoch 1 with learners 1 (connection 1) and 3 (connection 2), each by an empty DIFF."""
     for conn, f in ((1, 1), (2, 3)):
         b.send(conn, f, "FOLLOWERINFO", 0, sid=f)
         b.send(conn, 2, "LEADERINFO", E1)
@@ -362,6 +359,14 @@ def lost_ack(claims: int = 3) -> Builder:
         b.send(conn, 2, "NEWLEADER", E1)
         b.send(conn, f, "ACK", E1)
         b.send(conn, 2, "UPTODATE", -1)
+
+
+def lost_ack(claims: int = 3) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1) and broadcasts three transactions; 3 ACKs two of them and its connection
+    ends (killed after it logged the third: its ACK never reached the proxy); it comes back and its ACKEPOCH names
+    (1, ``claims``) as its last logged zxid."""
+    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
+    _epoch_one(b)
     for k in (1, 2, 3):
         for conn in (1, 2):
             b.send(conn, 2, "PROPOSAL", E1 + k, txn=_txn(E1 + k, f"/t{k}"))
@@ -406,14 +411,7 @@ def leader_loses_its_tail(claims: int = 1) -> Builder:
     follow it, 2's ACKEPOCH naming (1, ``claims``) as its last logged zxid -- 1: ZooKeeper's leader sent the second
     PROPOSAL before its SyncRequestProcessor logged it, and the kill lost it (spec/README.md, departure 13)."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
-    for conn, f in ((1, 1), (2, 3)):
-        b.send(conn, f, "FOLLOWERINFO", 0, sid=f)
-        b.send(conn, 2, "LEADERINFO", E1)
-        b.send(conn, f, "ACKEPOCH", 0, currentEpoch=0)
-        b.send(conn, 2, "DIFF", 0)
-        b.send(conn, 2, "NEWLEADER", E1)
-        b.send(conn, f, "ACK", E1)
-        b.send(conn, 2, "UPTODATE", -1)
+    _epoch_one(b)
     for k in (1, 2):
         for conn in (1, 2):
             b.send(conn, 2, "PROPOSAL", E1 + k, txn=_txn(E1 + k, f"/t{k}"))
