@@ -98,6 +98,36 @@ def test_callers_side_by_side_generate_once_and_the_manifest_names_the_cached_gr
     assert manifest["graph"] == str(target / "graph.parquet") and (target / "graph.parquet").is_dir()
 
 
+def test_the_repositorys_cache_is_backed_by_the_machines_store_and_a_fresh_clone_copies_it(tmp_path, monkeypatch):
+    """Generated once into the repository's cache and stored on the machine; a fresh clone (an empty repository
+    cache) copies the stored folder without a hop, its manifest naming the copy's graph; a change to the generator's
+    source is another key, and a regeneration."""
+    calls: list[str] = []
+    monkeypatch.setattr(cache, "hop", _fake_hops(calls))
+    monkeypatch.setattr(cache, "REPO_CACHE", tmp_path / "clone" / ".cache" / "traces")
+    monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "machine"))
+    first = ensure_traces("ci", SPEC, cache.REPO_CACHE)
+    stored = tmp_path / "machine" / "traces" / f"{first.name}-{cache.generator_hash()}"
+    assert calls == ["traces --stream --discard-dump"] and (stored / "manifest.json").is_file()
+    assert json.loads((stored / "manifest.json").read_text())["graph"] == str(stored / "graph.parquet")
+    shutil.rmtree(tmp_path / "clone")  # a fresh clone
+    again = ensure_traces("ci", SPEC, cache.REPO_CACHE)
+    assert again == first and calls == ["traces --stream --discard-dump"]  # copied, not generated
+    assert json.loads((again / "manifest.json").read_text())["graph"] == str(again / "graph.parquet")
+    assert (again / "graph.parquet").is_dir()
+    assert not [p for p in again.parent.iterdir() if p.name.endswith(".partial")]
+    ensure_traces("ci", SPEC, tmp_path / "elsewhere")  # a cache a caller names is not backed by the store
+    assert len(calls) == 2
+    repo = tmp_path / "repo"  # the generator's source changed: another key
+    shutil.copytree(cache.REPO / "conformance" / "graph", repo / "conformance" / "graph",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cache, "REPO", repo)
+    before = cache.generator_hash()
+    with open(repo / "conformance" / "graph" / "select.py", "a") as f:
+        f.write("# a change\n")
+    assert cache.generator_hash() != before
+
+
 #: A stand-in `zabref`: ``NAME OTHER CODE`` writes NAME's file, waits (30 s at most) for OTHER's, prints, exits CODE.
 _MEETS = """
 import sys, time

@@ -12,11 +12,21 @@ holds an exclusive lock on ``<model>-<hash>.lock`` beside the folder (``fcntl.fl
 process dies), so runs side by side -- the test command's workers, two chains on one checkout -- generate a model's
 traces once and the others wait and reuse them. The cached manifest names the cached ``graph.parquet`` as its graph
 (where `zabref minimize` finds it). `committed_trace_dirs` lists the reviewed regression traces in traces/.
+
+The repository's own cache (`.cache/traces/`, the default) is backed by a store on the machine, outside the
+repository (`machine_store`: ``<cache root>/traces/``, where fetched ZooKeeper versions and compiled Java live too), so
+a fresh clone or a second worktree of the same spec copies the traces instead of running TLC and Spark again. A stored
+folder is keyed by the model's spec hash and by `generator_hash`: the source of the packages that make traces
+(conformance/graph, conformance/tla, the grammars), the bytes of tla2tools.jar, and the versions of Python and
+PySpark; a change to any of them makes new traces. A copy comes in under a temporary name, its manifest's graph
+renamed to where it now lies, and is renamed when whole. A cache given by a caller (a test's temporary folder) is not
+backed: what it holds is only what was generated into it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -29,9 +39,14 @@ import click
 
 from conformance.graph.traces import MANIFEST, model_modules, spec_sha256, write_manifest
 
-__all__ = ["REPO", "spec_hash", "model_modules", "zabref_command", "hop", "hops", "ensure_traces", "committed_trace_dirs"]
+__all__ = ["REPO", "spec_hash", "model_modules", "zabref_command", "hop", "hops", "ensure_traces", "committed_trace_dirs",
+           "generator_hash", "machine_store"]
 
 REPO = Path(__file__).resolve().parents[2]
+#: The repository's own trace cache: the default of `ensure_traces`, and the one the machine's store backs.
+REPO_CACHE = REPO / ".cache" / "traces"
+#: The packages whose source makes traces from a spec (with what they read: the grammars).
+_GENERATOR_SOURCES = ("conformance/graph", "conformance/tla", "conformance/grammars")
 #: The batches in which a generation parses TLC's dump as TLC writes it: ci's 189 MB dump in about a dozen, so the
 #: parse keeps pace with TLC instead of starting when it ends (docs/traces.md, "Generated once per spec").
 STREAM_CHUNK_MB = 16
@@ -90,9 +105,34 @@ def hops(*commands: list[str]) -> None:
         raise click.ClickException("; ".join(failed))
 
 
-def ensure_traces(config: str, spec_dir: Path = REPO / "spec", cache: Path = REPO / ".cache" / "traces",
+def generator_hash() -> str:
+    """The first 16 hex digits of a SHA-256 over what makes traces from a spec besides the spec (module docstring):
+    each source file of `_GENERATOR_SOURCES` by its path, the jar's bytes, Python's and PySpark's versions."""
+    import pyspark
+
+    from conformance.tla.tools import resolve_jar
+
+    digest = hashlib.sha256()
+    for folder in _GENERATOR_SOURCES:
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(f"{path.relative_to(REPO)}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    digest.update(hashlib.sha256(resolve_jar().path.read_bytes()).hexdigest().encode())
+    digest.update(f"\npython {sys.version_info[:3]} pyspark {pyspark.__version__}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def machine_store() -> Path:
+    """The machine's store of generated traces, outside the repository (module docstring)."""
+    from conformance.tla.javac import cache_root
+
+    return cache_root() / "traces"
+
+
+def ensure_traces(config: str, spec_dir: Path = REPO / "spec", cache: Path = REPO_CACHE,
                   regenerate: bool = False) -> Path:
-    """The folder of `config`'s action-coverage traces for the current spec, generating them when not cached."""
+    """The folder of `config`'s action-coverage traces for the current spec, generating them when not cached (nor
+    stored on the machine, for the repository's own cache)."""
     target = Path(cache) / f"{config}-{spec_hash(spec_dir, config)}"
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.with_name(target.name + ".lock"), "a+b") as lock:
@@ -102,8 +142,40 @@ def ensure_traces(config: str, spec_dir: Path = REPO / "spec", cache: Path = REP
         if (target / MANIFEST).is_file():
             click.echo(f"chain: {config}: this spec passed the model check and its traces are cached in {target}")
             return target
+        stored = None
+        if Path(cache).resolve() == REPO_CACHE.resolve():
+            stored = machine_store() / f"{target.name}-{generator_hash()}"
+        if stored is not None and not regenerate and (stored / MANIFEST).is_file():
+            _copy(stored, target)
+            click.echo(f"chain: {config}: this spec passed the model check and its traces, stored on this machine "
+                       f"({stored}), are copied to {target}")
+            return target
         _generate(config, spec_dir, target)
+        if stored is not None:
+            try:
+                _copy(target, stored)
+            except OSError as e:  # a store that cannot be written costs the next clone a generation, nothing more
+                click.echo(f"chain: {config}: the traces were not stored on this machine ({stored}): {e}", err=True)
     return target
+
+
+def _copy(source: Path, target: Path) -> None:
+    """A whole copy of the trace folder ``source`` at ``target`` (written under a temporary name, then renamed), its
+    manifest's graph named where the copy lies."""
+    work = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    shutil.rmtree(work, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.copytree(source, work)
+        manifest = json.loads((work / MANIFEST).read_text(encoding="utf-8"))
+        if "graph" in manifest:
+            manifest["graph"] = str(target / "graph.parquet")
+            write_manifest(work, manifest)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(work, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _generate(config: str, spec_dir: Path, target: Path) -> None:
