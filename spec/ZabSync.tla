@@ -139,11 +139,13 @@ FollowerProcessSYNC(i, j) ==
 (***************************************************************************)
 \* What a step of Zab.tla does to pendingSyncs (the validation of ZooKeeper runs, conformance/validate/zkmodule.py,
 \* conjoins it to each of Next's actions one by one).
+\* (With no sync waiting anywhere it leaves pendingSyncs as it is, the same value, without building it again.)
 SyncsDropped ==
-    pendingSyncs' = [l \in Server |->
-                        IF state'[l] = LEADING
-                        THEN SelectSeq(pendingSyncs[l], LAMBDA p : learnerPhase'[l][p.learner] /= "NONE")
-                        ELSE <<>>]
+    pendingSyncs' = IF \A l \in Server : pendingSyncs[l] = <<>> THEN pendingSyncs
+                    ELSE [l \in Server |->
+                             IF state'[l] = LEADING
+                             THEN SelectSeq(pendingSyncs[l], LAMBDA p : learnerPhase'[l][p.learner] /= "NONE")
+                             ELSE <<>>]
 
 ZabStep == Next /\ SyncsDropped
 

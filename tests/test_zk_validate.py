@@ -128,7 +128,15 @@ def test_the_modules_switches_are_zookeepers_and_the_deferral_follows_the_record
     for version, deferral in (("3.8.5", False), ("3.9.5", True)):
         cfg = config(dataclasses.replace(o, version=version))
         assert "TruncAtOnce <- ZooKeeperTruncAtOnce" in cfg and "LeaderLogsLate <- ZooKeeperLeaderLogsLate" in cfg
+        assert "SyncsUnderWay <- ZooKeeperSyncsUnderWay" in cfg  # the recording bounds the syncs, not a count
         assert ("NewLeaderDefers <- ZooKeeperNewLeaderDefers" in cfg) is deferral
+
+
+def test_the_guides_lag_grows_with_the_learners():
+    """A leader's step sends on every learner's connection, and the proxy reads them a connection's batch at a time."""
+    from conformance.validate.zkcheck import LAG, lag_for
+
+    assert [lag_for(n) for n in (1, 3, 5)] == [LAG // 2, LAG, 2 * LAG]
 
 
 def test_a_sync_group_is_one_observation_with_its_proposals_and_without_its_commits():

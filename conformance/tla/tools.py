@@ -55,6 +55,10 @@ JVM_OPTIONS = ("-XX:+UseParallelGC",)  # TLC's recommended collector for through
 #: Measured on a batch of 5,000 logged steps (docs/performance.md): half the CPU of JVM_OPTIONS, since C2's
 #: compilations and the parallel collector's threads cost more than they return in a run that short.
 SHORT_RUN = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+#: For one-worker searches of seconds to minutes (the windows of a ZooKeeper run): the serial collector, and the whole
+#: JIT. Measured on a five-server window (docs/zookeeper.md, "Fault runs, in windows"): 1.73 times the distinct
+#: states a minute of SHORT_RUN's first tier; a three-server run's 15 searches of 2-60 s, 324 s of TLC against 506 s.
+SEARCH = ("-XX:+UseSerialGC",)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from conformance.tla.datafile import DataFile
 from conformance.tla.labels import read_next
 from conformance.tla.output import TLCMessage
 from conformance.tla.overrides import MODULES, classes
-from conformance.tla.tools import SHORT_RUN, Outcome, Toolchain, run_tlc, toolchain
+from conformance.tla.tools import SEARCH, Outcome, Toolchain, run_tlc, toolchain
 from conformance.tla.valueparse import parse_value
 from conformance.tla.values import format_value
 from conformance.validate.observed import last_progress, observed_folder, printed
@@ -52,6 +52,7 @@ PROGRESS_FIELDS = ("frontier", "rc", "state", "zabState", "leader", "acceptedEpo
 #: finds no behaviour is checked again from.
 WINDOW = 400
 WIDEN = 2
+#: The guide's lag for three servers; a run of N servers gets LAG * (N - 1) / 2 (`lag_for`).
 LAG = 20
 #: The most distinct states one search may explore: with the guide, and without it.
 BUDGET_GUIDED = 100_000
@@ -151,7 +152,7 @@ def _window(folder: Path, tools: Toolchain, observation: Observation, start: _St
 
     started = time.monotonic()
     tlc = run_tlc(folder / "VZk.tla", folder / "VZk.cfg", workers=1, extra_args=("-deadlock",),
-                  on_message=on_message, tools=tools, classpath=[classes(tools)], jvm_options=SHORT_RUN)
+                  on_message=on_message, tools=tools, classpath=[classes(tools)], jvm_options=SEARCH)
     seconds = time.monotonic() - started
     whole = printed(lines, "zkend", last=False)  # <<"zkend", state>>
     end_text = None if whole is None else whole[whole.index(",") + 1:-2].strip()
@@ -167,11 +168,19 @@ def _window(folder: Path, tools: Toolchain, observation: Observation, start: _St
                 inexact, rb.d)
 
 
+def lag_for(servers: int) -> int:
+    """The guide's lag for a run of ``servers``: a leader's step sends on each learner's connection, and the proxy
+    reads a connection's batch of PROPOSALs before the next one's, so the observations of one step lie up to a batch
+    per other learner apart (five servers' first proposals: 8 a connection, the same step's sends 24 apart)."""
+    return LAG * max(1, servers - 1) // 2
+
+
 def validate_observation(observation: Observation, *, work: Path | None = None,
                          echo: Callable[[str], None] = lambda s: None, window: int = WINDOW,
-                         widen: int = WIDEN, lag: int = LAG) -> ZkValidation:
+                         widen: int = WIDEN, lag: int | None = None) -> ZkValidation:
     """Check ``observation`` with TLC in windows of ``window`` observations (docs/zookeeper.md, "Windows"); never
-    raises for a departure."""
+    raises for a departure. ``lag``: the guide's (None: `lag_for` the run's servers; 0: no guide)."""
+    lag = lag_for(observation.servers) if lag is None else lag
     result = ZkValidation(observation.recording, observation.servers, len(observation.obs), observation.txns,
                           dict(observation.ignored))
     tools = toolchain()
