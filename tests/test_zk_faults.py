@@ -18,7 +18,7 @@ from conformance.faults.history import Read, check
 from conformance.faults.zkcommand import MATRIX, builtin_schedule, faults
 from conformance.zk import ZkError
 from conformance.zk.command import zk
-from conformance.faults.zkload import reads_at_writes
+from conformance.faults.zkload import next_due, reads_at_writes
 from conformance.zk.delivered import node_value
 from conformance.zk.schedule import ScheduleError, load_schedule, parse_schedule, random_schedule
 
@@ -100,6 +100,14 @@ def test_a_reads_zxid_is_taken_as_the_last_write_delivered_at_or_below_it():
     finals = {1: [(0x100000003, "c0-0"), (0x100000007, "c0-1")], 2: [(0x100000003, "c0-0")]}
     raw = [Read(0, 1, 9, 1.0, 2.0, True, end) for end in (0x100000002, 0x100000003, 0x100000006, 0x200000000)]
     assert [r.end for r in reads_at_writes(raw, finals)] == [0, 0x100000003, 0x100000003, 0x100000007]
+
+
+def test_a_paced_writer_keeps_its_period_and_does_not_catch_up_in_a_burst():
+    due, dues = 0.0, []
+    # when each write started: on time, late by less than a period (the grid kept), then after a hold (at once)
+    for now in (0.0, 0.1, 0.2, 0.32, 3.0, 3.0):
+        dues.append(due := next_due(due, now, rate=10))
+    assert [round(x, 6) for x in dues] == [0.1, 0.2, 0.3, 0.4, 3.0, 3.1]
 
 
 def test_the_zk_group_offers_the_fault_commands():

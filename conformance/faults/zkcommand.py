@@ -100,6 +100,9 @@ def _schedule(spec: str, servers: int):  # noqa: ANN202
               help="A schedule file (.toml or .json) or a built-in one (zookeeper-4925, zookeeper-4785, txnlog-hole, "
                    "power-loss-all).")
 @click.option("--writers", type=click.IntRange(1, 16), default=2, show_default=True)
+@click.option("--rate", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Each writer's writes a second at most (0: as fast as they are answered); a paced run makes a "
+                   "recording whose validation keeps pace with it.")
 @click.option("--readers/--no-readers", default=True, show_default=True,
               help="A reader at each server alone: a sync, then a read, every 0.1 s (the read guarantee checked; a "
                    "follower's sync crosses the quorum connection as REQUEST and SYNC).")
@@ -120,8 +123,8 @@ def _schedule(spec: str, servers: int):  # noqa: ANN202
                    "`zabref zk validate` plugin, in "
                    "windows); the run passes only if both checks do.")
 def faults(version: str, servers: str, duration: float, seed: int, schedule: str | None, writers: int,
-           readers: bool, power_loss: bool, writeback: float, force_sync: bool, folder: str, json_path: str | None,
-           validate: bool) -> None:
+           rate: float, readers: bool, power_loss: bool, writeback: float, force_sync: bool, folder: str,
+           json_path: str | None, validate: bool) -> None:
     """One fault run on a real ZooKeeper ensemble, checked by the history checker; a verdict line and a report."""
     from conformance.faults.zkrun import run_zk_faults, write_report  # noqa: PLC0415
 
@@ -131,7 +134,7 @@ def faults(version: str, servers: str, duration: float, seed: int, schedule: str
         out = Path(folder)
         if out.exists():
             shutil.rmtree(out)
-        result = run_zk_faults(out, version, n, seed, duration, steps, writers=writers, readers=readers,
+        result = run_zk_faults(out, version, n, seed, duration, steps, writers=writers, rate=rate, readers=readers,
                                power_loss=power_loss, writeback=writeback, force_sync=force_sync, echo=click.echo)
     except (ZkError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e

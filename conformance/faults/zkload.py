@@ -58,15 +58,26 @@ def _client(hosts: str, timeout: float = SESSION_TIMEOUT):  # noqa: ANN202 (kazo
                        command_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5, "deadline": 60.0})
 
 
+def next_due(due: float, now: float, rate: float) -> float:
+    """When a writer paced at ``rate`` writes a second starts its next write, the last one having been due at ``due``
+    and started at ``now``: one period after ``due``, or at once when the writer fell behind by more than a period
+    (a hold, a slow answer), so that it never catches up in a burst."""
+    return max(due, now - 1.0 / rate) + 1.0 / rate
+
+
 class ZkWriter(threading.Thread):
+    """One client's sequential creates through kazoo, as fast as they are answered, or at most ``rate`` a second
+    (0: unpaced): each write starts 1 / ``rate`` s after the one before started, or when it ended if later."""
+
     def __init__(self, client: int, hosts: str, stop: threading.Event, hold: threading.Event,
-                 timeout: float = 5.0) -> None:
+                 timeout: float = 5.0, rate: float = 0.0) -> None:
         super().__init__(name=f"zk-writer-{client}", daemon=True)
         self.client_id = client
         self.hosts = hosts
         self.stop = stop
         self.hold = hold
         self.timeout = timeout
+        self.rate = rate
         self.writes: list[Write] = []
         self.error: str = ""
 
@@ -83,10 +94,15 @@ class ZkWriter(threading.Thread):
             # (another writer's acknowledgements can end a schedule's first step before this one is under way)
             client.retry(client.ensure_path, ROOT)
             k = 0
+            due = time.monotonic()
             while not self.stop.is_set():
                 if self.hold.is_set() or not client.connected:
                     self.stop.wait(0.05)
                     continue
+                if self.rate > 0:
+                    if self.stop.wait(max(0.0, due - time.monotonic())):
+                        break
+                    due = next_due(due, time.monotonic(), self.rate)
                 value = f"c{self.client_id}-{k}"
                 k += 1
                 invoked = time.monotonic()

@@ -140,10 +140,11 @@ def _settle(z: ProxiedEnsemble, timeout: float) -> str | None:
 
 def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", servers: int = 3, seed: int = 1,
                   duration: float = 30.0, schedule: list[Step] | None = None, *, writers: int = 2,
-                  calm: float = 2.0, sample: bool = True, readers: bool = True, power_loss: bool = False,
-                  writeback: float | None = 30.0, force_sync: bool = True,
+                  rate: float = 0.0, calm: float = 2.0, sample: bool = True, readers: bool = True,
+                  power_loss: bool = False, writeback: float | None = 30.0, force_sync: bool = True,
                   echo: Callable[[str], None] = print) -> ZkRunResult:
-    """One run; see the module docstring. ``schedule`` None: a random one of ``duration`` seconds from ``seed``."""
+    """One run; see the module docstring. ``schedule`` None: a random one of ``duration`` seconds from ``seed``.
+    ``rate``: each writer's writes a second at most (0: unpaced)."""
     started = time.monotonic()
     steps = schedule if schedule is not None else random_schedule(seed, servers, duration)
     folder = Path(folder)
@@ -155,7 +156,7 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
     with z.start():
         hosts = ",".join(f"127.0.0.1:{m.client_port}" for m in z.members)
         stop, hold = threading.Event(), threading.Event()
-        load = [ZkWriter(k, hosts, stop, hold) for k in range(writers)]
+        load = [ZkWriter(k, hosts, stop, hold, rate=rate) for k in range(writers)]
         sampler = ZkSampler({m.id: m.client_port for m in z.members}, stop) if sample else None
         reading = [ZkReader(k, m.id, m.client_port, stop, hold) for k, m in enumerate(z.members)] if readers else []
         for t in (*load, *reading, *([sampler] if sampler else [])):
@@ -165,7 +166,7 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
         def add_writer(sid: int, seconds: float) -> None:
             """A writer with a session to ``sid`` alone (a schedule's ``writer`` step), stopped after ``seconds``."""
             done = threading.Event()
-            w = ZkWriter(len(load), f"127.0.0.1:{z.members[sid - 1].client_port}", done, hold)
+            w = ZkWriter(len(load), f"127.0.0.1:{z.members[sid - 1].client_port}", done, hold, rate=rate)
             load.append(w)
             w.start()
             timer = threading.Timer(seconds, done.set)
