@@ -147,9 +147,10 @@ class Steps:
             self.stall = max(self.stall, loop.time() - last - 0.05)
 
     def since(self, t: float) -> list[str]:
+        """The actions since loop time ``t``, but the steps that broadcast a write (none is made meanwhile)."""
         return [f"{when - t:+.2f}s server {sid}: {what}" for when, sid, what in self.taken if when >= t
-                and not what.startswith(("Zab.LeaderProcessACK", "Zab.FollowerProcessCOMMIT", "Zab.Leader"
-                                         "ProcessPING", "Zab.FollowerProcessPING"))]
+                and not what.startswith(("Zab.ClientRequest", "Zab.FollowerProcessPROPOSAL", "Zab.LeaderProcessACK",
+                                         "Zab.FollowerProcessCOMMIT"))]
 
 
 def _state(servers: dict[int, Server]) -> dict:
