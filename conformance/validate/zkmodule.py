@@ -208,9 +208,9 @@ ZooKeeperLeaderLogsLate == TRUE
 \\* ... and from 3.9.3 its follower may leave a sync's uncommitted proposals for UPTODATE (NewLeaderDefers): the cfg
 \\* overrides it with this for a recording of such a version
 ZooKeeperNewLeaderDefers == TRUE
-\* ZabSync's bound on the syncs under way (a model checker's bound) is no bound here: each ClientSync sends a REQUEST
-\* that must be an observation, so the recording bounds them, and counting them in every state (a SelectSeq of every
-\* channel) was nine tenths of TLC's time on a five-server run; the cfg overrides SyncsUnderWay with this
+\\* ZabSync's bound on the syncs under way (a model checker's bound) is no bound here: each ClientSync sends a REQUEST
+\\* that must be an observation, so the recording bounds them, and counting them in every state (a SelectSeq of every
+\\* channel) was nine tenths of TLC's time on a five-server run; the cfg overrides SyncsUnderWay with this
 ZooKeeperSyncsUnderWay == 0
 
 \\* x may leave its role (a timeout, a crash, a packet that sends it back to LOOKING) only if the role ended before the
