@@ -120,7 +120,8 @@ def test_the_mapping_keeps_the_spec_packets_and_says_what_it_left_out():
 def test_the_modules_switches_are_zookeepers_and_the_deferral_follows_the_recorded_version():
     """TruncAtOnce and LeaderLogsLate for every version; NewLeaderDefers from 3.9.3 (spec/README.md, departure 12),
     read from the recording's META; a version that is not a release number defers nothing."""
-    from conformance.validate.zkmodule import config, defers
+    from conformance.validate.zkmodule import config
+    from conformance.zk.versions import defers
 
     o = observe(healthy().decoded())
     assert [defers(v) for v in ("3.8.0", "3.9.2", "3.9.3", "3.9.5", "test", "?")] == [False, False, True, True,

@@ -55,9 +55,9 @@ from typing import Any
 from conformance.tla.values import format_value
 from conformance.validate.chain import REBASING, VARIABLES
 from conformance.zk.observe import Observation
-from conformance.zk.versions import DEFERS_FROM
+from conformance.zk.versions import defers
 
-__all__ = ["RUN_DATA", "WINDOW_DATA", "config", "defers", "goal", "run_data", "trace_module", "window_data"]
+__all__ = ["RUN_DATA", "WINDOW_DATA", "config", "goal", "run_data", "trace_module", "window_data"]
 
 #: The data files beside the module (conformance/tla/datafile.py): the run's observations, and the window's start.
 RUN_DATA = "vzk.tlav"
@@ -431,16 +431,6 @@ Prog == IF Frontier > TLCGet(1)
         ELSE TRUE
 =============================================================================
 """
-
-
-def defers(version: str) -> bool:
-    """Whether ZooKeeper ``version``'s follower may leave a sync's uncommitted proposals for UPTODATE (Zab.tla's
-    NewLeaderDefers, spec/README.md departure 12: 3.9.3 and later); a version that is not a release number (a
-    hand-built recording's) does not."""
-    try:
-        return tuple(int(x) for x in version.split(".")) >= DEFERS_FROM
-    except ValueError:
-        return False
 
 
 def config(observation: Observation) -> str:

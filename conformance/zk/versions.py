@@ -37,7 +37,7 @@ from conformance.tla.javac import cache_root
 from conformance.zk import ZkFetchError
 
 __all__ = ["DEBIAN_VERSION", "MAVEN_VERSIONS", "SUPPORTED", "Distribution", "apt_install", "available", "cache_root",
-           "cached", "ensure_zookeeper", "fetch", "find_classpath", "install_failed", "model_of", "resolve"]
+           "cached", "defers", "ensure_zookeeper", "fetch", "find_classpath", "install_failed", "model_of", "resolve"]
 
 DEBIAN_VERSION = "3.8.0"
 MAVEN_VERSIONS = tuple([f"3.8.{n}" for n in range(3, 8)] + [f"3.9.{n}" for n in range(0, 6)])
@@ -46,11 +46,21 @@ SUPPORTED = (DEBIAN_VERSION, *MAVEN_VERSIONS)
 DEFERS_FROM = (3, 9, 3)
 
 
+def defers(version: str) -> bool:
+    """Whether ZooKeeper ``version``'s follower may leave a sync's uncommitted proposals for UPTODATE (Zab.tla's
+    NewLeaderDefers, spec/README.md departure 12: 3.9.3 and later); a version that is not a release number (a
+    hand-built recording's) does not."""
+    try:
+        return tuple(int(x) for x in version.split(".")) >= DEFERS_FROM
+    except ValueError:
+        return False
+
+
 def model_of(version: str) -> str:
     """The spec model whose follower is ``version``'s (spec/README.md, departures 11 and 12): every supported version
     truncates at TRUNC (`cizk`); 3.9.3 and later also leave a sync's uncommitted proposals for UPTODATE (`cizk39`)."""
     _check_version(version)
-    return "cizk39" if tuple(int(x) for x in version.split(".")) >= DEFERS_FROM else "cizk"
+    return "cizk39" if defers(version) else "cizk"
 
 
 JAR_DIRS = (Path("/usr/share/java"), Path("/usr/share/zookeeper"), Path("/usr/share/zookeeper/lib"))
