@@ -127,7 +127,7 @@ class Steps:
         self.stall = 0.0
 
     def restart(self, sid: int, node) -> None:
-        self.sid = sid
+        pass
 
     def step(self, node, effects, cid_of) -> None:
         now = asyncio.get_running_loop().time()

@@ -98,16 +98,22 @@ def test_callers_side_by_side_generate_once_and_the_manifest_names_the_cached_gr
     assert manifest["graph"] == str(target / "graph.parquet") and (target / "graph.parquet").is_dir()
 
 
-def test_the_repositorys_cache_is_backed_by_the_machines_store_and_a_fresh_clone_copies_it(tmp_path, monkeypatch):
-    """Generated once into the repository's cache and stored on the machine; a fresh clone (an empty repository
-    cache) copies the stored folder without a hop, its manifest naming the copy's graph; a change to the generator's
-    source is another key, and a regeneration."""
+def _stored_once(tmp_path: Path, monkeypatch) -> tuple[list[str], Path, Path]:
+    """A clone's repository cache (tmp_path/clone) backed by a machine's store (tmp_path/machine), the ci traces
+    generated into it once by the stand-in hop: the hop's calls, the clone's folder and the stored one."""
     calls: list[str] = []
     monkeypatch.setattr(cache, "hop", _fake_hops(calls))
     monkeypatch.setattr(cache, "REPO_CACHE", tmp_path / "clone" / ".cache" / "traces")
     monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "machine"))
     first = ensure_traces("ci", SPEC, cache.REPO_CACHE)
-    stored = tmp_path / "machine" / "traces" / f"{first.name}-{cache.generator_hash()}"
+    return calls, first, tmp_path / "machine" / "traces" / f"{first.name}-{cache.generator_hash()}"
+
+
+def test_the_repositorys_cache_is_backed_by_the_machines_store_and_a_fresh_clone_copies_it(tmp_path, monkeypatch):
+    """Generated once into the repository's cache and stored on the machine; a fresh clone (an empty repository
+    cache) copies the stored folder without a hop, its manifest naming the copy's graph; a change to the generator's
+    source is another key, and a regeneration."""
+    calls, first, stored = _stored_once(tmp_path, monkeypatch)
     assert calls == ["traces --stream --discard-dump"] and (stored / "manifest.json").is_file()
     assert json.loads((stored / "manifest.json").read_text())["graph"] == str(stored / "graph.parquet")
     shutil.rmtree(tmp_path / "clone")  # a fresh clone
@@ -126,6 +132,21 @@ def test_the_repositorys_cache_is_backed_by_the_machines_store_and_a_fresh_clone
     with open(repo / "conformance" / "graph" / "select.py", "a") as f:
         f.write("# a change\n")
     assert cache.generator_hash() != before
+
+
+def test_a_damaged_store_is_named_and_generated_over(tmp_path, monkeypatch, capsys):
+    """A stored folder whose manifest does not read is not copied half: the generation runs, the error names the
+    stored folder, and the store holds the new traces afterwards."""
+    calls, _, stored = _stored_once(tmp_path, monkeypatch)
+    (stored / "manifest.json").write_text("{not json")
+    shutil.rmtree(tmp_path / "clone")
+    again = ensure_traces("ci", SPEC, cache.REPO_CACHE)
+    assert len(calls) == 2
+    assert json.loads((again / "manifest.json").read_text())["graph"] == str(again / "graph.parquet")
+    err = capsys.readouterr().err
+    assert f"the traces stored on this machine ({stored}) could not be copied (JSONDecodeError" in err
+    assert json.loads((stored / "manifest.json").read_text())["graph"] == str(stored / "graph.parquet")
+    assert not [p for p in again.parent.iterdir() if p.name.endswith(".partial")]
 
 
 #: A stand-in `zabref`: ``NAME OTHER CODE`` writes NAME's file, waits (30 s at most) for OTHER's, prints, exits CODE.

@@ -19,7 +19,8 @@ a fresh clone or a second worktree of the same spec copies the traces instead of
 folder is keyed by the model's spec hash and by `generator_hash`: the source of the packages that make traces
 (conformance/graph, conformance/tla, the grammars), the bytes of tla2tools.jar, and the versions of Python and
 PySpark; a change to any of them makes new traces. A copy comes in under a temporary name, its manifest's graph
-renamed to where it now lies, and is renamed when whole. A cache given by a caller (a test's temporary folder) is not
+renamed to where it now lies, and is renamed when whole; a stored folder that cannot be copied (its manifest
+unreadable) is named, generated again and stored over. A cache given by a caller (a test's temporary folder) is not
 backed: what it holds is only what was generated into it.
 """
 
@@ -146,10 +147,14 @@ def ensure_traces(config: str, spec_dir: Path = REPO / "spec", cache: Path = REP
         if Path(cache).resolve() == REPO_CACHE.resolve():
             stored = machine_store() / f"{target.name}-{generator_hash()}"
         if stored is not None and not regenerate and (stored / MANIFEST).is_file():
-            _copy(stored, target)
-            click.echo(f"chain: {config}: this spec passed the model check and its traces, stored on this machine "
-                       f"({stored}), are copied to {target}")
-            return target
+            try:
+                _copy(stored, target)
+                click.echo(f"chain: {config}: this spec passed the model check and its traces, stored on this "
+                           f"machine ({stored}), are copied to {target}")
+                return target
+            except (OSError, ValueError) as e:  # a damaged store: generated again, and stored over it
+                click.echo(f"chain: {config}: the traces stored on this machine ({stored}) could not be copied "
+                           f"({type(e).__name__}: {e}): generating them", err=True)
         _generate(config, spec_dir, target)
         if stored is not None:
             try:
@@ -167,13 +172,7 @@ def _copy(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         shutil.copytree(source, work)
-        manifest = json.loads((work / MANIFEST).read_text(encoding="utf-8"))
-        if "graph" in manifest:
-            manifest["graph"] = str(target / "graph.parquet")
-            write_manifest(work, manifest)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(work, target)
+        _install(work, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -191,16 +190,24 @@ def _generate(config: str, spec_dir: Path, target: Path) -> None:
              "--config", config, "--parquet", str(work / "graph.parquet"), "--conf",
              f"spark.driver.memory={STREAM_DRIVER_MEMORY}"])
         shutil.move(str(work / "traces"), str(work / "final"))
-        if (work / "graph.parquet").exists():
+        if (work / "graph.parquet").exists():  # the dump it was read from is gone
             shutil.move(str(work / "graph.parquet"), str(work / "final" / "graph.parquet"))
-            manifest = json.loads((work / "final" / MANIFEST).read_text(encoding="utf-8"))
-            manifest["graph"] = str(target / "graph.parquet")  # the dump it was read from is gone
-            write_manifest(work / "final", manifest)
-        if target.exists():
-            shutil.rmtree(target)  # a folder left without its manifest.json: not a cached result
-        os.replace(work / "final", target)
+        _install(work / "final", target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _install(folder: Path, target: Path) -> None:
+    """The whole trace folder ``folder`` (written beside ``target``) renamed to ``target``, its manifest naming the
+    graph where it will lie; what ``target`` held (a folder left without its manifest.json: not a cached result,
+    or an older copy) goes."""
+    if (folder / "graph.parquet").exists():
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        manifest["graph"] = str(target / "graph.parquet")
+        write_manifest(folder, manifest)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(folder, target)
 
 
 def committed_trace_dirs(root: Path = REPO / "traces") -> list[Path]:
