@@ -152,8 +152,9 @@ def test_a_sync_group_is_one_observation_with_its_proposals_and_without_its_comm
     o = observe(b.decoded(2))
     sync = o.obs[3]
     assert sync.type == "SYNCGROUP" and sync.sync["kind"] == "TRUNC" and sync.sync["zxid"] == [1, 1]
-    assert sync.sync["txns"] == [{"value": 1, "zxid": [1, 2]}] and sync.sync["newleader"] == [2, 0]
-    assert o.ignored == {"COMMIT-IN-SYNC": 1} and len(o.obs) == 4
+    # <<1, 1>>, named by the ACKEPOCH and the TRUNC and carried by nothing, is value 1 (`_number_unseen`)
+    assert sync.sync["txns"] == [{"value": 2, "zxid": [1, 2]}] and sync.sync["newleader"] == [2, 0]
+    assert o.unseen == [1] and o.ignored == {"COMMIT-IN-SYNC": 1} and len(o.obs) == 4
 
 
 def test_a_learners_acks_of_sync_transactions_its_leader_had_committed_are_left_out():
@@ -471,6 +472,85 @@ def test_a_killed_leader_that_lost_its_uncommitted_tail_is_a_behaviour_only_with
     assert not seed.matched and not seed.inconclusive, seed.failure
     first = lost.obs[seed.frontier - 1]
     assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 1], 2), seed.failure
+
+
+def cut_off_leader(follower_claims: int = 1) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1) and commits /t1; its links are cut (its connections end), and it logs two
+    more writes, <<1, 2>> and <<1, 3>>, that reach no one. Server 1 leads epoch 2 with 3 (whose ACKEPOCH names
+    <<1, ``follower_claims``>>) and commits /t3 at <<2, 1>>; then 2, healed, follows 1, its ACKEPOCH naming <<1, 3>>,
+    and is truncated to <<1, 1>> and sent <<2, 1>> (3.8.5, seed 1, observation 261: the validation had no value for
+    such a write and failed there)."""
+    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
+    _epoch_one(b)
+    for conn in (1, 2):
+        b.send(conn, 2, "PROPOSAL", E1 + 1, txn=_txn(E1 + 1, "/t1"))
+    for conn, f in ((1, 1), (2, 3)):
+        b.send(conn, f, "ACK", E1 + 1)
+    for conn in (1, 2):
+        b.send(conn, 2, "COMMIT", E1 + 1)
+    for conn in (1, 2):
+        b.event(conn, "EOF_S2C")
+        b.event(conn, "EOF_C2S")
+    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
+    b.send(3, 1, "LEADERINFO", 2 * E1)
+    b.send(3, 3, "ACKEPOCH", E1 + follower_claims, currentEpoch=1)
+    b.send(3, 1, "DIFF", E1 + 1)
+    b.send(3, 1, "NEWLEADER", 2 * E1)
+    b.send(3, 3, "ACK", 2 * E1)
+    b.send(3, 1, "UPTODATE", -1)
+    b.send(3, 1, "PROPOSAL", 2 * E1 + 1, txn=_txn(2 * E1 + 1, "/t3"))
+    b.send(3, 3, "ACK", 2 * E1 + 1)
+    b.send(3, 1, "COMMIT", 2 * E1 + 1)
+    b.send(4, 2, "FOLLOWERINFO", E1, sid=2)
+    b.send(4, 1, "LEADERINFO", 2 * E1)
+    b.send(4, 2, "ACKEPOCH", E1 + 3, currentEpoch=1)
+    b.send(4, 1, "TRUNC", E1 + 1)
+    b.send(4, 1, "PROPOSAL", 2 * E1 + 1, txn=_txn(2 * E1 + 1, "/t3"))
+    b.send(4, 1, "NEWLEADER", 2 * E1)
+    b.send(4, 2, "ACK", 2 * E1)
+    b.send(4, 1, "UPTODATE", -1)
+    return b
+
+
+def test_a_write_named_but_never_carried_has_a_value_after_its_leaders_previous_proposal():
+    """An ACKEPOCH naming <<1, 3>>, which no PROPOSAL or sync carried: <<1, 2>> and <<1, 3>> are values of their own,
+    numbered after /t1 (their leader's previous proposal) and before /t3, which moves up; the module lets a silent
+    ClientRequest take exactly them."""
+    from conformance.validate.zkmodule import sync_first
+
+    o = observe(cut_off_leader().decoded())
+    assert o.txns == 4 and o.unseen == [2, 3]
+    t1, t3 = (next(v for key, v in o.values.items() if f'"/{p}"' in key) for p in ("t1", "t3"))
+    assert (t1, t3) == (1, 4)
+    assert [x.data for x in o.obs if x.type == "PROPOSAL"] == [1, 1, 4]
+    assert [t["value"] for x in o.obs if x.sync is not None for t in x.sync["txns"]] == [4]
+    assert sync_first(o) == [2, 3]
+    assert observe(healthy().decoded()).unseen == []
+
+
+@pytest.mark.slow
+def test_a_cut_off_leaders_unsent_writes_are_a_behaviour_and_a_follower_claiming_them_is_not(tmp_path,
+                                                                                             toolchain_ready,
+                                                                                             monkeypatch):
+    """The cut-off leader's writes logged and sent to no one make a behaviour (ClientRequest with no learner
+    forwarding, then a TRUNC); without their values (the numbering before `_number_unseen`) the run fails at the
+    ACKEPOCH that names them; and a follower that never had them (3) naming one is rejected there."""
+    from conformance.validate.zkcheck import validate_observation
+    from conformance.zk import observe as observe_module
+
+    ok = validate_observation(observe(cut_off_leader().decoded()), work=tmp_path)
+    assert ok.matched, ok.failure
+    claim = observe(cut_off_leader(follower_claims=3).decoded())
+    bad = validate_observation(claim, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive, bad.failure
+    first = claim.obs[bad.frontier - 1]
+    assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 3], 3), bad.failure
+    monkeypatch.setattr(observe_module, "_number_unseen", lambda obs, values: [])
+    narrow = observe(cut_off_leader().decoded())
+    old = validate_observation(narrow, work=tmp_path)
+    assert not old.matched and not old.inconclusive, old.failure
+    first = narrow.obs[old.frontier - 1]
+    assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 3], 2), old.failure
 
 
 # ------------------------------------------------------------------------ a real 3.8.0 run, and mutations of it

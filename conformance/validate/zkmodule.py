@@ -112,8 +112,9 @@ def _channels(observation: Observation) -> str:
 
 
 def sync_first(observation: Observation) -> list[int]:
-    """The values whose first observation is in a sync (a DIFF's, TRUNC's or SNAP's proposals), not a PROPOSAL: the
-    only transactions a leader can have proposed without sending them to anyone (module `ClientRequest` arm)."""
+    """The values whose first observation is in a sync (a DIFF's, TRUNC's or SNAP's proposals), not a PROPOSAL, and
+    those never carried at all (`Observation.unseen`): the only transactions a leader can have proposed without
+    sending them to anyone (module `ClientRequest` arm)."""
     seen: set[int] = set()
     first: list[int] = []
     for o in observation.obs:
@@ -124,7 +125,7 @@ def sync_first(observation: Observation) -> list[int]:
                 if t["value"] not in seen:
                     seen.add(t["value"])
                     first.append(t["value"])
-    return first
+    return sorted(first + observation.unseen)
 
 
 def run_data(observation: Observation) -> list[str]:
@@ -218,9 +219,10 @@ ZooKeeperSyncsUnderWay == 0
 CanLeave(x) == /\\ rc[x] >= 1 /\\ Roles[x][rc[x]].ended
                /\\ \\A b \\in Server : sent[x][b] >= RoleSends[x][rc[x]][b]
 
-\\* SyncFirst: the values first observed in a sync, not in a PROPOSAL. A ClientRequest that sends to no learner is
-\\* observed nowhere; it numbers its value before every later one, which an observation numbers before it unless the
-\\* value first shows in a sync: so it is taken only for such a value (else no behaviour with it makes the run).
+\\* SyncFirst: the values first observed in a sync, not in a PROPOSAL, or never carried (a zxid an ACKEPOCH names).
+\\* A ClientRequest that sends to no learner is observed nowhere; it numbers its value before every later one, which
+\\* an observation numbers before it unless the value first shows in a sync or nowhere: so it is taken only for such
+\\* a value (else no behaviour with it makes the run).
 SyncFirst == Datum("{RUN_DATA}", {total + 4})
 Proposes(i) == \\/ \\E f \\in Server : learnerPhase[i][f] \\in ForwardingPhases
                \\/ Cardinality(proposed) + 1 + Win.values \\in SyncFirst

@@ -27,7 +27,11 @@ read them. Receives, persists, timeouts and election decisions are not observed:
   before the run did (its connections closed). The spec's BecomeLeader / BecomeFollower must take them in that order,
   and a server goes back to LOOKING (a timeout, a crash) only when its role ended.
 * ``values``: each distinct transaction (by its decoded fields: header, record, digest) is one of the spec's values,
-  numbered 1, 2, ... by first appearance in the recording -- the order the spec's ClientRequest numbers them.
+  numbered 1, 2, ... by first appearance in the recording -- the order the spec's ClientRequest numbers them. A
+  transaction the observations name (an ACKEPOCH's last logged zxid, a sync's zxid) but no PROPOSAL or sync carries
+  -- a cut-off leader logged it and sent it to no one -- has a value too (``unseen``), as has each counter of its
+  epoch between it and the last one carried, numbered right after its leader's previous proposal
+  (`_number_unseen`).
 * ``ignored``: what was left out and why (`IGNORED`), counted. ``docs/zookeeper.md`` ("Validation of ZooKeeper runs")
   has the full table.
 
@@ -148,6 +152,7 @@ class Observation:
     end_ns: int | None
     max_epoch: int
     start: Any = None  # None: the spec's Init
+    unseen: list[int] = field(default_factory=list)  # values of transactions named but never carried (_number_unseen)
 
     @property
     def txns(self) -> int:
@@ -285,6 +290,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
     # A sync group whose NEWLEADER never came (the connection ended, or the run did): it cannot match a spec sync.
     for o in sync_open.values():
         o.sync["newleader"] = [-1, -1]  # type: ignore[index]
+    unseen = _number_unseen(obs, values)
 
     channels: dict[tuple[int, int], list[int]] = {(a, b): [] for a in range(1, n + 1) for b in range(1, n + 1)}
     sent = {(a, b): 0 for a in range(1, n + 1) for b in range(1, n + 1)}
@@ -300,7 +306,62 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
     unepoched = sum(1 for rs in roles.values() for r in rs if r.kind == "L"
                     and not any(o.type == "LEADERINFO" and o.conn in r.conns for o in obs))
     return Observation(str(rec.path), n, str(meta.get("version", "?")), obs, channels, roles, values, ignored,
-                       end, max(epochs + [1]) + unepoched)
+                       end, max(epochs + [1]) + unepoched, unseen=unseen)
+
+
+def _number_unseen(obs: list[Obs], values: dict[str, int]) -> list[int]:
+    """Give each transaction the observations name but never carry its own value, renumbering the others; returns
+    the unseen values, in order.
+
+    A leader cut off from every learner still takes its clients' writes: it logs each and sends it to no one (the
+    spec's ClientRequest with no learner forwarding). Later its ACKEPOCH (or a sync it leads) names that zxid. The
+    spec numbers values in the order of its ClientRequests, so that value is one of the run's and comes before every
+    value proposed after it. It is placed right after the greatest transaction of its epoch that was carried (its
+    leader's previous proposal; the leader proposes in zxid order), or, if none of its epoch was, just before the
+    first observation that names it, and the values after it move up by one."""
+    carried: dict[tuple[int, int], int] = {}  # zxid -> its value
+    named: dict[tuple[int, int], int] = {}  # zxid of a transaction -> how many values preceded its first naming
+    seen = 0
+    for o in obs:
+        for t in (o.sync["txns"] if o.sync is not None else []):
+            carried.setdefault((t["zxid"][0], t["zxid"][1]), t["value"])
+            seen = max(seen, t["value"])
+        if o.type == "PROPOSAL" and isinstance(o.data, int):
+            carried.setdefault((o.zxid[0], o.zxid[1]), o.data)
+            seen = max(seen, o.data)
+        for z in ([o.zxid] if o.type == "ACKEPOCH" else [o.sync["zxid"]] if o.sync is not None else []):
+            if z[1] > 0:
+                named.setdefault((z[0], z[1]), seen)
+    # A named zxid never carried, and every one of its epoch between it and the greatest carried below it: a leader
+    # proposes the counters of its epoch in order, and the naming shows only the last it logged.
+    missing: dict[tuple[int, int], int] = {}  # zxid -> how many values preceded the first naming of it or later
+    for (e, c), before in named.items():
+        if (e, c) not in carried:
+            low = max([k for (f, k) in carried if f == e and k < c], default=0)
+            for k in range(low + 1, c + 1):
+                missing[e, k] = min(missing.get((e, k), before), before)
+    if not missing:
+        return []
+    # Each value sorts by its number; an unseen one just after the value it follows (p + 0.5), then by zxid.
+    places: list[tuple[float, tuple[int, int], str]] = [(float(v), (0, 0), key) for key, v in values.items()]
+    for z in sorted(missing):
+        below = [v for (e, c), v in carried.items() if e == z[0] and c < z[1]]
+        places.append(((max(below) if below else missing[z]) + 0.5, z, f"unseen <<{z[0]}, {z[1]}>>"))
+    places.sort()
+    renumber: dict[int, int] = {}
+    unseen = []
+    for k, (_, z, key) in enumerate(places, 1):
+        if key in values:
+            renumber[values[key]] = k
+        else:
+            unseen.append(k)
+        values[key] = k
+    for o in obs:
+        if o.type == "PROPOSAL" and isinstance(o.data, int):
+            o.data = renumber[o.data]
+        for t in (o.sync["txns"] if o.sync is not None else []):
+            t["value"] = renumber[t["value"]]
+    return unseen
 
 
 def _roles(decoded: Decoded, links: dict[int, dict[str, Any]], answered: set[int],
