@@ -553,6 +553,195 @@ def test_a_cut_off_leaders_unsent_writes_are_a_behaviour_and_a_follower_claiming
     assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 3], 2), old.failure
 
 
+def held_link(k: int = 5) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1) and commits ``k`` transactions with 1's ACKs; the proxy holds the link to 3
+    (a cut), so every packet of 2 to 3 and 3's ACKs are read after all of 1's (3.9.5, seed 2: a cut of server 2
+    put the leader's COMMIT to it 260 observations after the same COMMIT to the other follower)."""
+    b = Builder({1: (1, 2), 2: (3, 2)})
+    _epoch_one(b)
+    for n in range(1, k + 1):
+        b.send(1, 2, "PROPOSAL", E1 + n, txn=_txn(E1 + n, f"/t{n}"))
+        b.send(1, 1, "ACK", E1 + n)
+        b.send(1, 2, "COMMIT", E1 + n)
+    for n in range(1, k + 1):
+        b.send(2, 2, "PROPOSAL", E1 + n, txn=_txn(E1 + n, f"/t{n}"))
+        b.send(2, 2, "COMMIT", E1 + n)
+    for n in range(1, k + 1):
+        b.send(2, 3, "ACK", E1 + n)
+    return b
+
+
+def test_a_leaders_packet_read_late_is_placed_with_its_copy_to_another_learner_or_the_next_on_its_channel():
+    """`Obs.early`: the PROPOSAL and COMMIT to 3, read after all of 1's, are placed where the same packet to 1 was
+    read; a packet with no copy (a SYNC) where the next one on its connection is placed; a follower's ACK read late
+    with the PROPOSAL it acknowledges."""
+    b = held_link(2)
+    at = next(k for k, m in enumerate(b.messages) if m.conn == 2 and m.name == "COMMIT" and m.zxid == E1 + 1)
+    sync = b.send(2, 2, "SYNC", 0)
+    b.messages.insert(at + 1, b.messages.pop())
+    o = observe(b.decoded())
+    by = {(x.receiver, x.type, x.zxid[1]): x for x in o.obs if x.zxid[0] == 1 and x.zxid[1] > 0}
+    for t in ("PROPOSAL", "COMMIT"):
+        for n in (1, 2):
+            assert by[3, t, n].g > by[1, t, n].g and by[3, t, n].early == by[1, t, n].g
+    answer = next(x for x in o.obs if x.type == "SYNC" and x.offset == sync.offset)
+    assert answer.early == by[1, "PROPOSAL", 2].g < answer.g
+    acks = [x for x in o.obs if x.sender == 3 and x.type == "ACK" and x.zxid[1] > 0]
+    assert [x.early for x in acks] == [by[3, "PROPOSAL", x.zxid[1]].early for x in acks] and acks[0].early < acks[0].g
+    assert all(x.early == x.g for x in o.obs if x.zxid[0] == 1 and x.receiver == 1)
+
+
+def test_a_followers_packet_a_cut_held_is_placed_where_the_cut_began():
+    """`_held`: follower 1's REQUEST, written while the proxy held 1 -> 2 and read in the burst at the heal, is placed
+    at the first observation read after the cut began; a REQUEST it sends after the burst, and one of 3, which no
+    cut held, where they were read."""
+    b = Builder({1: (1, 2), 2: (3, 2)})
+    _epoch_one(b)
+
+    def fault(blocked):
+        b.t += 10
+        b.messages.append(Message(b.t, 0, "event", None, None, "", 0, "FAULT", None, {"blocked": blocked}))
+
+    fault([[1, 2], [2, 1]])
+    b.send(2, 2, "PROPOSAL", E1 + 1, txn=_txn(E1 + 1, "/t1"))
+    b.send(2, 3, "REQUEST", 0, op="sync")
+    fault([])
+    b.send(1, 1, "REQUEST", 0, op="sync")  # in the burst: the same read time as the heal's first
+    b.t += 10 * 1_000_000
+    b.send(1, 1, "REQUEST", 0, op="sync")
+    o = observe(b.decoded())
+    cut_at = next(x.g for x in o.obs if x.type == "PROPOSAL")
+    requests = [x for x in o.obs if x.type == "REQUEST"]
+    assert [(x.sender, x.early) for x in requests] == [(3, requests[0].g), (1, cut_at), (1, requests[2].g)]
+
+
+@pytest.mark.slow
+def test_the_guide_follows_a_link_the_proxy_held(tmp_path, toolchain_ready, monkeypatch):
+    """The guided search makes `held_link` in one TLC run with the packets placed by `Obs.early`; placed where the
+    proxy read them (the guide before it) it finds no behaviour, and the search without the guide is needed."""
+    from conformance.validate.zkcheck import validate_observation
+    from conformance.zk import observe as observe_module
+
+    placed = validate_observation(observe(held_link().decoded()), work=tmp_path, lag=4)
+    assert placed.matched and placed.runs == 1, placed.failure
+
+    def where_read(obs, channels, held):
+        for x in obs:
+            x.early = x.g
+
+    monkeypatch.setattr(observe_module, "_places", where_read)
+    read = validate_observation(observe(held_link().decoded()), work=tmp_path, lag=4)
+    assert read.matched and read.runs == 2, read.failure
+
+
+def cut_follower(k: int = 6) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1); 3 ACKs the first of ``k`` transactions and is cut: the leader's packets to
+    it are read at the heal, and its connection then ends, its role over; it comes back naming <<1, 1>> and is sent
+    the rest by a DIFF (3.9.5, seed 2: server 2, isolated at a PROPOSAL it ACKed)."""
+    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
+    _epoch_one(b)
+    for conn in (1, 2):
+        b.send(conn, 2, "PROPOSAL", E1 + 1, txn=_txn(E1 + 1, "/t1"))
+    for conn, f in ((1, 1), (2, 3)):
+        b.send(conn, f, "ACK", E1 + 1)
+    for conn in (1, 2):
+        b.send(conn, 2, "COMMIT", E1 + 1)
+    for n in range(2, k + 1):
+        b.send(1, 2, "PROPOSAL", E1 + n, txn=_txn(E1 + n, f"/t{n}"))
+        b.send(1, 1, "ACK", E1 + n)
+        b.send(1, 2, "COMMIT", E1 + n)
+    for n in range(2, k + 1):
+        b.send(2, 2, "PROPOSAL", E1 + n, txn=_txn(E1 + n, f"/t{n}"))
+        b.send(2, 2, "COMMIT", E1 + n)
+    b.event(2, "EOF_S2C")
+    b.event(2, "EOF_C2S")
+    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
+    b.send(3, 2, "LEADERINFO", E1)
+    b.send(3, 3, "ACKEPOCH", E1 + 1, currentEpoch=-1)
+    b.send(3, 2, "DIFF", E1 + k)
+    for n in range(2, k + 1):
+        b.send(3, 2, "PROPOSAL", E1 + n, txn=_txn(E1 + n, f"/t{n}"))
+    b.send(3, 2, "NEWLEADER", E1)
+    b.send(3, 3, "ACK", E1)
+    b.send(3, 2, "UPTODATE", -1)
+    return b
+
+
+def test_a_role_claims_what_the_next_roles_ackepoch_names():
+    """`role_claims`: 3's first role is followed by one whose ACKEPOCH names <<1, 1>>; the last role of each server
+    and a role followed by none claim nothing ([-1, -1])."""
+    from conformance.validate.zkmodule import role_claims
+
+    o = observe(cut_follower().decoded())
+    assert [len(o.roles[x]) for x in (1, 2, 3)] == [1, 1, 2]
+    assert role_claims(o) == [[[-1, -1]], [[-1, -1]], [[1, 1], [-1, -1]]]
+
+
+@pytest.mark.slow
+def test_the_guide_keeps_a_follower_whose_role_is_over_within_what_it_next_claims(tmp_path, toolchain_ready,
+                                                                                    monkeypatch):
+    """`cut_follower` is a behaviour; the guided search explores fewer states when the cut follower may not log the
+    PROPOSALs in flight to it (its next ACKEPOCH names <<1, 1>>) than when it may take each at every point of the
+    leader's progress."""
+    from conformance.validate import zkmodule
+    from conformance.validate.zkcheck import validate_observation
+
+    kept = validate_observation(observe(cut_follower().decoded()), work=tmp_path)
+    assert kept.matched and kept.runs == 1, kept.failure
+    claims = zkmodule.role_claims
+    monkeypatch.setattr(zkmodule, "role_claims", lambda o: [[[-1, -1] for _ in r] for r in claims(o)])
+    free = validate_observation(observe(cut_follower().decoded()), work=tmp_path)
+    assert free.matched and free.runs == 1, free.failure
+    assert kept.distinct_states < free.distinct_states, (kept.distinct_states, free.distinct_states)
+
+
+def paused_follower(k: int = 6) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1); 3 is paused: the leader's ``k`` PROPOSALs and COMMITs reach its socket, its
+    ACKs are never read, the leader drops it and goes on with 1; 3 resumes, logs them, and comes back naming
+    <<1, ``k``>> (3.9.5, seed 2: server 2 paused 2.8 s, its ACKEPOCH naming the last PROPOSAL sent before the leader
+    dropped it)."""
+    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
+    _epoch_one(b)
+    for n in range(1, k + 1):
+        for conn in (1, 2):
+            b.send(conn, 2, "PROPOSAL", E1 + n, txn=_txn(E1 + n, f"/t{n}"))
+        b.send(1, 1, "ACK", E1 + n)
+        for conn in (1, 2):
+            b.send(conn, 2, "COMMIT", E1 + n)
+    b.event(2, "EOF_S2C")
+    b.event(2, "EOF_C2S")
+    for n in range(k + 1, k + 4):
+        b.send(1, 2, "PROPOSAL", E1 + n, txn=_txn(E1 + n, f"/t{n}"))
+        b.send(1, 1, "ACK", E1 + n)
+        b.send(1, 2, "COMMIT", E1 + n)
+    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
+    b.send(3, 2, "LEADERINFO", E1)
+    b.send(3, 3, "ACKEPOCH", E1 + k, currentEpoch=-1)
+    b.send(3, 2, "DIFF", E1 + k + 3)
+    for n in range(k + 1, k + 4):
+        b.send(3, 2, "PROPOSAL", E1 + n, txn=_txn(E1 + n, f"/t{n}"))
+    b.send(3, 2, "NEWLEADER", E1)
+    b.send(3, 3, "ACK", E1)
+    b.send(3, 2, "UPTODATE", -1)
+    return b
+
+
+@pytest.mark.slow
+def test_a_follower_leaves_its_role_with_the_history_its_next_ackepoch_names(tmp_path, toolchain_ready, monkeypatch):
+    """In windows of 24 observations, `paused_follower` validates in one TLC run a window when the guide keeps the
+    paused follower from leaving before it logged what its next ACKEPOCH names (`Claimed`); without the claims a
+    window ends in a state where it left too early, and windows are checked again from further back."""
+    from conformance.validate import zkmodule
+    from conformance.validate.zkcheck import validate_observation
+
+    kept = validate_observation(observe(paused_follower().decoded()), work=tmp_path, window=24)
+    assert kept.matched and kept.runs == kept.windows == 3, kept.failure
+    claims = zkmodule.role_claims
+    monkeypatch.setattr(zkmodule, "role_claims", lambda o: [[[-1, -1] for _ in r] for r in claims(o)])
+    free = validate_observation(observe(paused_follower().decoded()), work=tmp_path, window=24)
+    assert free.matched and free.runs > kept.runs, (free.runs, free.failure)
+
+
 # ------------------------------------------------------------------------ a real 3.8.0 run, and mutations of it
 
 

@@ -73,7 +73,7 @@ def _record(o: Any, n: int) -> str:
     data = o.data if isinstance(o.data, int) else "n/a"
     fields = {"type": o.type, "zxid": o.zxid, "data": data, "cz": o.cz, "cd": o.cd, "ci": o.ci, "s": o.sender,
               "r": o.receiver, "need": o.need, "sk": sync["kind"], "sz": sync["zxid"], "sp": sync["txns"],
-              "nl": sync["newleader"]}
+              "nl": sync["newleader"], "e": o.early}
     return format_value(fields)
 
 
@@ -106,6 +106,25 @@ def role_sends(observation: Observation) -> list[list[list[int]]]:
     return out
 
 
+def role_claims(observation: Observation) -> list[list[list[int]]]:
+    """``[x][r]``: the last zxid x's ACKEPOCH names in the role after x's role r (0-based here, 1-based in the
+    module), or [-1, -1] when that role sends none (it leads, or its connection ended first; the last role has no
+    next). A follower's history only grows until it sends that ACKEPOCH (it is truncated only by a sync, after it),
+    so a follower whose role is over never logs past the zxid its next ACKEPOCH names, and a server goes LOOKING
+    with that zxid its last (`Guide`, `Claimed`)."""
+    out = []
+    for x in range(1, observation.servers + 1):
+        roles = observation.roles.get(x, [])
+        claims = []
+        for nxt in [*roles[1:], None]:
+            conns = set(nxt.conns) if nxt is not None and nxt.kind == "F" else set()
+            named = next((o.zxid for o in observation.obs
+                          if o.type == "ACKEPOCH" and o.sender == x and o.conn in conns), [-1, -1])
+            claims.append(list(named))
+        out.append(claims)
+    return out
+
+
 def _channels(observation: Observation) -> str:
     n = observation.servers
     return format_value([[observation.channels.get((a, b), []) for b in range(1, n + 1)] for a in range(1, n + 1)])
@@ -129,11 +148,12 @@ def sync_first(observation: Observation) -> list[int]:
 
 
 def run_data(observation: Observation) -> list[str]:
-    """The lines of `RUN_DATA`: the observations (line g: observation g), then Chan, Roles, RoleSends and the set of
-    values first observed in a sync."""
+    """The lines of `RUN_DATA`: the observations (line g: observation g), then Chan, Roles, RoleSends, the set of
+    values first observed in a sync, and RoleClaims."""
     n = observation.servers
     return [*(_record(o, n) for o in observation.obs), _channels(observation), _roles(observation),
-            format_value(role_sends(observation)), format_value({"$set": sync_first(observation)})]
+            format_value(role_sends(observation)), format_value({"$set": sync_first(observation)}),
+            format_value(role_claims(observation))]
 
 
 def goal(observation: Observation, upto: int) -> list[list[int]]:
@@ -224,6 +244,8 @@ CanLeave(x) == /\\ rc[x] >= 1 /\\ Roles[x][rc[x]].ended
 \\* an observation numbers before it unless the value first shows in a sync or nowhere: so it is taken only for such
 \\* a value (else no behaviour with it makes the run).
 SyncFirst == Datum("{RUN_DATA}", {total + 4})
+\\* RoleClaims[x][r]: the last zxid x's ACKEPOCH names in the role after its role r; <<-1, -1>>: none (`Guide`).
+RoleClaims == Datum("{RUN_DATA}", {total + 5})
 Proposes(i) == \\/ \\E f \\in Server : learnerPhase[i][f] \\in ForwardingPhases
                \\/ Cardinality(proposed) + 1 + Win.values \\in SyncFirst
 
@@ -398,6 +420,11 @@ Frontier == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN Chan[a][b][se
 MaxOf(S) == CHOOSE g \\in S : \\A g2 \\in S : g2 <= g
 Made(a, b) == IF sent[a][b] = 0 THEN 0 ELSE Chan[a][b][sent[a][b]]
 Latest == MaxOf({{Made(a, b) : a, b \\in Server}})
+\\* The same two by the observations' places (`Guide`).
+Front == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN O(Chan[a][b][sent[a][b] + 1]).e ELSE Total + 1
+             firsts == {{next(a, b) : a, b \\in Server}}
+         IN  CHOOSE g \\in firsts : \\A g2 \\in firsts : g <= g2
+Placed == MaxOf({{IF sent[a][b] = 0 THEN 0 ELSE O(Chan[a][b][sent[a][b]]).e : a, b \\in Server}})
 
 \\* The search's guide (docs/zookeeper.md, "Windows"), with Win.lag > 0: a leader takes every packet sent to it in the
 \\* window before the first observation not made is Win.lag past it (its learners' ACKs past a quorum are the receives
@@ -407,7 +434,19 @@ Latest == MaxOf({{Made(a, b) : a, b \\in Server}})
 \\* and the proxy may read one of them many observations after the others. The bound of every search: no pair's
 \\* sends go past Win.cap; at most Win.budget distinct states (0: no limit), after which the search stops and says
 \\* so.
-Guide == Win.lag = 0 \\/ /\\ (Latest < Frontier + Win.lag \\/ Latest <= Win.exempt)
+\\* Sends are measured by the observations' places (`early`, conformance/zk/observe.py: a packet the proxy read late,
+\\* a cut held it, placed with the same packet to another learner, the PROPOSAL its ACK answers, or the next one on
+\\* its own connection), receives by where the proxy read them (a packet is taken after it was read).
+\\* A follower whose role is over logs nothing past what its next ACKEPOCH names (`role_claims`), and a server that
+\\* left its role goes LOOKING with exactly that as its last zxid (nothing changes its history until it sends that
+\\* ACKEPOCH, which `Agree` compares the same way): in a cut or a pause, the PROPOSALs in flight to the follower are
+\\* not each taken at every point of the leader's progress, nor does it leave before it took those it logged.
+Claimed(x) == LET c == RoleClaims[x][rc[x]]
+              IN  \\/ c[1] < 0
+                  \\/ state[x] = LOOKING /\\ LastZxid(history[x]) = Z(c)
+                  \\/ state[x] /= LOOKING /\\ ZxidLE(LastZxid(history[x]), Z(c))
+Guide == Win.lag = 0 \\/ /\\ (Placed < Front + Win.lag \\/ Latest <= Win.exempt)
+                         /\\ \\A x \\in Server : Over(x) \\/ (state[x] = LOOKING /\\ rc[x] >= 1) => Claimed(x)
                          /\\ \\A a, b \\in Server : state[b] /= LEADING \\/ tags[a][b] = <<>>
                                                  \\/ Head(tags[a][b]) <= Win.exempt
                                                  \\/ Head(tags[a][b]) + Win.lag >= Frontier

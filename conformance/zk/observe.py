@@ -23,6 +23,8 @@ read them. Receives, persists, timeouts and election decisions are not observed:
 * ``need``: for each observation, how many sends its receiver had made on each of its channels when the proxy read
   it. The receiver can take the packet only after the proxy forwarded it, so every send of the receiver the proxy read
   earlier was made before that receive (the only order across connections the recording proves).
+* ``early``: for each observation, where the validation's search guide places its send (`_places`): with the same
+  packet to another learner, or the PROPOSAL an ACK answers, when the proxy read it late (a cut held its link).
 * ``roles``: each server's incarnations, in order: leading (``L``) or following j (``F``), and whether the role ended
   before the run did (its connections closed). The spec's BecomeLeader / BecomeFollower must take them in that order,
   and a server goes back to LOOKING (a timeout, a crash) only when its role ended.
@@ -46,6 +48,7 @@ long run start from the states TLC reached (conformance/validate/zkcheck.py), wh
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -116,6 +119,7 @@ class Obs:
     name: str  # ZooKeeper's name of the (first) packet
     sync: dict[str, Any] | None = None  # SYNCGROUP: kind, zxid, txns, newleader (zxid), newleader_offset
     need: list[int] = field(default_factory=list)  # per k in 1..N: sends receiver -> k before this one was read
+    early: int = 0  # the search guide's place for it: `_places`
 
     def where(self, path: str = "") -> str:
         return (f"{path + ': ' if path else ''}connection {self.conn} {self.direction} ({self.sender} to "
@@ -301,12 +305,86 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
         o.ci = sent[o.sender, o.receiver]
         channels[o.sender, o.receiver].append(g)
 
+    _places(obs, channels, _held(decoded, obs, end))
     roles = _roles(decoded, links, answered, eof, end, n)
     epochs = [o.zxid[0] for o in obs if o.type in ("LEADERINFO", "NEWLEADER")]
     unepoched = sum(1 for rs in roles.values() for r in rs if r.kind == "L"
                     and not any(o.type == "LEADERINFO" and o.conn in r.conns for o in obs))
     return Observation(str(rec.path), n, str(meta.get("version", "?")), obs, channels, roles, values, ignored,
                        end, max(epochs + [1]) + unepoched, unseen=unseen)
+
+
+#: The proxy reads a held link's bytes at the heal in a burst of reads this close together (ns); a later read is of
+#: bytes sent after the heal.
+BURST_NS = 5_000_000
+
+
+def _held(decoded: Decoded, obs: list[Obs], end: int | None) -> dict[int, int]:
+    """The observations whose bytes a fault held (`Proxy.cut`, ``isolate``: the proxy stops reading the pair, the
+    sender's kernel keeps what it writes), mapped to the index of the first observation read after the fault began:
+    the earliest they can have been sent. They are those of the pair the proxy read at the heal, in one burst (each
+    read within `BURST_NS` of the one before, the first of the heal)."""
+    blocked: set[tuple[int, int]] = set()
+    since: dict[tuple[int, int], int] = {}  # pair -> time its block began
+    spans: list[tuple[tuple[int, int], int, int]] = []  # (pair, block began, healed)
+    for m in decoded.messages:
+        if m.kind != "event" or m.name != "FAULT" or (end is not None and m.t_ns >= end):
+            continue
+        now = {(int(a), int(b)) for a, b in m.fields.get("blocked", [])}
+        for pair in now - blocked:
+            since[pair] = m.t_ns
+        for pair in blocked - now:
+            spans.append((pair, since.pop(pair), m.t_ns))
+        blocked = now
+    held: dict[int, int] = {}
+    times = [o.t_ns for o in obs]
+    for pair, began, healed in spans:
+        at = bisect.bisect_left(times, began) + 1
+        last = healed
+        for o in obs[bisect.bisect_left(times, healed):]:
+            if (o.sender, o.receiver) != pair:
+                continue
+            if o.t_ns - last > BURST_NS:
+                break
+            held[o.g] = at
+            last = o.t_ns
+    return held
+
+
+def _places(obs: list[Obs], channels: dict[tuple[int, int], list[int]], held: dict[int, int]) -> None:
+    """Set each observation's ``early``: where the validation's search guide places it, an estimate of where in the
+    proxy's order it was sent. The proxy reads a link's bytes late when a fault held them (`_held`) or when its loop
+    was busy, so one leader step's sends may lie far apart in the recording, and a held follower's ACK far from the
+    PROPOSAL it answers. So: a PROPOSAL or COMMIT is placed with the first read of the same packet from its sender
+    (one step sends it to every learner); a learner's ACK with the PROPOSAL it acknowledges (or, the ACK of
+    NEWLEADER, with the sync before it), when that was placed earlier; a sync's REQUEST a fault held where the fault
+    began (a client's sync answers nothing the learner received; a packet that answers one cannot be placed before
+    the proxy read what it answers, so a held LEADERINFO is not moved); and every packet no later than the next one
+    on its own channel (one FIFO connection). Only the guide reads it: a behaviour found is one whatever the
+    places."""
+    def settle() -> None:  # no later than the next on its channel
+        for gs in channels.values():
+            for k in range(len(gs) - 2, -1, -1):
+                o = obs[gs[k] - 1]
+                o.early = min(o.early, obs[gs[k + 1] - 1].early)
+
+    first: dict[tuple[int, str, int, int], int] = {}
+    for o in obs:
+        o.early = o.g
+        if o.type in ("PROPOSAL", "COMMIT"):
+            o.early = first.setdefault((o.sender, o.type, o.zxid[0], o.zxid[1]), o.g)
+    settle()
+    cause: dict[tuple[int, int, int, int], Obs] = {}  # (leader, learner, zxid) -> the PROPOSAL or sync it ACKs
+    for o in obs:
+        if o.type == "PROPOSAL":
+            cause.setdefault((o.sender, o.receiver, o.zxid[0], o.zxid[1]), o)
+        elif o.type == SYNC_GROUP and o.sync is not None:
+            cause[o.sender, o.receiver, o.sync["newleader"][0], 0] = o
+        elif o.type == "ACK" and (o.receiver, o.sender, o.zxid[0], o.zxid[1]) in cause:
+            o.early = min(o.early, cause[o.receiver, o.sender, o.zxid[0], o.zxid[1]].early)
+        elif o.type == "REQUEST" and o.g in held:
+            o.early = min(o.early, held[o.g])
+    settle()
 
 
 def _number_unseen(obs: list[Obs], values: dict[str, int]) -> list[int]:
