@@ -7,7 +7,7 @@ from __future__ import annotations
 from conformance.faults.history import Verdict
 from conformance.faults.zkcommand import MATRIX, Row, judged
 from conformance.faults.zkrun import ZkRunResult
-from conformance.zk.knownbugs import SIGNATURES, scan_log, sightings, summarise
+from conformance.zk.knownbugs import SIGNATURES, Sighting, at_departure, scan_log, sightings, summarise
 
 #: ZooKeeper 3.9.2's logback format: the warning, then the exception and its frames without a timestamp.
 LOGBACK_4394 = """\
@@ -84,3 +84,20 @@ def test_the_matrix_judges_a_log_row_by_its_mark_and_a_history_row_by_the_checks
     assert marked.ok and marked.to_json()["known_bugs"][0]["jira"] == "ZOOKEEPER-4394"
     broken = ZkRunResult("3.9.3", 3, 1, [], Verdict(), problems=["the ensemble did not settle"])
     assert judged(row, broken) == "error"
+
+
+def test_a_mark_at_the_departing_sender_just_before_the_departure_is_named_and_no_other():
+    """`at_departure`: the mark at the departing observation's sender 14 ms before it (ZooKeeper's log stamps in the
+    machine's local time) is named; a mark at another server, one 5 s earlier, and one without a time are not."""
+    from datetime import datetime
+
+    def mark(sid: int, when: str) -> Sighting:
+        return Sighting("ZOOKEEPER-4394", sid, f"{sid}/server.log", 442, when, "java.lang.NullPointerException")
+
+    wall = datetime.strptime("2026-11-28 15:30:59.782", "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    found = [mark(3, "2026-11-28 15:30:59,768"), mark(2, "2026-11-28 15:30:59.770"),
+             mark(3, "2026-11-28 15:30:54.768"), mark(3, "")]
+    lines = at_departure(found, 3, wall)
+    assert len(lines) == 1 and "server 3" in lines[0] and "14 ms before" in lines[0] and "3/server.log:442" in lines[0]
+    assert at_departure(found, 1, wall) == []
+    assert at_departure(found, 3, wall + 10) == []

@@ -38,8 +38,8 @@ from conformance.tla.values import format_value
 from conformance.validate.observed import last_progress, observed_folder, printed
 from conformance.validate.zkrebase import Rebase, plan, rebase, restore
 from conformance.validate.zkmodule import RUN_DATA, WINDOW_DATA, config, goal, run_data, trace_module, window_data
-from conformance.zk.knownbugs import sightings, summarise
-from conformance.zk.observe import Observation, observe_dir
+from conformance.zk.knownbugs import at_departure, sightings, summarise
+from conformance.zk.observe import Observation, observe_dir_decoded
 
 __all__ = ["WIDEN", "WINDOW", "ZkValidation", "validate_observation", "validate_recording"]
 
@@ -300,14 +300,20 @@ def validate_recording(folder: str | Path, *, work: Path | None = None,
                        echo: Callable[[str], None] = lambda s: None) -> ZkValidation:
     """Observe ``folder``'s recording and check it (WireError for a recording that does not decode)."""
     started = time.monotonic()
-    observation = observe_dir(folder)
+    decoded, observation = observe_dir_decoded(folder)
     elapsed = time.monotonic() - started
     echo(f"zk validate: {len(observation.obs)} observations of {observation.servers} servers, "
          f"{observation.txns} transactions, left out: "
          + (", ".join(f"{k} {v}" for k, v in sorted(observation.ignored.items())) or "nothing"))
     result = validate_observation(observation, work=work, echo=echo)
     result.observe_seconds = elapsed
-    if result.failure and (known := summarise(sightings(folder))):
+    found = sightings(folder) if result.failure else []
+    if found:
         # what the servers logged themselves, to decide the departure by (docs/zookeeper.md, "Known bugs")
-        result.failure += "\n  known bugs in the servers' own logs:" + "".join(f"\n    {k}" for k in known)
+        result.failure += "\n  known bugs in the servers' own logs:" + "".join(f"\n    {k}" for k in summarise(found))
+        meta = decoded.recording.meta
+        if result.frontier and "started_wall" in meta and "started_ns" in meta:
+            o = observation.obs[min(result.frontier, len(observation.obs)) - 1]
+            wall = meta["started_wall"] + (o.t_ns - meta["started_ns"]) / 1e9
+            result.failure += "".join(f"\n  at the departure: {k}" for k in at_departure(found, o.sender, wall))
     return result

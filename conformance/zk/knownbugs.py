@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
-__all__ = ["SIGNATURES", "Signature", "Sighting", "scan_log", "sightings", "summarise"]
+__all__ = ["SIGNATURES", "Signature", "Sighting", "at_departure", "scan_log", "sightings", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -104,4 +105,24 @@ def summarise(found: list[Sighting]) -> list[str]:
         lines.append(f"{jira}: {len(marks)} time{'s' if len(marks) != 1 else ''} at server"
                      f"{'s' if len(servers) != 1 else ''} {', '.join(map(str, servers))}; first at "
                      f"{marks[0].where()}: {what}")
+    return lines
+
+
+#: How long before a departing observation a mark at its sender is taken to explain it (the bug's exception is
+#: logged as the server drops its leader, and what it sends next is the departure).
+BEFORE_SECONDS = 1.0
+
+
+def at_departure(found: list[Sighting], sender: int, wall: float) -> list[str]:
+    """The marks at server ``sender`` logged at most `BEFORE_SECONDS` before the wall-clock time ``wall`` (seconds
+    since the epoch, the machine's clock, which ZooKeeper's log stamps in local time), or up to 50 ms after it (the
+    log is written after the bytes): one line each, saying how long before the departing observation it was."""
+    lines = []
+    for m in found:
+        if m.sid != sender or not m.when:
+            continue
+        stamp = datetime.strptime(m.when.replace(",", "."), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        if -0.05 <= wall - stamp <= BEFORE_SECONDS:
+            lines.append(f"{m.jira} at server {sender}, the departing observation's sender, "
+                         f"{(wall - stamp) * 1000:.0f} ms before it: {m.where()}")
     return lines
