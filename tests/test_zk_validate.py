@@ -371,6 +371,16 @@ def _epoch_one(b: Builder) -> None:
         b.send(conn, 2, "UPTODATE", -1)
 
 
+def _commit_first(b: Builder) -> None:
+    """After `_epoch_one`: server 2 proposes /t1 to both learners, both ACK it, and 2 commits it to both."""
+    for conn in (1, 2):
+        b.send(conn, 2, "PROPOSAL", E1 + 1, txn=_txn(E1 + 1, "/t1"))
+    for conn, f in ((1, 1), (2, 3)):
+        b.send(conn, f, "ACK", E1 + 1)
+    for conn in (1, 2):
+        b.send(conn, 2, "COMMIT", E1 + 1)
+
+
 def lost_ack(claims: int = 3) -> Builder:
     """Server 2 leads 1 and 3 (epoch 1) and broadcasts three transactions; 3 ACKs two of them and its connection
     ends (killed after it logged the third: its ACK never reached the proxy); it comes back and its ACKEPOCH names
@@ -482,12 +492,7 @@ def cut_off_leader(follower_claims: int = 1) -> Builder:
     such a write and failed there)."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
     _epoch_one(b)
-    for conn in (1, 2):
-        b.send(conn, 2, "PROPOSAL", E1 + 1, txn=_txn(E1 + 1, "/t1"))
-    for conn, f in ((1, 1), (2, 3)):
-        b.send(conn, f, "ACK", E1 + 1)
-    for conn in (1, 2):
-        b.send(conn, 2, "COMMIT", E1 + 1)
+    _commit_first(b)
     for conn in (1, 2):
         b.event(conn, "EOF_S2C")
         b.event(conn, "EOF_C2S")
@@ -640,12 +645,7 @@ def cut_follower(k: int = 6) -> Builder:
     the rest by a DIFF (3.9.5, seed 2: server 2, isolated at a PROPOSAL it ACKed)."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
     _epoch_one(b)
-    for conn in (1, 2):
-        b.send(conn, 2, "PROPOSAL", E1 + 1, txn=_txn(E1 + 1, "/t1"))
-    for conn, f in ((1, 1), (2, 3)):
-        b.send(conn, f, "ACK", E1 + 1)
-    for conn in (1, 2):
-        b.send(conn, 2, "COMMIT", E1 + 1)
+    _commit_first(b)
     for n in range(2, k + 1):
         b.send(1, 2, "PROPOSAL", E1 + n, txn=_txn(E1 + n, f"/t{n}"))
         b.send(1, 1, "ACK", E1 + n)
