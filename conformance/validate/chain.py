@@ -108,6 +108,12 @@ class Coords:
             return [self.txn(t) for t in h.canonical(d)]
         return [self.txn(t) for t in h[d:]]
 
+    def staged(self, h: list[dict[str, Any]], s: int, zab_state: str) -> list[dict[str, Any]]:
+        """Server s's staged history: in SYNCHRONIZATION a whole history (DIFF, TRUNC and SNAP start it as one),
+        dropped as its history is; in BROADCAST what NEWLEADER deferred (NewLeaderDefers), transactions after its
+        history, each mapped and none dropped (`RebasedHere`)."""
+        return [self.txn(t) for t in h] if zab_state == "BROADCAST" else self.seq(h, s)
+
     def packet(self, p: dict[str, Any], to: int) -> dict[str, Any]:
         """A packet on its way to server ``to`` (a SNAP's history is written in the receiver's coordinates, which
         `coordinates` makes the sender's)."""
@@ -229,10 +235,12 @@ RebasedStep(e, a) ==
 REBASING = """\\* The rebasing's conditions (conformance/validate/chain.py, docs/validation.md): server s's anchor is a[s] (a
 \\* sequence, empty for a server whose history is whole).
 ZRef(t, z) == z[2] = 0 \\/ ZxidLE(t.zxid, z)
-\\* what server s holds itself, and a packet p on its way to s
+\\* what server s holds itself, and a packet p on its way to s; a staged history in BROADCAST is what NEWLEADER
+\\* deferred (NewLeaderDefers: transactions after the history, none dropped, `Coords.staged`; a zabref server never
+\\* defers, so its own is empty there), in SYNCHRONIZATION a whole history
 RebasedHere(s, t) ==
     /\\ history[s] /= <<>> /\\ history[s][1] = t
-    /\\ stagedHistory[s] = <<>> \\/ stagedHistory[s][1] = t
+    /\\ stagedHistory[s] = <<>> \\/ zabState[s] = BROADCAST \\/ stagedHistory[s][1] = t
     /\\ currentEpoch[s] >= t.zxid[1]
     /\\ \\A f \\in Server : learnerPhase[s][f] = "ACKEPOCH" =>
            learnerLastZxid[s][f] = <<0, 0>> \\/ ZxidLE(t.zxid, learnerLastZxid[s][f])

@@ -8,9 +8,10 @@ every transaction so far, and TLC copies and fingerprints them at every step (a 
 at 100 transactions and 25 s at 400). So the window's TLC state is written in coordinates that leave out what the
 window cannot read, the same map as chain.py's `Coords` for zabref's action logs (docs/validation.md, "Windows"):
 
-* every server's history (and staged history, and the history a SNAP in flight carries) loses its first ``d``
-  transactions, a prefix all of them share; the next one stays as the anchor, and every index (lastCommitted,
-  ackIndex, the ``point`` a waiting sync of ZabSync's ``pendingSyncs`` waits for) is lowered by ``d`` (0 stays 0);
+* every server's history (and staged history, unless it is what NEWLEADER deferred in BROADCAST: `Coords.staged`;
+  and the history a SNAP in flight carries) loses its first ``d`` transactions, a prefix all of them share; the
+  next one stays as the anchor, and every index (lastCommitted, ackIndex, the ``point`` a waiting sync of ZabSync's
+  ``pendingSyncs`` waits for) is lowered by ``d`` (0 stays 0);
 * zxid counters of the anchor's epoch are lowered by how many dropped transactions are of that epoch (so
   ClientRequest, which counts its epoch's transactions, proposes the same zxid, written lowered);
 * values are lowered by how many were proposed before the window, and ``proposed`` starts empty (ClientRequest
@@ -112,7 +113,9 @@ def plan(state: dict[str, Any], observation: Observation, lo: int, hi: int, valu
     """The coordinates of a window starting in ``state`` (the run's coordinates) whose sends may be observations
     lo+1 .. hi, ``values`` transactions proposed before it; and the anchor (None: nothing dropped)."""
     n = len(state["state"])
-    seqs = [h for h in state["history"]] + [h for h in state["stagedHistory"] if h]
+    # a staged history in BROADCAST is a deferred suffix (`Coords.staged`): it shares no prefix with the others
+    seqs = [h for h in state["history"]] + [h for h, z in zip(state["stagedHistory"], state["zabState"])
+                                             if h and z != "BROADCAST"]
     seqs += [p["data"] for row in state["msgs"] for ch in row for p in ch if p["type"] == "SNAP"]
     b = _common(seqs)
     indexes = [k for k in state["lastCommitted"] if k > 0]
@@ -141,7 +144,8 @@ def rebase(state: dict[str, Any], r: Rebase) -> dict[str, Any]:
     n = len(state["state"])
     out = dict(state)
     out["history"] = [c.seq(h, s + 1) for s, h in enumerate(state["history"])]
-    out["stagedHistory"] = [c.seq(h, s + 1) if h else [] for s, h in enumerate(state["stagedHistory"])]
+    out["stagedHistory"] = [c.staged(h, s + 1, state["zabState"][s]) if h else []
+                            for s, h in enumerate(state["stagedHistory"])]
     out["lastCommitted"] = [c.idx(k, s + 1) for s, k in enumerate(state["lastCommitted"])]
     out["ackIndex"] = [[c.idx(k, s + 1) for k in row] for s, row in enumerate(state["ackIndex"])]
     out["learnerLastZxid"] = [[c.zx(z) for z in row] for row in state["learnerLastZxid"]]
@@ -162,7 +166,8 @@ def restore(state: dict[str, Any], r: Rebase) -> dict[str, Any]:
     d = r.d
     out = dict(state)
     out["history"] = [r.unseq(h) for h in state["history"]]
-    out["stagedHistory"] = [r.unseq(h) for h in state["stagedHistory"]]
+    out["stagedHistory"] = [[*map(r.untxn, h)] if z == "BROADCAST" else r.unseq(h)
+                            for h, z in zip(state["stagedHistory"], state["zabState"])]
     out["lastCommitted"] = [k + d if k > 0 else k for k in state["lastCommitted"]]
     out["ackIndex"] = [[k + d if k > 0 else k for k in row] for row in state["ackIndex"]]
     out["learnerLastZxid"] = [[r.unzx(z) for z in row] for row in state["learnerLastZxid"]]
