@@ -558,6 +558,85 @@ def test_a_cut_off_leaders_unsent_writes_are_a_behaviour_and_a_follower_claiming
     assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 3], 2), old.failure
 
 
+def _fault(b: Builder, blocked: list[list[int]]) -> None:
+    b.t += 10
+    b.messages.append(Message(b.t, 0, "event", None, None, "", 0, "FAULT", None, {"blocked": blocked}))
+
+
+def isolated_leader() -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1) and commits /t1; the proxy isolates it, and it proposes /t2 at <<1, 2>> to
+    both (bytes the proxy holds). Server 1 leads epoch 2 with 3 and commits /t3 at <<2, 1>>. At the heal the proxy
+    reads 2's held PROPOSALs, after all of that; 2's old connections end, and it follows 1, its ACKEPOCH naming
+    <<1, 2>>, truncated to <<1, 1>> (3.9.5, seed 3, observation 2993: an isolated leader of epoch 7 read proposing
+    after the leader of epoch 8)."""
+    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
+    _epoch_one(b)
+    _commit_first(b)
+    _fault(b, [[1, 2], [2, 1], [2, 3], [3, 2]])
+    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
+    b.send(3, 1, "LEADERINFO", 2 * E1)
+    b.send(3, 3, "ACKEPOCH", E1 + 1, currentEpoch=1)
+    b.send(3, 1, "DIFF", E1 + 1)
+    b.send(3, 1, "NEWLEADER", 2 * E1)
+    b.send(3, 3, "ACK", 2 * E1)
+    b.send(3, 1, "UPTODATE", -1)
+    b.send(3, 1, "PROPOSAL", 2 * E1 + 1, txn=_txn(2 * E1 + 1, "/t3"))
+    b.send(3, 3, "ACK", 2 * E1 + 1)
+    b.send(3, 1, "COMMIT", 2 * E1 + 1)
+    _fault(b, [])
+    for conn in (1, 2):  # the held bytes, read in the burst at the heal
+        b.send(conn, 2, "PROPOSAL", E1 + 2, txn=_txn(E1 + 2, "/t2"))
+    b.t += 10 * 1_000_000
+    for conn in (1, 2):
+        b.event(conn, "EOF_S2C")
+        b.event(conn, "EOF_C2S")
+    b.send(4, 2, "FOLLOWERINFO", E1, sid=2)
+    b.send(4, 1, "LEADERINFO", 2 * E1)
+    b.send(4, 2, "ACKEPOCH", E1 + 2, currentEpoch=1)
+    b.send(4, 1, "TRUNC", E1 + 1)
+    b.send(4, 1, "PROPOSAL", 2 * E1 + 1, txn=_txn(2 * E1 + 1, "/t3"))
+    b.send(4, 1, "NEWLEADER", 2 * E1)
+    b.send(4, 2, "ACK", 2 * E1)
+    b.send(4, 1, "UPTODATE", -1)
+    return b
+
+
+def test_an_isolated_leaders_held_proposals_are_placed_and_numbered_where_the_isolation_began():
+    """`_places`: /t2's two PROPOSALs, each held by the isolation and read at the heal after epoch 2's /t3, are placed
+    at the first observation after the isolation began; `_number_by_place` then gives /t2 the value before /t3's
+    (the proxy's order gave it the one after). A PROPOSAL with a copy read outside a heal's burst is placed with that
+    copy (`held_link`: no change)."""
+    o = observe(isolated_leader().decoded())
+    t2 = [x for x in o.obs if x.type == "PROPOSAL" and x.zxid == [1, 2]]
+    t3 = next(x for x in o.obs if x.type == "PROPOSAL" and x.zxid == [2, 1])
+    began = next(x.g for x in o.obs if x.conn == 3)  # 3 -> 1 FOLLOWERINFO: the first read after it began
+    assert [x.early for x in t2] == [began, began] and all(x.g > t3.g for x in t2)
+    assert [x.data for x in t2] == [2, 2] and t3.data == 3
+    values = {tuple(x.zxid): x.data for x in observe(held_link().decoded()).obs if x.type == "PROPOSAL"}
+    assert values == {(1, n): n for n in range(1, 6)}
+
+
+@pytest.mark.slow
+def test_an_isolated_leaders_proposals_read_at_the_heal_are_a_behaviour_only_numbered_by_place(tmp_path,
+                                                                                              toolchain_ready,
+                                                                                              monkeypatch):
+    """`isolated_leader` is a behaviour (2 proposes /t2 to the learners it still has, they go LOOKING, 1 leads epoch
+    2); numbered in the proxy's order (`_number_by_place` left out), /t2 comes after /t3, which no behaviour can do
+    (the spec's leader sends only to the learners it has, and they left when epoch 2 began): rejected at /t2's
+    first PROPOSAL."""
+    from conformance.validate.zkcheck import validate_observation
+    from conformance.zk import observe as observe_module
+
+    ok = validate_observation(observe(isolated_leader().decoded()), work=tmp_path)
+    assert ok.matched, ok.failure
+    monkeypatch.setattr(observe_module, "_number_by_place", lambda obs, values: None)
+    read = observe(isolated_leader().decoded())
+    bad = validate_observation(read, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive, bad.failure
+    first = read.obs[bad.frontier - 1]
+    assert (first.type, first.zxid, first.sender) == ("PROPOSAL", [1, 2], 2), bad.failure
+
+
 def held_link(k: int = 5) -> Builder:
     """Server 2 leads 1 and 3 (epoch 1) and commits ``k`` transactions with 1's ACKs; the proxy holds the link to 3
     (a cut), so every packet of 2 to 3 and 3's ACKs are read after all of 1's (3.9.5, seed 2: a cut of server 2
@@ -602,15 +681,10 @@ def test_a_followers_packet_a_cut_held_is_placed_where_the_cut_began():
     cut held, where they were read."""
     b = Builder({1: (1, 2), 2: (3, 2)})
     _epoch_one(b)
-
-    def fault(blocked):
-        b.t += 10
-        b.messages.append(Message(b.t, 0, "event", None, None, "", 0, "FAULT", None, {"blocked": blocked}))
-
-    fault([[1, 2], [2, 1]])
+    _fault(b, [[1, 2], [2, 1]])
     b.send(2, 2, "PROPOSAL", E1 + 1, txn=_txn(E1 + 1, "/t1"))
     b.send(2, 3, "REQUEST", 0, op="sync")
-    fault([])
+    _fault(b, [])
     b.send(1, 1, "REQUEST", 0, op="sync")  # in the burst: the same read time as the heal's first
     b.t += 10 * 1_000_000
     b.send(1, 1, "REQUEST", 0, op="sync")
@@ -637,6 +711,21 @@ def test_the_guide_follows_a_link_the_proxy_held(tmp_path, toolchain_ready, monk
     monkeypatch.setattr(observe_module, "_places", where_read)
     read = validate_observation(observe(held_link().decoded()), work=tmp_path, lag=4)
     assert read.matched and read.runs == 2, read.failure
+
+
+@pytest.mark.slow
+def test_a_window_may_make_a_send_read_after_its_end_if_placed_before_it(tmp_path, toolchain_ready, monkeypatch):
+    """`held_link` in windows of 5 observations: the leader's PROPOSALs to 3 are read ten observations and more after
+    the same step's to 1. Capped by places (`zkmodule.reach`) the run validates; capped where the proxy read them, a
+    window cannot take the step that sends both copies, and the healthy run is rejected."""
+    from conformance.validate import zkcheck, zkmodule
+
+    o = observe(held_link().decoded())
+    ok = zkcheck.validate_observation(o, work=tmp_path, window=5)
+    assert ok.matched and ok.windows > 1, ok.failure
+    monkeypatch.setattr(zkcheck, "reach", zkmodule.goal)
+    bad = zkcheck.validate_observation(o, work=tmp_path, window=5)
+    assert not bad.matched, bad.failure
 
 
 def cut_follower(k: int = 6) -> Builder:

@@ -37,7 +37,8 @@ from conformance.tla.valueparse import parse_value
 from conformance.tla.values import format_value
 from conformance.validate.observed import last_progress, observed_folder, printed
 from conformance.validate.zkrebase import Rebase, plan, rebase, restore
-from conformance.validate.zkmodule import RUN_DATA, WINDOW_DATA, config, goal, run_data, trace_module, window_data
+from conformance.validate.zkmodule import (RUN_DATA, WINDOW_DATA, config, goal, reach, run_data, trace_module,
+                                           window_data)
 from conformance.zk.knownbugs import at_departure, sightings, summarise
 from conformance.zk.observe import Observation, observe_dir_decoded
 
@@ -200,7 +201,7 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
     for k, upto in enumerate(bounds):
         final = k == len(bounds) - 1
         hi = min(total, upto + window)
-        counts, cap = goal(observation, upto), goal(observation, hi)
+        counts, cap = goal(observation, upto), reach(observation, hi)
         # the guided search from this window's start; then every behaviour from it; then from further back
         tries = ([(starts[-1], lag)] if lag else []) + [(st, 0) for st in reversed(starts)]
         missed: list[tuple[_Run, int, int]] = []  # the tries that found no behaviour: (run, start window, guide)

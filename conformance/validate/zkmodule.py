@@ -57,7 +57,7 @@ from conformance.validate.chain import REBASING, VARIABLES
 from conformance.zk.observe import Observation
 from conformance.zk.versions import defers
 
-__all__ = ["RUN_DATA", "WINDOW_DATA", "config", "goal", "run_data", "trace_module", "window_data"]
+__all__ = ["RUN_DATA", "WINDOW_DATA", "config", "goal", "reach", "run_data", "trace_module", "window_data"]
 
 #: The data files beside the module (conformance/tla/datafile.py): the run's observations, and the window's start.
 RUN_DATA = "vzk.tlav"
@@ -161,6 +161,22 @@ def goal(observation: Observation, upto: int) -> list[list[int]]:
     n = observation.servers  # a channel lists its observations' global indexes in order
     return [[bisect.bisect_right(observation.channels.get((a, b), []), upto) for b in range(1, n + 1)]
             for a in range(1, n + 1)]
+
+
+def reach(observation: Observation, hi: int) -> list[list[int]]:
+    """``[a][b]``: how many of the pair a -> b's observations a window that ends at observation ``hi`` may make: those
+    placed (`Obs.early`) at ``hi`` or before, every one read by then among them. One step of a leader sends on every
+    learner's connection, and the proxy may read one copy far later than another (a cut holds the link; places are
+    non-decreasing along a connection): a window capped where the proxy read them could not take that step at all,
+    whatever its search, and a healthy run was rejected with a window smaller than the gap."""
+    n = observation.servers
+    out = [[0] * n for _ in range(n)]
+    for (a, b), gs in observation.channels.items():
+        k = 0
+        while k < len(gs) and observation.obs[gs[k] - 1].early <= hi:
+            k += 1
+        out[a - 1][b - 1] = k
+    return out
 
 
 def window_data(start: str | None, goal_counts: list[list[int]], cap: list[list[int]], *, final: bool, lag: int = 0,

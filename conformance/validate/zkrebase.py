@@ -80,8 +80,8 @@ def _key(z: list[int]) -> tuple[int, int]:
 
 
 def _named(state: dict[str, Any], observation: Observation, lo: int, hi: int) -> list[list[int]]:
-    """Every zxid naming a transaction that the state holds outside histories, or that observations lo+1 .. hi
-    (the sends the window may make) carry."""
+    """Every zxid naming a transaction that the state holds outside histories, or that the sends the window may make
+    carry: observations lo+1 .. hi, and later ones placed at hi or before (`zkmodule.reach`)."""
     out = []
     n = len(state["state"])
     for l in range(n):
@@ -91,7 +91,9 @@ def _named(state: dict[str, Any], observation: Observation, lo: int, hi: int) ->
     for row in state["msgs"]:
         for ch in row:
             out += [p["zxid"] for p in ch if p["type"] in _NAMING]
-    for o in observation.obs[lo:hi]:
+    for o in observation.obs[lo:]:
+        if o.g > hi and o.early > hi:
+            continue
         if o.cz and o.type in _NAMING:
             out.append(o.zxid)
         if o.sync is not None:

@@ -24,12 +24,14 @@ read them. Receives, persists, timeouts and election decisions are not observed:
   it. The receiver can take the packet only after the proxy forwarded it, so every send of the receiver the proxy read
   earlier was made before that receive (the only order across connections the recording proves).
 * ``early``: for each observation, where the validation's search guide places its send (`_places`): with the same
-  packet to another learner, or the PROPOSAL an ACK answers, when the proxy read it late (a cut held its link).
+  packet to another learner, or the PROPOSAL an ACK answers, when the proxy read it late (a cut held its link); a
+  PROPOSAL a cut held on every link, where the cut began.
 * ``roles``: each server's incarnations, in order: leading (``L``) or following j (``F``), and whether the role ended
   before the run did (its connections closed). The spec's BecomeLeader / BecomeFollower must take them in that order,
   and a server goes back to LOOKING (a timeout, a crash) only when its role ended.
 * ``values``: each distinct transaction (by its decoded fields: header, record, digest) is one of the spec's values,
-  numbered 1, 2, ... by first appearance in the recording -- the order the spec's ClientRequest numbers them. A
+  numbered 1, 2, ... in the order of the places of the sends that carry them (`_number_by_place`: the proxy's order,
+  but for a leader a fault cut off from every learner) -- the order the spec's ClientRequest numbers them. A
   transaction the observations name (an ACKEPOCH's last logged zxid, a sync's zxid) but no PROPOSAL or sync carries
   -- a cut-off leader logged it and sent it to no one -- has a value too (``unseen``), as has each counter of its
   epoch between it and the last one carried, numbered right after its leader's previous proposal
@@ -294,7 +296,6 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
     # A sync group whose NEWLEADER never came (the connection ended, or the run did): it cannot match a spec sync.
     for o in sync_open.values():
         o.sync["newleader"] = [-1, -1]  # type: ignore[index]
-    unseen = _number_unseen(obs, values)
 
     channels: dict[tuple[int, int], list[int]] = {(a, b): [] for a in range(1, n + 1) for b in range(1, n + 1)}
     sent = {(a, b): 0 for a in range(1, n + 1) for b in range(1, n + 1)}
@@ -306,6 +307,8 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
         channels[o.sender, o.receiver].append(g)
 
     _places(obs, channels, _held(decoded, obs, end))
+    _number_by_place(obs, values)
+    unseen = _number_unseen(obs, values)
     roles = _roles(decoded, links, answered, eof, end, n)
     epochs = [o.zxid[0] for o in obs if o.type in ("LEADERINFO", "NEWLEADER")]
     unepoched = sum(1 for rs in roles.values() for r in rs if r.kind == "L"
@@ -356,23 +359,30 @@ def _places(obs: list[Obs], channels: dict[tuple[int, int], list[int]], held: di
     proxy's order it was sent. The proxy reads a link's bytes late when a fault held them (`_held`) or when its loop
     was busy, so one leader step's sends may lie far apart in the recording, and a held follower's ACK far from the
     PROPOSAL it answers. So: a PROPOSAL or COMMIT is placed with the first read of the same packet from its sender
-    (one step sends it to every learner); a learner's ACK with the PROPOSAL it acknowledges (or, the ACK of
+    (one step sends it to every learner), and a PROPOSAL a fault held on every link it went out on (a leader cut off
+    from its learners goes on proposing: it answers nothing on the wire) where the fault began; a learner's ACK with the PROPOSAL it acknowledges (or, the ACK of
     NEWLEADER, with the sync before it), when that was placed earlier; a sync's REQUEST a fault held where the fault
     began (a client's sync answers nothing the learner received; a packet that answers one cannot be placed before
     the proxy read what it answers, so a held LEADERINFO is not moved); and every packet no later than the next one
-    on its own channel (one FIFO connection). Only the guide reads it: a behaviour found is one whatever the
-    places."""
+    on its own channel (one FIFO connection). The guide reads it, and the values are numbered by it
+    (`_number_by_place`): a behaviour found is one whatever the places."""
     def settle() -> None:  # no later than the next on its channel
         for gs in channels.values():
             for k in range(len(gs) - 2, -1, -1):
                 o = obs[gs[k] - 1]
                 o.early = min(o.early, obs[gs[k + 1] - 1].early)
 
-    first: dict[tuple[int, str, int, int], int] = {}
+    copies: dict[tuple[int, str, int, int], list[Obs]] = {}
     for o in obs:
         o.early = o.g
         if o.type in ("PROPOSAL", "COMMIT"):
-            o.early = first.setdefault((o.sender, o.type, o.zxid[0], o.zxid[1]), o.g)
+            copies.setdefault((o.sender, o.type, o.zxid[0], o.zxid[1]), []).append(o)
+    for same in copies.values():
+        place = same[0].g
+        if same[0].type == "PROPOSAL" and all(o.g in held for o in same):
+            place = min(held[o.g] for o in same)  # every copy held: sent once the fault began, as early as that
+        for o in same:
+            o.early = place
     settle()
     cause: dict[tuple[int, int, int, int], Obs] = {}  # (leader, learner, zxid) -> the PROPOSAL or sync it ACKs
     for o in obs:
@@ -385,6 +395,47 @@ def _places(obs: list[Obs], channels: dict[tuple[int, int], list[int]], held: di
         elif o.type == "REQUEST" and o.g in held:
             o.early = min(o.early, held[o.g])
     settle()
+
+
+def _carried(o: Obs) -> list[tuple[int, tuple[int, int]]]:
+    """The (value, zxid) of each transaction observation ``o`` carries: a PROPOSAL's, a sync's."""
+    out = [(o.data, (o.zxid[0], o.zxid[1]))] if o.type == "PROPOSAL" and isinstance(o.data, int) else []
+    return out + [(t["value"], (t["zxid"][0], t["zxid"][1])) for t in (o.sync["txns"] if o.sync is not None else [])]
+
+
+def _renumber(obs: list[Obs], values: dict[str, int], new: dict[int, int]) -> None:
+    for o in obs:
+        if o.type == "PROPOSAL" and isinstance(o.data, int):
+            o.data = new[o.data]
+        for t in (o.sync["txns"] if o.sync is not None else []):
+            t["value"] = new[t["value"]]
+    for key, v in values.items():
+        values[key] = new[v]
+
+
+def _number_by_place(obs: list[Obs], values: dict[str, int]) -> None:
+    """Number the values in the order of the places of the sends that carry them (`_places`), not of the proxy's
+    reads. The spec's ClientRequest numbers a value by how many were proposed before it, across leaders; which of two
+    leaders proposed first shows only where they are linked. A leader cut off from every learner goes on proposing
+    (ZooKeeper's leader notices only after syncLimit) while the others elect a new one, and the proxy reads what it
+    sent only at the heal: numbered by that read, its proposals came after the new leader's, which no behaviour can
+    do (the spec's leader sends to the learners it has, and a learner that went LOOKING is no longer one of them),
+    though nothing orders them so in the run. Placed where the cut began, they come first. A leader proposes the
+    counters of its epoch in order, so no counter is placed after the next one; ties go to the older epoch, then the
+    lower counter. A numbering is a choice of names: a behaviour found with it is one of the run whatever it is."""
+    place: dict[int, int] = {}
+    zxid: dict[int, tuple[int, int]] = {}
+    for o in obs:
+        for v, z in _carried(o):
+            place[v] = min(place.get(v, o.early), o.early)
+            zxid.setdefault(v, z)
+    low: dict[int, int] = {}  # epoch -> the least place of its counters above the one at hand
+    for v in sorted(place, key=lambda v: zxid[v], reverse=True):
+        e = zxid[v][0]
+        place[v] = min(place[v], low.get(e, place[v]))
+        low[e] = place[v]
+    order = sorted(place, key=lambda v: (place[v], zxid[v]))
+    _renumber(obs, values, {v: k for k, v in enumerate(order, 1)})
 
 
 def _number_unseen(obs: list[Obs], values: dict[str, int]) -> list[int]:
@@ -401,12 +452,9 @@ def _number_unseen(obs: list[Obs], values: dict[str, int]) -> list[int]:
     named: dict[tuple[int, int], int] = {}  # zxid of a transaction -> how many values preceded its first naming
     seen = 0
     for o in obs:
-        for t in (o.sync["txns"] if o.sync is not None else []):
-            carried.setdefault((t["zxid"][0], t["zxid"][1]), t["value"])
-            seen = max(seen, t["value"])
-        if o.type == "PROPOSAL" and isinstance(o.data, int):
-            carried.setdefault((o.zxid[0], o.zxid[1]), o.data)
-            seen = max(seen, o.data)
+        for v, z0 in _carried(o):
+            carried.setdefault(z0, v)
+            seen = max(seen, v)
         for z in ([o.zxid] if o.type == "ACKEPOCH" else [o.sync["zxid"]] if o.sync is not None else []):
             if z[1] > 0:
                 named.setdefault((z[0], z[1]), seen)
@@ -433,12 +481,9 @@ def _number_unseen(obs: list[Obs], values: dict[str, int]) -> list[int]:
             renumber[values[key]] = k
         else:
             unseen.append(k)
-        values[key] = k
-    for o in obs:
-        if o.type == "PROPOSAL" and isinstance(o.data, int):
-            o.data = renumber[o.data]
-        for t in (o.sync["txns"] if o.sync is not None else []):
-            t["value"] = renumber[t["value"]]
+    _renumber(obs, values, renumber)
+    for k, (_, z, key) in enumerate(places, 1):
+        values.setdefault(key, k)
     return unseen
 
 
