@@ -240,7 +240,8 @@ ZRef(t, z) == z[2] = 0 \\/ ZxidLE(t.zxid, z)
 \\* defers, so its own is empty there), in SYNCHRONIZATION a whole history
 RebasedHere(s, t) ==
     /\\ history[s] /= <<>> /\\ history[s][1] = t
-    /\\ stagedHistory[s] = <<>> \\/ zabState[s] = BROADCAST \\/ stagedHistory[s][1] = t
+    /\\ \\/ stagedHistory[s] = <<>> \\/ zabState[s] = BROADCAST
+       \\/ stagedHistory[s][1] = t
     /\\ currentEpoch[s] >= t.zxid[1]
     /\\ \\A f \\in Server : learnerPhase[s][f] = "ACKEPOCH" =>
            learnerLastZxid[s][f] = <<0, 0>> \\/ ZxidLE(t.zxid, learnerLastZxid[s][f])

@@ -360,12 +360,12 @@ def _places(obs: list[Obs], channels: dict[tuple[int, int], list[int]], held: di
     was busy, so one leader step's sends may lie far apart in the recording, and a held follower's ACK far from the
     PROPOSAL it answers. So: a PROPOSAL or COMMIT is placed with the first read of the same packet from its sender
     (one step sends it to every learner), and a PROPOSAL a fault held on every link it went out on (a leader cut off
-    from its learners goes on proposing: it answers nothing on the wire) where the fault began; a learner's ACK with the PROPOSAL it acknowledges (or, the ACK of
-    NEWLEADER, with the sync before it), when that was placed earlier; a sync's REQUEST a fault held where the fault
-    began (a client's sync answers nothing the learner received; a packet that answers one cannot be placed before
-    the proxy read what it answers, so a held LEADERINFO is not moved); and every packet no later than the next one
-    on its own channel (one FIFO connection). The guide reads it, and the values are numbered by it
-    (`_number_by_place`): a behaviour found is one whatever the places."""
+    from its learners goes on proposing: it answers nothing on the wire) where the fault began; a learner's ACK with
+    the PROPOSAL it acknowledges (or, the ACK of NEWLEADER, with the sync before it), when that was placed earlier;
+    a sync's REQUEST a fault held where the fault began (a client's sync answers nothing the learner received; a
+    packet that answers one cannot be placed before the proxy read what it answers, so a held LEADERINFO is not
+    moved); and every packet no later than the next one on its own channel (one FIFO connection). The guide reads
+    it, and the values are numbered by it (`_number_by_place`): a behaviour found is one whatever the places."""
     def settle() -> None:  # no later than the next on its channel
         for gs in channels.values():
             for k in range(len(gs) - 2, -1, -1):
