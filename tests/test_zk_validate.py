@@ -715,16 +715,16 @@ def test_the_guide_follows_a_link_the_proxy_held(tmp_path, toolchain_ready, monk
 
 @pytest.mark.slow
 def test_a_window_may_make_a_send_read_after_its_end_if_placed_before_it(tmp_path, toolchain_ready, monkeypatch):
-    """`held_link` in windows of 5 observations: the leader's PROPOSALs to 3 are read ten observations and more after
-    the same step's to 1. Capped by places (`zkmodule.reach`) the run validates; capped where the proxy read them, a
-    window cannot take the step that sends both copies, and the healthy run is rejected."""
+    """`held_link` in windows of 10 observations: the leader's PROPOSALs to 3 are read ten observations and more
+    after the same step's to 1. Capped by places (`zkmodule.reach`) the run validates; capped where the proxy read
+    them, a window cannot take the step that sends both copies, and the healthy run is rejected."""
     from conformance.validate import zkcheck, zkmodule
 
     o = observe(held_link().decoded())
-    ok = zkcheck.validate_observation(o, work=tmp_path, window=5)
+    ok = zkcheck.validate_observation(o, work=tmp_path, window=10)
     assert ok.matched and ok.windows > 1, ok.failure
     monkeypatch.setattr(zkcheck, "reach", zkmodule.goal)
-    bad = zkcheck.validate_observation(o, work=tmp_path, window=5)
+    bad = zkcheck.validate_observation(o, work=tmp_path, window=10)
     assert not bad.matched, bad.failure
 
 
@@ -1143,14 +1143,15 @@ def test_tlc_holds_a_deferred_suffix_rebased_and_a_whole_staged_history_to_its_a
 
 
 @pytest.mark.slow
-def test_a_window_the_guide_cannot_make_is_checked_again_without_it(real_run, toolchain_ready, tmp_path):
-    """With a lag of one observation the guided search cannot make the healthy run (a leader's proposal to two
-    followers is one step, their ACKs come later); each such window is checked again without the guide, and the
-    run still validates, with more TLC runs than windows."""
+def test_a_window_the_guide_cannot_make_is_checked_again_without_it(toolchain_ready, tmp_path):
+    """With a lag of one observation the guided search misses a window of `held_link` in windows of 10 (the held
+    link's packets and ACKs are read far from the steps that made them); each such window is checked again without
+    the guide, and the run still validates, with more TLC runs than windows. A fresh real run does not serve here:
+    whether the guide at lag 1 misses a window of it depends on how the proxy read it (one in a fresh-clone run
+    had the guide make all nine)."""
     from conformance.validate.zkcheck import validate_observation
 
-    o = observe_dir(real_run)
-    r = validate_observation(o, work=tmp_path, window=10, lag=1)
+    r = validate_observation(observe(held_link().decoded()), work=tmp_path, window=10, lag=1)
     assert r.matched, r.failure
     assert r.runs > r.windows
 
