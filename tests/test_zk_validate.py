@@ -496,9 +496,17 @@ def cut_off_leader(follower_claims: int = 1) -> Builder:
     for conn in (1, 2):
         b.event(conn, "EOF_S2C")
         b.event(conn, "EOF_C2S")
+    _epoch_two(b, follower_claims)
+    _rejoin_truncated(b, 3)
+    return b
+
+
+def _epoch_two(b: Builder, claims: int) -> None:
+    """Server 1 leads epoch 2 with 3 (connection 3; 3's ACKEPOCH names <<1, ``claims``>>, a DIFF from <<1, 1>>) and
+    commits /t3 at <<2, 1>>."""
     b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
     b.send(3, 1, "LEADERINFO", 2 * E1)
-    b.send(3, 3, "ACKEPOCH", E1 + follower_claims, currentEpoch=1)
+    b.send(3, 3, "ACKEPOCH", E1 + claims, currentEpoch=1)
     b.send(3, 1, "DIFF", E1 + 1)
     b.send(3, 1, "NEWLEADER", 2 * E1)
     b.send(3, 3, "ACK", 2 * E1)
@@ -506,15 +514,19 @@ def cut_off_leader(follower_claims: int = 1) -> Builder:
     b.send(3, 1, "PROPOSAL", 2 * E1 + 1, txn=_txn(2 * E1 + 1, "/t3"))
     b.send(3, 3, "ACK", 2 * E1 + 1)
     b.send(3, 1, "COMMIT", 2 * E1 + 1)
+
+
+def _rejoin_truncated(b: Builder, last: int) -> None:
+    """After `_epoch_two`: server 2 follows 1 (connection 4), its ACKEPOCH naming <<1, ``last``>>, and is truncated
+    to <<1, 1>> and sent <<2, 1>>."""
     b.send(4, 2, "FOLLOWERINFO", E1, sid=2)
     b.send(4, 1, "LEADERINFO", 2 * E1)
-    b.send(4, 2, "ACKEPOCH", E1 + 3, currentEpoch=1)
+    b.send(4, 2, "ACKEPOCH", E1 + last, currentEpoch=1)
     b.send(4, 1, "TRUNC", E1 + 1)
     b.send(4, 1, "PROPOSAL", 2 * E1 + 1, txn=_txn(2 * E1 + 1, "/t3"))
     b.send(4, 1, "NEWLEADER", 2 * E1)
     b.send(4, 2, "ACK", 2 * E1)
     b.send(4, 1, "UPTODATE", -1)
-    return b
 
 
 def test_a_write_named_but_never_carried_has_a_value_after_its_leaders_previous_proposal():
@@ -573,16 +585,7 @@ def isolated_leader() -> Builder:
     _epoch_one(b)
     _commit_first(b)
     _fault(b, [[1, 2], [2, 1], [2, 3], [3, 2]])
-    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
-    b.send(3, 1, "LEADERINFO", 2 * E1)
-    b.send(3, 3, "ACKEPOCH", E1 + 1, currentEpoch=1)
-    b.send(3, 1, "DIFF", E1 + 1)
-    b.send(3, 1, "NEWLEADER", 2 * E1)
-    b.send(3, 3, "ACK", 2 * E1)
-    b.send(3, 1, "UPTODATE", -1)
-    b.send(3, 1, "PROPOSAL", 2 * E1 + 1, txn=_txn(2 * E1 + 1, "/t3"))
-    b.send(3, 3, "ACK", 2 * E1 + 1)
-    b.send(3, 1, "COMMIT", 2 * E1 + 1)
+    _epoch_two(b, 1)
     _fault(b, [])
     for conn in (1, 2):  # the held bytes, read in the burst at the heal
         b.send(conn, 2, "PROPOSAL", E1 + 2, txn=_txn(E1 + 2, "/t2"))
@@ -590,14 +593,7 @@ def isolated_leader() -> Builder:
     for conn in (1, 2):
         b.event(conn, "EOF_S2C")
         b.event(conn, "EOF_C2S")
-    b.send(4, 2, "FOLLOWERINFO", E1, sid=2)
-    b.send(4, 1, "LEADERINFO", 2 * E1)
-    b.send(4, 2, "ACKEPOCH", E1 + 2, currentEpoch=1)
-    b.send(4, 1, "TRUNC", E1 + 1)
-    b.send(4, 1, "PROPOSAL", 2 * E1 + 1, txn=_txn(2 * E1 + 1, "/t3"))
-    b.send(4, 1, "NEWLEADER", 2 * E1)
-    b.send(4, 2, "ACK", 2 * E1)
-    b.send(4, 1, "UPTODATE", -1)
+    _rejoin_truncated(b, 2)
     return b
 
 
