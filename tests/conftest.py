@@ -28,18 +28,25 @@ LONG_FILES = ("test_seeded_bugs.py", "test_sim.py", "test_mutations.py", "test_s
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true",
                      help="also run the tests marked `long` (scripts/test-long.sh; the test command skips them)")
+    parser.addoption("--deep", action="store_true",
+                     help="also run the tests marked `deep` (CI runs `bash scripts/test.sh --deep`; the test command "
+                          "alone skips them)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Long files first (`LONG_FILES`); every file's own tests keep their order, the other files theirs. Tests
-    marked `long` are skipped unless --long is given: they are the longer command's (scripts/test-long.sh)."""
+    marked `long` are skipped unless --long is given: they are the longer command's (scripts/test-long.sh). Tests
+    marked `deep` are skipped unless --deep is given: CI gives it (.ci/run), so they guard every change that lands,
+    and the test command a developer runs stays within 20 minutes on a fresh clone."""
     rank = {name: k for k, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-    if not config.getoption("--long"):
-        skip = pytest.mark.skip(reason="a long check: bash scripts/test-long.sh runs it")
-        for item in items:
-            if "long" in item.keywords:
-                item.add_marker(skip)
+    left_out = {"long": "a long check: bash scripts/test-long.sh runs it",
+                "deep": "a deep check: CI runs it (bash scripts/test.sh --deep)"}
+    for marker, reason in left_out.items():
+        if not config.getoption(f"--{marker}"):
+            for item in items:
+                if marker in item.keywords:
+                    item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")

@@ -107,6 +107,7 @@ def test_every_edge_of_the_tiny_graph_agrees_in_process(tiny, edges, nodes) -> N
     assert summary.disagreed == 0, {a: [d.diff for d in ds] for a, ds in summary.shown.items()}
 
 
+@pytest.mark.deep
 def test_every_edge_of_the_two_server_graph_agrees_and_a_quorum_test_wrong_for_even_n_is_caught(monkeypatch) -> None:
     """`two` (spec/MC_two.cfg), the one model with an even N: a quorum test right for every odd N and wrong for even
     ones (2 * |S| >= N, the mutant is_quorum__mutmut_3 of docs/traces.md's mutation score) departs only here."""
@@ -246,6 +247,7 @@ def test_a_packet_the_core_refuses_where_the_spec_takes_it_is_a_disagreement(edg
     assert list(diffs) == ["error"] and "RemoteProtocolError" in diffs["error"][1]
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("bug", ["minus_one_ack_counts", "followerinfo_not_held"])
 def test_a_core_that_takes_a_packet_the_spec_leaves_waiting_disagrees_at_that_head(tiny, nodes, monkeypatch,
                                                                                    tmp_path, bug) -> None:

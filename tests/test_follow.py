@@ -125,6 +125,7 @@ def streamed(spark, tmp_path_factory):
     return folder, summary, lines
 
 
+@pytest.mark.deep
 def test_zabref_traces_stream_runs_tlc_and_gives_the_traces_of_the_finished_dump(spark, streamed, tmp_path) -> None:
     folder, summary, lines = streamed
     # the same dump parsed whole once TLC has finished it (`zabref traces --graph two.dot`, no --stream)

@@ -40,6 +40,7 @@ def _first(path: Path, action: str) -> int | None:
     return next((s.index for s in read_trace(path).steps if s.action == action), None)
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_late_failure_is_cut_to_the_shortest_trace_that_fails_the_same_way(tmp_path: Path) -> None:
     bug = load_bug("commit_on_minority")  # departs at the first ClientRequest of a trace

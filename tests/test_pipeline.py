@@ -242,6 +242,7 @@ def _bfs_rows(result) -> list[tuple]:
     return sorted((r.id, r.depth, r.parent, r.via, r.root, tuple(r.path)) for r in frame.collect()) + [(depth, reached)]
 
 
+@pytest.mark.deep
 def test_the_dump_bfs_tree_equals_the_level_by_level_search(spark, tiny) -> None:
     """The parents read from the dump's first in-edges (a handful of jobs) are exactly the level search's."""
     from conformance.graph.paths import first_edge_tree, level_bfs

@@ -135,6 +135,7 @@ def test_the_long_command_s_seeds_all_pass() -> None:
 
 @pytest.mark.parametrize("seeds", [range(CI_FIVE_SEEDS), pytest.param(LONG_FIVE_SEEDS, marks=pytest.mark.long)],
                          ids=["ci", "long"])
+@pytest.mark.deep
 def test_ci_seeds_on_five_servers_all_pass(seeds: range) -> None:
     from conformance.sim.seeds import run_seeds
 
@@ -146,6 +147,7 @@ def test_ci_seeds_on_five_servers_all_pass(seeds: range) -> None:
 
 @pytest.mark.parametrize("seeds", [range(CI_READER_SEEDS), pytest.param(LONG_READER_SEEDS, marks=pytest.mark.long)],
                          ids=["ci", "long"])
+@pytest.mark.deep
 def test_ci_seeds_with_readers_all_pass(seeds: range) -> None:
     from conformance.sim.seeds import run_seeds
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import pytest
 from test_sim import CI_STEPS, CI_VALIDATED_SEEDS
 
 from conformance.sim import Options
@@ -27,6 +28,7 @@ def test_a_validated_run_is_the_same_run_and_its_logs_are_checked_by_tlc() -> No
     assert "--validate" in checked.replay
 
 
+@pytest.mark.deep
 def test_ci_seeds_validated_all_pass() -> None:
     rows = run_seeds(range(CI_VALIDATED_SEEDS), Options(steps=CI_STEPS, validate=True), workers=2)
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]

@@ -258,6 +258,7 @@ def test_quote_matching_ignores_line_breaks_only():
 
 # ---------------------------------------------------------------------------------------------- slow: TLC
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_the_site_of_this_checkout_builds_whole_with_no_broken_link(tmp_path, tiny_dot):
     """What `zabref docs` builds from this checkout: the ci traces of this spec, traces/regression/, the tiny graph."""

@@ -68,6 +68,7 @@ def standalone(tmp_path: Path):
             p.wait(30)
 
 
+@pytest.mark.deep
 def test_zabref_edges_runs_on_a_standalone_cluster(standalone, tmp_path: Path) -> None:
     from conformance.graph.cache import ensure_traces
 

@@ -180,6 +180,7 @@ def test_a_sync_model_is_its_base_with_syncs_and_the_read_checks(sync, base):
     assert "EXTENDS ZabSync" in (SPEC / f"MC_{sync}.tla").read_text()
 
 
+@pytest.mark.deep
 def test_tinysync_passes_every_check_and_takes_every_sync_action(tla, tmp_path):
     """ZabSync.tla on tiny's bounds: every check holds, with the recorded state count, and each of its four actions
     is taken (LeaderSendSYNC only when a sync waited for an outstanding proposal)."""
@@ -251,6 +252,7 @@ def test_cisync_passes_every_check(tla, tmp_path):
     assert result.distinct_states == 2_175_345
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_safety_does_not_depend_on_the_election(tla, tmp_path):
     """MC_free: the tiny bounds with every election decision free (TLC's definition override of ElectionFault), the
@@ -266,6 +268,7 @@ def test_safety_does_not_depend_on_the_election(tla, tmp_path):
     assert result.distinct_states > 4 * TINY_DISTINCT_STATES
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_with_two_faults_one_learner_cannot_establish_two_leaders_of_one_epoch(tla, tmp_path):
     """tiny2 (tiny with two faults) passes every check: the least model in which a learner that accepted an epoch

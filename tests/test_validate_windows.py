@@ -103,6 +103,7 @@ def test_the_whole_check_is_one_chain_of_states(long_log: Path) -> None:
 # ------------------------------------------------------------------------------ a departure, wherever it falls
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_departure_is_reported_at_its_line_at_a_windows_first_and_last_step(tmp_path: Path, long_log: Path) -> None:
@@ -125,6 +126,7 @@ def test_a_departure_is_reported_at_its_line_at_a_windows_first_and_last_step(tm
     assert drops[k - k % 100] > 0
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_state_the_logs_do_not_pin_at_a_boundary_joins_the_two_windows(tmp_path: Path, long_log: Path) -> None:
@@ -176,6 +178,7 @@ def test_a_window_whose_rebasing_is_not_exact_is_checked_again_without_it(long_l
     assert result.rechecked == 1
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_packet_sent_in_a_window_is_held_to_the_rebasing_at_its_step(long_log: Path, monkeypatch) -> None:

@@ -342,6 +342,7 @@ def late_learner(synced: int, behind: int, *, skip: int | None = None) -> Builde
     return b
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_learner_that_acks_newleader_late_and_each_proposal_once_is_a_behaviour(tmp_path, toolchain_ready):
     """What a 3.8.5 fault run needed (docs/zookeeper.md, "Redundant ACKs"): the spec follower's ACK of its last
@@ -407,6 +408,7 @@ def lost_ack(claims: int = 3) -> Builder:
     return b
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_followers_ack_lost_when_it_was_killed_is_a_behaviour_and_a_zxid_it_never_got_is_not(tmp_path,
                                                                                                toolchain_ready):
@@ -456,6 +458,7 @@ def leader_loses_its_tail(claims: int = 1) -> Builder:
     return b
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_killed_leader_that_lost_its_uncommitted_tail_is_a_behaviour_only_with_leaderlogslate(tmp_path,
                                                                                                toolchain_ready,
@@ -545,6 +548,7 @@ def test_a_write_named_but_never_carried_has_a_value_after_its_leaders_previous_
     assert observe(healthy().decoded()).unseen == []
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_cut_off_leaders_unsent_writes_are_a_behaviour_and_a_follower_claiming_them_is_not(tmp_path,
                                                                                              toolchain_ready,
@@ -612,6 +616,7 @@ def test_an_isolated_leaders_held_proposals_are_placed_and_numbered_where_the_is
     assert values == {(1, n): n for n in range(1, 6)}
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_an_isolated_leaders_proposals_read_at_the_heal_are_a_behaviour_only_numbered_by_place(tmp_path,
                                                                                               toolchain_ready,
@@ -709,6 +714,7 @@ def test_the_guide_follows_a_link_the_proxy_held(tmp_path, toolchain_ready, monk
     assert read.matched and read.runs == 2, read.failure
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_window_may_make_a_send_read_after_its_end_if_placed_before_it(tmp_path, toolchain_ready, monkeypatch):
     """`held_link` in windows of 10 observations: the leader's PROPOSALs to 3 are read ten observations and more
@@ -762,6 +768,7 @@ def test_a_role_claims_what_the_next_roles_ackepoch_names():
     assert role_claims(o) == [[[-1, -1]], [[-1, -1]], [[1, 1], [-1, -1]]]
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_the_guide_keeps_a_follower_whose_role_is_over_within_what_it_next_claims(tmp_path, toolchain_ready,
                                                                                     monkeypatch):
@@ -811,6 +818,7 @@ def paused_follower(k: int = 6) -> Builder:
     return b
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_follower_leaves_its_role_with_the_history_its_next_ackepoch_names(tmp_path, toolchain_ready, monkeypatch):
     """In windows of 24 observations, `paused_follower` validates in one TLC run a window when the guide keeps the
@@ -957,6 +965,7 @@ def test_mutated_recordings_are_rejected_at_the_observation_that_was_changed(rea
     assert o.obs[r.frontier - 1].zxid[1] == 4
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_windows_give_the_whole_checks_verdict_and_catch_a_change_at_either_edge_of_a_window(real_run, toolchain_ready,
                                                                                              tmp_path):
@@ -998,6 +1007,7 @@ def test_windows_give_the_whole_checks_verdict_and_catch_a_change_at_either_edge
     assert not r.matched and r.frontier == g, r.failure
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_window_whose_coordinates_drop_too_much_is_caught_by_tlc_and_checked_again(real_run, toolchain_ready,
                                                                                         tmp_path, monkeypatch):
@@ -1174,6 +1184,7 @@ def _elections(rows, change: dict | None = None):
     return Elections("start.zkrec", 3, notices, 0, None)
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_the_election_needs_quorumcnxmanagers_queue_and_rejects_what_fle_cannot_send(toolchain_ready, tmp_path):
     """FastLeaderElection.tla's channels lose nothing, so the recorded start is no behaviour of it: the first
