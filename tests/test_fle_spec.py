@@ -86,6 +86,7 @@ def test_tiny_model_passes_with_recorded_figures_and_attributable_edges(tmp_path
     assert not [e for e, k in Counter(map(tuple, edges)).items() if k > 1]
 
 
+@pytest.mark.deep
 def test_ci_model_passes_and_takes_every_action(tmp_path: Path) -> None:
     out = tlc("MC_fle_ci", spec_copy(tmp_path), "-coverage", "60")
     assert "Model checking completed. No error has been found." in out, out[-3000:]

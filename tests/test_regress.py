@@ -133,6 +133,7 @@ def test_by_name_names_the_known_scenarios_when_it_fails() -> None:
         by_name("nope")
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_the_committed_traces_are_still_paths_of_their_models_current_graphs() -> None:
     from conformance.replay.regress import graphs_of

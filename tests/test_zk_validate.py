@@ -912,6 +912,7 @@ def _patch_stream(path: Path, conn: int, kind: Kind, at: int, new: bytes, out: P
     out.write_bytes(MAGIC + b"".join(chunks))
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_mutated_recordings_are_rejected_at_the_observation_that_was_changed(real_run, toolchain_ready, tmp_path):
     from conformance.validate.zkcheck import validate_observation, validate_recording
@@ -1148,6 +1149,7 @@ def test_tlc_holds_a_deferred_suffix_rebased_and_a_whole_staged_history_to_its_a
     assert not holds(small, old, "before")
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_window_the_guide_cannot_make_is_checked_again_without_it(toolchain_ready, tmp_path):
     """With a lag of one observation the guided search misses a window of `held_link` in windows of 10 (the held
