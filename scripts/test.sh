@@ -6,7 +6,8 @@
 # before (ten more simulation seeds validated, and a job at the lowest priority beside it). Generated
 # traces are shared through conformance/graph/cache.py's lock. ZABREF_TEST_WORKERS=N (or `-n N` as an argument) sets
 # the number of workers; 0 runs the suite in one process.
-#   bash scripts/test.sh                          # everything
+#   bash scripts/test.sh                          # everything but the tests marked deep or long
+#   bash scripts/test.sh --deep                   # and the deep ones: what CI runs (.ci/run)
 #   bash scripts/test.sh tests/test_toolchain.py -q
 set -euo pipefail
 cd "$(dirname "$0")/.."
