@@ -3,6 +3,7 @@ persistence happens before sending (seed 000, phase 3, step 2: "log and sync pro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import struct
@@ -16,6 +17,8 @@ from zabref.config import ClusterConfig, load_config, parse_config
 from zabref.core.packets import PacketType, QuorumPacket
 from zabref.errors import ConfigError
 from zabref.net import wire
+from zabref.runtime.drivers import NormalDriver
+from zabref.runtime.server import Server
 
 GOOD = """
 [cluster]
@@ -183,3 +186,17 @@ def test_bad_control_lines_get_an_error_and_the_connection_keeps_working(lone_se
         assert "longer than" in json.loads(f.readline())["error"]
     with lone_server.control() as c:
         assert c.request("ping")["sid"] == 1
+
+
+def test_a_configuration_too_long_for_a_notification_is_refused_before_anything_opens(tmp_path: Path) -> None:
+    """Every notification carries the configuration's text, as ZooKeeper's do (`zabref.net.wire`); one longer than an
+    election frame may be would be refused by every peer, so the server refuses to start, before it opens a file."""
+    servers = []
+    for sid in range(1, 34):
+        host = ".".join([f"h{sid:02d}" + "a" * 57] * 4)  # 243 characters: each line of the text is about 280
+        servers.append(f'[[server]]\nid = {sid}\nhost = "{host}"\nquorum_port = 20001\nelection_port = 20002\n'
+                       f'client_port = 20003\ndata_dir = "d{sid}"\n')
+    config = parse_config(GOOD.split("[[server]]")[0] + "\n".join(servers), str(tmp_path / "long.toml"))
+    with pytest.raises(ConfigError, match=r"long.toml: the servers' addresses make a notification longer than 8192"):
+        asyncio.run(Server(config, 1, NormalDriver(0.05)).run())
+    assert not (tmp_path / "d1").exists()

@@ -81,8 +81,15 @@ TABLE = [
     pytest.param(
         Notification(ServerState.LOOKING, 3, 0x100000002, 7, 1),
         wire.encode_notification, wire.decode_notification,
-        h("00000000 0000000000000003 0000000100000002 0000000000000007 0000000000000001"),
-        id="Notification: state, leader, zxid, electionEpoch, peerEpoch",
+        h("00000000 0000000000000003 0000000100000002 0000000000000007 0000000000000001 00000001"),
+        id="Notification without a configuration: state, leader, zxid, electionEpoch, peerEpoch, version 1",
+    ),
+    pytest.param(
+        Notification(ServerState.FOLLOWING, 2, 0x100000002, 7, 1),
+        lambda n: wire.encode_notification(n, "server.1=h:1:2:participant\nversion=0"), wire.decode_notification,
+        h("00000001 0000000000000002 0000000100000002 0000000000000007 0000000000000001 00000002 00000024")
+        + b"server.1=h:1:2:participant\nversion=0",
+        id="Notification as ZooKeeper 3.8 sends it: version 2 and the configuration's text",
     ),
     pytest.param((2, 0x0102030405060708), lambda v: wire.encode_handshake(*v), wire.decode_handshake,
                  h("0000000000000002 0102030405060708"), id="handshake sid=2 connection id"),
@@ -119,9 +126,15 @@ def test_quorum_packet_round_trip(p):
     assert wire.decode_quorum_packet(wire.encode_quorum_packet(p)) == p
 
 
-@given(notifications)
-def test_notification_round_trip(n):
-    assert wire.decode_notification(wire.encode_notification(n)) == n
+@given(notifications, st.one_of(st.none(), st.text(max_size=200)))
+def test_notification_round_trip(n, config):
+    assert wire.decode_notification(wire.encode_notification(n, config)) == n
+
+
+def test_a_notification_of_28_bytes_takes_its_peer_epoch_from_its_zxid():
+    """The form before 3.4 (no peerEpoch, no version): FastLeaderElection uses the zxid's epoch."""
+    body = h("00000002 0000000000000001 0000000500000009 0000000000000003")
+    assert wire.decode_notification(body) == Notification(ServerState.LEADING, 1, 0x500000009, 3, 5)
 
 
 @given(int32s, int32s)
@@ -299,7 +312,11 @@ ACK = h("00000003 0000000100000002 ffffffff ffffffff")
         (wire.decode_quorum_packet, h("00000001 0000000000000001 ffffffff 7fffffff"), 16, "authinfo count"),
         (wire.decode_quorum_packet, h("00000001 0000000000000001 ffffffff 00000001 00000001 ff 00000000"), 24,
          "not valid UTF-8"),
-        (wire.decode_notification, h("00000009") + bytes(32), 0, "unknown server state 9"),
+        (wire.decode_notification, h("00000009") + bytes(36), 0, "unknown server state 9"),
+        # 36 bytes: zabref's notifications before they took ZooKeeper's form; ZooKeeper drops them as malformed
+        (wire.decode_notification, bytes(36), 0, "28, 40 or at least 44 bytes, not 36"),
+        (wire.decode_notification, bytes(36) + h("00000002 00000001 ff"), 44, "config is not valid UTF-8"),
+        (wire.decode_notification, bytes(36) + h("00000002 00000002 41"), 40, "config length is 2 but only 1 bytes remain"),
         (wire.decode_handshake, h("ffffffffffffffff"), 0, "sid is negative"),
         (payloads.decode_ackepoch_data, h("fffffffe"), 0, "only -1 may be negative"),
         (payloads.decode_ackepoch_data, None, 0, "data is null"),

@@ -17,6 +17,8 @@ from conformance.zk.ensemble import ZkEnsemble, four_letter
 from conformance.zk.payloads import decode_data
 from conformance.zk.played import ElectionLink, PlayedLeader, newleader_config, txn_create
 from conformance.zk.txns import decode_txn
+from zabref.core.packets import Notification, ServerState
+from zabref.net import wire, zkwire
 from zabref.net.ports import find_free_base_port, release_base_port
 
 EPOCH = 1 << 32
@@ -102,6 +104,9 @@ def test_a_real_zookeeper_follows_a_played_leader_through_election_diff_and_a_co
         release_base_port(base)
     vote = seen["vote"]
     assert (vote.state, vote.leader, vote.election_epoch, vote.version) == (0, 1, 1, 2)  # LOOKING, for itself
+    # the real server's bytes (the reader's inverse gives them back) are a notification a zabref server reads
+    assert wire.decode_notification(zkwire.encode_notification(vote)[4:]) == Notification(
+        ServerState.LOOKING, 1, vote.zxid, 1, vote.peer_epoch)
     name, p = seen["followerinfo"]
     info = decode_data(p.type, p.data, False, "FOLLOWERINFO")
     assert name == "FOLLOWERINFO" and info["sid"] == 1 and info["protocolVersion"] == "0x10000"

@@ -33,15 +33,14 @@ from conformance.zk.ports import ZkServer
 from conformance.zk.snapshot import read_snapshot
 from conformance.zk.stream import Cursor
 from zabref.core import jute
-from zabref.net import zkwire
+from zabref.core.packets import Notification, ServerState
+from zabref.net import wire, zkwire
 from zabref.net.zkwire import Initial, RawPacket, Short, ZkNotification
 
-__all__ = ["ElectionLink", "QuorumLink", "PlayedLeader", "txn_create", "newleader_config", "LEARNER_PROTOCOL",
-           "STATES"]
+__all__ = ["ElectionLink", "QuorumLink", "PlayedLeader", "txn_create", "newleader_config", "LEARNER_PROTOCOL"]
 
 #: LEADERINFO's data: the protocol version a 3.4+ leader sends (Leader.java), and what a learner's LearnerInfo says.
 LEARNER_PROTOCOL = 0x10000
-STATES = {"LOOKING": 0, "FOLLOWING": 1, "LEADING": 2, "OBSERVING": 3}
 _I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
 
 
@@ -90,8 +89,9 @@ class ElectionLink(_Link):
         return link
 
     def send(self, state: str, leader: int, zxid: int, election_epoch: int, peer_epoch: int, config: str) -> None:
-        self.writer.write(zkwire.encode_notification(
-            ZkNotification(STATES[state], leader, zxid, election_epoch, peer_epoch, 2, config)))
+        """A notification in the bytes a zabref server sends (`zabref.net.wire`: ZooKeeper 3.8's form)."""
+        vote = Notification(ServerState[state], leader, zxid, election_epoch, peer_epoch)
+        self.writer.write(wire.frame(wire.encode_notification(vote, config)))
 
     async def recv(self, timeout: float = 10.0) -> ZkNotification:
         return await self._next(zkwire.read_notification, timeout)
@@ -179,6 +179,5 @@ def txn_create(zxid: int, path: str, data: bytes, *, time_ms: int = 0, session: 
 
 
 def newleader_config(members: list[ZkServer], version: int = 0) -> str:
-    """The configuration text of NEWLEADER (and of notifications), as ZooKeeper writes it."""
-    lines = [f"server.{m.id}=127.0.0.1:{m.quorum_port}:{m.election_port}:participant" for m in members]
-    return "\n".join([*lines, f"version={version:x}"])
+    """The configuration text of NEWLEADER (and of notifications), as ZooKeeper writes it (`zkwire.config_text`)."""
+    return zkwire.config_text(((m.id, "127.0.0.1", m.quorum_port, m.election_port) for m in members), version)

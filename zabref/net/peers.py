@@ -78,7 +78,9 @@ __all__ = [
 log = logging.getLogger("zabref")
 
 MAX_QUORUM_FRAME = 16 * 1024 * 1024
-MAX_ELECTION_FRAME = 1024
+#: An election frame's bound: a notification carries the configuration's text (`zabref.net.wire`), about 50 bytes a
+#: server; ZooKeeper's own bound is 512 KiB (QuorumCnxManager.PACKETMAXSIZE).
+MAX_ELECTION_FRAME = 8 * 1024
 SEND_BUFFER_LIMIT = 32 * 1024 * 1024
 #: Most bytes of queued frames joined into one transport write by `Connection.flush`.
 WRITE_CHUNK = 256 * 1024

@@ -68,8 +68,10 @@ class ElectionSender:
     """
 
     def __init__(self, sid: int, peer: int, host: str, port: int, *,
-                 new_id: Callable[[], int] = new_connection_id, guard: Guard | None = None) -> None:
+                 new_id: Callable[[], int] = new_connection_id, guard: Guard | None = None,
+                 config: str | None = None) -> None:
         self.sid, self.peer, self.host, self.port = sid, peer, host, port
+        self.config = config  # the configuration text every notification carries (`zabref.net.wire`), or None
         self.guard = guard  # TLS and quorum authentication (`zabref.net.security`), None: neither
         self._new_id = new_id  # the handshake's connection id (`zabref.runtime.machine.Machine.new_connection_id`)
         self.queue: deque[Notification] = deque(maxlen=ELECTION_QUEUE_LIMIT)
@@ -149,7 +151,7 @@ class ElectionSender:
                     continue  # a cut may have emptied the queue while the dial was awaited: check again
                 n = self.queue.popleft()
                 try:
-                    framed = wire.frame(wire.encode_notification(n))
+                    framed = wire.frame(wire.encode_notification(n, self.config))
                 except ValueError as e:  # a field the wire cannot carry: a bug upstream, never a dead sender
                     log.error("election notification to %d dropped: %s (%s)", self.peer, e, n)
                     continue

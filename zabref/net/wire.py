@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 Every connection (quorum port and election port alike) carries a stream of *frames*: a big-endian ``int32`` length,
 then that many bytes of body. The first frame on a connection is a *handshake* whose body is the connecting server's
-sid (``int64``); every later frame is a QuorumPacket (quorum port) or a Notification (election port). Bodies use jute's
-binary encoding, as ZooKeeper does:
+sid and a connection id (two ``int64``); every later frame is a QuorumPacket (quorum port) or a Notification (election port, in ZooKeeper
+3.8's form: `zabref.net.zkwire` reads and writes it). Bodies use jute's binary encoding, as ZooKeeper does:
 
 * ``int`` = big-endian int32, ``long`` = big-endian int64;
 * ``buffer`` = int32 length then the bytes, length -1 meaning null;
@@ -35,6 +35,7 @@ import struct
 from zabref.core import jute
 from zabref.core.packets import AuthId, Notification, PacketType, QuorumPacket, ServerState
 from zabref.errors import CodecError
+from zabref.net import zkwire
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
@@ -50,8 +51,6 @@ __all__ = [
 
 #: Largest frame body a `FrameDecoder` accepts unless told otherwise (ZooKeeper's jute.maxbuffer is of this order).
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
-
-_NOTIFICATION = struct.Struct(">iqqqq")
 
 
 # ---------------------------------------------------------------------------------------------------------- frames
@@ -210,26 +209,28 @@ _NO_AUTHINFO = (jute.INT.pack(-1), jute.INT.pack(0))
 # Notification
 
 
-def encode_notification(n: Notification) -> bytes:
-    """``int state, long leader, long zxid, long electionEpoch, long peerEpoch`` (FastLeaderElection's order)."""
-    return _NOTIFICATION.pack(
-        int(n.state),
-        jute.check_long("leader", n.leader),
-        jute.check_long("zxid", n.zxid),
-        jute.check_long("electionEpoch", n.election_epoch),
-        jute.check_long("peerEpoch", n.peer_epoch),
-    )
+def encode_notification(n: Notification, config: str | None = None) -> bytes:
+    """A notification's body as ZooKeeper writes it (FastLeaderElection.buildMsg, `zabref.net.zkwire`): ``int state,
+    long leader, long zxid, long electionEpoch, long peerEpoch, int version``, then, with a ``config`` (the
+    configuration text, `zkwire.config_text`), ``int len`` and that text with version 2, as 3.8 sends; without one,
+    version 1 and nothing more (40 bytes, the form 3.4 sent and 3.8 still reads)."""
+    if n.state not in _STATES:
+        raise ValueError(f"state {n.state!r} is not a ServerState")
+    zk = zkwire.ZkNotification(int(n.state), n.leader, n.zxid, n.election_epoch, n.peer_epoch,
+                               1 if config is None else 2, config)
+    return zkwire.encode_notification(zk)[4:]  # the frame's prefix is the notification's own ``int len``
+
+
+_STATES = {int(s): s for s in ServerState}
 
 
 def decode_notification(body: bytes) -> Notification:
-    r = jute.Reader(jute.bytes_like(body, "Notification"), "Notification")
-    state_number = r.i32("state")
-    try:
-        state = ServerState(state_number)
-    except ValueError:
-        raise r.fail(f"unknown server state {state_number}", 0) from None
-    n = Notification(state, r.i64("leader"), r.i64("zxid"), r.i64("electionEpoch"), r.i64("peerEpoch"))
-    r.end()
-    return n
-
-
+    """Any form ZooKeeper reads (`zkwire.decode_notification_body`: 28, 40 or at least 44 bytes). A 28-byte one has no
+    peerEpoch: its zxid's epoch stands in, as FastLeaderElection does. The configuration text a version above 1
+    carries is read (it must be UTF-8) and not used: zabref's membership is its own configuration's."""
+    zk = zkwire.decode_notification_body(jute.bytes_like(body, "Notification"))
+    state = _STATES.get(zk.state)
+    if state is None:
+        raise CodecError("notification", 0, f"unknown server state {zk.state}")
+    peer_epoch = zk.zxid >> 32 if zk.peer_epoch is None else zk.peer_epoch
+    return Notification(state, zk.leader, zk.zxid, zk.election_epoch, peer_epoch)

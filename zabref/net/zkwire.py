@@ -30,6 +30,7 @@ encoders are the readers' inverses: a value written and read back is the same va
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from zabref.core import jute
@@ -38,7 +39,8 @@ from zabref.errors import CodecError
 
 __all__ = ["Cursor", "Short", "JUTE_MAX", "PACKET_TYPES", "PROTOCOL_V1", "PROTOCOL_V2", "INITIAL_MAX",
            "NOTIFICATION_MAX", "AUTHINFO_MAX", "RawPacket", "Initial", "ZkNotification", "read_quorum_packet",
-           "read_initial", "read_notification", "encode_quorum_packet", "encode_initial", "encode_notification"]
+           "read_initial", "read_notification", "decode_notification_body", "encode_quorum_packet",
+           "encode_initial", "encode_notification", "config_text"]
 
 #: A jute buffer's limit: ZooKeeper's ``jute.maxbuffer`` default (0xfffff) plus the 1024 bytes of
 #: ``zookeeper.jute.maxbuffer.extrasize`` it allows; a run that raises ``jute.maxbuffer`` needs this raised too.
@@ -216,21 +218,36 @@ def read_notification(cur: Cursor) -> ZkNotification:
     if n == 0:
         raise cur.fail("notification length is 0", at)
     body_at = cur.pos
-    body = Cursor(cur.take(n), cur.what)
     try:
-        if n < 28 or 28 < n < 40 or 40 < n < 44:
-            raise CodecError("notification", 0, f"a notification is 28, 40 or at least 44 bytes, not {n}")
-        r = jute.Reader(body.buf, "notification")
-        state, leader, zxid, epoch = r.i32("state"), r.i64("leader"), r.i64("zxid"), r.i64("electionEpoch")
-        peer_epoch = version = config = None
-        if n >= 40:
-            peer_epoch, version = r.i64("peerEpoch"), r.i32("version")  # 40 bytes: version 1, written, never read
-        if n >= 44 and version is not None and version > 1:
-            config = r.ustring("config")
-        r.end()
+        return decode_notification_body(cur.take(n))
     except CodecError as e:
         raise cur.fail(f"notification: {e.reason}", body_at + e.offset) from None
+
+
+def decode_notification_body(body: bytes) -> ZkNotification:
+    """A notification's body (what follows its ``int len``): 28, 40 or at least 44 bytes. `CodecError` names the
+    offset in the body."""
+    n = len(body)
+    if n < 28 or 28 < n < 40 or 40 < n < 44:
+        raise CodecError("notification", 0, f"a notification is 28, 40 or at least 44 bytes, not {n}")
+    r = jute.Reader(body, "notification")
+    state, leader, zxid, epoch = r.i32("state"), r.i64("leader"), r.i64("zxid"), r.i64("electionEpoch")
+    peer_epoch = version = config = None
+    if n >= 40:
+        peer_epoch, version = r.i64("peerEpoch"), r.i32("version")  # 40 bytes: version 1, written, never read
+    if n >= 44 and version is not None and version > 1:
+        config = r.ustring("config")
+    r.end()
     return ZkNotification(state, leader, zxid, epoch, peer_epoch, version, config)
+
+
+def config_text(members: Iterable[tuple[int, str, int, int]], version: int = 0) -> str:
+    """A configuration as ZooKeeper writes it in NEWLEADER and in notifications (QuorumMaj.toString): a line
+    ``server.ID=HOST:QUORUM_PORT:ELECTION_PORT:participant`` for each ``(id, host, quorum port, election port)`` in
+    id order, then ``version=`` and the version in hex."""
+    lines = [f"server.{sid}={host}:{quorum}:{election}:participant\n" for sid, host, quorum, election in
+             sorted(members)]
+    return "".join(lines) + f"version={version:x}"
 
 
 def encode_notification(n: ZkNotification) -> bytes:

@@ -56,10 +56,10 @@ from typing import Any
 from zabref.config import Config
 from zabref.core.effects import Effects, Timing
 from zabref.core.node import Node
-from zabref.core.packets import PacketType, QuorumPacket
+from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import HANDLERS
 from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
-from zabref.net import clientport, peers, votes
+from zabref.net import clientport, peers, votes, wire, zkwire
 from zabref.net.security import Guard
 from zabref.runtime import control
 from zabref.runtime.actionlog import ActionLog
@@ -136,6 +136,11 @@ class Server(PeerLinks):
 
     async def run(self) -> int:
         """Open the data dir, listen, serve until `stop` (SIGTERM/SIGINT); returns the process exit code."""
+        config = zkwire.config_text((s.id, s.host, s.quorum_port, s.election_port) for s in self.config.servers)
+        if len(wire.encode_notification(Notification(ServerState.LOOKING, 0, 0, 0, 0), config)) > \
+                peers.MAX_ELECTION_FRAME:
+            raise ConfigError(f"{self.config.path}: the servers' addresses make a notification longer than "
+                              f"{peers.MAX_ELECTION_FRAME} bytes (each one carries the configuration, as ZooKeeper's)")
         self.guard = Guard.from_config(self.config)  # reads the certificates and the secret: ConfigError first
         disk = self.machine.disk
         disk.mkdir(self.me.data_dir)
@@ -152,7 +157,8 @@ class Server(PeerLinks):
         for other in self.config.servers:
             if other.id != self.sid:
                 self.senders[other.id] = votes.ElectionSender(self.sid, other.id, other.host, other.election_port,
-                                                              new_id=self.machine.new_connection_id, guard=self.guard)
+                                                              new_id=self.machine.new_connection_id, guard=self.guard,
+                                                              config=config)
         self.spawn(self._pump(), "pump")
         if self.action_log is not None:
             self.action_log.restart(self.sid, self.node)
