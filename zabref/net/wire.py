@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 Every connection (quorum port and election port alike) carries a stream of *frames*: a big-endian ``int32`` length,
 then that many bytes of body. The first frame on a connection is a *handshake* whose body is the connecting server's
-sid and a connection id (two ``int64``); every later frame is a QuorumPacket (quorum port) or a Notification (election port, in ZooKeeper
-3.8's form: `zabref.net.zkwire` reads and writes it). Bodies use jute's binary encoding, as ZooKeeper does:
+sid and a connection id (two ``int64``); every later frame is a QuorumPacket (quorum port) or a Notification
+(election port, in ZooKeeper 3.8's form: `zabref.net.zkwire` reads and writes it). Bodies use jute's binary
+encoding, as ZooKeeper does:
 
 * ``int`` = big-endian int32, ``long`` = big-endian int64;
 * ``buffer`` = int32 length then the bytes, length -1 meaning null;
