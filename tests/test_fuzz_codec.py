@@ -271,7 +271,7 @@ def test_an_election_sender_drops_a_notification_it_cannot_encode_and_keeps_send
         done = asyncio.Event()
 
         async def handle(reader, writer):
-            assert (await peers.accept_handshake(reader))[0] == 1
+            assert (await peers.accept_initial(reader))[0].sid == 2  # the larger id dials and keeps the connection
 
             def on_body(body: bytes) -> None:
                 got.append(wire.decode_notification(body))
@@ -282,7 +282,7 @@ def test_an_election_sender_drops_a_notification_it_cannot_encode_and_keeps_send
 
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        sender = votes.ElectionSender(1, 2, "127.0.0.1", port)
+        sender = votes.ElectionSender(2, 1, "127.0.0.1", port, address="127.0.0.1:1")
         try:
             sender.send(_notification(election_epoch=1 << 63))  # one round past what an int64 holds
             sender.send(_notification(election_epoch=7))

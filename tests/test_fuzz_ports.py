@@ -21,7 +21,7 @@ from conformance.fuzz import KINDS, RUNNING, Fuzzer, fuzz_cluster
 from zabref.client import ZabClient
 from zabref.core import payloads
 from zabref.core.packets import PROTOCOL_VERSION, PacketType, QuorumPacket
-from zabref.net import wire
+from zabref.net import wire, zkwire
 from zabref.runtime.cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
@@ -166,7 +166,7 @@ def test_a_negative_vote_does_not_stop_a_looking_server(tmp_path: Path) -> None:
                          for r in (1, 2, 3))
         log = me.data_dir / "server.log"
         with socket.create_connection((me.host, me.election_port), timeout=10) as sock:
-            sock.sendall(wire.frame(wire.encode_handshake(2, 1)) + votes)
+            sock.sendall(zkwire.encode_initial(zkwire.Initial(2, zkwire.PROTOCOL_V1, ("127.0.0.1:1",))) + votes)
             assert helpers.closed_by_peer(sock)
         helpers.wait_for("the close line", lambda: "election connection from 2 closed: bad input: notification "
                          "peerEpoch is negative (-1)" in log.read_text(), 10)

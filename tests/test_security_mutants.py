@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import ssl
+import struct
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 import trustme
 
 from zabref.config import parse_config
-from zabref.net import peers, wire
+from zabref.net import peers, wire, zkwire
 from zabref.net.ports import find_free_base_port, release_base_port
 from zabref.net.security import AuthError, Guard, client_context
 from zabref.runtime import control, links
@@ -141,6 +142,11 @@ def _handshake(sid: int, cid: int = 5) -> bytes:
     return wire.frame(wire.encode_handshake(sid, cid))
 
 
+def _initial(sid: int) -> bytes:
+    """An election connection's first bytes: ZooKeeper's initial message naming ``sid``."""
+    return zkwire.encode_initial(zkwire.Initial(sid, zkwire.PROTOCOL_V1, ("127.0.0.1:1",)))
+
+
 # ------------------------------------------------------------------------------------------------ admission, plain
 
 
@@ -151,11 +157,18 @@ def test_a_plain_acceptor_admits_a_member_and_refuses_itself_strangers_and_bad_h
     async def main():
         async with _server(tmp_path) as server:
             me = server.me
+            bad = {"quorum": ((_handshake(1), "handshake names server 1, not another server of [1, 2, 3]"),
+                              (_handshake(7), "handshake names server 7, not another server of [1, 2, 3]"),
+                              (wire.frame(b"x" * 15), "handshake length prefix is 15, expected 16"),
+                              (wire.frame(wire.encode_handshake(2, 5))[:10], "connection ended after 6 bytes")),
+                   # ZooKeeper's initial message on the election port
+                   "election": ((_initial(1), "handshake names server 1, not another server of [1, 2, 3]"),
+                                (_initial(7), "handshake names server 7, not another server of [1, 2, 3]"),
+                                (struct.pack(">qqi", -3, 2, 1) + b"x", "unknown election protocol version -3"),
+                                (struct.pack(">qqi", zkwire.PROTOCOL_V1, 2, 0), "address length is 0"),
+                                (_initial(2)[:10], "connection ended after 10 bytes of the initial message"))}
             for port, kind in ((me.quorum_port, "quorum"), (me.election_port, "election")):
-                for payload, why in ((_handshake(1), "handshake names server 1, not another server of [1, 2, 3]"),
-                                     (_handshake(7), "handshake names server 7, not another server of [1, 2, 3]"),
-                                     (wire.frame(b"x" * 15), "handshake length prefix is 15, expected 16"),
-                                     (wire.frame(wire.encode_handshake(2, 5))[:10], "connection ended after 6 bytes")):
+                for payload, why in bad[kind]:
                     address, answer = await _knock(port, payload)
                     assert answer == b""
                     assert why in await lines.wait_for(f"{kind} connection from {address!r} closed")
@@ -165,7 +178,7 @@ def test_a_plain_acceptor_admits_a_member_and_refuses_itself_strangers_and_bad_h
             await lines.wait_for("quorum connection from 2 open")
             assert server.conns[2].cid == 77 and not server.conns[2].closed
             vreader, vwriter = await asyncio.open_connection(me.host, me.election_port)
-            vwriter.write(_handshake(3, 78))
+            vwriter.write(_initial(3))  # a larger id: its connection is the pair's (`zabref.net.votes`)
             for _ in range(int(WAIT / 0.02)):
                 if any(v.peer == 3 for v in server.votes.values()):
                     break
@@ -330,7 +343,8 @@ def test_a_secured_acceptor_admits_a_member_with_the_secret_and_refuses_the_rest
             # the member's certificate, another secret
             with pytest.raises(AuthError):
                 await peers.dial(me.host, me.election_port, 3, peer=1, attempts=1, timeout=WAIT,
-                                 guard=_guard(pki, secret=b"another secret, 32 bytes long..."))
+                                 guard=_guard(pki, secret=b"another secret, 32 bytes long..."),
+                                 initial=zkwire.Initial(3, zkwire.PROTOCOL_V1, ("127.0.0.1:1",)))
             line = await lines.wait_for("the dialer's proof is wrong")
             assert line.startswith("election connection from") and "(its handshake named server 3)" in line
             assert not server.conns

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from zabref.net import wire
+from zabref.net import wire, zkwire
 from zabref.net.security import MAC, NONCE
 
 __all__ = ["Credentials", "make_credentials", "Settings", "combinations", "render_toml", "render_zoo", "Attempt",
@@ -204,7 +204,8 @@ class Attempt:
 
 _TLS_FAILED = r"TLS handshake failed"
 _PROOF = r"quorum authentication failed"
-_SLOW = r"not complete within|no handshake within|no proof within|not authenticated|TLS handshake failed"
+_SLOW = (r"not complete within|no handshake within|no initial message within|no proof within|not authenticated"
+         r"|TLS handshake failed")
 
 
 def attempts(s: Settings, sid: int, hello: dict[str, bytes], timeout: float, every_byte: bool) -> list[Attempt]:
@@ -213,13 +214,18 @@ def attempts(s: Settings, sid: int, hello: dict[str, bytes], timeout: float, eve
     ``hello``: a ClientHello by certificate name; ``timeout``: the admission deadline; ``every_byte``: cut every
     handshake at every byte (else at every 7th, and the first and last)."""
     out: list[Attempt] = []
-    hs = wire.frame(wire.encode_handshake(sid, secrets.randbits(63)))
-    plain = hs + (wire.frame(secrets.token_bytes(NONCE + MAC)) if s.secret else b"")
 
     def cuts(data: bytes) -> list[int]:
         return list(range(len(data))) if every_byte else sorted({*range(0, len(data), 7), len(data) - 1})
 
     for port in ("quorum_port", "election_port"):
+        if port == "quorum_port":
+            hs = wire.frame(wire.encode_handshake(sid, secrets.randbits(63)))
+            tls_as_handshake = r"handshake length prefix"  # a ClientHello's first bytes, read as a frame's length
+        else:  # ZooKeeper's initial message; a ClientHello's first eight bytes read as a sid of the form before 3.5
+            hs = zkwire.encode_initial(zkwire.Initial(sid, zkwire.PROTOCOL_V1, ("127.0.0.1:1",)))
+            tls_as_handshake = r"handshake names server"
+        plain = hs + (wire.frame(secrets.token_bytes(NONCE + MAC)) if s.secret else b"")
         protected = s.quorum_tls
         # plain TCP: a downgrade when TLS is on, a stranger without the secret when it is not
         out.append(Attempt("plain", port, None, ((0, plain),),
@@ -227,7 +233,7 @@ def attempts(s: Settings, sid: int, hello: dict[str, bytes], timeout: float, eve
         for cert in ("none", *STRANGER_CERTS, "member"):
             if not protected:  # TLS to a plain port: its ClientHello is read as a handshake frame
                 if cert in ("none", "other_ca"):
-                    out.append(Attempt(f"tls-{cert}", port, cert, ((0, plain),), r"handshake length prefix"))
+                    out.append(Attempt(f"tls-{cert}", port, cert, ((0, plain),), tls_as_handshake))
                 continue
             if cert in ("none", "other_ca", "self_signed", "expired"):
                 expect: str | None = _TLS_FAILED

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 from zabref.core import payloads
 from zabref.core.packets import PROTOCOL_VERSION, PacketType, QuorumPacket
-from zabref.net import wire
+from zabref.net import wire, zkwire
 
 __all__ = ["OUTCOMES", "CLOSE", "SILENCE", "ANSWER", "SEND", "CLOSE_WAIT", "ROLES", "I32", "Target", "Input", "Kind",
            "handshake_frame", "packet_frame", "not_handshake", "bad_length", "some_zxid", "stranger_sid",
-           "out_of_phase_packet", "mutated_packet", "bad_sid", "half", "wild_long"]
+           "out_of_phase_packet", "mutated_packet", "bad_sid", "half", "wild_long", "initial_message", "not_initial",
+           "bad_initial"]
 
 
 #: What a server must do with an input: close the connection, stay silent, answer each request, or just survive.
@@ -81,6 +82,22 @@ class Kind:
 
 def handshake_frame(sid: int) -> bytes:
     return wire.frame(wire.encode_handshake(sid, 1))
+
+
+def initial_message(sid: int) -> bytes:
+    """An election connection's first bytes (ZooKeeper's initial message, `zabref.net.zkwire`) naming ``sid``."""
+    return zkwire.encode_initial(zkwire.Initial(sid, zkwire.PROTOCOL_V1, ("127.0.0.1:1",)))
+
+
+def not_initial(rng: random.Random) -> bytes:
+    """Random bytes that are no initial message: a negative protocol version that is not ZooKeeper's, or a sid (the
+    form before 3.5) far above any server's; at least its 8 bytes, so the server reads it whole at once."""
+    data = bytearray(rng.randbytes(rng.randint(8, 512)))
+    if int.from_bytes(data[:8], "big", signed=True) in (zkwire.PROTOCOL_V1, zkwire.PROTOCOL_V2):
+        data[7] ^= 0x10
+    elif 0 <= int.from_bytes(data[:8], "big", signed=True) < 1 << 32:
+        data[0] = 0x7F
+    return bytes(data)
 
 
 def packet_frame(ptype: PacketType, zxid: int = 0, data: bytes | None = None) -> bytes:
@@ -149,6 +166,16 @@ def mutated_packet(rng: random.Random, t: Target) -> bytes:
 def bad_sid(rng: random.Random, t: Target) -> bytes:
     sid = rng.choice([t.sid, 0, rng.randint(t.ghost + 1, (1 << 63) - 1), -rng.randint(1, 1 << 63)])
     return wire.frame(struct.pack(">q", sid))
+
+
+def bad_initial(rng: random.Random, t: Target) -> bytes:
+    """An initial message naming a server that is not another of the cluster's (itself, 0, an unknown id, a negative
+    one), or one whose address length is out of bounds."""
+    sid = rng.choice([t.sid, 0, rng.randint(t.ghost + 1, (1 << 63) - 1), -rng.randint(1, (1 << 63) - 1)])
+    if rng.random() < 0.25:
+        length = rng.choice([0, -1, zkwire.INITIAL_MAX + 1, (1 << 31) - 1])
+        return struct.pack(">qqi", zkwire.PROTOCOL_V1, t.ghost, length) + b"127.0.0.1:1"
+    return zkwire.encode_initial(zkwire.Initial(sid, zkwire.PROTOCOL_V1, ("127.0.0.1:1",)))
 
 
 def half(rng: random.Random, whole: bytes) -> bytes:

@@ -36,7 +36,8 @@ from conformance.fuzz.inputs import ANSWER, CLOSE, SILENCE, kind_table
 from conformance.fuzz.report import CLOSE_LINE, Report, reason_class
 from zabref.client import ClientError, ZabClient
 from zabref.config import ClusterConfig, Security
-from zabref.net import peers
+from zabref.errors import CodecError
+from zabref.net import peers, zkwire
 from zabref.net.ports import find_free_base_port
 from zabref.net.security import AuthError, Guard, client_context, read_secret
 from zabref.runtime import control
@@ -247,24 +248,22 @@ class Fuzzer:
         """With quorum authentication on, an input that starts with a handshake the server accepts (a configured sid
         other than the target's) proves the secret after it, as a server would; returns the bytes left to send.
         Gate kinds and every other input go as they are."""
-        if (self.guard.secret is None or kind.gate is not None or kind.port not in ("quorum_port", "election_port")
-                or payload[:4] != _I32.pack(peers.HANDSHAKE_SIZE) or len(payload) < 4 + peers.HANDSHAKE_SIZE):
+        hello = _hello(kind.port, payload)
+        if self.guard.secret is None or kind.gate is not None or hello is None:
             return payload
-        handshake = payload[4:4 + peers.HANDSHAKE_SIZE]
-        sid = int.from_bytes(handshake[:8], "big", signed=True)
+        sid, first, bound = hello
         if sid not in self.cluster.config.sids or sid == t.sid:
             return payload
-        writer.write(payload[:4 + peers.HANDSHAKE_SIZE])
-        await self.guard.prove(reader, writer, handshake, t.sid, CLOSE_WAIT)
-        return payload[4 + peers.HANDSHAKE_SIZE:]
+        writer.write(payload[:first])
+        await self.guard.prove(reader, writer, bound, t.sid, CLOSE_WAIT)
+        return payload[first:]
 
     def _log_key(self, port: str, payload: bytes, target: int) -> str:
         """``port``, or ``port`` "as a live server" when the input's handshake names a participant: its close is
         logged under that sid, among the closes of real connections."""
-        if payload[:4] == _I32.pack(peers.HANDSHAKE_SIZE) and len(payload) >= 4 + peers.HANDSHAKE_SIZE:
-            sid = int.from_bytes(payload[4:12], "big")
-            if sid in self.participants and sid != target:  # its own sid is refused at the handshake, by address
-                return f"{port} as a live server"
+        hello = _hello(port, payload)
+        if hello is not None and hello[0] in self.participants and hello[0] != target:
+            return f"{port} as a live server"  # its own sid is refused at the handshake, by address
         return port
 
     def _outcome(self, i: int, kind: Kind, t: Target, start: float, problem: str | None, ok: str = "") -> None:
@@ -393,3 +392,20 @@ def _tail_from(path: Path, offset: int) -> str:
     except OSError:
         return ""
 
+
+def _hello(port: str, payload: bytes) -> tuple[int, int, bytes] | None:
+    """When ``payload`` starts with a whole handshake of ``port`` (a quorum port's frame, an election port's initial
+    message): the sid it names, its length, and the bytes quorum authentication binds; else None."""
+    if port == "quorum_port":
+        if payload[:4] != _I32.pack(peers.HANDSHAKE_SIZE) or len(payload) < 4 + peers.HANDSHAKE_SIZE:
+            return None
+        body = payload[4:4 + peers.HANDSHAKE_SIZE]
+        return int.from_bytes(body[:8], "big", signed=True), 4 + peers.HANDSHAKE_SIZE, body
+    if port == "election_port":
+        cur = zkwire.Cursor(payload, "fuzz input")
+        try:
+            initial = zkwire.read_initial(cur)
+        except (zkwire.Short, CodecError):
+            return None
+        return initial.sid, cur.pos, payload[:cur.pos]
+    return None

@@ -41,10 +41,13 @@ from conformance.fuzz.frames import (
     Target,
     bad_length,
     bad_sid,
+    bad_initial,
     half,
     handshake_frame,
+    initial_message,
     mutated_packet,
     not_handshake,
+    not_initial,
     out_of_phase_packet,
     packet_frame,
     some_zxid,
@@ -129,23 +132,23 @@ def _q_half_frame(wait: float) -> Callable[[random.Random, Target], Input]:
 
 
 def _e_random(rng: random.Random, t: Target) -> Input:
-    return Input(not_handshake(rng), CLOSE)
+    return Input(not_initial(rng), CLOSE)
 
 
 def _e_bad_sid(rng: random.Random, t: Target) -> Input:
-    return Input(bad_sid(rng, t), CLOSE)
+    return Input(bad_initial(rng, t), CLOSE)
 
 
 def _e_huge(rng: random.Random, t: Target) -> Input:
-    return Input(handshake_frame(t.ghost) + bad_length(rng, peers.MAX_ELECTION_FRAME) + rng.randbytes(16), CLOSE)
+    return Input(initial_message(t.ghost) + bad_length(rng, peers.MAX_ELECTION_FRAME) + rng.randbytes(16), CLOSE)
 
 
 def _e_bad_notification(rng: random.Random, t: Target) -> Input:
     if rng.random() < 0.5:
-        body = rng.randbytes(rng.choice([0, 1, 35, 37, 64]))
+        body = rng.randbytes(rng.choice([0, 1, 27, 29, 36, 39, 41]))  # no notification is that long
     else:
-        body = struct.pack(">iqqqq", rng.choice([4, 9, -1, 1 << 20]), *(rng.randint(0, 9) for _ in range(4)))
-    return Input(handshake_frame(t.ghost) + wire.frame(body), CLOSE)
+        body = struct.pack(">iqqqqi", rng.choice([4, 9, -1, 1 << 20]), *(rng.randint(0, 9) for _ in range(4)), 1)
+    return Input(initial_message(t.ghost) + wire.frame(body), CLOSE)
 
 
 def _votes(negative: bool) -> Callable[[random.Random, Target], Input]:
@@ -163,7 +166,7 @@ def _votes(negative: bool) -> Callable[[random.Random, Target], Input]:
         votes = b"".join(wire.frame(wire.encode_notification(Notification(rng.choice(list(ServerState)), *f)))
                          for f in fields)
         sender = rng.choice([t.ghost, *(s for s in t.participants if s != t.sid)])
-        return Input(handshake_frame(sender) + votes, CLOSE if negative else SEND)
+        return Input(initial_message(sender) + votes, CLOSE if negative else SEND)
     return make
 
 
@@ -173,16 +176,16 @@ def _e_last_round(rng: random.Random, t: Target) -> Input:
     sender = rng.choice([s for s in t.participants if s != t.sid])
     r = rng.choice([(1 << 63) - 1, MAX_ROUND + 1, rng.randint(MAX_ROUND + 1, (1 << 63) - 1)])
     vote = Notification(ServerState.LOOKING, sender, t.last_zxid, r, t.last_zxid >> 32)
-    return Input(handshake_frame(sender) + wire.frame(wire.encode_notification(vote)), CLOSE)
+    return Input(initial_message(sender) + wire.frame(wire.encode_notification(vote)), CLOSE)
 
 
 def _e_half_handshake(rng: random.Random, t: Target) -> Input:
-    return Input(half(rng, handshake_frame(t.ghost)), SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 3)
+    return Input(half(rng, initial_message(t.ghost)), SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 3)
 
 
 def _e_half_frame(rng: random.Random, t: Target) -> Input:
     n = wire.frame(wire.encode_notification(Notification(ServerState.LOOKING, 1, 0, 1, 0)))
-    return Input(handshake_frame(t.ghost) + half(rng, n), SILENCE, wait=peers.ELECTION_FRAME_TIMEOUT + 3)
+    return Input(initial_message(t.ghost) + half(rng, n), SILENCE, wait=peers.ELECTION_FRAME_TIMEOUT + 3)
 
 
 def _c_bad_length(rng: random.Random, t: Target) -> Input:
@@ -301,9 +304,12 @@ def _tls_half_hello(rng: random.Random, t: Target) -> Input:
     return Input(record, SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 5, tls="none")
 
 
-def _auth_wrong_proof(rng: random.Random, t: Target) -> Input:
-    """A handshake (as the ghost), then a proof frame of the right size that is not the proof, then a packet."""
-    return Input(handshake_frame(t.ghost) + wire.frame(rng.randbytes(64)) + packet_frame(PacketType.COMMIT, 1), CLOSE)
+def _auth_wrong_proof(hello: Callable[[int], bytes]) -> Callable[[random.Random, Target], Input]:
+    """A handshake (``hello``: the port's, as the ghost), then a proof frame of the right size that is not the proof,
+    then a packet."""
+    def make(rng: random.Random, t: Target) -> Input:
+        return Input(hello(t.ghost) + wire.frame(rng.randbytes(64)) + packet_frame(PacketType.COMMIT, 1), CLOSE)
+    return make
 
 
 def _auth_bad_frame(rng: random.Random, t: Target) -> Input:
@@ -315,8 +321,8 @@ def _auth_bad_frame(rng: random.Random, t: Target) -> Input:
 
 
 def _auth_silence(rng: random.Random, t: Target) -> Input:
-    """A handshake, then nothing or half a proof: closed when the exchange times out."""
-    return Input(handshake_frame(t.ghost) + rng.choice([b"", half(rng, wire.frame(rng.randbytes(64)))]), CLOSE,
+    """An election connection's initial message, then nothing or half a proof: closed when the exchange times out."""
+    return Input(initial_message(t.ghost) + rng.choice([b"", half(rng, wire.frame(rng.randbytes(64)))]), CLOSE,
                  wait=peers.HANDSHAKE_TIMEOUT + 5)
 
 
@@ -371,8 +377,8 @@ def kind_table(tick_s: float = 0.1, init_limit: int = 10, *, tls: bool = False, 
                       Kind("tls-client-stranger", "client_port", 2, _tls_stranger, gate="tls")]
     if auth:
         table += [
-            Kind("auth-quorum-wrong-proof", "quorum_port", 3, _auth_wrong_proof, gate="auth"),
-            Kind("auth-election-wrong-proof", "election_port", 3, _auth_wrong_proof, gate="auth"),
+            Kind("auth-quorum-wrong-proof", "quorum_port", 3, _auth_wrong_proof(handshake_frame), gate="auth"),
+            Kind("auth-election-wrong-proof", "election_port", 3, _auth_wrong_proof(initial_message), gate="auth"),
             Kind("auth-bad-frame", "quorum_port", 3, _auth_bad_frame, gate="auth"),
             Kind("auth-silence", "election_port", 0.5, _auth_silence, gate="auth"),
         ]

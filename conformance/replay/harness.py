@@ -41,7 +41,7 @@ from zabref.config import ClusterConfig, load_config
 from zabref.core.packets import Notification
 from zabref.core.zab import AppendTxns, Persistent, SetAcceptedEpoch, SetCurrentEpoch, apply_persist
 from zabref.errors import ZabError
-from zabref.net import clientwire, wire
+from zabref.net import clientwire, wire, zkwire
 from zabref.net.peers import new_connection_id
 from zabref.runtime.cluster import ServerProcess, cluster_config, find_free_base_port, release_base_port
 from zabref.storage import ENV_DISK, Storage, read_durable
@@ -126,8 +126,7 @@ class Cluster:
     def crash(self, sid: int) -> None:
         """Crash(i): SIGKILL, then start again from the same data dir."""
         self.controls[sid].close()
-        for key in [k for k in self._votes if k[0] == sid]:
-            self._votes.pop(key).close()
+        self.close_votes(sid)
         server = self.servers[sid]
         server.kill()
         self.controls[sid] = server.start(control=True).ready_control(30.0)
@@ -220,6 +219,12 @@ class Cluster:
         self.submits.append(sub)
         return sub
 
+    def close_votes(self, target: int) -> None:
+        """End the connections `vote` opened to ``target``: the one from a larger id was the pair's connection at
+        ``target`` while it lasted (`zabref.net.votes`), and the real pair's takes its place when either sends."""
+        for key in [k for k in self._votes if k[0] == target]:
+            self._votes.pop(key).close()
+
     def vote(self, target: int, sender: int, n: Notification) -> None:
         """One notification to ``target``'s election port on a connection whose handshake says ``sender``."""
         key = (target, sender)
@@ -227,7 +232,8 @@ class Cluster:
         if sock is None:
             me = self.config.server(target)
             sock = socket.create_connection((me.host, me.election_port), timeout=5.0)
-            sock.sendall(wire.frame(wire.encode_handshake(sender, new_connection_id())))
+            address = f"{self.config.server(sender).host}:{self.config.server(sender).election_port}"
+            sock.sendall(zkwire.encode_initial(zkwire.Initial(sender, zkwire.PROTOCOL_V1, (address,))))
             self._votes[key] = sock
         sock.sendall(wire.frame(wire.encode_notification(n)))
 

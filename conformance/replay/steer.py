@@ -96,16 +96,19 @@ def steer(cluster: Any, sid: int, leader: int, n: int, state: dict[str, Any], wa
         taken = answer["actions"]
         _check(sid, leader, want, [a for a in taken if a["module"] == "Zab"], taken)
         return taken
-    for sender, notification in steps:
-        cluster.vote(sid, sender, notification)
-        serial = wait(f"server {sid} to hold the notification from {sender}",
-                      lambda: _held(cluster.request(sid, "state"), sender, notification))
-        answer = step("release_vote", {"conn": serial})
-        taken += answer["actions"]
-        zab = [a for a in taken if a["module"] == "Zab"]
-        if zab:
-            _check(sid, leader, want, zab, taken)
-            return taken
+    try:
+        for sender, notification in steps:
+            cluster.vote(sid, sender, notification)
+            serial = wait(f"server {sid} to hold the notification from {sender}",
+                          lambda: _held(cluster.request(sid, "state"), sender, notification))
+            answer = step("release_vote", {"conn": serial})
+            taken += answer["actions"]
+            zab = [a for a in taken if a["module"] == "Zab"]
+            if zab:
+                _check(sid, leader, want, zab, taken)
+                return taken
+    finally:
+        cluster.close_votes(sid)  # a played voter's connection must not stay the pair's (`Cluster.close_votes`)
     raise SteerError(f"server {sid} did not decide after {len(steps)} ballots for {leader} (it took "
                      f"{', '.join(a['name'] for a in taken) or 'nothing'})")
 

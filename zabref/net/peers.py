@@ -2,15 +2,18 @@
 
 Theory of operation
 -------------------
-Every server-to-server TCP connection starts with one handshake frame (the connecting server's sid and a random
-connection id, `zabref.net.wire`) and then carries frames (``int32 length, body``). With ``[security]`` on
-(`zabref.net.security`), a connection is TLS from its first byte and/or the handshake frame is followed by quorum
-authentication; both are done before either end reads or sends a packet. Two kinds exist:
+Every server-to-server TCP connection starts with a handshake -- on the quorum port a frame with the connecting
+server's sid and a random connection id (`zabref.net.wire`), on the election port ZooKeeper's initial message (its
+sid and election address, `zabref.net.zkwire`; `accept_initial`) -- and then carries frames (``int32 length,
+body``). With ``[security]`` on (`zabref.net.security`), a connection is TLS from its first byte and/or the handshake
+is followed by quorum authentication, which binds the handshake's bytes; both are done before either end reads or
+sends a packet. Two kinds exist:
 
 * **quorum** -- ONE connection per follower-leader pair, opened by the follower to the leader's quorum port; it
   carries both directions (the spec's channels ``msgs[f][l]`` and ``msgs[l][f]``). Bodies are QuorumPackets.
-* **election** -- FastLeaderElection notifications (`zabref.net.votes`: one `ElectionSender` per peer out, a
-  `VoteChannel` per connection in), every ordered pair of servers one FIFO channel, as the spec's
+* **election** -- FastLeaderElection notifications (`zabref.net.votes`): as in ZooKeeper, ONE connection per pair of
+  servers, the one the larger id dialed, carrying both directions (one `ElectionSender` per peer writes, a
+  `VoteChannel` per connection reads); every ordered pair of servers is one FIFO channel, as the spec's
   ``electionMsgs[i][j]``.
 
 A `Connection` is one quorum connection as the runtime sees it: ``connecting`` (frames written meanwhile wait in
@@ -54,12 +57,13 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from zabref.core.packets import QuorumPacket
 from zabref.errors import CodecError
-from zabref.net import wire
+from zabref.net import wire, zkwire
 from zabref.net.security import Guard
 
 __all__ = [
     "Connection",
     "accept_handshake",
+    "accept_initial",
     "new_connection_id",
     "next_serial",
     "HANDSHAKE_SIZE",
@@ -135,16 +139,49 @@ async def accept_handshake(reader: asyncio.StreamReader) -> tuple[int, int]:
         raise HandshakeError(str(e)) from None
 
 
+async def accept_initial(reader: asyncio.StreamReader) -> tuple[zkwire.Initial, bytes]:
+    """Read the initial message of an inbound election connection, as ZooKeeper's QuorumCnxManager writes it
+    (`zabref.net.zkwire.read_initial`: a protocol version, the sid, the dialer's election address; or a sid alone, the
+    form before 3.5): the message and its bytes. Raises HandshakeError saying why."""
+    got = b""
+
+    async def more(n: int) -> None:
+        nonlocal got
+        got += await asyncio.wait_for(reader.readexactly(n), HANDSHAKE_TIMEOUT)
+
+    try:
+        await more(8)
+        if int.from_bytes(got, "big", signed=True) < 0:
+            await more(12)  # sid, address length
+            length = int.from_bytes(got[16:], "big", signed=True)
+            if 0 < length <= zkwire.INITIAL_MAX:
+                await more(length)
+        cur = zkwire.Cursor(got, "initial message")
+        initial = zkwire.read_initial(cur)  # every check of the bytes is the reader's (a bad version, length, text)
+        if cur.remaining:
+            raise HandshakeError(f"initial message: {cur.remaining} bytes after it")  # pragma: no cover (read exactly)
+        return initial, got
+    except zkwire.Short:  # pragma: no cover -- read exactly what the reader needs
+        raise HandshakeError("initial message: incomplete") from None
+    except asyncio.IncompleteReadError as e:
+        ended = len(got) + len(e.partial)
+        raise HandshakeError(f"connection ended after {ended} bytes of the initial message") from None
+    except TimeoutError:
+        raise HandshakeError(f"no initial message within {HANDSHAKE_TIMEOUT} s") from None
+    except CodecError as e:
+        raise HandshakeError(str(e)) from None
+
+
 def new_connection_id() -> int:
     """A random, non-negative int64: a connection's id in its handshake (`zabref.net.wire.encode_handshake`)."""
     return secrets.randbits(63)
 
 
 async def dial(host: str, port: int, sid: int, *, peer: int, attempts: int, timeout: float, cid: int | None = None,
-               first_delay: float = 0.02, max_delay: float = 1.0,
-               guard: Guard | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to ``host:port`` (server ``peer``) and send the handshake (``sid``); up to ``attempts`` tries with
-    exponential backoff.
+               first_delay: float = 0.02, max_delay: float = 1.0, guard: Guard | None = None,
+               initial: zkwire.Initial | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to ``host:port`` (server ``peer``) and send the handshake (``sid``), or, on an election port, the
+    ``initial`` message ZooKeeper's servers send there; up to ``attempts`` tries with exponential backoff.
 
     With a ``guard`` (`zabref.net.security`), the connection is TLS when quorum TLS is on, and quorum authentication is
     done before this returns. Raises the last OSError (or TimeoutError; `zabref.net.security.AuthError`, an OSError, for
@@ -161,8 +198,12 @@ async def dial(host: str, port: int, sid: int, *, peer: int, attempts: int, time
     ):
         with attempt:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **tls), timeout)
-            handshake = wire.encode_handshake(sid, new_connection_id() if cid is None else cid)
-            writer.write(wire.frame(handshake))
+            if initial is None:
+                handshake = wire.encode_handshake(sid, new_connection_id() if cid is None else cid)
+                writer.write(wire.frame(handshake))
+            else:
+                handshake = zkwire.encode_initial(initial)  # what quorum authentication binds, as a handshake's body
+                writer.write(handshake)
             if guard is not None:
                 try:
                     await guard.prove(reader, writer, handshake, peer, HANDSHAKE_TIMEOUT)

@@ -186,7 +186,7 @@ def lagging(states: dict[int, dict[str, Any]]) -> dict[int, dict[str, dict[str, 
                 waits.setdefault(i, {}).setdefault("flushed", {})[str(j)] = 0
                 continue
             received = [v["received"] for v in states[j].get("votes", ()) if v["peer"] == i]
-            if sender["sent"] not in received:
+            if sender["sent"] and sender["sent"] not in received:
                 if not received or sender["sent"] < max(received):
                     return {}  # no connection from i seen at j yet, or an older one: not a count to wait for
                 waits.setdefault(j, {}).setdefault("votes", {})[str(i)] = sender["sent"]
@@ -218,6 +218,6 @@ def unsettled(states: dict[int, dict[str, Any]]) -> str | None:
             if not sender["connected"]:
                 continue
             received = [v["received"] for v in states[j].get("votes", ()) if v["peer"] == i]
-            if sender["sent"] not in received:
+            if sender["sent"] and sender["sent"] not in received:  # nothing written yet: nothing on its way
                 return f"election connection {i}->{j}: {sender['sent']} sent, received {received}"
     return None

@@ -6,7 +6,10 @@ Connections (`zabref.net.peers`): a follower dials its leader when the node says
 handshake; a leader takes the connections its learners open. A connection that ends (EOF, reset, bad bytes, a
 packet no spec action takes) is closed, logged with its reason, and reported to the node; packets not yet given to
 the node when their connection closes are dropped (the spec empties both channels of a closed connection). Election
-notifications go out through one `zabref.net.votes.ElectionSender` per peer and come in on connections the peers open.
+notifications go out through one `zabref.net.votes.ElectionSender` per peer, on the pair's one connection (the one the
+larger id dialed, as ZooKeeper's QuorumCnxManager keeps it), and come in on every connection a `VoteChannel` reads:
+the pair's, and a smaller id's dial until its dialer closes it (that dial asks for the pair's connection: this server
+dials back).
 
 Fault layer (docs/faults.md), the one seam where faults enter the runtime: ``cut_links(peers)`` makes this server
 behave as if the network between it and those peers were cut, both directions: its quorum and election connections
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from zabref.core.election import check_notification
 from zabref.core.packets import QuorumPacket, ServerState
@@ -160,7 +164,12 @@ class PeerLinks:
         here); raises _Refused saying why a stranger is refused."""
         try:
             await self.guard.accept_tls(writer, self.guard.quorum_server, peers.HANDSHAKE_TIMEOUT)
-            sid, cid = await peers.accept_handshake(reader)
+            if kind == "election":  # ZooKeeper's initial message; quorum authentication binds its bytes
+                initial, hello = await peers.accept_initial(reader)
+                sid, cid = initial.sid, 0
+            else:
+                sid, cid = await peers.accept_handshake(reader)
+                hello = wire.encode_handshake(sid, cid)
         except (peers.HandshakeError, AuthError) as e:
             raise _Refused(str(e)) from None
         if sid == self.sid or sid not in self.config.sids:
@@ -170,7 +179,7 @@ class PeerLinks:
             return None
         try:  # the certificate names that server's host; quorum authentication: no packet before the proof
             self.guard.check_peer_host(writer, self.config.server(sid).host)
-            await self.guard.check(reader, writer, wire.encode_handshake(sid, cid), self.sid, peers.HANDSHAKE_TIMEOUT)
+            await self.guard.check(reader, writer, hello, self.sid, peers.HANDSHAKE_TIMEOUT)
         except AuthError as e:
             raise _Refused(f"{e} (its handshake named server {sid})") from None
         return sid, cid
@@ -223,6 +232,22 @@ class PeerLinks:
         if shaken is None:
             return
         sid, _ = shaken
+        if sid < self.sid:
+            # QuorumCnxManager's rule: the pair's one connection is the one the larger id dials, so this one only
+            # asks for it. ZooKeeper closes it at once; here it is read until its dialer closes it (a zabref or
+            # ZooKeeper server does so at once, having written nothing; the conformance driver's played voters write
+            # their notifications there, `conformance.replay.harness.Cluster.vote`) and never written to.
+            self.senders[sid].dial_back()
+        else:
+            self.senders[sid].adopt(writer)
+        await self._read_votes(sid, reader, writer)
+
+    def _dialed_votes(self, sid: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], None]:
+        """What reads the notifications ``sid`` writes on the connection this server dialed to it and kept."""
+        return lambda reader, writer: self.spawn(self._read_votes(sid, reader, writer), f"votes-from-{sid}")
+
+    async def _read_votes(self, sid: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read ``sid``'s notifications on the pair's connection (`votes.VoteChannel`) until it ends."""
         channel = votes.VoteChannel(sid, writer)
         self.votes[channel.serial] = channel
 
@@ -237,12 +262,14 @@ class PeerLinks:
             channel.inbound.append(n)
             self.driver.vote_arrived(self, channel)
 
+        reason = "stopped"
         try:
             reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body,
                                              frame_timeout=peers.ELECTION_FRAME_TIMEOUT)
         finally:
             channel.close()
             self.votes.pop(channel.serial, None)
+            self.senders[sid].connection_ended(writer, reason)
         level = logging.WARNING if reason.startswith("bad input") else logging.DEBUG
         log.log(level, "election connection from %d closed: %s", sid, reason)
 

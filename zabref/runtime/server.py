@@ -154,11 +154,12 @@ class Server(PeerLinks):
         if self.control_token is not None:
             await self.listen("control_port", control.ControlPort(self, self.control_token).handle,
                               host=self.me.control_host, limit=control.MAX_LINE)
+        me = f"{self.me.host}:{self.me.election_port}"  # the initial message's election address
         for other in self.config.servers:
             if other.id != self.sid:
-                self.senders[other.id] = votes.ElectionSender(self.sid, other.id, other.host, other.election_port,
-                                                              new_id=self.machine.new_connection_id, guard=self.guard,
-                                                              config=config)
+                self.senders[other.id] = votes.ElectionSender(
+                    self.sid, other.id, other.host, other.election_port, address=me, config=config, guard=self.guard,
+                    on_connection=self._dialed_votes(other.id))
         self.spawn(self._pump(), "pump")
         if self.action_log is not None:
             self.action_log.restart(self.sid, self.node)

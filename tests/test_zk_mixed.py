@@ -1,0 +1,98 @@
+"""A zabref server in one election with real ZooKeeper servers (issue 37, part 2's first step): the election port
+speaks ZooKeeper's wire (`zabref.net.votes`, `zabref.net.zkwire`), both ways.
+
+Two unmodified ZooKeeper 3.8.0 servers (ids 1, 2) and a zabref server (id 3) start empty together. FastLeaderElection
+ranks equal votes by id, so each must come to vote for 3: the ZooKeeper servers by hearing the zabref server's vote,
+and all of them decide only on a quorum of notifications in which the others' count. The zabref server decides
+LEADING; ZooKeeper's servers decide FOLLOWING 3 (their own log says so). What follows the election (a ZooKeeper
+learner's FOLLOWERINFO on zabref's quorum port) is not ZooKeeper's wire yet: they fail to sync and elect again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+import pytest
+
+from conformance.zk.ensemble import ZkEnsemble
+from zabref.config import parse_config
+from zabref.net.ports import find_free_base_port, release_base_port
+from zabref.runtime.drivers import NormalDriver
+from zabref.runtime.server import Server
+
+
+@pytest.fixture
+def zk380():
+    from conformance.zk.versions import find_classpath
+
+    if find_classpath() is None:
+        pytest.skip("needs Debian's zookeeper package (zabref zk fetch 3.8.0 installs it)")
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _zabref_config(e: ZkEnsemble, folder) -> str:
+    servers = "".join(f"[[server]]\nid = {m.id}\nhost = \"127.0.0.1\"\nquorum_port = {m.quorum_port}\n"
+                      f"election_port = {m.election_port}\nclient_port = {m.client_port}\n"
+                      f"data_dir = \"{folder}/zabref-{m.id}\"\n" for m in e.members)
+    return f"[cluster]\ntick_ms = 200\ninit_limit = 10\nsync_limit = 5\n\n{servers}"
+
+
+def _log(e: ZkEnsemble, sid: int) -> str:
+    path = e.log_of(sid)
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_zabref_server_and_two_zookeeper_servers_elect_it_together(tmp_path, zk380) -> None:
+    base = find_free_base_port(3)
+    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256)
+    lines = _Lines()
+    logger = logging.getLogger("zabref")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    try:
+        config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
+        e.start_server(1)
+        e.start_server(2)
+
+        connected = f"Successfully connected to leader, using address: /127.0.0.1:{e.member(3).quorum_port}"
+
+        async def run() -> None:
+            server = Server(config, 3, NormalDriver(0.2))
+            task = asyncio.create_task(server.run())
+            try:
+                for _ in range(600):  # the JVMs start within seconds; the election takes a few rounds
+                    # it followed 3: its learner connected to the zabref server's quorum port
+                    followed = [sid for sid in (1, 2) if connected in _log(e, sid)]
+                    if followed == [1, 2] and any("state -> LEADING" in line for line in lines.lines):
+                        return
+                    await asyncio.sleep(0.1)
+                raise AssertionError(f"no mixed election within 60 s: ZooKeeper servers that followed 3: {followed}; "
+                                     f"zabref's lines: {[x for x in lines.lines if 'state ->' in x][-5:]}")
+            finally:
+                server.stop()
+                await asyncio.wait_for(task, 30)
+
+        asyncio.run(run())
+        for sid in (1, 2):  # each ZooKeeper server read the zabref server's vote, and its configuration's text
+            log = _log(e, sid)
+            assert re.search(r"n\.sid:3, n\.state:LOOKING, n\.leader:3", log), f"server {sid} never heard zabref's vote"
+            assert "Something went wrong while processing config" not in log  # zabref's configuration text parses
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+        e.stop()
+        release_base_port(base)
+    assert not e.leftovers()
