@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import helpers
 import pytest
 from hypothesis import settings
 
@@ -79,3 +80,10 @@ def tiny_dot(tmp_path_factory, tla) -> Path:
     result = run_tlc(model.module, model.cfg, workers=1, fp=0, dump_dot=out, extra_args=model.tlc_options, tools=tla)
     assert result.outcome is Outcome.OK, result.message
     return out
+
+
+@pytest.fixture
+def lines():
+    """A `helpers.Lines` on the "zabref" logger, set to INFO for the test (its level and handlers restored after)."""
+    with helpers.capture(helpers.Lines()) as handler:
+        yield handler

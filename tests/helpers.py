@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import socket
 import time
+from collections.abc import Iterator
 
 
 def wait_for(what: str, predicate, timeout: float):
@@ -94,3 +98,38 @@ def closed_by_peer(sock: socket.socket) -> bool:
     except ConnectionResetError:
         pass
     return True
+
+
+class Lines(logging.Handler):
+    """Every line the "zabref" logger writes at INFO or above, in order (the in-process servers' log)."""
+
+    def __init__(self, wait: float = 10.0) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        self.wait = wait
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    async def wait_for(self, text: str) -> str:
+        """The last line containing ``text``, waited for up to ``wait`` seconds; AssertionError naming the lines."""
+        for _ in range(int(self.wait / 0.02)):
+            found = [line for line in self.lines if text in line]
+            if found:
+                return found[-1]
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"no log line containing {text!r} in {self.lines}")
+
+
+@contextlib.contextmanager
+def capture(handler: logging.Handler) -> Iterator[logging.Handler]:
+    """``handler`` on the "zabref" logger, set to INFO, for the ``with`` block; level and handlers restored after."""
+    logger = logging.getLogger("zabref")
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)

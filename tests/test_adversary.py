@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import os
 import re
 import secrets
 import ssl
 from pathlib import Path
 
+import helpers
 import pytest
 
 from conformance.fuzz import adversary
@@ -54,15 +54,8 @@ DEADLINE_ONLY = re.compile(r"not complete within [0-9.]+ s$"
                            r"|SSL handshake is taking longer than [0-9.]+ seconds: aborting the connection$")
 
 
-class LogWatch(logging.Handler):
+class LogWatch(helpers.Lines):
     """Every line the servers log, for matching by the stranger's address."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
     def about(self, kind: str, address: tuple[str, int], start: int) -> list[str]:
         """The lines since line ``start`` that say a ``kind`` connection from ``address`` was closed."""
@@ -78,14 +71,8 @@ def creds(tmp_path_factory) -> adversary.Credentials:
 def watch(monkeypatch):
     for module, name in ((peers, "HANDSHAKE_TIMEOUT"), (clientport, "FRAME_TIMEOUT"), (control, "AUTH_TIMEOUT")):
         monkeypatch.setattr(module, name, TIMEOUT)
-    handler = LogWatch()
-    logger = logging.getLogger("zabref")
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(old)
+    with helpers.capture(LogWatch()) as handler:
+        yield handler
 
 
 def _configs(s: Settings, creds: adversary.Credentials, folder: Path, base: int) -> dict:

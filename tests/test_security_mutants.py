@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import re
 import ssl
@@ -32,35 +31,6 @@ from zabref.runtime.server import Server
 TOKEN = b"mutants-control-token-0123456789abcdef"
 SECRET = b"the ensemble's secret, 32 bytes."
 WAIT = 10.0  # every wait here is bounded by this; none is expected to come near it
-
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-    async def wait_for(self, text: str) -> str:
-        for _ in range(int(WAIT / 0.02)):
-            found = [line for line in self.lines if text in line]
-            if found:
-                return found[-1]
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"no log line containing {text!r} in {self.lines}")
-
-
-@pytest.fixture
-def lines():
-    handler = Lines()
-    logger = logging.getLogger("zabref")
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(old)
 
 
 @pytest.fixture(scope="module")

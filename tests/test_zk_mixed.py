@@ -11,7 +11,6 @@ learner's FOLLOWERINFO on zabref's quorum port) is not ZooKeeper's wire yet: the
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 
 import pytest
@@ -31,15 +30,6 @@ def zk380():
         pytest.skip("needs Debian's zookeeper package (zabref zk fetch 3.8.0 installs it)")
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 def _zabref_config(e: ZkEnsemble, folder) -> str:
     servers = "".join(f"[[server]]\nid = {m.id}\nhost = \"127.0.0.1\"\nquorum_port = {m.quorum_port}\n"
                       f"election_port = {m.election_port}\nclient_port = {m.client_port}\n"
@@ -54,14 +44,9 @@ def _log(e: ZkEnsemble, sid: int) -> str:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_a_zabref_server_and_two_zookeeper_servers_elect_it_together(tmp_path, zk380) -> None:
+def test_a_zabref_server_and_two_zookeeper_servers_elect_it_together(tmp_path, zk380, lines) -> None:
     base = find_free_base_port(3)
     e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256)
-    lines = _Lines()
-    logger = logging.getLogger("zabref")
-    level = logger.level
-    logger.addHandler(lines)
-    logger.setLevel(logging.INFO)
     try:
         config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
         e.start_server(1)
@@ -91,8 +76,6 @@ def test_a_zabref_server_and_two_zookeeper_servers_elect_it_together(tmp_path, z
             assert re.search(r"n\.sid:3, n\.state:LOOKING, n\.leader:3", log), f"server {sid} never heard zabref's vote"
             assert "Something went wrong while processing config" not in log  # zabref's configuration text parses
     finally:
-        logger.removeHandler(lines)
-        logger.setLevel(level)
         e.stop()
         release_base_port(base)
     assert not e.leftovers()
