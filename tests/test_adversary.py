@@ -204,7 +204,7 @@ async def _relay_and_replay(s: Settings, servers: dict[int, Server], leader: int
         port = listener.sockets[0].getsockname()[1]
         try:
             try:
-                await peers.dial("127.0.0.1", port, dialer, peer=GHOST, attempts=1, timeout=5,
+                await peers.dial("127.0.0.1", port, adversary.quorum_hello(dialer), peer=GHOST, attempts=1, timeout=5,
                                  guard=servers[dialer].guard)
                 problems.append("relay: the dialer accepted the stranger's relayed proof")
             except OSError:
@@ -249,7 +249,7 @@ async def _dialer_side(s: Settings, servers: dict[int, Server], creds, problems:
     for name, ctx, refused in behaviours:
         async def handle(reader, writer):
             try:  # the challenge, then the dialer's proof sent back as the acceptor's
-                await asyncio.wait_for(reader.readexactly(20), TIMEOUT)
+                await asyncio.wait_for(reader.readexactly(adversary.QUORUM_HELLO_SIZE), TIMEOUT)
                 writer.write(adversary.wire.frame(secrets.token_bytes(32)))
                 body = await asyncio.wait_for(reader.readexactly(68), TIMEOUT)
                 writer.write(adversary.wire.frame(body[36:]))
@@ -265,7 +265,8 @@ async def _dialer_side(s: Settings, servers: dict[int, Server], creds, problems:
         try:
             for _ in range(1 + AGAIN):  # a dial the settings admit, stopped by a deadline alone, is tried again
                 try:
-                    await peers.dial("127.0.0.1", port, RUNNING[0], peer=GHOST, attempts=1, timeout=5, guard=guard)
+                    await peers.dial("127.0.0.1", port, adversary.quorum_hello(RUNNING[0]), peer=GHOST, attempts=1,
+                                     timeout=5, guard=guard)
                     if refused:
                         problems.append(f"dialer side: {name}: a server accepted the stranger as server {GHOST}")
                     break

@@ -44,7 +44,7 @@ class _RecordingWriter:
         self.on_packet = on_packet
 
     def write(self, data: bytes) -> None:
-        packets = [wire.decode_quorum_packet(body) for body in wire.FrameDecoder().feed(data)]
+        packets = wire.PacketDecoder().feed(data)
         self.events.append("write " + "+".join(p.type.name for p in packets))
         for p in packets:
             if self.on_packet is not None:
@@ -103,7 +103,7 @@ def _take(server: runtime.Server, conn: Connection, packet: QuorumPacket) -> obj
 
 async def _leader_in_broadcast(server: runtime.Server, conn: Connection) -> None:
     core = server.core
-    info = payloads.encode_followerinfo_data(LearnerInfo(0x10000, 2))
+    info = payloads.encode_followerinfo_data(LearnerInfo(2, 0x10000))
     await server.call(lambda: decide(server.node, 1, 0.0))
     for packet in (QuorumPacket(PacketType.FOLLOWERINFO, 0, info),
                    QuorumPacket(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(0)),
@@ -265,7 +265,7 @@ def test_a_large_burst_is_written_in_chunks_in_order() -> None:
         class Writer(_RecordingWriter):
             def write(self, data: bytes) -> None:
                 sizes.append(len(data))
-                zxids.extend(wire.decode_quorum_packet(b).zxid for b in wire.FrameDecoder(1 << 30).feed(data))
+                zxids.extend(p.zxid for p in wire.PacketDecoder(1 << 30).feed(data))
 
         conn = Connection(2, initiated=False)
         conn.attach(Writer([]))
@@ -295,7 +295,7 @@ def _new_leader() -> Node:
 
 def info(sid: int) -> bytes:
     """FOLLOWERINFO's data from learner ``sid`` (protocol version 0x10000)."""
-    return payloads.encode_followerinfo_data(LearnerInfo(0x10000, sid))
+    return payloads.encode_followerinfo_data(LearnerInfo(sid, 0x10000))
 
 
 @pytest.mark.parametrize("syncing", [False, True])

@@ -75,7 +75,6 @@ def test_snap_history_counts_and_lengths_replaced_by_extreme_values(zxids, data)
 
 
 _frame_kinds = st.one_of(
-    quorum_packets.map(lambda p: wire.frame(wire.encode_quorum_packet(p))),
     st.builds(Notification, st.sampled_from(ServerState), *[st.integers(-(1 << 63), (1 << 63) - 1)] * 4).map(
         lambda n: wire.frame(wire.encode_notification(n))),
     st.binary(max_size=40).map(wire.frame),
@@ -83,23 +82,50 @@ _frame_kinds = st.one_of(
     st.binary(max_size=16),
 )
 
+_packet_kinds = st.one_of(
+    quorum_packets.map(wire.encode_quorum_packet),
+    st.builds(lambda t, n: struct.pack(">iqi", t, 1, n), st.sampled_from([1, 2, 3, 99]), EXTREME_INT32),
+    EXTREME_INT32.map(lambda n: struct.pack(">i", n)),
+    st.binary(max_size=24),
+)
+
+
+def _cut(stream: bytes, data) -> list[bytes]:
+    """``stream`` in up to six chunks, cut where hypothesis draws."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=5)))
+    return [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+
 
 @FUZZ
-@given(st.lists(_frame_kinds, max_size=6), st.sampled_from([peers.MAX_ELECTION_FRAME, peers.MAX_QUORUM_FRAME]),
-       st.data())
-def test_streams_of_good_and_bad_frames_at_the_runtime_caps(frames, cap, data):
-    """What read_frames does with a stream: only CodecError escapes, from the frame decoder or a body decoder; a
-    frame is never longer than the cap; a bad prefix is reported at the offset where it starts."""
+@given(st.lists(_frame_kinds, max_size=6), st.data())
+def test_election_streams_of_good_and_bad_frames_at_the_runtime_cap(frames, data):
+    """What the election port's reader does with a stream: only CodecError escapes, from the frame decoder or the
+    notification decoder; a frame is never longer than the cap; a bad prefix is reported where it starts."""
     stream = b"".join(frames)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=5)))
-    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
-    decoder = wire.FrameDecoder(cap, "stream")
-    decode = wire.decode_notification if cap == peers.MAX_ELECTION_FRAME else wire.decode_quorum_packet
+    chunks = _cut(stream, data)
+    decoder = wire.FrameDecoder(peers.MAX_ELECTION_FRAME, "stream")
     try:
         for chunk in chunks:
             for body in decoder.feed(chunk):
-                assert len(body) <= cap
-                _decodes_or_codec_error(decode, body)
+                assert len(body) <= peers.MAX_ELECTION_FRAME
+                _decodes_or_codec_error(wire.decode_notification, body)
+        decoder.close()
+    except CodecError as e:
+        assert 0 <= e.offset <= len(stream)
+
+
+@FUZZ
+@given(st.lists(_packet_kinds, max_size=6), st.data())
+def test_quorum_streams_of_good_and_bad_packets_at_the_runtime_cap(packets, data):
+    """What the quorum port's reader does with a stream: only CodecError escapes; no packet's data is longer than the
+    cap; an error is reported at an offset inside the stream."""
+    stream = b"".join(packets)
+    chunks = _cut(stream, data)
+    decoder = wire.PacketDecoder(peers.MAX_QUORUM_DATA, "stream")
+    try:
+        for chunk in chunks:
+            for packet in decoder.feed(chunk):
+                assert packet.data is None or len(packet.data) <= peers.MAX_QUORUM_DATA
         decoder.close()
     except CodecError as e:
         assert 0 <= e.offset <= len(stream)
@@ -277,7 +303,7 @@ def test_an_election_sender_drops_a_notification_it_cannot_encode_and_keeps_send
                 got.append(wire.decode_notification(body))
                 done.set()
 
-            await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, "test", on_body)
+            await peers.read_stream(reader, wire.FrameDecoder(peers.MAX_ELECTION_FRAME, "test"), on_body)
             writer.close()
 
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
@@ -297,13 +323,14 @@ def test_an_election_sender_drops_a_notification_it_cannot_encode_and_keeps_send
 
 
 def test_an_unfinished_frame_is_cut_after_the_frame_timeout_but_an_idle_stream_is_not():
-    """read_frames' frame_timeout bounds a frame from its first byte; the time between frames is not bounded."""
+    """read_stream's frame_timeout bounds a frame from its first byte; the time between frames is not bounded."""
 
     async def scenario(payload: bytes, wait: float) -> str | None:
         reader = asyncio.StreamReader()
         reader.feed_data(payload)
         bodies: list[bytes] = []
-        task = asyncio.ensure_future(peers.read_frames(reader, 64, "test", bodies.append, frame_timeout=0.2))
+        task = asyncio.ensure_future(peers.read_stream(reader, wire.FrameDecoder(64, "test"), bodies.append,
+                                                       frame_timeout=0.2))
         done, _ = await asyncio.wait({task}, timeout=wait)
         if not done:
             task.cancel()
@@ -312,5 +339,5 @@ def test_an_unfinished_frame_is_cut_after_the_frame_timeout_but_an_idle_stream_i
 
     whole = wire.frame(b"abcdef")
     assert asyncio.run(scenario(whole + whole[:3], 5)).startswith(
-        "bad input: a frame is still incomplete 0.2 s after its first byte (3 bytes of it received)")
+        "bad input: a frame or packet is still incomplete 0.2 s after its first byte (3 bytes of it received)")
     assert asyncio.run(scenario(whole * 2, 1.0)) is None  # complete frames, then idle: still open

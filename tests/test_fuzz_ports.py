@@ -18,6 +18,7 @@ import helpers
 import pytest
 
 from conformance.fuzz import KINDS, RUNNING, Fuzzer, fuzz_cluster
+from conformance.fuzz.frames import hello
 from zabref.client import ZabClient
 from zabref.core import payloads
 from zabref.core.packets import PROTOCOL_VERSION, PacketType, QuorumPacket
@@ -74,19 +75,29 @@ def test_generated_bad_input_on_every_port_leaves_the_cluster_committing(cluster
     QuorumPacket(PacketType.LEADERINFO, 1 << 40, payloads.encode_leaderinfo_data(PROTOCOL_VERSION)),
     QuorumPacket(PacketType.COMMIT, (1 << 40) + 1),
 ], ids=["LEADERINFO", "COMMIT-before-PROPOSAL"])
-def test_a_packet_from_a_follower_that_is_not_the_leader_is_refused_and_logged(cluster, packet) -> None:
-    """Seed 000: a follower takes the synchronization and broadcast packets from its leader only."""
+def test_a_learner_connection_to_a_follower_waits_and_reaches_nothing(cluster, packet) -> None:
+    """Seed 000: a follower takes the synchronization and broadcast packets from its leader only. On the wire that
+    is structural: every inbound quorum connection opens with a learner's FOLLOWERINFO (ZooKeeper's), which waits at
+    a server that does not lead (`ZabCore.held`), and so does whatever follows it; nothing reaches the follower's
+    core, it keeps following its leader, and the waiting packets go with the connection."""
     states = {sid: _state(cluster, sid)["variables"] for sid in RUNNING}
     leader = next(s for s, v in states.items() if v["state"] == "LEADING")
     follower, other = sorted(s for s in states if s != leader)
     me = cluster[follower].me
     log = me.data_dir / "server.log"
     seen = len(log.read_text())
+
+    def held() -> dict | None:
+        return next((c for c in _state(cluster, follower)["connections"] if c["cid"] == 4242), None)
+
     with socket.create_connection((me.host, me.quorum_port), timeout=10) as sock:
-        sock.sendall(wire.frame(wire.encode_handshake(other, 1)) + wire.frame(wire.encode_quorum_packet(packet)))
-        assert helpers.closed_by_peer(sock)
-    line = helpers.wait_for("the log line", lambda: "is not this follower's leader" in log.read_text()[seen:], 10)
-    assert line
+        sock.sendall(hello(other, cid=4242) + wire.encode_quorum_packet(packet))
+        conn = helpers.wait_for("both packets to arrive", lambda: (c := held()) and c["received"] == 2 and c, 10)
+        assert (conn["peer"], conn["state"], conn["initiated"]) == (other, "open", False)
+        after = _state(cluster, follower)["variables"]
+        assert (after["state"], after["leader"], after["zab_state"]) == ("FOLLOWING", leader, "BROADCAST")
+    helpers.wait_for("the connection to go", lambda: held() is None, 10)
+    assert "not allowed" not in log.read_text()[seen:]
     after = _state(cluster, follower)["variables"]
     assert (after["state"], after["leader"], after["zab_state"]) == ("FOLLOWING", leader, "BROADCAST")
 

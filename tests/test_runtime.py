@@ -13,6 +13,7 @@ from pathlib import Path
 import helpers
 import pytest
 
+from conformance.fuzz.frames import hello
 from zabref.config import ClusterConfig, load_config, parse_config
 from zabref.core.packets import PacketType, QuorumPacket
 from zabref.errors import ConfigError
@@ -93,8 +94,8 @@ class _RecordingWriter:
         self.transport = self
 
     def write(self, data: bytes) -> None:  # one write carries every packet of a pump batch to this peer
-        for body in wire.FrameDecoder().feed(data):
-            self.events.append(f"write {wire.decode_quorum_packet(body).type.name}")
+        for packet in wire.PacketDecoder().feed(data):
+            self.events.append(f"write {packet.type.name}")
 
     def get_write_buffer_size(self) -> int:
         return 0
@@ -119,22 +120,21 @@ def lone_server(tmp_path_factory):
     cluster.stop()
 
 
-def _frame(body: bytes) -> bytes:
-    return struct.pack(">i", len(body)) + body
+def _packet(ptype: PacketType, zxid: int = 0) -> bytes:
+    return wire.encode_quorum_packet(QuorumPacket(ptype, zxid))
 
 
+#: Bad bytes for every server port; on the quorum port a learner's FOLLOWERINFO (`hello`) opens the bad part.
 GARBAGE = {
-    "not a handshake": b"GET / HTTP/1.1\r\n\r\n",
+    "not a first packet": b"GET / HTTP/1.1\r\n\r\n",
     "huge length prefix": struct.pack(">i", 0x7FFFFFF0) + b"xx",
     "negative length prefix": struct.pack(">i", -5),
-    "unknown sid": _frame(wire.encode_handshake(99, 1)),
-    "unknown packet type": _frame(wire.encode_handshake(2, 1)) + _frame(struct.pack(">iqii", 99, 0, -1, -1)),
-    "truncated packet": _frame(wire.encode_handshake(2, 1)) + _frame(b"\x00\x00\x00\x0b"),
-    "packet of another protocol": _frame(wire.encode_handshake(2, 1)) + _frame(
-        wire.encode_quorum_packet(QuorumPacket(PacketType.REVALIDATE))),
-    "out-of-phase packet": _frame(wire.encode_handshake(2, 1)) + _frame(
-        wire.encode_quorum_packet(QuorumPacket(PacketType.ACK, 1 << 32))),
-    "huge frame after handshake": _frame(wire.encode_handshake(2, 1)) + struct.pack(">i", 0x7FFFFFF0),
+    "unknown sid": hello(99),
+    "unknown packet type": hello(2) + struct.pack(">iqii", 99, 0, -1, -1),
+    "truncated packet": hello(2) + struct.pack(">iqi", 3, 0, 8) + b"\x00",
+    "packet of another protocol": hello(2) + _packet(PacketType.REVALIDATE),
+    "a first packet other than FOLLOWERINFO": _packet(PacketType.ACK, 1 << 32),
+    "huge data after the first packet": hello(2) + struct.pack(">iqi", 2, 1, 0x7FFFFFF0),
 }
 
 

@@ -17,6 +17,7 @@ import helpers
 import pytest
 import trustme
 
+from conformance.fuzz.frames import hello
 from conformance.replay.seeded import load_bug, load_bugs, patched_package
 from zabref.client import ClientError, ZabClient, tls_from_config
 from zabref.config import ClusterConfig, Security, parse_config, parse_zoo_cfg
@@ -137,8 +138,8 @@ async def _exchange(dialer_secret: bytes | None, acceptor_secret: bytes | None, 
     async def handle(reader, writer):
         try:
             await Guard.accept_tls(writer, acceptor_tls, 2.0)
-            sid, cid = await peers.accept_handshake(reader)
-            await acceptor.check(reader, writer, wire.encode_handshake(sid, cid), 1, 2.0)
+            _, first, _ = await peers.accept_hello(reader)
+            await acceptor.check(reader, writer, first, 1, 2.0)
             rest = await asyncio.wait_for(reader.read(100), 1.0)
             accepted.set_result((True, rest))
         except Exception as e:  # noqa: BLE001 -- the outcome under test
@@ -150,7 +151,7 @@ async def _exchange(dialer_secret: bytes | None, acceptor_secret: bytes | None, 
     port = server.sockets[0].getsockname()[1]
     try:
         try:
-            reader, writer = await peers.dial("127.0.0.1", port, 7, peer=1, attempts=1, timeout=3.0,
+            reader, writer = await peers.dial("127.0.0.1", port, hello(7), peer=1, attempts=1, timeout=3.0,
                                               guard=Guard(quorum_client=dialer_tls, secret=dialer_secret))
             writer.write(after)
             await writer.drain()
@@ -280,8 +281,8 @@ def test_an_ensemble_refuses_strangers_and_keeps_committing(tmp_path, mode) -> N
                     return next((x["cid"] for x in c.request("state")["connections"] if x["peer"] == follower), None)
 
             before = learner_connection()
-            # What a stranger sends: a handshake naming the follower, 64 bytes where a proof goes, then a frame.
-            posing = wire.frame(wire.encode_handshake(follower, 99)) + wire.frame(b"\x01" * 64) + wire.frame(b"junk")
+            # What a stranger sends: a FOLLOWERINFO naming the follower, 64 bytes where a proof goes, then a frame.
+            posing = hello(follower, cid=99) + wire.frame(b"\x01" * 64) + wire.frame(b"junk")
             refused = ("closed", "refused: ConnectionResetError", "refused: SSLError", "refused: SSLEOFError")
             if tls:
                 assert _raw(me.host, me.quorum_port, posing) in refused  # plain bytes on a TLS port

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import trustme
 
+from conformance.fuzz.frames import hello
 from zabref.config import parse_config
 from zabref.net import peers, wire, zkwire
 from zabref.net.ports import find_free_base_port, release_base_port
@@ -109,7 +110,8 @@ async def _knock(port: int, payload: bytes, ssl_ctx: ssl.SSLContext | None = Non
 
 
 def _handshake(sid: int, cid: int = 5) -> bytes:
-    return wire.frame(wire.encode_handshake(sid, cid))
+    """A quorum connection's first bytes: a learner's FOLLOWERINFO naming ``sid``, with connection id ``cid``."""
+    return hello(sid, cid=cid)
 
 
 def _initial(sid: int) -> bytes:
@@ -121,16 +123,20 @@ def _initial(sid: int) -> bytes:
 
 
 def test_a_plain_acceptor_admits_a_member_and_refuses_itself_strangers_and_bad_handshakes(tmp_path, lines) -> None:
-    """Without [security] the handshake frame is the whole admission: a configured other server is admitted (on both
-    ports, and it stays open), the server's own sid, an unknown sid and a bad length prefix are refused and logged."""
+    """Without [security] the first bytes are the whole admission: a configured other server is admitted (on both
+    ports, and it stays open), the server's own sid, an unknown sid, a first packet that is no FOLLOWERINFO and a bad
+    LearnerInfo are refused and logged."""
 
     async def main():
         async with _server(tmp_path) as server:
             me = server.me
             bad = {"quorum": ((_handshake(1), "handshake names server 1, not another server of [1, 2, 3]"),
                               (_handshake(7), "handshake names server 7, not another server of [1, 2, 3]"),
-                              (wire.frame(b"x" * 15), "handshake length prefix is 15, expected 16"),
-                              (wire.frame(wire.encode_handshake(2, 5))[:10], "connection ended after 6 bytes")),
+                              (wire.frame(b"x" * 15), "the first packet is SNAP, not FOLLOWERINFO"),
+                              (struct.pack(">iqi", 16, 0, 20) + bytes(24), "OBSERVERINFO, not FOLLOWERINFO (zabref has "
+                                                                          "no observers)"),
+                              (struct.pack(">iqi", 11, 0, 12) + bytes(16), "FOLLOWERINFO's data is 12 bytes"),
+                              (_handshake(2)[:10], "connection ended after 10 bytes of the first packet")),
                    # ZooKeeper's initial message on the election port
                    "election": ((_initial(1), "handshake names server 1, not another server of [1, 2, 3]"),
                                 (_initial(7), "handshake names server 7, not another server of [1, 2, 3]"),
@@ -163,8 +169,8 @@ def test_a_plain_acceptor_admits_a_member_and_refuses_itself_strangers_and_bad_h
 
 
 def test_an_admission_has_one_deadline_from_the_accept(tmp_path, lines, monkeypatch) -> None:
-    """Half a handshake then silence is closed at HANDSHAKE_TIMEOUT after the accept, and logged so; a whole
-    handshake before it is admitted."""
+    """Half a FOLLOWERINFO then silence is closed at HANDSHAKE_TIMEOUT after the accept, and logged so; a whole
+    one before it is admitted."""
     monkeypatch.setattr(peers, "HANDSHAKE_TIMEOUT", 0.6)
 
     async def main():
@@ -178,24 +184,24 @@ def test_an_admission_has_one_deadline_from_the_accept(tmp_path, lines, monkeypa
             took = loop.time() - start
             assert 0.5 < took < 5, took
             line = await lines.wait_for(f"quorum connection from {address!r} closed")
-            assert line.endswith(("not complete within 0.6 s", "no handshake within 0.6 s")), line
+            assert line.endswith(("not complete within 0.6 s", "no FOLLOWERINFO within 0.6 s")), line
             writer.close()
-            # each of the two reads of the handshake (length prefix, body) within its own bound of 0.6 s, the whole
-            # past the deadline, 0.6 s after the accept: closed then, before the last bytes (1.1 s after the accept;
-            # the stages' bounds alone would have held the connection until then)
+            # each of the three reads of the FOLLOWERINFO (type, zxid and length, data) within its own bound of 0.6 s,
+            # the whole past the deadline, 0.6 s after the accept: closed then, before the last bytes (1.1 s after the
+            # accept; the stages' bounds alone would have held the connection until then)
             reader, writer = await asyncio.open_connection("127.0.0.1", server.me.quorum_port)
             address = writer.get_extra_info("sockname")
             handshake = _handshake(2)
             closed = asyncio.create_task(_closed(reader))
-            for pause, (start, end) in ((0.0, (0, 2)), (0.55, (2, 4)), (0.3, (4, 12)), (0.25, (12, 20))):
+            for pause, (start, end) in ((0.0, (0, 2)), (0.55, (2, 4)), (0.3, (4, 16)), (0.25, (16, 48))):
                 await asyncio.sleep(pause)
-                if (start, end) == (12, 20):
+                if (start, end) == (16, 48):
                     assert closed.done(), "the connection was still open when the last bytes were due"
                 if not writer.is_closing():
                     writer.write(handshake[start:end])
             assert await closed == b""
             line = await lines.wait_for(f"quorum connection from {address!r} closed")
-            assert line.endswith("admission (TLS, handshake, quorum authentication) not complete within 0.6 s"), line
+            assert line.endswith("admission (TLS, first bytes, quorum authentication) not complete within 0.6 s"), line
             assert 2 not in server.conns
             writer.close()
 
@@ -214,7 +220,7 @@ def test_an_admission_that_ends_after_its_deadline_is_refused(tmp_path, lines, m
                     await asyncio.sleep(0.6 if late else 0.05)
                 except asyncio.CancelledError:  # lost, as wait_for may lose it
                     await asyncio.sleep(0.05)
-                return 2, 5
+                return 2, (wire.decode_quorum_packet(_handshake(2)), 5)  # the sid, its FOLLOWERINFO, the connection id
 
             monkeypatch.setattr(server, "_admit", admit)
             reader, writer = await asyncio.open_connection("127.0.0.1", server.me.quorum_port)
@@ -306,20 +312,19 @@ def test_a_secured_acceptor_admits_a_member_with_the_secret_and_refuses_the_rest
                 assert "TLS handshake failed" in await lines.wait_for(f"{kind} connection from {address!r} closed")
             # a certificate of the CA for another host: refused after the handshake names server 2
             with pytest.raises(OSError):
-                await peers.dial(me.host, me.quorum_port, 2, peer=1, attempts=1, timeout=WAIT,
+                await peers.dial(me.host, me.quorum_port, _handshake(2), peer=1, attempts=1, timeout=WAIT,
                                  guard=_guard(pki, "other.pem"))
             line = await lines.wait_for("the dialer's certificate names")
             assert "names ['other.example'], not 127.0.0.1" in line and "(its handshake named server 2)" in line
             # the member's certificate, another secret
             with pytest.raises(AuthError):
-                await peers.dial(me.host, me.election_port, 3, peer=1, attempts=1, timeout=WAIT,
-                                 guard=_guard(pki, secret=b"another secret, 32 bytes long..."),
-                                 initial=zkwire.Initial(3, zkwire.PROTOCOL_V1, ("127.0.0.1:1",)))
+                await peers.dial(me.host, me.election_port, _initial(3), peer=1, attempts=1, timeout=WAIT,
+                                 guard=_guard(pki, secret=b"another secret, 32 bytes long..."))
             line = await lines.wait_for("the dialer's proof is wrong")
             assert line.startswith("election connection from") and "(its handshake named server 3)" in line
             assert not server.conns
             # the member's certificate and the secret: admitted, and the acceptor's proof satisfied the dialer
-            reader, writer = await peers.dial(me.host, me.quorum_port, 2, peer=1, attempts=1, timeout=WAIT,
+            reader, writer = await peers.dial(me.host, me.quorum_port, _handshake(2), peer=1, attempts=1, timeout=WAIT,
                                               guard=_guard(pki))
             await lines.wait_for("quorum connection from 2 open")
             assert not server.conns[2].closed
@@ -334,7 +339,7 @@ def test_a_dialer_proves_to_the_server_it_dialed_and_no_other(tmp_path, pki, lin
     async def main():
         async with _server(tmp_path, SECURED.format(pki=pki)) as server:
             with pytest.raises(AuthError):
-                await peers.dial(server.me.host, server.me.quorum_port, 3, peer=2, attempts=1, timeout=WAIT,
+                await peers.dial(server.me.host, server.me.quorum_port, _handshake(3), peer=2, attempts=1, timeout=WAIT,
                                  guard=_guard(pki))
             assert "(its handshake named server 3)" in await lines.wait_for("the dialer's proof is wrong")
 
@@ -494,7 +499,7 @@ def test_the_proofs_are_the_documented_hmacs() -> None:
 
     from zabref.net import security
 
-    secret, handshake, a, d = b"s" * 20, wire.encode_handshake(2, 77), bytes(range(32)), bytes(range(32, 64))
+    secret, handshake, a, d = b"s" * 20, _handshake(2, 77), bytes(range(32)), bytes(range(32, 64))
     for sid, encoded in ((3, b"\0\0\0\0\0\0\0\x03"), ((1 << 31) - 1, b"\0\0\0\0\x7f\xff\xff\xff")):
         for label, proof in ((b"zabref quorum auth v2: dialer", security.dialer_proof),
                              (b"zabref quorum auth v2: acceptor", security.acceptor_proof)):
@@ -652,21 +657,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_dialer_sends_its_handshake_to_the_host_it_was_given() -> None:
-    """The handshake frame names the dialer's sid and the connection id given; the host is the one given (a
-    listener on 127.0.0.2 alone is reached)."""
+def test_a_dialer_sends_its_first_bytes_to_the_host_it_was_given() -> None:
+    """The dialer's FOLLOWERINFO names its sid and the connection id given, and reaches the acceptor whole; the host
+    is the one given (a listener on 127.0.0.2 alone is reached)."""
 
     async def main():
         got: asyncio.Future = asyncio.get_running_loop().create_future()
 
         async def handle(reader, writer):
-            got.set_result(await peers.accept_handshake(reader))
+            packet, first, cid = await peers.accept_hello(reader)
+            got.set_result((packet.data[:8], first, cid))
             writer.close()
 
         server, port = await _listener(handle, "127.0.0.2")
         try:
-            reader, writer = await peers.dial("127.0.0.2", port, 7, peer=1, attempts=1, timeout=WAIT, cid=77)
-            assert await asyncio.wait_for(got, WAIT) == (7, 77)
+            reader, writer = await peers.dial("127.0.0.2", port, _handshake(7, 77), peer=1, attempts=1, timeout=WAIT)
+            assert await asyncio.wait_for(got, WAIT) == ((7).to_bytes(8, "big"), _handshake(7, 77), 77)
             writer.close()
         finally:
             server.close()
@@ -682,7 +688,8 @@ def test_a_dialer_retries_network_errors_with_bounded_exponential_backoff() -> N
         loop = asyncio.get_running_loop()
         start = loop.time()
         with pytest.raises(BaseException) as info:
-            await asyncio.wait_for(peers.dial("127.0.0.1", _free_port(), 7, peer=1, timeout=WAIT, **kwargs), 8)
+            await asyncio.wait_for(peers.dial("127.0.0.1", _free_port(), _handshake(7), peer=1, timeout=WAIT,
+                                              **kwargs), 8)
         return loop.time() - start, info.value
 
     async def main():
@@ -696,13 +703,13 @@ def test_a_dialer_retries_network_errors_with_bounded_exponential_backoff() -> N
         assert isinstance(error, ConnectionRefusedError) and took < 0.8, (took, error)
         took, error = await timed(attempts=0, first_delay=1.0)  # at least one try
         assert isinstance(error, ConnectionRefusedError) and took < 0.8, (took, error)
-        # a sid the handshake cannot carry is a bug of the caller: raised at once, not retried
+        # first bytes that are not bytes are a bug of the caller: raised at once, not retried
         loop = asyncio.get_running_loop()
         server, port = await _listener(lambda r, w: w.close())
         try:
             start = loop.time()
-            with pytest.raises(ValueError):
-                await asyncio.wait_for(peers.dial("127.0.0.1", port, -1, peer=1, attempts=3, timeout=WAIT,
+            with pytest.raises(TypeError):
+                await asyncio.wait_for(peers.dial("127.0.0.1", port, "not bytes", peer=1, attempts=3, timeout=WAIT,
                                                   first_delay=1.0), 8)
             assert loop.time() - start < 0.8
         finally:
@@ -718,7 +725,7 @@ def test_a_dialer_gives_up_on_a_tls_handshake_that_does_not_come_within_its_time
         try:
             start = loop.time()
             with pytest.raises(TimeoutError):
-                await asyncio.wait_for(peers.dial("127.0.0.1", port, 7, peer=1, attempts=1, timeout=0.3,
+                await asyncio.wait_for(peers.dial("127.0.0.1", port, _handshake(7), peer=1, attempts=1, timeout=0.3,
                                                   guard=_guard(pki)), 8)
             assert loop.time() - start < 2.5
         finally:
@@ -735,7 +742,7 @@ def test_a_dialer_does_not_wait_forever_for_a_stalling_acceptor(monkeypatch, sta
 
     async def main():
         async def handle(reader, writer):
-            await peers.accept_handshake(reader)
+            await peers.accept_hello(reader)
             if stall == "challenge body":
                 writer.write((32).to_bytes(4, "big"))
             else:
@@ -750,7 +757,7 @@ def test_a_dialer_does_not_wait_forever_for_a_stalling_acceptor(monkeypatch, sta
         try:
             start = loop.time()
             with pytest.raises(AuthError) as info:
-                await asyncio.wait_for(peers.dial("127.0.0.1", port, 7, peer=1, attempts=1, timeout=WAIT,
+                await asyncio.wait_for(peers.dial("127.0.0.1", port, _handshake(7), peer=1, attempts=1, timeout=WAIT,
                                                   guard=Guard(secret=SECRET)), 4)
             assert loop.time() - start < 2
             what = "challenge" if stall == "challenge body" else "acceptor's proof"

@@ -51,10 +51,17 @@ TABLE = [
         id="NEWLEADER(e=5): zxid e<<32",
     ),
     pytest.param(
-        QuorumPacket(PacketType.FOLLOWERINFO, 3 << 32, payloads.encode_followerinfo_data(LearnerInfo(0x10000, 2))),
+        QuorumPacket(PacketType.FOLLOWERINFO, 3 << 32, payloads.encode_followerinfo_data(LearnerInfo(2, 0x10000))),
         wire.encode_quorum_packet, wire.decode_quorum_packet,
-        h("0000000b 0000000300000000 00000008 00010000 00000002 ffffffff"),
-        id="FOLLOWERINFO(acceptedEpoch=3) carrying LearnerInfo(0x10000, 2)",
+        h("0000000b 0000000300000000 00000014 0000000000000002 00010000 0000000000000000 ffffffff"),
+        id="FOLLOWERINFO(acceptedEpoch=3) carrying LearnerInfo(sid 2, 0x10000, configVersion 0), as ZooKeeper's",
+    ),
+    pytest.param(
+        wire.with_connection_id(QuorumPacket(PacketType.FOLLOWERINFO, 3 << 32,
+                                             payloads.encode_followerinfo_data(LearnerInfo(2, 0x10000))), 0x0102),
+        wire.encode_quorum_packet, wire.decode_quorum_packet,
+        h("0000000b 0000000300000000 0000001c 0000000000000002 00010000 0000000000000000 0000000000000102 ffffffff"),
+        id="a zabref learner's FOLLOWERINFO: the connection id after the LearnerInfo",
     ),
     pytest.param(
         QuorumPacket(PacketType.ACKEPOCH, 0x200000007, payloads.encode_ackepoch_data(-1)),
@@ -75,8 +82,8 @@ TABLE = [
         id="UPTODATE with an empty (not null) buffer",
     ),
     pytest.param(
-        LearnerInfo(0x10000, 3), payloads.encode_learner_info, payloads.decode_learner_info,
-        h("00010000 00000003"), id="LearnerInfo",
+        LearnerInfo(3, 0x10000, 5), payloads.encode_learner_info, payloads.decode_learner_info,
+        h("0000000000000003 00010000 0000000000000005"), id="LearnerInfo",
     ),
     pytest.param(
         Notification(ServerState.LOOKING, 3, 0x100000002, 7, 1),
@@ -91,8 +98,6 @@ TABLE = [
         + b"server.1=h:1:2:participant\nversion=0",
         id="Notification as ZooKeeper 3.8 sends it: version 2 and the configuration's text",
     ),
-    pytest.param((2, 0x0102030405060708), lambda v: wire.encode_handshake(*v), wire.decode_handshake,
-                 h("0000000000000002 0102030405060708"), id="handshake sid=2 connection id"),
     pytest.param(
         [(0x100000001, b"a"), (0x100000002, b"")], payloads.encode_snap_data, payloads.decode_snap_data,
         h("00000002 0000000100000001 00000001 61 0000000100000002 00000000"), id="SNAP history",
@@ -137,27 +142,31 @@ def test_a_notification_of_28_bytes_takes_its_peer_epoch_from_its_zxid():
     assert wire.decode_notification(body) == Notification(ServerState.LEADING, 1, 0x500000009, 3, 5)
 
 
-@given(int32s, int32s)
-def test_learner_info_and_followerinfo_round_trip(version, sid):
-    info = LearnerInfo(version, sid)
+@given(st.integers(-(1 << 63), (1 << 63) - 1), int32s, st.integers(-(1 << 63), (1 << 63) - 1))
+def test_learner_info_and_followerinfo_round_trip(sid, version, config_version):
+    info = LearnerInfo(sid, version, config_version)
     assert payloads.decode_learner_info(payloads.encode_learner_info(info)) == info
     assert payloads.decode_followerinfo_data(payloads.encode_followerinfo_data(info)) == info
 
 
 @given(st.integers(0, (1 << 63) - 1), st.integers(0, (1 << 63) - 1))
-def test_handshake_round_trip(sid, cid):
-    assert wire.decode_handshake(wire.encode_handshake(sid, cid)) == (sid, cid)
+def test_a_connection_id_rides_after_the_learner_info_and_the_core_reads_past_it(sid, cid):
+    plain = QuorumPacket(PacketType.FOLLOWERINFO, 0, payloads.encode_followerinfo_data(LearnerInfo(sid, 0x10000)))
+    hello = wire.with_connection_id(plain, cid)
+    assert wire.connection_id(hello) == cid
+    assert wire.connection_id(plain) is None  # a ZooKeeper learner's
+    assert payloads.decode_followerinfo_data(hello.data) == payloads.decode_followerinfo_data(plain.data)
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    (h("0000000000000002"), "connection id"),
-    (h("FFFFFFFFFFFFFFFF 0000000000000001"), "sid is negative"),
-    (h("0000000000000002 8000000000000000"), "connection id is negative"),
-    (h("0000000000000002 0000000000000001 00"), None),  # a byte after the body
+@pytest.mark.parametrize(("data", "message"), [
+    (h("0000000000000002 00010000"), "a LearnerInfo is 20 bytes, or 28 with a connection id, not 12"),
+    (bytes(20) + h("8000000000000000"), "connection id is negative"),
 ])
-def test_a_bad_handshake_is_refused_naming_what_is_wrong(body, message):
+def test_a_bad_learner_info_is_refused_naming_what_is_wrong(data, message):
     with pytest.raises(CodecError, match=message):
-        wire.decode_handshake(body)
+        packet = QuorumPacket(PacketType.FOLLOWERINFO, 0, data)
+        payloads.decode_followerinfo_data(packet.data)
+        wire.connection_id(packet)
 
 
 @given(int32s)
@@ -184,45 +193,97 @@ def test_snap_round_trip(history):
 
 
 def stream_of(packets):
-    return b"".join(wire.frame(wire.encode_quorum_packet(p)) for p in packets)
+    return b"".join(wire.encode_quorum_packet(p) for p in packets)
 
 
 def decode_all(decoder, chunks):
-    return [wire.decode_quorum_packet(b) for c in chunks for b in decoder.feed(c)]
+    return [p for c in chunks for p in decoder.feed(c)]
 
 
 @given(st.lists(quorum_packets, max_size=6))
-def test_frames_whole_stream_in_one_chunk(packets):
-    d = wire.FrameDecoder()
+def test_packets_whole_stream_in_one_chunk(packets):
+    d = wire.PacketDecoder()
     assert decode_all(d, [stream_of(packets)]) == packets
     d.close()
 
 
 @given(st.lists(quorum_packets, max_size=4))
-def test_frames_one_byte_at_a_time(packets):
+def test_packets_one_byte_at_a_time(packets):
     data = stream_of(packets)
-    d = wire.FrameDecoder()
+    d = wire.PacketDecoder()
     assert decode_all(d, [data[i : i + 1] for i in range(len(data))]) == packets
     assert d.buffered == 0
     d.close()
 
 
 @given(st.lists(quorum_packets, max_size=6), st.data())
-def test_frames_split_anywhere(packets, data):
+def test_packets_split_anywhere(packets, data):
     stream = stream_of(packets)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
     chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
-    assert decode_all(wire.FrameDecoder(), chunks) == packets
+    assert decode_all(wire.PacketDecoder(), chunks) == packets
 
 
 @given(st.lists(quorum_packets, min_size=1, max_size=4), st.binary(min_size=1, max_size=3))
-def test_trailing_partial_frame_is_reported_at_close(packets, garbage):
-    d = wire.FrameDecoder()
+def test_trailing_partial_packet_is_reported_at_close(packets, garbage):
+    d = wire.PacketDecoder()
     stream = stream_of(packets)
     assert decode_all(d, [stream + garbage]) == packets
     with pytest.raises(CodecError) as e:
         d.close()
     assert e.value.offset == len(stream)
+
+
+@pytest.mark.parametrize(("head", "offset", "fragment"), [
+    (h("00000063 0000000000000001"), 0, "unknown packet type 99"),
+    (h("00000002 0000000000000001 fffffffe"), 12, "data length -2 is outside -1..67108864"),
+    (h("00000002 0000000000000001 04000001"), 12, "data length 67108865 is outside"),
+    (h("00000002 0000000000000001 7fffffff"), 12, "outside"),
+])
+def test_a_bad_packet_head_is_rejected_before_its_data(head, offset, fragment):
+    d = wire.PacketDecoder()  # default maximum 64 MiB = 0x04000000
+    ok = wire.encode_quorum_packet(QuorumPacket(PacketType.ACK, 1))
+    assert d.feed(ok + head[:offset + 3]) == [QuorumPacket(PacketType.ACK, 1)]  # the bad field but its last byte
+    with pytest.raises(CodecError) as e:
+        d.feed(head[offset + 3:offset + 4])
+    assert e.value.offset == len(ok) + offset and fragment in e.value.reason, str(e.value)
+    with pytest.raises(CodecError):  # broken for good: the connection must be closed
+        d.feed(ok)
+
+
+@pytest.mark.parametrize(("authinfo", "offset", "fragment"), [
+    (h("fffffffe"), 0, "authinfo count is -2"),
+    (h("00000401"), 0, "authinfo count is 1025"),
+    (h("00000001 ffffffff 00000000"), 4, "authinfo[0].scheme"),
+    (h("00000001 00000001 ff 00000000"), 8, "not UTF-8"),
+])
+def test_bad_authinfo_in_a_stream_names_its_offset(authinfo, offset, fragment):
+    head = wire.encode_quorum_packet(QuorumPacket(PacketType.ACK, 1))
+    d = wire.PacketDecoder()
+    with pytest.raises(CodecError) as e:
+        d.feed(head + h("00000001 0000000000000002 ffffffff") + authinfo)
+    assert e.value.offset == len(head) + 16 + offset and fragment in str(e.value), str(e.value)
+
+
+def test_authinfo_arriving_a_byte_at_a_time_is_waited_for():
+    p = QuorumPacket(PacketType.REQUEST, 7, b"r", (AuthId("digest", "u:p"), AuthId("ip", "1.2.3.4")))
+    data = wire.encode_quorum_packet(p)
+    d = wire.PacketDecoder()
+    assert [x for i in range(len(data)) for x in d.feed(data[i:i + 1])] == [p]
+
+
+def test_max_data_is_configurable_and_inclusive():
+    d = wire.PacketDecoder(max_data=4)
+    four = QuorumPacket(PacketType.PROPOSAL, 1, b"1234")
+    assert d.feed(wire.encode_quorum_packet(four)) == [four]
+    with pytest.raises(CodecError):
+        d.feed(h("00000002 0000000000000001 00000005"))
+
+
+def test_frame_prefixes_the_body_length_and_the_election_port_reads_frames():
+    body = wire.encode_notification(Notification(ServerState.LOOKING, 3, 0x100000002, 7, 1))
+    assert wire.frame(body) == h("00000028") + body
+    assert wire.FrameDecoder().feed(wire.frame(body) + wire.frame(b"x")[:3]) == [body]
 
 
 @pytest.mark.parametrize("prefix", [h("ffffffff"), h("80000000"), h("04000001"), h("7fffffff")])
@@ -244,11 +305,18 @@ def test_max_frame_is_configurable_and_inclusive():
         d.feed(h("00000005"))
 
 
+def test_a_frame_cut_short_is_reported_at_close():
+    d = wire.FrameDecoder()
+    d.feed(wire.frame(b"abc")[:5])
+    with pytest.raises(CodecError, match="stream ended after 1 of 3 body bytes"):
+        d.close()
+
+
 # ------------------------------------------------------------------------------------------------- rejection
 
 
 DECODERS = [
-    wire.decode_quorum_packet, payloads.decode_learner_info, wire.decode_notification, wire.decode_handshake,
+    wire.decode_quorum_packet, payloads.decode_learner_info, wire.decode_notification,
     payloads.decode_leaderinfo_data, payloads.decode_ackepoch_data, payloads.decode_followerinfo_data, payloads.decode_snap_data,
 ]
 
@@ -264,18 +332,14 @@ def test_decoders_raise_only_codec_error_on_random_bytes(decode, data):
 
 @FUZZ
 @given(st.lists(st.binary(max_size=40), max_size=6))
-def test_frame_decoder_raises_only_codec_error_on_random_bytes(chunks):
-    d = wire.FrameDecoder(max_frame=32)
-    try:
-        for c in chunks:
-            for body in d.feed(c):
-                try:
-                    wire.decode_quorum_packet(body)
-                except CodecError:
-                    pass
-        d.close()
-    except CodecError:
-        pass
+def test_stream_decoders_raise_only_codec_error_on_random_bytes(chunks):
+    for d in (wire.FrameDecoder(max_frame=32), wire.PacketDecoder(max_data=32)):
+        try:
+            for c in chunks:
+                d.feed(c)
+            d.close()
+        except CodecError:
+            pass
 
 
 @FUZZ
@@ -317,13 +381,12 @@ ACK = h("00000003 0000000100000002 ffffffff ffffffff")
         (wire.decode_notification, bytes(36), 0, "28, 40 or at least 44 bytes, not 36"),
         (wire.decode_notification, bytes(36) + h("00000002 00000001 ff"), 44, "config is not valid UTF-8"),
         (wire.decode_notification, bytes(36) + h("00000002 00000002 41"), 40, "config length is 2 but only 1 bytes remain"),
-        (wire.decode_handshake, h("ffffffffffffffff"), 0, "sid is negative"),
         (payloads.decode_ackepoch_data, h("fffffffe"), 0, "only -1 may be negative"),
         (payloads.decode_ackepoch_data, None, 0, "data is null"),
         (payloads.decode_snap_data, h("00001000 0000000000000001"), 0, "history count is 4096"),
         (payloads.decode_snap_data, h("ffffffff"), 0, "history count is negative"),
         (payloads.decode_snap_data, h("00000001 0000000000000001 ffffffff"), 12, "history[0].value length is -1"),
-        (payloads.decode_learner_info, h("00010000 000000"), 4, "serverid needs 4 bytes"),
+        (payloads.decode_learner_info, h("0000000000000001 000100"), 8, "protocolVersion needs 4 bytes"),
     ],
 )
 def test_errors_name_what_and_where(decode, data, offset, fragment):
@@ -341,12 +404,13 @@ def test_error_names_the_packet_type_once_known():
 @pytest.mark.parametrize(
     ("encode", "value"),
     [
-        (payloads.encode_learner_info, LearnerInfo(1 << 31, 1)),
+        (payloads.encode_learner_info, LearnerInfo(1, 1 << 31)),
+        (payloads.encode_learner_info, LearnerInfo(1 << 63, 1)),
         (wire.encode_notification, Notification(ServerState.LOOKING, 1 << 63, 0, 0, 0)),
         (payloads.encode_ackepoch_data, -2),
-        (lambda sid: wire.encode_handshake(sid, 1), -1),
-        (lambda cid: wire.encode_handshake(1, cid), -1),
-        (lambda cid: wire.encode_handshake(1, cid), 1 << 63),
+        (lambda cid: wire.with_connection_id(QuorumPacket(PacketType.FOLLOWERINFO, 0, bytes(20)), cid), -1),
+        (lambda cid: wire.with_connection_id(QuorumPacket(PacketType.FOLLOWERINFO, 0, bytes(20)), cid), 1 << 63),
+        (lambda cid: wire.with_connection_id(QuorumPacket(PacketType.ACK, 0, bytes(20)), cid), 1),
         (payloads.encode_snap_data, [(1 << 63, b"")]),
     ],
 )

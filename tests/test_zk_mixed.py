@@ -1,11 +1,14 @@
-"""A zabref server in one election with real ZooKeeper servers (issue 37, part 2's first step): the election port
-speaks ZooKeeper's wire (`zabref.net.votes`, `zabref.net.zkwire`), both ways.
+"""A zabref server in one ensemble with real ZooKeeper servers (issue 37, part 2): the election and quorum ports speak
+ZooKeeper's wire (`zabref.net.votes`, `zabref.net.wire`, `zabref.net.zkwire`), both ways.
 
 Two unmodified ZooKeeper 3.8.0 servers (ids 1, 2) and a zabref server (id 3) start empty together. FastLeaderElection
 ranks equal votes by id, so each must come to vote for 3: the ZooKeeper servers by hearing the zabref server's vote,
 and all of them decide only on a quorum of notifications in which the others' count. The zabref server decides
-LEADING; ZooKeeper's servers decide FOLLOWING 3 (their own log says so). What follows the election (a ZooKeeper
-learner's FOLLOWERINFO on zabref's quorum port) is not ZooKeeper's wire yet: they fail to sync and elect again.
+LEADING; ZooKeeper's servers decide FOLLOWING 3 (their own log says so), connect to its quorum port and synchronize
+from it: FOLLOWERINFO, LEADERINFO, ACKEPOCH, DIFF, NEWLEADER, UPTODATE, each ZooKeeper learner logging what it
+received. What follows UPTODATE is not interoperable yet: a ZooKeeper learner acknowledges UPTODATE with ACK(e << 32)
+(Learner.syncWithLeader), which seed 000 and spec/Zab.tla do not have, so the zabref leader closes the connection as
+a protocol error and the servers elect again.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _log(e: ZkEnsemble, sid: int) -> str:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_a_zabref_server_and_two_zookeeper_servers_elect_it_together(tmp_path, zk380, lines) -> None:
+def test_two_zookeeper_servers_elect_a_zabref_server_and_synchronize_from_it(tmp_path, zk380, lines) -> None:
     base = find_free_base_port(3)
     e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256)
     try:
@@ -54,18 +57,28 @@ def test_a_zabref_server_and_two_zookeeper_servers_elect_it_together(tmp_path, z
 
         connected = f"Successfully connected to leader, using address: /127.0.0.1:{e.member(3).quorum_port}"
 
+        def synced_from_zabref(sid: int) -> bool:
+            """ZooKeeper server ``sid`` connected to the zabref server's quorum port and took its DIFF, NEWLEADER and
+            UPTODATE on one connection (one stretch of its log from that connection to its next one). Any such
+            connection counts: after UPTODATE the servers elect again (the module docstring), and on a busy machine
+            one learner may reach UPTODATE only in a later round."""
+            stretches = _log(e, sid).split("Successfully connected to leader")[1:]
+            to_zabref = re.escape(connected.split("leader", 1)[1]) + r"\D"
+            return any(re.match(to_zabref, s) and all(
+                x in s for x in ("Getting a diff from the leader 0x0", "Learner received NEWLEADER message",
+                                 "Learner received UPTODATE message")) for s in stretches)
+
         async def run() -> None:
             server = Server(config, 3, NormalDriver(0.2))
             task = asyncio.create_task(server.run())
             try:
                 for _ in range(600):  # the JVMs start within seconds; the election takes a few rounds
-                    # it followed 3: its learner connected to the zabref server's quorum port
-                    followed = [sid for sid in (1, 2) if connected in _log(e, sid)]
-                    if followed == [1, 2] and any("state -> LEADING" in line for line in lines.lines):
+                    synced = [sid for sid in (1, 2) if synced_from_zabref(sid)]
+                    if synced == [1, 2] and any("state -> LEADING" in line for line in lines.lines):
                         return
                     await asyncio.sleep(0.1)
-                raise AssertionError(f"no mixed election within 60 s: ZooKeeper servers that followed 3: {followed}; "
-                                     f"zabref's lines: {[x for x in lines.lines if 'state ->' in x][-5:]}")
+                raise AssertionError(f"no mixed ensemble within 60 s: ZooKeeper servers that synchronized from 3: "
+                                     f"{synced}; zabref's lines: {[x for x in lines.lines if 'state ->' in x][-5:]}")
             finally:
                 server.stop()
                 await asyncio.wait_for(task, 30)

@@ -41,12 +41,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from conformance.fuzz.frames import hello
 from zabref.net import wire, zkwire
 from zabref.net.security import MAC, NONCE
 
 __all__ = ["Credentials", "make_credentials", "Settings", "combinations", "render_toml", "render_zoo", "Attempt",
            "Knock", "Relayed", "attempts", "control_attempts", "knock", "reflect", "replay", "relay", "client_hello",
-           "dial_context", "HOSTS", "STRANGER_CERTS"]
+           "dial_context", "quorum_hello", "QUORUM_HELLO_SIZE", "HOSTS", "STRANGER_CERTS"]
 
 #: The names a member's certificate carries (every server runs on loopback).
 HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -204,13 +205,14 @@ class Attempt:
 
 _TLS_FAILED = r"TLS handshake failed"
 _PROOF = r"quorum authentication failed"
-_SLOW = (r"not complete within|no handshake within|no initial message within|no proof within|not authenticated"
+_SLOW = (r"not complete within|no FOLLOWERINFO within|no initial message within|no proof within|not authenticated"
          r"|TLS handshake failed")
 
 
 def attempts(s: Settings, sid: int, hello: dict[str, bytes], timeout: float, every_byte: bool) -> list[Attempt]:
-    """Everything the stranger tries at one server of combination ``s``, its handshakes naming server ``sid`` (a
-    configured server that is not running: a name that passes the handshake and replaces no connection).
+    """Everything the stranger tries at one server of combination ``s``, its first bytes (a quorum port's
+    FOLLOWERINFO, an election port's initial message) naming server ``sid`` (a configured server that is not running:
+    a name that passes admission and replaces no connection).
     ``hello``: a ClientHello by certificate name; ``timeout``: the admission deadline; ``every_byte``: cut every
     handshake at every byte (else at every 7th, and the first and last)."""
     out: list[Attempt] = []
@@ -220,8 +222,8 @@ def attempts(s: Settings, sid: int, hello: dict[str, bytes], timeout: float, eve
 
     for port in ("quorum_port", "election_port"):
         if port == "quorum_port":
-            hs = wire.frame(wire.encode_handshake(sid, secrets.randbits(63)))
-            tls_as_handshake = r"handshake length prefix"  # a ClientHello's first bytes, read as a frame's length
+            hs = quorum_hello(sid)
+            tls_as_handshake = r"not FOLLOWERINFO"  # a ClientHello's first bytes, read as a packet's type
         else:  # ZooKeeper's initial message; a ClientHello's first eight bytes read as a sid of the form before 3.5
             hs = zkwire.encode_initial(zkwire.Initial(sid, zkwire.PROTOCOL_V1, ("127.0.0.1:1",)))
             tls_as_handshake = r"handshake names server"
@@ -231,7 +233,7 @@ def attempts(s: Settings, sid: int, hello: dict[str, bytes], timeout: float, eve
         out.append(Attempt("plain", port, None, ((0, plain),),
                            _TLS_FAILED if protected else _PROOF if s.secret else None))
         for cert in ("none", *STRANGER_CERTS, "member"):
-            if not protected:  # TLS to a plain port: its ClientHello is read as a handshake frame
+            if not protected:  # TLS to a plain port: its ClientHello is read as first bytes
                 if cert in ("none", "other_ca"):
                     out.append(Attempt(f"tls-{cert}", port, cert, ((0, plain),), tls_as_handshake))
                 continue
@@ -246,7 +248,7 @@ def attempts(s: Settings, sid: int, hello: dict[str, bytes], timeout: float, eve
         data = hello["member"] if protected else plain
         for k in cuts(data):
             out.append(Attempt(f"cut-{k}", port, None, ((0, data[:k]),), r"closed: ", cut=True))
-        if protected:  # a cut inside TLS: the handshake frame and the proof
+        if protected:  # a cut inside TLS: the first bytes and the proof
             for k in cuts(plain)[:: 1 if every_byte else 3]:
                 out.append(Attempt(f"cut-inside-{k}", port, cert, ((0, plain[:k]),), r"closed: ", cut=True))
         # slow: each half arrives within a stage's own bound, the whole after the deadline
@@ -351,6 +353,24 @@ async def knock(host: str, port: int, attempt: Attempt, tls: ssl.SSLContext | No
         writer.close()
 
 
+def quorum_hello(sid: int) -> bytes:
+    """A quorum connection's first bytes as a zabref learner ``sid`` writes them: its FOLLOWERINFO, with a random
+    connection id."""
+    return hello(sid, cid=secrets.randbits(63))
+
+
+#: Bytes of `quorum_hello`: a packet's head (16), the LearnerInfo and connection id (28), a null authinfo (4).
+QUORUM_HELLO_SIZE = len(hello(0))
+
+
+async def _exactly(reader: asyncio.StreamReader, size: int, timeout: float) -> bytes | None:
+    """``size`` bytes, or None if the other end closed first."""
+    try:
+        return await asyncio.wait_for(reader.readexactly(size), timeout)
+    except (asyncio.IncompleteReadError, ConnectionError, OSError, TimeoutError):
+        return None
+
+
 async def _frame(reader: asyncio.StreamReader, size: int, timeout: float) -> bytes | None:
     """One frame of ``size`` bytes, or None if the other end closed (or sent something else) first."""
     try:
@@ -367,7 +387,7 @@ async def reflect(host: str, port: int, sid: int, tls: ssl.SSLContext | None, ti
     """Handshake as ``sid``, then send the server's own challenge back, twice, as the proof."""
     reader, writer, address = await _open(host, port, tls, timeout, source)
     try:
-        writer.write(wire.frame(wire.encode_handshake(sid, secrets.randbits(63))))
+        writer.write(quorum_hello(sid))
         challenge = await _frame(reader, NONCE, timeout)
         if challenge is None:
             return Knock(address, True)
@@ -380,7 +400,8 @@ async def reflect(host: str, port: int, sid: int, tls: ssl.SSLContext | None, ti
 
 @dataclass
 class Relayed:
-    """What `relay` did: the connection to the live server, and the dialer's handshake and answer it carried."""
+    """What `relay` did: the connection to the live server, and the dialer's first bytes (FOLLOWERINFO) and answer
+    it carried."""
 
     knock: Knock
     handshake: bytes
@@ -393,14 +414,14 @@ async def relay(dialer_reader: asyncio.StreamReader, dialer_writer: asyncio.Stre
     """The stranger at a down server's address, dialed by a live server (``dialer_*``): open a connection to the
     live server at ``host:port`` with the dialer's handshake, give the dialer that server's challenge, pass its
     answer on. None if the dialer did not answer."""
-    body = await _frame(dialer_reader, 16, timeout)
+    body = await _exactly(dialer_reader, QUORUM_HELLO_SIZE, timeout)
     if body is None:
         return None
     loop = asyncio.get_running_loop()
     opened = loop.time()
     reader, writer, address = await _open(host, port, tls, timeout, source)
     try:
-        writer.write(wire.frame(body))
+        writer.write(body)
         challenge = await _frame(reader, NONCE, timeout)
         if challenge is None:
             return Relayed(Knock(address, True), body, b"")
@@ -424,7 +445,7 @@ async def replay(host: str, port: int, recorded: Relayed, tls: ssl.SSLContext | 
     """A new connection with a recorded handshake and answer (`relay`): the fresh challenge makes it stale."""
     reader, writer, address = await _open(host, port, tls, timeout, source)
     try:
-        writer.write(wire.frame(recorded.handshake))
+        writer.write(recorded.handshake)
         if await _frame(reader, NONCE, timeout) is None:
             return Knock(address, True)
         writer.write(wire.frame(recorded.answer))

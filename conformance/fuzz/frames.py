@@ -3,8 +3,9 @@
 Theory of operation: a `Kind` names a port, a weight and a function from a seeded random source and a `Target`
 (what the fuzzer knows of one server) to an `Input`: the bytes to send and what the server must do with them --
 ``close`` the connection (within `CLOSE_WAIT` seconds), stay ``silent``, ``answer`` each request (an error for the
-bad ones) or just survive (``send``). The helpers build frames, handshakes and packets that are wrong in one way
-each: a bad length, a stranger's sid, a packet out of phase, a mutated field, half a frame. `conformance.fuzz.inputs`
+bad ones) or just survive (``send``). The helpers build first bytes (a quorum port's FOLLOWERINFO, an election
+port's initial message), packets and frames that are wrong in one way each: a bad length, a stranger's sid, a packet
+out of phase, a mutated field, half a frame. `conformance.fuzz.inputs`
 holds the kinds themselves.
 """
 
@@ -16,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zabref.core import payloads
-from zabref.core.packets import PROTOCOL_VERSION, PacketType, QuorumPacket
+from zabref.core.packets import PROTOCOL_VERSION, LearnerInfo, PacketType, QuorumPacket
 from zabref.net import wire, zkwire
 
 __all__ = ["OUTCOMES", "CLOSE", "SILENCE", "ANSWER", "SEND", "CLOSE_WAIT", "ROLES", "I32", "Target", "Input", "Kind",
-           "handshake_frame", "packet_frame", "not_handshake", "bad_length", "some_zxid", "stranger_sid",
+           "hello", "packet_bytes", "not_hello", "bad_length", "bad_data_length", "some_zxid", "stranger_sid",
            "out_of_phase_packet", "mutated_packet", "bad_sid", "half", "wild_long", "initial_message", "not_initial",
            "bad_initial"]
 
@@ -80,8 +81,11 @@ class Kind:
     gate: str | None = None
 
 
-def handshake_frame(sid: int) -> bytes:
-    return wire.frame(wire.encode_handshake(sid, 1))
+def hello(sid: int, zxid: int = 0, cid: int = 1) -> bytes:
+    """A quorum connection's first bytes as a zabref learner writes them: its FOLLOWERINFO, whose LearnerInfo names
+    ``sid``, with connection id ``cid``."""
+    info = payloads.encode_followerinfo_data(LearnerInfo(sid, PROTOCOL_VERSION))
+    return wire.encode_quorum_packet(wire.with_connection_id(QuorumPacket(PacketType.FOLLOWERINFO, zxid, info), cid))
 
 
 def initial_message(sid: int) -> bytes:
@@ -100,14 +104,22 @@ def not_initial(rng: random.Random) -> bytes:
     return bytes(data)
 
 
-def packet_frame(ptype: PacketType, zxid: int = 0, data: bytes | None = None) -> bytes:
-    return wire.frame(wire.encode_quorum_packet(QuorumPacket(ptype, zxid, data)))
+def packet_bytes(ptype: PacketType, zxid: int = 0, data: bytes | None = None) -> bytes:
+    """One QuorumPacket as it goes on a quorum connection (no frame)."""
+    return wire.encode_quorum_packet(QuorumPacket(ptype, zxid, data))
 
 
-def not_handshake(rng: random.Random) -> bytes:
-    """Random bytes whose first four are not the handshake's length prefix (8): rejected as soon as they arrive."""
-    data = rng.randbytes(rng.randint(4, 512))
-    return data if data[:4] != I32.pack(8) else b"\xff" + data[1:]
+def not_hello(rng: random.Random) -> bytes:
+    """Random bytes (at least a packet's 16-byte head) whose first four are not FOLLOWERINFO's type (11): refused as
+    soon as the head arrives."""
+    data = rng.randbytes(rng.randint(16, 512))
+    return data if data[:4] != I32.pack(int(PacketType.FOLLOWERINFO)) else b"\xff" + data[1:]
+
+
+def bad_data_length(rng: random.Random, ptype: int, cap: int) -> bytes:
+    """A packet head of type ``ptype`` whose data length is outside -1..``cap``: refused before any data is read."""
+    return struct.pack(">iqi", ptype, 0, rng.choice([cap + 1, (1 << 31) - 1, -2, -(1 << 31),
+                                                    rng.randint(cap + 1, (1 << 31) - 1), rng.randint(-(1 << 31), -2)]))
 
 
 def bad_length(rng: random.Random, cap: int) -> bytes:
@@ -130,20 +142,19 @@ def stranger_sid(rng: random.Random, t: Target) -> int:
 def out_of_phase_packet(rng: random.Random, t: Target) -> bytes:
     z = some_zxid(rng, t)
     choices = [
-        lambda: packet_frame(PacketType.COMMIT, z),
-        lambda: packet_frame(PacketType.PROPOSAL, z, rng.randbytes(rng.randint(0, 64))),
-        lambda: packet_frame(PacketType.ACK, z),
-        lambda: packet_frame(PacketType.LEADERINFO, (z >> 32) << 32, payloads.encode_leaderinfo_data(PROTOCOL_VERSION)),
-        lambda: packet_frame(PacketType.NEWLEADER, (z >> 32) << 32),
-        lambda: packet_frame(PacketType.UPTODATE, z),
-        lambda: packet_frame(PacketType.DIFF, z),
-        lambda: packet_frame(PacketType.TRUNC, z),
-        lambda: packet_frame(PacketType.SNAP, z, rng.choice([rng.randbytes(16), payloads.encode_snap_data([(z, b"x")])])),
-        lambda: packet_frame(PacketType.ACKEPOCH, z, payloads.encode_ackepoch_data(rng.randint(-1, 5))),
-        lambda: packet_frame(PacketType.INFORM, z, rng.randbytes(8)),
-        lambda: packet_frame(PacketType.COMMIT, z) + packet_frame(PacketType.PROPOSAL, z, b"late"),
+        lambda: packet_bytes(PacketType.COMMIT, z),
+        lambda: packet_bytes(PacketType.PROPOSAL, z, rng.randbytes(rng.randint(0, 64))),
+        lambda: packet_bytes(PacketType.ACK, z),
+        lambda: packet_bytes(PacketType.LEADERINFO, (z >> 32) << 32, payloads.encode_leaderinfo_data(PROTOCOL_VERSION)),
+        lambda: packet_bytes(PacketType.NEWLEADER, (z >> 32) << 32),
+        lambda: packet_bytes(PacketType.UPTODATE, z),
+        lambda: packet_bytes(PacketType.DIFF, z),
+        lambda: packet_bytes(PacketType.TRUNC, z),
+        lambda: packet_bytes(PacketType.SNAP, z, rng.choice([rng.randbytes(16), payloads.encode_snap_data([(z, b"x")])])),
+        lambda: packet_bytes(PacketType.INFORM, z, rng.randbytes(8)),
+        lambda: packet_bytes(PacketType.COMMIT, z) + packet_bytes(PacketType.PROPOSAL, z, b"late"),
         # a negative zxid, written by hand (the encoder refuses nothing here, but QuorumPacket keeps it)
-        lambda: wire.frame(struct.pack(">iqii", int(rng.choice([2, 3, 4])), -rng.randint(1, 1 << 62), -1, -1)),
+        lambda: struct.pack(">iqii", int(rng.choice([2, 3, 4])), -rng.randint(1, 1 << 62), -1, -1),
     ]
     return rng.choice(choices)()
 
@@ -154,18 +165,21 @@ def mutated_packet(rng: random.Random, t: Target) -> bytes:
         rng.choice([None, rng.randbytes(rng.randint(0, 24))]))))
     for _ in range(rng.randint(1, 3)):
         body[rng.randrange(len(body))] = rng.randrange(256)
-    try:  # a mutation that made an accepted packet (PING, a hello) would not be refused: make it unknown instead
+    try:  # a mutation that made a packet a learner may send now (PING, ACKEPOCH after its FOLLOWERINFO) or a second
+        # hello would not be refused: make it unknown instead
         if wire.decode_quorum_packet(bytes(body)).type in (PacketType.PING, PacketType.OBSERVERINFO,
-                                                           PacketType.FOLLOWERINFO):
+                                                           PacketType.FOLLOWERINFO, PacketType.ACKEPOCH):
             body[:4] = I32.pack(99)
     except wire.CodecError:
         pass
-    return wire.frame(bytes(body))
+    return bytes(body)
 
 
 def bad_sid(rng: random.Random, t: Target) -> bytes:
+    """A FOLLOWERINFO whose LearnerInfo names no other server of the cluster (the target, 0, an unknown or negative
+    id)."""
     sid = rng.choice([t.sid, 0, rng.randint(t.ghost + 1, (1 << 63) - 1), -rng.randint(1, 1 << 63)])
-    return wire.frame(struct.pack(">q", sid))
+    return hello(sid)
 
 
 def bad_initial(rng: random.Random, t: Target) -> bytes:

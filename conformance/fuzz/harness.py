@@ -7,7 +7,7 @@ Theory of operation
 is built from ``random.Random(f"{seed}:{i}")``: a kind (weighted, or round robin over the kinds a caller named), a
 server whose role fits the kind, then bytes. At most `MAX_SILENT` silence inputs wait at once.
 
-Inputs that carry a handshake of a configured sid on a quorum port take a per-server lock, so one ghost connection
+Inputs whose quorum-port FOLLOWERINFO names a configured sid take a per-server lock, so one ghost connection
 never replaces another (which would close it for the wrong reason). Meanwhile a task polls every server's
 ``state`` (roles, for the targets) and VmRSS (/proc/<pid>/status) every `POLL` s, and a thread submits values
 through `ZabClient`. An outcome that contradicts its kind while the target's role changed around it is
@@ -36,6 +36,8 @@ from conformance.fuzz.inputs import ANSWER, CLOSE, SILENCE, kind_table
 from conformance.fuzz.report import CLOSE_LINE, Report, reason_class
 from zabref.client import ClientError, ZabClient
 from zabref.config import ClusterConfig, Security
+from zabref.core import payloads
+from zabref.core.packets import PacketType
 from zabref.errors import CodecError
 from zabref.net import peers, zkwire
 from zabref.net.ports import find_free_base_port
@@ -245,7 +247,7 @@ class Fuzzer:
 
     async def _pass_auth(self, kind: Kind, t: Target, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          payload: bytes) -> bytes:
-        """With quorum authentication on, an input that starts with a handshake the server accepts (a configured sid
+        """With quorum authentication on, an input that starts with first bytes the server accepts (a configured sid
         other than the target's) proves the secret after it, as a server would; returns the bytes left to send.
         Gate kinds and every other input go as they are."""
         hello = _hello(kind.port, payload)
@@ -259,7 +261,7 @@ class Fuzzer:
         return payload[first:]
 
     def _log_key(self, port: str, payload: bytes, target: int) -> str:
-        """``port``, or ``port`` "as a live server" when the input's handshake names a participant: its close is
+        """``port``, or ``port`` "as a live server" when the input's first bytes name a participant: its close is
         logged under that sid, among the closes of real connections."""
         hello = _hello(port, payload)
         if hello is not None and hello[0] in self.participants and hello[0] != target:
@@ -394,13 +396,18 @@ def _tail_from(path: Path, offset: int) -> str:
 
 
 def _hello(port: str, payload: bytes) -> tuple[int, int, bytes] | None:
-    """When ``payload`` starts with a whole handshake of ``port`` (a quorum port's frame, an election port's initial
-    message): the sid it names, its length, and the bytes quorum authentication binds; else None."""
+    """When ``payload`` starts with a port's whole first bytes (a quorum port's FOLLOWERINFO, an election port's
+    initial message): the sid they name, their length, and the bytes quorum authentication binds; else None."""
     if port == "quorum_port":
-        if payload[:4] != _I32.pack(peers.HANDSHAKE_SIZE) or len(payload) < 4 + peers.HANDSHAKE_SIZE:
+        cur = zkwire.Cursor(payload, "fuzz input")
+        try:
+            packet = zkwire.read_quorum_packet(cur)
+            if packet.type != PacketType.FOLLOWERINFO:
+                return None
+            sid = payloads.decode_followerinfo_data(packet.data).serverid
+        except (zkwire.Short, CodecError):
             return None
-        body = payload[4:4 + peers.HANDSHAKE_SIZE]
-        return int.from_bytes(body[:8], "big", signed=True), 4 + peers.HANDSHAKE_SIZE, body
+        return sid, cur.pos, payload[:cur.pos]
     if port == "election_port":
         cur = zkwire.Cursor(payload, "fuzz input")
         try:

@@ -13,11 +13,11 @@ An `Input` carries its bytes and what the server must do with them (``expect``):
   connection;
 * `SEND`    -- nothing to check on that connection (valid but wild election votes); the fuzzer closes it.
 
-Whenever an input needs a valid handshake it speaks as the *ghost* (``Target.ghost``, a server configured but
-never started), so it never replaces a real connection; ``quorum-impersonate`` and the participants' election
-votes speak as a live server on purpose. An input with a quorum-port handshake of a configured sid is
-``exclusive``: the harness lets one such input at a time reach a server. `kind_table` builds the table for a cluster's
-timing; `KINDS` is it for the default timing.
+Whenever an input needs valid first bytes (a quorum port's FOLLOWERINFO, `hello`; an election port's initial
+message) it speaks as the *ghost* (``Target.ghost``, a server configured but never started), so it never replaces a
+real connection; ``quorum-impersonate`` and the participants' election votes speak as a live server on purpose. An
+input whose quorum-port FOLLOWERINFO names a configured sid is ``exclusive``: the harness lets one such input at a
+time reach a server. `kind_table` builds the table for a cluster's timing; `KINDS` is it for the default timing.
 
 A kind with a ``known_issue`` is input the servers do not handle yet: the harness skips it unless asked
 (docs/fuzzing.md). None is open at present; the six found by the long runs are fixed and stay here as kinds.
@@ -39,17 +39,18 @@ from conformance.fuzz.frames import (
     Input,
     Kind,
     Target,
+    bad_data_length,
     bad_length,
     bad_sid,
     bad_initial,
     half,
-    handshake_frame,
+    hello,
     initial_message,
     mutated_packet,
-    not_handshake,
+    not_hello,
     not_initial,
     out_of_phase_packet,
-    packet_frame,
+    packet_bytes,
     some_zxid,
     stranger_sid,
     wild_long,
@@ -73,61 +74,80 @@ __all__ = ["KINDS", "Kind", "Input", "Target", "kind_table", "CLOSE", "SILENCE",
 
 
 def _q_random(rng: random.Random, t: Target) -> Input:
-    return Input(not_handshake(rng), CLOSE)
+    return Input(not_hello(rng), CLOSE)
 
 
 def _q_huge(rng: random.Random, t: Target) -> Input:
-    if rng.random() < 0.5:
-        return Input(bad_length(rng, 8) + rng.randbytes(rng.randint(0, 64)), CLOSE)
-    return Input(handshake_frame(t.ghost) + bad_length(rng, peers.MAX_QUORUM_FRAME) + rng.randbytes(64), CLOSE, exclusive=True)
+    if rng.random() < 0.5:  # a FOLLOWERINFO whose data cannot be a LearnerInfo: any length but 20 or 28
+        head = struct.pack(">iqi", int(PacketType.FOLLOWERINFO), 0,
+                           rng.choice([-1, 0, 8, 12, 19, 21, 27, 29, rng.randint(30, (1 << 31) - 1)]))
+        return Input(head + rng.randbytes(rng.randint(0, 64)), CLOSE)
+    ptype = int(rng.choice(sorted(QUORUM_TYPES)))
+    return Input(hello(t.ghost) + bad_data_length(rng, ptype, peers.MAX_QUORUM_DATA) + rng.randbytes(64), CLOSE,
+                 exclusive=True)
 
 
 def _q_bad_sid(rng: random.Random, t: Target) -> Input:
-    return Input(bad_sid(rng, t) + packet_frame(PacketType.COMMIT, 1), CLOSE)
+    return Input(bad_sid(rng, t) + packet_bytes(PacketType.COMMIT, 1), CLOSE)
 
 
 def _q_bad_body(rng: random.Random, t: Target) -> Input:
-    return Input(handshake_frame(t.ghost) + wire.frame(rng.randbytes(rng.randint(0, 48))), CLOSE, exclusive=True)
+    """A packet of a known type whose authinfo cannot be read: a count out of bounds, a null or non-UTF-8 string."""
+    head = struct.pack(">iqi", int(rng.choice(sorted(QUORUM_TYPES))), some_zxid(rng, t), -1)
+    authinfo = rng.choice([I32.pack(rng.choice([-2, -(1 << 31), 1 << 20, (1 << 31) - 1])),
+                           I32.pack(1) + I32.pack(-1) + I32.pack(-1),
+                           I32.pack(1) + I32.pack(2) + b"\xff\xfe" + I32.pack(0)])
+    return Input(hello(t.ghost) + head + authinfo, CLOSE, exclusive=True)
 
 
 def _q_mutated(rng: random.Random, t: Target) -> Input:
-    return Input(handshake_frame(t.ghost) + mutated_packet(rng, t), CLOSE, exclusive=True)
+    return Input(hello(t.ghost) + mutated_packet(rng, t), CLOSE, exclusive=True)
 
 
 def _q_wrong_type(rng: random.Random, t: Target) -> Input:
     foreign = [p for p in PacketType if p not in QUORUM_TYPES]
     if rng.random() < 0.5:
-        body = packet_frame(rng.choice(foreign), some_zxid(rng, t), rng.choice([None, b"x"]))
+        body = packet_bytes(rng.choice(foreign), some_zxid(rng, t), rng.choice([None, b"x"]))
     else:
-        body = wire.frame(struct.pack(">iqii", rng.choice([0, 9, 19, 99, -1, 1 << 30]), 0, -1, -1))
-    return Input(handshake_frame(t.ghost) + body, CLOSE, exclusive=True)
+        body = struct.pack(">iqii", rng.choice([0, 9, 19, 99, -1, 1 << 30]), 0, -1, -1)
+    return Input(hello(t.ghost) + body, CLOSE, exclusive=True)
 
 
 def _q_out_of_phase(rng: random.Random, t: Target) -> Input:
-    return Input(handshake_frame(stranger_sid(rng, t)) + out_of_phase_packet(rng, t), CLOSE, exclusive=True)
+    return Input(hello(stranger_sid(rng, t)) + out_of_phase_packet(rng, t), CLOSE, exclusive=True)
 
 
 def _q_ghost_observerinfo_then_junk(rng: random.Random, t: Target) -> Input:
-    hello = packet_frame(PacketType.OBSERVERINFO, (t.last_zxid >> 32) << 32,
-                 payloads.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, t.ghost)))
-    junk = rng.choice([out_of_phase_packet(rng, t), wire.frame(rng.randbytes(rng.randint(0, 40))),
-                       packet_frame(PacketType.OBSERVERINFO, 0, b"")])
-    return Input(handshake_frame(t.ghost) + hello + junk, CLOSE, exclusive=True)
+    observer = packet_bytes(PacketType.OBSERVERINFO, (t.last_zxid >> 32) << 32,
+                            payloads.encode_followerinfo_data(LearnerInfo(t.ghost, PROTOCOL_VERSION)))
+    junk = rng.choice([out_of_phase_packet(rng, t), rng.randbytes(rng.randint(0, 40)),
+                       packet_bytes(PacketType.OBSERVERINFO, 0, b"")])
+    return Input(rng.choice([b"", hello(t.ghost)]) + observer + junk, CLOSE, exclusive=True)
 
 
 def _q_impersonate(rng: random.Random, t: Target) -> Input:
     sid = rng.choice([s for s in t.participants if s != t.sid])
-    return Input(handshake_frame(sid) + packet_frame(PacketType.COMMIT, rng.randint(1, (1 << 62))), CLOSE, exclusive=True)
+    return Input(hello(sid) + packet_bytes(PacketType.COMMIT, rng.randint(1, (1 << 62))), CLOSE, exclusive=True)
+
+
+def _q_held(rng: random.Random, t: Target) -> Input:
+    """At a server that does not lead, a FOLLOWERINFO waits for it to lead (`zabref.core.zab.ZabCore.held`), and so
+    does every packet behind it: none reaches the core, and the connection stays until the fuzzer closes it."""
+    return Input(hello(stranger_sid(rng, t)) + rng.choice([out_of_phase_packet(rng, t), mutated_packet(rng, t)]),
+                 SEND, exclusive=True)
 
 
 def _q_half_handshake(rng: random.Random, t: Target) -> Input:
-    return Input(half(rng, handshake_frame(t.ghost)), SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 3)
+    return Input(half(rng, hello(t.ghost)), SILENCE, wait=peers.HANDSHAKE_TIMEOUT + 3)
 
 
 def _q_half_frame(wait: float) -> Callable[[random.Random, Target], Input]:
+    """A FOLLOWERINFO, then half a packet: closed once it has been incomplete for initLimit ticks."""
     def make(rng: random.Random, t: Target) -> Input:
-        frame = rng.choice([packet_frame(PacketType.ACK, 1 << 32), I32.pack(rng.randint(64, 1 << 16)) + rng.randbytes(32)])
-        return Input(handshake_frame(t.ghost) + half(rng, frame), SILENCE, wait=wait, exclusive=True)
+        packet = rng.choice([packet_bytes(PacketType.ACK, 1 << 32),
+                             struct.pack(">iqi", int(PacketType.ACK), 1 << 32, rng.randint(64, 1 << 16))
+                             + rng.randbytes(32)])
+        return Input(hello(t.ghost) + half(rng, packet), SILENCE, wait=wait, exclusive=True)
     return make
 
 
@@ -285,7 +305,7 @@ def _k_auth_silence(rng: random.Random, t: Target) -> Input:
 
 def _tls_plain(rng: random.Random, t: Target) -> Input:
     """Plain bytes on a TLS port: a handshake (as the ghost) and a packet, or random bytes. Refused by TLS."""
-    payload = rng.choice([handshake_frame(t.ghost) + packet_frame(PacketType.COMMIT, 1), not_handshake(rng)])
+    payload = rng.choice([hello(t.ghost) + packet_bytes(PacketType.COMMIT, 1), not_hello(rng)])
     return Input(payload, CLOSE, tls="none")
 
 
@@ -295,7 +315,7 @@ def _tls_client_plain(rng: random.Random, t: Target) -> Input:
 
 def _tls_stranger(rng: random.Random, t: Target) -> Input:
     """TLS with a certificate of another CA: the handshake fails before any byte is read as protocol."""
-    return Input(handshake_frame(t.ghost) + packet_frame(PacketType.COMMIT, 1), CLOSE, tls="stranger")
+    return Input(hello(t.ghost) + packet_bytes(PacketType.COMMIT, 1), CLOSE, tls="stranger")
 
 
 def _tls_half_hello(rng: random.Random, t: Target) -> Input:
@@ -308,22 +328,24 @@ def _auth_wrong_proof(hello: Callable[[int], bytes]) -> Callable[[random.Random,
     """A handshake (``hello``: the port's, as the ghost), then a proof frame of the right size that is not the proof,
     then a packet."""
     def make(rng: random.Random, t: Target) -> Input:
-        return Input(hello(t.ghost) + wire.frame(rng.randbytes(64)) + packet_frame(PacketType.COMMIT, 1), CLOSE)
+        return Input(hello(t.ghost) + wire.frame(rng.randbytes(64)) + packet_bytes(PacketType.COMMIT, 1), CLOSE)
     return make
 
 
 def _auth_bad_frame(rng: random.Random, t: Target) -> Input:
     """A handshake, then where the proof goes: a frame of another size, a huge or negative length, a packet."""
     body = rng.choice([wire.frame(rng.randbytes(rng.choice([0, 1, 32, 63, 65, 200]))), bad_length(rng, 64),
-                       packet_frame(PacketType.FOLLOWERINFO, 0, payloads.encode_followerinfo_data(
-                           LearnerInfo(PROTOCOL_VERSION, t.ghost)))])
-    return Input(handshake_frame(t.ghost) + body, CLOSE)
+                       packet_bytes(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(0))])
+    return Input(hello(t.ghost) + body, CLOSE)
 
 
 def _auth_silence(rng: random.Random, t: Target) -> Input:
     """An election connection's initial message, then nothing or half a proof: closed when the exchange times out."""
     return Input(initial_message(t.ghost) + rng.choice([b"", half(rng, wire.frame(rng.randbytes(64)))]), CLOSE,
                  wait=peers.HANDSHAKE_TIMEOUT + 5)
+
+
+LEADING = frozenset({"LEADING"})
 
 
 def kind_table(tick_s: float = 0.1, init_limit: int = 10, *, tls: bool = False, auth: bool = False,
@@ -337,13 +359,15 @@ def kind_table(tick_s: float = 0.1, init_limit: int = 10, *, tls: bool = False, 
         Kind("quorum-huge-length", "quorum_port", 6, _q_huge),
         Kind("quorum-bad-sid", "quorum_port", 4, _q_bad_sid),
         Kind("quorum-bad-body", "quorum_port", 8, _q_bad_body),
-        Kind("quorum-mutated-packet", "quorum_port", 8, _q_mutated),
+        # after its FOLLOWERINFO, a learner's packets reach the core of a leader only (`_q_held`)
+        Kind("quorum-mutated-packet", "quorum_port", 8, _q_mutated, LEADING),
         Kind("quorum-wrong-type", "quorum_port", 6, _q_wrong_type),
-        Kind("quorum-out-of-phase", "quorum_port", 20, _q_out_of_phase),
-        Kind("quorum-observerinfo-then-junk", "quorum_port", 4, _q_ghost_observerinfo_then_junk, frozenset({"LEADING"})),
-        Kind("quorum-impersonate", "quorum_port", 0.3, _q_impersonate),
+        Kind("quorum-out-of-phase", "quorum_port", 20, _q_out_of_phase, LEADING),
+        Kind("quorum-held-at-a-non-leader", "quorum_port", 4, _q_held, frozenset({"FOLLOWING", "LOOKING"})),
+        Kind("quorum-observerinfo-then-junk", "quorum_port", 4, _q_ghost_observerinfo_then_junk, LEADING),
+        Kind("quorum-impersonate", "quorum_port", 0.3, _q_impersonate, LEADING),
         Kind("quorum-half-handshake", "quorum_port", 0.5, _q_half_handshake),
-        Kind("quorum-half-frame-leader", "quorum_port", 0.3, _q_half_frame(idle), frozenset({"LEADING"})),
+        Kind("quorum-half-frame-leader", "quorum_port", 0.3, _q_half_frame(idle), LEADING),
         Kind("quorum-half-frame-learner", "quorum_port", 0.3, _q_half_frame(idle), frozenset({"FOLLOWING", "LOOKING"})),
         Kind("election-random-bytes", "election_port", 6, _e_random),
         Kind("election-bad-sid", "election_port", 3, _e_bad_sid),
@@ -377,7 +401,7 @@ def kind_table(tick_s: float = 0.1, init_limit: int = 10, *, tls: bool = False, 
                       Kind("tls-client-stranger", "client_port", 2, _tls_stranger, gate="tls")]
     if auth:
         table += [
-            Kind("auth-quorum-wrong-proof", "quorum_port", 3, _auth_wrong_proof(handshake_frame), gate="auth"),
+            Kind("auth-quorum-wrong-proof", "quorum_port", 3, _auth_wrong_proof(hello), gate="auth"),
             Kind("auth-election-wrong-proof", "election_port", 3, _auth_wrong_proof(initial_message), gate="auth"),
             Kind("auth-bad-frame", "quorum_port", 3, _auth_bad_frame, gate="auth"),
             Kind("auth-silence", "election_port", 0.5, _auth_silence, gate="auth"),

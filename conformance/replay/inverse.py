@@ -88,7 +88,7 @@ def _leaderinfo(data: Any) -> bytes:
 
 #: Packet type -> the data its sender's core puts in it, from the spec's data (the inverse of mapping.packet).
 _DATA: dict[PacketType, Callable[[Any], bytes | None]] = {
-    PacketType.FOLLOWERINFO: lambda d: payloads.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, int(d))),
+    PacketType.FOLLOWERINFO: lambda d: payloads.encode_followerinfo_data(LearnerInfo(int(d), PROTOCOL_VERSION)),
     PacketType.LEADERINFO: _leaderinfo,
     PacketType.ACKEPOCH: lambda d: payloads.encode_ackepoch_data(int(d)),
     PacketType.PROPOSAL: _value,

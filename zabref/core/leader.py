@@ -91,7 +91,9 @@ class LeaderActions(CoreState):
         return [f for f in self.servers if self.learner_phase[f] in FORWARDING_PHASES]
 
     def _learner_info(self, j: int, packet: QuorumPacket) -> None:
-        """Check the LearnerInfo {protocolVersion, serverid} in FOLLOWERINFO's data (seed 000)."""
+        """Check the LearnerInfo {serverid, protocolVersion, configVersion} in FOLLOWERINFO's data, as ZooKeeper's
+        LearnerHandler does: a learner whose configuration is later than this leader's is refused ("Follower is ahead
+        of the leader"; zabref's configuration version is always 0)."""
         try:
             info = payloads.decode_followerinfo_data(packet.data)
         except CodecError as e:
@@ -100,6 +102,9 @@ class LeaderActions(CoreState):
             self._reject(j, packet, f"LearnerInfo names server {info.serverid}, the connection is from {j}")
         if info.protocol_version < PROTOCOL_VERSION:
             self._reject(j, packet, f"protocol version {info.protocol_version:#x} predates Zab 1.0")
+        if info.config_version > 0:
+            self._reject(j, packet, f"the learner's configuration version {info.config_version:#x} is later than "
+                                    "this leader's (0)")
 
     def _in_phase(self, phase: LearnerPhase) -> set[int]:
         return {f for f in self.servers if self.learner_phase[f] == phase}

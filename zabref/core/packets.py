@@ -1,6 +1,7 @@
 """Packets and identifiers of Zab, exactly as seed 000 names and numbers them.
 
-Theory of operation: this module holds plain data only -- the QuorumPacket and LearnerInfo structures of seed 000,
+Theory of operation: this module holds plain data only -- the QuorumPacket and LearnerInfo structures of seed 000
+(LearnerInfo in ZooKeeper 3.5+'s form),
 the packet-type numbers of its table, the FastLeaderElection notification, and zxid arithmetic. The wire codec
 (`zabref.net.wire`) turns these into bytes and back; the protocol core (`zabref.core.zab`) consumes and produces them.
 Nothing here does I/O.
@@ -126,10 +127,14 @@ class QuorumPacket:
 
 @dataclass(frozen=True, slots=True)
 class LearnerInfo:
-    """``class LearnerInfo { int protocolVersion; int serverid; }`` (seed 000): the data of FOLLOWERINFO."""
+    """``class LearnerInfo { long serverid; int protocolVersion; long configVersion; }``: the data of FOLLOWERINFO, as
+    ZooKeeper 3.5+ writes it (seed 000 has ``int protocolVersion; int serverid``, the form before 3.5: a departure,
+    spec/README.md). ``config_version`` is the version of the learner's configuration (zabref's is always 0: it has
+    no dynamic reconfiguration)."""
 
-    protocol_version: int
     serverid: int
+    protocol_version: int
+    config_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,9 @@
 
 Theory of operation: a QuorumPacket's ``data`` is an opaque jute buffer on the wire (`zabref.net.wire`); the core
 gives it structure here, one ``encode_*``/``decode_*`` pair per packet type: LEADERINFO (the protocol version),
-ACKEPOCH (the follower's currentEpoch, or -1), FOLLOWERINFO (a LearnerInfo), PROPOSAL (the value) and SNAP (a whole
-history). Decoding is as strict as the wire's (`zabref.core.jute`): a null, short or overlong data field raises
-`CodecError` naming the packet, the field and the offset.
+ACKEPOCH (the follower's currentEpoch, or -1), FOLLOWERINFO (a LearnerInfo, in ZooKeeper 3.5+'s form), PROPOSAL (the
+value) and SNAP (a whole history). Decoding is as strict as the wire's (`zabref.core.jute`): a null, short or
+overlong data field raises `CodecError` naming the packet, the field and the offset.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from zabref.core import jute
 from zabref.core.packets import LearnerInfo
 from zabref.errors import CodecError
 
-__all__ = ["ACKEPOCH_ALREADY_ACKNOWLEDGED", "encode_learner_info", "decode_learner_info", "encode_leaderinfo_data",
+__all__ = ["ACKEPOCH_ALREADY_ACKNOWLEDGED", "LEARNER_INFO_SIZE", "encode_learner_info", "decode_learner_info",
+           "encode_leaderinfo_data",
            "decode_leaderinfo_data", "encode_ackepoch_data", "decode_ackepoch_data", "encode_followerinfo_data",
            "decode_followerinfo_data", "encode_proposal_data", "decode_proposal_data", "encode_snap_data",
            "decode_snap_data"]
@@ -25,19 +26,21 @@ __all__ = ["ACKEPOCH_ALREADY_ACKNOWLEDGED", "encode_learner_info", "decode_learn
 #: as the currentEpoch to signal that the new epoch is not acknowledged").
 ACKEPOCH_ALREADY_ACKNOWLEDGED = -1
 
-_LEARNER_INFO = struct.Struct(">ii")
+_LEARNER_INFO = struct.Struct(">qiq")
+#: Bytes of a LearnerInfo; a zabref learner's FOLLOWERINFO has a connection id (8 bytes) after it (`zabref.net.wire`).
+LEARNER_INFO_SIZE = _LEARNER_INFO.size
 
 
 def encode_learner_info(info: LearnerInfo) -> bytes:
-    """``int protocolVersion, int serverid`` (seed 000 declares both as int)."""
-    return _LEARNER_INFO.pack(
-        jute.check_int("protocolVersion", info.protocol_version), jute.check_int("serverid", info.serverid)
-    )
+    """``long serverid, int protocolVersion, long configVersion`` (ZooKeeper 3.5+; 20 bytes)."""
+    return _LEARNER_INFO.pack(jute.check_long("serverid", info.serverid),
+                              jute.check_int("protocolVersion", info.protocol_version),
+                              jute.check_long("configVersion", info.config_version))
 
 
 def decode_learner_info(body: bytes) -> LearnerInfo:
     r = jute.Reader(jute.bytes_like(body, "LearnerInfo"), "LearnerInfo")
-    info = LearnerInfo(r.i32("protocolVersion"), r.i32("serverid"))
+    info = LearnerInfo(r.i64("serverid"), r.i32("protocolVersion"), r.i64("configVersion"))
     r.end()
     return info
 
@@ -82,10 +85,13 @@ def encode_followerinfo_data(info: LearnerInfo) -> bytes:
 
 
 def decode_followerinfo_data(data: bytes | None) -> LearnerInfo:
+    """The LearnerInfo of FOLLOWERINFO's data: 20 bytes, or 28 when a zabref learner wrote its connection's id after
+    it (read by the net layer, `zabref.net.wire.connection_id`; a ZooKeeper leader reads the first 20 bytes only)."""
     r = _data_reader(data, "FOLLOWERINFO data")
-    info = LearnerInfo(r.i32("protocolVersion"), r.i32("serverid"))
-    r.end()
-    return info
+    if len(r.buf) not in (LEARNER_INFO_SIZE, LEARNER_INFO_SIZE + 8):
+        raise r.fail(f"a LearnerInfo is {LEARNER_INFO_SIZE} bytes, or {LEARNER_INFO_SIZE + 8} with a connection id, "
+                     f"not {len(r.buf)}", 0)
+    return LearnerInfo(r.i64("serverid"), r.i32("protocolVersion"), r.i64("configVersion"))
 
 
 def encode_proposal_data(value: bytes) -> bytes:

@@ -164,7 +164,7 @@ class ZabCore(LeaderActions, FollowerActions):
         self.state = ServerState.FOLLOWING
         self.zab_state = ZabState.DISCOVERY
         self.leader = leader
-        info = payloads.encode_followerinfo_data(LearnerInfo(PROTOCOL_VERSION, self.sid))
+        info = payloads.encode_followerinfo_data(LearnerInfo(self.sid, PROTOCOL_VERSION))
         followerinfo = QuorumPacket(PacketType.FOLLOWERINFO, make_zxid(self.accepted_epoch, 0), info)
         return Output(send=((leader, followerinfo),), role=ServerState.FOLLOWING)
 

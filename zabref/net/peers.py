@@ -1,36 +1,37 @@
-"""Connections between servers: handshake, framing, bounded buffers, dialing with bounded backoff. asyncio only.
+"""Connections between servers: first bytes, packets, bounded buffers, dialing with bounded backoff. asyncio only.
 
 Theory of operation
 -------------------
-Every server-to-server TCP connection starts with a handshake -- on the quorum port a frame with the connecting
-server's sid and a random connection id (`zabref.net.wire`), on the election port ZooKeeper's initial message (its
-sid and election address, `zabref.net.zkwire`; `accept_initial`) -- and then carries frames (``int32 length,
-body``). With ``[security]`` on (`zabref.net.security`), a connection is TLS from its first byte and/or the handshake
-is followed by quorum authentication, which binds the handshake's bytes; both are done before either end reads or
-sends a packet. Two kinds exist:
+The bytes are ZooKeeper 3.8's (`zabref.net.wire`). A quorum connection opens with the learner's FOLLOWERINFO, whose
+LearnerInfo names it (`accept_hello`; a zabref learner writes the connection's id after it), and then carries one
+QuorumPacket after another, with no frame around them. An election connection opens with ZooKeeper's initial
+message (its sid and election address, `zabref.net.zkwire`; `accept_initial`) and then carries frames (``int32
+length, body``). With ``[security]`` on (`zabref.net.security`), a connection is TLS from its first byte and/or those
+first bytes are followed by quorum authentication, which binds them; both are done before either end reads or sends
+anything more. Two kinds exist:
 
 * **quorum** -- ONE connection per follower-leader pair, opened by the follower to the leader's quorum port; it
-  carries both directions (the spec's channels ``msgs[f][l]`` and ``msgs[l][f]``). Bodies are QuorumPackets.
+  carries both directions (the spec's channels ``msgs[f][l]`` and ``msgs[l][f]``).
 * **election** -- FastLeaderElection notifications (`zabref.net.votes`): as in ZooKeeper, ONE connection per pair of
   servers, the one the larger id dialed, carrying both directions (one `ElectionSender` per peer writes, a
   `VoteChannel` per connection reads); every ordered pair of servers is one FIFO channel, as the spec's
   ``electionMsgs[i][j]``.
 
-A `Connection` is one quorum connection as the runtime sees it: ``connecting`` (frames written meanwhile wait in
-``pending`` and leave, in order, once the handshake is out), ``open``, then ``closed`` with a reason. It counts the
-packets it wrote (``sent``) and read (``received``): the conformance driver compares one side's ``sent`` with the
-other side's ``received`` to know that everything sent has arrived. The runtime queues the packets of one pump
-batch (``send(..., flush=False)``) and writes them with one `flush`: one transport write (``writes``) per connection
-per batch instead of one per packet (per `WRITE_CHUNK` bytes for a large burst); ``sent`` counts a packet once it is
-written.
+A `Connection` is one quorum connection as the runtime sees it: ``connecting`` (packets written meanwhile wait in
+``pending``: the first, FOLLOWERINFO, is the dial's to write, `take_hello`, and the rest leave in order once it is
+out), ``open``, then ``closed`` with a reason. It counts the packets it wrote (``sent``) and read (``received``): the
+conformance driver compares one side's ``sent`` with the other side's ``received`` to know that everything sent has
+arrived. The runtime queues the packets of one pump batch (``send(..., flush=False)``) and writes them with one
+`flush`: one transport write (``writes``) per connection per batch instead of one per packet (per `WRITE_CHUNK` bytes
+for a large burst); ``sent`` counts a packet once it is written.
 
-Bounds (so a misbehaving peer cannot exhaust memory): a frame body is at most `MAX_QUORUM_FRAME` bytes on a quorum
-connection and `MAX_ELECTION_FRAME` on an election connection (a longer length prefix closes the connection before any
-body is read); an inbound connection's whole admission -- TLS handshake, handshake frame, quorum authentication -- must
-be done within `HANDSHAKE_TIMEOUT` seconds of its accept (`zabref.runtime.links`: one deadline, so a stranger that
-trickles each stage just inside its own bound is still closed); an election frame must complete within
-`ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_frames`' ``frame_timeout``); an election sender keeps at most
-`ELECTION_QUEUE_LIMIT` notifications.
+Bounds (so a misbehaving peer cannot exhaust memory): a quorum packet's data is at most `MAX_QUORUM_DATA` bytes and
+an election frame's body at most `MAX_ELECTION_FRAME` (a longer length closes the connection before any of it is
+read); an inbound connection's whole admission -- TLS handshake, first bytes, quorum authentication -- must be done
+within `HANDSHAKE_TIMEOUT` seconds of its accept (`zabref.runtime.links`: one deadline, so a stranger that trickles
+each stage just inside its own bound is still closed); an election frame must complete within
+`ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_stream`'s ``frame_timeout``); an election sender keeps at
+most `ELECTION_QUEUE_LIMIT` notifications.
 
 Unsent bytes. A connection whose unsent bytes exceed `SEND_BUFFER_LIMIT` (the peer stopped reading) is closed --
 except while ``catching_up`` is set: the runtime sets it on a leader's connection to a learner that is not UPTODATE
@@ -49,28 +50,30 @@ import functools
 import itertools
 import logging
 import secrets
+import struct
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from zabref.core.packets import QuorumPacket
+from zabref.core import payloads
+from zabref.core.packets import PacketType, QuorumPacket
 from zabref.errors import CodecError
 from zabref.net import wire, zkwire
 from zabref.net.security import Guard
 
 __all__ = [
     "Connection",
-    "accept_handshake",
+    "accept_hello",
     "accept_initial",
     "new_connection_id",
     "next_serial",
-    "HANDSHAKE_SIZE",
     "quiet_cancel",
     "dial",
-    "read_frames",
-    "MAX_QUORUM_FRAME",
+    "Decoder",
+    "read_stream",
+    "MAX_QUORUM_DATA",
     "MAX_ELECTION_FRAME",
     "SEND_BUFFER_LIMIT",
     "WRITE_CHUNK",
@@ -81,7 +84,9 @@ __all__ = [
 
 log = logging.getLogger("zabref")
 
-MAX_QUORUM_FRAME = 16 * 1024 * 1024
+#: A quorum packet's data bound (zabref's SNAP carries a whole history in it). A ZooKeeper learner reads at most its
+#: ``jute.maxbuffer`` (about 1 MiB, `zabref.net.zkwire.JUTE_MAX`) in one buffer.
+MAX_QUORUM_DATA = 16 * 1024 * 1024
 #: An election frame's bound: a notification carries the configuration's text (`zabref.net.wire`), about 50 bytes a
 #: server; ZooKeeper's own bound is 512 KiB (QuorumCnxManager.PACKETMAXSIZE).
 MAX_ELECTION_FRAME = 8 * 1024
@@ -89,12 +94,12 @@ SEND_BUFFER_LIMIT = 32 * 1024 * 1024
 #: Most bytes of queued frames joined into one transport write by `Connection.flush`.
 WRITE_CHUNK = 256 * 1024
 HANDSHAKE_TIMEOUT = 5.0
-#: Bytes of a handshake body: sid and connection id.
-HANDSHAKE_SIZE = 16
 #: Seconds an election frame (at most MAX_ELECTION_FRAME bytes) may take from its first byte to its last.
 ELECTION_FRAME_TIMEOUT = 5.0
 ELECTION_QUEUE_LIMIT = 1000
 _READ_CHUNK = 256 * 1024
+_TYPE_NUMBERS = frozenset(map(int, PacketType))
+T = TypeVar("T")
 _serials = itertools.count(1)
 
 
@@ -117,24 +122,44 @@ def quiet_cancel(handler: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class HandshakeError(Exception):
-    """The first frame of an inbound connection was not a valid handshake."""
+    """The first bytes of an inbound connection (a quorum port's FOLLOWERINFO, an election port's initial message)
+    do not open it."""
 
 
-async def accept_handshake(reader: asyncio.StreamReader) -> tuple[int, int]:
-    """Read the handshake frame of an inbound connection: the peer's sid and the connection id. Raises
-    HandshakeError saying why."""
+async def accept_hello(reader: asyncio.StreamReader) -> tuple[QuorumPacket, bytes, int | None]:
+    """Read the first packet of an inbound quorum connection, as a ZooKeeper or zabref learner writes it: FOLLOWERINFO,
+    whose LearnerInfo names the learner (ZooKeeper's LearnerHandler takes no other first packet). Returns the packet,
+    its bytes (what quorum authentication binds) and the connection id a zabref learner writes after the LearnerInfo
+    (None from a ZooKeeper learner; `zabref.net.wire.connection_id`). Raises HandshakeError saying why."""
+    got = b""
+
+    async def more(n: int) -> None:
+        nonlocal got
+        got += await asyncio.wait_for(reader.readexactly(n), HANDSHAKE_TIMEOUT)
+
     try:
-        prefix = await asyncio.wait_for(reader.readexactly(4), HANDSHAKE_TIMEOUT)
-        length = int.from_bytes(prefix, "big", signed=True)
-        if length != HANDSHAKE_SIZE:
-            raise HandshakeError(f"handshake length prefix is {length}, expected {HANDSHAKE_SIZE} (an int64 sid "
-                                 "and an int64 connection id)")
-        body = await asyncio.wait_for(reader.readexactly(HANDSHAKE_SIZE), HANDSHAKE_TIMEOUT)
-        return wire.decode_handshake(body)
+        await more(4)  # the type: anything but FOLLOWERINFO is refused at once
+        (ptype,) = struct.unpack(">i", got)
+        if ptype != PacketType.FOLLOWERINFO:
+            name = PacketType(ptype).name if ptype in _TYPE_NUMBERS else f"type {ptype}"
+            raise HandshakeError(f"the first packet is {name}, not FOLLOWERINFO"
+                                 + (" (zabref has no observers)" if ptype == PacketType.OBSERVERINFO else ""))
+        await more(12)  # zxid, data length
+        (length,) = struct.unpack_from(">i", got, 12)
+        if length not in (payloads.LEARNER_INFO_SIZE, payloads.LEARNER_INFO_SIZE + 8):
+            raise HandshakeError(f"FOLLOWERINFO's data is {length} bytes: a LearnerInfo is "
+                                 f"{payloads.LEARNER_INFO_SIZE}, or {payloads.LEARNER_INFO_SIZE + 8} with a "
+                                 "connection id")
+        await more(length + 4)  # the data, the authinfo count
+        if got[-4:] not in (b"\xff\xff\xff\xff", bytes(4)):
+            raise HandshakeError("FOLLOWERINFO carries authinfo")
+        packet = wire.decode_quorum_packet(got)
+        return packet, got, wire.connection_id(packet)
     except asyncio.IncompleteReadError as e:
-        raise HandshakeError(f"connection ended after {len(e.partial)} bytes of the handshake") from None
+        ended = len(got) + len(e.partial)
+        raise HandshakeError(f"connection ended after {ended} bytes of the first packet (FOLLOWERINFO)") from None
     except TimeoutError:
-        raise HandshakeError(f"no handshake within {HANDSHAKE_TIMEOUT} s") from None
+        raise HandshakeError(f"no FOLLOWERINFO within {HANDSHAKE_TIMEOUT} s") from None
     except CodecError as e:
         raise HandshakeError(str(e)) from None
 
@@ -173,19 +198,19 @@ async def accept_initial(reader: asyncio.StreamReader) -> tuple[zkwire.Initial, 
 
 
 def new_connection_id() -> int:
-    """A random, non-negative int64: a connection's id in its handshake (`zabref.net.wire.encode_handshake`)."""
+    """A random, non-negative int64: a quorum connection's id (`zabref.net.wire.with_connection_id`)."""
     return secrets.randbits(63)
 
 
-async def dial(host: str, port: int, sid: int, *, peer: int, attempts: int, timeout: float, cid: int | None = None,
-               first_delay: float = 0.02, max_delay: float = 1.0, guard: Guard | None = None,
-               initial: zkwire.Initial | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to ``host:port`` (server ``peer``) and send the handshake (``sid``), or, on an election port, the
-    ``initial`` message ZooKeeper's servers send there; up to ``attempts`` tries with exponential backoff.
+async def dial(host: str, port: int, hello: bytes, *, peer: int, attempts: int, timeout: float,
+               first_delay: float = 0.02, max_delay: float = 1.0,
+               guard: Guard | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to ``host:port`` (server ``peer``) and write ``hello``: on a quorum port the learner's first packet
+    (FOLLOWERINFO), on an election port ZooKeeper's initial message; up to ``attempts`` tries with exponential backoff.
 
-    With a ``guard`` (`zabref.net.security`), the connection is TLS when quorum TLS is on, and quorum authentication is
-    done before this returns. Raises the last OSError (or TimeoutError; `zabref.net.security.AuthError`, an OSError, for
-    a failed authentication) when every attempt failed.
+    With a ``guard`` (`zabref.net.security`), the connection is TLS when quorum TLS is on, and quorum authentication,
+    bound to ``hello``, is done before this returns. Raises the last OSError (or TimeoutError;
+    `zabref.net.security.AuthError`, an OSError, for a failed authentication) when every attempt failed.
     """
     tls: dict[str, Any] = {}
     if guard is not None and guard.quorum_client is not None:
@@ -198,15 +223,10 @@ async def dial(host: str, port: int, sid: int, *, peer: int, attempts: int, time
     ):
         with attempt:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **tls), timeout)
-            if initial is None:
-                handshake = wire.encode_handshake(sid, new_connection_id() if cid is None else cid)
-                writer.write(wire.frame(handshake))
-            else:
-                handshake = zkwire.encode_initial(initial)  # what quorum authentication binds, as a handshake's body
-                writer.write(handshake)
+            writer.write(hello)
             if guard is not None:
                 try:
-                    await guard.prove(reader, writer, handshake, peer, HANDSHAKE_TIMEOUT)
+                    await guard.prove(reader, writer, hello, peer, HANDSHAKE_TIMEOUT)
                 except OSError:
                     writer.close()
                     raise
@@ -214,17 +234,28 @@ async def dial(host: str, port: int, sid: int, *, peer: int, attempts: int, time
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def read_frames(reader: asyncio.StreamReader, max_frame: int, what: str,
-                      on_body: Callable[[bytes], None], *, frame_timeout: float | None = None) -> str:
-    """Feed ``on_body`` every frame body until the stream ends; return why it ended (for the log line).
+class Decoder(Protocol[T]):
+    """What `read_stream` reads with: `zabref.net.wire.FrameDecoder` (election, client) or `wire.PacketDecoder`."""
 
-    ``on_body`` may raise CodecError (a body that does not decode) or ValueError (a body that is not allowed): the
-    reading stops and the message becomes the reason. With ``frame_timeout``, a frame must be complete within that
-    many seconds of its first byte (the time between frames is not bounded).
+    @property
+    def buffered(self) -> int: ...
+
+    def feed(self, data: bytes) -> list[T]: ...
+
+    def close(self) -> None: ...
+
+
+async def read_stream(reader: asyncio.StreamReader, decoder: Decoder[T], on_item: Callable[[T], None], *,
+                      frame_timeout: float | None = None) -> str:
+    """Feed ``on_item`` everything ``decoder`` makes of the stream (frame bodies, packets) until it ends; return why it
+    ended (for the log line).
+
+    ``on_item`` may raise CodecError (a body that does not decode) or ValueError (one that is not allowed): the reading
+    stops and the message becomes the reason. With ``frame_timeout``, a frame or packet must be complete within that
+    many seconds of its first byte (the time between them is not bounded).
     """
-    decoder = wire.FrameDecoder(max_frame, what)
     loop = asyncio.get_running_loop()
-    started: float | None = None  # when the first byte of the incomplete frame in ``decoder`` arrived
+    started: float | None = None  # when the first byte of the incomplete item in ``decoder`` arrived
     try:
         while True:
             if frame_timeout is not None and started is not None:
@@ -232,20 +263,20 @@ async def read_frames(reader: asyncio.StreamReader, max_frame: int, what: str,
                 try:
                     chunk = await asyncio.wait_for(reader.read(_READ_CHUNK), max(left, 0.0))
                 except TimeoutError:
-                    return (f"bad input: a frame is still incomplete {frame_timeout} s after its first byte "
+                    return (f"bad input: a frame or packet is still incomplete {frame_timeout} s after its first byte "
                             f"({decoder.buffered} bytes of it received)")
             else:
                 chunk = await reader.read(_READ_CHUNK)
             if not chunk:
                 decoder.close()
                 return "peer closed the connection"
-            bodies = decoder.feed(chunk)
+            items = decoder.feed(chunk)
             if not decoder.buffered:
                 started = None
-            elif bodies or started is None:  # the incomplete frame began in this chunk
+            elif items or started is None:  # the incomplete item began in this chunk
                 started = loop.time()
-            for body in bodies:
-                on_body(body)
+            for item in items:
+                on_item(item)
     except CodecError as e:
         return f"bad input: {e}"
     except ValueError as e:
@@ -260,16 +291,18 @@ class Connection:
     def __init__(self, peer: int, *, initiated: bool, cid: int | None = None) -> None:
         self.peer = peer
         self.initiated = initiated  # True: we connected to the peer (we follow it); False: it connected to us
-        self.cid = new_connection_id() if cid is None else cid  # the connection id both ends know (handshake)
+        self.cid = new_connection_id() if cid is None else cid  # the connection id both ends know (FOLLOWERINFO)
         self.serial = next_serial()
         self.state = "connecting"
         self.sent = 0
         self.received = 0
         self.close_reason: str | None = None
         self.writer: asyncio.StreamWriter | None = None
-        self.pending: list[bytes] = []  # frames sent while connecting
-        self._out: list[bytes] = []  # frames queued with send(flush=False), written by the next flush
-        self.writes = 0  # transport writes made (each carries one or more frames)
+        self.pending: list[bytes] = []  # packets sent while connecting
+        self.hello_sent = False  # an outbound connection's first packet (FOLLOWERINFO) is written by the dial
+        self._first_sent = False
+        self._out: list[bytes] = []  # packets queued with send(flush=False), written by the next flush
+        self.writes = 0  # transport writes made (each carries one or more packets)
         self.inbound: deque[QuorumPacket] = deque()  # packets read and not yet taken by the node, in order
         # the node deferred the head packet; it is offered again after the node's next change of role or zabState
         self.blocked = False
@@ -282,13 +315,23 @@ class Connection:
     def closed(self) -> bool:
         return self.state == "closed"
 
+    def take_hello(self) -> bytes:
+        """An outbound connection's first packet, taken from ``pending`` for the dial to write (`dial`'s ``hello``):
+        the learner's FOLLOWERINFO, with this connection's id (`send`). Empty if nothing was sent yet."""
+        if not self.pending:
+            return b""
+        self.hello_sent = True
+        return self.pending.pop(0)
+
     def attach(self, writer: asyncio.StreamWriter) -> None:
-        """The TCP connection is up (handshake written or read): flush what waited, in order."""
+        """The TCP connection is up (first bytes written or read): flush what waited, in order."""
         if self.closed:
             writer.close()
             return
         self.writer = writer
         self.state = "open"
+        if self.hello_sent:
+            self.sent += 1
         waiting, self.pending = self.pending, []
         self._out[:0] = waiting  # what waited goes first, in one write with anything queued since
         self.flush()
@@ -298,12 +341,16 @@ class Connection:
     def send(self, packet: QuorumPacket, *, flush: bool = True) -> bool:
         """Queue one packet for the peer; False if the connection is closed (the packet is lost, as in the spec).
 
-        With ``flush=False`` the frame waits in this connection's output until `flush`: the runtime queues every
+        With ``flush=False`` the packet waits in this connection's output until `flush`: the runtime queues every
         packet of one pump batch and then writes them with ONE transport write per connection.
         """
         if self.closed:
             return False
-        framed = wire.frame(wire.encode_quorum_packet(packet))
+        if self.initiated and not self._first_sent:  # a learner's FOLLOWERINFO says which connection this is
+            self._first_sent = True
+            if packet.type == PacketType.FOLLOWERINFO:
+                packet = wire.with_connection_id(packet, self.cid)
+        framed = wire.encode_quorum_packet(packet)
         if self.state == "connecting":
             if sum(map(len, self.pending)) + len(framed) > SEND_BUFFER_LIMIT:
                 self.close(f"more than {SEND_BUFFER_LIMIT} bytes wait for the connection to open")
@@ -316,7 +363,7 @@ class Connection:
         return not self.closed
 
     def flush(self) -> None:
-        """Write the queued frames: one ``transport.write`` (one send syscall when the kernel takes it all) for up to
+        """Write the queued packets: one ``transport.write`` (one send syscall when the kernel takes it all) for up to
         `WRITE_CHUNK` bytes of them, so that a large catch-up burst is not copied whole into one buffer."""
         if not self._out or self.closed or self.writer is None:
             return

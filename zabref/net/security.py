@@ -13,20 +13,20 @@ before one byte of it is read as protocol. Quorum and election connections are m
 of the configured CA (as ZooKeeper's sslQuorum). The client port asks for a client certificate with ``client_auth =
 "need"`` and not with ``"none"``. Unless ``hostname_verification`` is false, a dialer checks that the certificate names
 the host it dialed, and a quorum or election acceptor that the dialer's certificate names the configured host of the
-server its handshake frame names (`Guard.check_peer_host`; ZooKeeper's sslQuorum checks a connecting server's
+server its first bytes name (`Guard.check_peer_host`; ZooKeeper's sslQuorum checks a connecting server's
 certificate too, against its address: ZKTrustManager.checkClientTrusted), so a certificate of the CA issued for another
 host is refused at either end. A follower forwards client requests to its leader's client port with its own certificate.
 
 **Quorum authentication** (``quorum_secret``: a file only its owner may read, at least `MIN_SECRET` bytes). Right
-after the handshake frame (sid, connection id; `zabref.net.wire`) on a quorum or election connection, the two ends
-prove to each other that they know the secret, before the acceptor reads any packet of the dialer and before the
-dialer sends one. Every message is a frame (``int32 length, body``):
+after the first bytes of a quorum or election connection (a learner's FOLLOWERINFO, an initial message), the two ends
+prove to each other that they know the secret, before the acceptor reads anything more of the dialer (or gives the
+node that FOLLOWERINFO) and before the dialer sends anything more. Every message is a frame (``int32 length, body``):
 
 1. acceptor -> dialer: a challenge, `NONCE` random bytes ``a``;
 2. dialer -> acceptor: `NONCE` random bytes ``d`` and ``HMAC-SHA256(secret, DIALER | handshake | acceptor | a | d)``;
 3. acceptor -> dialer: ``HMAC-SHA256(secret, ACCEPTOR | handshake | acceptor | a | d)``.
 
-``handshake`` is the handshake frame's body, so a proof is bound to the sid and connection id it vouches for;
+``handshake`` is those first bytes, so a proof is bound to the sid (and connection id) they name;
 ``acceptor`` is the sid of the server dialed (int64, big-endian: the dialer knows whom it dialed, the acceptor who it
 is), so a proof a server made for one peer is no proof for another: a stranger listening at the address of a server
 that is down cannot relay the challenge of a live server to the servers that dial it and pass their answer on
@@ -192,7 +192,7 @@ class Guard:
 
     async def prove(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handshake: bytes,
                     acceptor: int, timeout: float) -> None:
-        """Dialer's side, after writing the handshake frame to server ``acceptor`` (nothing without a secret);
+        """Dialer's side, after writing its first bytes to server ``acceptor`` (nothing without a secret);
         AuthError if the acceptor does not know the secret or does not follow the exchange."""
         if self.secret is None:
             return
@@ -205,7 +205,7 @@ class Guard:
 
     async def check(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handshake: bytes,
                     me: int, timeout: float) -> None:
-        """Acceptor's side on server ``me``, after reading the handshake frame (nothing without a secret);
+        """Acceptor's side on server ``me``, after reading the dialer's first bytes (nothing without a secret);
         AuthError if the dialer does not prove the secret. Nothing after the dialer's proof is read here."""
         if self.secret is None:
             return

@@ -27,7 +27,7 @@ from typing import Any
 from zabref.core.packets import Notification
 from zabref.net import wire
 from zabref.net.peers import ELECTION_QUEUE_LIMIT, dial, next_serial
-from zabref.net.zkwire import PROTOCOL_V1, Initial
+from zabref.net.zkwire import PROTOCOL_V1, Initial, encode_initial
 from zabref.net.security import AuthError, Guard
 
 log = logging.getLogger("zabref")
@@ -155,8 +155,9 @@ class ElectionSender:
         """Dial the peer; True if this server now holds the pair's connection. The smaller id's dial asks the peer
         to dial back, and waits (bounded) for that connection (`adopt`)."""
         self._adopted.clear()
-        reader, writer = await dial(self.host, self.port, self.sid, peer=self.peer, attempts=1, timeout=1.0,
-                                    guard=self.guard, initial=Initial(self.sid, PROTOCOL_V1, (self.address,)))
+        hello = encode_initial(Initial(self.sid, PROTOCOL_V1, (self.address,)))
+        reader, writer = await dial(self.host, self.port, hello, peer=self.peer, attempts=1, timeout=1.0,
+                                    guard=self.guard)
         if self.sid > self.peer:
             self._writer, self.sent, self._dial_back, self._dialed = writer, 0, False, True
             log.info("election connection to %d open", self.peer)

@@ -1,29 +1,38 @@
-"""The wire codec: QuorumPacket, LearnerInfo, election notifications and handshakes as bytes, and back. Sans-IO.
+"""The wire codec: QuorumPackets, LearnerInfo's connection id, election notifications and frames as bytes, and
+back. Sans-IO.
 
 Theory of operation
 -------------------
-Every connection (quorum port and election port alike) carries a stream of *frames*: a big-endian ``int32`` length,
-then that many bytes of body. The first frame on a connection is a *handshake* whose body is the connecting server's
-sid and a connection id (two ``int64``); every later frame is a QuorumPacket (quorum port) or a Notification
-(election port, in ZooKeeper 3.8's form: `zabref.net.zkwire` reads and writes it). Bodies use jute's binary
-encoding, as ZooKeeper does:
+The bytes are ZooKeeper 3.8's on both server ports, so that zabref and ZooKeeper servers talk to each other:
+
+* **Quorum port**: one jute ``QuorumPacket {int type; long zxid; buffer data; vector<Id> authinfo}`` after another,
+  with no frame around it (ZooKeeper's Learner and LearnerHandler write records straight onto the socket); a
+  `PacketDecoder` takes bytes as they arrive (``feed``) and hands back the packets they complete, whatever the
+  chunking. The learner's first packet, FOLLOWERINFO, says who it is: its data is a LearnerInfo (``long serverid,
+  int protocolVersion, long configVersion``, `zabref.core.payloads`), after which a zabref learner writes the
+  connection's id (``long``; `with_connection_id`, `connection_id`), so that both ends name the connection in their
+  action logs and `zabref validate` tells a new connection's packets from an old one's. A ZooKeeper leader reads the
+  first 20 bytes of that data and no more (LearnerHandler), so the id costs it nothing.
+* **Election port**: ZooKeeper's initial message, then *frames* (a big-endian ``int32`` length, then that many bytes
+  of body; `frame`, `FrameDecoder`) whose bodies are Notifications in ZooKeeper 3.8's form (`zabref.net.zkwire`
+  reads and writes it). The client port frames its JSON the same way (`zabref.net.clientwire`).
+
+Bodies use jute's binary encoding, as ZooKeeper does (`zabref.core.jute`):
 
 * ``int`` = big-endian int32, ``long`` = big-endian int64;
 * ``buffer`` = int32 length then the bytes, length -1 meaning null;
 * ``ustring`` = int32 length then UTF-8 bytes;
 * ``vector<T>`` = int32 count then the elements, count -1 meaning null.
 
-This module holds no sockets, clocks or threads. ``frame(body)`` and the ``encode_*`` functions turn values into bytes;
-a `FrameDecoder` takes bytes as they arrive (``feed``) and hands back complete frame bodies, whatever the chunking; the
-``decode_*`` functions turn a body into a value. A QuorumPacket's ``data`` is an opaque buffer at this level;
-`zabref.core.payloads` gives it structure for the packet types whose data has structure (seed 000's table). The jute
-primitives both use are `zabref.core.jute`.
+This module holds no sockets, clocks or threads. A QuorumPacket's ``data`` is an opaque buffer at this level;
+`zabref.core.payloads` gives it structure for the packet types whose data has structure.
 
 Decoding is strict: an unknown type number, a short body, trailing bytes, a negative length, invalid UTF-8 or a count
-larger than the bytes that remain raise `CodecError`, naming what was being decoded and the byte offset. Nothing else
-escapes a decoder, and no length read from the wire is allocated before it is checked against the bytes present (or,
-for a frame prefix, against the decoder's maximum frame size). Encoding a value whose fields do not fit their wire
-types raises `ValueError`: that is the caller's bug, not the peer's.
+larger than the bytes that remain raise `CodecError`, naming what was being decoded and the byte offset (from the
+start of the stream, for a decoder). Nothing else escapes a decoder, and no length read from the wire is allocated
+before it is checked against its bound (a frame's against the decoder's maximum frame size, a packet's data against
+its maximum data size). Encoding a value whose fields do not fit their wire types raises `ValueError`: that is the
+caller's bug, not the peer's.
 
 Two equal values always encode to the same bytes. An empty ``authinfo`` is written as a null vector (count -1), as
 ZooKeeper writes packets built with ``authinfo = null``; a count of 0 decodes to the same empty tuple.
@@ -32,8 +41,9 @@ ZooKeeper writes packets built with ``authinfo = null``; a count of 0 decodes to
 from __future__ import annotations
 
 import struct
+from typing import Generic, TypeVar
 
-from zabref.core import jute
+from zabref.core import jute, payloads
 from zabref.core.packets import AuthId, Notification, PacketType, QuorumPacket, ServerState
 from zabref.errors import CodecError
 from zabref.net import zkwire
@@ -42,13 +52,16 @@ __all__ = [
     "DEFAULT_MAX_FRAME",
     "FrameDecoder",
     "frame",
-    "encode_handshake",
-    "decode_handshake",
+    "PacketDecoder",
+    "with_connection_id",
+    "connection_id",
     "encode_quorum_packet",
     "decode_quorum_packet",
     "encode_notification",
     "decode_notification",
 ]
+
+T = TypeVar("T")
 
 #: Largest frame body a `FrameDecoder` accepts unless told otherwise (ZooKeeper's jute.maxbuffer is of this order).
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
@@ -66,7 +79,58 @@ def frame(body: bytes) -> bytes:
 
 
 
-class FrameDecoder:
+class _StreamDecoder(Generic[T]):
+    """What both decoders share: the bytes received and not yet decoded, their offset in the stream, and the error
+    that breaks the decoder for good. A subclass says where the item at a position ends (`_item_at`) and why a stream
+    cut inside one is bad (`_cut_reason`)."""
+
+    def __init__(self, bound: int, name: str, what: str) -> None:
+        if not 0 <= bound <= jute.INT_MAX:
+            raise ValueError(f"{name} = {bound} must be in 0..{jute.INT_MAX}")
+        self.what = what
+        self._buf = bytearray()
+        self._consumed = 0  # stream offset of self._buf[0]
+        self._error: CodecError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete item."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[T]:
+        if self._error is not None:
+            raise self._error
+        self._buf += data
+        items: list[T] = []
+        pos = 0
+        try:
+            while (got := self._item_at(pos)) is not None:
+                item, pos = got
+                items.append(item)
+        except CodecError as e:
+            self._error = e
+            raise
+        finally:
+            del self._buf[:pos]
+            self._consumed += pos
+        return items
+
+    def close(self) -> None:
+        """The stream has ended: raise `CodecError` if it stopped inside an item."""
+        if self._error is not None:
+            raise self._error
+        if self._buf:
+            self._error = CodecError(self.what, self._consumed, self._cut_reason())
+            raise self._error
+
+    def _item_at(self, pos: int) -> tuple[T, int] | None:  # pragma: no cover -- every subclass has its own
+        raise NotImplementedError
+
+    def _cut_reason(self) -> str:  # pragma: no cover -- every subclass has its own
+        raise NotImplementedError
+
+
+class FrameDecoder(_StreamDecoder[bytes]):
     """Bytes in, complete frame bodies out, however the stream is cut into chunks.
 
     ``feed(data)`` returns the bodies of every frame completed by ``data`` (possibly none, possibly many). A negative
@@ -77,82 +141,24 @@ class FrameDecoder:
     """
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, what: str = "frame") -> None:
-        if not 0 <= max_frame <= jute.INT_MAX:
-            raise ValueError(f"max_frame = {max_frame} must be in 0..{jute.INT_MAX}")
+        super().__init__(max_frame, "max_frame", what)
         self.max_frame = max_frame
-        self.what = what
-        self._buf = bytearray()
-        self._consumed = 0  # stream offset of self._buf[0]
-        self._error: CodecError | None = None
 
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet part of a complete frame."""
-        return len(self._buf)
+    def _item_at(self, pos: int) -> tuple[bytes, int] | None:
+        if len(self._buf) - pos < 4:
+            return None
+        (length,) = jute.INT.unpack_from(self._buf, pos)
+        if length < 0 or length > self.max_frame:
+            raise CodecError(self.what, self._consumed + pos, f"length prefix {length} is outside 0..{self.max_frame}")
+        if len(self._buf) - pos - 4 < length:
+            return None
+        return bytes(self._buf[pos + 4: pos + 4 + length]), pos + 4 + length
 
-    def feed(self, data: bytes) -> list[bytes]:
-        if self._error is not None:
-            raise self._error
-        self._buf += data
-        bodies: list[bytes] = []
-        pos = 0
-        try:
-            while len(self._buf) - pos >= 4:
-                (length,) = jute.INT.unpack_from(self._buf, pos)
-                if length < 0 or length > self.max_frame:
-                    reason = f"length prefix {length} is outside 0..{self.max_frame}"
-                    raise CodecError(self.what, self._consumed + pos, reason)
-                if len(self._buf) - pos - 4 < length:
-                    break
-                bodies.append(bytes(self._buf[pos + 4 : pos + 4 + length]))
-                pos += 4 + length
-        except CodecError as e:
-            self._error = e
-            raise
-        finally:
-            del self._buf[:pos]
-            self._consumed += pos
-        return bodies
-
-    def close(self) -> None:
-        """The stream has ended: raise `CodecError` if it stopped inside a frame."""
-        if self._error is not None:
-            raise self._error
-        if self._buf:
-            if len(self._buf) < 4:
-                reason = f"stream ended after {len(self._buf)} of 4 length-prefix bytes"
-            else:
-                (length,) = jute.INT.unpack_from(self._buf, 0)
-                reason = f"stream ended after {len(self._buf) - 4} of {length} body bytes"
-            self._error = CodecError(self.what, self._consumed, reason)
-            raise self._error
-
-
-# ---------------------------------------------------------------------------------------------------------- handshake
-
-
-def encode_handshake(sid: int, cid: int) -> bytes:
-    """The first frame's body on every connection between servers: the connecting server's sid and a connection id
-    (two int64 >= 0). The dialer picks the id at random; both ends log it with every packet of the connection, so
-    that `zabref validate` tells a new connection's packets from an old one's."""
-    if sid < 0 or cid < 0:
-        raise ValueError(f"sid = {sid} and connection id = {cid} must not be negative")
-    return jute.LONG.pack(jute.check_long("sid", sid)) + jute.LONG.pack(jute.check_long("connection id", cid))
-
-
-def decode_handshake(body: bytes) -> tuple[int, int]:
-    """(sid, connection id) of a handshake body."""
-    r = jute.Reader(jute.bytes_like(body, "handshake"), "handshake")
-    start = r.pos
-    sid = r.i64("sid")
-    if sid < 0:
-        raise r.fail(f"sid is negative ({sid})", start)
-    start = r.pos
-    cid = r.i64("connection id")
-    if cid < 0:
-        raise r.fail(f"connection id is negative ({cid})", start)
-    r.end()
-    return sid, cid
+    def _cut_reason(self) -> str:
+        if len(self._buf) < 4:
+            return f"stream ended after {len(self._buf)} of 4 length-prefix bytes"
+        (length,) = jute.INT.unpack_from(self._buf, 0)
+        return f"stream ended after {len(self._buf) - 4} of {length} body bytes"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -204,6 +210,91 @@ def decode_quorum_packet(body: bytes) -> QuorumPacket:
 
 #: The authinfo count of a packet without it: -1 (a null vector, as ZooKeeper writes it) or 0 (the same, empty).
 _NO_AUTHINFO = (jute.INT.pack(-1), jute.INT.pack(0))
+
+
+class PacketDecoder(_StreamDecoder[QuorumPacket]):
+    """Bytes in, QuorumPackets out, on a quorum connection (no frames: one packet after another), however the stream
+    is cut into chunks.
+
+    ``feed(data)`` returns every packet completed by ``data`` (possibly none, possibly many). An unknown type raises
+    `CodecError` as soon as its 4 bytes are present, a data length outside -1..``max_data`` as soon as the packet's
+    first 16 bytes are, before its data arrives; authinfo (a count within `zkwire.AUTHINFO_MAX`, strings within
+    `zkwire.JUTE_MAX`, never null) with a `zkwire.Cursor`, waiting for more bytes while it runs short. After an
+    error the decoder is broken: every later ``feed`` raises the same error (the connection must be closed).
+    ``close()`` checks that the stream ended between packets. Offsets in errors count bytes from the start of the
+    stream.
+    """
+
+    def __init__(self, max_data: int = DEFAULT_MAX_FRAME, what: str = "quorum stream") -> None:
+        super().__init__(max_data, "max_data", what)
+        self.max_data = max_data
+
+    def _item_at(self, pos: int) -> tuple[QuorumPacket, int] | None:
+        """The packet starting at ``pos`` and where the next one starts, or None if its bytes are not all here."""
+        buf = self._buf
+        if len(buf) - pos < 16:
+            if len(buf) - pos >= 4:
+                (number,) = jute.INT.unpack_from(buf, pos)
+                if number not in _PACKET_TYPES:
+                    raise CodecError(self.what, self._consumed + pos, f"unknown packet type {number}")
+            return None
+        number, zxid, n = _PACKET_HEAD.unpack_from(buf, pos)
+        ptype = _PACKET_TYPES.get(number)
+        if ptype is None:
+            raise CodecError(self.what, self._consumed + pos, f"unknown packet type {number}")
+        if n < -1 or n > self.max_data:
+            raise CodecError(f"{self.what}: QuorumPacket {ptype.name}", self._consumed + pos + 12,
+                             f"data length {n} is outside -1..{self.max_data}")
+        end = pos + 16 + (n if n > 0 else 0)
+        if len(buf) < end + 4:
+            return None
+        data = None if n == -1 else bytes(buf[pos + 16:end])
+        (count,) = jute.INT.unpack_from(buf, end)
+        if count in (-1, 0):
+            return QuorumPacket(ptype, zxid, data), end + 4
+        cur = zkwire.Cursor(bytes(buf[end:]), f"{self.what}: QuorumPacket {ptype.name} authinfo")
+        try:
+            count = cur.length("authinfo count", zkwire.AUTHINFO_MAX, nullable=True) or 0
+            ids = []
+            for i in range(count):
+                pair = []
+                for field in (f"authinfo[{i}].scheme", f"authinfo[{i}].id"):
+                    at = cur.pos
+                    text = cur.ustring(field)
+                    if text is None:
+                        raise cur.fail(f"{field} is null", at)
+                    pair.append(text)
+                ids.append(AuthId(*pair))
+        except zkwire.Short:
+            return None
+        except CodecError as e:
+            raise CodecError(e.what, self._consumed + end + e.offset, e.reason) from None
+        return QuorumPacket(ptype, zxid, data, tuple(ids)), end + cur.pos
+
+    def _cut_reason(self) -> str:
+        return f"stream ended inside a QuorumPacket ({len(self._buf)} bytes of it received)"
+
+
+def with_connection_id(packet: QuorumPacket, cid: int) -> QuorumPacket:
+    """A learner's FOLLOWERINFO with the connection's id (``long``, >= 0) written after its LearnerInfo."""
+    if packet.type != PacketType.FOLLOWERINFO or packet.data is None or len(packet.data) != payloads.LEARNER_INFO_SIZE:
+        raise ValueError(f"only a FOLLOWERINFO with a {payloads.LEARNER_INFO_SIZE}-byte LearnerInfo takes a "
+                         "connection id")
+    if cid < 0:
+        raise ValueError(f"connection id = {cid} must not be negative")
+    return QuorumPacket(packet.type, packet.zxid, packet.data + jute.LONG.pack(jute.check_long("connection id", cid)))
+
+
+def connection_id(packet: QuorumPacket) -> int | None:
+    """The connection id a zabref learner wrote after the LearnerInfo of its FOLLOWERINFO (`with_connection_id`), or
+    None when its data is the LearnerInfo alone, as a ZooKeeper learner sends it. `CodecError` for a negative id."""
+    data = packet.data
+    if packet.type != PacketType.FOLLOWERINFO or data is None or len(data) != payloads.LEARNER_INFO_SIZE + 8:
+        return None
+    (cid,) = jute.LONG.unpack_from(data, payloads.LEARNER_INFO_SIZE)
+    if cid < 0:
+        raise CodecError("FOLLOWERINFO data", payloads.LEARNER_INFO_SIZE, f"connection id is negative ({cid})")
+    return cid
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -2,14 +2,14 @@
 
 Theory of operation
 -------------------
-Connections (`zabref.net.peers`): a follower dials its leader when the node says so (``Effects.dial``) and sends the
-handshake; a leader takes the connections its learners open. A connection that ends (EOF, reset, bad bytes, a
-packet no spec action takes) is closed, logged with its reason, and reported to the node; packets not yet given to
-the node when their connection closes are dropped (the spec empties both channels of a closed connection). Election
-notifications go out through one `zabref.net.votes.ElectionSender` per peer, on the pair's one connection (the one the
-larger id dialed, as ZooKeeper's QuorumCnxManager keeps it), and come in on every connection a `VoteChannel` reads:
-the pair's, and a smaller id's dial until its dialer closes it (that dial asks for the pair's connection: this server
-dials back).
+Connections (`zabref.net.peers`): a follower dials its leader when the node says so (``Effects.dial``) and writes its
+FOLLOWERINFO first; a leader takes the connections its learners open, each named by its FOLLOWERINFO. A connection
+that ends (EOF, reset, bad bytes, a packet no spec action takes) is closed, logged with its reason, and reported to
+the node; packets not yet given to the node when their connection closes are dropped (the spec empties both channels
+of a closed connection). Election notifications go out through one `zabref.net.votes.ElectionSender` per peer, on the
+pair's one connection (the one the larger id dialed, as ZooKeeper's QuorumCnxManager keeps it), and come in on every
+connection a `VoteChannel` reads: the pair's, and a smaller id's dial until its dialer closes it (that dial asks for
+the pair's connection: this server dials back).
 
 Fault layer (docs/faults.md), the one seam where faults enter the runtime: ``cut_links(peers)`` makes this server
 behave as if the network between it and those peers were cut, both directions: its quorum and election connections
@@ -31,9 +31,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from zabref.core import payloads
 from zabref.core.election import check_notification
 from zabref.core.packets import QuorumPacket, ServerState
 from zabref.core.zab import LearnerPhase
+from zabref.errors import CodecError
 from zabref.net import peers, votes, wire
 from zabref.net.security import AuthError
 
@@ -99,10 +101,9 @@ class PeerLinks:
             return
         attempts = max(3, self.config.cluster.init_limit)
         try:
-            reader, writer = await peers.dial(target.host, target.quorum_port, self.sid, peer=conn.peer,
-                                              attempts=attempts,
-                                              timeout=2.0, cid=conn.cid, max_delay=self.config.cluster.tick_ms / 1000,
-                                              guard=self.guard)
+            reader, writer = await peers.dial(target.host, target.quorum_port, conn.take_hello(), peer=conn.peer,
+                                              attempts=attempts, timeout=2.0,
+                                              max_delay=self.config.cluster.tick_ms / 1000, guard=self.guard)
         except (OSError, TimeoutError) as e:
             self.close_connection(conn, f"cannot connect to {target.host}:{target.quorum_port}: {e}", report=None)
             return
@@ -115,25 +116,29 @@ class PeerLinks:
 
     @peers.quiet_cancel
     async def _accept_quorum(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        shaken = await self._handshake(reader, writer, "quorum")
-        if shaken is None:
+        admitted = await self._handshake(reader, writer, "quorum")
+        if admitted is None:
             return
-        sid, cid = shaken
+        sid, hello = admitted
+        assert hello is not None
+        packet, cid = hello
         old = self.conns.get(sid)
         if old is not None:
             self.close_connection(old, f"server {sid} opened a new connection", report=None)
-        conn = peers.Connection(sid, initiated=False, cid=cid)
+        # A ZooKeeper learner writes no connection id: this end names the connection for its own action log.
+        conn = peers.Connection(sid, initiated=False, cid=self.machine.new_connection_id() if cid is None else cid)
         self.conns[sid] = conn
         conn.attach(writer)
         log.info("quorum connection from %d open", sid)
         self.enqueue(lambda: self.node.connection_opened(sid, inbound=True))
+        self._arrived(conn, packet)  # FOLLOWERINFO, the connection's first packet
         await self._read(conn, reader)
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         kind: str) -> tuple[int, int] | None:
-        """(sid, connection id) of an inbound connection, or None (refused, logged, closed). The whole admission
-        has one deadline, `peers.HANDSHAKE_TIMEOUT` from now: one that ends after it is refused for that, whatever
-        else it found."""
+                         kind: str) -> tuple[int, tuple[QuorumPacket, int | None] | None] | None:
+        """The sid of an inbound connection and, on the quorum port, its first packet (FOLLOWERINFO) and the connection
+        id written after its LearnerInfo; or None (refused, logged, closed). The whole admission has one deadline,
+        `peers.HANDSHAKE_TIMEOUT` from now: one that ends after it is refused for that, whatever else it found."""
         address = writer.get_extra_info("peername")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + peers.HANDSHAKE_TIMEOUT
@@ -149,8 +154,8 @@ class PeerLinks:
         # swallow it when its read completes at the same moment (gh-86296), and a loop busy past the deadline runs
         # the read's completion, and the refusal it leads to, first. Either is refused for the deadline.
         if loop.time() > deadline:
-            why = (f"admission (TLS, handshake, quorum authentication) not complete within {peers.HANDSHAKE_TIMEOUT} s"
-                   + (f"; by then: {why}" if why else ""))
+            why = (f"admission (TLS, first bytes, quorum authentication) not complete within "
+                   f"{peers.HANDSHAKE_TIMEOUT} s" + (f"; by then: {why}" if why else ""))
             admitted = None
         if admitted is None:
             if why:
@@ -159,18 +164,20 @@ class PeerLinks:
         return admitted
 
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     kind: str) -> tuple[int, int] | None:
-        """(sid, connection id) of an admitted connection; None if the fault layer cuts that server's link (logged
-        here); raises _Refused saying why a stranger is refused."""
+                     kind: str) -> tuple[int, tuple[QuorumPacket, int | None] | None] | None:
+        """What `_handshake` returns for an admitted connection; None if the fault layer cuts that server's link
+        (logged here); raises _Refused saying why a stranger is refused."""
+        first: tuple[QuorumPacket, int | None] | None = None
         try:
             await self.guard.accept_tls(writer, self.guard.quorum_server, peers.HANDSHAKE_TIMEOUT)
             if kind == "election":  # ZooKeeper's initial message; quorum authentication binds its bytes
                 initial, hello = await peers.accept_initial(reader)
-                sid, cid = initial.sid, 0
-            else:
-                sid, cid = await peers.accept_handshake(reader)
-                hello = wire.encode_handshake(sid, cid)
-        except (peers.HandshakeError, AuthError) as e:
+                sid = initial.sid
+            else:  # the learner's FOLLOWERINFO: its LearnerInfo names it
+                packet, hello, cid = await peers.accept_hello(reader)
+                sid = payloads.decode_followerinfo_data(packet.data).serverid
+                first = packet, cid
+        except (peers.HandshakeError, AuthError, CodecError) as e:
             raise _Refused(str(e)) from None
         if sid == self.sid or sid not in self.config.sids:
             raise _Refused(f"handshake names server {sid}, not another server of {list(self.config.sids)}")
@@ -182,18 +189,18 @@ class PeerLinks:
             await self.guard.check(reader, writer, hello, self.sid, peers.HANDSHAKE_TIMEOUT)
         except AuthError as e:
             raise _Refused(f"{e} (its handshake named server {sid})") from None
-        return sid, cid
+        return sid, first
 
     async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader) -> None:
-        def on_body(body: bytes) -> None:
-            packet = wire.decode_quorum_packet(body)
+        def on_packet(packet: QuorumPacket) -> None:
             if not conn.closed:
                 self._arrived(conn, packet)
 
-        # A frame unfinished for initLimit ticks is a broken peer (ZooKeeper bounds its sync reads by initLimit too):
+        # A packet unfinished for initLimit ticks is a broken peer (ZooKeeper bounds its sync reads by initLimit too):
         # the connection is closed as bad input, which the node sees as any lost connection.
         timing = self.config.cluster
-        reason = await peers.read_frames(reader, peers.MAX_QUORUM_FRAME, f"quorum stream from {conn.peer}", on_body,
+        decoder = wire.PacketDecoder(peers.MAX_QUORUM_DATA, f"quorum stream from {conn.peer}")
+        reason = await peers.read_stream(reader, decoder, on_packet,
                                          frame_timeout=timing.init_limit * timing.tick_ms / 1000)
         self.close_connection(conn, reason, report=None)
 
@@ -264,7 +271,8 @@ class PeerLinks:
 
         reason = "stopped"
         try:
-            reason = await peers.read_frames(reader, peers.MAX_ELECTION_FRAME, f"election stream from {sid}", on_body,
+            decoder = wire.FrameDecoder(peers.MAX_ELECTION_FRAME, f"election stream from {sid}")
+            reason = await peers.read_stream(reader, decoder, on_body,
                                              frame_timeout=peers.ELECTION_FRAME_TIMEOUT)
         finally:
             channel.close()

@@ -48,7 +48,7 @@ class Machine:
         self.signals = signals
 
     def new_connection_id(self) -> int:
-        """A non-negative int64 for a handshake (`zabref.net.wire.encode_handshake`)."""
+        """A non-negative int64: a quorum connection's id (`zabref.net.wire.with_connection_id`)."""
         return self._ids()
 
     def worker(self, name: str) -> Executor:
