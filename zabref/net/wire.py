@@ -219,7 +219,7 @@ class PacketDecoder(_StreamDecoder[QuorumPacket]):
     ``feed(data)`` returns every packet completed by ``data`` (possibly none, possibly many). An unknown type raises
     `CodecError` as soon as its 4 bytes are present, a data length outside -1..``max_data`` as soon as the packet's
     first 16 bytes are, before its data arrives; authinfo (a count within `zkwire.AUTHINFO_MAX`, strings within
-    `zkwire.JUTE_MAX`, never null) with a `zkwire.Cursor`, waiting for more bytes while it runs short. After an
+    `zkwire.JUTE_MAX`, never null) with a `zkwire.Cursor` once all of it is here (`_authinfo_end`). After an
     error the decoder is broken: every later ``feed`` raises the same error (the connection must be closed).
     ``close()`` checks that the stream ended between packets. Offsets in errors count bytes from the start of the
     stream.
@@ -252,7 +252,10 @@ class PacketDecoder(_StreamDecoder[QuorumPacket]):
         (count,) = jute.INT.unpack_from(buf, end)
         if count in (-1, 0):
             return QuorumPacket(ptype, zxid, data), end + 4
-        cur = zkwire.Cursor(bytes(buf[end:]), f"{self.what}: QuorumPacket {ptype.name} authinfo")
+        stop = self._authinfo_end(end)
+        if stop is None:
+            return None
+        cur = zkwire.Cursor(bytes(buf[end:stop]), f"{self.what}: QuorumPacket {ptype.name} authinfo")
         try:
             count = cur.length("authinfo count", zkwire.AUTHINFO_MAX, nullable=True) or 0
             ids = []
@@ -265,11 +268,32 @@ class PacketDecoder(_StreamDecoder[QuorumPacket]):
                         raise cur.fail(f"{field} is null", at)
                     pair.append(text)
                 ids.append(AuthId(*pair))
-        except zkwire.Short:
+        except zkwire.Short:  # pragma: no cover -- `_authinfo_end` waited for every byte the reads take
             return None
         except CodecError as e:
             raise CodecError(e.what, self._consumed + end + e.offset, e.reason) from None
         return QuorumPacket(ptype, zxid, data, tuple(ids)), end + cur.pos
+
+    def _authinfo_end(self, start: int) -> int | None:
+        """Where the authinfo that starts at ``start`` ends, read from its lengths alone (nothing is copied until all
+        of it is here, so a peer that trickles a long one costs no copying per byte); None while some of it is
+        missing. At a length out of bounds it stops there: the `zkwire.Cursor` that reads the authinfo names it."""
+        buf = self._buf
+        (count,) = jute.INT.unpack_from(buf, start)
+        at = start + 4
+        if not 0 <= count <= zkwire.AUTHINFO_MAX:
+            return at
+        for _ in range(2 * count):  # scheme and id of each Id
+            if len(buf) < at + 4:
+                return None
+            (n,) = jute.INT.unpack_from(buf, at)
+            at += 4
+            if not 0 <= n <= zkwire.JUTE_MAX:
+                return at
+            at += n
+            if len(buf) < at:
+                return None
+        return at
 
     def _cut_reason(self) -> str:
         return f"stream ended inside a QuorumPacket ({len(self._buf)} bytes of it received)"
