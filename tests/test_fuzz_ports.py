@@ -221,7 +221,8 @@ def test_a_secured_cluster_takes_every_kind_and_refuses_at_each_gate(tmp_path) -
     print("\n" + report.summary())
     assert report.problems == []
     assert report.after_zxid is not None and report.writes_ok > 0
-    for name in gates:
-        assert report.outcomes[(name, "closed")] == 3, (name, dict(report.outcomes))
+    for name in gates:  # each thrown 3 times, or more: a kind whose roles no server has then gives way to the first
+        # kind for every role in the round robin's order, a gate kind (`conformance.fuzz.harness`)
+        assert report.outcomes[(name, "closed")] == report.by_kind[name] >= 3, (name, dict(report.outcomes))
     assert any(port.startswith("quorum") and "TLS handshake failed" in why for port, why in report.reasons)
     assert any("quorum authentication failed" in why for _, why in report.reasons)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from zabref.core.packets import Notification, ServerState
+from zabref.errors import ZabError
 
 __all__ = ["plan", "steer", "SteerError"]
 
@@ -98,9 +99,19 @@ def steer(cluster: Any, sid: int, leader: int, n: int, state: dict[str, Any], wa
         return taken
     try:
         for sender, notification in steps:
-            cluster.vote(sid, sender, notification)
-            serial = wait(f"server {sid} to hold the notification from {sender}",
-                          lambda: _held(cluster.request(sid, "state"), sender, notification))
+            for attempt in (1, 2):
+                cluster.vote(sid, sender, notification)
+                try:
+                    serial = wait(f"server {sid} to hold the notification from {sender}",
+                                  lambda: _held(cluster.request(sid, "state"), sender, notification))
+                    break
+                except ZabError:
+                    if attempt == 2:
+                        raise
+                    # The real server ``sender`` dialed ``sid`` meanwhile: its connection became the pair's and the
+                    # played one was dropped with what it carried (`zabref.net.votes.ElectionSender.adopt`). Once more,
+                    # on a new connection.
+                    cluster.close_votes(sid)
             answer = step("release_vote", {"conn": serial})
             taken += answer["actions"]
             zab = [a for a in taken if a["module"] == "Zab"]
