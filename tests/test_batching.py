@@ -22,10 +22,11 @@ from helpers import decide
 
 from zabref.config import Config, parse_config
 from zabref.core import payloads
-from zabref.core.effects import Timing
+from zabref.core.effects import Effects, Timing
 from zabref.core.node import Node
 from zabref.core.packets import LearnerInfo, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import Persistent
+from zabref.errors import RemoteProtocolError
 from zabref.net import wire
 from zabref.net.peers import Connection
 from zabref.runtime import server as runtime
@@ -351,6 +352,25 @@ def test_an_ackepoch_of_minus_one_waits_and_does_not_keep_the_leader_alive(estab
         if _leader_timed_out(node, now):
             break
     assert node.core.state.name == "LOOKING" and limit < now <= limit + 0.1
+
+
+def test_a_zookeeper_learners_ack_of_uptodate_changes_nothing_at_its_leader() -> None:
+    """ZooKeeper's learner answers UPTODATE with ACK(e << 32) (Learner.syncWithLeader) and ZooKeeper's leader ignores
+    it (Leader.processAck); the node drops it likewise, with no effect and no error. The same ACK before UPTODATE
+    (the ACK of NEWLEADER) still goes to the core, and from a learner that has not synced it is still refused."""
+    node = _new_leader()
+    node.packet(2, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(2)), 0.0)
+    node.packet(2, QuorumPacket(PacketType.ACKEPOCH, 0, payloads.encode_ackepoch_data(0)), 0.0)
+    e = node.core.current_epoch  # established: DIFF and NEWLEADER went to 2
+    node.packet(3, QuorumPacket(PacketType.FOLLOWERINFO, 0, info(3)), 0.0)  # 3 stays in LEADERINFO
+    ack = QuorumPacket(PacketType.ACK, e << 32)
+    effects = node.packet(2, ack, 0.1)  # the ACK of NEWLEADER: a quorum with the leader, UPTODATE to 2
+    assert [p.type for _, p in effects.send] == [PacketType.UPTODATE] and node.core.learner_phase[2] == "UPTODATE"
+    before = node.core.variables()
+    assert node.packet(2, ack, 0.2) == Effects() and node.heard[2] == 0.2  # after UPTODATE: dropped
+    assert node.core.variables() == before and node.core.state == ServerState.LEADING
+    with pytest.raises(RemoteProtocolError):  # 3 owes an ACKEPOCH: an ACK is no spec step there
+        node.packet(3, ack, 0.2)
 
 
 def test_a_held_ackepoch_is_offered_again_once_the_epoch_is_established(tmp_path: Path, events: list[str]) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from zabref.core.packets import Notification, ServerState
 from zabref.errors import ZabError
+from zabref.runtime.control import ControlError
 
 __all__ = ["plan", "steer", "SteerError"]
 
@@ -104,15 +105,17 @@ def steer(cluster: Any, sid: int, leader: int, n: int, state: dict[str, Any], wa
                 try:
                     serial = wait(f"server {sid} to hold the notification from {sender}",
                                   lambda: _held(cluster.request(sid, "state"), sender, notification))
+                    answer = step("release_vote", {"conn": serial})
                     break
-                except ZabError:
-                    if attempt == 2:
+                except ZabError as e:
+                    if attempt == 2 or (isinstance(e, ControlError) and "no notification waits" not in str(e)):
                         raise
-                    # The real server ``sender`` dialed ``sid`` meanwhile: its connection became the pair's and the
-                    # played one was dropped with what it carried (`zabref.net.votes.ElectionSender.adopt`). Once more,
-                    # on a new connection.
+                    # The real server ``sender`` dialed ``sid`` meanwhile (before the hold, or between the hold and
+                    # its release): its connection became the pair's and the played one was dropped with what it
+                    # carried, never taken (`zabref.net.votes.ElectionSender.adopt`). Once more, on a new connection,
+                    # which stays the pair's: in control mode the real server dials again only when a tick or a
+                    # step of its own makes it send, and none comes while this server is steered.
                     cluster.close_votes(sid)
-            answer = step("release_vote", {"conn": serial})
             taken += answer["actions"]
             zab = [a for a in taken if a["module"] == "Zab"]
             if zab:

@@ -11,9 +11,10 @@ input, each returning the `Effects` to carry out:
 * ``start(now)`` -- the process started (a fresh server, or a restart after a crash): FastLeaderElection's first
   round (spec/FastLeaderElection.tla ``Init``/``Restart``);
 * ``packet(peer, packet, now)`` -- a QuorumPacket from a peer's connection, in arrival order. PING keeps the
-  connection alive (a follower answers its leader's); every other type goes to the Zab core, except a packet the
-  core holds (``ZabCore.held``: FOLLOWERINFO at a server that does not lead, ACKEPOCH(-1) at a leader in DISCOVERY
-  -- no spec action takes it yet), which waits (``Effects.deferred``: the carrier keeps it at the head of its
+  connection alive (a follower answers its leader's), and so does a ZooKeeper learner's ACK of UPTODATE, which
+  changes nothing (``_acks_uptodate``); every other type goes to the Zab core, except a packet the core holds
+  (``ZabCore.held``: FOLLOWERINFO at a server that does not lead, ACKEPOCH(-1) at a leader in DISCOVERY -- no spec
+  action takes it yet), which waits (``Effects.deferred``: the carrier keeps it at the head of its
   connection and offers it again once ``Effects.unblock`` says the node's role or zabState changed);
 * ``connection_closed(peer, now)`` -- a quorum connection ended: a leader forgets that learner (the core's
   ``connection_closed``); a follower whose leader connection ended gives up at its next tick;
@@ -109,6 +110,9 @@ class Node(ClientRequests):
                 self._pings[peer][1] += 1
                 self._confirm_syncs(out)
             return out.build()
+        if self._acks_uptodate(peer, packet):  # ZooKeeper's learner acknowledges UPTODATE: no spec action takes it
+            self.heard[peer] = now
+            return Effects()
         if self.core.held(peer, packet):
             self.held[peer] = packet  # a learner whose ACKEPOCH(-1) waits does not keep a leader alive (Counted)
             return Effects(deferred=True)
@@ -122,6 +126,16 @@ class Node(ClientRequests):
         if self.core.zab_state != before:
             out.unblock = True  # e.g. the epoch is established: a held ACKEPOCH(-1) is synced now
         return out.build()
+
+    def _acks_uptodate(self, peer: int, packet: QuorumPacket) -> bool:
+        """Whether ``packet`` is a ZooKeeper learner's ACK(e << 32) of UPTODATE at its leader: ZooKeeper's
+        Learner.syncWithLeader sends it after UPTODATE and Leader.processAck returns at once for a zxid whose counter
+        is 0. Seed 000 and spec/Zab.tla have no such ACK (a zabref learner never sends it; spec/README.md, "What
+        ZooKeeper does that the seeds do not say"), so the leader drops it as ZooKeeper's does, changing nothing: a
+        stuttering step, like a PING. Any other ACK(e << 32) still goes to the core (the ACK of NEWLEADER)."""
+        core = self.core
+        return (packet.type == PacketType.ACK and core.state == ServerState.LEADING
+                and packet.zxid == core.current_epoch << 32 and core.learner_phase.get(peer) == LearnerPhase.UPTODATE)
 
     def connection_opened(self, peer: int, inbound: bool) -> None:
         """A quorum connection with ``peer`` is up; ``inbound``: the peer opened it (a learner of this server)."""
