@@ -84,7 +84,7 @@ def line_cost(repeat: int = 40, number: int = 2000) -> float:
     history = tuple(Txn(epoch + k, b"v%d" % k) for k in range(1, 2000))
     node = SimpleNamespace(core=CoreState(1, (1, 2, 3), Persistent(history, 1, 1)))
     zxid = epoch + 2000
-    proposal = QuorumPacket(PacketType.PROPOSAL, zxid, payloads.encode_proposal_data(b"c1-1234"))
+    proposal = QuorumPacket(PacketType.PROPOSAL, zxid, payloads.encode_proposal_data(zxid, b"c1-1234"))
     effects = Effects(persist=(AppendTxns((Txn(zxid, b"c1-1234"),)),),
                       send=((3, QuorumPacket(PacketType.ACK, zxid, b"")),),
                       actions=(Action("Zab", "FollowerProcessPROPOSAL", (("i", 1), ("j", 3)), proposal, 7),))

@@ -186,7 +186,7 @@ def test_a_follower_acks_only_after_its_fsync(tmp_path: Path, events: list[str])
             await server.call(lambda p=packet: _take(server, conn, p))
         assert core.state == ServerState.FOLLOWING and core.zab_state == "BROADCAST"
         events.clear()
-        proposal = QuorumPacket(PacketType.PROPOSAL, E1 + 1, payloads.encode_proposal_data(b"v"))
+        proposal = QuorumPacket(PacketType.PROPOSAL, E1 + 1, payloads.encode_proposal_data(E1 + 1, b"v"))
         await server.call(lambda: _take(server, conn, proposal))
         assert events == ["fsync", "write ACK"]
         server.stop()
@@ -272,7 +272,8 @@ def test_a_large_burst_is_written_in_chunks_in_order() -> None:
         conn.attach(Writer([]))
         values = [b"x" * 1000] * 600 + [b"y" * (peers.WRITE_CHUNK + 1)] + [b"z"] * 3
         for i, value in enumerate(values, 1):
-            conn.send(QuorumPacket(PacketType.PROPOSAL, E1 + i, payloads.encode_proposal_data(value)), flush=False)
+            data = payloads.encode_proposal_data(E1 + i, value)
+            conn.send(QuorumPacket(PacketType.PROPOSAL, E1 + i, data), flush=False)
         assert sizes == []
         conn.flush()
         assert zxids == [E1 + i for i in range(1, len(values) + 1)] and conn.sent == len(values)

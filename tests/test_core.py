@@ -69,7 +69,7 @@ def ackepoch(last_zxid: int, current_epoch: int) -> QuorumPacket:
 
 
 def proposal(txn: Txn) -> QuorumPacket:
-    return pkt(P.PROPOSAL, txn.zxid, txn.value)
+    return pkt(P.PROPOSAL, txn.zxid, payloads.encode_proposal_data(txn.zxid, txn.value))
 
 
 def sent(out: Output) -> list[tuple[int, PacketType, int]]:
@@ -348,7 +348,7 @@ def test_phase2_step1_sync_packets_choose_diff_snap_or_trunc(history, committed,
     assert [(p.type, p.zxid) for p in packets] == expected
     for p in packets:
         if p.type == P.PROPOSAL:
-            assert p.data == {x.zxid: x.value for x in history}[p.zxid]
+            assert payloads.decode_proposal_data(p.zxid, p.data) == {x.zxid: x.value for x in history}[p.zxid]
         if p.type == P.SNAP:
             assert payloads.decode_snap_data(p.data) == [tuple(x) for x in history]
 
@@ -424,7 +424,8 @@ def test_phase3_step1_client_request_logs_then_proposes_to_the_forwarding_list()
     assert leader.current_epoch == 1 and leader.zab_state == ZabState.BROADCAST
     out = leader.client_request(b"x")
     assert out.persist == (AppendTxns((Txn(z(1, 2), b"x"),)),)
-    assert sent(out) == [(1, P.PROPOSAL, z(1, 2)), (2, P.PROPOSAL, z(1, 2))] and out.send[0][1].data == b"x"
+    assert sent(out) == [(1, P.PROPOSAL, z(1, 2)), (2, P.PROPOSAL, z(1, 2))]
+    assert out.send[0][1].data == payloads.encode_proposal_data(z(1, 2), b"x")
     leader.connection_closed(2)
     assert sent(leader.client_request(b"y")) == [(1, P.PROPOSAL, z(1, 3))]
 

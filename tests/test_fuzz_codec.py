@@ -47,9 +47,9 @@ def _decodes_or_codec_error(decode, data) -> None:
 
 
 @FUZZ
-@given(st.none() | st.binary(max_size=64))
-def test_proposal_data_decodes_or_raises_codec_error(data):
-    _decodes_or_codec_error(payloads.decode_proposal_data, data)
+@given(st.integers(0, (1 << 63) - 1), st.none() | st.binary(max_size=96))
+def test_proposal_data_decodes_or_raises_codec_error(zxid, data):
+    _decodes_or_codec_error(lambda d: payloads.decode_proposal_data(zxid, d), data)
 
 
 @FUZZ

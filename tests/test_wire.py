@@ -179,9 +179,9 @@ def test_ackepoch_round_trip(epoch):
     assert payloads.decode_ackepoch_data(payloads.encode_ackepoch_data(epoch)) == epoch
 
 
-@given(st.binary(max_size=64))
-def test_proposal_round_trip(value):
-    assert payloads.decode_proposal_data(payloads.encode_proposal_data(value)) == value
+@given(st.integers(1, (1 << 63) - 1), st.binary(max_size=64))
+def test_proposal_round_trip(zxid, value):
+    assert payloads.decode_proposal_data(zxid, payloads.encode_proposal_data(zxid, value)) == value
 
 
 @given(histories)

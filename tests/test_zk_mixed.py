@@ -10,17 +10,28 @@ server's quorum port and synchronizes from it: FOLLOWERINFO, LEADERINFO, ACKEPOC
 ZooKeeper's ACK of UPTODATE, which the zabref leader drops as ZooKeeper's leader does (`zabref.core.node`). Then
 server 2 starts, learns the leader from the others' notifications and joins the same way. The ensemble then stays
 whole: each ZooKeeper learner takes the zabref leader's PINGs and answers them, and nobody elects again.
+
+Then zabref's client writes three values through the zabref leader, one at a time. Each PROPOSAL carries its
+transaction as ZooKeeper's create of the transaction's own node (`zabref.core.zktxn`); each ZooKeeper follower logs
+and ACKs it, the zabref leader commits on that quorum and COMMITs, and the follower applies it to its data tree: a
+ZooKeeper client (kazoo) of each ZooKeeper server reads the three values at ``/zabref-<epoch>-<counter>``. The
+ZooKeeper servers run with local sessions, so that the client's session is not a transaction forwarded to the leader
+(REQUEST, which a zabref leader does not take yet).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
+from kazoo.client import KazooClient
 
 from conformance.zk.ensemble import ZkEnsemble
+from zabref.client import ZabClient
 from zabref.config import parse_config
+from zabref.core import zktxn
 from zabref.net.ports import find_free_base_port, release_base_port
 from zabref.runtime.drivers import NormalDriver
 from zabref.runtime.server import Server
@@ -50,7 +61,10 @@ def _log(e: ZkEnsemble, sid: int) -> str:
 @pytest.mark.timeout(240)
 def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines) -> None:
     base = find_free_base_port(3)
-    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256)
+    # local sessions: a ZooKeeper client's session stays at its server (no createSession forwarded as REQUEST, which
+    # a zabref leader does not take yet)
+    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256,
+                   extra_config=("localSessionsEnabled=true", "localSessionsUpgradingEnabled=false"))
     try:
         config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
         connected = f"Successfully connected to leader, using address: /127.0.0.1:{e.member(3).quorum_port}"
@@ -74,6 +88,26 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines) -> Non
                 await asyncio.sleep(0.1)
             raise AssertionError(f"{what} not within {seconds} s; zabref's states: {states()[-5:]}")
 
+        def write(values: list[str]) -> list[int]:
+            """Commit ``values`` one at a time through the zabref leader's client port: their zxids."""
+            with ZabClient([("127.0.0.1", e.member(3).client_port)], timeout=20) as client:
+                return [client.submit(v) for v in values]
+
+        def read(sid: int, zxids: list[int]) -> list[bytes]:
+            """What a ZooKeeper client of server ``sid`` reads at each transaction's node (`zktxn.node_of`),
+            waiting (bounded) for the server to apply the last: a follower applies a transaction on its COMMIT."""
+            client = KazooClient(hosts=f"127.0.0.1:{e.member(sid).client_port}", timeout=10)
+            client.start(timeout=20)
+            try:
+                for _ in range(100):
+                    if client.exists(zktxn.node_of(zxids[-1])):
+                        break
+                    time.sleep(0.1)
+                return [client.get(zktxn.node_of(z))[0] for z in zxids]
+            finally:
+                client.stop()
+                client.close()
+
         async def run() -> None:
             e.start_server(1)
             server = Server(config, 3, NormalDriver(0.2))
@@ -84,6 +118,9 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines) -> Non
                 e.start_server(2)
                 await until("server 2 synchronized from the zabref leader", lambda: synced_from_zabref(2), 60)
                 await asyncio.sleep(3)  # 15 ticks: three times a learner's syncLimit (5 ticks) without a PING
+                zxids = await asyncio.to_thread(write, [f"mixed-{k}" for k in range(3)])
+                for sid in (1, 2):
+                    assert await asyncio.to_thread(read, sid, zxids) == [b"mixed-0", b"mixed-1", b"mixed-2"], sid
             finally:
                 server.stop()
                 await asyncio.wait_for(task, 30)
@@ -98,6 +135,7 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines) -> Non
             # one connection to the leader, one sync, and it held until the zabref server stopped
             assert log.count("Successfully connected to leader") == 1, f"server {sid} connected again"
             assert log.count("Peer state changed: following - broadcast") == 1
+            assert "but next pending txn" not in log  # a COMMIT for each transaction, in order (Follower.commit)
     finally:
         e.stop()
         release_base_port(base)

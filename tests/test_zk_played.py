@@ -15,9 +15,10 @@ import pytest
 from conformance.zk.disk import log_files, read_epochs, read_txn_log
 from conformance.zk.ensemble import ZkEnsemble, four_letter
 from conformance.zk.payloads import decode_data
-from conformance.zk.played import ElectionLink, PlayedLeader, newleader_config, txn_create
+from conformance.zk.played import ElectionLink, PlayedLeader, newleader_config
 from conformance.zk.txns import decode_txn
 from zabref.core.packets import Notification, ServerState
+from zabref.core.zktxn import encode_create
 from zabref.net import wire, zkwire
 from zabref.net.ports import find_free_base_port, release_base_port
 
@@ -71,7 +72,7 @@ async def _follow_a_played_leader(e: ZkEnsemble) -> dict:
         seen["ack_uptodate"] = await q.recv()
         # broadcast: a proposal is logged and acknowledged, and applied only at its commit
         z = EPOCH + 1
-        q.send("PROPOSAL", z, txn_create(z, "/played", b"hello", time_ms=int(time.time() * 1000)))
+        q.send("PROPOSAL", z, encode_create(z, "/played", b"hello", time_ms=int(time.time() * 1000)))
         seen["ack_proposal"] = await q.recv()
         seen["before_commit"] = _srvr(zk.client_port)
         q.send("COMMIT", z)
@@ -123,8 +124,8 @@ def test_a_real_zookeeper_follows_a_played_leader_through_election_diff_and_a_co
     assert [(t["zxid"], t["op"], t.get("path")) for t in records] == [(EPOCH + 1, "create", "/played")]
 
 
-def test_a_played_proposal_is_a_transaction_zookeepers_decoder_reads() -> None:
-    data = txn_create(EPOCH + 7, "/a/b", b"xyz", time_ms=5, session=9, cxid=3, parent_cversion=2)
+def test_a_create_transaction_is_one_zookeepers_decoder_reads() -> None:
+    data = encode_create(EPOCH + 7, "/a/b", b"xyz", time_ms=5, session=9, cxid=3, parent_cversion=2)
     t = decode_txn(data, "PROPOSAL")
     assert (t["op"], t["zxid"], t["path"], t["data"], t["acl"], t["ephemeral"], t["parentCVersion"], t["cxid"],
             t["session"]) == ("create", EPOCH + 7, "/a/b", "xyz", ["world:anyone:31"], False, 2, 3, "0x9")

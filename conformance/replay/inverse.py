@@ -6,8 +6,9 @@ persistent variables (what a restart reads from disk), then sets each volatile v
 named after it (`SETTERS`: one per spec variable, reading s's entry of the spec's function over ``Server``). The
 spec's ``msgs[a][b]`` becomes the deque ``channels[(a, b)]`` of `zabref.core.packets.QuorumPacket`, each packet encoded
 as the sender's core encodes it (`packet`: FOLLOWERINFO carries a LearnerInfo, LEADERINFO the protocol version, ACKEPOCH
-an int, PROPOSAL the value's bytes, SNAP a serialized history; the rest no data). A transaction's value, a number in
-the spec, is its decimal text in bytes, as the conformance driver submits it. The variables in
+an int, PROPOSAL the value as a ZooKeeper transaction (`zabref.core.zktxn`), SNAP a serialized history; the rest no
+data). A transaction's value, a number in the spec, is its decimal text in bytes, as the conformance driver submits
+it. The variables in
 `conformance.replay.mapping.NOT_MAPPED` are held by no server and are skipped; any other variable this module cannot set
 is an `InverseError` naming it.
 
@@ -87,12 +88,12 @@ def _leaderinfo(data: Any) -> bytes:
 
 
 #: Packet type -> the data its sender's core puts in it, from the spec's data (the inverse of mapping.packet).
-_DATA: dict[PacketType, Callable[[Any], bytes | None]] = {
-    PacketType.FOLLOWERINFO: lambda d: payloads.encode_followerinfo_data(LearnerInfo(int(d), PROTOCOL_VERSION)),
-    PacketType.LEADERINFO: _leaderinfo,
-    PacketType.ACKEPOCH: lambda d: payloads.encode_ackepoch_data(int(d)),
-    PacketType.PROPOSAL: _value,
-    PacketType.SNAP: lambda d: payloads.encode_snap_data([txn(t) for t in d]),
+_DATA: dict[PacketType, Callable[[int, Any], bytes | None]] = {
+    PacketType.FOLLOWERINFO: lambda z, d: payloads.encode_followerinfo_data(LearnerInfo(int(d), PROTOCOL_VERSION)),
+    PacketType.LEADERINFO: lambda z, d: _leaderinfo(d),
+    PacketType.ACKEPOCH: lambda z, d: payloads.encode_ackepoch_data(int(d)),
+    PacketType.PROPOSAL: lambda z, d: payloads.encode_proposal_data(z, _value(d)),
+    PacketType.SNAP: lambda z, d: payloads.encode_snap_data([txn(t) for t in d]),
 }
 
 
@@ -103,8 +104,9 @@ def packet(p: Mapping[str, Any]) -> QuorumPacket:
     except KeyError:
         raise InverseError(f"unknown packet type {p.get('type')!r}") from None
     encode = _DATA.get(kind)
-    data = encode(p["data"]) if encode is not None else _no_data(kind, p["data"])
-    return QuorumPacket(kind, zxid(p["zxid"]), data)
+    z = zxid(p["zxid"])
+    data = encode(z, p["data"]) if encode is not None else _no_data(kind, p["data"])
+    return QuorumPacket(kind, z, data)
 
 
 # ---- one function per volatile spec variable: set server core.sid's part of it -----------------------------------

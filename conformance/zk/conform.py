@@ -58,7 +58,6 @@ import asyncio
 import itertools
 import logging
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,10 +70,10 @@ from conformance.zk.disk import history_zxids, read_epochs
 from conformance.zk.ensemble import ZkEnsemble, four_letter
 from conformance.zk.observe import IGNORED, zxid_pair
 from conformance.zk.payloads import decode_data
-from conformance.zk.played import (LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config,
-                                   txn_create)
+from conformance.zk.played import LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config
 from conformance.zk.snapshot import write_snapshot
 from conformance.zk.versions import model_of
+from zabref.core import payloads, zktxn
 from zabref.net.zkwire import ZkNotification
 
 __all__ = ["Outcome", "DECIDED", "sut_of", "seats_of", "replay_trace", "reach", "zxid_of", "sync_result", "run_traces",
@@ -685,13 +684,14 @@ class _Replay:
 
 
 def _node(zxid: list[int]) -> str:
-    """The node a played or driven transaction creates: one a transaction, named by its zxid."""
-    return f"/zabref-{zxid[0]}-{zxid[1]}"
+    """The node a played or driven transaction creates (`zabref.core.zktxn.node_of`)."""
+    return zktxn.node_of(zxid_of(zxid))
 
 
 def _proposal_data(zxid: list[int], value: Any) -> bytes:
-    """A played PROPOSAL's data: the create of the transaction's own node, holding its value (`txn_create`)."""
-    return txn_create(zxid_of(zxid), _node(zxid), str(value).encode(), time_ms=int(time.time() * 1000))
+    """A played PROPOSAL's data, as zabref's leader writes it: the create of the transaction's own node, holding its
+    value."""
+    return payloads.encode_proposal_data(zxid_of(zxid), str(value).encode())
 
 
 def _applied(state: dict, leader: int, length: int) -> int:

@@ -15,9 +15,9 @@ the real server sends is read by it.
 * **Quorum** (`QuorumLink`): a played leader listens on its quorum port; the real server, once FOLLOWING it,
   connects and the two exchange QuorumPackets (`PlayedLeader` accepts one learner).
 
-`txn_create` writes a ZooKeeper transaction (TxnHeader + CreateTxn, no digest: ZooKeeper reads a digest only when
-bytes follow the record) for a PROPOSAL's data; `conformance.zk.txns` reads it back. `newleader_config` is the
-configuration text a leader sends in NEWLEADER, as ZooKeeper writes it.
+A played PROPOSAL's data is zabref's own (`zabref.core.payloads.encode_proposal_data`: a ZooKeeper create
+transaction, `zabref.core.zktxn`). `newleader_config` is the configuration text a leader sends in NEWLEADER, as
+ZooKeeper writes it.
 
 Every wait is bounded (``timeout``); what the real server sends that does not decode raises `WireError` naming the
 link and the byte offset, as the recordings' decoder does.
@@ -26,22 +26,19 @@ link and the byte offset, as the recordings' decoder does.
 from __future__ import annotations
 
 import asyncio
-import struct
 
 from conformance.zk import WireError
 from conformance.zk.ports import ZkServer
 from conformance.zk.snapshot import read_snapshot
 from conformance.zk.stream import Cursor
-from zabref.core import jute
 from zabref.core.packets import Notification, ServerState
 from zabref.net import wire, zkwire
 from zabref.net.zkwire import Initial, RawPacket, Short, ZkNotification
 
-__all__ = ["ElectionLink", "QuorumLink", "PlayedLeader", "txn_create", "newleader_config", "LEARNER_PROTOCOL"]
+__all__ = ["ElectionLink", "QuorumLink", "PlayedLeader", "newleader_config", "LEARNER_PROTOCOL"]
 
 #: LEADERINFO's data: the protocol version a 3.4+ leader sends (Leader.java), and what a learner's LearnerInfo says.
 LEARNER_PROTOCOL = 0x10000
-_I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
 
 
 class _Link:
@@ -168,14 +165,6 @@ class PlayedLeader:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-
-
-def txn_create(zxid: int, path: str, data: bytes, *, time_ms: int = 0, session: int = 0, cxid: int = 0,
-               parent_cversion: int = 0) -> bytes:
-    """A PROPOSAL's data for a create of ``path`` (persistent, world:anyone all permissions): TxnHeader + CreateTxn."""
-    header = _I64.pack(session) + _I32.pack(cxid) + _I64.pack(zxid) + _I64.pack(time_ms) + _I32.pack(1)
-    acl = _I32.pack(1) + _I32.pack(31) + jute.ustring("scheme", "world") + jute.ustring("id", "anyone")
-    return header + jute.ustring("path", path) + jute.buffer("data", data) + acl + b"\x00" + _I32.pack(parent_cversion)
 
 
 def newleader_config(members: list[ZkServer], version: int = 0) -> str:

@@ -24,7 +24,7 @@ error -1                   ErrorTxn {int err}
 multi 14                   MultiTxn {vector<Txn {int type; buffer data}>}, each data one of the above
 =========================  ============================================================================
 
-`decode_txn` reads one complete body with `zabref.core.jute.Reader` and returns its fields as a plain dict; after
+`decode_txn` reads one complete body with `zabref.core.zktxn.TxnReader` and returns its fields as a plain dict; after
 the record exactly 0 bytes (no digest) or 12 (a digest) may remain, anything else is a `zabref.errors.CodecError`
 naming the offset, which the callers turn into a `WireError` naming the stream or file.
 """
@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from zabref.core.jute import Reader
+from zabref.core import zktxn
+from zabref.core.zktxn import DIGEST_BYTES
 from zabref.errors import CodecError
 
 __all__ = ["OPS", "TxnReader", "decode_txn"]
@@ -41,27 +42,12 @@ __all__ = ["OPS", "TxnReader", "decode_txn"]
 OPS = {1: "create", 2: "delete", 5: "setData", 7: "setACL", 13: "check", 14: "multi", 15: "create2",
        16: "reconfig", 19: "createContainer", 20: "deleteContainer", 21: "createTTL", -10: "createSession",
        -11: "closeSession", -1: "error"}
-DIGEST_BYTES = 12
 
 
-class TxnReader(Reader):
-    """`Reader` plus the two jute values transactions use that zabref's own packets do not."""
+class TxnReader(zktxn.TxnReader):
+    """zabref's transaction reader (a jute boolean, ACLs) plus a data field summarized for a report."""
 
     __slots__ = ()
-
-    def boolean(self, field: str) -> bool:
-        at = self.pos
-        b = self._take(1, field)[0]
-        if b not in (0, 1):
-            raise self.fail(f"{field} is {b}, not a boolean", at)
-        return b == 1
-
-    def acls(self, field: str) -> list[str]:
-        out = []
-        for _ in range(self.count(field, 12, nullable=True)):
-            perms = self.i32("acl perms")
-            out.append(f"{self.ustring('acl scheme')}:{self.ustring('acl id')}:{perms}")
-        return out
 
     def data(self, field: str) -> dict[str, Any]:
         raw = self.buffer(field)

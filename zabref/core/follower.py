@@ -141,7 +141,7 @@ class FollowerActions(CoreState):
         if packet.type != PacketType.PROPOSAL:
             self._reject(j, packet, "expected PROPOSAL")
         try:
-            value = payloads.decode_proposal_data(packet.data)
+            value = payloads.decode_proposal_data(packet.zxid, packet.data)
         except CodecError as e:
             self._reject(j, packet, str(e))
         last = after[-1].zxid if after else 0

@@ -66,7 +66,8 @@ def sync_packets(history: list[Txn], last_committed: int, z: int) -> list[Quorum
     diff = QuorumPacket(PacketType.DIFF, history[last_committed - 1].zxid if last_committed else 0)
 
     def proposals(after: int) -> list[QuorumPacket]:
-        return [QuorumPacket(PacketType.PROPOSAL, t.zxid, payloads.encode_proposal_data(t.value)) for t in history[after:]]
+        return [QuorumPacket(PacketType.PROPOSAL, t.zxid, payloads.encode_proposal_data(t.zxid, t.value))
+                for t in history[after:]]
 
     if z == last:
         return [diff]
@@ -259,7 +260,7 @@ class LeaderActions(CoreState):
             self._misuse("ClientRequest", f"epoch {self.current_epoch} has used every zxid counter")
         txn = Txn(make_zxid(self.current_epoch, c + 1), bytes(value))
         self.history.append(txn)
-        proposal = QuorumPacket(PacketType.PROPOSAL, txn.zxid, payloads.encode_proposal_data(txn.value))
+        proposal = QuorumPacket(PacketType.PROPOSAL, txn.zxid, payloads.encode_proposal_data(txn.zxid, txn.value))
         return Output(persist=(AppendTxns((txn,)),), send=tuple((f, proposal) for f in self._forwarding()))
 
     def leader_process_ack(self, j: int, packet: QuorumPacket) -> Output:

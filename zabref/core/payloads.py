@@ -3,8 +3,9 @@
 Theory of operation: a QuorumPacket's ``data`` is an opaque jute buffer on the wire (`zabref.net.wire`); the core
 gives it structure here, one ``encode_*``/``decode_*`` pair per packet type: LEADERINFO (the protocol version),
 ACKEPOCH (the follower's currentEpoch, or -1), FOLLOWERINFO (a LearnerInfo, in ZooKeeper 3.5+'s form), PROPOSAL (the
-value) and SNAP (a whole history). Decoding is as strict as the wire's (`zabref.core.jute`): a null, short or
-overlong data field raises `CodecError` naming the packet, the field and the offset.
+value, as ZooKeeper's transaction: `zabref.core.zktxn`) and SNAP (a whole history). Decoding is as strict as the
+wire's (`zabref.core.jute`): a null, short or overlong data field raises `CodecError` naming the packet, the field and
+the offset.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
-from zabref.core import jute
+from zabref.core import jute, zktxn
 from zabref.core.packets import LearnerInfo
 from zabref.errors import CodecError
 
@@ -94,16 +95,17 @@ def decode_followerinfo_data(data: bytes | None) -> LearnerInfo:
     return LearnerInfo(r.i64("serverid"), r.i32("protocolVersion"), r.i64("configVersion"))
 
 
-def encode_proposal_data(value: bytes) -> bytes:
-    """PROPOSAL's data: the proposed value's bytes, as they are."""
-    return bytes(value)
+def encode_proposal_data(zxid: int, value: bytes) -> bytes:
+    """PROPOSAL's data: transaction ``[zxid, value]`` as ZooKeeper's create of its own node (`zabref.core.zktxn`)."""
+    return zktxn.encode_value(zxid, bytes(value))
 
 
-def decode_proposal_data(data: bytes | None) -> bytes:
-    """The proposed value; a null buffer is an error (a proposal always carries a value, possibly empty)."""
+def decode_proposal_data(zxid: int, data: bytes | None) -> bytes:
+    """The value PROPOSAL(``zxid``) carries; a null buffer, or anything but the create `encode_proposal_data`
+    writes, is an error (a proposal always carries a value, possibly empty)."""
     if data is None:
         raise CodecError("PROPOSAL data", 0, "data is null")
-    return jute.bytes_like(data, "PROPOSAL data")
+    return zktxn.decode_value(zxid, jute.bytes_like(data, "PROPOSAL data"), "PROPOSAL data")
 
 
 def encode_snap_data(history: Iterable[tuple[int, bytes]]) -> bytes:

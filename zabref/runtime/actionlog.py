@@ -70,13 +70,14 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", errors="backslashreplace")
 
 
-#: How the data of each packet type is decoded as spec/Zab.tla models it (seed 000's table); other types carry none.
-_DATA: dict[PacketType, Callable[[bytes | None], Any]] = {
-    PacketType.ACKEPOCH: payloads.decode_ackepoch_data,
-    PacketType.FOLLOWERINFO: lambda d: payloads.decode_followerinfo_data(d).serverid,
-    PacketType.PROPOSAL: lambda d: _text(payloads.decode_proposal_data(d)),
-    PacketType.SNAP: lambda d: [[z, _text(v)] for z, v in payloads.decode_snap_data(d)],
-    PacketType.LEADERINFO: payloads.decode_leaderinfo_data,
+#: How the data of each packet type is decoded as spec/Zab.tla models it (seed 000's table), from the packet's zxid and
+#: data; other types carry none.
+_DATA: dict[PacketType, Callable[[int, bytes | None], Any]] = {
+    PacketType.ACKEPOCH: lambda z, d: payloads.decode_ackepoch_data(d),
+    PacketType.FOLLOWERINFO: lambda z, d: payloads.decode_followerinfo_data(d).serverid,
+    PacketType.PROPOSAL: lambda z, d: _text(payloads.decode_proposal_data(z, d)),
+    PacketType.SNAP: lambda z, d: [[x, _text(v)] for x, v in payloads.decode_snap_data(d)],
+    PacketType.LEADERINFO: lambda z, d: payloads.decode_leaderinfo_data(d),
 }
 _NAME = {t: t.name for t in PacketType}  # (an enum's .name is a descriptor call: this is on every line's path)
 
@@ -85,7 +86,7 @@ def describe_packet(p: QuorumPacket) -> dict[str, Any]:
     """A QuorumPacket as ``{type, zxid, data}`` with ``data`` decoded as spec/Zab.tla models it (seed 000's table)."""
     decode = _DATA.get(p.type)
     try:
-        data = None if decode is None else decode(p.data)
+        data = None if decode is None else decode(p.zxid, p.data)
     except CodecError as e:
         return {"type": _NAME[p.type], "zxid": p.zxid, "data": None, "data_error": str(e)}
     return {"type": _NAME[p.type], "zxid": p.zxid, "data": data}

@@ -1,0 +1,61 @@
+"""`zabref.core.zktxn`: a transaction's value as the ZooKeeper create a ZooKeeper follower applies, and back."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.zk.txns import decode_txn
+from zabref.core import jute, payloads, zktxn
+from zabref.errors import CodecError
+
+Z = (7 << 32) | 3
+
+
+def test_a_value_is_the_create_of_its_own_node_as_zookeeper_reads_it() -> None:
+    """What ZooKeeper's SerializeUtils.deserializeTxn would read, by the recordings' full transaction reader."""
+    txn = decode_txn(payloads.encode_proposal_data(Z, b"c1-42"), "test")
+    assert txn == {"op": "create", "session": "0x0", "cxid": 0, "zxid": Z, "time": 0, "path": "/zabref-7-3",
+                   "data_len": 5, "data": "c1-42", "acl": ["world:anyone:31"], "ephemeral": False,
+                   "parentCVersion": -1}
+
+
+@given(st.integers(1, (1 << 63) - 1), st.binary(max_size=64), st.integers(-(1 << 63), (1 << 63) - 1),
+       st.integers(-(1 << 31), (1 << 31) - 1), st.integers(0, 1 << 40), st.booleans())
+def test_a_create_of_the_node_as_a_zookeeper_leader_writes_it_is_read(zxid, value, session, cxid, time_ms, digest):
+    """A ZooKeeper leader's create of the node (its client's session, cxid and time, a digest after it) carries the
+    same value."""
+    data = zktxn.encode_create(zxid, zktxn.node_of(zxid), value, session=session, cxid=cxid, time_ms=time_ms,
+                               parent_cversion=5)
+    if digest:
+        data += jute.INT.pack(2) + jute.LONG.pack(0x1234)
+    assert payloads.decode_proposal_data(zxid, data) == value
+
+
+def _set_data(zxid: int) -> bytes:
+    header = jute.LONG.pack(0) + jute.INT.pack(0) + jute.LONG.pack(zxid) + jute.LONG.pack(0) + jute.INT.pack(5)
+    return header + jute.ustring("path", zktxn.node_of(zxid)) + jute.buffer("data", b"v") + jute.INT.pack(0)
+
+
+# offsets: the header is 32 bytes (zxid at 12, type at 28), the path /zabref-7-3 15, the value 4 + 1, the ACL 32
+@pytest.mark.parametrize(("data", "offset", "reason"), [
+    (payloads.encode_proposal_data(Z + 1, b"v"), 12, "the transaction's zxid is 0x700000004, the packet's 0x700000003"),
+    (_set_data(Z), 28, "transaction type 5 is not a create (1)"),
+    (zktxn.encode_create(Z, "/zabref-7-4", b"v"), 32, "the create of '/zabref-7-4' is not transaction 0x700000003's"),
+    (zktxn.encode_create(Z, "/zabref-7-3", None), 47, "data length is -1"),  # type: ignore[arg-type]
+    (zktxn.encode_create(Z, "/zabref-7-3", b"v").replace(b"anyone\x00", b"anyone\x01"), 79,
+     "a transaction's node is persistent"),
+    (payloads.encode_proposal_data(Z, b"v") + b"\x00", 84, "trailing"),
+    (payloads.encode_proposal_data(Z, b"v")[:-1], 80, "parentCVersion needs 4 bytes"),
+])
+def test_anything_but_the_create_of_its_node_is_refused_where_it_goes_wrong(data, offset, reason) -> None:
+    with pytest.raises(CodecError) as e:
+        payloads.decode_proposal_data(Z, data)
+    assert e.value.offset == offset and reason in e.value.reason, e.value
+    assert "PROPOSAL data" in str(e.value)
+
+
+def test_a_null_proposal_is_refused() -> None:
+    with pytest.raises(CodecError, match="data is null"):
+        payloads.decode_proposal_data(Z, None)
