@@ -11,6 +11,7 @@ from zabref.core import jute, payloads, zktxn
 from zabref.errors import CodecError
 
 Z = (7 << 32) | 3
+DIGEST = jute.INT.pack(2) + jute.LONG.pack(0x1234)  # a TxnDigest: version, treeDigest
 
 
 def test_a_value_is_the_create_of_its_own_node_as_zookeeper_reads_it() -> None:
@@ -29,7 +30,7 @@ def test_a_create_of_the_node_as_a_zookeeper_leader_writes_it_is_read(zxid, valu
     data = zktxn.encode_create(zxid, zktxn.node_of(zxid), value, session=session, cxid=cxid, time_ms=time_ms,
                                parent_cversion=5)
     if digest:
-        data += jute.INT.pack(2) + jute.LONG.pack(0x1234)
+        data += DIGEST
     assert payloads.decode_proposal_data(zxid, data) == value
 
 
@@ -59,3 +60,23 @@ def test_anything_but_the_create_of_its_node_is_refused_where_it_goes_wrong(data
 def test_a_null_proposal_is_refused() -> None:
     with pytest.raises(CodecError, match="data is null"):
         payloads.decode_proposal_data(Z, None)
+
+
+@given(st.integers(1, (1 << 63) - 1), st.binary(max_size=40), st.booleans(),
+       st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=3), st.integers(-3, 3))
+def test_the_quick_read_agrees_with_the_strict_one(zxid, value, digest, edits, cut):
+    """`decode_value` reads zabref's own form with a few slices and anything else field by field: on bytes mutated
+    from a valid body (a byte changed, a digest, a body cut short or lengthened), whenever the quick read gives a
+    value, the strict read gives the same one."""
+    data = bytearray(payloads.encode_proposal_data(zxid, value) + (bytes(DIGEST) if digest else b""))
+    for at, byte in edits:
+        data[at % len(data)] = byte
+    data = data[:len(data) + cut] if cut < 0 else data + bytes(cut)
+    quick = zktxn._quick_value(zxid, bytes(data))
+    if quick is not None:
+        assert zktxn._strict_value(zxid, bytes(data), "test") == quick
+
+
+def test_the_quick_read_takes_zabrefs_own_form() -> None:
+    data = payloads.encode_proposal_data(Z, b"v")
+    assert zktxn._quick_value(Z, data) == b"v" and zktxn._quick_value(Z, data + bytes(DIGEST)) == b"v"

@@ -46,6 +46,7 @@ PERMS_ALL = 31
 _HEADER = struct.Struct(">qiqqi")  # clientId, cxid, zxid, time, type
 _WORLD_ANYONE_ALL = jute.INT.pack(1) + jute.INT.pack(PERMS_ALL) + jute.ustring("scheme", "world") + \
     jute.ustring("id", "anyone")
+_PERSISTENT = _WORLD_ANYONE_ALL + b"\x00"  # the ACL, then ephemeral = false
 
 
 class TxnReader(jute.Reader):
@@ -80,7 +81,7 @@ def encode_create(zxid: int, path: str, data: bytes, *, time_ms: int = 0, sessio
     permissions), no digest."""
     header = _HEADER.pack(jute.check_long("clientId", session), jute.check_int("cxid", cxid),
                           jute.check_long("zxid", zxid), jute.check_long("time", time_ms), OP_CREATE)
-    return b"".join((header, jute.ustring("path", path), jute.buffer("data", data), _WORLD_ANYONE_ALL, b"\x00",
+    return b"".join((header, jute.ustring("path", path), jute.buffer("data", data), _PERSISTENT,
                      jute.INT.pack(jute.check_int("parentCVersion", parent_cversion))))
 
 
@@ -91,7 +92,33 @@ def encode_value(zxid: int, value: bytes) -> bytes:
 
 def decode_value(zxid: int, data: bytes, what: str) -> bytes:
     """The value of transaction ``zxid`` from PROPOSAL's ``data``; `CodecError` (naming ``what`` and the offset) for
-    anything but the create of ``node_of(zxid)`` (the module docstring)."""
+    anything but the create of ``node_of(zxid)`` (the module docstring). Every follower reads every proposal, so the
+    common form -- the one `encode_create` writes, with any session, cxid, time and parentCVersion, a digest or not --
+    is read with a few slices (`_quick_value`); anything else, every malformed body among them, by `_strict_value`."""
+    value = _quick_value(zxid, data)
+    return value if value is not None else _strict_value(zxid, data, what)
+
+
+def _quick_value(zxid: int, data: bytes) -> bytes | None:
+    """The value when ``data`` is a create of ``node_of(zxid)`` with world:anyone's one ACL, persistent; else None."""
+    path = node_of(zxid).encode()
+    value_at = _HEADER.size + 8 + len(path)
+    if len(data) < value_at:
+        return None
+    _, _, carried, _, op = _HEADER.unpack_from(data)
+    if carried != zxid or op != OP_CREATE or jute.INT.unpack_from(data, _HEADER.size)[0] != len(path) \
+            or data[_HEADER.size + 4 : value_at - 4] != path:
+        return None
+    n = jute.INT.unpack_from(data, value_at - 4)[0]
+    after = value_at + n
+    if n < 0 or len(data) - after - len(_PERSISTENT) not in (4, 4 + DIGEST_BYTES) \
+            or data[after : after + len(_PERSISTENT)] != _PERSISTENT:
+        return None
+    return bytes(data[value_at:after])
+
+
+def _strict_value(zxid: int, data: bytes, what: str) -> bytes:
+    """`decode_value` field by field, for any body."""
     r = TxnReader(data, what)
     r.i64("clientId")
     r.i32("cxid")
