@@ -1,7 +1,8 @@
 """A zabref server in one ensemble with real ZooKeeper servers (issue 37, part 2): the election and quorum ports speak
 ZooKeeper's wire (`zabref.net.votes`, `zabref.net.wire`, `zabref.net.zkwire`), both ways.
 
-Two unmodified ZooKeeper 3.8.0 servers (ids 1, 2) and a zabref server (id 3), all empty. ZooKeeper server 1 starts
+Two unmodified ZooKeeper servers (ids 1, 2; Debian's 3.8.0, and 3.9.5 from Maven Central) and a zabref server
+(id 3), all empty. ZooKeeper server 1 starts
 alone (no quorum), then the zabref server: FastLeaderElection ranks equal votes by id, so server 1 must come to vote
 for 3 by hearing the zabref server's vote, and the zabref server decides LEADING on the quorum {1, 3}. (Starting both
 ZooKeeper servers first lets them elect 2 between themselves on a busy machine before the zabref server's vote counts:
@@ -59,11 +60,17 @@ def _log(e: ZkEnsemble, sid: int) -> str:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines) -> None:
+@pytest.mark.parametrize("version", ["3.8.0", "3.9.5"])
+def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, version) -> None:
+    distribution = None  # Debian's 3.8.0
+    if version != "3.8.0":
+        from conformance.zk.versions import fetch
+
+        distribution = fetch(version, echo=lambda s: None)  # from Maven Central, once into the cache
     base = find_free_base_port(3)
     # local sessions: a ZooKeeper client's session stays at its server (no createSession forwarded as REQUEST, which
     # a zabref leader does not take yet)
-    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256,
+    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256, distribution=distribution,
                    extra_config=("localSessionsEnabled=true", "localSessionsUpgradingEnabled=false"))
     try:
         config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
