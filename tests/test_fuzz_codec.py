@@ -46,6 +46,18 @@ def _decodes_or_codec_error(decode, data) -> None:
         pass
 
 
+def _read_stream(decoder, stream: bytes, data, check) -> None:
+    """Feed ``stream`` to ``decoder`` in chunks drawn from ``data`` as a port's reader does, ``check`` each item:
+    only CodecError may escape, at an offset inside the stream."""
+    try:
+        for chunk in _cut(stream, data):
+            for item in decoder.feed(chunk):
+                check(item)
+        decoder.close()
+    except CodecError as e:
+        assert 0 <= e.offset <= len(stream)
+
+
 @FUZZ
 @given(st.integers(0, (1 << 63) - 1), st.none() | st.binary(max_size=96))
 def test_proposal_data_decodes_or_raises_codec_error(zxid, data):
@@ -101,17 +113,11 @@ def _cut(stream: bytes, data) -> list[bytes]:
 def test_election_streams_of_good_and_bad_frames_at_the_runtime_cap(frames, data):
     """What the election port's reader does with a stream: only CodecError escapes, from the frame decoder or the
     notification decoder; a frame is never longer than the cap; a bad prefix is reported where it starts."""
-    stream = b"".join(frames)
-    chunks = _cut(stream, data)
-    decoder = wire.FrameDecoder(peers.MAX_ELECTION_FRAME, "stream")
-    try:
-        for chunk in chunks:
-            for body in decoder.feed(chunk):
-                assert len(body) <= peers.MAX_ELECTION_FRAME
-                _decodes_or_codec_error(wire.decode_notification, body)
-        decoder.close()
-    except CodecError as e:
-        assert 0 <= e.offset <= len(stream)
+    def check(body: bytes) -> None:
+        assert len(body) <= peers.MAX_ELECTION_FRAME
+        _decodes_or_codec_error(wire.decode_notification, body)
+
+    _read_stream(wire.FrameDecoder(peers.MAX_ELECTION_FRAME, "stream"), b"".join(frames), data, check)
 
 
 @FUZZ
@@ -119,16 +125,10 @@ def test_election_streams_of_good_and_bad_frames_at_the_runtime_cap(frames, data
 def test_quorum_streams_of_good_and_bad_packets_at_the_runtime_cap(packets, data):
     """What the quorum port's reader does with a stream: only CodecError escapes; no packet's data is longer than the
     cap; an error is reported at an offset inside the stream."""
-    stream = b"".join(packets)
-    chunks = _cut(stream, data)
-    decoder = wire.PacketDecoder(peers.MAX_QUORUM_DATA, "stream")
-    try:
-        for chunk in chunks:
-            for packet in decoder.feed(chunk):
-                assert packet.data is None or len(packet.data) <= peers.MAX_QUORUM_DATA
-        decoder.close()
-    except CodecError as e:
-        assert 0 <= e.offset <= len(stream)
+    def check(packet: QuorumPacket) -> None:
+        assert packet.data is None or len(packet.data) <= peers.MAX_QUORUM_DATA
+
+    _read_stream(wire.PacketDecoder(peers.MAX_QUORUM_DATA, "stream"), b"".join(packets), data, check)
 
 
 # ------------------------------------------------------------------------------------------------ request parsers

@@ -300,7 +300,6 @@ class Connection:
         self.writer: asyncio.StreamWriter | None = None
         self.pending: list[bytes] = []  # packets sent while connecting
         self.hello_sent = False  # an outbound connection's first packet (FOLLOWERINFO) is written by the dial
-        self._first_sent = False
         self._out: list[bytes] = []  # packets queued with send(flush=False), written by the next flush
         self.writes = 0  # transport writes made (each carries one or more packets)
         self.inbound: deque[QuorumPacket] = deque()  # packets read and not yet taken by the node, in order
@@ -346,10 +345,8 @@ class Connection:
         """
         if self.closed:
             return False
-        if self.initiated and not self._first_sent:  # a learner's FOLLOWERINFO says which connection this is
-            self._first_sent = True
-            if packet.type == PacketType.FOLLOWERINFO:
-                packet = wire.with_connection_id(packet, self.cid)
+        if self.initiated and packet.type == PacketType.FOLLOWERINFO:  # a learner's first packet names the connection
+            packet = wire.with_connection_id(packet, self.cid)
         framed = wire.encode_quorum_packet(packet)
         if self.state == "connecting":
             if sum(map(len, self.pending)) + len(framed) > SEND_BUFFER_LIMIT:
