@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zabref.core import payloads
+from zabref.core import payloads, zktxn
 from zabref.core.packets import (
     MAX_COUNTER,
     MAX_EPOCH,
@@ -591,6 +591,8 @@ def _bad_cases():
         ("proposal-repeating-the-last", lambda: follower_in(ZabState.BROADCAST, (t(1, 1),), 1, 1), 1,
          proposal(t(1, 1)), "follow 0x100000001"),
         ("proposal-in-sync-not-after-the-staged", staged_follower, 1, proposal(t(1, 1)), "follow 0x100000001"),
+        ("proposal-of-another-node", broadcast_follower, 1,  # a ZooKeeper leader's transaction, not zabref's
+         pkt(P.PROPOSAL, z(1, 2), zktxn.encode_create(z(1, 2), "/app", b"v")), "is not transaction 0x100000002's"),
         ("followerinfo-of-the-last-epoch", leader_awaiting_followerinfo, 2, followerinfo(2, MAX_EPOCH),
          "leaves no epoch above it"),
         ("from-itself", leader, 1, followerinfo(1, 0), "not another server"),
