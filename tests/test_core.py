@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zabref.core import payloads, zktxn
+from zabref.core import payloads, zksnap, zktxn
 from zabref.core.packets import (
     MAX_COUNTER,
     MAX_EPOCH,
@@ -564,9 +564,10 @@ def _bad_cases():
         ("newleader-wrong-epoch", syncing_follower, 1, pkt(P.NEWLEADER, z(7, 0)), "accepted epoch"),
         ("proposal-going-backwards", lambda: follower_in(ZabState.BROADCAST, (t(1, 2),), 1, 1), 1, proposal(t(1, 1)),
          "follow 0x100000002"),
-        ("snap-unordered", syncing_follower, 1,
-         pkt(P.SNAP, z(1, 1), payloads.encode_snap_data([t(1, 2), t(1, 1)])), "does not follow"),
-        ("snap-zxid-mismatch", syncing_follower, 1, pkt(P.SNAP, z(1, 9), payloads.encode_snap_data([t(1, 1)])), "SNAP's"),
+        ("snap-of-a-zookeeper-tree", syncing_follower, 1,  # a ZooKeeper client's node: no transaction of zabref's
+         pkt(P.SNAP, z(1, 1), zksnap.write_snapshot([("/app", b"v", z(1, 1))])), "'/app' (czxid 0x100000001)"),
+        ("snap-zxid-precedes", syncing_follower, 1, pkt(P.SNAP, z(1, 0), payloads.encode_snap_data([t(1, 1)])),
+         "SNAP's zxid precedes"),
         ("followerinfo-at-follower", broadcast_follower, 1, followerinfo(1, 0), "FOLLOWING server takes"),
         ("packet-at-looking", lambda: ZabCore(1, (1, 2, 3)), 2, leaderinfo(1), "LOOKING server takes no packet"),
         ("ping-not-in-spec", broadcast_follower, 1, pkt(P.PING), "FOLLOWING server takes"),
@@ -677,6 +678,17 @@ def test_a_snap_of_an_empty_history_stages_an_empty_history():
     f = follower_in(ZabState.SYNCHRONIZATION, (t(1, 1),), accepted=1, current=1)
     f.receive(1, pkt(P.SNAP, 0, payloads.encode_snap_data([])))
     assert f.staged_history == []
+
+
+def test_a_zookeeper_leaders_snap_names_its_last_processed_zxid_which_its_tree_need_not_show():
+    """A fresh ZooKeeper leader of epoch 2 sends SNAP(<<2, 0>>) with a tree of the root and /zookeeper alone; one
+    whose last transaction left no node of its own (a setData, a session) names a zxid above its last node's."""
+    f = follower_in(ZabState.SYNCHRONIZATION, (t(1, 1),), accepted=2, current=1)
+    f.receive(1, pkt(P.SNAP, z(2, 0), payloads.encode_snap_data([])))
+    assert f.staged_history == []
+    f = follower_in(ZabState.SYNCHRONIZATION, (), accepted=2, current=1)
+    f.receive(1, pkt(P.SNAP, z(2, 3), payloads.encode_snap_data([t(1, 1), t(2, 1)])))
+    assert f.staged_history == [t(1, 1), t(2, 1)]
 
 
 def test_election_outcome_only_while_looking():

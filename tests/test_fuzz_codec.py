@@ -35,8 +35,12 @@ from zabref.runtime import control
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EXTREME_INT32 = st.sampled_from([0, 1, 7, 8, 255, 1 << 16, (1 << 31) - 1, -1, -2, -(1 << 31)])
 
-quorum_packets = st.builds(QuorumPacket, st.sampled_from(PacketType), st.integers(0, (1 << 63) - 1),
-                           st.none() | st.binary(max_size=32))
+quorum_packets = st.one_of(
+    st.builds(QuorumPacket, st.sampled_from([t for t in PacketType if t != PacketType.SNAP]),
+              st.integers(0, (1 << 63) - 1), st.none() | st.binary(max_size=32)),
+    st.builds(lambda z, v: QuorumPacket(PacketType.SNAP, z, payloads.encode_snap_data([(z, v)])),
+              st.integers(0, (1 << 63) - 1), st.binary(max_size=8)),
+)
 
 
 def _decodes_or_codec_error(decode, data) -> None:

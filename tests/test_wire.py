@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zabref.core import payloads
+from zabref.core import payloads, zksnap
 from zabref.core.packets import AuthId, LearnerInfo, Notification, PacketType, QuorumPacket, ServerState
 from zabref.errors import CodecError
 from zabref.net import wire
@@ -19,15 +19,16 @@ FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCh
 int32s = st.integers(-(1 << 31), (1 << 31) - 1)
 int64s = st.integers(-(1 << 63), (1 << 63) - 1)
 auth_ids = st.builds(AuthId, st.text(max_size=12), st.text(max_size=12))
-quorum_packets = st.builds(
-    QuorumPacket,
-    st.sampled_from(PacketType),
-    int64s,
-    st.none() | st.binary(max_size=64),
-    st.lists(auth_ids, max_size=3).map(tuple),
+#: Histories as a SNAP carries them: distinct zxids in order (a tree has one node per transaction).
+histories = st.dictionaries(int64s, st.binary(max_size=16), max_size=8).map(lambda d: sorted(d.items()))
+quorum_packets = st.one_of(
+    st.builds(QuorumPacket, st.sampled_from([t for t in PacketType if t != PacketType.SNAP]), int64s,
+              st.none() | st.binary(max_size=64), st.lists(auth_ids, max_size=3).map(tuple)),
+    # a SNAP's data is its snapshot stream, written after the packet (zabref.core.zksnap)
+    st.builds(lambda z, hist, a: QuorumPacket(PacketType.SNAP, z, payloads.encode_snap_data(hist), a), int64s,
+              histories, st.lists(auth_ids, max_size=3).map(tuple)),
 )
 notifications = st.builds(Notification, st.sampled_from(ServerState), int64s, int64s, int64s, int64s)
-histories = st.lists(st.tuples(int64s, st.binary(max_size=16)), max_size=8)
 
 # ------------------------------------------------------------------------------------------------- exact bytes
 
@@ -100,7 +101,23 @@ TABLE = [
     ),
     pytest.param(
         [(0x100000001, b"a"), (0x100000002, b"")], payloads.encode_snap_data, payloads.decode_snap_data,
-        h("00000002 0000000100000001 00000001 61 0000000100000002 00000000"), id="SNAP history",
+        h("00000000 00000000")  # no sessions, an empty ACL cache
+        # path, data, ACL key -1, StatPersisted {czxid, mzxid, ctime, mtime, version, cversion, aversion,
+        # ephemeralOwner, pzxid}: the root (3 children), a node per transaction, ZooKeeper's own subtree
+        + h("00000000 00000000 ffffffffffffffff 0000000000000000 0000000000000000 0000000000000000 0000000000000000"
+            "00000000 00000003 00000000 0000000000000000 0000000100000002")
+        + h("0000000b") + b"/zabref-1-1" + h("00000001 61 ffffffffffffffff 0000000100000001 0000000100000001"
+                                             "0000000000000000 0000000000000000 00000000 00000000 00000000"
+                                             "0000000000000000 0000000100000001")
+        + h("0000000b") + b"/zabref-1-2" + h("00000000 ffffffffffffffff 0000000100000002 0000000100000002"
+                                             "0000000000000000 0000000000000000 00000000 00000000 00000000"
+                                             "0000000000000000 0000000100000002")
+        + h("0000000a") + b"/zookeeper" + h("00000000 ffffffffffffffff") + bytes(8 * 4) + h("00000000 00000002")
+        + bytes(4 + 8 + 8)
+        + h("00000011") + b"/zookeeper/config" + h("00000000 ffffffffffffffff") + bytes(60)
+        + h("00000010") + b"/zookeeper/quota" + h("00000000 ffffffffffffffff") + bytes(60)
+        + h("00000001") + b"/" + h("0000000a") + b"BenWasHere",  # the end of the nodes, the signature
+        id="SNAP history, as ZooKeeper's snapshot stream",
     ),
     pytest.param(0x10000, payloads.encode_leaderinfo_data, payloads.decode_leaderinfo_data, h("00010000"), id="LEADERINFO"),
 ]
@@ -363,6 +380,7 @@ def test_every_truncation_of_a_packet_is_rejected(p, data):
 
 
 ACK = h("00000003 0000000100000002 ffffffff ffffffff")
+SNAP_OF_ONE = payloads.encode_snap_data([(0x100000001, b"a")])
 
 
 @pytest.mark.parametrize(
@@ -383,9 +401,14 @@ ACK = h("00000003 0000000100000002 ffffffff ffffffff")
         (wire.decode_notification, bytes(36) + h("00000002 00000002 41"), 40, "config length is 2 but only 1 bytes remain"),
         (payloads.decode_ackepoch_data, h("fffffffe"), 0, "only -1 may be negative"),
         (payloads.decode_ackepoch_data, None, 0, "data is null"),
-        (payloads.decode_snap_data, h("00001000 0000000000000001"), 0, "history count is 4096"),
-        (payloads.decode_snap_data, h("ffffffff"), 0, "history count is negative"),
-        (payloads.decode_snap_data, h("00000001 0000000000000001 ffffffff"), 12, "history[0].value length is -1"),
+        (payloads.decode_snap_data, h("ffffffff"), 0, "session count is -1"),
+        (payloads.decode_snap_data, h("00000000 00000000 00000001") + b"/", 8, "the first node is '/'"),
+        (payloads.decode_snap_data, SNAP_OF_ONE[:-3], len(SNAP_OF_ONE) - 3, "ends before its signature"),
+        (payloads.decode_snap_data, SNAP_OF_ONE + b"\0", len(SNAP_OF_ONE), "1 bytes after the signature"),
+        (payloads.decode_snap_data, zksnap.write_snapshot([("/app", b"x", 0x100000001)]), 84,
+         "node '/app' (czxid 0x100000001) is not a transaction's node ('/zabref-1-1'"),
+        (payloads.decode_snap_data, zksnap.write_snapshot([("/zabref-1-2", b"x", 0x100000001)]), 84,
+         "node '/zabref-1-2' (czxid 0x100000001)"),
         (payloads.decode_learner_info, h("0000000000000001 000100"), 8, "protocolVersion needs 4 bytes"),
     ],
 )

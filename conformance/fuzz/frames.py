@@ -160,9 +160,12 @@ def out_of_phase_packet(rng: random.Random, t: Target) -> bytes:
 
 
 def mutated_packet(rng: random.Random, t: Target) -> bytes:
-    body = bytearray(wire.encode_quorum_packet(QuorumPacket(
-        rng.choice([PacketType.COMMIT, PacketType.PROPOSAL, PacketType.ACK, PacketType.SNAP]), some_zxid(rng, t),
-        rng.choice([None, rng.randbytes(rng.randint(0, 24))]))))
+    ptype = rng.choice([PacketType.COMMIT, PacketType.PROPOSAL, PacketType.ACK, PacketType.SNAP])
+    zxid = some_zxid(rng, t)
+    data = rng.choice([None, rng.randbytes(rng.randint(0, 24))])
+    if ptype == PacketType.SNAP:  # its data is the snapshot stream after it, never null
+        data = payloads.encode_snap_data([(zxid, data or b"")])
+    body = bytearray(wire.encode_quorum_packet(QuorumPacket(ptype, zxid, data)))
     for _ in range(rng.randint(1, 3)):
         body[rng.randrange(len(body))] = rng.randrange(256)
     try:  # a mutation that made a packet a learner may send now (PING, ACKEPOCH after its FOLLOWERINFO) or a second

@@ -115,7 +115,9 @@ class FollowerActions(CoreState):
 
     def follower_process_snap(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessSNAP(i, j) -- seed 000, phase 2, step 1 (SNAP): a state transfer; the packet carries the
-        leader's whole history, which is staged in place of ours."""
+        leader's whole history, which is staged in place of ours. Its zxid is the leader's last (zabref's), or a
+        ZooKeeper leader's last processed zxid, which the history need not show (its new epoch's ``<<e, 0>>``, a
+        transaction that left no node of its own)."""
         self._require(j, packet, ZabState.SYNCHRONIZATION)
         if packet.type != PacketType.SNAP:
             self._reject(j, packet, "expected SNAP")
@@ -123,8 +125,8 @@ class FollowerActions(CoreState):
             snapshot = list(check_history(payloads.decode_snap_data(packet.data), "SNAP history"))
         except (CodecError, ValueError) as e:
             self._reject(j, packet, str(e))
-        if packet.zxid != (snapshot[-1].zxid if snapshot else 0):
-            self._reject(j, packet, "SNAP's zxid must be the last zxid of the history it carries")
+        if packet.zxid < (snapshot[-1].zxid if snapshot else 0):
+            self._reject(j, packet, "SNAP's zxid precedes the last zxid of the history it carries")
         self.staged_history = snapshot
         return Output()
 

@@ -6,6 +6,8 @@ elements, count -1 meaning null. Writers check that a value fits its wire type (
 `Reader` is a cursor over one body: every read checks the bytes present, and a short body, a negative length, bad
 UTF-8, a count larger than the bytes that remain or trailing bytes raise `CodecError` naming what was being decoded
 and the byte offset. No length read from the wire is allocated before it is checked against the bytes present.
+`Cursor` reads a stream that may still be arriving: a read that needs more bytes than are here raises `Short` (wait
+for more), impossible bytes what its ``fail`` makes, and lengths are checked against a limit (`JUTE_MAX`) instead.
 `zabref.core.payloads` (packet data) and `zabref.net.wire` (frames, packets, notifications) are built from these.
 """
 
@@ -15,12 +17,16 @@ import struct
 
 from zabref.errors import CodecError
 
-__all__ = ["INT", "LONG", "INT_MAX", "check_int", "check_long", "buffer", "ustring", "Reader", "bytes_like"]
+__all__ = ["INT", "LONG", "INT_MAX", "JUTE_MAX", "check_int", "check_long", "buffer", "ustring", "Reader", "Cursor",
+           "Short", "bytes_like"]
 
 INT = struct.Struct(">i")
 LONG = struct.Struct(">q")
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+#: A jute buffer's limit: ZooKeeper's ``jute.maxbuffer`` default (0xfffff) plus the 1024 bytes of
+#: ``zookeeper.jute.maxbuffer.extrasize`` it allows; a run that raises ``jute.maxbuffer`` needs this raised too.
+JUTE_MAX = 0xFFFFF + 1024
 
 
 def check_int(name: str, value: int) -> int:
@@ -115,3 +121,69 @@ def bytes_like(data: object, what: str) -> bytes:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise CodecError(what, 0, f"expected bytes, got {type(data).__name__}")
     return bytes(data)
+
+
+class Short(Exception):
+    """The bytes end before the value being read does; ``need`` is how many bytes (from the buffer's start) the read
+    that stopped needed."""
+
+    def __init__(self, need: int = 0) -> None:
+        super().__init__(need)
+        self.need = need
+
+
+class Cursor:
+    """Reads big-endian jute values from ``buf`` at ``pos``; ``what`` names the bytes in errors (`fail`)."""
+
+    __slots__ = ("buf", "pos", "what")
+
+    def __init__(self, buf: bytes | memoryview, what: str, pos: int = 0) -> None:
+        self.buf, self.what, self.pos = buf, what, pos
+
+    @property
+    def remaining(self) -> int:
+        return len(self.buf) - self.pos
+
+    def fail(self, reason: str, offset: int | None = None) -> Exception:
+        """The error for impossible bytes at ``offset`` (default: here); a subclass may make its own kind."""
+        return CodecError(self.what, self.pos if offset is None else offset, reason)
+
+    def take(self, n: int) -> bytes:
+        if self.remaining < n:
+            raise Short(self.pos + n)
+        out = bytes(self.buf[self.pos: self.pos + n])
+        self.pos += n
+        return out
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def i32(self) -> int:
+        return INT.unpack(self.take(4))[0]
+
+    def i64(self) -> int:
+        return LONG.unpack(self.take(8))[0]
+
+    def length(self, field: str, limit: int, *, nullable: bool) -> int | None:
+        """A jute length or count: -1 is null when ``nullable``; other negatives and values above ``limit`` fail."""
+        at = self.pos
+        n = self.i32()
+        if n == -1 and nullable:
+            return None
+        if n < 0 or n > limit:
+            raise self.fail(f"{field} is {n} (expected 0..{limit})", at)
+        return n
+
+    def buffer(self, field: str, limit: int = JUTE_MAX) -> bytes | None:
+        n = self.length(f"{field} length", limit, nullable=True)
+        return None if n is None else self.take(n)
+
+    def ustring(self, field: str, limit: int = JUTE_MAX) -> str | None:
+        at = self.pos
+        raw = self.buffer(field, limit)
+        if raw is None:
+            return None
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise self.fail(f"{field} is not UTF-8 ({e.reason})", at + 4 + e.start) from None

@@ -3,7 +3,8 @@
 Theory of operation: a QuorumPacket's ``data`` is an opaque jute buffer on the wire (`zabref.net.wire`); the core
 gives it structure here, one ``encode_*``/``decode_*`` pair per packet type: LEADERINFO (the protocol version),
 ACKEPOCH (the follower's currentEpoch, or -1), FOLLOWERINFO (a LearnerInfo, in ZooKeeper 3.5+'s form), PROPOSAL (the
-value, as ZooKeeper's transaction: `zabref.core.zktxn`) and SNAP (a whole history). Decoding is as strict as the
+value, as ZooKeeper's transaction: `zabref.core.zktxn`) and SNAP (a whole history, as ZooKeeper's snapshot
+stream: `zabref.core.zksnap`). Decoding is as strict as the
 wire's (`zabref.core.jute`): a null, short or overlong data field raises `CodecError` naming the packet, the field and
 the offset.
 """
@@ -11,9 +12,9 @@ the offset.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from zabref.core import jute, zktxn
+from zabref.core import jute, zksnap, zktxn
 from zabref.core.packets import LearnerInfo
 from zabref.errors import CodecError
 
@@ -109,24 +110,41 @@ def decode_proposal_data(zxid: int, data: bytes | None) -> bytes:
 
 
 def encode_snap_data(history: Iterable[tuple[int, bytes]]) -> bytes:
-    """SNAP's data: a whole history, ``int count`` then per transaction ``long zxid, buffer value``."""
-    items: Sequence[tuple[int, bytes]] = list(history)
-    parts = [jute.INT.pack(jute.check_int("history count", len(items)))]
-    for i, (zxid, value) in enumerate(items):
+    """SNAP's data: the history as ZooKeeper's snapshot stream (`zabref.core.zksnap`), each transaction ``[z, v]``
+    the node `zktxn.node_of` (z) holding v, created by z -- the tree a ZooKeeper follower holds after applying
+    each as the PROPOSAL `encode_proposal_data` writes."""
+    nodes = []
+    for i, (zxid, value) in enumerate(history):
         if value is None:
             raise ValueError(f"history[{i}] has no value")
-        parts += (jute.LONG.pack(jute.check_long(f"history[{i}].zxid", zxid)), jute.buffer(f"history[{i}].value", value))
-    return b"".join(parts)
+        nodes.append((zktxn.node_of(jute.check_long(f"history[{i}].zxid", zxid)), bytes(value), zxid))
+    return zksnap.write_snapshot(nodes)
 
 
 def decode_snap_data(data: bytes | None) -> list[tuple[int, bytes]]:
-    """The history SNAP carries. Structure only: ordering of zxids is checked by whoever installs it."""
-    r = _data_reader(data, "SNAP data")
+    """The history a SNAP's snapshot stream carries: its transactions' nodes (`zktxn.node_of`) in zxid order; the
+    root and ZooKeeper's own subtree (``/zookeeper``) are not transactions. Any other node -- a ZooKeeper client's
+    own, or a transaction's node created by another zxid or holding null -- raises `CodecError` naming it and its
+    offset: zabref holds a history, not ZooKeeper's data tree (docs/zookeeper.md). Ordering is checked by whoever
+    installs the history."""
+    what = "SNAP data"
+    if data is None:
+        raise CodecError(what, 0, "data is null: the snapshot stream follows the SNAP packet")
+    cur = jute.Cursor(jute.bytes_like(data, what), what)
+    try:
+        tree = zksnap.read_snapshot(cur)
+    except jute.Short:
+        raise CodecError(what, len(data), "the snapshot stream ends before its signature") from None
+    if cur.remaining:
+        raise cur.fail(f"{cur.remaining} bytes after the signature")
     history: list[tuple[int, bytes]] = []
-    for i in range(r.count("history count", 12, nullable=False)):
-        zxid = r.i64(f"history[{i}].zxid")
-        value = r.buffer(f"history[{i}].value", nullable=False)
-        assert value is not None
-        history.append((zxid, value))
-    r.end()
+    for node in tree.nodes:
+        if node.path == "/" or node.path == zksnap.SYSTEM_ROOT or node.path.startswith(zksnap.SYSTEM_ROOT + "/"):
+            continue
+        if node.path != zktxn.node_of(node.czxid) or node.data is None:
+            raise cur.fail(f"node {node.path!r} (czxid {node.czxid:#x}) is not a transaction's node "
+                           f"({zktxn.node_of(node.czxid)!r} holding a value): zabref holds its own transactions only",
+                           node.at)
+        history.append((node.czxid, node.data))
+    history.sort()
     return history

@@ -43,7 +43,7 @@ from __future__ import annotations
 import struct
 from typing import Generic, TypeVar
 
-from zabref.core import jute, payloads
+from zabref.core import jute, payloads, zksnap
 from zabref.core.packets import AuthId, Notification, PacketType, QuorumPacket, ServerState
 from zabref.errors import CodecError
 from zabref.net import zkwire
@@ -166,14 +166,21 @@ class FrameDecoder(_StreamDecoder[bytes]):
 
 
 def encode_quorum_packet(p: QuorumPacket) -> bytes:
-    """``int type, long zxid, buffer data, vector<Id> authinfo`` (jute's order for seed 000's QuorumPacket)."""
-    parts = [jute.INT.pack(int(p.type)), jute.LONG.pack(jute.check_long("zxid", p.zxid)), jute.buffer("data", p.data)]
+    """``int type, long zxid, buffer data, vector<Id> authinfo`` (jute's order for seed 000's QuorumPacket); a SNAP's
+    data (its snapshot stream, `zabref.core.zksnap`) after the packet, whose own data is null."""
+    snap = p.type == PacketType.SNAP
+    if snap and p.data is None:
+        raise ValueError("a SNAP's data is its snapshot stream; it cannot be null")
+    parts = [jute.INT.pack(int(p.type)), jute.LONG.pack(jute.check_long("zxid", p.zxid)),
+             jute.buffer("data", None if snap else p.data)]
     if not p.authinfo:
         parts.append(jute.INT.pack(-1))
     else:
         parts.append(jute.INT.pack(jute.check_int("authinfo count", len(p.authinfo))))
         for a in p.authinfo:
             parts += (jute.ustring("authinfo scheme", a.scheme), jute.ustring("authinfo id", a.id))
+    if snap:
+        parts.append(bytes(p.data or b""))
     return b"".join(parts)
 
 
@@ -183,13 +190,15 @@ _PACKET_TYPES = {int(t): t for t in PacketType}
 
 
 def decode_quorum_packet(body: bytes) -> QuorumPacket:
+    """One whole packet, a SNAP's snapshot stream after it included (`PacketDecoder` reads a stream of them)."""
     # The common packet (a known type, a data buffer that fits, no authinfo, nothing after) in a few calls; anything
     # else -- every malformed body among it -- is read field by field below, which names what is wrong and where.
     if type(body) is bytes and len(body) >= 20:
         number, zxid, n = _PACKET_HEAD.unpack_from(body)
         ptype = _PACKET_TYPES.get(number)
         end = 16 + (n if n > 0 else 0)
-        if ptype is not None and n >= -1 and len(body) == end + 4 and body[end:] in _NO_AUTHINFO:
+        if ptype is not None and ptype != PacketType.SNAP and n >= -1 and len(body) == end + 4 \
+                and body[end:] in _NO_AUTHINFO:
             return QuorumPacket(ptype, zxid, None if n == -1 else body[16:end])
     r = jute.Reader(jute.bytes_like(body, "QuorumPacket"), "QuorumPacket")
     start = r.pos
@@ -204,8 +213,34 @@ def decode_quorum_packet(body: bytes) -> QuorumPacket:
     ids = []
     for i in range(r.count("authinfo count", 8, nullable=True)):
         ids.append(AuthId(r.ustring(f"authinfo[{i}].scheme"), r.ustring(f"authinfo[{i}].id")))
+    if ptype == PacketType.SNAP:
+        data, r.pos = _snapshot(body, r.pos, data, len(body), "QuorumPacket SNAP", 0)
+        if data is None:
+            raise r.fail("the snapshot stream after the SNAP ends before its signature", len(body))
     r.end()
     return QuorumPacket(ptype, zxid, data, tuple(ids))
+
+
+def _snapshot(buf: bytes | bytearray, start: int, data: bytes | None, bound: int, what: str,
+              offset: int) -> tuple[bytes | None, int]:
+    """The snapshot stream (`zabref.core.zksnap`) a SNAP packet whose data was ``data`` has after it at ``start`` in
+    ``buf`` -- ZooKeeper writes the packet with null data, then the stream -- and where it ends; while it is not all
+    here, None and the length of ``buf`` it needs at least. `CodecError` (offsets plus ``offset``) for data in the
+    packet, a stream longer than ``bound`` or bytes that are no snapshot."""
+    if data is not None:
+        raise CodecError(what, offset + start, f"a SNAP's data is {len(data)} bytes; ZooKeeper's is null, its "
+                                                "snapshot stream follows the packet")
+    chunk = bytes(buf[start: start + bound + 1])
+    cur = jute.Cursor(chunk, what)
+    try:
+        zksnap.read_snapshot(cur)
+    except jute.Short as short:
+        if len(chunk) > bound:
+            raise CodecError(what, offset + start, f"the snapshot stream is longer than {bound} bytes") from None
+        return None, start + short.need
+    except CodecError as e:
+        raise CodecError(e.what, offset + start + e.offset, e.reason) from None
+    return chunk[: cur.pos], start + cur.pos
 
 
 #: The authinfo count of a packet without it: -1 (a null vector, as ZooKeeper writes it) or 0 (the same, empty).
@@ -228,9 +263,28 @@ class PacketDecoder(_StreamDecoder[QuorumPacket]):
     def __init__(self, max_data: int = DEFAULT_MAX_FRAME, what: str = "quorum stream") -> None:
         super().__init__(max_data, "max_data", what)
         self.max_data = max_data
+        self._snap_need = 0  # bytes from the start of a SNAP waiting for its snapshot stream that it needs at least
 
     def _item_at(self, pos: int) -> tuple[QuorumPacket, int] | None:
-        """The packet starting at ``pos`` and where the next one starts, or None if its bytes are not all here."""
+        """The packet starting at ``pos`` and where the next one starts, or None if its bytes are not all here. A
+        SNAP's snapshot stream (`zabref.core.zksnap`, within ``max_data`` bytes) is its data: it is read again from
+        its start only once the bytes its last read stopped for are here."""
+        if len(self._buf) - pos < self._snap_need:
+            return None
+        got = self._packet_at(pos)
+        if got is None or got[0].type != PacketType.SNAP:
+            return got
+        packet, start = got
+        what = f"{self.what}: QuorumPacket SNAP"
+        data, stop = _snapshot(self._buf, start, packet.data, self.max_data, what, self._consumed)
+        if data is None:
+            self._snap_need = stop - pos
+            return None
+        self._snap_need = 0
+        return QuorumPacket(PacketType.SNAP, packet.zxid, data, packet.authinfo), stop
+
+    def _packet_at(self, pos: int) -> tuple[QuorumPacket, int] | None:
+        """`_item_at` but for a SNAP's snapshot stream."""
         buf = self._buf
         if len(buf) - pos < 16:
             if len(buf) - pos >= 4:

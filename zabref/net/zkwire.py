@@ -9,7 +9,7 @@ own framing (`zabref.net.wire`) in three ways:
 * **Quorum port**: no length prefix. One jute ``QuorumPacket {int type; long zxid; buffer data; vector<Id>
   authinfo}`` follows another, bounded by its own lengths (`read_quorum_packet`). The type numbers are
   `PACKET_TYPES` (Leader.java; 9 and 19 are dynamic reconfiguration's). After a SNAP the leader writes the data tree
-  on the stream, outside any packet (`conformance.zk.snapshot` reads it).
+  on the stream, outside any packet (`zabref.core.zksnap` reads and writes it).
 * **Election port, the connecting side's first bytes** (QuorumCnxManager.InitialMessage, `read_initial`): ``long
   protocolVersion`` (-65536, or -65535 when several addresses follow, joined by ``|``), ``long sid``, ``int len`` and
   the address(es) as text (at most `INITIAL_MAX` bytes). A value >= 0 in place of the version is the pre-3.5 form:
@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from zabref.core import jute
+from zabref.core.jute import JUTE_MAX, Cursor, Short
 from zabref.core.packets import AuthId
 from zabref.errors import CodecError
 
@@ -42,9 +43,6 @@ __all__ = ["Cursor", "Short", "JUTE_MAX", "PACKET_TYPES", "PROTOCOL_V1", "PROTOC
            "read_initial", "read_notification", "decode_notification_body", "encode_quorum_packet",
            "encode_initial", "encode_notification", "config_text"]
 
-#: A jute buffer's limit: ZooKeeper's ``jute.maxbuffer`` default (0xfffff) plus the 1024 bytes of
-#: ``zookeeper.jute.maxbuffer.extrasize`` it allows; a run that raises ``jute.maxbuffer`` needs this raised too.
-JUTE_MAX = 0xFFFFF + 1024
 PACKET_TYPES = {1: "REQUEST", 2: "PROPOSAL", 3: "ACK", 4: "COMMIT", 5: "PING", 6: "REVALIDATE", 7: "SYNC",
                 8: "INFORM", 9: "COMMITANDACTIVATE", 10: "NEWLEADER", 11: "FOLLOWERINFO", 12: "UPTODATE", 13: "DIFF",
                 14: "TRUNC", 15: "SNAP", 16: "OBSERVERINFO", 17: "LEADERINFO", 18: "ACKEPOCH",
@@ -56,67 +54,6 @@ AUTHINFO_MAX = 1024
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-
-
-class Short(Exception):
-    """The bytes end before the value being read does."""
-
-
-class Cursor:
-    """Reads big-endian jute values from ``buf`` at ``pos``; ``what`` names the bytes in errors (`fail`)."""
-
-    __slots__ = ("buf", "pos", "what")
-
-    def __init__(self, buf: bytes | memoryview, what: str, pos: int = 0) -> None:
-        self.buf, self.what, self.pos = buf, what, pos
-
-    @property
-    def remaining(self) -> int:
-        return len(self.buf) - self.pos
-
-    def fail(self, reason: str, offset: int | None = None) -> Exception:
-        """The error for impossible bytes at ``offset`` (default: here); a subclass may make its own kind."""
-        return CodecError(self.what, self.pos if offset is None else offset, reason)
-
-    def take(self, n: int) -> bytes:
-        if self.remaining < n:
-            raise Short()
-        out = bytes(self.buf[self.pos: self.pos + n])
-        self.pos += n
-        return out
-
-    def u8(self) -> int:
-        return self.take(1)[0]
-
-    def i32(self) -> int:
-        return _I32.unpack(self.take(4))[0]
-
-    def i64(self) -> int:
-        return _I64.unpack(self.take(8))[0]
-
-    def length(self, field: str, limit: int, *, nullable: bool) -> int | None:
-        """A jute length or count: -1 is null when ``nullable``; other negatives and values above ``limit`` fail."""
-        at = self.pos
-        n = self.i32()
-        if n == -1 and nullable:
-            return None
-        if n < 0 or n > limit:
-            raise self.fail(f"{field} is {n} (expected 0..{limit})", at)
-        return n
-
-    def buffer(self, field: str, limit: int = JUTE_MAX) -> bytes | None:
-        n = self.length(f"{field} length", limit, nullable=True)
-        return None if n is None else self.take(n)
-
-    def ustring(self, field: str, limit: int = JUTE_MAX) -> str | None:
-        at = self.pos
-        raw = self.buffer(field, limit)
-        if raw is None:
-            return None
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise self.fail(f"{field} is not UTF-8 ({e.reason})", at + 4 + e.start) from None
 
 
 # ---------------------------------------------------------------------------------------------------- quorum port
