@@ -48,6 +48,11 @@ def z(e: int, c: int) -> int:
     return make_zxid(e, c)
 
 
+def _with_type(txn: bytes, op: int) -> bytes:
+    """A transaction with its header's type (bytes 28..32) set to ``op``."""
+    return txn[:28] + op.to_bytes(4, "big", signed=True) + txn[32:]
+
+
 def t(e: int, c: int) -> Txn:
     return Txn(z(e, c), b"%d.%d" % (e, c))
 
@@ -428,6 +433,23 @@ def test_phase3_step1_client_request_logs_then_proposes_to_the_forwarding_list()
     assert out.send[0][1].data == payloads.encode_proposal_data(z(1, 2), b"x")
     leader.connection_closed(2)
     assert sent(leader.client_request(b"y")) == [(1, P.PROPOSAL, z(1, 3))]
+    # a value that begins with 0xff is a ZooKeeper transaction kept whole (zktxn.FOREIGN), never a client's
+    before = leader.variables()
+    with pytest.raises(LocalProtocolError, match="ZooKeeper transaction's"):
+        leader.client_request(zktxn.FOREIGN + b"y")
+    assert leader.variables() == before
+
+
+def test_a_follower_of_a_zookeeper_leader_logs_and_acks_its_transactions_kept_whole():
+    """A ZooKeeper leader's setData is no create of zabref's: the follower keeps it whole (FOREIGN + its bytes), ACKs
+    it, and as a later leader would propose the same bytes again."""
+    net = established(3, history=(t(1, 1),))
+    follower = net.core[1]
+    txn = _with_type(zktxn.encode_create(z(1, 2), "/app", b"v"), 1)
+    out = follower.receive(3, pkt(P.PROPOSAL, z(1, 2), txn))
+    assert sent(out) == [(3, P.ACK, z(1, 2))]
+    assert follower.history[-1] == Txn(z(1, 2), zktxn.FOREIGN + txn)
+    assert payloads.encode_proposal_data(z(1, 2), follower.history[-1].value) == txn
 
 
 def test_client_request_starts_a_new_epoch_at_counter_one():
@@ -592,8 +614,9 @@ def _bad_cases():
         ("proposal-repeating-the-last", lambda: follower_in(ZabState.BROADCAST, (t(1, 1),), 1, 1), 1,
          proposal(t(1, 1)), "follow 0x100000001"),
         ("proposal-in-sync-not-after-the-staged", staged_follower, 1, proposal(t(1, 1)), "follow 0x100000001"),
-        ("proposal-of-another-node", broadcast_follower, 1,  # a ZooKeeper leader's transaction, not zabref's
-         pkt(P.PROPOSAL, z(1, 2), zktxn.encode_create(z(1, 2), "/app", b"v")), "is not transaction 0x100000002's"),
+        ("proposal-of-an-unknown-transaction-type", broadcast_follower, 1,  # neither zabref's nor ZooKeeper's
+         pkt(P.PROPOSAL, z(1, 2), _with_type(zktxn.encode_create(z(1, 2), "/app", b"v"), 99)),
+         "unknown transaction type 99"),
         ("followerinfo-of-the-last-epoch", leader_awaiting_followerinfo, 2, followerinfo(2, MAX_EPOCH),
          "leaves no epoch above it"),
         ("from-itself", leader, 1, followerinfo(1, 0), "not another server"),

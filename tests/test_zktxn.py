@@ -12,6 +12,8 @@ from zabref.errors import CodecError
 
 Z = (7 << 32) | 3
 DIGEST = jute.INT.pack(2) + jute.LONG.pack(0x1234)  # a TxnDigest: version, treeDigest
+#: A client's values: anything but a first byte 0xff, which marks a ZooKeeper transaction kept whole (FOREIGN).
+VALUES = st.binary(max_size=64).filter(lambda v: v[:1] != zktxn.FOREIGN)
 
 
 def test_a_value_is_the_create_of_its_own_node_as_zookeeper_reads_it() -> None:
@@ -22,7 +24,7 @@ def test_a_value_is_the_create_of_its_own_node_as_zookeeper_reads_it() -> None:
                    "parentCVersion": -1}
 
 
-@given(st.integers(1, (1 << 63) - 1), st.binary(max_size=64), st.integers(-(1 << 63), (1 << 63) - 1),
+@given(st.integers(1, (1 << 63) - 1), VALUES, st.integers(-(1 << 63), (1 << 63) - 1),
        st.integers(-(1 << 31), (1 << 31) - 1), st.integers(0, 1 << 40), st.booleans())
 def test_a_create_of_the_node_as_a_zookeeper_leader_writes_it_is_read(zxid, value, session, cxid, time_ms, digest):
     """A ZooKeeper leader's create of the node (its client's session, cxid and time, a digest after it) carries the
@@ -42,8 +44,9 @@ def _set_data(zxid: int) -> bytes:
 # offsets: the header is 32 bytes (zxid at 12, type at 28), the path /zabref-7-3 15, the value 4 + 1, the ACL 32
 @pytest.mark.parametrize(("data", "offset", "reason"), [
     (payloads.encode_proposal_data(Z + 1, b"v"), 12, "the transaction's zxid is 0x700000004, the packet's 0x700000003"),
-    (_set_data(Z), 28, "transaction type 5 is not a create (1)"),
-    (zktxn.encode_create(Z, "/zabref-7-4", b"v"), 32, "the create of '/zabref-7-4' is not transaction 0x700000003's"),
+    (_set_data(Z)[:28] + jute.INT.pack(99) + _set_data(Z)[32:], 32, "unknown transaction type 99"),
+    (_set_data(Z)[:-2], 52, "version needs 4 bytes"),
+    (_set_data(Z) + b"\0", 56, "trailing"),
     (zktxn.encode_create(Z, "/zabref-7-3", None), 47, "data length is -1"),  # type: ignore[arg-type]
     (zktxn.encode_create(Z, "/zabref-7-3", b"v").replace(b"anyone\x00", b"anyone\x01"), 79,
      "a transaction's node is persistent"),
@@ -57,12 +60,42 @@ def test_anything_but_the_create_of_its_node_is_refused_where_it_goes_wrong(data
     assert "PROPOSAL data" in str(e.value)
 
 
+@pytest.mark.parametrize("data", [
+    _set_data(Z),  # a ZooKeeper client's setData
+    zktxn.encode_create(Z, "/app", b"v", session=0x10000a, cxid=4) + DIGEST,  # a ZooKeeper client's own node
+    zktxn.encode_create(Z, "/zabref-7-4", b"v"),  # another transaction's node: its creator was not zabref
+    jute.LONG.pack(0x10000a) + jute.INT.pack(0) + jute.LONG.pack(Z) + jute.LONG.pack(5) + jute.INT.pack(-10)
+    + jute.INT.pack(30000),  # createSession
+])
+def test_a_zookeeper_leaders_transaction_is_kept_whole_and_sent_again_as_it_came(data) -> None:
+    """A zabref follower of a ZooKeeper leader keeps each of its transactions as its value (FOREIGN, then the bytes);
+    a later zabref leader's PROPOSAL carries the same bytes, which a ZooKeeper follower applies as the first leader
+    proposed it. Reads show its fields, never text a client could have written."""
+    value = payloads.decode_proposal_data(Z, data)
+    assert value == zktxn.FOREIGN + data
+    assert payloads.encode_proposal_data(Z, value) == data
+    form = zktxn.read_form(value)
+    assert isinstance(form, dict) and form["zookeeper"] == decode_txn(data, "t")["op"] and form["zxid"] == Z
+    with pytest.raises(ValueError, match="another zxid's"):
+        payloads.encode_proposal_data(Z + 1, value)
+
+
+def test_a_value_reads_as_its_text_and_a_zookeeper_transaction_as_its_fields() -> None:
+    assert zktxn.read_form(b"mixed-0") == "mixed-0"
+    form = zktxn.read_form(payloads.decode_proposal_data(Z, zktxn.encode_create(Z, "/app", b"\xc3\xa9\xff")))
+    assert form == {"zookeeper": "create", "session": "0x0", "cxid": 0, "zxid": Z, "time": 0, "path": "/app",
+                    "data": "\u00e9\\xff", "acl": ["world:anyone:31"], "ephemeral": False, "parentCVersion": -1}
+    multi = (jute.LONG.pack(1) + jute.INT.pack(1) + jute.LONG.pack(Z) + jute.LONG.pack(0) + jute.INT.pack(14)
+             + jute.INT.pack(1) + jute.INT.pack(2) + jute.buffer("d", jute.ustring("p", "/gone")))
+    assert zktxn.read_form(payloads.decode_proposal_data(Z, multi))["ops"] == [{"op": "delete", "path": "/gone"}]
+
+
 def test_a_null_proposal_is_refused() -> None:
     with pytest.raises(CodecError, match="data is null"):
         payloads.decode_proposal_data(Z, None)
 
 
-@given(st.integers(1, (1 << 63) - 1), st.binary(max_size=40), st.booleans(),
+@given(st.integers(1, (1 << 63) - 1), VALUES, st.booleans(),
        st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=3), st.integers(-3, 3))
 def test_the_quick_read_agrees_with_the_strict_one(zxid, value, digest, edits, cut):
     """`decode_value` reads zabref's own form with a few slices and anything else field by field: on bytes mutated

@@ -14,6 +14,7 @@ import bisect
 import heapq
 from typing import TYPE_CHECKING, Any
 
+from zabref.core import zktxn
 from zabref.core.effects import READ_LIMIT, Effects, EffectsBuilder, Timing, refused
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
 from zabref.core.zab import Output, ZabCore, ZabState
@@ -109,7 +110,7 @@ class ClientRequests:
         start = bisect.bisect_right(core.history, after, 0, delivered, key=lambda t: t.zxid)
         limit = max(1, min(limit, READ_LIMIT))
         chunk = core.history[start: min(start + limit, delivered)]
-        return {"txns": [[t.zxid, t.value.decode("utf-8", "backslashreplace")] for t in chunk],
+        return {"txns": [[t.zxid, zktxn.read_form(t.value)] for t in chunk],
                 "more": start + limit < delivered, "zxid": core.history[delivered - 1].zxid if delivered else 0}
 
     def _confirm_syncs(self, out: EffectsBuilder) -> None:

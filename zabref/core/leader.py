@@ -22,7 +22,7 @@ only then does it change fields and return an `Output` whose ``persist`` must be
 
 from __future__ import annotations
 
-from zabref.core import payloads
+from zabref.core import payloads, zktxn
 from zabref.core.packets import (
     MAX_COUNTER,
     MAX_EPOCH,
@@ -251,6 +251,9 @@ class LeaderActions(CoreState):
             self._misuse("ClientRequest", "only a LEADING server in BROADCAST takes client requests")
         if not isinstance(value, (bytes, bytearray)):
             raise TypeError(f"client_request: value must be bytes, not {type(value).__name__}")
+        if value[:1] == zktxn.FOREIGN:
+            self._misuse("ClientRequest", "a value that begins with byte 0xff is a ZooKeeper transaction's "
+                                          "(zktxn.FOREIGN); a client's is UTF-8 text")
         # c == Cardinality({k : history[k].zxid[1] = currentEpoch}). Those are the history's tail, numbered 1..c by
         # this leader, so c is the last zxid's counter when it is of this epoch: O(1), not a walk of the history
         # (the walk made every write slower as the log grew: docs/performance.md).

@@ -143,8 +143,8 @@ def decode_snap_data(data: bytes | None) -> list[tuple[int, bytes]]:
             continue
         if node.path != zktxn.node_of(node.czxid) or node.data is None:
             raise cur.fail(f"node {node.path!r} (czxid {node.czxid:#x}) is not a transaction's node "
-                           f"({zktxn.node_of(node.czxid)!r} holding a value): zabref holds its own transactions only",
-                           node.at)
+                           f"({zktxn.node_of(node.czxid)!r} holding a value): a zabref server keeps no ZooKeeper "
+                           "data tree", node.at)
         history.append((node.czxid, node.data))
     history.sort()
     return history

@@ -18,27 +18,61 @@ leader would have computed it; no digest follows (a ZooKeeper follower then comp
 transaction, so the create never fails on a follower whatever it applied before, and a ZooKeeper client finds the
 value of transaction ``<<e, c>>`` at ``/zabref-e-c``.
 
-`decode_value` is as strict as the rest of the codec: the transaction must be a create of exactly that node, for the
-packet's zxid, with a non-null value, persistent; a digest may follow. Any other transaction (a ZooKeeper leader's
-createSession, setData, ...) raises `CodecError` naming the field and the byte offset: zabref holds the values of
-its own transactions only (docs/zookeeper.md, "A zabref server in a ZooKeeper ensemble"). The header's session, cxid
-and time are read and not kept, so a value re-sent carries 0 in them.
+A ZooKeeper leader's transactions are not zabref's creates (a session's creation, a client's own node, a setData,
+a multi): a zabref follower of a ZooKeeper leader keeps each one whole as its value, `FOREIGN` (a byte UTF-8 never
+holds, while a client's value is always UTF-8 text, `zabref.net.clientport`) followed by the PROPOSAL's data as it
+came, and `encode_value` sends those bytes again as they were, so that a ZooKeeper follower of a later zabref leader
+applies what the ZooKeeper leader proposed. Reads show one as the transaction's fields (`read_form`).
 
-`TxnReader` adds to `zabref.core.jute.Reader` the two jute values transactions use that zabref's own packets do not
-(a boolean, a vector of ACLs); `conformance.zk.txns` reads every other transaction type with it.
+`decode_value` is as strict as the rest of the codec: the create of the transaction's own node must be zabref's
+(non-null value, persistent; a digest may follow), any other transaction must be one of ZooKeeper's (`OPS`), for
+the packet's zxid, whose record `decode_txn` reads whole; anything else raises `CodecError` naming the field and the
+byte offset. The header's session, cxid and time of zabref's own create are read and not kept, so a value re-sent
+carries 0 in them.
+
+`TxnReader` adds to `zabref.core.jute.Reader` the jute values transactions use that zabref's own packets do not (a
+boolean, a vector of ACLs, a data field kept whole, which `conformance.zk.txns` summarizes for its reports).
+The records, by type (``zookeeper.jute``, module ``org.apache.zookeeper.txn``; read by `decode_txn`):
+
+=========================  ============================================================================
+type                       record
+=========================  ============================================================================
+create 1, create2 15       CreateTxn {ustring path; buffer data; vector<ACL> acl; boolean ephemeral; int parentCVersion}
+createContainer 19         CreateContainerTxn {path; data; acl; int parentCVersion}
+createTTL 21               CreateTTLTxn {path; data; acl; int parentCVersion; long ttl}
+delete 2, deleteContainer  DeleteTxn {ustring path}
+20
+setData 5, reconfig 16     SetDataTxn {ustring path; buffer data; int version}
+setACL 7                   SetACLTxn {ustring path; vector<ACL> acl; int version}
+check 13 (in a multi)      CheckVersionTxn {ustring path; int version}
+createSession -10          CreateSessionTxn {int timeOut}
+closeSession -11           CloseSessionTxn {vector<ustring> paths2Delete} (absent before 3.6)
+error -1                   ErrorTxn {int err}
+multi 14                   MultiTxn {vector<Txn {int type; buffer data}>}, each data one of the above
+=========================  ============================================================================
+
+After the record exactly 0 bytes (no digest) or 12 (a ``TxnDigest {int version; long treeDigest}``) may remain.
 """
 
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from zabref.core import jute
 from zabref.errors import CodecError
 
-__all__ = ["TxnReader", "OP_CREATE", "DIGEST_BYTES", "node_of", "encode_create", "encode_value", "decode_value"]
+__all__ = ["TxnReader", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "node_of", "encode_create", "encode_value",
+           "decode_value", "decode_txn", "read_form"]
 
 #: ZooKeeper's OpCode.create.
 OP_CREATE = 1
+#: The transaction types (ZooKeeper's OpCode) a PROPOSAL or a transaction log may carry.
+OPS = {1: "create", 2: "delete", 5: "setData", 7: "setACL", 13: "check", 14: "multi", 15: "create2",
+       16: "reconfig", 19: "createContainer", 20: "deleteContainer", 21: "createTTL", -10: "createSession",
+       -11: "closeSession", -1: "error"}
+#: The first byte of a value that is a ZooKeeper transaction zabref did not write, kept whole after it.
+FOREIGN = b"\xff"
 #: A TxnDigest after the record: ``int version, long treeDigest``.
 DIGEST_BYTES = 12
 #: ZooKeeper's ZooDefs.Perms.ALL (read, write, create, delete, admin).
@@ -69,6 +103,10 @@ class TxnReader(jute.Reader):
             out.append(f"{self.ustring('acl scheme')}:{self.ustring('acl id')}:{perms}")
         return out
 
+    def data(self, field: str) -> dict[str, Any]:
+        """A node's data: ``{"data": bytes or None}``."""
+        return {"data": self.buffer(field)}
+
 
 def node_of(zxid: int) -> str:
     """The node transaction ``zxid`` creates: ``/zabref-<epoch>-<counter>``."""
@@ -86,7 +124,12 @@ def encode_create(zxid: int, path: str, data: bytes, *, time_ms: int = 0, sessio
 
 
 def encode_value(zxid: int, value: bytes) -> bytes:
-    """PROPOSAL's data for transaction ``[zxid, value]`` (the module docstring)."""
+    """PROPOSAL's data for transaction ``[zxid, value]`` (the module docstring): the create of its node, or a
+    ZooKeeper leader's transaction as it came."""
+    if value[:1] == FOREIGN:
+        if len(value) < 1 + _HEADER.size or _HEADER.unpack_from(value, 1)[2] != zxid:
+            raise ValueError(f"a ZooKeeper transaction kept as the value of {zxid:#x} is another zxid's")
+        return bytes(value[1:])
     return encode_create(zxid, node_of(zxid), value)
 
 
@@ -127,14 +170,15 @@ def _strict_value(zxid: int, data: bytes, what: str) -> bytes:
     if carried != zxid:
         raise r.fail(f"the transaction's zxid is {carried:#x}, the packet's {zxid:#x}", at)
     r.i64("time")
-    at = r.pos
-    op = r.i32("type")
-    if op != OP_CREATE:
-        raise r.fail(f"transaction type {op} is not a create (1): zabref holds its own transactions only", at)
-    at = r.pos
-    path = r.ustring("path")
-    if path != node_of(zxid):
-        raise r.fail(f"the create of {path!r} is not transaction {zxid:#x}'s ({node_of(zxid)!r})", at)
+    own = r.i32("type") == OP_CREATE
+    if own:
+        at = r.pos
+        own = r.ustring("path") == node_of(zxid)
+        r.pos = at
+    if not own:
+        decode_txn(data, what)  # the whole of one of ZooKeeper's transactions, or a CodecError where it is not
+        return FOREIGN + bytes(data)
+    r.ustring("path")
     value = r.buffer("data", nullable=False)
     r.acls("acl")
     at = r.pos
@@ -147,3 +191,82 @@ def _strict_value(zxid: int, data: bytes, what: str) -> bytes:
     r.end()
     assert value is not None
     return value
+
+
+def _record(r: TxnReader, op: int) -> dict[str, Any]:
+    """The fields of the record of a transaction of type ``op`` (the module docstring's table)."""
+    name = OPS.get(op)
+    if name is None:
+        raise r.fail(f"unknown transaction type {op}")
+    if name in ("create", "create2", "createContainer", "createTTL"):
+        out = {"path": r.ustring("path"), **r.data("data"), "acl": r.acls("acl")}
+        if name in ("create", "create2"):
+            out["ephemeral"] = r.boolean("ephemeral")
+        out["parentCVersion"] = r.i32("parentCVersion")
+        if name == "createTTL":
+            out["ttl"] = r.i64("ttl")
+        return out
+    if name in ("delete", "deleteContainer"):
+        return {"path": r.ustring("path")}
+    if name in ("setData", "reconfig"):
+        return {"path": r.ustring("path"), **r.data("data"), "version": r.i32("version")}
+    if name == "setACL":
+        return {"path": r.ustring("path"), "acl": r.acls("acl"), "version": r.i32("version")}
+    if name == "check":
+        return {"path": r.ustring("path"), "version": r.i32("version")}
+    if name == "createSession":
+        return {"timeout": r.i32("timeOut")}
+    if name == "closeSession":
+        start = r.pos
+        try:  # the record is absent before 3.6: then only a digest, if any, follows the header
+            paths = [r.ustring("path") for _ in range(r.count("paths2Delete", 4, nullable=True))]
+            if len(r.buf) - r.pos in (0, DIGEST_BYTES):
+                return {"paths2Delete": paths}
+        except CodecError:
+            pass
+        r.pos = start
+        return {}
+    if name == "error":
+        return {"err": r.i32("err")}
+    ops = []  # multi
+    for _ in range(r.count("txns", 8, nullable=True)):
+        inner_op = r.i32("txn type")
+        at = r.pos + 4
+        raw = r.buffer("txn data") or b""
+        inner = type(r)(raw, f"{r.what} (multi op at byte {at})")
+        try:
+            fields = _record(inner, inner_op) if inner_op != -1 or raw else {}
+            inner.end()
+        except CodecError as e:
+            raise r.fail(f"multi op {OPS.get(inner_op, inner_op)}: {e.reason}", at + e.offset) from None
+        ops.append({"op": OPS.get(inner_op, str(inner_op)), **fields})
+    return {"ops": ops}
+
+
+def decode_txn(data: bytes, what: str, reader: type[TxnReader] = TxnReader) -> dict[str, Any]:
+    """TxnHeader + record (+ digest) -> a dict: op, session (hex), cxid, zxid, time, the record's fields (a data
+    field as ``reader`` gives it), digest. `CodecError` naming ``what`` and the offset for anything else."""
+    r = reader(data, what)
+    session, cxid, zxid, when, op = r.i64("clientId"), r.i32("cxid"), r.i64("zxid"), r.i64("time"), r.i32("type")
+    out: dict[str, Any] = {"op": OPS.get(op, str(op)), "session": f"0x{session & (1 << 64) - 1:x}", "cxid": cxid,
+                           "zxid": zxid, "time": when}
+    out.update(_record(r, op))
+    if len(r.buf) - r.pos == DIGEST_BYTES:
+        out["digest"] = {"version": r.i32("digest version"), "treeDigest": r.i64("treeDigest")}
+    r.end()
+    return out
+
+
+def read_form(value: bytes) -> str | dict[str, Any]:
+    """A value as a read shows it: zabref's own as its text; a ZooKeeper transaction (`FOREIGN`) as an object of
+    its fields, ``{"zookeeper": op, "session": ..., "path": ..., "data": text, ...}`` (data as UTF-8, any other
+    byte escaped), so that the two kinds never look alike."""
+    if value[:1] != FOREIGN:
+        return value.decode("utf-8", "backslashreplace")
+    txn = decode_txn(value[1:], "a ZooKeeper transaction")
+    return {"zookeeper": txn.pop("op"), **_texts(txn)}
+
+
+def _texts(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes)
+                else [_texts(o) for o in v] if k == "ops" else v) for k, v in fields.items()}
