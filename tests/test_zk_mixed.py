@@ -8,14 +8,17 @@ for 3 by hearing the zabref server's vote, and the zabref server decides LEADING
 ZooKeeper servers first lets them elect 2 between themselves on a busy machine before the zabref server's vote counts:
 a race this test must not depend on.) Server 1 decides FOLLOWING 3 (its own log says so), connects to the zabref
 server's quorum port and synchronizes from it: FOLLOWERINFO, LEADERINFO, ACKEPOCH, DIFF, NEWLEADER, UPTODATE, then
-ZooKeeper's ACK of UPTODATE, which the zabref leader drops as ZooKeeper's leader does (`zabref.core.node`). Then
-server 2 starts, learns the leader from the others' notifications and joins the same way. The ensemble then stays
-whole: each ZooKeeper learner takes the zabref leader's PINGs and answers them, and nobody elects again.
+ZooKeeper's ACK of UPTODATE, which the zabref leader drops as ZooKeeper's leader does (`zabref.core.node`).
 
-Then zabref's client writes three values through the zabref leader, one at a time. Each PROPOSAL carries its
-transaction as ZooKeeper's create of the transaction's own node (`zabref.core.zktxn`); each ZooKeeper follower logs
-and ACKs it, the zabref leader commits on that quorum and COMMITs, and the follower applies it to its data tree: a
-ZooKeeper client (kazoo) of each ZooKeeper server reads the three values at ``/zabref-<epoch>-<counter>``. The
+Then zabref's client writes values through the zabref leader, one at a time. Each PROPOSAL carries its transaction
+as ZooKeeper's create of the transaction's own node (`zabref.core.zktxn`); each ZooKeeper follower logs and ACKs it,
+the zabref leader commits on that quorum and COMMITs, and the follower applies it to its data tree. Two values are
+committed on {1, 3}; then server 2 starts, learns the leader from the others' notifications and joins: its last
+zxid precedes the leader's whole history, so the zabref leader sends a SNAP, ZooKeeper's snapshot stream of the
+tree of those transactions (`zabref.core.zksnap`), which server 2 takes ("Getting a snapshot from leader"). The
+ensemble then stays whole: each ZooKeeper learner takes the zabref leader's PINGs and answers them, and nobody
+elects again. A third value is written, and a ZooKeeper client (kazoo) of each ZooKeeper server reads the three at
+``/zabref-<epoch>-<counter>``. The
 ZooKeeper servers run with local sessions, so that the client's session is not a transaction forwarded to the leader
 (REQUEST, which a zabref leader does not take yet).
 """
@@ -76,14 +79,15 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, versio
         config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
         connected = f"Successfully connected to leader, using address: /127.0.0.1:{e.member(3).quorum_port}"
 
-        def synced_from_zabref(sid: int) -> bool:
-            """ZooKeeper server ``sid`` connected to the zabref server's quorum port and took its DIFF, NEWLEADER and
-            UPTODATE on one connection (one stretch of its log from that connection to its next one)."""
+        def synced_from_zabref(sid: int, sync: str) -> bool:
+            """ZooKeeper server ``sid`` connected to the zabref server's quorum port and took its ``sync`` (how its
+            log names a DIFF or a SNAP), NEWLEADER and UPTODATE on one connection (one stretch of its log from that
+            connection to its next one)."""
             stretches = _log(e, sid).split("Successfully connected to leader")[1:]
             to_zabref = re.escape(connected.split("leader", 1)[1]) + r"\D"
             return any(re.match(to_zabref, s) and all(
-                x in s for x in ("Getting a diff from the leader 0x0", "Learner received NEWLEADER message",
-                                 "Learner received UPTODATE message")) for s in stretches)
+                x in s for x in (sync, "Learner received NEWLEADER message", "Learner received UPTODATE message"))
+                for s in stretches)
 
         def states() -> list[str]:
             return [x for x in lines.lines if "state ->" in x]
@@ -121,11 +125,15 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, versio
             task = asyncio.create_task(server.run())
             try:
                 await until("server 1 synchronized from the zabref leader",
-                            lambda: synced_from_zabref(1) and any("state -> LEADING" in x for x in states()), 90)
+                            lambda: synced_from_zabref(1, "Getting a diff from the leader 0x0")
+                            and any("state -> LEADING" in x for x in states()), 90)
+                zxids = await asyncio.to_thread(write, ["mixed-0", "mixed-1"])  # committed on {1, 3}
                 e.start_server(2)
-                await until("server 2 synchronized from the zabref leader", lambda: synced_from_zabref(2), 60)
+                # server 2's last zxid (0) precedes the leader's whole history: a SNAP, ZooKeeper's stream of the tree
+                await until("server 2 synchronized from the zabref leader by a SNAP",
+                            lambda: synced_from_zabref(2, f"Getting a snapshot from leader 0x{zxids[-1]:x}"), 60)
                 await asyncio.sleep(3)  # 15 ticks: three times a learner's syncLimit (5 ticks) without a PING
-                zxids = await asyncio.to_thread(write, [f"mixed-{k}" for k in range(3)])
+                zxids += await asyncio.to_thread(write, ["mixed-2"])
                 for sid in (1, 2):
                     assert await asyncio.to_thread(read, sid, zxids) == [b"mixed-0", b"mixed-1", b"mixed-2"], sid
             finally:
