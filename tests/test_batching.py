@@ -21,7 +21,7 @@ import pytest
 from helpers import decide
 
 from zabref.config import Config, parse_config
-from zabref.core import payloads
+from zabref.core import payloads, zktxn
 from zabref.core.effects import Effects, Timing
 from zabref.core.node import Node
 from zabref.core.packets import LearnerInfo, PacketType, QuorumPacket, ServerState
@@ -372,6 +372,82 @@ def test_a_zookeeper_learners_ack_of_uptodate_changes_nothing_at_its_leader() ->
     assert node.core.variables() == before and node.core.state == ServerState.LEADING
     with pytest.raises(RemoteProtocolError):  # 3 owes an ACKEPOCH: an ACK is no spec step there
         node.packet(3, ack, 0.2)
+
+
+def _syncing_from_zookeeper() -> Node:
+    """Server 1 of three, following leader 2 of epoch 1 after LEADERINFO, with an empty history."""
+    node = Node(1, (1, 2, 3), Persistent(), Timing(tick_s=0.05, init_limit=10, sync_limit=5))
+    node.start(0.0)
+    decide(node, 2, 0.0)
+    node.packet(2, QuorumPacket(PacketType.LEADERINFO, E1, payloads.encode_leaderinfo_data(0x10000)), 0.0)
+    return node
+
+
+def _zk_txn(zxid: int, path: str) -> bytes:
+    """A ZooKeeper client's create of ``path``: a transaction of ZooKeeper's, not zabref's."""
+    return zktxn.encode_create(zxid, path, b"v", session=0x10000a)
+
+
+@pytest.mark.parametrize("head", ["DIFF", "TRUNC"])
+def test_a_follower_of_a_zookeeper_leader_delivers_at_uptodate_what_its_sync_committed(head: str) -> None:
+    """ZooKeeper's LearnerHandler sends a COMMIT after each committed PROPOSAL of a DIFF or TRUNC and UPTODATE with
+    zxid -1; the spec's UPTODATE names the commit point those COMMITs said. The node notes each COMMIT of a staged
+    transaction (no spec step, nothing logged) and takes UPTODATE(-1) as FollowerProcessUPTODATE of that point:
+    the committed transactions are delivered, the outstanding one (sent without a COMMIT) is not, and the follower
+    ACKs its last transaction as the spec's does."""
+    node = _syncing_from_zookeeper()
+    z = [E1 | k for k in (1, 2, 3)]
+    sync = [QuorumPacket(PacketType[head], z[1] if head == "DIFF" else 0)]
+    for k, zxid in enumerate(z):
+        sync.append(QuorumPacket(PacketType.PROPOSAL, zxid, _zk_txn(zxid, f"/n{k}")))
+        if k < 2:
+            sync.append(QuorumPacket(PacketType.COMMIT, zxid))
+    for packet in sync:
+        effects = node.packet(2, packet, 0.1)
+        assert not effects.send and node.core.zab_state == "SYNCHRONIZATION", packet
+        assert not [a for a in effects.actions if packet.type == PacketType.COMMIT], "a COMMIT in sync is no step"
+    assert node.sync_commit == z[1]
+    node.packet(2, QuorumPacket(PacketType.NEWLEADER, E1, b"server.1=..."), 0.2)
+    effects = node.packet(2, QuorumPacket(PacketType.UPTODATE, -1), 0.3)
+    assert [a.name for a in effects.actions] == ["FollowerProcessUPTODATE"]
+    assert [t.zxid for t in effects.deliver] == z[:2] and node.core.last_committed == 2
+    assert [(peer, p.type, p.zxid) for peer, p in effects.send] == [(2, PacketType.ACK, z[2])]
+    node.packet(2, QuorumPacket(PacketType.COMMIT, z[2]), 0.4)  # in broadcast: the spec's FollowerProcessCOMMIT
+    assert node.core.last_committed == 3
+
+
+def test_a_zookeeper_leaders_snap_is_committed_state_and_a_stray_commit_is_still_refused() -> None:
+    """A ZooKeeper leader's SNAP is its applied tree: UPTODATE(-1) delivers all of it. A COMMIT in sync that is not
+    right after its PROPOSAL (a seeded bug's COMMIT to an unsynced learner looks so), and UPTODATE(-1) before
+    NEWLEADER, are no spec step: refused as before."""
+    node = _syncing_from_zookeeper()
+    snap = payloads.encode_snap_data([(E1 | 1, b"a"), (E1 | 2, b"b")])
+    node.packet(2, QuorumPacket(PacketType.SNAP, E1 | 3, snap), 0.1)  # its last processed zxid: a setData, say
+    with pytest.raises(RemoteProtocolError, match="only in BROADCAST"):
+        node.packet(2, QuorumPacket(PacketType.COMMIT, E1 | 3), 0.1)
+    node = _syncing_from_zookeeper()  # ZooKeeper COMMITs a PROPOSAL right after it; any other COMMIT is no step
+    for packet in (QuorumPacket(PacketType.DIFF, 0), QuorumPacket(PacketType.PROPOSAL, E1 | 1, _zk_txn(E1 | 1, "/a")),
+                   QuorumPacket(PacketType.PROPOSAL, E1 | 2, _zk_txn(E1 | 2, "/b"))):
+        node.packet(2, packet, 0.1)
+    with pytest.raises(RemoteProtocolError, match="only in BROADCAST"):
+        node.packet(2, QuorumPacket(PacketType.COMMIT, E1 | 1), 0.1)
+    node = _syncing_from_zookeeper()
+    node.packet(2, QuorumPacket(PacketType.SNAP, E1 | 3, snap), 0.1)
+    with pytest.raises(RemoteProtocolError, match="never negative"):
+        node.packet(2, QuorumPacket(PacketType.UPTODATE, -1), 0.1)
+    node = _syncing_from_zookeeper()
+    node.packet(2, QuorumPacket(PacketType.SNAP, E1 | 3, snap), 0.1)
+    node.packet(2, QuorumPacket(PacketType.NEWLEADER, E1), 0.2)
+    effects = node.packet(2, QuorumPacket(PacketType.UPTODATE, -1), 0.3)
+    assert [t.value for t in effects.deliver] == [b"a", b"b"] and not effects.send
+
+
+def test_a_followers_ping_answer_carries_data_as_zookeepers_leader_reads_it() -> None:
+    """ZooKeeper's LearnerHandler reads a learner's PING data as its sessions (a null buffer is a
+    NullPointerException that closes the learner): the answer carries an empty buffer."""
+    node = _syncing_from_zookeeper()
+    (peer, answer), = node.packet(2, QuorumPacket(PacketType.PING, E1), 0.1).send
+    assert peer == 2 and answer.type == PacketType.PING and answer.data == b""
 
 
 def test_a_held_ackepoch_is_offered_again_once_the_epoch_is_established(tmp_path: Path, events: list[str]) -> None:

@@ -1,5 +1,7 @@
 """A zabref server in one ensemble with real ZooKeeper servers (issue 37, part 2): the election and quorum ports speak
-ZooKeeper's wire (`zabref.net.votes`, `zabref.net.wire`, `zabref.net.zkwire`), both ways.
+ZooKeeper's wire (`zabref.net.votes`, `zabref.net.wire`, `zabref.net.zkwire`), both ways. The first test has
+ZooKeeper servers follow a zabref leader (below); the second has a zabref server follow a ZooKeeper leader (its
+docstring).
 
 Two unmodified ZooKeeper servers (ids 1, 2; Debian's 3.8.0, and 3.9.5 from Maven Central) and a zabref server
 (id 3), all empty. ZooKeeper server 1 starts
@@ -33,9 +35,11 @@ import pytest
 from kazoo.client import KazooClient
 
 from conformance.zk.ensemble import ZkEnsemble
-from zabref.client import ZabClient
+from zabref.client import ClientError, ZabClient
 from zabref.config import parse_config
 from zabref.core import zktxn
+from zabref.core.packets import ServerState
+from zabref.core.zab import ZabState
 from zabref.net.ports import find_free_base_port, release_base_port
 from zabref.runtime.drivers import NormalDriver
 from zabref.runtime.server import Server
@@ -151,6 +155,113 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, versio
             assert log.count("Successfully connected to leader") == 1, f"server {sid} connected again"
             assert log.count("Peer state changed: following - broadcast") == 1
             assert "but next pending txn" not in log  # a COMMIT for each transaction, in order (Follower.commit)
+    finally:
+        e.stop()
+        release_base_port(base)
+    assert not e.leftovers()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("version", ["3.8.0", "3.9.5"])
+def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, version) -> None:
+    """ZooKeeper servers 1 and 2 elect 2; then the zabref server (3) joins. The leader, in broadcast, synchronizes it
+    by a SNAP of its tree (the root and /zookeeper: an empty history, `zabref.core.zksnap`), NEWLEADER and
+    UPTODATE(-1), which the zabref follower takes as the commit point its sync carried (`Node._zookeeper_sync`).
+    A kazoo client of server 1 writes: its session's creation, two creates, a setData and the session's close are
+    ZooKeeper's transactions, which the zabref follower logs and ACKs whole (`zktxn.FOREIGN`). Then server 1 is
+    killed: the next write commits only with the zabref server's ACK (the quorum is {2, 3}). Server 1 restarts, the
+    zabref server stops, a write commits on {1, 2}, and the zabref server starts again on its data directory: the
+    leader synchronizes it by a DIFF from its committedLog (each PROPOSAL followed by its COMMIT), and a zabref
+    client of server 3 reads every transaction, those read back from its log included, each shown as its fields."""
+    distribution = None
+    if version != "3.8.0":
+        from conformance.zk.versions import fetch
+
+        distribution = fetch(version, echo=lambda s: None)
+    base = find_free_base_port(3)
+    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256, distribution=distribution)
+    try:
+        config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
+
+        def kazoo(sid: int, work):
+            client = KazooClient(hosts=f"127.0.0.1:{e.member(sid).client_port}", timeout=10)
+            client.start(timeout=20)
+            try:
+                return work(client)
+            finally:
+                client.stop()
+                client.close()
+
+        def read() -> list:
+            with ZabClient([("127.0.0.1", e.member(3).client_port)], timeout=20) as client:
+                return client.read(0)
+
+        async def until(what: str, ready, seconds: float) -> None:
+            for _ in range(int(seconds * 10)):
+                if ready():
+                    return
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"{what} not within {seconds} s; zabref: {lines.lines[-5:]}")
+
+        async def run() -> list:
+            e.start_server(1)
+            e.start_server(2)
+            await until("ZooKeeper server 2 leading in broadcast",
+                        lambda: "Peer state changed: leading - broadcast" in _log(e, 2), 90)
+            server = Server(config, 3, NormalDriver(0.2))
+            task = asyncio.create_task(server.run())
+            try:
+                await until("the zabref server synchronized by ZooKeeper's leader",
+                            lambda: server.node is not None and server.node.core.state == ServerState.FOLLOWING
+                            and server.node.core.zab_state == ZabState.BROADCAST, 60)
+                await asyncio.sleep(1)  # UPTODATE follows NEWLEADER's ACK at once
+                await asyncio.to_thread(kazoo, 1, lambda c: [c.create("/a", b"x"), c.create("/b", b"y"),
+                                                             c.set("/a", b"z")])
+                e.kill(1)
+                await asyncio.to_thread(kazoo, 2, lambda c: c.create("/c", b"w"))  # committed on {2, 3}
+                await until_read("/c")
+                # server 1 back; the zabref server stops (its log is on disk) and misses /d, committed on {1, 2}
+                e.start_server(1)
+                await asyncio.to_thread(e.wait_serving, [1], 60)
+            finally:
+                server.stop()
+                await asyncio.wait_for(task, 30)
+            await asyncio.to_thread(kazoo, 2, lambda c: c.create("/d", b"v"))
+            server = Server(config, 3, NormalDriver(0.2))  # the same data directory: rejoins by a DIFF
+            task = asyncio.create_task(server.run())
+            try:
+                return await until_read("/d")
+            finally:
+                server.stop()
+                await asyncio.wait_for(task, 30)
+
+        async def until_read(path: str) -> list:
+            """The zabref server's delivered transactions once they hold ``path``'s create (bounded wait)."""
+            txns: list = []
+            for _ in range(200):
+                try:
+                    txns = await asyncio.to_thread(read)
+                except (OSError, ClientError):  # the restarted server's client port is not open yet
+                    txns = []
+                if any(isinstance(v, dict) and v.get("path") == path for _, v in txns):
+                    return txns
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"the zabref server did not deliver {path}'s create: {txns}")
+
+        txns = asyncio.run(run())
+        writes = [(v["zookeeper"], v["path"], v["data"]) for _, v in txns if "data" in v]
+        assert writes == [("create", "/a", "x"), ("create", "/b", "y"), ("setData", "/a", "z"), ("create", "/c", "w"),
+                          ("create", "/d", "v")]
+        assert [v["zookeeper"] for _, v in txns].count("createSession") == 3  # one session each client
+        assert [z for z, _ in txns] == sorted(z for z, _ in txns) and all(z >> 32 == txns[0][0] >> 32 for z, _ in txns)
+        assert not [x for x in lines.lines if "protocol error" in x], "the zabref follower refused a packet"
+        states = [x for x in lines.lines if "state ->" in x]
+        assert len(states) == 2 and all("FOLLOWING" in x for x in states), states  # once per start
+        leader_log = _log(e, 2)
+        assert "Sending snapshot last zxid of peer is 0x0" in leader_log  # a SNAP: ZooKeeper's snapshot stream
+        assert re.search(r"Sending DIFF zxid=0x[0-9a-f]+ +for peer sid: 3", leader_log)  # PROPOSAL and COMMIT pairs
+        assert leader_log.count("Follower sid: 3") == 2  # one sync per start
     finally:
         e.stop()
         release_base_port(base)

@@ -54,6 +54,9 @@ from zabref.errors import LocalProtocolError
 
 __all__ = ["Node", "DECISIONS_KEPT"]
 
+#: The packets that start a follower's synchronization.
+_SYNC_HEADS = frozenset({PacketType.DIFF, PacketType.TRUNC, PacketType.SNAP})
+
 #: Election decisions a node remembers for inspection (the control socket's ``state``; the oldest are forgotten).
 DECISIONS_KEPT = 1000
 
@@ -86,6 +89,10 @@ class Node(ClientRequests):
         #: learner -> the PINGs it must have answered, deadline)
         self._syncs: list[tuple[int, int, dict[int, int], float]] = []
         self.decisions: list[dict[str, Any]] = []  # the election's decisions (FLE's checking-only ``decisions``)
+        #: follower: the commit point a ZooKeeper leader's sync carried (`_zookeeper_sync`), for its UPTODATE(-1),
+        #: and the PROPOSAL of that sync just taken, which ZooKeeper's leader follows with its COMMIT if committed
+        self.sync_commit = 0
+        self._sync_proposal = 0
 
     # ------------------------------------------------------------------------------------------ inputs
 
@@ -105,7 +112,8 @@ class Node(ClientRequests):
             out = EffectsBuilder()
             core = self.core
             if core.state == ServerState.FOLLOWING and peer == core.leader:
-                out.send.append((peer, QuorumPacket(PacketType.PING, self.committed_zxid)))
+                # data: the sessions it touched (none here), never null: ZooKeeper's LearnerHandler reads it
+                out.send.append((peer, QuorumPacket(PacketType.PING, self.committed_zxid, b"")))
             elif core.state == ServerState.LEADING and peer in self._pings:
                 self._pings[peer][1] += 1
                 self._confirm_syncs(out)
@@ -113,6 +121,12 @@ class Node(ClientRequests):
         if self._acks_uptodate(peer, packet):  # ZooKeeper's learner acknowledges UPTODATE: no spec action takes it
             self.heard[peer] = now
             return Effects()
+        if self.core.state == ServerState.FOLLOWING and peer == self.core.leader:
+            mapped = self._zookeeper_sync(packet)
+            if mapped is None:  # a COMMIT of ZooKeeper's sync, noted: no spec action takes it
+                self.heard[peer] = now
+                return Effects()
+            packet = mapped
         if self.core.held(peer, packet):
             self.held[peer] = packet  # a learner whose ACKEPOCH(-1) waits does not keep a leader alive (Counted)
             return Effects(deferred=True)
@@ -125,7 +139,36 @@ class Node(ClientRequests):
                    i=self.sid, j=peer)
         if self.core.zab_state != before:
             out.unblock = True  # e.g. the epoch is established: a held ACKEPOCH(-1) is synced now
+        if self.core.state != ServerState.FOLLOWING:
+            return out.build()
+        self._sync_proposal = packet.zxid if handler is ZabCore.follower_process_proposal_in_sync else 0
+        if packet.type in _SYNC_HEADS:
+            staged = self.core.staged_history
+            # the leader's commit point as the sync's head says it: a DIFF names it (seed 000's lastCommittedZxid,
+            # ZooKeeper's lastProcessedZxid) when this follower holds it; a SNAP (ZooKeeper's: its applied tree)
+            # carries committed transactions only; a TRUNC names none (its COMMITs do)
+            diff, snap = packet.type == PacketType.DIFF, packet.type == PacketType.SNAP
+            self.sync_commit = (packet.zxid if diff and self.core.index_of(staged, packet.zxid)
+                                else staged[-1].zxid if snap and staged else 0)
         return out.build()
+
+    def _zookeeper_sync(self, packet: QuorumPacket) -> QuorumPacket | None:
+        """A ZooKeeper leader's synchronization in the spec's terms (spec/README.md, "What real ZooKeeper does").
+        ZooKeeper's LearnerHandler sends a COMMIT after each PROPOSAL of a DIFF or TRUNC that it had committed, and
+        UPTODATE with zxid -1; seed 000's sync carries no COMMIT and its UPTODATE names the leader's commit point,
+        which is what the COMMITs said. So a COMMIT in SYNCHRONIZATION right after the PROPOSAL of the same zxid (that
+        pair, and nothing looser, is ZooKeeper's) is noted (`sync_commit`) and taken by no spec action (None: a
+        stuttering step, as ZooKeeper's validation leaves it out, "COMMIT-IN-SYNC"), and UPTODATE(-1) in BROADCAST is
+        FollowerProcessUPTODATE of that commit point. Anything else is the packet itself, for the core to take or
+        refuse: a COMMIT anywhere else in a sync is still a protocol error."""
+        core = self.core
+        if packet.type == PacketType.COMMIT and core.zab_state == ZabState.SYNCHRONIZATION \
+                and packet.zxid == self._sync_proposal != 0:
+            self.sync_commit, self._sync_proposal = packet.zxid, 0
+            return None
+        if packet.type == PacketType.UPTODATE and packet.zxid == -1 and core.zab_state == ZabState.BROADCAST:
+            return QuorumPacket(PacketType.UPTODATE, self.sync_commit, packet.data, packet.authinfo)
+        return packet
 
     def _acks_uptodate(self, peer: int, packet: QuorumPacket) -> bool:
         """Whether ``packet`` is a ZooKeeper learner's ACK(e << 32) of UPTODATE at its leader: ZooKeeper's
