@@ -241,6 +241,26 @@ def test_packets_split_anywhere(packets, data):
     assert decode_all(wire.PacketDecoder(), chunks) == packets
 
 
+def test_a_snapshot_stream_that_arrives_in_many_pieces_is_read_once():
+    """A SNAP's stream is read on from the last whole element each time more of it arrives, not again from its start:
+    a long history in 997-byte pieces costs about one reading of each element (plus one partial element a piece),
+    where reading from the start at each piece would cost the pieces times the elements."""
+    stream = payloads.encode_snap_data([((1 << 32) | k, b"v" * 50) for k in range(1, 2001)])
+    reader, cur, pieces = zksnap.TreeReader(), None, 0
+    for end in range(997, len(stream) + 997, 997):
+        pieces += 1
+        cur = zksnap.Cursor(stream[:end], "snap")
+        if reader.read(cur) is not None:
+            break
+    assert cur is not None and cur.pos == len(stream) and pieces == -(-len(stream) // 997)
+    elements = 2 + 2 + 2004 + 1  # the two counts and their ends, the nodes with the end mark, the signature
+    assert elements <= reader.elements <= elements + pieces, (reader.elements, pieces)
+    decoder = wire.PacketDecoder()
+    packet = QuorumPacket(PacketType.SNAP, (1 << 32) | 2000, stream)
+    body = wire.encode_quorum_packet(packet)
+    assert [p for k in range(0, len(body), 997) for p in decoder.feed(body[k:k + 997])] == [packet]
+
+
 @given(st.lists(quorum_packets, min_size=1, max_size=4), st.binary(min_size=1, max_size=3))
 def test_trailing_partial_packet_is_reported_at_close(packets, garbage):
     d = wire.PacketDecoder()

@@ -239,7 +239,8 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
         async def until_read(path: str) -> list:
             """The zabref server's delivered transactions once they hold ``path``'s create (bounded wait)."""
             txns: list = []
-            for _ in range(200):
+            deadline = asyncio.get_running_loop().time() + 60  # a restart: an election round and a sync
+            while asyncio.get_running_loop().time() < deadline:
                 try:
                     txns = await asyncio.to_thread(read)
                 except (OSError, ClientError):  # the restarted server's client port is not open yet

@@ -73,9 +73,10 @@ class ZabClient:
         """Commit ``value``; returns its zxid once the server answering has delivered it."""
         return int(self._call({"op": "submit", "value": value})["zxid"])
 
-    def read(self, from_zxid: int = 0) -> list[tuple[int, str]]:
-        """The delivered sequence after ``from_zxid`` at the current server, as (zxid, value) pairs."""
-        out: list[tuple[int, str]] = []
+    def read(self, from_zxid: int = 0) -> list[tuple[int, Any]]:
+        """The delivered sequence after ``from_zxid`` at the current server, as (zxid, value) pairs: a value is its
+        text, or a dict of a ZooKeeper transaction's fields (a ZooKeeper leader's, in a mixed ensemble)."""
+        out: list[tuple[int, Any]] = []
         while True:
             answer = self._call({"op": "read", "from_zxid": from_zxid})
             out += [(int(z), v) for z, v in answer["txns"]]

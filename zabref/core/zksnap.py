@@ -26,7 +26,9 @@ which needs no entry), the root, the given nodes under it (a transaction's node,
 checks that every node's parent came before it; so does `read_tree`.
 
 Readers take a `zabref.core.jute.Cursor`: a stream that stops early raises `Short` (wait for more bytes), bytes that
-cannot be a snapshot raise what the cursor's ``fail`` makes, naming the offset. Counts are bounded before anything is
+cannot be a snapshot raise what the cursor's ``fail`` makes, naming the offset. `TreeReader` reads a stream that
+is still arriving piece by piece, going on each time from the last whole element, so that a large SNAP read in many
+pieces costs one reading of its bytes, not one per piece. Counts are bounded before anything is
 allocated (`MAX_SESSIONS`, `MAX_ACL_LISTS`, `MAX_ACLS`; a buffer by `JUTE_MAX`).
 """
 
@@ -39,8 +41,8 @@ from dataclasses import dataclass
 from zabref.core import jute
 from zabref.core.jute import Cursor, Short
 
-__all__ = ["SIGNATURE", "STAT", "Node", "Tree", "Short", "read_tree", "read_snapshot", "write_snapshot",
-           "SYSTEM_ROOT"]
+__all__ = ["SIGNATURE", "STAT", "Node", "Tree", "TreeReader", "Short", "read_tree", "read_snapshot",
+           "write_snapshot", "SYSTEM_ROOT"]
 
 SIGNATURE = "BenWasHere"
 #: StatPersisted: czxid, mzxid, ctime, mtime, version, cversion, aversion, ephemeralOwner, pzxid.
@@ -56,7 +58,7 @@ MAX_ACLS = 1 << 16
 @dataclass(frozen=True, slots=True)
 class Node:
     """A node of the tree: its path ("/" for the root), data (None when null), the zxid that created it and where
-    its path starts in the stream (for errors about it)."""
+    its path starts, counted from the stream's start (for errors about it)."""
 
     path: str
     data: bytes | None
@@ -75,27 +77,85 @@ class Tree:
         return sum(len(n.data or b"") for n in self.nodes)
 
 
-def read_tree(cur: Cursor) -> Tree:
-    """The sessions, the ACL cache and the nodes up to and including the end mark, at ``cur``."""
-    sessions = cur.length("session count", MAX_SESSIONS, nullable=False) or 0
-    for _ in range(sessions):
-        cur.take(12)  # long sessionId, int timeout
-    acl_lists = cur.length("ACL cache size", MAX_ACL_LISTS, nullable=False) or 0
-    for _ in range(acl_lists):
-        cur.take(8)  # the key
-        for _ in range(cur.length("ACL list length", MAX_ACLS, nullable=True) or 0):
-            cur.take(4)  # perms
-            cur.ustring("ACL scheme")
-            cur.ustring("ACL id")
-    nodes: list[Node] = []
-    seen: set[str] = set()
-    while True:
+class TreeReader:
+    """Reads one snapshot stream as its bytes arrive: each call of `read` goes on from the last whole element it read
+    (a session, an ACL list, a node), so a stream that comes in many pieces is read once, not once per piece
+    (``elements`` counts the elements read, a partial one again at each try). ``signature``: whether the stream ends
+    with `SIGNATURE` (after a SNAP packet; a snapshot file's tree does not)."""
+
+    __slots__ = ("signature", "pos", "need", "elements", "_phase", "_left", "_sessions", "_acl_lists", "_nodes",
+                 "_seen")
+
+    def __init__(self, signature: bool = True) -> None:
+        self.signature = signature
+        self.pos = 0  # bytes of the stream read as whole elements
+        self.need = 0  # after a try that stopped short: how many bytes of the stream that element needs at least
+        self.elements = 0
+        self._phase = 0  # 0 session count, 1 sessions, 2 ACL cache size, 3 ACL lists, 4 nodes, 5 signature
+        self._left = 0
+        self._sessions = self._acl_lists = 0
+        self._nodes: list[Node] = []
+        self._seen: set[str] = set()
+
+    def read(self, cur: Cursor) -> Tree | None:
+        """Go on reading the stream that starts at ``cur``'s position: the tree once the stream is whole (``cur``
+        then after it), else None (``cur`` unmoved; ``need`` says how long the stream must be for the next try).
+        Bytes that cannot be a snapshot raise what ``cur.fail`` makes."""
+        start = cur.pos
+        cur.pos = start + self.pos
+        try:
+            while self._phase < 6:
+                self._element(cur, start)
+                self.pos = cur.pos - start
+        except Short as short:
+            self.need = short.need - start
+            cur.pos = start
+            return None
+        return Tree(self._sessions, self._acl_lists, tuple(self._nodes))
+
+    def _element(self, cur: Cursor, start: int) -> None:
+        self.elements += 1
+        phase = self._phase
+        if phase == 0:
+            self._sessions = self._left = cur.length("session count", MAX_SESSIONS, nullable=False) or 0
+            self._phase = 1
+        elif phase == 1:
+            if self._left:
+                cur.take(12)  # long sessionId, int timeout
+                self._left -= 1
+            else:
+                self._phase = 2
+        elif phase == 2:
+            self._acl_lists = self._left = cur.length("ACL cache size", MAX_ACL_LISTS, nullable=False) or 0
+            self._phase = 3
+        elif phase == 3:
+            if self._left:
+                cur.take(8)  # the key
+                for _ in range(cur.length("ACL list length", MAX_ACLS, nullable=True) or 0):
+                    cur.take(4)  # perms
+                    cur.ustring("ACL scheme")
+                    cur.ustring("ACL id")
+                self._left -= 1
+            else:
+                self._phase = 4
+        elif phase == 4:
+            self._node(cur, start)
+        else:
+            at = cur.pos
+            signature = cur.ustring("signature", 64)
+            if signature != SIGNATURE:
+                raise cur.fail(f"the snapshot ends with {signature!r}, not {SIGNATURE!r}", at)
+            self._phase = 6
+
+    def _node(self, cur: Cursor, start: int) -> None:
+        nodes, seen = self._nodes, self._seen
         at = cur.pos
         path = cur.ustring("node path")
         if path is None:
             raise cur.fail("a node path is null", at)
         if path == "/" and nodes:
-            return Tree(sessions, acl_lists, tuple(nodes))
+            self._phase = 5 if self.signature else 6
+            return
         if not nodes and path != "":
             raise cur.fail(f"the first node is {path!r}, not the root ('')", at)
         if nodes:
@@ -105,17 +165,26 @@ def read_tree(cur: Cursor) -> Tree:
         data = cur.buffer("node data")
         cur.take(8)  # the node's ACL key
         czxid = STAT.unpack(cur.take(STAT.size))[0]
-        nodes.append(Node(path or "/", data, czxid, at))
+        nodes.append(Node(path or "/", data, czxid, at - start))
         seen.add(path or "/")
+
+
+def read_tree(cur: Cursor) -> Tree:
+    """The sessions, the ACL cache and the nodes up to and including the end mark, at ``cur``; `Short` if the bytes
+    end first."""
+    return _whole(TreeReader(signature=False), cur)
 
 
 def read_snapshot(cur: Cursor) -> Tree:
     """`read_tree`, then the signature that ends the stream after a SNAP packet."""
-    tree = read_tree(cur)
-    at = cur.pos
-    signature = cur.ustring("signature", 64)
-    if signature != SIGNATURE:
-        raise cur.fail(f"the snapshot ends with {signature!r}, not {SIGNATURE!r}", at)
+    return _whole(TreeReader(), cur)
+
+
+def _whole(reader: TreeReader, cur: Cursor) -> Tree:
+    start = cur.pos
+    tree = reader.read(cur)
+    if tree is None:
+        raise Short(start + reader.need)
     return tree
 
 

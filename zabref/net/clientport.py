@@ -13,7 +13,8 @@ them: every decision -- who runs ClientRequest, where a request is forwarded, wh
   connections to the leader's client port kept open for reuse (at most `FORWARD_POOL` idle ones).
 * ``{"op": "read", "from_zxid": z, "limit": n}`` -> ``{"txns": [[zxid, text], ...], "more": bool, "zxid": last}``:
   the delivered transactions after z, in delivery order, at most n (default and cap `READ_LIMIT`), and the last zxid
-  delivered here.
+  delivered here. A ZooKeeper leader's transaction (a mixed ensemble) reads as an object of its fields in place of
+  the text (``{"zookeeper": "create", "path": ..., "data": ..., ...}``, `zabref.core.zktxn.read_form`).
 * ``{"op": "sync"}`` -> ``{"zxid": z}``: returns when this server has delivered everything the leader had committed
   when the sync reached it (z is that commit point), once a quorum confirmed that leader still leads
   (`Node.client_sync`).

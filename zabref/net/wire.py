@@ -214,33 +214,34 @@ def decode_quorum_packet(body: bytes) -> QuorumPacket:
     for i in range(r.count("authinfo count", 8, nullable=True)):
         ids.append(AuthId(r.ustring(f"authinfo[{i}].scheme"), r.ustring(f"authinfo[{i}].id")))
     if ptype == PacketType.SNAP:
-        data, r.pos = _snapshot(body, r.pos, data, len(body), "QuorumPacket SNAP", 0)
+        data, r.pos = _snapshot(body, r.pos, data, zksnap.TreeReader(), len(body), "QuorumPacket SNAP", 0)
         if data is None:
             raise r.fail("the snapshot stream after the SNAP ends before its signature", len(body))
     r.end()
     return QuorumPacket(ptype, zxid, data, tuple(ids))
 
 
-def _snapshot(buf: bytes | bytearray, start: int, data: bytes | None, bound: int, what: str,
-              offset: int) -> tuple[bytes | None, int]:
+def _snapshot(buf: bytes | bytearray, start: int, data: bytes | None, reader: zksnap.TreeReader, bound: int,
+              what: str, offset: int) -> tuple[bytes | None, int]:
     """The snapshot stream (`zabref.core.zksnap`) a SNAP packet whose data was ``data`` has after it at ``start`` in
-    ``buf`` -- ZooKeeper writes the packet with null data, then the stream -- and where it ends; while it is not all
-    here, None and the length of ``buf`` it needs at least. `CodecError` (offsets plus ``offset``) for data in the
-    packet, a stream longer than ``bound`` or bytes that are no snapshot."""
+    ``buf`` -- ZooKeeper writes the packet with null data, then the stream -- and where it ends, read on by
+    ``reader`` from where its last try stopped; while it is not all here, None and the length of ``buf`` it needs at
+    least. `CodecError` (offsets plus ``offset``) for data in the packet, a stream longer than ``bound`` or bytes
+    that are no snapshot."""
     if data is not None:
         raise CodecError(what, offset + start, f"a SNAP's data is {len(data)} bytes; ZooKeeper's is null, its "
                                                 "snapshot stream follows the packet")
-    chunk = bytes(buf[start: start + bound + 1])
-    cur = jute.Cursor(chunk, what)
+    cur = jute.Cursor(buf, what, start)  # type: ignore[arg-type]  # a bytearray reads as bytes do, uncopied
     try:
-        zksnap.read_snapshot(cur)
-    except jute.Short as short:
-        if len(chunk) > bound:
-            raise CodecError(what, offset + start, f"the snapshot stream is longer than {bound} bytes") from None
-        return None, start + short.need
+        tree = reader.read(cur)
     except CodecError as e:
-        raise CodecError(e.what, offset + start + e.offset, e.reason) from None
-    return chunk[: cur.pos], start + cur.pos
+        raise CodecError(e.what, offset + e.offset, e.reason) from None
+    stop = start + (reader.pos if tree is None else cur.pos - start)
+    if (len(buf) if tree is None else stop) - start > bound:
+        raise CodecError(what, offset + start, f"the snapshot stream is longer than {bound} bytes")
+    if tree is None:
+        return None, start + reader.need
+    return bytes(buf[start:stop]), stop
 
 
 #: The authinfo count of a packet without it: -1 (a null vector, as ZooKeeper writes it) or 0 (the same, empty).
@@ -264,38 +265,40 @@ class PacketDecoder(_StreamDecoder[QuorumPacket]):
         super().__init__(max_data, "max_data", what)
         self.max_data = max_data
         self._snap_need = 0  # bytes from the start of a SNAP waiting for its snapshot stream that it needs at least
+        self._snap: zksnap.TreeReader | None = None  # that stream's reader, which goes on where it stopped
 
     def _item_at(self, pos: int) -> tuple[QuorumPacket, int] | None:
         """The packet starting at ``pos`` and where the next one starts, or None if its bytes are not all here. A
-        SNAP's snapshot stream (`zabref.core.zksnap`, within ``max_data`` bytes) is its data: it is read again from
-        its start only once the bytes its last read stopped for are here."""
+        SNAP's snapshot stream (`zabref.core.zksnap`, within ``max_data`` bytes) is its data: its reader goes on from
+        the last whole element it read, once the bytes its last try stopped for are here."""
         if len(self._buf) - pos < self._snap_need:
             return None
         got = self._packet_at(pos)
         if got is None or got[0].type != PacketType.SNAP:
             return got
         packet, start = got
+        if self._snap is None:
+            self._snap = zksnap.TreeReader()
         what = f"{self.what}: QuorumPacket SNAP"
-        data, stop = _snapshot(self._buf, start, packet.data, self.max_data, what, self._consumed)
+        data, stop = _snapshot(self._buf, start, packet.data, self._snap, self.max_data, what, self._consumed)
         if data is None:
             self._snap_need = stop - pos
             return None
-        self._snap_need = 0
+        self._snap_need, self._snap = 0, None
         return QuorumPacket(PacketType.SNAP, packet.zxid, data, packet.authinfo), stop
 
     def _packet_at(self, pos: int) -> tuple[QuorumPacket, int] | None:
         """`_item_at` but for a SNAP's snapshot stream."""
         buf = self._buf
-        if len(buf) - pos < 16:
-            if len(buf) - pos >= 4:
-                (number,) = jute.INT.unpack_from(buf, pos)
-                if number not in _PACKET_TYPES:
-                    raise CodecError(self.what, self._consumed + pos, f"unknown packet type {number}")
+        if len(buf) - pos < 4:
             return None
-        number, zxid, n = _PACKET_HEAD.unpack_from(buf, pos)
+        (number,) = jute.INT.unpack_from(buf, pos)
         ptype = _PACKET_TYPES.get(number)
-        if ptype is None:
+        if ptype is None:  # refused as soon as its 4 bytes are here
             raise CodecError(self.what, self._consumed + pos, f"unknown packet type {number}")
+        if len(buf) - pos < 16:
+            return None
+        _, zxid, n = _PACKET_HEAD.unpack_from(buf, pos)
         if n < -1 or n > self.max_data:
             raise CodecError(f"{self.what}: QuorumPacket {ptype.name}", self._consumed + pos + 12,
                              f"data length {n} is outside -1..{self.max_data}")
