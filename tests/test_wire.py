@@ -241,6 +241,30 @@ def test_packets_split_anywhere(packets, data):
     assert decode_all(wire.PacketDecoder(), chunks) == packets
 
 
+def test_a_bad_snap_on_the_quorum_stream_is_refused_where_it_goes_wrong():
+    """ZooKeeper's SNAP has null data and its snapshot stream after it: data in the packet, a stream above the
+    decoder's bound (refused once that many bytes are here, before the rest arrives) and bytes that are no snapshot
+    are each a CodecError at their offset in the stream. The packet before it was handed on; the decoder stays
+    broken."""
+    ack = wire.encode_quorum_packet(QuorumPacket(PacketType.ACK, 0x100000001))
+    stream = payloads.encode_snap_data([(0x100000001, b"v" * 200)])
+    head = h("0000000f 0000000100000001")
+    cases = [
+        (wire.PacketDecoder(), head + h("00000003 616263 ffffffff") + stream, len(ack) + 23, "SNAP's data is 3 bytes"),
+        (wire.PacketDecoder(max_data=100), head + h("ffffffff ffffffff") + stream[:101], len(ack) + 20,
+         "longer than 100 bytes"),
+        (wire.PacketDecoder(), head + h("ffffffff ffffffff") + stream[:8] + h("7fffffff") + stream[12:],
+         len(ack) + 28, "node path length is 2147483647"),
+    ]
+    for decoder, snap, offset, fragment in cases:
+        assert decoder.feed(ack) == [QuorumPacket(PacketType.ACK, 0x100000001)]
+        with pytest.raises(CodecError) as e:
+            decoder.feed(snap)
+        assert e.value.offset == offset and fragment in str(e.value), e.value
+        with pytest.raises(CodecError):
+            decoder.feed(ack)
+
+
 def test_a_snapshot_stream_that_arrives_in_many_pieces_is_read_once():
     """A SNAP's stream is read on from the last whole element each time more of it arrives, not again from its start:
     a long history in 997-byte pieces costs about one reading of each element (plus one partial element a piece),

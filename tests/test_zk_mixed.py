@@ -65,15 +65,41 @@ def _log(e: ZkEnsemble, sid: int) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+def _distribution(version: str):
+    """None for Debian's 3.8.0; any other version fetched from Maven Central, once into the cache."""
+    if version == "3.8.0":
+        return None
+    from conformance.zk.versions import fetch
+
+    return fetch(version, echo=lambda s: None)
+
+
+def _kazoo(e: ZkEnsemble, sid: int, work):
+    """``work(client)`` with a kazoo client of ZooKeeper server ``sid``, closed after."""
+    client = KazooClient(hosts=f"127.0.0.1:{e.member(sid).client_port}", timeout=10)
+    client.start(timeout=20)
+    try:
+        return work(client)
+    finally:
+        client.stop()
+        client.close()
+
+
+async def _until(what: str, ready, seconds: float, context) -> None:
+    """Until ``ready()`` (every 0.1 s, at most ``seconds``); else an AssertionError naming ``what`` and
+    ``context()``."""
+    for _ in range(int(seconds * 10)):  # a JVM starts within seconds; the election takes a few rounds
+        if ready():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{what} not within {seconds} s; {context()}")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("version", ["3.8.0", "3.9.5"])
 def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, version) -> None:
-    distribution = None  # Debian's 3.8.0
-    if version != "3.8.0":
-        from conformance.zk.versions import fetch
-
-        distribution = fetch(version, echo=lambda s: None)  # from Maven Central, once into the cache
+    distribution = _distribution(version)
     base = find_free_base_port(3)
     # local sessions: a ZooKeeper client's session stays at its server (no createSession forwarded as REQUEST, which
     # a zabref leader does not take yet)
@@ -97,11 +123,7 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, versio
             return [x for x in lines.lines if "state ->" in x]
 
         async def until(what: str, ready, seconds: float) -> None:
-            for _ in range(int(seconds * 10)):  # a JVM starts within seconds; the election takes a few rounds
-                if ready():
-                    return
-                await asyncio.sleep(0.1)
-            raise AssertionError(f"{what} not within {seconds} s; zabref's states: {states()[-5:]}")
+            await _until(what, ready, seconds, lambda: f"zabref's states: {states()[-5:]}")
 
         def write(values: list[str]) -> list[int]:
             """Commit ``values`` one at a time through the zabref leader's client port: their zxids."""
@@ -111,17 +133,14 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, versio
         def read(sid: int, zxids: list[int]) -> list[bytes]:
             """What a ZooKeeper client of server ``sid`` reads at each transaction's node (`zktxn.node_of`),
             waiting (bounded) for the server to apply the last: a follower applies a transaction on its COMMIT."""
-            client = KazooClient(hosts=f"127.0.0.1:{e.member(sid).client_port}", timeout=10)
-            client.start(timeout=20)
-            try:
+            def work(client: KazooClient) -> list[bytes]:
                 for _ in range(100):
                     if client.exists(zktxn.node_of(zxids[-1])):
                         break
                     time.sleep(0.1)
                 return [client.get(zktxn.node_of(z))[0] for z in zxids]
-            finally:
-                client.stop()
-                client.close()
+
+            return _kazoo(e, sid, work)
 
         async def run() -> None:
             e.start_server(1)
@@ -174,35 +193,17 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
     zabref server stops, a write commits on {1, 2}, and the zabref server starts again on its data directory: the
     leader synchronizes it by a DIFF from its committedLog (each PROPOSAL followed by its COMMIT), and a zabref
     client of server 3 reads every transaction, those read back from its log included, each shown as its fields."""
-    distribution = None
-    if version != "3.8.0":
-        from conformance.zk.versions import fetch
-
-        distribution = fetch(version, echo=lambda s: None)
     base = find_free_base_port(3)
-    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256, distribution=distribution)
+    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256, distribution=_distribution(version))
     try:
         config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
-
-        def kazoo(sid: int, work):
-            client = KazooClient(hosts=f"127.0.0.1:{e.member(sid).client_port}", timeout=10)
-            client.start(timeout=20)
-            try:
-                return work(client)
-            finally:
-                client.stop()
-                client.close()
 
         def read() -> list:
             with ZabClient([("127.0.0.1", e.member(3).client_port)], timeout=20) as client:
                 return client.read(0)
 
         async def until(what: str, ready, seconds: float) -> None:
-            for _ in range(int(seconds * 10)):
-                if ready():
-                    return
-                await asyncio.sleep(0.1)
-            raise AssertionError(f"{what} not within {seconds} s; zabref: {lines.lines[-5:]}")
+            await _until(what, ready, seconds, lambda: f"zabref: {lines.lines[-5:]}")
 
         async def run() -> list:
             e.start_server(1)
@@ -216,10 +217,10 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
                             lambda: server.node is not None and server.node.core.state == ServerState.FOLLOWING
                             and server.node.core.zab_state == ZabState.BROADCAST, 60)
                 await asyncio.sleep(1)  # UPTODATE follows NEWLEADER's ACK at once
-                await asyncio.to_thread(kazoo, 1, lambda c: [c.create("/a", b"x"), c.create("/b", b"y"),
-                                                             c.set("/a", b"z")])
+                await asyncio.to_thread(_kazoo, e, 1, lambda c: [c.create("/a", b"x"), c.create("/b", b"y"),
+                                                                c.set("/a", b"z")])
                 e.kill(1)
-                await asyncio.to_thread(kazoo, 2, lambda c: c.create("/c", b"w"))  # committed on {2, 3}
+                await asyncio.to_thread(_kazoo, e, 2, lambda c: c.create("/c", b"w"))  # committed on {2, 3}
                 await until_read("/c")
                 # server 1 back; the zabref server stops (its log is on disk) and misses /d, committed on {1, 2}
                 e.start_server(1)
@@ -227,7 +228,7 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
             finally:
                 server.stop()
                 await asyncio.wait_for(task, 30)
-            await asyncio.to_thread(kazoo, 2, lambda c: c.create("/d", b"v"))
+            await asyncio.to_thread(_kazoo, e, 2, lambda c: c.create("/d", b"v"))
             server = Server(config, 3, NormalDriver(0.2))  # the same data directory: rejoins by a DIFF
             task = asyncio.create_task(server.run())
             try:

@@ -288,7 +288,7 @@ class PacketDecoder(_StreamDecoder[QuorumPacket]):
         return QuorumPacket(PacketType.SNAP, packet.zxid, data, packet.authinfo), stop
 
     def _packet_at(self, pos: int) -> tuple[QuorumPacket, int] | None:
-        """`_item_at` but for a SNAP's snapshot stream."""
+        """The packet at ``pos`` and where it ends, as `_item_at` reads it, without a SNAP's snapshot stream."""
         buf = self._buf
         if len(buf) - pos < 4:
             return None
