@@ -106,6 +106,41 @@ def role_sends(observation: Observation) -> list[list[list[int]]]:
     return out
 
 
+def role_recvs(observation: Observation) -> list[list[list[int]]]:
+    """``[x][r][a]``: how many sends a -> x the observation holds up to the last one on a connection of x's role r
+    (0-based here, 1-based in the module): the spec's server takes no packet of a connection after it left the role
+    (GoLooking empties its channels), so each was sent while x was still in it (`Due`)."""
+    n = observation.servers
+    out = []
+    for x in range(1, n + 1):
+        made = [0] * n
+        per_role = []
+        for r in observation.roles.get(x, []):
+            conns = set(r.conns)
+            for a in range(1, n + 1):
+                last = [observation.obs[g - 1].ci for g in observation.channels.get((a, x), [])
+                        if observation.obs[g - 1].conn in conns]
+                made[a - 1] = max([made[a - 1], *last])
+            per_role.append(list(made))
+        out.append(per_role)
+    return out
+
+
+def role_firsts(observation: Observation) -> list[list[int]]:
+    """``[x][r]``: the place (`Obs.early`) of x's first send in its role r (0-based here, 1-based in the module), 0
+    when it sends nothing in it: a server that leaves LOOKING for that role does so, in the guided search, only when
+    every observation placed before it is made (`Lazy`)."""
+    out = []
+    for x in range(1, observation.servers + 1):
+        firsts = []
+        for r in observation.roles.get(x, []):
+            conns = set(r.conns)
+            places = [o.early for o in observation.obs if o.sender == x and o.conn in conns]
+            firsts.append(min(places, default=0))
+        out.append(firsts)
+    return out
+
+
 def role_claims(observation: Observation) -> list[list[list[int]]]:
     """``[x][r]``: the last zxid x's ACKEPOCH names in the role after x's role r (0-based here, 1-based in the
     module), or [-1, -1] when that role sends none (it leads, or its connection ended first; the last role has no
@@ -149,11 +184,12 @@ def sync_first(observation: Observation) -> list[int]:
 
 def run_data(observation: Observation) -> list[str]:
     """The lines of `RUN_DATA`: the observations (line g: observation g), then Chan, Roles, RoleSends, the set of
-    values first observed in a sync, and RoleClaims."""
+    values first observed in a sync, RoleClaims, RoleRecvs and RoleFirsts."""
     n = observation.servers
     return [*(_record(o, n) for o in observation.obs), _channels(observation), _roles(observation),
             format_value(role_sends(observation)), format_value({"$set": sync_first(observation)}),
-            format_value(role_claims(observation))]
+            format_value(role_claims(observation)), format_value(role_recvs(observation)),
+            format_value(role_firsts(observation))]
 
 
 def goal(observation: Observation, upto: int) -> list[list[int]]:
@@ -180,7 +216,7 @@ def reach(observation: Observation, hi: int) -> list[list[int]]:
 
 
 def window_data(start: str | None, goal_counts: list[list[int]], cap: list[list[int]], *, final: bool, lag: int = 0,
-                exempt: int = 0, budget: int = 0, coords: dict[str, Any] | None = None) -> list[str]:
+                slack: int = 0, exempt: int = 0, budget: int = 0, coords: dict[str, Any] | None = None) -> list[str]:
     """The lines of `WINDOW_DATA`: what the window is (from Init or from ``start``, a state TLC printed as the end of
     the window before, one line; the counts of sends it must reach, and those it may not pass; whether it is the
     last; the search's guide, lag observations, 0 for none, with packets of observations up to ``exempt`` exempt;
@@ -188,7 +224,7 @@ def window_data(start: str | None, goal_counts: list[list[int]], cap: list[list[
     window_fields), then the start."""
     coords = coords or {"anchors": [[] for _ in goal_counts], "epoch": -1, "shift": 0, "values": 0}
     head = format_value({"init": start is None, "final": final, "goal": goal_counts, "cap": cap, "lag": lag,
-                         "exempt": exempt, "budget": budget, **coords})
+                         "slack": slack, "exempt": exempt, "budget": budget, **coords})
     return [head, "[none |-> TRUE]" if start is None else start]
 
 
@@ -262,6 +298,10 @@ CanLeave(x) == /\\ rc[x] >= 1 /\\ Roles[x][rc[x]].ended
 SyncFirst == Datum("{RUN_DATA}", {total + 4})
 \\* RoleClaims[x][r]: the last zxid x's ACKEPOCH names in the role after its role r; <<-1, -1>>: none (`Guide`).
 RoleClaims == Datum("{RUN_DATA}", {total + 5})
+\\* RoleRecvs[x][r][a]: the sends a -> x observed up to the end of x's role r; RoleFirsts[x][r]: the place of x's first
+\\* send in its role r, 0 for none (`Due`, `Lazy`).
+RoleRecvs == Datum("{RUN_DATA}", {total + 6})
+RoleFirsts == Datum("{RUN_DATA}", {total + 7})
 Proposes(i) == \\/ \\E f \\in Server : learnerPhase[i][f] \\in ForwardingPhases
                \\/ Cardinality(proposed) + 1 + Win.values \\in SyncFirst
 
@@ -382,9 +422,52 @@ QuietAck(i, j) == /\\ state[i] = LEADING /\\ zabState[i] = BROADCAST
                   /\\ IndexOf(history[i], Head(msgs[j][i]).zxid) <= lastCommitted[i]
                   /\\ Head(tags[j][i]) > 0
                   /\\ \\A k \\in Server : sent[i][k] >= O(Head(tags[j][i])).need[k]
-Eager == (\\E i \\in Server : Quiet(i) \\/ \\E j \\in Server : QuietAck(i, j)) =>
+QuietNow == \\E i \\in Server : Quiet(i) \\/ \\E j \\in Server : QuietAck(i, j)
+Eager == QuietNow =>
              \\E i \\in Server : \\/ Quiet(i) /\\ Received(leader[i], i)
                              \\/ \\E j \\in Server : QuietAck(i, j) /\\ Received(j, i)
+
+\\* The first observation (in the proxy's order) this state has not made; Total + 1 when it made them all.
+Frontier == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN Chan[a][b][sent[a][b] + 1] ELSE Total + 1
+                firsts == {{next(a, b) : a, b \\in Server}}
+            IN  CHOOSE g \\in firsts : \\A g2 \\in firsts : g <= g2
+
+\\* The first place (`Obs.early`) of the observations not made (`InOrder`).
+Front == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN O(Chan[a][b][sent[a][b] + 1]).e ELSE Total + 1
+             firsts == {{next(a, b) : a, b \\in Server}}
+         IN  CHOOSE g \\in firsts : \\A g2 \\in firsts : g <= g2
+
+\\* The guide's order of steps (with Win.lag > 0; docs/zookeeper.md, "The guide": *order*). TLC has no partial-order
+\\* reduction, so the independent progress of four learners (each one's PROPOSALs taken and ACKed on its own
+\\* connection) and of the leader's receives of their ACKs was a product of interleavings that a five-server window
+\\* spent its whole budget on. The guide keeps one interleaving of those the run shows: a step that makes observations
+\\* makes one placed first among those not made (`MakesFrontier`: by places, not by where the proxy read them, as a
+\\* leader's answer to a client's sync is read after the next PROPOSAL to another learner and must be sent before the
+\\* same PROPOSAL to its own), and a leader takes its learners' ACKs that are not quiet in the order the proxy read
+\\* them (`AcksInOrder`). A behaviour it finds is still a behaviour of the spec; one it misses (a leader whose threads
+\\* took two ACKs in the other order, where that order shows) is left to the search without the guide.
+MakesFrontier == (\\E a, b \\in Server : sent'[a][b] > sent[a][b]) =>
+                     \\E a, b \\in Server : /\\ sent'[a][b] > sent[a][b]
+                                       /\\ O(Chan[a][b][sent[a][b] + 1]).e <= Front + Win.slack
+LoudAck(j, i) == /\\ msgs[j][i] /= <<>> /\\ Head(msgs[j][i]).type = "ACK" /\\ Head(tags[j][i]) > 0
+                 /\\ state[i] = LEADING /\\ ~QuietAck(i, j)
+AcksInOrder == \\A i, j \\in Server : LoudAck(j, i) /\\ Received(j, i) =>
+                   \\A k \\in Server \\ {{j}} : LoudAck(k, i) => Head(tags[k][i]) > Head(tags[j][i])
+\\* Roles change as late as the run allows, and leaving one as early: a server leaves LOOKING for its next role only
+\\* when every observation placed before its first send in it is made (`Lazy`); a server whose role is over in the
+\\* run goes LOOKING (a timeout or a crash) at the first step it can (`Prompt`), once it made every send of the role
+\\* and every send to it was made (the spec's server takes none after it left: GoLooking empties its channels), and its
+\\* history is what its next ACKEPOCH names. Between those two points its election was a free hidden step in every
+\\* state of the window, a product over the servers that a five-server leader's crash spent a search's budget on.
+Due(x) == /\\ state[x] /= LOOKING /\\ CanLeave(x)
+          /\\ \\A a \\in Server : sent[a][x] >= RoleRecvs[x][rc[x]][a]
+          /\\ LET c == RoleClaims[x][rc[x]] IN c[1] < 0 \\/ LastZxid(history[x]) = Z(c)
+Prompt == (\\E x \\in Server : Due(x)) /\\ ~QuietNow => \\E x \\in Server : Due(x) /\\ GoesLooking(x)
+Lazy == \\A x \\in Server : Leaves(x) => RoleFirsts[x][rc[x] + 1] <= Front
+\\* A crash that loses no transaction leaves what a timeout leaves but the volatile commit point (which no observation
+\\* reads) and one fault more: the guided search goes LOOKING by a timeout then, not by both.
+Timely == \\A x \\in Server : GoesLooking(x) /\\ Len(history'[x]) = Len(history[x]) => lastCommitted'[x] = lastCommitted[x]
+InOrder == MakesFrontier /\\ AcksInOrder /\\ Prompt /\\ Lazy /\\ Timely
 
 RolesNext ==
     /\\ \\A x \\in Server : GoesLooking(x) => CanLeave(x)
@@ -411,6 +494,7 @@ TraceNext ==
     /\\ RolesNext
     /\\ Causal
     /\\ Eager
+    /\\ Win.lag = 0 \\/ InOrder
     /\\ tags' = TagsNext
 
 Complete ==
@@ -427,29 +511,13 @@ Stop == IF Done
              /\\ TLCSet("exit", TRUE)
         ELSE TRUE
 
-\\* The first observation (in the proxy's order) this state has not made; Total + 1 when it made them all.
-Frontier == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN Chan[a][b][sent[a][b] + 1] ELSE Total + 1
-                firsts == {{next(a, b) : a, b \\in Server}}
-            IN  CHOOSE g \\in firsts : \\A g2 \\in firsts : g <= g2
-
-\\* The latest observation (in the proxy's order) this state made.
-MaxOf(S) == CHOOSE g \\in S : \\A g2 \\in S : g2 <= g
-Made(a, b) == IF sent[a][b] = 0 THEN 0 ELSE Chan[a][b][sent[a][b]]
-Latest == MaxOf({{Made(a, b) : a, b \\in Server}})
-\\* The same two by the observations' places (`Guide`).
-Front == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN O(Chan[a][b][sent[a][b] + 1]).e ELSE Total + 1
-             firsts == {{next(a, b) : a, b \\in Server}}
-         IN  CHOOSE g \\in firsts : \\A g2 \\in firsts : g <= g2
-Placed == MaxOf({{IF sent[a][b] = 0 THEN 0 ELSE O(Chan[a][b][sent[a][b]]).e : a, b \\in Server}})
-
-\\* The search's guide (docs/zookeeper.md, "Windows"), with Win.lag > 0: a leader takes every packet sent to it in the
-\\* window before the first observation not made is Win.lag past it (its learners' ACKs past a quorum are the receives
-\\* nothing else hurries; a follower's wait behind its one channel, and a server that sends nothing, paused or cut
-\\* off, is not hurried), and no observation is made Win.lag or more ahead of the first one not made. Measured from
-\\* the frontier, not from the leader's own latest send: one step of a leader sends on every learner's connection,
-\\* and the proxy may read one of them many observations after the others. The bound of every search: no pair's
-\\* sends go past Win.cap; at most Win.budget distinct states (0: no limit), after which the search stops and says
-\\* so.
+\\* The search's guide (docs/zookeeper.md, "Windows"), with Win.lag > 0: the order of steps above (`InOrder`), and a
+\\* leader takes every packet but an ACK sent to it in the window before the first observation not made is Win.lag
+\\* past it (a follower's wait behind its one channel, and a server that sends nothing, paused or cut off, is not
+\\* hurried; ACKs are taken in the proxy's order, `AcksInOrder`). Measured from the frontier, not from the leader's own
+\\* latest send: one step of a leader sends on every learner's connection, and the proxy may read one of them many
+\\* observations after the others. The bound of every search: no pair's sends go past Win.cap; at most Win.budget
+\\* distinct states (0: no limit), after which the search stops and says so.
 \\* Sends are measured by the observations' places (`early`, conformance/zk/observe.py: a packet the proxy read late,
 \\* a cut held it, placed with the same packet to another learner, the PROPOSAL its ACK answers, or the next one on
 \\* its own connection), receives by where the proxy read them (a packet is taken after it was read).
@@ -461,9 +529,9 @@ Claimed(x) == LET c == RoleClaims[x][rc[x]]
               IN  \\/ c[1] < 0
                   \\/ state[x] = LOOKING /\\ LastZxid(history[x]) = Z(c)
                   \\/ state[x] /= LOOKING /\\ ZxidLE(LastZxid(history[x]), Z(c))
-Guide == Win.lag = 0 \\/ /\\ (Placed < Front + Win.lag \\/ Latest <= Win.exempt)
-                         /\\ \\A x \\in Server : Over(x) \\/ (state[x] = LOOKING /\\ rc[x] >= 1) => Claimed(x)
+Guide == Win.lag = 0 \\/ /\\ \\A x \\in Server : Over(x) \\/ (state[x] = LOOKING /\\ rc[x] >= 1) => Claimed(x)
                          /\\ \\A a, b \\in Server : state[b] /= LEADING \\/ tags[a][b] = <<>>
+                                                 \\/ Head(msgs[a][b]).type = "ACK"
                                                  \\/ Head(tags[a][b]) <= Win.exempt
                                                  \\/ Head(tags[a][b]) + Win.lag >= Frontier
 Bound == /\\ \\A a, b \\in Server : sent[a][b] <= Win.cap[a][b]

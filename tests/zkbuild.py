@@ -1,0 +1,55 @@
+"""Hand-built decoded recordings of ZooKeeper quorum connections, for the validation's tests (tests/test_zk_validate.py,
+tests/test_zk_guide.py): messages one after another in time, as conformance/zk/wire.py decodes them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conformance.zk.recording import Kind, Record, Recording
+from conformance.zk.wire import Decoded, Message
+
+E1 = 1 << 32  # zxid <<1, 0>>
+E2 = 2 << 32  # zxid <<2, 0>>
+
+
+def recording(links: dict[int, tuple[int, int]], servers: int = 3) -> Recording:
+    records = [Record(Kind.META, 0, 0, json.dumps({"servers": servers, "version": "test"}).encode(), 0)]
+    for conn, (src, dst) in links.items():
+        body = json.dumps({"src": src, "dst": dst, "kind": "quorum"}).encode()
+        records.append(Record(Kind.OPEN, conn, conn, body, 0))
+    return Recording(Path("hand-built.zkrec"), records, None)
+
+
+class Builder:
+    """Messages of quorum connections, one after another in time; ``conn`` maps to (learner, leader)."""
+
+    def __init__(self, links: dict[int, tuple[int, int]]) -> None:
+        self.links = links
+        self.messages: list[Message] = []
+        self.offsets: dict[tuple[int, str], int] = {}
+        self.t = 1000
+
+    def send(self, conn: int, sender: int, name: str, zxid: int = 0, txn: dict | None = None, **fields) -> Message:
+        fields = {**(txn or {}), **fields}
+        learner, leader = self.links[conn]
+        direction = "c2s" if sender == learner else "s2c"
+        receiver = leader if sender == learner else learner
+        offset = self.offsets.get((conn, direction), 0)
+        self.offsets[conn, direction] = offset + 16
+        self.t += 10
+        m = Message(self.t, conn, "quorum", sender, receiver, direction, offset, name, zxid, fields)
+        self.messages.append(m)
+        return m
+
+    def event(self, conn: int, name: str) -> None:
+        self.t += 10
+        learner, leader = self.links[conn]
+        self.messages.append(Message(self.t, conn, "event", learner, leader, "", 0, name, None, {}))
+
+    def decoded(self, servers: int = 3) -> Decoded:
+        return Decoded(recording(self.links, servers), list(self.messages))
+
+
+def txn(zxid: int, path: str) -> dict:
+    return {"op": "create", "session": "0x1", "cxid": zxid & 0xFF, "zxid": zxid, "time": 1, "path": path}
