@@ -219,7 +219,8 @@ def window_data(start: str | None, goal_counts: list[list[int]], cap: list[list[
                 slack: int = 0, exempt: int = 0, budget: int = 0, coords: dict[str, Any] | None = None) -> list[str]:
     """The lines of `WINDOW_DATA`: what the window is (from Init or from ``start``, a state TLC printed as the end of
     the window before, one line; the counts of sends it must reach, and those it may not pass; whether it is the
-    last; the search's guide, lag observations, 0 for none, with packets of observations up to ``exempt`` exempt;
+    last; the search's guide, lag observations, 0 for none, with packets of observations up to ``exempt`` exempt,
+    and the slack of its order (`MakesFrontier`);
     the most distinct states it may explore, 0 for no limit; ``coords``, the window's coordinates, `Rebase`'s
     window_fields), then the start."""
     coords = coords or {"anchors": [[] for _ in goal_counts], "epoch": -1, "shift": 0, "values": 0}
@@ -445,7 +446,8 @@ Front == LET next(a, b) == IF sent[a][b] < Len(Chan[a][b]) THEN O(Chan[a][b][sen
 \\* leader's answer to a client's sync is read after the next PROPOSAL to another learner and must be sent before the
 \\* same PROPOSAL to its own), and a leader takes its learners' ACKs that are not quiet in the order the proxy read
 \\* them (`AcksInOrder`). A behaviour it finds is still a behaviour of the spec; one it misses (a leader whose threads
-\\* took two ACKs in the other order, where that order shows) is left to the search without the guide.
+\\* took two ACKs in the other order, where that order shows) is left to the search without the guide. The guide's
+\\* second try lets a step's first observation be placed up to Win.slack past the first not made (zkcheck.SLACK).
 MakesFrontier == (\\E a, b \\in Server : sent'[a][b] > sent[a][b]) =>
                      \\E a, b \\in Server : /\\ sent'[a][b] > sent[a][b]
                                        /\\ O(Chan[a][b][sent[a][b] + 1]).e <= Front + Win.slack
@@ -466,7 +468,8 @@ Prompt == (\\E x \\in Server : Due(x)) /\\ ~QuietNow => \\E x \\in Server : Due(
 Lazy == \\A x \\in Server : Leaves(x) => RoleFirsts[x][rc[x] + 1] <= Front
 \\* A crash that loses no transaction leaves what a timeout leaves but the volatile commit point (which no observation
 \\* reads) and one fault more: the guided search goes LOOKING by a timeout then, not by both.
-Timely == \\A x \\in Server : GoesLooking(x) /\\ Len(history'[x]) = Len(history[x]) => lastCommitted'[x] = lastCommitted[x]
+Timely == \\A x \\in Server : GoesLooking(x) /\\ Len(history'[x]) = Len(history[x]) =>
+                                lastCommitted'[x] = lastCommitted[x]
 InOrder == MakesFrontier /\\ AcksInOrder /\\ Prompt /\\ Lazy /\\ Timely
 
 RolesNext ==
