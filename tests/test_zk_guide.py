@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.zk.observe import observe
-from zkbuild import E1, E2, Builder, txn
+from zkbuild import E1, E2, Builder, epoch_one, txn
 
 #: The conjunction of the guide's order rules, as conformance/validate/zkmodule.py writes it into module VZk.
 RULES = ("MakesFrontier", "AcksInOrder", "Prompt", "Lazy", "Timely")
@@ -79,14 +79,7 @@ def two_syncs() -> Builder:
     first (ZabSync's LeaderSendSYNC), but each on its own connection's sender: the proxy reads the SYNC to 1 first
     (3.9.4, ZOOKEEPER-4925's schedule, observations 6958-6973 of its five-server run)."""
     b = Builder({1: (1, 2), 2: (3, 2)})
-    for conn, f in ((1, 1), (2, 3)):
-        b.send(conn, f, "FOLLOWERINFO", 0, sid=f)
-        b.send(conn, 2, "LEADERINFO", E1)
-        b.send(conn, f, "ACKEPOCH", 0, currentEpoch=0)
-        b.send(conn, 2, "DIFF", 0)
-        b.send(conn, 2, "NEWLEADER", E1)
-        b.send(conn, f, "ACK", E1)
-        b.send(conn, 2, "UPTODATE", -1)
+    epoch_one(b)
     for z in (E1 + 1, E1 + 2):
         for conn in (1, 2):
             b.send(conn, 2, "PROPOSAL", z, txn=txn(z, f"/t{z - E1}"))
@@ -111,14 +104,7 @@ def sync_then_proposal() -> Builder:
     SYNC to 1 (3.9.4, ZOOKEEPER-4925's schedule, observations 247-250 of its five-server run). The SYNC is placed
     with the next packet on its connection, the PROPOSAL to 1, which is placed with its copy to 3."""
     b = Builder({1: (1, 2), 2: (3, 2)})
-    for conn, f in ((1, 1), (2, 3)):
-        b.send(conn, f, "FOLLOWERINFO", 0, sid=f)
-        b.send(conn, 2, "LEADERINFO", E1)
-        b.send(conn, f, "ACKEPOCH", 0, currentEpoch=0)
-        b.send(conn, 2, "DIFF", 0)
-        b.send(conn, 2, "NEWLEADER", E1)
-        b.send(conn, f, "ACK", E1)
-        b.send(conn, 2, "UPTODATE", -1)
+    epoch_one(b)
     for conn in (1, 2):
         b.send(conn, 2, "PROPOSAL", E1 + 1, txn=txn(E1 + 1, "/t1"))
     b.send(1, 1, "REQUEST", -1, op="sync", session="0x1", cxid=7, request_len=16)

@@ -19,7 +19,7 @@ import pytest
 from conformance.zk.observe import Observation, observe, observe_dir
 from conformance.zk.recording import HEAD, MAGIC, Kind, read_records
 from conformance.zk.wire import Decoded, Message, decode_recording
-from zkbuild import E1, Builder, txn
+from zkbuild import E1, Builder, epoch_one, txn
 
 # ------------------------------------------------------------------------ hand-built decoded recordings
 
@@ -316,20 +316,8 @@ def test_a_learner_that_acks_newleader_late_and_each_proposal_once_is_a_behaviou
     assert (first.type, first.zxid, first.sender) == ("ACK", [1, 46], 3), bad.failure
 
 
-def _epoch_one(b: Builder) -> None:
-    """Server 2 establishes epoch 1 with learners 1 (connection 1) and 3 (connection 2), each by an empty DIFF."""
-    for conn, f in ((1, 1), (2, 3)):
-        b.send(conn, f, "FOLLOWERINFO", 0, sid=f)
-        b.send(conn, 2, "LEADERINFO", E1)
-        b.send(conn, f, "ACKEPOCH", 0, currentEpoch=0)
-        b.send(conn, 2, "DIFF", 0)
-        b.send(conn, 2, "NEWLEADER", E1)
-        b.send(conn, f, "ACK", E1)
-        b.send(conn, 2, "UPTODATE", -1)
-
-
 def _commit_first(b: Builder) -> None:
-    """After `_epoch_one`: server 2 proposes /t1 to both learners, both ACK it, and 2 commits it to both."""
+    """After `epoch_one`: server 2 proposes /t1 to both learners, both ACK it, and 2 commits it to both."""
     for conn in (1, 2):
         b.send(conn, 2, "PROPOSAL", E1 + 1, txn=txn(E1 + 1, "/t1"))
     for conn, f in ((1, 1), (2, 3)):
@@ -343,7 +331,7 @@ def lost_ack(claims: int = 3) -> Builder:
     ends (killed after it logged the third: its ACK never reached the proxy); it comes back and its ACKEPOCH names
     (1, ``claims``) as its last logged zxid."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
-    _epoch_one(b)
+    epoch_one(b)
     for k in (1, 2, 3):
         for conn in (1, 2):
             b.send(conn, 2, "PROPOSAL", E1 + k, txn=txn(E1 + k, f"/t{k}"))
@@ -389,7 +377,7 @@ def leader_loses_its_tail(claims: int = 1) -> Builder:
     follow it, 2's ACKEPOCH naming (1, ``claims``) as its last logged zxid -- 1: ZooKeeper's leader sent the second
     PROPOSAL before its SyncRequestProcessor logged it, and the kill lost it (spec/README.md, departure 13)."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
-    _epoch_one(b)
+    epoch_one(b)
     for k in (1, 2):
         for conn in (1, 2):
             b.send(conn, 2, "PROPOSAL", E1 + k, txn=txn(E1 + k, f"/t{k}"))
@@ -450,7 +438,7 @@ def cut_off_leader(follower_claims: int = 1) -> Builder:
     and is truncated to <<1, 1>> and sent <<2, 1>> (3.8.5, seed 1, observation 261: the validation had no value for
     such a write and failed there)."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
-    _epoch_one(b)
+    epoch_one(b)
     _commit_first(b)
     for conn in (1, 2):
         b.event(conn, "EOF_S2C")
@@ -542,7 +530,7 @@ def isolated_leader() -> Builder:
     <<1, 2>>, truncated to <<1, 1>> (3.9.5, seed 3, observation 2993: an isolated leader of epoch 7 read proposing
     after the leader of epoch 8)."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
-    _epoch_one(b)
+    epoch_one(b)
     _commit_first(b)
     _fault(b, [[1, 2], [2, 1], [2, 3], [3, 2]])
     _epoch_two(b, 1)
@@ -599,7 +587,7 @@ def held_link(k: int = 5) -> Builder:
     (a cut), so every packet of 2 to 3 and 3's ACKs are read after all of 1's (3.9.5, seed 2: a cut of server 2
     put the leader's COMMIT to it 260 observations after the same COMMIT to the other follower)."""
     b = Builder({1: (1, 2), 2: (3, 2)})
-    _epoch_one(b)
+    epoch_one(b)
     for n in range(1, k + 1):
         b.send(1, 2, "PROPOSAL", E1 + n, txn=txn(E1 + n, f"/t{n}"))
         b.send(1, 1, "ACK", E1 + n)
@@ -637,7 +625,7 @@ def test_a_followers_packet_a_cut_held_is_placed_where_the_cut_began():
     at the first observation read after the cut began; a REQUEST it sends after the burst, and one of 3, which no
     cut held, where they were read."""
     b = Builder({1: (1, 2), 2: (3, 2)})
-    _epoch_one(b)
+    epoch_one(b)
     _fault(b, [[1, 2], [2, 1]])
     b.send(2, 2, "PROPOSAL", E1 + 1, txn=txn(E1 + 1, "/t1"))
     b.send(2, 3, "REQUEST", 0, op="sync")
@@ -672,7 +660,7 @@ def cut_follower(k: int = 6) -> Builder:
     it are read at the heal, and its connection then ends, its role over; it comes back naming <<1, 1>> and is sent
     the rest by a DIFF (3.9.5, seed 2: server 2, isolated at a PROPOSAL it ACKed)."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
-    _epoch_one(b)
+    epoch_one(b)
     _commit_first(b)
     for n in range(2, k + 1):
         b.send(1, 2, "PROPOSAL", E1 + n, txn=txn(E1 + n, f"/t{n}"))
@@ -730,7 +718,7 @@ def paused_follower(k: int = 6) -> Builder:
     <<1, ``k``>> (3.9.5, seed 2: server 2 paused 2.8 s, its ACKEPOCH naming the last PROPOSAL sent before the leader
     dropped it)."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
-    _epoch_one(b)
+    epoch_one(b)
     for n in range(1, k + 1):
         for conn in (1, 2):
             b.send(conn, 2, "PROPOSAL", E1 + n, txn=txn(E1 + n, f"/t{n}"))

@@ -53,3 +53,15 @@ class Builder:
 
 def txn(zxid: int, path: str) -> dict:
     return {"op": "create", "session": "0x1", "cxid": zxid & 0xFF, "zxid": zxid, "time": 1, "path": path}
+
+
+def epoch_one(b: Builder) -> None:
+    """Server 2 establishes epoch 1 with learners 1 (connection 1) and 3 (connection 2), each by an empty DIFF."""
+    for conn, f in ((1, 1), (2, 3)):
+        b.send(conn, f, "FOLLOWERINFO", 0, sid=f)
+        b.send(conn, 2, "LEADERINFO", E1)
+        b.send(conn, f, "ACKEPOCH", 0, currentEpoch=0)
+        b.send(conn, 2, "DIFF", 0)
+        b.send(conn, 2, "NEWLEADER", E1)
+        b.send(conn, f, "ACK", E1)
+        b.send(conn, 2, "UPTODATE", -1)

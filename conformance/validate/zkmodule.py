@@ -86,10 +86,9 @@ def _roles(observation: Observation) -> str:
     return "<<" + ", ".join(per) + ">>"
 
 
-def role_sends(observation: Observation) -> list[list[list[int]]]:
-    """``[x][r][b]``: how many sends x -> b the observation holds up to the end of x's role r (0-based here, 1-based
-    in the module): a send on one of a role's connections is made in that role, so the spec's server can leave the
-    role only after making them."""
+def _role_counts(observation: Observation, outgoing: bool) -> list[list[list[int]]]:
+    """``[x][r][y]``: how many observations of the pair x -> y (``outgoing``) or y -> x the observation holds up to
+    the last one on a connection of x's role r, counted on from x's roles before."""
     n = observation.servers
     out = []
     for x in range(1, n + 1):
@@ -97,33 +96,27 @@ def role_sends(observation: Observation) -> list[list[list[int]]]:
         per_role = []
         for r in observation.roles.get(x, []):
             conns = set(r.conns)
-            for b in range(1, n + 1):
-                last = [observation.obs[g - 1].ci for g in observation.channels.get((x, b), [])
+            for y in range(1, n + 1):
+                last = [observation.obs[g - 1].ci for g in observation.channels.get((x, y) if outgoing else (y, x), [])
                         if observation.obs[g - 1].conn in conns]
-                made[b - 1] = max([made[b - 1], *last])
+                made[y - 1] = max([made[y - 1], *last])
             per_role.append(list(made))
         out.append(per_role)
     return out
+
+
+def role_sends(observation: Observation) -> list[list[list[int]]]:
+    """``[x][r][b]``: how many sends x -> b the observation holds up to the end of x's role r (0-based here, 1-based
+    in the module): a send on one of a role's connections is made in that role, so the spec's server can leave the
+    role only after making them."""
+    return _role_counts(observation, outgoing=True)
 
 
 def role_recvs(observation: Observation) -> list[list[list[int]]]:
     """``[x][r][a]``: how many sends a -> x the observation holds up to the last one on a connection of x's role r
     (0-based here, 1-based in the module): the spec's server takes no packet of a connection after it left the role
     (GoLooking empties its channels), so each was sent while x was still in it (`Due`)."""
-    n = observation.servers
-    out = []
-    for x in range(1, n + 1):
-        made = [0] * n
-        per_role = []
-        for r in observation.roles.get(x, []):
-            conns = set(r.conns)
-            for a in range(1, n + 1):
-                last = [observation.obs[g - 1].ci for g in observation.channels.get((a, x), [])
-                        if observation.obs[g - 1].conn in conns]
-                made[a - 1] = max([made[a - 1], *last])
-            per_role.append(list(made))
-        out.append(per_role)
-    return out
+    return _role_counts(observation, outgoing=False)
 
 
 def role_firsts(observation: Observation) -> list[list[int]]:
