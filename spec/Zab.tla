@@ -880,6 +880,16 @@ LogMatching ==
         LET k2 == IndexOf(history[q], history[p][k].zxid)
         IN  k2 > 0 => k2 = k /\ SubSeq(history[p], 1, k) = SubSeq(history[q], 1, k)
 
+\* A history holds each epoch's counters 1, 2, ... in turn, with no gap: a primary numbers its proposals so
+\* (ClientRequest), a follower logs them in the order they were sent, a sync gives a follower a run of its leader's
+\* history, and a truncation or a crash removes a suffix.  A gap is a transaction held without the ones of its epoch
+\* before it (the shape of ZOOKEEPER-4925: a DIFF across a hole in the leader's in-memory log).  The validation of
+\* ZooKeeper runs reads it of the proposals of an observed sync (conformance/validate/synccheck.py).
+HistoryContiguous ==
+    \A s \in Server : \A k \in 1 .. Len(history[s]) :
+        history[s][k].zxid[2] = IF k > 1 /\ history[s][k - 1].zxid[1] = history[s][k].zxid[1]
+                                THEN history[s][k - 1].zxid[2] + 1 ELSE 1
+
 \* A history holds no transaction of an epoch its server has not made current.  A follower changes its
 \* history only at NEWLEADER(e), in the one step that sets currentEpoch = e (seed 000, phase 2, step 2: "the
 \* follower syncs with the leader, but doesn't modify its state until it receives NEWLEADER"), and after

@@ -19,6 +19,7 @@ from conformance.sim.invariants import (
     DeliveredGrows,
     HistoryWithinCurrentEpoch,
     LeaderUniqueness,
+    HistoryContiguous,
     LogMatching,
     ZxidUnique,
     _View,
@@ -68,6 +69,16 @@ def test_zxid_unique_and_log_matching_fail_on_diverging_histories() -> None:
     assert not ZxidUnique(v, 3)
     v.history[3] = [_txn(1, 1, 1), _txn(1, 1, 1), _txn(1, 2, 2)]  # the same transaction twice: a shifted log
     assert not LogMatching(v, 3)
+
+
+def test_history_contiguous_fails_on_a_gap_in_an_epoch_or_an_epoch_not_begun_at_one() -> None:
+    v = _View((1, 2, 3))
+    v.history[1] = [_txn(1, 1, 1), _txn(1, 2, 2), _txn(2, 1, 3)]
+    assert HistoryContiguous(v, 1) and HistoryContiguous(v, 2)  # an empty history too
+    v.history[2] = [_txn(1, 1, 1), _txn(1, 3, 3)]  # a DIFF across a hole (ZOOKEEPER-4925)
+    assert not HistoryContiguous(v, 2)
+    v.history[3] = [_txn(1, 1, 1), _txn(2, 2, 3)]  # epoch 2 entered at its second transaction
+    assert not HistoryContiguous(v, 3)
 
 
 def _vars(last_committed: int, state: str = "FOLLOWING", zab_state: str = "BROADCAST") -> dict:

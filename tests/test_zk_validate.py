@@ -371,6 +371,59 @@ def test_a_followers_ack_lost_when_it_was_killed_is_a_behaviour_and_a_zxid_it_ne
     assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 4], 3), bad.failure
 
 
+def stale_follower(hole: bool) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1); 3 logs and ACKs the first transaction and its connection ends; 2 broadcasts
+    three more with 1; 3 comes back naming <<1, 1>> and is synced by a DIFF of <<1, 2>> to <<1, 4>> -- or, ``hole``,
+    of <<1, 2>> and <<1, 4>> (ZOOKEEPER-4925's DIFF across a hole in the leader's committedLog)."""
+    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
+    epoch_one(b)
+    for k in (1, 2, 3, 4):
+        for conn in (1, 2) if k == 1 else (1,):
+            b.send(conn, 2, "PROPOSAL", E1 + k, txn=txn(E1 + k, f"/t{k}"))
+        for conn, f in ((1, 1), (2, 3)) if k == 1 else ((1, 1),):
+            b.send(conn, f, "ACK", E1 + k)
+        for conn in (1, 2) if k == 1 else (1,):
+            b.send(conn, 2, "COMMIT", E1 + k)
+        if k == 1:
+            b.event(2, "EOF_C2S")
+            b.event(2, "EOF_S2C")
+    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
+    b.send(3, 2, "LEADERINFO", E1)
+    b.send(3, 3, "ACKEPOCH", E1 + 1, currentEpoch=-1)
+    b.send(3, 2, "DIFF", E1 + 4)
+    for k in (2, 4) if hole else (2, 3, 4):
+        b.send(3, 2, "PROPOSAL", E1 + k, txn=txn(E1 + k, f"/t{k}"))
+    b.send(3, 2, "NEWLEADER", E1)
+    b.send(3, 3, "ACK", E1)
+    b.send(3, 2, "UPTODATE", -1)
+    return b
+
+
+@pytest.mark.slow
+def test_a_sync_across_a_hole_is_named_at_once_and_the_whole_sync_is_a_behaviour(tmp_path, toolchain_ready,
+                                                                                monkeypatch):
+    """conformance/validate/synccheck.py: a DIFF whose proposals skip a counter is made by no behaviour from any
+    state (HistoryContiguous), so the guided search that makes every observation before it names it, and no search
+    runs after it; without that check the same verdict takes the slack's try and the search without the guide."""
+    from conformance.validate import zkcheck
+    from conformance.validate.synccheck import first_hole
+
+    ok = zkcheck.validate_observation(observe(stale_follower(hole=False).decoded()), work=tmp_path)
+    assert ok.matched and ok.runs == 1, ok.failure
+    o = observe(stale_follower(hole=True).decoded())
+    hole = first_hole(o)
+    assert hole is not None and (hole.after, hole.then, hole.expected) == ((1, 2), (1, 4), (1, 3))
+    assert o.obs[hole.g - 1].type == "SYNCGROUP" and o.obs[hole.g - 1].sync["kind"] == "DIFF"
+    bad = zkcheck.validate_observation(o, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive and bad.exact, bad.failure
+    assert bad.frontier == hole.g and bad.runs == 1, bad.failure
+    assert "HistoryContiguous" in bad.failure and "<<1, 4>> follows <<1, 2>>" in bad.failure
+    monkeypatch.setattr(zkcheck, "first_hole", lambda observation: None)
+    searched = zkcheck.validate_observation(o, work=tmp_path)
+    assert not searched.matched and searched.frontier == hole.g and searched.runs == 3, searched.failure
+    assert "HistoryContiguous" not in searched.failure
+
+
 def leader_loses_its_tail(claims: int = 1) -> Builder:
     """Server 2 leads 1 and 3 (epoch 1), proposes two transactions, both ACK both, and 2 commits the first; killed
     before it takes the second's ACKs (its connections end). Server 1 then leads epoch 2; 3 and the restarted 2

@@ -182,6 +182,17 @@ def ZxidUnique(v: _View, s: int) -> bool:  # noqa: N802
     return True
 
 
+def HistoryContiguous(v: _View, s: int) -> bool:  # noqa: N802
+    """Each epoch's counters run 1, 2, ... in s's history, with no gap."""
+    before = (-1, 0)
+    for t in v.history[s]:
+        e, c = t["zxid"]
+        if c != (before[1] + 1 if e == before[0] else 1):
+            return False
+        before = (e, c)
+    return True
+
+
 def LogMatching(v: _View, s: int) -> bool:  # noqa: N802
     """Two histories that hold one zxid hold it at the same position, after the same transactions: for s against
     every other server, it is enough to compare at the last zxid they share."""
@@ -244,7 +255,8 @@ INVARIANTS: tuple[tuple[Invariant, str], ...] = (
     (TypeOK, "self"), (Integrity, "self"), (Agreement, "self"), (TotalOrder, "self"),
     (GlobalPrimaryOrder, "self"), (LocalPrimaryOrder, "grown"), (PrimaryIntegrity, "all"),
     (LeaderUniqueness, "cluster"), (CommittedNeverLost, "lost"), (SkippedNeverDelivered, "all"),
-    (ZxidUnique, "hist"), (LogMatching, "hist"), (HistoryWithinCurrentEpoch, "self"), (LeaderHoldsCommitted, "all"),
+    (ZxidUnique, "hist"), (LogMatching, "hist"), (HistoryContiguous, "hist"), (HistoryWithinCurrentEpoch, "self"),
+    (LeaderHoldsCommitted, "all"),
     (DeliveredGrows, "self"),
 )
 

@@ -12,6 +12,8 @@ Theory of operation
    behaviour names the first observation the spec cannot take from its start, with its connection, direction and
    byte offset, and the servers' states in the state that made the most; a departure the search without the guide
    could not confirm within its budget is INCONCLUSIVE, saying so.
+4. A sync whose proposals are no run of a history (conformance/validate/synccheck.py) is made by no behaviour from
+   any state: a search that makes every observation before it names it at once, without the searches further back.
 
 The module lives here, in the validate layer, because it uses the TLC machinery of `conformance.validate` and
 `conformance.tla`; `conformance.zk` (a layer below) knows nothing of it. The generated files are written to a new
@@ -36,6 +38,7 @@ from conformance.tla.tools import SEARCH, Outcome, Toolchain, run_tlc, toolchain
 from conformance.tla.valueparse import parse_value
 from conformance.tla.values import format_value
 from conformance.validate.observed import last_progress, observed_folder, printed
+from conformance.validate.synccheck import Hole, first_hole
 from conformance.validate.zkrebase import Rebase, plan, rebase, restore
 from conformance.validate.zkmodule import (RUN_DATA, WINDOW_DATA, config, goal, reach, run_data, trace_module,
                                            window_data)
@@ -119,6 +122,21 @@ class _Run:
     budget_hit: bool = False
     inexact: bool = False  # a state broke the window's coordinates: checked again without dropping
     dropped: int = 0  # transactions the window's coordinates left out of each history
+    rb: Rebase | None = None  # the window's coordinates
+
+
+def _in_run(best: dict[str, Any], rb: Rebase | None) -> dict[str, Any]:
+    """The fields of a window's state that the report prints (`PROGRESS_FIELDS`), in the run's coordinates."""
+    if rb is None or not rb.d:
+        return best
+    out = dict(best)
+    if "history" in best:
+        out["history"] = [rb.unseq(h) for h in best["history"]]
+    if "lastCommitted" in best:
+        out["lastCommitted"] = [k + rb.d if k > 0 else k for k in best["lastCommitted"]]
+    if "msgs" in best:
+        out["msgs"] = [[[rb.unpacket(q) for q in ch] for ch in row] for row in best["msgs"]]
+    return out
 
 
 @dataclass
@@ -169,7 +187,7 @@ def _window(folder: Path, tools: Toolchain, observation: Observation, start: _St
     inexact = end is None and any('"zkinexact"' in line for line in lines)
     hit = end is None and any('"zkbudget"' in line for line in lines)
     return _Run(end, values, max((tlc.depth or 1) - 1, 0), tlc.distinct_states or 0, seconds, lines, error, hit,
-                inexact, rb.d)
+                inexact, rb.d, rb)
 
 
 def lag_for(servers: int) -> int:
@@ -201,6 +219,7 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
     # the starts of the last windows, kept to check a window again from further back
     starts: deque[_Start] = deque([_Start(0, None, 0, 0)], maxlen=widen + 1)
     exempt = 0  # the guide leaves alone packets of observations up to this one (in flight after an unguided window)
+    hole = first_hole(observation)  # a sync no behaviour makes (its proposals skip a counter), or None
     for k, upto in enumerate(bounds):
         final = k == len(bounds) - 1
         hi = min(total, upto + window)
@@ -210,6 +229,7 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
         guided = [(starts[-1], lag, slack) for slack in dict.fromkeys((0, SLACK))] if lag else []
         tries = guided + [(st, 0, 0) for st in reversed(starts)]
         missed: list[tuple[_Run, int, int]] = []  # the tries that found no behaviour: (run, start window, guide)
+        settled = False  # a try made every observation before the hole: no other try can make the hole
         for start, guide, slack in tries:
             at = start.window
             span = (bounds[at - 1] if at else 0, hi)
@@ -227,9 +247,14 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
             if r.end is not None or r.error is not None:
                 break
             missed.append((r, at, guide))
+            reached = last_progress(r.printed, "zkprogress", ("frontier",)).get("frontier", "?")
+            if hole is not None and reached == hole.g:
+                settled = True
+                echo(f"zk validate: window {k + 1} made every observation before {hole.g}, the sync no behaviour "
+                     "makes")
+                break
             if r.budget_hit and not guide:  # a search from further back would explore more still
                 break
-            reached = last_progress(r.printed, "zkprogress", ("frontier",)).get("frontier", "?")
             echo(f"zk validate: window {k + 1} from window {at + 1}'s start"
                  f"{f' with the guide (slack {slack})' if guide else ''} found no behaviour"
                  f"{f' within {BUDGET_GUIDED if guide else BUDGET:,} states' if r.budget_hit else ''} "
@@ -240,13 +265,22 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
             result.failure = f"TLC did not finish window {k + 1} ({r.error})\n  kept: {folder}"
             return result
         if r.end is None:
-            result.inconclusive = any(m.budget_hit for m, _, _ in missed)
-            # reported: the furthest search that explored everything it could reach, else the guided one
-            r, at, guide = next(((m, a, g) for m, a, g in reversed(missed) if not m.budget_hit), missed[0])
-            result.best = last_progress(r.printed, "zkprogress", PROGRESS_FIELDS)
+            result.inconclusive = not settled and any(m.budget_hit for m, _, _ in missed)
+            # reported: the search that reached the hole; else the furthest that explored everything it could
+            # reach; else the guided one
+            r, at, guide = missed[-1] if settled else next(
+                ((m, a, g) for m, a, g in reversed(missed) if not m.budget_hit), missed[0])
+            result.best = _in_run(last_progress(r.printed, "zkprogress", PROGRESS_FIELDS), r.rb)
             result.frontier = int(result.best.get("frontier", 1))
-            result.exact = at == 0 and not guide and not result.inconclusive
-            result.failure = _report(observation, result, folder, at, bounds[at - 1] if at else 0, guide)
+            result.exact = settled or at == 0 and not guide and not result.inconclusive
+            result.failure = _report(observation, result, folder, at, bounds[at - 1] if at else 0, guide,
+                                     hole if settled else None)
+            return result
+        if hole is not None and hole.g <= upto:
+            result.inconclusive = True
+            result.failure = (f"TLC made observation {hole.g}, a sync whose proposals skip a counter, which "
+                              "HistoryContiguous says no behaviour makes: the spec's invariant or "
+                              f"conformance/validate/synccheck.py is wrong\n  kept: {folder}")
             return result
         if not guide:
             exempt = upto
@@ -263,9 +297,11 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
     return result
 
 
-def _report(observation: Observation, result: ZkValidation, folder: Path, at: int, after: int, guide: int) -> str:
+def _report(observation: Observation, result: ZkValidation, folder: Path, at: int, after: int, guide: int,
+            hole: Hole | None = None) -> str:
     """The departure: the first observation no behaviour made, checked from window ``at``'s start (0: Init), which
-    follows observation ``after``, with the guide (``guide`` > 0) or without."""
+    follows observation ``after``, with the guide (``guide`` > 0) or without; ``hole``: it is a sync no behaviour
+    makes from any state (conformance/validate/synccheck.py), reached with every observation before it made."""
     g = result.frontier
     best = result.best
     if g > len(observation.obs):
@@ -282,7 +318,11 @@ def _report(observation: Observation, result: ZkValidation, folder: Path, at: in
              "still go on")
     how = (f"; by the guided search (lag {guide}): the search without the guide stopped at its budget of "
            f"{BUDGET:,} states, so this is not proven" if guide else "")
-    lines = [head, f"  checked {where}{how}", "  in the state that made the longest prefix of the observations:"]
+    checked = f"  checked {where}{how}"
+    if hole is not None:
+        checked = (f"  a behaviour of the spec makes every observation before it (window {at + 1}'s search found it), "
+                   f"and none makes it: {hole.why()}")
+    lines = [head, checked, "  in the state that made the longest prefix of the observations:"]
     n = observation.servers
     for s in range(1, n + 1):
         part = [f"{name}={format_value(best[name][s - 1])}" for name in

@@ -129,7 +129,10 @@ class Obs:
 
     def describe(self) -> str:
         if self.type == SYNC_GROUP and self.sync is not None:
-            txns = ", ".join(f"<<{t['zxid'][0]}, {t['zxid'][1]}>>" for t in self.sync["txns"])
+            shown = [f"<<{t['zxid'][0]}, {t['zxid'][1]}>>" for t in self.sync["txns"]]
+            if len(shown) > 8:  # a long sync: its ends and its length
+                shown = [*shown[:3], f"... {len(shown) - 6} more ...", *shown[-3:]]
+            txns = ", ".join(shown)
             return (f"{self.sync['kind']}<<{self.sync['zxid'][0]}, {self.sync['zxid'][1]}>> [{txns}] "
                     f"NEWLEADER<<{self.sync['newleader'][0]}, {self.sync['newleader'][1]}>>")
         data = f" data={self.data}" if self.cd else ""
