@@ -1137,16 +1137,21 @@ START = [(2, 3, "LOOKING", 2), (3, 2, "LOOKING", 3), (2, 3, "LOOKING", 3), (3, 1
          (1, 2, "LOOKING", 3), (3, 1, "LEADING", 3), (3, 1, "LEADING", 3), (2, 1, "FOLLOWING", 3)]
 
 
-def _elections(rows, change: dict | None = None):
+STATES = {"L": "LOOKING", "F": "FOLLOWING", "E": "LEADING"}
+
+
+def _elections(rows, change: dict | None = None, servers: int = 3):
+    """Rows (sender, receiver, state, leader[, round]) as the notifications of an empty ensemble's start."""
     from conformance.zk.elections import Elections, Notice
 
     notices = []
-    for g, (s, r, state, leader) in enumerate(rows, 1):
-        n = Notice(g, s, r, state, leader, [0, 0], 1, 0, 10 + g, "c2s", 4 * g, g)
+    for g, (s, r, state, leader, *rnd) in enumerate(rows, 1):
+        n = Notice(g, s, r, STATES.get(state, state), leader, [0, 0], rnd[0] if rnd else 1, 0, 10 + g, "c2s", 4 * g,
+                   g)
         if change and g in change:
             n = dataclasses.replace(n, **change[g])
         notices.append(n)
-    return Elections("start.zkrec", 3, notices, 0, None)
+    return Elections("start.zkrec", servers, notices, 0, None)
 
 
 @pytest.mark.deep
@@ -1158,9 +1163,10 @@ def test_the_election_needs_quorumcnxmanagers_queue_and_rejects_what_fle_cannot_
     of one notification is rejected exactly there."""
     from conformance.validate.flecheck import validate_elections
 
-    assert validate_elections(_elections(START), work=tmp_path).matched
+    ok = validate_elections(_elections(START), work=tmp_path)
+    assert ok.matched and ok.guided and ok.runs == 1
     bare = validate_elections(_elections(START), widenings=(), work=tmp_path)
-    assert not bare.matched and bare.frontier == 5, bare.failure
+    assert not bare.matched and bare.frontier == 5 and not bare.guided and bare.runs == 2, bare.failure
     assert "LOOKING vote (leader 3" in bare.failure and "2->1: 2 notifications, 0 on the wire" in bare.failure
     # 3 sends 1 its vote again with nothing between (a 5-server start recorded it: QuorumCnxManager's SendWorker
     # resends its last message when it starts): a behaviour with ResendLast, and only with it
@@ -1174,7 +1180,22 @@ def test_the_election_needs_quorumcnxmanagers_queue_and_rejects_what_fle_cannot_
                       (7, {"leader": 2}),           # 1 votes for 2 after it saw 3's better vote
                       (11, {"zxid": [0, 1]})]:      # a zxid no server logged
         r = validate_elections(_elections(START, {g: change}), work=tmp_path)
-        assert not r.matched and r.frontier == g, (g, change, r.failure)
+        assert not r.matched and not r.inconclusive and r.frontier == g, (g, change, r.failure)
+        assert r.runs == 2 and not r.guided  # the verdict is the search's without the guide
+
+
+@pytest.mark.slow
+def test_zk_validate_holds_the_election_too_unless_told_not_to(real_run, toolchain_ready, capsys):
+    """`zabref zk validate` runs both checks (from 742884e to this test it ran the Zab check only: the option's
+    value was overwritten)."""
+    from conformance.validate.zkcommand import _validate
+
+    assert _validate(real_run, True) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("zk validate (election): servers=3"))
+    assert "result=ok" in line, out
+    assert _validate(real_run, False) == 0
+    assert "(election)" not in capsys.readouterr().out
 
 
 @pytest.mark.slow

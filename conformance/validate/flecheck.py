@@ -7,7 +7,8 @@ EXTENDS FastLeaderElection (all servers from an empty data dir: zxid <<0, 0>>, e
 `conformance.zk.elections` keeps; MaxFaults the servers times the rounds beyond the first, since a server that
 decided and lost its leader looks again in the next round -- FastLeaderElection's StartElection, a fault -- as a
 server of a slow start does) and keeps apart, in each channel ``electionMsgs[i][j]``, the notifications
-that crossed the wire -- its first ``onwire[i][j]`` -- from those still in i's send queue:
+that crossed the wire -- its first ``OnWire(i, j)``, whose observation numbers ``wire[i][j]`` holds -- from those still
+in i's send queue:
 
 * ``Transmit(i, j)``: the oldest queued notification of i -> j crosses the wire; it must be the next observation in
   the proxy's order (``next``), addressed i -> j, with the same state, leader, zxid, round and peerEpoch. The proxy's
@@ -27,7 +28,21 @@ Both are taken only when the next observation is on their pair (i -> j), and a r
 a drop or a resend changes nothing but i's queue for j, so taking it just before that queue's next notification
 crosses the wire loses no behaviour of interest and keeps TLC's search small (five servers' elections too).
 * Every step of FastLeaderElection's ``Next`` is kept, except that a server takes the head of a channel only once
-  it crossed the wire (``onwire >= 1``).
+  it crossed the wire (``OnWire >= 1``).
+
+**The guide** (``Focus``). FastLeaderElection's steps are each one server's (it takes from its own channels, changes
+its own variables, queues its own notifications; a restart also empties its channels), and what one server does
+shows only when its notification crosses the wire. Steps of different servers commute, and a step of server x can
+wait until x's next notification is the next observation, and until that one cannot cross without it (``Ready``):
+the steps TLC takes are then only those of the next observation's sender, while that observation is not queued. One
+order of each behaviour's independent steps is kept instead of all of them. A server goes back to an election (a
+restart, or StartElection once decided) only where the next observation says so: it is the server's LOOKING vote
+while the server is decided, or of an earlier round than the server's. And a server takes the notifications that
+crossed the wire to it in the order they crossed (the proxy's): QuorumCnxManager's receivers put what every connection
+brings into one queue, which FastLeaderElection's WorkerReceiver takes in turn (two connections' packets forwarded at
+nearly one time may still be read in either order). ``ResendNotifications`` reads other servers' channels (it waits
+for every channel to and from its server to be empty), so a behaviour the guide orders differently may be missed: a
+search with the guide that finds no behaviour is run again without it, and only that one's verdict is a departure.
 
 The run is a behaviour when a state has transmitted every observation (``NotDone`` violated; TLC's counterexample is
 the shortest such behaviour). When none gets there, the constraint ``Prog`` has kept, in TLC register 1, the
@@ -53,6 +68,8 @@ CHUNK = 200
 #: QuorumCnxManager's behaviours VFle adds to FastLeaderElection (module docstring); a test takes each away to show
 #: that it is needed.
 WIDENINGS = ("DropQueued", "ResendLast")
+#: The most distinct states one search explores; a search without the guide that stops there has no verdict.
+BUDGET = 2_000_000
 
 
 @dataclass
@@ -70,6 +87,8 @@ class FleValidation:
     inconclusive: bool = False
     tlc_seconds: float = 0.0
     best: dict[str, Any] = field(default_factory=dict)
+    runs: int = 0  # TLC runs: with the guide, then without it when that found no behaviour
+    guided: bool = False  # the verdict is the guided search's (only a match is taken from it)
 
     @property
     def verdict(self) -> str:
@@ -78,7 +97,7 @@ class FleValidation:
     def line(self) -> str:
         return (f"zk validate (election): servers={self.servers} notifications={self.notifications} "
                 f"after-end={self.after_end} later={self.later} steps={self.steps} states={self.distinct_states} "
-                f"tlc={self.tlc_seconds:.1f}s result={self.verdict}")
+                f"tlc-runs={self.runs} tlc={self.tlc_seconds:.1f}s result={self.verdict}")
 
 
 def _record(n: Any) -> str:
@@ -86,15 +105,19 @@ def _record(n: Any) -> str:
                          "round": n.round, "pe": n.peer_epoch})
 
 
-def fle_module(el: Elections, widenings: tuple[str, ...] = WIDENINGS) -> str:
-    """The text of module VFle for ``el`` (module docstring); ``widenings``: which of `WIDENINGS` Next has."""
+def fle_module(el: Elections, widenings: tuple[str, ...] = WIDENINGS, guided: bool = False) -> str:
+    """The text of module VFle for ``el`` (module docstring); ``widenings``: which of `WIDENINGS` Next has;
+    ``guided``: FastLeaderElection's steps are the next observation's sender's (``Focus``)."""
     records = [_record(n) for n in el.notices]
     extra = "".join(f"\n    \\/ \\E i, j \\in Server : {w}(i, j)" for w in WIDENINGS if w in widenings)
     return f"""---------------------------- MODULE VFle ----------------------------
 \\* Generated by conformance/validate/flecheck.py from a ZooKeeper recording: {el.recording}
 \\* One record a notification the proxy saw on an election connection. Do not edit.
 EXTENDS FastLeaderElection, TLC
-VARIABLES onwire, next, lastSent, resent
+VARIABLES wire, next, lastSent, resent
+
+\\* How many notifications of i -> j crossed the wire and wait for j (the first of electionMsgs[i][j]).
+OnWire(i, j) == Len(wire[i][j])
 
 {chunked("Ob", records, "O", CHUNK)}
 Total == {len(records)}
@@ -115,12 +138,38 @@ RestartOf(x) == faults'[x] > faults[x] /\\ logicalclock'[x] = 1
 \\* b took the head of a -> b.
 Popped(a, b) == Len(electionMsgs'[a][b]) = Len(electionMsgs[a][b]) - 1 /\\ ~RestartOf(a) /\\ ~RestartOf(b)
 
+\\* The servers a step of FastLeaderElection acts for: x changed its own variables, queued a notification, or took one
+\\* (a channel to it shrank, not by its sender's restart).
+Acts(x) == \\/ state'[x] /= state[x] \\/ logicalclock'[x] /= logicalclock[x] \\/ proposedVote'[x] /= proposedVote[x]
+           \\/ recvVotes'[x] /= recvVotes[x] \\/ outOfElection'[x] /= outOfElection[x] \\/ finalizing'[x] /= finalizing[x]
+           \\/ faults'[x] /= faults[x]
+           \\/ \\E a \\in Server : \\/ Len(electionMsgs'[x][a]) > Len(electionMsgs[x][a])
+                                \\/ Len(electionMsgs'[a][x]) < Len(electionMsgs[a][x]) /\\ ~RestartOf(a)
+
+\\* The next observation can cross the wire now: its sender has queued it.
+Ready == LET o == O(next)
+             k == OnWire(o.s, o.r)
+         IN  k < Len(electionMsgs[o.s][o.r]) /\\ Matches(electionMsgs[o.s][o.r][k + 1], o)
+
+\\* The guide (module docstring): while the next observation cannot cross the wire yet, a step of its sender; taking
+\\* what crossed the wire to it in the order it crossed; going back to an election only when that observation says so
+\\* (its sender is decided and it is a LOOKING vote, or it is of an earlier round than the sender's).
+Focus == /\\ next <= Total /\\ ~Ready
+         /\\ \\A x \\in Server : Acts(x) => x = O(next).s
+         /\\ \\A a, b \\in Server : Popped(a, b) =>
+                \\A c \\in Server : wire[c][b] /= <<>> => wire[a][b][1] <= wire[c][b][1]
+         /\\ \\A x \\in Server : faults'[x] > faults[x] =>
+                \\/ state[x] /= "LOOKING" /\\ O(next).st = "LOOKING"
+                \\/ O(next).round < logicalclock[x]
+Guided == {"TRUE" if guided else "FALSE"}
+
 \\* FastLeaderElection's steps: a server takes a notification only once it crossed the wire.
 FleStep ==
     /\\ Next
-    /\\ \\A a, b \\in Server : Popped(a, b) => onwire[a][b] >= 1
-    /\\ onwire' = [a \\in Server |-> [b \\in Server |->
-                   IF RestartOf(a) \\/ RestartOf(b) THEN 0 ELSE IF Popped(a, b) THEN onwire[a][b] - 1 ELSE onwire[a][b]]]
+    /\\ \\A a, b \\in Server : Popped(a, b) => OnWire(a, b) >= 1
+    /\\ Guided => Focus
+    /\\ wire' = [a \\in Server |-> [b \\in Server |->
+                 IF RestartOf(a) \\/ RestartOf(b) THEN <<>> ELSE IF Popped(a, b) THEN Tail(wire[a][b]) ELSE wire[a][b]]]
     /\\ UNCHANGED <<next, lastSent, resent>>
 
 \\* The next observation is on the pair i -> j.
@@ -129,33 +178,33 @@ NextOn(i, j) == next <= Total /\\ O(next).s = i /\\ O(next).r = j
 \\* The oldest queued notification of i -> j crosses the wire: the next observation, in the proxy's order.
 Transmit(i, j) ==
     /\\ NextOn(i, j)
-    /\\ onwire[i][j] < Len(electionMsgs[i][j])
-    /\\ Matches(electionMsgs[i][j][onwire[i][j] + 1], O(next))
-    /\\ onwire' = [onwire EXCEPT ![i][j] = @ + 1]
+    /\\ OnWire(i, j) < Len(electionMsgs[i][j])
+    /\\ Matches(electionMsgs[i][j][OnWire(i, j) + 1], O(next))
+    /\\ wire' = [wire EXCEPT ![i][j] = Append(@, next)]
     /\\ next' = next + 1
-    /\\ lastSent' = [lastSent EXCEPT ![i][j] = <<electionMsgs[i][j][onwire[i][j] + 1]>>]
+    /\\ lastSent' = [lastSent EXCEPT ![i][j] = <<electionMsgs[i][j][OnWire(i, j) + 1]>>]
     /\\ UNCHANGED <<serverVars, electionMsgs, faults, decisions, resent>>
 
 \\* QuorumCnxManager's send queue holds one message per peer: of two queued, the older is dropped.
 DropQueued(i, j) ==
     /\\ NextOn(i, j)
-    /\\ Len(electionMsgs[i][j]) - onwire[i][j] >= 2
-    /\\ LET k == onwire[i][j] + 1
+    /\\ Len(electionMsgs[i][j]) - OnWire(i, j) >= 2
+    /\\ LET k == OnWire(i, j) + 1
        IN  electionMsgs' = [electionMsgs EXCEPT ![i][j] = Part(@, 1, k - 1) \\o Part(@, k + 1, Len(@))]
-    /\\ UNCHANGED <<serverVars, faults, decisions, onwire, next, lastSent, resent>>
+    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent, resent>>
 
 \\* QuorumCnxManager's SendWorker, starting, sends j its last message again, before what is queued.
 ResendLast(i, j) ==
     /\\ NextOn(i, j)
     /\\ resent /= next
     /\\ lastSent[i][j] /= <<>>
-    /\\ LET k == onwire[i][j]
+    /\\ LET k == OnWire(i, j)
        IN  electionMsgs' = [electionMsgs EXCEPT ![i][j] =
                                Part(@, 1, k) \\o lastSent[i][j] \\o Part(@, k + 1, Len(@))]
     /\\ resent' = next
-    /\\ UNCHANGED <<serverVars, faults, decisions, onwire, next, lastSent>>
+    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent>>
 
-TraceInit == /\\ Init /\\ onwire = [a \\in Server |-> [b \\in Server |-> 0]] /\\ next = 1
+TraceInit == /\\ Init /\\ wire = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ next = 1
              /\\ lastSent = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ resent = 0
 
 TraceNext ==
@@ -165,10 +214,13 @@ TraceNext ==
 NotDone == next <= Total
 
 ASSUME TLCSet(1, 0)
-Prog == IF next > TLCGet(1)
-        THEN /\\ TLCSet(1, next)
-             /\\ PrintT(<<"fleprogress", next, state, logicalclock, proposedVote, electionMsgs, onwire>>)
-        ELSE TRUE
+Prog == /\\ IF next > TLCGet(1)
+           THEN /\\ TLCSet(1, next)
+                /\\ PrintT(<<"fleprogress", next, state, logicalclock, proposedVote, electionMsgs, wire>>)
+           ELSE TRUE
+        /\\ IF TLCGet("distinct") >= {BUDGET}
+           THEN PrintT(<<"budget", TLCGet("distinct")>>) /\\ TLCSet("exit", TRUE)
+           ELSE TRUE
 =============================================================================
 """
 
@@ -179,20 +231,29 @@ def fle_config(el: Elections) -> str:
             "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Prog\nINVARIANT NotDone\n")
 
 
-PROGRESS_FIELDS = ("next", "state", "logicalclock", "proposedVote", "electionMsgs", "onwire")
+PROGRESS_FIELDS = ("next", "state", "logicalclock", "proposedVote", "electionMsgs", "wire")
 
 
 def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS, work: Path | None = None,
-                       echo: Callable[[str], None] = lambda s: None) -> FleValidation:
-    """Check ``el``'s notifications with TLC (module docstring); never raises for a departure."""
-    result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end, el.later)
-    folder = observed_folder(SPEC_DIR / "FastLeaderElection.tla", "VFle", fle_module(el, widenings), fle_config(el),
-                             "zabref-flevalidate-", work)
-    if not check_observed(result, folder, "VFle", "fleprogress", PROGRESS_FIELDS):
-        return result
-    result.frontier = int(result.best.get("next", 1))
-    result.failure = _report(el, result, folder)
-    echo(f"zk validate (election): {result.distinct_states} states explored, none makes every notification")
+                       echo: Callable[[str], None] = lambda s: None, guide: bool = True) -> FleValidation:
+    """Check ``el``'s notifications with TLC (module docstring): with the guide first when ``guide``, then without;
+    never raises for a departure."""
+    spent, runs = 0.0, 0
+    for guided in (True, False) if guide else (False,):
+        result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end, el.later)
+        folder = observed_folder(SPEC_DIR / "FastLeaderElection.tla", "VFle", fle_module(el, widenings, guided),
+                                 fle_config(el), "zabref-flevalidate-", work)
+        searched = check_observed(result, folder, "VFle", "fleprogress", PROGRESS_FIELDS)
+        spent += result.tlc_seconds
+        runs += 1
+        result.tlc_seconds, result.runs, result.guided = spent, runs, guided
+        if not searched:
+            return result
+        result.frontier = int(result.best.get("next", 1))
+        result.failure = _report(el, result, folder)
+        echo(f"zk validate (election): {result.distinct_states:,} states explored"
+             f"{' with the guide' if guided else ''}, none makes every notification"
+             f"{f' (stopped at its budget of {BUDGET:,} states)' if result.inconclusive else ''}")
     return result
 
 
@@ -210,9 +271,11 @@ def _report(el: Elections, result: FleValidation, folder: Path) -> str:
             for b in range(1, el.servers + 1):
                 ch = best["electionMsgs"][a - 1][b - 1]
                 if ch:
-                    wire = best["onwire"][a - 1][b - 1]
+                    wire = len(best["wire"][a - 1][b - 1])
                     lines.append(f"    {a}->{b}: {len(ch)} notifications, {wire} on the wire; queued: "
                                  + ", ".join(f"{m['state']}({m['leader']})" for m in ch[wire:]))
+    if result.inconclusive:
+        lines.append(f"  not proven: the search stopped at its budget of {BUDGET:,} distinct states")
     lines.append(f"  the generated module is kept in {folder}")
     return "\n".join(lines)
 

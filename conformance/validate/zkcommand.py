@@ -32,22 +32,22 @@ def _validate(folder: Path, election: bool = True) -> int:
 
     try:
         result = validate_recording(folder, echo=click.echo)
-        election = None
+        fle = None
         if election and result.servers <= ELECTION_SERVERS:
-            election = validate_elections_dir(folder, echo=click.echo)
+            fle = validate_elections_dir(folder, echo=click.echo)
     except WireError as e:
         click.echo(f"zk validate: {e}", err=True)
         return 3
     except ConformanceError as e:
         click.echo(f"zk validate: {e}", err=True)
         return 4
-    checks = [r for r in (result, election) if r is not None]
+    checks = [r for r in (result, fle) if r is not None]
     for r in checks:
         if r.failure:
             click.echo(f"zk validate: {r.failure}", err=True)
     for r in checks:
         click.echo(r.line())
-    if election is None and result.servers > ELECTION_SERVERS:
+    if election and fle is None:
         click.echo(f"zk validate (election): not checked for {result.servers} servers (TLC did not finish a "
                    f"five-server start in 15 minutes; docs/zookeeper.md)")
     if all(r.matched for r in checks):
