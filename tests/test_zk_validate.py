@@ -19,7 +19,7 @@ import pytest
 from conformance.zk.observe import Observation, observe, observe_dir
 from conformance.zk.recording import HEAD, MAGIC, Kind, read_records
 from conformance.zk.wire import Decoded, Message, decode_recording
-from zkbuild import E1, Builder, epoch_one, txn
+from zkbuild import E1, Builder, epoch_one, rejoin, txn
 
 # ------------------------------------------------------------------------ hand-built decoded recordings
 
@@ -342,13 +342,7 @@ def lost_ack(claims: int = 3) -> Builder:
             b.send(conn, 2, "COMMIT", E1 + k)
     b.event(2, "EOF_C2S")
     b.event(2, "EOF_S2C")
-    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
-    b.send(3, 2, "LEADERINFO", E1)
-    b.send(3, 3, "ACKEPOCH", E1 + claims, currentEpoch=-1)  # the epoch it accepted before: -1
-    b.send(3, 2, "DIFF", E1 + 3)
-    b.send(3, 2, "NEWLEADER", E1)
-    b.send(3, 3, "ACK", E1)
-    b.send(3, 2, "UPTODATE", -1)
+    rejoin(b, 3, E1 + claims, E1 + 3)  # ACKEPOCH -1: the epoch it accepted before
     return b
 
 
@@ -387,15 +381,7 @@ def stale_follower(hole: bool) -> Builder:
         if k == 1:
             b.event(2, "EOF_C2S")
             b.event(2, "EOF_S2C")
-    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
-    b.send(3, 2, "LEADERINFO", E1)
-    b.send(3, 3, "ACKEPOCH", E1 + 1, currentEpoch=-1)
-    b.send(3, 2, "DIFF", E1 + 4)
-    for k in (2, 4) if hole else (2, 3, 4):
-        b.send(3, 2, "PROPOSAL", E1 + k, txn=txn(E1 + k, f"/t{k}"))
-    b.send(3, 2, "NEWLEADER", E1)
-    b.send(3, 3, "ACK", E1)
-    b.send(3, 2, "UPTODATE", -1)
+    rejoin(b, 3, E1 + 1, E1 + 4, tuple(E1 + k for k in ((2, 4) if hole else (2, 3, 4))))
     return b
 
 
@@ -724,15 +710,7 @@ def cut_follower(k: int = 6) -> Builder:
         b.send(2, 2, "COMMIT", E1 + n)
     b.event(2, "EOF_S2C")
     b.event(2, "EOF_C2S")
-    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
-    b.send(3, 2, "LEADERINFO", E1)
-    b.send(3, 3, "ACKEPOCH", E1 + 1, currentEpoch=-1)
-    b.send(3, 2, "DIFF", E1 + k)
-    for n in range(2, k + 1):
-        b.send(3, 2, "PROPOSAL", E1 + n, txn=txn(E1 + n, f"/t{n}"))
-    b.send(3, 2, "NEWLEADER", E1)
-    b.send(3, 3, "ACK", E1)
-    b.send(3, 2, "UPTODATE", -1)
+    rejoin(b, 3, E1 + 1, E1 + k, tuple(E1 + n for n in range(2, k + 1)))
     return b
 
 
@@ -784,15 +762,7 @@ def paused_follower(k: int = 6) -> Builder:
         b.send(1, 2, "PROPOSAL", E1 + n, txn=txn(E1 + n, f"/t{n}"))
         b.send(1, 1, "ACK", E1 + n)
         b.send(1, 2, "COMMIT", E1 + n)
-    b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
-    b.send(3, 2, "LEADERINFO", E1)
-    b.send(3, 3, "ACKEPOCH", E1 + k, currentEpoch=-1)
-    b.send(3, 2, "DIFF", E1 + k + 3)
-    for n in range(k + 1, k + 4):
-        b.send(3, 2, "PROPOSAL", E1 + n, txn=txn(E1 + n, f"/t{n}"))
-    b.send(3, 2, "NEWLEADER", E1)
-    b.send(3, 3, "ACK", E1)
-    b.send(3, 2, "UPTODATE", -1)
+    rejoin(b, 3, E1 + k, E1 + k + 3, tuple(E1 + n for n in range(k + 1, k + 4)))
     return b
 
 

@@ -65,3 +65,17 @@ def epoch_one(b: Builder) -> None:
         b.send(conn, 2, "NEWLEADER", E1)
         b.send(conn, f, "ACK", E1)
         b.send(conn, 2, "UPTODATE", -1)
+
+
+def rejoin(b: Builder, conn: int, claims: int, diff: int, proposals: tuple[int, ...] = ()) -> None:
+    """Learner 3 comes back to leader 2 (epoch 1, which it had accepted: ACKEPOCH -1) on ``conn``, naming ``claims``
+    as its last logged zxid, and is synced by DIFF(``diff``) carrying the PROPOSALs of ``proposals`` (zxids)."""
+    b.send(conn, 3, "FOLLOWERINFO", E1, sid=3)
+    b.send(conn, 2, "LEADERINFO", E1)
+    b.send(conn, 3, "ACKEPOCH", claims, currentEpoch=-1)
+    b.send(conn, 2, "DIFF", diff)
+    for z in proposals:
+        b.send(conn, 2, "PROPOSAL", z, txn=txn(z, f"/t{z - E1}"))
+    b.send(conn, 2, "NEWLEADER", E1)
+    b.send(conn, 3, "ACK", E1)
+    b.send(conn, 2, "UPTODATE", -1)
