@@ -129,14 +129,8 @@ def _in_run(best: dict[str, Any], rb: Rebase | None) -> dict[str, Any]:
     """The fields of a window's state that the report prints (`PROGRESS_FIELDS`), in the run's coordinates."""
     if rb is None or not rb.d:
         return best
-    out = dict(best)
-    if "history" in best:
-        out["history"] = [rb.unseq(h) for h in best["history"]]
-    if "lastCommitted" in best:
-        out["lastCommitted"] = [k + rb.d if k > 0 else k for k in best["lastCommitted"]]
-    if "msgs" in best:
-        out["msgs"] = [[[rb.unpacket(q) for q in ch] for ch in row] for row in best["msgs"]]
-    return out
+    back = restore(best, rb)
+    return {k: back[k] for k in best}
 
 
 @dataclass

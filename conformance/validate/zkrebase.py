@@ -163,17 +163,22 @@ def rebase(state: dict[str, Any], r: Rebase) -> dict[str, Any]:
 
 def restore(state: dict[str, Any], r: Rebase) -> dict[str, Any]:
     """The inverse of `rebase` for a state the window reached (``proposed`` and ``committed`` left empty: the next
-    window starts them empty)."""
-    n = len(state["state"])
+    window starts them empty); of a part of one (the fields a report prints), the fields it has."""
     d = r.d
     out = dict(state)
-    out["history"] = [r.unseq(h) for h in state["history"]]
-    out["stagedHistory"] = [[*map(r.untxn, h)] if z == "BROADCAST" else r.unseq(h)
-                            for h, z in zip(state["stagedHistory"], state["zabState"])]
-    out["lastCommitted"] = [k + d if k > 0 else k for k in state["lastCommitted"]]
-    out["ackIndex"] = [[k + d if k > 0 else k for k in row] for row in state["ackIndex"]]
-    out["learnerLastZxid"] = [[r.unzx(z) for z in row] for row in state["learnerLastZxid"]]
-    out["msgs"] = [[[r.unpacket(p) for p in state["msgs"][a][b]] for b in range(n)] for a in range(n)]
+    if "history" in state:
+        out["history"] = [r.unseq(h) for h in state["history"]]
+    if "stagedHistory" in state:
+        out["stagedHistory"] = [[*map(r.untxn, h)] if z == "BROADCAST" else r.unseq(h)
+                                for h, z in zip(state["stagedHistory"], state["zabState"])]
+    if "lastCommitted" in state:
+        out["lastCommitted"] = [k + d if k > 0 else k for k in state["lastCommitted"]]
+    if "ackIndex" in state:
+        out["ackIndex"] = [[k + d if k > 0 else k for k in row] for row in state["ackIndex"]]
+    if "learnerLastZxid" in state:
+        out["learnerLastZxid"] = [[r.unzx(z) for z in row] for row in state["learnerLastZxid"]]
+    if "msgs" in state:
+        out["msgs"] = [[[r.unpacket(p) for p in ch] for ch in row] for row in state["msgs"]]
     if "pendingSyncs" in state:
         out["pendingSyncs"] = [[{**p, "point": p["point"] + d if p["point"] > 0 else 0,
                                  "ghost": {**p["ghost"], "seen": r.unzx(p["ghost"]["seen"])}} for p in row]
