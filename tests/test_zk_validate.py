@@ -1155,6 +1155,18 @@ def test_the_election_needs_quorumcnxmanagers_queue_and_rejects_what_fle_cannot_
 
 
 @pytest.mark.slow
+def test_an_election_search_that_reaches_its_budget_has_no_verdict(toolchain_ready, tmp_path, monkeypatch):
+    """A search of VFle stops at BUDGET distinct states: INCONCLUSIVE, saying so, never a departure (the guided
+    search of the same start makes it within the budget)."""
+    from conformance.validate import flecheck
+
+    monkeypatch.setattr(flecheck, "BUDGET", 1000)
+    assert flecheck.validate_elections(_elections(START), work=tmp_path).matched  # 559 states with the guide
+    bare = flecheck.validate_elections(_elections(START), work=tmp_path, guide=False)
+    assert not bare.matched and bare.inconclusive and "budget of 1,000" in bare.failure, bare.failure
+
+
+@pytest.mark.slow
 def test_zk_validate_holds_the_election_too_unless_told_not_to(real_run, toolchain_ready, capsys):
     """`zabref zk validate` runs both checks (from 742884e to this test it ran the Zab check only: the option's
     value was overwritten)."""
