@@ -1115,9 +1115,9 @@ def _elections(rows, change: dict | None = None, servers: int = 3):
     from conformance.zk.elections import Elections, Notice
 
     notices = []
-    for g, (s, r, state, leader, *rnd) in enumerate(rows, 1):
+    for g, (s, r, state, leader, *rnd) in enumerate(rows, 1):  # 300 ms apart: longer than a finalize wait
         n = Notice(g, s, r, STATES.get(state, state), leader, [0, 0], rnd[0] if rnd else 1, 0, 10 + g, "c2s", 4 * g,
-                   g)
+                   g * 300_000_000)
         if change and g in change:
             n = dataclasses.replace(n, **change[g])
         notices.append(n)
@@ -1152,6 +1152,73 @@ def test_the_election_needs_quorumcnxmanagers_queue_and_rejects_what_fle_cannot_
         r = validate_elections(_elections(START, {g: change}), work=tmp_path)
         assert not r.matched and not r.inconclusive and r.frontier == g, (g, change, r.failure)
         assert r.runs == 2 and not r.guided  # the verdict is the search's without the guide
+
+
+#: ZOOKEEPER-4925's five-server run on 3.9.4 (recorded 2026-11-29, `zabref zk faults --servers 5 --schedule
+#: zookeeper-4925`), its first 57 notifications: (sender, receiver, state, leader, round, ms since the first[, zxid,
+#: peerEpoch]). The start (2 decides in round 1, cannot reach 5 yet and looks again in round 2, then joins 5 out of
+#: election; 4 is up last), then 4 killed and restarted with what Zab gave it (zxid <<1, 96>>, epoch 1): its
+#: followers' and leader's answers carry epoch 1 (updateElectionVote), 5's first one still 0.
+FIVE = [(5, 1, "L", 5, 1, 0), (5, 2, "L", 5, 1, 32), (5, 3, "L", 5, 1, 51), (3, 2, "L", 3, 1, 60),
+        (3, 1, "L", 3, 1, 63), (3, 5, "L", 3, 1, 135), (3, 1, "L", 5, 1, 147), (3, 2, "L", 5, 1, 147), (3, 5, "L", 5, 1, 151),
+        (1, 3, "L", 1, 1, 221), (1, 3, "L", 5, 1, 230), (1, 5, "L", 1, 1, 234), (1, 2, "L", 5, 1, 267),
+        (1, 5, "L", 5, 1, 267), (2, 1, "L", 2, 1, 342), (2, 3, "L", 2, 1, 356), (2, 5, "L", 2, 1, 357),
+        (2, 1, "L", 5, 1, 365), (2, 3, "L", 5, 1, 376), (2, 5, "L", 5, 1, 389), (2, 1, "L", 2, 2, 668),
+        (2, 3, "L", 2, 2, 668), (2, 5, "L", 2, 2, 668), (5, 2, "E", 5, 1, 675), (3, 2, "F", 5, 1, 699),
+        (1, 2, "F", 5, 1, 704), (2, 4, "L", 2, 2, 727), (4, 1, "L", 4, 1, 820), (4, 2, "L", 4, 1, 822),
+        (2, 4, "F", 5, 1, 827), (4, 2, "L", 4, 2, 831), (2, 4, "F", 5, 1, 834), (3, 4, "L", 5, 1, 836),
+        (1, 4, "L", 5, 1, 836), (4, 3, "L", 4, 2, 839), (4, 1, "L", 4, 2, 839), (3, 4, "F", 5, 1, 846),
+        (5, 4, "L", 5, 1, 848), (4, 5, "L", 4, 2, 850), (1, 4, "F", 5, 1, 851), (1, 4, "F", 5, 1, 861),
+        (4, 1, "L", 4, 2, 866), (1, 4, "F", 5, 1, 871), (4, 3, "L", 4, 2, 875), (3, 4, "F", 5, 1, 878),
+        (5, 4, "E", 5, 1, 878), (4, 5, "L", 4, 2, 880), (5, 4, "E", 5, 1, 891), (2, 4, "F", 5, 1, 6484),
+        (1, 4, "F", 5, 1, 6484), (4, 2, "L", 4, 1, 6497, [1, 96], 1), (2, 4, "F", 5, 1, 6499, [0, 0], 1),
+        (4, 1, "L", 4, 1, 6507, [1, 96], 1), (5, 4, "E", 5, 1, 6515), (4, 5, "L", 4, 1, 6526, [1, 96], 1),
+        (5, 4, "E", 5, 1, 6533, [0, 0], 1), (1, 4, "F", 5, 1, 6536, [0, 0], 1)]
+
+
+def _timed(rows, servers: int, change: dict | None = None):
+    """Rows (sender, receiver, state, leader, round, ms[, zxid, peerEpoch]) as a recording's notifications."""
+    from conformance.zk.elections import Elections, Notice
+
+    notices = []
+    for g, (s, r, state, leader, rnd, ms, *data) in enumerate(rows, 1):
+        zxid, pe = data if data else ([0, 0], 0)
+        n = Notice(g, s, r, STATES.get(state, state), leader, zxid, rnd, pe, 10 + g, "c2s", 4 * g, ms * 1_000_000)
+        notices.append(dataclasses.replace(n, **(change or {}).get(g, {})))
+    return Elections("timed.zkrec", servers, notices, 0, None)
+
+
+@pytest.mark.slow
+def test_a_five_server_start_and_a_restart_with_zabs_data_are_a_behaviour_with_the_guide(toolchain_ready, tmp_path):
+    """FIVE is a behaviour of VFle, found by the guided search alone (a five-server search without the guide does
+    not finish: 2,000,000 states were not enough for the start alone, 2026-11-29)."""
+    from conformance.validate.flecheck import validate_elections
+
+    r = validate_elections(_timed(FIVE, 5), work=tmp_path)
+    assert r.matched and r.guided and r.runs == 1, r.failure
+
+
+#: A three-server run after START: Zab gave the servers epoch 1 (the followers logged up to <<1, 4>>); follower 2 is
+#: killed and restarted, votes for itself with what it logged, and joins 3 on the answers of 1 and 3, which carry
+#: epoch 1 (QuorumPeer.updateElectionVote) and the vote of round 1.
+RESTART = [(s, r, state, leader, 1, 300 * g) for g, (s, r, state, leader) in enumerate(START, 1)] + [
+    (2, 1, "L", 2, 1, 9000, [1, 4], 1), (2, 3, "L", 2, 1, 9001, [1, 4], 1), (1, 2, "F", 3, 1, 9003, [0, 0], 1),
+    (3, 2, "E", 3, 1, 9004, [0, 0], 1)]
+
+
+@pytest.mark.deep
+@pytest.mark.slow
+def test_a_restart_with_new_data_needs_zabs_data(toolchain_ready, tmp_path):
+    """RESTART is a behaviour of VFle; without the ZabData widening (a server's zxid and epoch fixed, as
+    FastLeaderElection.tla takes them) it is not, at the restarted server's first vote, by the search without the
+    guide. (With ZabData, that search is much larger: a changed answer after the restart took minutes, so the
+    rejections are shown on START above.)"""
+    from conformance.validate.flecheck import validate_elections
+
+    ok = validate_elections(_timed(RESTART, 3), work=tmp_path)
+    assert ok.matched and ok.runs == 1, ok.failure
+    fixed = validate_elections(_timed(RESTART, 3), widenings=("DropQueued", "ResendLast"), work=tmp_path)
+    assert not fixed.matched and not fixed.inconclusive and fixed.frontier == 13 and fixed.runs == 2, fixed.failure
 
 
 @pytest.mark.slow

@@ -3,17 +3,16 @@
 Theory of operation
 -------------------
 The proxy sees what each server's QuorumCnxManager put on the wire (`conformance.zk.elections`). Module ``VFle``
-EXTENDS FastLeaderElection (all servers from an empty data dir: zxid <<0, 0>>, epoch 0, the notifications
-`conformance.zk.elections` keeps; MaxFaults the servers times the rounds beyond the first, since a server that
-decided and lost its leader looks again in the next round -- FastLeaderElection's StartElection, a fault -- as a
-server of a slow start does) and keeps apart, in each channel ``electionMsgs[i][j]``, the notifications
+EXTENDS FastLeaderElection (all servers from an empty data dir: zxid <<0, 0>>, epoch 0; the notifications
+`conformance.zk.elections` keeps, a whole run's; MaxFaults from the rounds and the restarts the notifications show,
+`max_faults`) and keeps apart, in each channel ``electionMsgs[i][j]``, the notifications
 that crossed the wire -- its first ``OnWire(i, j)``, whose observation numbers ``wire[i][j]`` holds -- from those still
 in i's send queue:
 
 * ``Transmit(i, j)``: the oldest queued notification of i -> j crosses the wire; it must be the next observation in
   the proxy's order (``next``), addressed i -> j, with the same state, leader, zxid, round and peerEpoch. The proxy's
   order is total, so the wire order of the whole run is the recording's.
-Two widenings, both QuorumCnxManager's (the transport that FastLeaderElection.tla's channels abstract); they live
+Three widenings; two are QuorumCnxManager's (the transport that FastLeaderElection.tla's channels abstract); they live
 here, for ZooKeeper's runs, not in the spec zabref's servers are checked against:
 
 * ``DropQueued(i, j)``: with two or more notifications queued for j, the oldest is dropped.
@@ -27,6 +26,11 @@ here, for ZooKeeper's runs, not in the spec zabref's servers are checked against
 Both are taken only when the next observation is on their pair (i -> j), and a resend at most once before each:
 a drop or a resend changes nothing but i's queue for j, so taking it just before that queue's next notification
 crosses the wire loses no behaviour of interest and keeps TLC's search small (five servers' elections too).
+* ``ZabData`` (Zab's, between elections; with ``VoteEpoch`` and ``Crash``): the spec's ``InitVote`` is replaced
+  (VFle.cfg) by the vote of the data a server has now (``dataZxid``, ``dataEpoch``). A decided server's data
+  changes as Zab gives it transactions and epochs, or a down server's (its restart reads what its disk kept), to a
+  zxid and epoch some notification of the run carries, of an epoch no older; a decided server's vote takes its new
+  epoch (``VoteEpoch``: QuorumPeer.updateElectionVote); a restart is ``Crash`` then FastLeaderElection's ``Restart``.
 * Every step of FastLeaderElection's ``Next`` is kept, except that a server takes the head of a channel only once
   it crossed the wire (``OnWire >= 1``).
 
@@ -43,6 +47,10 @@ brings into one queue, which FastLeaderElection's WorkerReceiver takes in turn (
 nearly one time may still be read in either order). ``ResendNotifications`` reads other servers' channels (it waits
 for every channel to and from its server to be empty), so a behaviour the guide orders differently may be missed: a
 search with the guide that finds no behaviour is run again without it, and only that one's verdict is a departure.
+The guide also changes a server's data only to what its next notification shows, and ends a finalize wait
+(``TimedOut``) only if nothing waits on the wire to the server that crossed sooner than ``FinalizeWait`` after the
+last notification it took, less ``Latency``: lookForLeader polls finalizeWait (200 ms) for each notification, and a
+server takes one no sooner than the proxy forwarded it (the records carry the proxy's times, ``t`` in ms).
 
 The run is a behaviour when a state has transmitted every observation (``NotDone`` violated; TLC's counterexample is
 the shortest such behaviour). When none gets there, the constraint ``Prog`` has kept, in TLC register 1, the
@@ -67,7 +75,7 @@ SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 CHUNK = 200
 #: QuorumCnxManager's behaviours VFle adds to FastLeaderElection (module docstring); a test takes each away to show
 #: that it is needed.
-WIDENINGS = ("DropQueued", "ResendLast")
+WIDENINGS = ("DropQueued", "ResendLast", "ZabData")
 #: The most distinct states one search explores; a search without the guide that stops there has no verdict.
 BUDGET = 2_000_000
 
@@ -78,7 +86,6 @@ class FleValidation:
     servers: int
     notifications: int
     after_end: int
-    later: int = 0
     matched: bool = False
     steps: int = 0
     distinct_states: int = 0
@@ -96,25 +103,39 @@ class FleValidation:
 
     def line(self) -> str:
         return (f"zk validate (election): servers={self.servers} notifications={self.notifications} "
-                f"after-end={self.after_end} later={self.later} steps={self.steps} states={self.distinct_states} "
+                f"after-end={self.after_end} steps={self.steps} states={self.distinct_states} "
                 f"tlc-runs={self.runs} tlc={self.tlc_seconds:.1f}s result={self.verdict}")
 
 
-def _record(n: Any) -> str:
+def _record(n: Any, t0: int) -> str:
     return format_value({"s": n.sender, "r": n.receiver, "st": n.state, "leader": n.leader, "zxid": n.zxid,
-                         "round": n.round, "pe": n.peer_epoch})
+                         "round": n.round, "pe": n.peer_epoch, "t": (n.t_ns - t0) // 1_000_000})
+
+
+#: Ready's cases for the widenings: the next observation waits behind notifications DropQueued may drop, or
+#: ResendLast may put it first again.
+_READY_DROP = r"""
+             \/ \E m \in (k + 2)..Len(electionMsgs[o.s][o.r]) : Matches(electionMsgs[o.s][o.r][m], o)"""
+_READY_RESEND = r"""
+             \/ ~resent /\ lastSent[o.s][o.r] /= <<>> /\ Matches(lastSent[o.s][o.r][1], o)"""
 
 
 def fle_module(el: Elections, widenings: tuple[str, ...] = WIDENINGS, guided: bool = False) -> str:
     """The text of module VFle for ``el`` (module docstring); ``widenings``: which of `WIDENINGS` Next has;
     ``guided``: FastLeaderElection's steps are the next observation's sender's (``Focus``)."""
-    records = [_record(n) for n in el.notices]
-    extra = "".join(f"\n    \\/ \\E i, j \\in Server : {w}(i, j)" for w in WIDENINGS if w in widenings)
+    t0 = el.notices[0].t_ns if el.notices else 0
+    records = [_record(n, t0) for n in el.notices]
+    seen = "{" + ", ".join(sorted({f"<<<<{n.zxid[0]}, {n.zxid[1]}>>, {n.peer_epoch}>>" for n in el.notices})
+                           or ["<<<<0, 0>>, 0>>"]) + "}"
+    extra = "".join(f"\n    \\/ \\E i, j \\in Server : {w}(i, j)" for w in WIDENINGS[:2] if w in widenings)
+    zab = " \\/ ZabData(i) \\/ VoteEpoch(i)" if "ZabData" in widenings else ""
+    ready = "".join(text for w, text in (("DropQueued", _READY_DROP), ("ResendLast", _READY_RESEND))
+                    if w in widenings)
     return f"""---------------------------- MODULE VFle ----------------------------
 \\* Generated by conformance/validate/flecheck.py from a ZooKeeper recording: {el.recording}
 \\* One record a notification the proxy saw on an election connection. Do not edit.
 EXTENDS FastLeaderElection, TLC
-VARIABLES wire, next, lastSent, resent
+VARIABLES wire, next, lastSent, resent, dataZxid, dataEpoch, down, lastTake
 
 \\* How many notifications of i -> j crossed the wire and wait for j (the first of electionMsgs[i][j]).
 OnWire(i, j) == Len(wire[i][j])
@@ -125,6 +146,11 @@ Total == {len(records)}
 VServer == 1..{el.servers}
 VInitZxid == [i \\in VServer |-> <<0, 0>>]
 VInitEpoch == [i \\in VServer |-> 0]
+
+\\* FastLeaderElection's InitVote (replaced in VFle.cfg): a server votes with the data it has now.
+VInitVote(i) == [leader |-> i, zxid |-> dataZxid[i], epoch |-> dataEpoch[i]]
+\\* Every zxid and epoch a notification of the run carries: what a server's data may become.
+Seen == {seen}
 
 Matches(n, o) == /\\ n.state = o.st /\\ n.leader = o.leader /\\ n.zxid = o.zxid
                  /\\ n.electionEpoch = o.round /\\ n.peerEpoch = o.pe
@@ -140,36 +166,88 @@ Popped(a, b) == Len(electionMsgs'[a][b]) = Len(electionMsgs[a][b]) - 1 /\\ ~Rest
 
 \\* The servers a step of FastLeaderElection acts for: x changed its own variables, queued a notification, or took one
 \\* (a channel to it shrank, not by its sender's restart).
-Acts(x) == \\/ state'[x] /= state[x] \\/ logicalclock'[x] /= logicalclock[x] \\/ proposedVote'[x] /= proposedVote[x]
-           \\/ recvVotes'[x] /= recvVotes[x] \\/ outOfElection'[x] /= outOfElection[x] \\/ finalizing'[x] /= finalizing[x]
-           \\/ faults'[x] /= faults[x]
-           \\/ \\E a \\in Server : \\/ Len(electionMsgs'[x][a]) > Len(electionMsgs[x][a])
-                                \\/ Len(electionMsgs'[a][x]) < Len(electionMsgs[a][x]) /\\ ~RestartOf(a)
+FleActs(x) == \\/ state'[x] /= state[x] \\/ logicalclock'[x] /= logicalclock[x] \\/ proposedVote'[x] /= proposedVote[x]
+              \\/ recvVotes'[x] /= recvVotes[x] \\/ outOfElection'[x] /= outOfElection[x]
+              \\/ finalizing'[x] /= finalizing[x] \\/ faults'[x] /= faults[x]
+              \\/ \\E a \\in Server : \\/ Len(electionMsgs'[x][a]) > Len(electionMsgs[x][a])
+                                   \\/ Len(electionMsgs'[a][x]) < Len(electionMsgs[a][x]) /\\ ~RestartOf(a)
+\\* ... or a step of its environment: its data changed, it went down.
+Acts(x) == FleActs(x) \\/ dataZxid'[x] /= dataZxid[x] \\/ dataEpoch'[x] /= dataEpoch[x] \\/ down'[x] /= down[x]
 
-\\* The next observation can cross the wire now: its sender has queued it.
+\\* x's finalize wait ended with no notification (FastLeaderElection's FinalizeTimeout).
+TimedOut(x) == finalizing[x] /\\ state'[x] /= "LOOKING" /\\ \\A a \\in Server : ~Popped(a, x)
+\\* lookForLeader polls finalizeWait ms for each notification; the proxy forwards one within this many ms.
+FinalizeWait == 200
+Latency == 50
+
+\\* The next observation can cross the wire with no step of its sender: it is queued first, or behind what
+\\* QuorumCnxManager may still drop, or it is the last one sent and may be sent again.
 Ready == LET o == O(next)
              k == OnWire(o.s, o.r)
-         IN  k < Len(electionMsgs[o.s][o.r]) /\\ Matches(electionMsgs[o.s][o.r][k + 1], o)
+         IN  \\/ k < Len(electionMsgs[o.s][o.r]) /\\ Matches(electionMsgs[o.s][o.r][k + 1], o){ready}
 
 \\* The guide (module docstring): while the next observation cannot cross the wire yet, a step of its sender; taking
-\\* what crossed the wire to it in the order it crossed; going back to an election only when that observation says so
-\\* (its sender is decided and it is a LOOKING vote, or it is of an earlier round than the sender's).
+\\* what crossed the wire to a server in the order it crossed; going back to an election only when that observation
+\\* says so (its sender is decided and it is a LOOKING vote of a later round, or of the same round after a restart, or
+\\* it is of an earlier round than the sender's); no end of a finalize wait while a notification that crossed the wire
+\\* soon enough waits; data changed only as that observation shows it.
 Focus == /\\ next <= Total /\\ ~Ready
          /\\ \\A x \\in Server : Acts(x) => x = O(next).s
          /\\ \\A a, b \\in Server : Popped(a, b) =>
                 \\A c \\in Server : wire[c][b] /= <<>> => wire[a][b][1] <= wire[c][b][1]
-         /\\ \\A x \\in Server : faults'[x] > faults[x] =>
-                \\/ state[x] /= "LOOKING" /\\ O(next).st = "LOOKING"
+         /\\ \\A x \\in Server : faults'[x] > faults[x] /\\ ~RestartOf(x) =>
+                state[x] /= "LOOKING" /\\ O(next).st = "LOOKING" /\\ O(next).round > logicalclock[x]
+         /\\ \\A x \\in Server : down'[x] /\\ ~down[x] =>
                 \\/ O(next).round < logicalclock[x]
+                \\/ state[x] /= "LOOKING" /\\ O(next).st = "LOOKING" /\\ O(next).round = logicalclock[x]
+         /\\ \\A x \\in Server : TimedOut(x) =>
+                \\A a \\in Server : wire[a][x] /= <<>> /\\ lastTake[x] > 0 =>
+                    O(wire[a][x][1]).t >= O(lastTake[x]).t + FinalizeWait - Latency
+         /\\ \\A x \\in Server : <<dataZxid'[x], dataEpoch'[x]>> /= <<dataZxid[x], dataEpoch[x]>> =>
+                /\\ dataEpoch'[x] = O(next).pe
+                /\\ O(next).st = "LOOKING" /\\ O(next).leader = x => dataZxid'[x] = O(next).zxid
 Guided == {"TRUE" if guided else "FALSE"}
 
-\\* FastLeaderElection's steps: a server takes a notification only once it crossed the wire.
+\\* Zab, between two elections: a decided server's data changes as Zab gives it transactions and epochs (and a down
+\\* server's restart reads what its disk kept), to a zxid and epoch the run shows, of an epoch no older.
+ZabData(i) ==
+    /\\ (state[i] /= "LOOKING" \\/ down[i])
+    /\\ \\E d \\in Seen : /\\ d[2] >= dataEpoch[i] /\\ d /= <<dataZxid[i], dataEpoch[i]>>
+                       /\\ dataZxid' = [dataZxid EXCEPT ![i] = d[1]]
+                       /\\ dataEpoch' = [dataEpoch EXCEPT ![i] = d[2]]
+    /\\ UNCHANGED <<vars, down>>
+
+\\* QuorumPeer.updateElectionVote: once its epoch is new, a decided server answers with it in its vote.
+VoteEpoch(i) ==
+    /\\ state[i] /= "LOOKING" /\\ ~down[i]
+    /\\ proposedVote[i].epoch < dataEpoch[i]
+    /\\ proposedVote' = [proposedVote EXCEPT ![i].epoch = dataEpoch[i]]
+    /\\ UNCHANGED <<state, logicalclock, recvVotes, outOfElection, finalizing, electionMsgs, faults, decisions>>
+    /\\ UNCHANGED <<dataZxid, dataEpoch, down>>
+
+\\* A server goes down (FastLeaderElection's Restart then brings it back, and only then).
+Crash(i) ==
+    /\\ ~down[i] /\\ TotalFaults < MaxFaults
+    /\\ down' = [down EXCEPT ![i] = TRUE]
+    /\\ UNCHANGED <<vars, dataZxid, dataEpoch>>
+
+\\* FastLeaderElection's steps and its environment's: a server takes a notification only once it crossed the wire; a
+\\* down server takes no step of the election but its restart.
 FleStep ==
-    /\\ Next
+    /\\ \\/ /\\ Next
+          /\\ \\A x \\in Server : RestartOf(x) => down[x]
+          /\\ \\A x \\in Server : down[x] /\\ FleActs(x) => RestartOf(x)
+          /\\ down' = [x \\in Server |-> down[x] /\\ ~RestartOf(x)]
+          /\\ UNCHANGED <<dataZxid, dataEpoch>>
+       \\/ \\E i \\in Server : Crash(i){zab}
     /\\ \\A a, b \\in Server : Popped(a, b) => OnWire(a, b) >= 1
     /\\ Guided => Focus
     /\\ wire' = [a \\in Server |-> [b \\in Server |->
                  IF RestartOf(a) \\/ RestartOf(b) THEN <<>> ELSE IF Popped(a, b) THEN Tail(wire[a][b]) ELSE wire[a][b]]]
+    /\\ lastTake' = [b \\in Server |-> IF RestartOf(b) THEN 0
+                                     ELSE IF \\E a \\in Server : Popped(a, b)
+                                          THEN LET a == CHOOSE a \\in Server : Popped(a, b) IN wire[a][b][1]
+                                          ELSE lastTake[b]]
     /\\ UNCHANGED <<next, lastSent, resent>>
 
 \\* The next observation is on the pair i -> j.
@@ -183,7 +261,8 @@ Transmit(i, j) ==
     /\\ wire' = [wire EXCEPT ![i][j] = Append(@, next)]
     /\\ next' = next + 1
     /\\ lastSent' = [lastSent EXCEPT ![i][j] = <<electionMsgs[i][j][OnWire(i, j) + 1]>>]
-    /\\ UNCHANGED <<serverVars, electionMsgs, faults, decisions, resent>>
+    /\\ resent' = FALSE
+    /\\ UNCHANGED <<serverVars, electionMsgs, faults, decisions, dataZxid, dataEpoch, down, lastTake>>
 
 \\* QuorumCnxManager's send queue holds one message per peer: of two queued, the older is dropped.
 DropQueued(i, j) ==
@@ -191,21 +270,23 @@ DropQueued(i, j) ==
     /\\ Len(electionMsgs[i][j]) - OnWire(i, j) >= 2
     /\\ LET k == OnWire(i, j) + 1
        IN  electionMsgs' = [electionMsgs EXCEPT ![i][j] = Part(@, 1, k - 1) \\o Part(@, k + 1, Len(@))]
-    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent, resent>>
+    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent, resent, dataZxid, dataEpoch, down, lastTake>>
 
 \\* QuorumCnxManager's SendWorker, starting, sends j its last message again, before what is queued.
 ResendLast(i, j) ==
     /\\ NextOn(i, j)
-    /\\ resent /= next
+    /\\ ~resent
     /\\ lastSent[i][j] /= <<>>
     /\\ LET k == OnWire(i, j)
        IN  electionMsgs' = [electionMsgs EXCEPT ![i][j] =
                                Part(@, 1, k) \\o lastSent[i][j] \\o Part(@, k + 1, Len(@))]
-    /\\ resent' = next
-    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent>>
+    /\\ resent' = TRUE
+    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent, dataZxid, dataEpoch, down, lastTake>>
 
-TraceInit == /\\ Init /\\ wire = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ next = 1
-             /\\ lastSent = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ resent = 0
+TraceInit == /\\ dataZxid = VInitZxid /\\ dataEpoch = VInitEpoch /\\ down = [i \\in Server |-> FALSE]
+             /\\ Init /\\ wire = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ next = 1
+             /\\ lastSent = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ resent = FALSE
+             /\\ lastTake = [b \\in Server |-> 0]
 
 TraceNext ==
     \\/ FleStep
@@ -216,7 +297,8 @@ NotDone == next <= Total
 ASSUME TLCSet(1, 0)
 Prog == /\\ IF next > TLCGet(1)
            THEN /\\ TLCSet(1, next)
-                /\\ PrintT(<<"fleprogress", next, state, logicalclock, proposedVote, electionMsgs, wire>>)
+                /\\ PrintT(<<"fleprogress", next, state, logicalclock, proposedVote, electionMsgs, wire, dataZxid,
+                             dataEpoch, down>>)
            ELSE TRUE
         /\\ IF TLCGet("distinct") >= {BUDGET}
            THEN PrintT(<<"budget", TLCGet("distinct")>>) /\\ TLCSet("exit", TRUE)
@@ -225,13 +307,33 @@ Prog == /\\ IF next > TLCGet(1)
 """
 
 
+def max_faults(el: Elections) -> int:
+    """MaxFaults: StartElection and Restart steps. A server goes to a new round at most rounds - 1 times in each of
+    its lives; a restart shows as a notification of an earlier round than its sender's last, a LOOKING one after its
+    sender's FOLLOWING or LEADING one of the same round, or a vote for itself with other data than its last."""
+    last: dict[int, Any] = {}
+    data: dict[int, tuple] = {}
+    restarts = 0
+    for n in el.notices:
+        p = last.get(n.sender)
+        mine = (n.zxid, n.peer_epoch) if n.state == "LOOKING" and n.leader == n.sender else None
+        if p is not None and (n.round < p.round or n.round == p.round and n.state == "LOOKING" != p.state
+                              or mine is not None and data.get(n.sender, mine) != mine):
+            restarts += 1
+        last[n.sender] = n
+        if mine is not None:
+            data[n.sender] = mine
+    return el.servers * (el.rounds - 1) * (1 + restarts) + restarts
+
+
 def fle_config(el: Elections) -> str:
     return ("CONSTANTS\n    Server <- VServer\n    InitZxid <- VInitZxid\n    InitEpoch <- VInitEpoch\n"
-            f"    MaxFaults = {el.servers * (el.rounds - 1)}\n"
+            f"    InitVote <- VInitVote\n    MaxFaults = {max_faults(el)}\n"
             "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Prog\nINVARIANT NotDone\n")
 
 
-PROGRESS_FIELDS = ("next", "state", "logicalclock", "proposedVote", "electionMsgs", "wire")
+PROGRESS_FIELDS = ("next", "state", "logicalclock", "proposedVote", "electionMsgs", "wire", "dataZxid", "dataEpoch",
+                   "down")
 
 
 def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS, work: Path | None = None,
@@ -240,7 +342,7 @@ def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS,
     never raises for a departure."""
     spent, runs = 0.0, 0
     for guided in (True, False) if guide else (False,):
-        result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end, el.later)
+        result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end)
         folder = observed_folder(SPEC_DIR / "FastLeaderElection.tla", "VFle", fle_module(el, widenings, guided),
                                  fle_config(el), "zabref-flevalidate-", work)
         searched = check_observed(result, folder, "VFle", "fleprogress", PROGRESS_FIELDS)
@@ -264,7 +366,8 @@ def _report(el: Elections, result: FleValidation, folder: Path) -> str:
              + (f"{n.describe()} from {n.sender} to {n.receiver}\n  at {n.where(el.recording)}" if n else "?"),
              "  in the state that sent the longest prefix of them:"]
     for s in range(1, el.servers + 1):
-        part = [f"{k}={format_value(best[k][s - 1])}" for k in ("state", "logicalclock", "proposedVote") if k in best]
+        part = [f"{k}={format_value(best[k][s - 1])}"
+                for k in ("state", "logicalclock", "proposedVote", "dataZxid", "dataEpoch", "down") if k in best]
         lines.append(f"    server {s}: " + " ".join(part))
     if "electionMsgs" in best:
         for a in range(1, el.servers + 1):

@@ -11,11 +11,11 @@ What the proxy read after the run's end (`conformance.zk.observe`'s ``end_ns``: 
 whose survivors then look for a leader) is left out and counted. A notification in the old 28-byte format has no
 peerEpoch; ZooKeeper then takes the epoch of its zxid, and so does this.
 
-**The elections of an empty ensemble.** FastLeaderElection.tla takes each server's zxid and epoch as constants
-(what it read from disk when it started looking). The notifications are therefore kept up to the first that carries
-a zxid or a peerEpoch other than 0: before it, every server votes with the empty data dir it started from (however
-many rounds it took); from it on, Zab has given the servers transactions and epochs, which a check of the election
-alone cannot know. ``later`` counts what was left out that way.
+**A whole run's elections.** FastLeaderElection.tla takes each server's zxid and epoch as constants (what it read
+from disk when it started looking); between two elections Zab changes them. Every notification before the run's end
+is kept, from the first election (an empty ensemble: every server votes with zxid <<0, 0>> and epoch 0) to the last;
+`conformance.validate.flecheck` lets a server's data change where Zab could have changed it (while it is decided, or
+while it is down) and to a value some notification of the run carries.
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ class Elections:
     notices: list[Notice]
     after_end: int  # notifications read after the run's end, left out
     end_ns: int | None
-    later: int = 0  # notifications from the first with a zxid or peerEpoch other than 0 on, left out
 
     @property
     def rounds(self) -> int:
@@ -73,7 +72,7 @@ class Elections:
 def elections(decoded: Decoded, servers: int, end_ns: int | None, recording: str = "") -> Elections:
     """The notifications of ``decoded`` before ``end_ns`` (module docstring)."""
     out: list[Notice] = []
-    after = later = 0
+    after = 0
     for m in decoded.messages:
         if m.kind != "election" or m.name != "NOTIFICATION" or m.sender is None or m.receiver is None:
             continue
@@ -82,13 +81,10 @@ def elections(decoded: Decoded, servers: int, end_ns: int | None, recording: str
             continue
         f = m.fields
         zxid = zxid_pair(int(m.zxid or 0))
-        if later or zxid != [0, 0] or int(f.get("peerEpoch", 0)) != 0:
-            later += 1
-            continue
         out.append(Notice(len(out) + 1, m.sender, m.receiver, f["state"], int(f["leader"]), zxid,
                           int(f["electionEpoch"]), int(f.get("peerEpoch", zxid[0])), m.conn, m.direction, m.offset,
                           m.t_ns))
-    return Elections(recording, servers, out, after, end_ns, later)
+    return Elections(recording, servers, out, after, end_ns)
 
 
 def elections_dir(folder: str | Path) -> Elections:
