@@ -53,11 +53,12 @@ def _validate(folder: Path, election: bool = True) -> int:
 @click.command("validate")
 @click.argument("recording_dir", type=click.Path(exists=True, path_type=Path))
 @click.option("--election/--no-election", default=True, show_default=True,
-              help="Also hold the first election's notifications against spec/FastLeaderElection.tla.")
+              help="Also hold the election notifications against spec/FastLeaderElection.tla.")
 def validate_command(recording_dir: Path, election: bool = True) -> None:
     """Check with TLC that the ZooKeeper run recorded in RECORDING_DIR (zabref zk run --dir) is a behaviour of
     spec/Zab.tla (every quorum packet sent, in the proxy's order, made by some behaviour of the spec) and that its
-    first election's notifications are made by spec/FastLeaderElection.tla (with QuorumCnxManager's send queue).
+    election notifications are made by spec/FastLeaderElection.tla (with QuorumCnxManager's send queue and Zab's
+    data between elections).
 
     Exit codes: 0 it is; 1 it is not (the first observation the spec cannot take is named, with its connection and
     byte offset); 3 the recording does not decode; 4 no verdict."""
