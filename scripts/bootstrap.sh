@@ -3,6 +3,8 @@
 #
 #   - java (Debian default-jre-headless) runs tla2tools.jar (TLC, SANY, PlusCal) and Spark;
 #   - dot (Debian graphviz) renders state graphs and failure pictures;
+#   - fusermount3 (Debian fuse3) mounts the power-cut file systems under real ZooKeeper servers;
+#   - Debian's zookeeper (3.8.0) is the real-ZooKeeper checks' default version (others come from Maven Central);
 #   - .venv: a virtual environment made with the machine's python3 (>= 3.11), holding
 #     `pip install -e '.[dev]'`. It is reinstalled only when pyproject.toml (or the checkout's
 #     location) changed since the last install: .venv/.bootstrap-stamp keeps the hash.
@@ -61,6 +63,15 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
     say "fusermount3 is missing: installing fuse3"
     apt_install fuse3
     command -v fusermount3 >/dev/null 2>&1 || die "fusermount3 is still not on PATH after installing fuse3"
+fi
+
+if ! [ -f /usr/share/java/zookeeper.jar ]; then
+    # Debian's ZooKeeper 3.8.0, the real-ZooKeeper checks' default version (conformance/zk/versions.py): the tests
+    # that run it skip where it is missing, and the fault tests install it on the fly, so on a fresh machine which of
+    # them ran depended on the order the workers took the files in. Installed here, every one of them runs.
+    say "Debian's zookeeper (3.8.0) is missing: installing it"
+    apt_install zookeeper
+    [ -f /usr/share/java/zookeeper.jar ] || die "zookeeper.jar is still missing after installing zookeeper"
 fi
 
 # --- Python interpreter ----------------------------------------------------------------------

@@ -82,6 +82,19 @@ def tiny_dot(tmp_path_factory, tla) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def zk380() -> str:
+    """The classpath of Debian's ZooKeeper 3.8.0 (scripts/bootstrap.sh installs the package); skips the test where it
+    is not installed (a machine without apt)."""
+    from conformance.zk.versions import find_classpath
+
+    cp = find_classpath()
+    if cp is None:
+        pytest.skip("needs Debian's zookeeper package (scripts/bootstrap.sh installs it)")
+    pytest.importorskip("kazoo")
+    return cp
+
+
 @pytest.fixture
 def lines():
     """A `helpers.Lines` on the "zabref" logger, set to INFO for the test (its level and handlers restored after)."""

@@ -376,15 +376,6 @@ def _java_processes_under(folder: Path) -> list[int]:
     return out
 
 
-@pytest.fixture
-def zk380():
-    from conformance.zk.versions import find_classpath
-
-    if find_classpath() is None:
-        pytest.skip("needs Debian's zookeeper package (zabref zk fetch 3.8.0 installs it)")
-    pytest.importorskip("kazoo")
-
-
 @pytest.mark.slow
 def test_a_real_ensemble_through_the_proxy_is_recorded_decoded_and_cut(tmp_path, zk380):
     from conformance.zk.harness import ProxiedEnsemble

@@ -45,14 +45,6 @@ from zabref.runtime.drivers import NormalDriver
 from zabref.runtime.server import Server
 
 
-@pytest.fixture
-def zk380():
-    from conformance.zk.versions import find_classpath
-
-    if find_classpath() is None:
-        pytest.skip("needs Debian's zookeeper package (zabref zk fetch 3.8.0 installs it)")
-
-
 def _zabref_config(e: ZkEnsemble, folder) -> str:
     servers = "".join(f"[[server]]\nid = {m.id}\nhost = \"127.0.0.1\"\nquorum_port = {m.quorum_port}\n"
                       f"election_port = {m.election_port}\nclient_port = {m.client_port}\n"

@@ -25,14 +25,6 @@ from zabref.net.ports import find_free_base_port, release_base_port
 EPOCH = 1 << 32
 
 
-@pytest.fixture
-def zk380():
-    from conformance.zk.versions import find_classpath
-
-    if find_classpath() is None:
-        pytest.skip("needs Debian's zookeeper package (zabref zk fetch 3.8.0 installs it)")
-
-
 def _srvr(port: int) -> dict[str, str]:
     text = four_letter(port, "srvr")
     return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)

@@ -787,12 +787,7 @@ def test_a_follower_leaves_its_role_with_the_history_its_next_ackepoch_names(tmp
 
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    from conformance.zk.versions import find_classpath
-
-    if find_classpath() is None:
-        pytest.skip("needs Debian's zookeeper package (zabref zk fetch 3.8.0 installs it)")
-    pytest.importorskip("kazoo")
+def real_run(tmp_path_factory, zk380):
     import time
 
     from conformance.zk.harness import ProxiedEnsemble
@@ -1110,18 +1105,16 @@ START = [(2, 3, "LOOKING", 2), (3, 2, "LOOKING", 3), (2, 3, "LOOKING", 3), (3, 1
 STATES = {"L": "LOOKING", "F": "FOLLOWING", "E": "LEADING"}
 
 
-def _elections(rows, change: dict | None = None, servers: int = 3):
-    """Rows (sender, receiver, state, leader[, round]) as the notifications of an empty ensemble's start."""
-    from conformance.zk.elections import Elections, Notice
+def _spaced(rows):
+    """Rows (sender, receiver, state, leader[, round]) as `_timed`'s rows, 300 ms apart: longer than a finalize
+    wait."""
+    return [(s, r, state, leader, rnd[0] if rnd else 1, 300 * g)
+            for g, (s, r, state, leader, *rnd) in enumerate(rows, 1)]
 
-    notices = []
-    for g, (s, r, state, leader, *rnd) in enumerate(rows, 1):  # 300 ms apart: longer than a finalize wait
-        n = Notice(g, s, r, STATES.get(state, state), leader, [0, 0], rnd[0] if rnd else 1, 0, 10 + g, "c2s", 4 * g,
-                   g * 300_000_000)
-        if change and g in change:
-            n = dataclasses.replace(n, **change[g])
-        notices.append(n)
-    return Elections("start.zkrec", servers, notices, 0, None)
+
+def _elections(rows, change: dict | None = None):
+    """Rows (sender, receiver, state, leader[, round]) as the notifications of an empty three-server ensemble."""
+    return _timed(_spaced(rows), 3, change)
 
 
 @pytest.mark.deep
@@ -1160,20 +1153,20 @@ def test_the_election_needs_quorumcnxmanagers_queue_and_rejects_what_fle_cannot_
 #: election; 4 is up last), then 4 killed and restarted with what Zab gave it (zxid <<1, 96>>, epoch 1): its
 #: followers' and leader's answers carry epoch 1 (updateElectionVote), 5's first one still 0.
 FIVE = [(5, 1, "L", 5, 1, 0), (5, 2, "L", 5, 1, 32), (5, 3, "L", 5, 1, 51), (3, 2, "L", 3, 1, 60),
-        (3, 1, "L", 3, 1, 63), (3, 5, "L", 3, 1, 135), (3, 1, "L", 5, 1, 147), (3, 2, "L", 5, 1, 147), (3, 5, "L", 5, 1, 151),
-        (1, 3, "L", 1, 1, 221), (1, 3, "L", 5, 1, 230), (1, 5, "L", 1, 1, 234), (1, 2, "L", 5, 1, 267),
-        (1, 5, "L", 5, 1, 267), (2, 1, "L", 2, 1, 342), (2, 3, "L", 2, 1, 356), (2, 5, "L", 2, 1, 357),
-        (2, 1, "L", 5, 1, 365), (2, 3, "L", 5, 1, 376), (2, 5, "L", 5, 1, 389), (2, 1, "L", 2, 2, 668),
-        (2, 3, "L", 2, 2, 668), (2, 5, "L", 2, 2, 668), (5, 2, "E", 5, 1, 675), (3, 2, "F", 5, 1, 699),
-        (1, 2, "F", 5, 1, 704), (2, 4, "L", 2, 2, 727), (4, 1, "L", 4, 1, 820), (4, 2, "L", 4, 1, 822),
-        (2, 4, "F", 5, 1, 827), (4, 2, "L", 4, 2, 831), (2, 4, "F", 5, 1, 834), (3, 4, "L", 5, 1, 836),
-        (1, 4, "L", 5, 1, 836), (4, 3, "L", 4, 2, 839), (4, 1, "L", 4, 2, 839), (3, 4, "F", 5, 1, 846),
-        (5, 4, "L", 5, 1, 848), (4, 5, "L", 4, 2, 850), (1, 4, "F", 5, 1, 851), (1, 4, "F", 5, 1, 861),
-        (4, 1, "L", 4, 2, 866), (1, 4, "F", 5, 1, 871), (4, 3, "L", 4, 2, 875), (3, 4, "F", 5, 1, 878),
-        (5, 4, "E", 5, 1, 878), (4, 5, "L", 4, 2, 880), (5, 4, "E", 5, 1, 891), (2, 4, "F", 5, 1, 6484),
-        (1, 4, "F", 5, 1, 6484), (4, 2, "L", 4, 1, 6497, [1, 96], 1), (2, 4, "F", 5, 1, 6499, [0, 0], 1),
-        (4, 1, "L", 4, 1, 6507, [1, 96], 1), (5, 4, "E", 5, 1, 6515), (4, 5, "L", 4, 1, 6526, [1, 96], 1),
-        (5, 4, "E", 5, 1, 6533, [0, 0], 1), (1, 4, "F", 5, 1, 6536, [0, 0], 1)]
+        (3, 1, "L", 3, 1, 63), (3, 5, "L", 3, 1, 135), (3, 1, "L", 5, 1, 147), (3, 2, "L", 5, 1, 147),
+        (3, 5, "L", 5, 1, 151), (1, 3, "L", 1, 1, 221), (1, 3, "L", 5, 1, 230), (1, 5, "L", 1, 1, 234),
+        (1, 2, "L", 5, 1, 267), (1, 5, "L", 5, 1, 267), (2, 1, "L", 2, 1, 342), (2, 3, "L", 2, 1, 356),
+        (2, 5, "L", 2, 1, 357), (2, 1, "L", 5, 1, 365), (2, 3, "L", 5, 1, 376), (2, 5, "L", 5, 1, 389),
+        (2, 1, "L", 2, 2, 668), (2, 3, "L", 2, 2, 668), (2, 5, "L", 2, 2, 668), (5, 2, "E", 5, 1, 675),
+        (3, 2, "F", 5, 1, 699), (1, 2, "F", 5, 1, 704), (2, 4, "L", 2, 2, 727), (4, 1, "L", 4, 1, 820),
+        (4, 2, "L", 4, 1, 822), (2, 4, "F", 5, 1, 827), (4, 2, "L", 4, 2, 831), (2, 4, "F", 5, 1, 834),
+        (3, 4, "L", 5, 1, 836), (1, 4, "L", 5, 1, 836), (4, 3, "L", 4, 2, 839), (4, 1, "L", 4, 2, 839),
+        (3, 4, "F", 5, 1, 846), (5, 4, "L", 5, 1, 848), (4, 5, "L", 4, 2, 850), (1, 4, "F", 5, 1, 851),
+        (1, 4, "F", 5, 1, 861), (4, 1, "L", 4, 2, 866), (1, 4, "F", 5, 1, 871), (4, 3, "L", 4, 2, 875),
+        (3, 4, "F", 5, 1, 878), (5, 4, "E", 5, 1, 878), (4, 5, "L", 4, 2, 880), (5, 4, "E", 5, 1, 891),
+        (2, 4, "F", 5, 1, 6484), (1, 4, "F", 5, 1, 6484), (4, 2, "L", 4, 1, 6497, [1, 96], 1),
+        (2, 4, "F", 5, 1, 6499, [0, 0], 1), (4, 1, "L", 4, 1, 6507, [1, 96], 1), (5, 4, "E", 5, 1, 6515),
+        (4, 5, "L", 4, 1, 6526, [1, 96], 1), (5, 4, "E", 5, 1, 6533, [0, 0], 1), (1, 4, "F", 5, 1, 6536, [0, 0], 1)]
 
 
 def _timed(rows, servers: int, change: dict | None = None):
@@ -1201,7 +1194,7 @@ def test_a_five_server_start_and_a_restart_with_zabs_data_are_a_behaviour_with_t
 #: A three-server run after START: Zab gave the servers epoch 1 (the followers logged up to <<1, 4>>); follower 2 is
 #: killed and restarted, votes for itself with what it logged, and joins 3 on the answers of 1 and 3, which carry
 #: epoch 1 (QuorumPeer.updateElectionVote) and the vote of round 1.
-RESTART = [(s, r, state, leader, 1, 300 * g) for g, (s, r, state, leader) in enumerate(START, 1)] + [
+RESTART = _spaced(START) + [
     (2, 1, "L", 2, 1, 9000, [1, 4], 1), (2, 3, "L", 2, 1, 9001, [1, 4], 1), (1, 2, "F", 3, 1, 9003, [0, 0], 1),
     (3, 2, "E", 3, 1, 9004, [0, 0], 1)]
 
@@ -1219,6 +1212,35 @@ def test_a_restart_with_new_data_needs_zabs_data(toolchain_ready, tmp_path):
     assert ok.matched and ok.runs == 1, ok.failure
     fixed = validate_elections(_timed(RESTART, 3), widenings=("DropQueued", "ResendLast"), work=tmp_path)
     assert not fixed.matched and not fixed.inconclusive and fixed.frontier == 13 and fixed.runs == 2, fixed.failure
+
+
+#: START, then both followers of 3 look again in round 2 before any transaction (zxid <<0, 0>>, epoch 0): 1 first;
+#: 2 took 1's round-2 vote while it still followed 3, and its answer, FOLLOWING(3) of round 1, crossed the wire after
+#: 2's own round-2 votes. Recorded so on 3.9.5 (a 60 s fault run, `zabref zk faults --version 3.9.5 --duration 60
+#: --rate 10 --seed 2`, notifications 16-20, 2026-11-30): FastLeaderElection's WorkerReceiver read the state FOLLOWING,
+#: built its answer, and queued it after the QuorumPeer thread had gone back to LOOKING and queued the new round's.
+LATE = _spaced(START) + [(1, 2, "L", 1, 2, 4000), (1, 3, "L", 1, 2, 4001), (2, 1, "L", 2, 2, 4003),
+                         (2, 3, "L", 2, 2, 4003), (2, 1, "F", 3, 1, 4004)]
+
+
+@pytest.mark.slow
+def test_a_decided_servers_answer_queued_after_its_new_round_needs_late_reply(toolchain_ready, tmp_path, monkeypatch):
+    """LATE is a behaviour of VFle with the LateReply widening, found by the guided search alone; without it the
+    guided search makes every notification but the late answer (17), and so does it when the answer is changed to
+    one that no decided server of LATE could have built (leader 1, or round 2). What it cannot give is proof: the
+    search without the guide, needed for a departure, does not finish within 2,000,000 states here (7 minutes,
+    INCONCLUSIVE, 2026-11-30), so it runs at a small budget and the verdict must stay INCONCLUSIVE, never FAILED."""
+    from conformance.validate import flecheck
+
+    ok = flecheck.validate_elections(_timed(LATE, 3), work=tmp_path)
+    assert ok.matched and ok.guided and ok.runs == 1, ok.failure
+    monkeypatch.setattr(flecheck, "BUDGET", 20_000)
+    for widenings, change in [(("DropQueued", "ResendLast", "ZabData"), None),
+                              (flecheck.WIDENINGS, {17: {"leader": 1}}),
+                              (flecheck.WIDENINGS, {17: {"round": 2}})]:
+        r = flecheck.validate_elections(_timed(LATE, 3, change), widenings=widenings, work=tmp_path)
+        assert not r.matched and r.inconclusive and r.runs == 2 and r.guided_frontier == 17, (change, r.failure)
+        assert "found no behaviour that sends notification 17: FOLLOWING vote" in r.failure, r.failure
 
 
 @pytest.mark.slow

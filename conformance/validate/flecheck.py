@@ -12,8 +12,9 @@ in i's send queue:
 * ``Transmit(i, j)``: the oldest queued notification of i -> j crosses the wire; it must be the next observation in
   the proxy's order (``next``), addressed i -> j, with the same state, leader, zxid, round and peerEpoch. The proxy's
   order is total, so the wire order of the whole run is the recording's.
-Three widenings; two are QuorumCnxManager's (the transport that FastLeaderElection.tla's channels abstract); they live
-here, for ZooKeeper's runs, not in the spec zabref's servers are checked against:
+Four widenings: two are QuorumCnxManager's (the transport that FastLeaderElection.tla's channels abstract), one is
+FastLeaderElection.java's threads, one is Zab's; they live here, for ZooKeeper's runs, not in the spec zabref's servers
+are checked against:
 
 * ``DropQueued(i, j)``: with two or more notifications queued for j, the oldest is dropped.
   `QuorumCnxManager.addToSendQueue` keeps one message per peer while the connection is not there (``SEND_CAPACITY``
@@ -23,14 +24,22 @@ here, for ZooKeeper's runs, not in the spec zabref's servers are checked against
   SendWorker does so when it starts with an empty queue ("Duplicate messages are handled correctly by the peer",
   its comment), so a peer can get the same vote twice with no step of the election between.
 
-Both are taken only when the next observation is on their pair (i -> j), and a resend at most once before each:
-a drop or a resend changes nothing but i's queue for j, so taking it just before that queue's next notification
-crosses the wire loses no behaviour of interest and keeps TLC's search small (five servers' elections too).
+* ``LateReply(i, j)``: a decided server's answer to a LOOKING peer crosses the wire after a LOOKING notification of a
+  later round that it queued after it. FastLeaderElection.java's WorkerReceiver reads the server's state (not
+  LOOKING), then builds the answer from the current vote and queues it; meanwhile the QuorumPeer thread may have gone
+  back to LOOKING and queued its new round's notifications (3.9.5, a 60 s fault run: 2's FOLLOWING(3) of round 1
+  after its own LOOKING votes of round 2). FastLeaderElection.tla answers in the step that takes the notification.
+
+The three are taken only when the next observation is on their pair (i -> j), and a resend at most once before
+each: they change nothing but i's queue for j, so taking them just before that queue's next notification crosses the
+wire loses no behaviour of interest and keeps TLC's search small (five servers' elections too).
+
 * ``ZabData`` (Zab's, between elections; with ``VoteEpoch`` and ``Crash``): the spec's ``InitVote`` is replaced
   (VFle.cfg) by the vote of the data a server has now (``dataZxid``, ``dataEpoch``). A decided server's data
   changes as Zab gives it transactions and epochs, or a down server's (its restart reads what its disk kept), to a
-  zxid and epoch some notification of the run carries, of an epoch no older; a decided server's vote takes its new
-  epoch (``VoteEpoch``: QuorumPeer.updateElectionVote); a restart is ``Crash`` then FastLeaderElection's ``Restart``.
+  zxid some notification of the run carries and an epoch some notification carries, no older; a decided server's
+  vote takes its new epoch (``VoteEpoch``: QuorumPeer.updateElectionVote); a restart is ``Crash`` then
+  FastLeaderElection's ``Restart``.
 * Every step of FastLeaderElection's ``Next`` is kept, except that a server takes the head of a channel only once
   it crossed the wire (``OnWire >= 1``).
 
@@ -47,7 +56,8 @@ brings into one queue, which FastLeaderElection's WorkerReceiver takes in turn (
 nearly one time may still be read in either order). ``ResendNotifications`` reads other servers' channels (it waits
 for every channel to and from its server to be empty), so a behaviour the guide orders differently may be missed: a
 search with the guide that finds no behaviour is run again without it, and only that one's verdict is a departure.
-The guide also changes a server's data only to what its next notification shows, and ends a finalize wait
+The guide also changes a server's data only to what its next notification shows (its epoch; its zxid only when that
+notification is a LOOKING one, the only kind that can show it), and ends a finalize wait
 (``TimedOut``) only if nothing waits on the wire to the server that crossed sooner than ``FinalizeWait`` after the
 last notification it took, less ``Latency``: lookForLeader polls finalizeWait (200 ms) for each notification, and a
 server takes one no sooner than the proxy forwarded it (the records carry the proxy's times, ``t`` in ms).
@@ -73,9 +83,11 @@ __all__ = ["FleValidation", "fle_module", "validate_elections", "validate_electi
 
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 CHUNK = 200
-#: QuorumCnxManager's behaviours VFle adds to FastLeaderElection (module docstring); a test takes each away to show
-#: that it is needed.
-WIDENINGS = ("DropQueued", "ResendLast", "ZabData")
+#: ZooKeeper's behaviours VFle adds to FastLeaderElection (module docstring); a test takes each away to show that it is
+#: needed.
+WIDENINGS = ("DropQueued", "ResendLast", "ZabData", "LateReply")
+#: Those of them that are a step on one pair's send queue, taken just before the pair's next notification crosses.
+_PAIR_WIDENINGS = ("DropQueued", "ResendLast", "LateReply")
 #: The most distinct states one search explores; a search without the guide that stops there has no verdict.
 BUDGET = 2_000_000
 
@@ -96,6 +108,7 @@ class FleValidation:
     best: dict[str, Any] = field(default_factory=dict)
     runs: int = 0  # TLC runs: with the guide, then without it when that found no behaviour
     guided: bool = False  # the verdict is the guided search's (only a match is taken from it)
+    guided_frontier: int = 0  # where a guided search that found no behaviour stopped (0: none did)
 
     @property
     def verdict(self) -> str:
@@ -118,6 +131,9 @@ _READY_DROP = r"""
              \/ \E m \in (k + 2)..Len(electionMsgs[o.s][o.r]) : Matches(electionMsgs[o.s][o.r][m], o)"""
 _READY_RESEND = r"""
              \/ ~resent /\ lastSent[o.s][o.r] /= <<>> /\ Matches(lastSent[o.s][o.r][1], o)"""
+_READY_LATE = r"""
+             \/ k + 2 <= Len(electionMsgs[o.s][o.r]) /\ LateAnswer(electionMsgs[o.s][o.r], k + 1)
+                /\ Matches(electionMsgs[o.s][o.r][k + 2], o)"""
 
 
 def fle_module(el: Elections, widenings: tuple[str, ...] = WIDENINGS, guided: bool = False) -> str:
@@ -125,12 +141,12 @@ def fle_module(el: Elections, widenings: tuple[str, ...] = WIDENINGS, guided: bo
     ``guided``: FastLeaderElection's steps are the next observation's sender's (``Focus``)."""
     t0 = el.notices[0].t_ns if el.notices else 0
     records = [_record(n, t0) for n in el.notices]
-    seen = "{" + ", ".join(sorted({f"<<<<{n.zxid[0]}, {n.zxid[1]}>>, {n.peer_epoch}>>" for n in el.notices})
-                           or ["<<<<0, 0>>, 0>>"]) + "}"
-    extra = "".join(f"\n    \\/ \\E i, j \\in Server : {w}(i, j)" for w in WIDENINGS[:2] if w in widenings)
+    zxids = "{" + ", ".join(f"<<{z[0]}, {z[1]}>>" for z in sorted({(0, 0)} | {tuple(n.zxid) for n in el.notices})) + "}"
+    epochs = "{" + ", ".join(str(e) for e in sorted({0} | {n.peer_epoch for n in el.notices})) + "}"
+    extra = "".join(f"\n    \\/ \\E i, j \\in Server : {w}(i, j)" for w in _PAIR_WIDENINGS if w in widenings)
     zab = " \\/ ZabData(i) \\/ VoteEpoch(i)" if "ZabData" in widenings else ""
-    ready = "".join(text for w, text in (("DropQueued", _READY_DROP), ("ResendLast", _READY_RESEND))
-                    if w in widenings)
+    ready = "".join(text for w, text in (("DropQueued", _READY_DROP), ("ResendLast", _READY_RESEND),
+                                         ("LateReply", _READY_LATE)) if w in widenings)
     return f"""---------------------------- MODULE VFle ----------------------------
 \\* Generated by conformance/validate/flecheck.py from a ZooKeeper recording: {el.recording}
 \\* One record a notification the proxy saw on an election connection. Do not edit.
@@ -149,11 +165,18 @@ VInitEpoch == [i \\in VServer |-> 0]
 
 \\* FastLeaderElection's InitVote (replaced in VFle.cfg): a server votes with the data it has now.
 VInitVote(i) == [leader |-> i, zxid |-> dataZxid[i], epoch |-> dataEpoch[i]]
-\\* Every zxid and epoch a notification of the run carries: what a server's data may become.
-Seen == {seen}
+\\* Every zxid and every epoch a notification of the run carries: what a server's data may become (a decided server's
+\\* notifications show its epoch, not its zxid).
+SeenZxids == {zxids}
+SeenEpochs == {epochs}
 
 Matches(n, o) == /\\ n.state = o.st /\\ n.leader = o.leader /\\ n.zxid = o.zxid
                  /\\ n.electionEpoch = o.round /\\ n.peerEpoch = o.pe
+
+\\* The k-th notification of queue q is a decided server's answer and the next a LOOKING one of a later round
+\\* (LateReply).
+LateAnswer(q, k) == /\\ q[k].state /= "LOOKING" /\\ q[k + 1].state = "LOOKING"
+                    /\\ q[k + 1].electionEpoch > q[k].electionEpoch
 
 \\* SubSeq, empty when m > n (TLC 2.15 refuses SubSeq(<<>>, 1, 0)).
 Part(s, m, n) == IF m > n THEN <<>> ELSE SubSeq(s, m, n)
@@ -206,15 +229,17 @@ Focus == /\\ next <= Total /\\ ~Ready
          /\\ \\A x \\in Server : <<dataZxid'[x], dataEpoch'[x]>> /= <<dataZxid[x], dataEpoch[x]>> =>
                 /\\ dataEpoch'[x] = O(next).pe
                 /\\ O(next).st = "LOOKING" /\\ O(next).leader = x => dataZxid'[x] = O(next).zxid
+                /\\ O(next).st /= "LOOKING" => dataZxid'[x] = dataZxid[x]
 Guided == {"TRUE" if guided else "FALSE"}
 
 \\* Zab, between two elections: a decided server's data changes as Zab gives it transactions and epochs (and a down
 \\* server's restart reads what its disk kept), to a zxid and epoch the run shows, of an epoch no older.
 ZabData(i) ==
     /\\ (state[i] /= "LOOKING" \\/ down[i])
-    /\\ \\E d \\in Seen : /\\ d[2] >= dataEpoch[i] /\\ d /= <<dataZxid[i], dataEpoch[i]>>
-                       /\\ dataZxid' = [dataZxid EXCEPT ![i] = d[1]]
-                       /\\ dataEpoch' = [dataEpoch EXCEPT ![i] = d[2]]
+    /\\ \\E z \\in SeenZxids, e \\in SeenEpochs :
+           /\\ e >= dataEpoch[i] /\\ <<z, e>> /= <<dataZxid[i], dataEpoch[i]>>
+           /\\ dataZxid' = [dataZxid EXCEPT ![i] = z]
+           /\\ dataEpoch' = [dataEpoch EXCEPT ![i] = e]
     /\\ UNCHANGED <<vars, down>>
 
 \\* QuorumPeer.updateElectionVote: once its epoch is new, a decided server answers with it in its vote.
@@ -283,6 +308,17 @@ ResendLast(i, j) ==
     /\\ resent' = TRUE
     /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent, dataZxid, dataEpoch, down, lastTake>>
 
+\\* FastLeaderElection's WorkerReceiver answers a LOOKING peer with the state and vote it read, and queues the answer
+\\* once built; meanwhile the QuorumPeer thread may have gone back to LOOKING and queued its new round's notifications
+\\* first: a decided server's answer follows a LOOKING notification of a later round.
+LateReply(i, j) ==
+    /\\ NextOn(i, j)
+    /\\ LET q == electionMsgs[i][j]
+       IN  \\E p \\in (OnWire(i, j) + 1)..(Len(q) - 1) :
+               /\\ LateAnswer(q, p)
+               /\\ electionMsgs' = [electionMsgs EXCEPT ![i][j] = [q EXCEPT ![p] = q[p + 1], ![p + 1] = q[p]]]
+    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent, resent, dataZxid, dataEpoch, down, lastTake>>
+
 TraceInit == /\\ dataZxid = VInitZxid /\\ dataEpoch = VInitEpoch /\\ down = [i \\in Server |-> FALSE]
              /\\ Init /\\ wire = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ next = 1
              /\\ lastSent = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ resent = FALSE
@@ -340,7 +376,7 @@ def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS,
                        echo: Callable[[str], None] = lambda s: None, guide: bool = True) -> FleValidation:
     """Check ``el``'s notifications with TLC (module docstring): with the guide first when ``guide``, then without;
     never raises for a departure."""
-    spent, runs = 0.0, 0
+    spent, runs, frontier = 0.0, 0, 0
     for guided in (True, False) if guide else (False,):
         result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end)
         folder = observed_folder(SPEC_DIR / "FastLeaderElection.tla", "VFle", fle_module(el, widenings, guided),
@@ -349,13 +385,17 @@ def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS,
         spent += result.tlc_seconds
         runs += 1
         result.tlc_seconds, result.runs, result.guided = spent, runs, guided
+        result.guided_frontier = frontier
         if not searched:
             return result
         result.frontier = int(result.best.get("next", 1))
+        if guided:
+            frontier = result.guided_frontier = result.frontier
         result.failure = _report(el, result, folder)
         echo(f"zk validate (election): {result.distinct_states:,} states explored"
              f"{' with the guide' if guided else ''}, none makes every notification"
-             f"{f' (stopped at its budget of {BUDGET:,} states)' if result.inconclusive else ''}")
+             f"{f' (stopped at its budget of {BUDGET:,} states)' if result.inconclusive else ''}"
+             f"; the longest prefix made ends before notification {result.frontier}")
     return result
 
 
@@ -379,6 +419,11 @@ def _report(el: Elections, result: FleValidation, folder: Path) -> str:
                                  + ", ".join(f"{m['state']}({m['leader']})" for m in ch[wire:]))
     if result.inconclusive:
         lines.append(f"  not proven: the search stopped at its budget of {BUDGET:,} distinct states")
+    gf = result.guided_frontier
+    if not result.guided and g < gf <= len(el.notices):
+        lines.append(f"  the search with the guide went further and found no behaviour that sends notification {gf}: "
+                     f"{el.notices[gf - 1].describe()} from {el.notices[gf - 1].sender} to "
+                     f"{el.notices[gf - 1].receiver}")
     lines.append(f"  the generated module is kept in {folder}")
     return "\n".join(lines)
 
