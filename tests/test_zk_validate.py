@@ -1228,8 +1228,8 @@ def test_a_decided_servers_answer_queued_after_its_new_round_needs_late_reply(to
     """LATE is a behaviour of VFle with the LateReply widening, found by the guided search alone; without it the
     guided search makes every notification but the late answer (17), and so does it when the answer is changed to
     one that no decided server of LATE could have built (leader 1, or round 2). What it cannot give is proof: the
-    search without the guide, needed for a departure, does not finish within 2,000,000 states here (7 minutes,
-    INCONCLUSIVE, 2026-11-30), so it runs at a small budget and the verdict must stay INCONCLUSIVE, never FAILED."""
+    search without the guide, needed for a departure, does not finish within 2,000,000 states here (INCONCLUSIVE
+    after 12 notifications, 7 minutes; 2026-11-30), so it runs at a small budget and the verdict must stay INCONCLUSIVE, never FAILED."""
     from conformance.validate import flecheck
 
     ok = flecheck.validate_elections(_timed(LATE, 3), work=tmp_path)
