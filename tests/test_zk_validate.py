@@ -1229,7 +1229,8 @@ def test_a_decided_servers_answer_queued_after_its_new_round_needs_late_reply(to
     guided search makes every notification but the late answer (17), and so does it when the answer is changed to
     one that no decided server of LATE could have built (leader 1, or round 2). What it cannot give is proof: the
     search without the guide, needed for a departure, does not finish within 2,000,000 states here (INCONCLUSIVE
-    after 12 notifications, 7 minutes; 2026-11-30), so it runs at a small budget and the verdict must stay INCONCLUSIVE, never FAILED."""
+    after 12 notifications, 7 minutes; 2026-11-30), so it runs at a small budget and the verdict must stay
+    INCONCLUSIVE, never FAILED."""
     from conformance.validate import flecheck
 
     ok = flecheck.validate_elections(_timed(LATE, 3), work=tmp_path)
@@ -1245,14 +1246,18 @@ def test_a_decided_servers_answer_queued_after_its_new_round_needs_late_reply(to
 
 @pytest.mark.slow
 def test_an_election_search_that_reaches_its_budget_has_no_verdict(toolchain_ready, tmp_path, monkeypatch):
-    """A search of VFle stops at BUDGET distinct states: INCONCLUSIVE, saying so, never a departure (the guided
-    search of the same start makes it within the budget)."""
+    """A search of VFle stops at BUDGET distinct states or BUDGET_SECONDS of TLC: INCONCLUSIVE, saying so, never a
+    departure (the guided search of the same start makes it within the budget of states; none makes it in 0 s)."""
     from conformance.validate import flecheck
 
     monkeypatch.setattr(flecheck, "BUDGET", 1000)
-    assert flecheck.validate_elections(_elections(START), work=tmp_path).matched  # 559 states with the guide
+    assert flecheck.validate_elections(_elections(START), work=tmp_path).matched  # 75 states with the guide
     bare = flecheck.validate_elections(_elections(START), work=tmp_path, guide=False)
-    assert not bare.matched and bare.inconclusive and "budget of 1,000" in bare.failure, bare.failure
+    assert not bare.matched and bare.inconclusive and "budget (1,000 distinct states" in bare.failure, bare.failure
+    monkeypatch.setattr(flecheck, "BUDGET_SECONDS", 0)
+    timed = flecheck.validate_elections(_elections(START), work=tmp_path)
+    assert not timed.matched and timed.inconclusive and timed.runs == 2, timed.failure
+    assert "or 0 s of TLC" in timed.failure, timed.failure
 
 
 @pytest.mark.slow

@@ -88,8 +88,11 @@ CHUNK = 200
 WIDENINGS = ("DropQueued", "ResendLast", "ZabData", "LateReply")
 #: Those of them that are a step on one pair's send queue, taken just before the pair's next notification crosses.
 _PAIR_WIDENINGS = ("DropQueued", "ResendLast", "LateReply")
-#: The most distinct states one search explores; a search without the guide that stops there has no verdict.
+#: The most distinct states one search explores, and the most seconds it runs (TLCGet("duration")); a search that
+#: stops at either has no verdict. A whole fault run's elections can take the guided search hours (docs/zookeeper.md,
+#: "Fault runs' elections"): the seconds bound what `zabref zk validate` spends on them.
 BUDGET = 2_000_000
+BUDGET_SECONDS = 600
 
 
 @dataclass
@@ -336,8 +339,8 @@ Prog == /\\ IF next > TLCGet(1)
                 /\\ PrintT(<<"fleprogress", next, state, logicalclock, proposedVote, electionMsgs, wire, dataZxid,
                              dataEpoch, down>>)
            ELSE TRUE
-        /\\ IF TLCGet("distinct") >= {BUDGET}
-           THEN PrintT(<<"budget", TLCGet("distinct")>>) /\\ TLCSet("exit", TRUE)
+        /\\ IF TLCGet("distinct") >= {BUDGET} \\/ TLCGet("duration") >= {BUDGET_SECONDS}
+           THEN PrintT(<<"budget", TLCGet("distinct"), TLCGet("duration")>>) /\\ TLCSet("exit", TRUE)
            ELSE TRUE
 =============================================================================
 """
@@ -394,9 +397,13 @@ def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS,
         result.failure = _report(el, result, folder)
         echo(f"zk validate (election): {result.distinct_states:,} states explored"
              f"{' with the guide' if guided else ''}, none makes every notification"
-             f"{f' (stopped at its budget of {BUDGET:,} states)' if result.inconclusive else ''}"
+             f"{f' (stopped at its budget, {_budget()})' if result.inconclusive else ''}"
              f"; the longest prefix made ends before notification {result.frontier}")
     return result
+
+
+def _budget() -> str:
+    return f"{BUDGET:,} distinct states or {BUDGET_SECONDS:,} s of TLC, whichever came first"
 
 
 def _report(el: Elections, result: FleValidation, folder: Path) -> str:
@@ -418,7 +425,7 @@ def _report(el: Elections, result: FleValidation, folder: Path) -> str:
                     lines.append(f"    {a}->{b}: {len(ch)} notifications, {wire} on the wire; queued: "
                                  + ", ".join(f"{m['state']}({m['leader']})" for m in ch[wire:]))
     if result.inconclusive:
-        lines.append(f"  not proven: the search stopped at its budget of {BUDGET:,} distinct states")
+        lines.append(f"  not proven: the search stopped at its budget ({_budget()})")
     gf = result.guided_frontier
     if not result.guided and g < gf <= len(el.notices):
         lines.append(f"  the search with the guide went further and found no behaviour that sends notification {gf}: "
