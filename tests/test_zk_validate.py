@@ -1261,17 +1261,37 @@ def test_an_election_search_that_reaches_its_budget_has_no_verdict(toolchain_rea
 
 
 @pytest.mark.slow
-def test_zk_validate_holds_the_election_too_unless_told_not_to(real_run, toolchain_ready, capsys):
+def test_zk_validate_holds_the_election_too_unless_told_not_to(real_run, toolchain_ready, capsys, monkeypatch):
     """`zabref zk validate` runs both checks (from 742884e to this test it ran the Zab check only: the option's
-    value was overwritten)."""
+    value was overwritten). The election's verdict depends on how the recorded start went: most are a behaviour
+    found by the guided search in seconds, but the guide misses some (GUIDE_HOLE below), and the search without it
+    then ends at its budget, here 60 s: INCONCLUSIVE, exit 4, never a departure."""
+    from conformance.validate import flecheck
     from conformance.validate.zkcommand import _validate
 
-    assert _validate(real_run, True) == 0
+    monkeypatch.setattr(flecheck, "BUDGET_SECONDS", 60)
+    code = _validate(real_run, True)
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("zk validate (election): servers=3"))
-    assert "result=ok" in line, out
+    assert (code, "result=ok" in line) in ((0, True), (4, False)) and "result=FAILED" not in line, out
     assert _validate(real_run, False) == 0
     assert "(election)" not in capsys.readouterr().out
+
+
+#: A healthy 3.8.0 start recorded by the suite's real run (2026-11-30, CI's fresh clone of 0b1296d) that the guide
+#: misses: server 3, leading round 1 with no follower, looks again in round 2, and 1, looking in round 2 with a vote for
+#: 2 since 454 ms, switches to 3 (notification 31); no guided behaviour sends that. Open (docs/zookeeper.md, "Fault
+#: runs' elections"): kept so that a change of the guide shows here.
+GUIDE_HOLE = Path(__file__).parent / "fixtures" / "zk" / "start-380-guide-hole"
+
+
+@pytest.mark.slow
+def test_the_guide_misses_a_recorded_380_start_at_notification_31(toolchain_ready, tmp_path, monkeypatch):
+    from conformance.validate import flecheck
+
+    monkeypatch.setattr(flecheck, "BUDGET", 20_000)
+    r = flecheck.validate_elections_dir(GUIDE_HOLE, work=tmp_path)
+    assert not r.matched and r.inconclusive and r.runs == 2 and r.guided_frontier == 31, r.failure
 
 
 @pytest.mark.slow
