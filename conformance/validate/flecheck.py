@@ -1,96 +1,54 @@
-"""Election notifications of a ZooKeeper run held against spec/FastLeaderElection.tla, from outside: ``VFle``.
+"""Election notifications of a ZooKeeper run held against spec/FastLeaderElection.tla, from outside.
 
 Theory of operation
 -------------------
-The proxy sees what each server's QuorumCnxManager put on the wire (`conformance.zk.elections`). Module ``VFle``
-EXTENDS FastLeaderElection (all servers from an empty data dir: zxid <<0, 0>>, epoch 0; the notifications
-`conformance.zk.elections` keeps, a whole run's; MaxFaults from the rounds and the restarts the notifications show,
-`max_faults`) and keeps apart, in each channel ``electionMsgs[i][j]``, the notifications
-that crossed the wire -- its first ``OnWire(i, j)``, whose observation numbers ``wire[i][j]`` holds -- from those still
-in i's send queue:
+The proxy sees what each server's QuorumCnxManager put on the wire (`conformance.zk.elections`); module ``VFle``
+(`conformance.validate.flemodule`) is FastLeaderElection with what ZooKeeper's transport, threads and Zab add, and
+TLC searches it for a behaviour that sends those notifications in the proxy's order.
 
-* ``Transmit(i, j)``: the oldest queued notification of i -> j crosses the wire; it must be the next observation in
-  the proxy's order (``next``), addressed i -> j, with the same state, leader, zxid, round and peerEpoch. The proxy's
-  order is total, so the wire order of the whole run is the recording's.
-Four widenings: two are QuorumCnxManager's (the transport that FastLeaderElection.tla's channels abstract), one is
-FastLeaderElection.java's threads, one is Zab's; they live here, for ZooKeeper's runs, not in the spec zabref's servers
-are checked against:
+**Windows.** A fault run's elections are many (333 notifications in 18 rounds in a 60 s run), and one search of them
+all grows with what may wait in the send queues (docs/zookeeper.md, "Fault runs' elections"). The run is cut where
+nothing crossed any election connection for `QUIET_MS` (finalizeWait is 200 ms; between two elections the servers
+are quiet for seconds), and each window is searched from the last state of the behaviour found for the windows
+before it (`conformance.validate.flemodule.Span`), so the behaviours of the windows are one behaviour of the run. A
+window is searched with the guide from its start, then with the guide from up to `WIDEN` windows back (a
+notification a fault held may cross in a later window than the one that queued it, and the start found for the
+window may not have queued it), then without the guide from the same starts, latest first; the first search that
+makes the window's notifications ends it. Only a search without the guide that finds no behaviour is a departure, and
+it is proven when it started at Init (``exact``); from a later start another behaviour of the notifications before
+might still go on, and the report says so. A search without the guide that stops at its budget ends the window:
+INCONCLUSIVE (one from further back explores more still).
 
-* ``DropQueued(i, j)``: with two or more notifications queued for j, the oldest is dropped.
-  `QuorumCnxManager.addToSendQueue` keeps one message per peer while the connection is not there (``SEND_CAPACITY``
-  is 1: a full queue loses its oldest), so a server that voted twice before j was up sends j only its last vote.
-  FastLeaderElection.tla's channels lose nothing (docs/zookeeper.md, "Election notifications").
-* ``ResendLast(i, j)``: the last notification that crossed the wire to j goes first again. QuorumCnxManager's
-  SendWorker does so when it starts with an empty queue ("Duplicate messages are handled correctly by the peer",
-  its comment), so a peer can get the same vote twice with no step of the election between.
-
-* ``LateReply(i, j)``: a decided server's answer to a LOOKING peer crosses the wire after a LOOKING notification of a
-  later round that it queued after it. FastLeaderElection.java's WorkerReceiver reads the server's state (not
-  LOOKING), then builds the answer from the current vote and queues it; meanwhile the QuorumPeer thread may have gone
-  back to LOOKING and queued its new round's notifications (3.9.5, a 60 s fault run: 2's FOLLOWING(3) of round 1
-  after its own LOOKING votes of round 2). FastLeaderElection.tla answers in the step that takes the notification.
-
-The three are taken only when the next observation is on their pair (i -> j), and a resend at most once before
-each: they change nothing but i's queue for j, so taking them just before that queue's next notification crosses the
-wire loses no behaviour of interest and keeps TLC's search small (five servers' elections too).
-
-* ``ZabData`` (Zab's, between elections; with ``VoteEpoch`` and ``Crash``): the spec's ``InitVote`` is replaced
-  (VFle.cfg) by the vote of the data a server has now (``dataZxid``, ``dataEpoch``). A decided server's data
-  changes as Zab gives it transactions and epochs, or a down server's (its restart reads what its disk kept), to a
-  zxid some notification of the run carries and an epoch some notification carries, no older; a decided server's
-  vote takes its new epoch (``VoteEpoch``: QuorumPeer.updateElectionVote); a restart is ``Crash`` then
-  FastLeaderElection's ``Restart``.
-* Every step of FastLeaderElection's ``Next`` is kept, except that a server takes the head of a channel only once
-  it crossed the wire (``OnWire >= 1``).
-
-**The guide** (``Focus``). FastLeaderElection's steps are each one server's (it takes from its own channels, changes
-its own variables, queues its own notifications; a restart also empties its channels), and what one server does
-shows only when its notification crosses the wire. Steps of different servers commute, and a step of server x can
-wait until x's next notification is the next observation, and until that one cannot cross without it (``Ready``):
-the steps TLC takes are then only those of the next observation's sender, while that observation is not queued. One
-order of each behaviour's independent steps is kept instead of all of them. A server goes back to an election (a
-restart, or StartElection once decided) only where the next observation says so: it is the server's LOOKING vote
-while the server is decided, or of an earlier round than the server's. And a server takes the notifications that
-crossed the wire to it in the order they crossed (the proxy's): QuorumCnxManager's receivers put what every connection
-brings into one queue, which FastLeaderElection's WorkerReceiver takes in turn (two connections' packets forwarded at
-nearly one time may still be read in either order). ``ResendNotifications`` reads other servers' channels (it waits
-for every channel to and from its server to be empty), so a behaviour the guide orders differently may be missed: a
-search with the guide that finds no behaviour is run again without it, and only that one's verdict is a departure.
-The guide also changes a server's data only to what its next notification shows (its epoch; its zxid only when that
-notification is a LOOKING one, the only kind that can show it), and ends a finalize wait
-(``TimedOut``) only if nothing waits on the wire to the server that crossed sooner than ``FinalizeWait`` after the
-last notification it took, less ``Latency``: lookForLeader polls finalizeWait (200 ms) for each notification, and a
-server takes one no sooner than the proxy forwarded it (the records carry the proxy's times, ``t`` in ms).
-
-The run is a behaviour when a state has transmitted every observation (``NotDone`` violated; TLC's counterexample is
-the shortest such behaviour). When none gets there, the constraint ``Prog`` has kept, in TLC register 1, the
-longest prefix of observations any state transmitted, and printed that state: the next observation is the first
-the spec (with QuorumCnxManager's queue) cannot make.
+The generated folder of each search is removed, but that of the search a verdict other than a behaviour is taken
+from, which the report names.
 """
 
 from __future__ import annotations
 
+import shutil
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from conformance.tla.tracemodule import chunked
 from conformance.tla.values import format_value
+from conformance.validate.flemodule import PROGRESS_FIELDS, WIDENINGS, Span, fle_config, fle_module
 from conformance.validate.observed import check_observed, observed_folder
 from conformance.zk.elections import Elections, elections_dir
 
-__all__ = ["FleValidation", "fle_module", "validate_elections", "validate_elections_dir"]
+__all__ = ["FleValidation", "validate_elections", "validate_elections_dir", "windows"]
 
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
-CHUNK = 200
-#: ZooKeeper's behaviours VFle adds to FastLeaderElection (module docstring); a test takes each away to show that it is
-#: needed.
-WIDENINGS = ("DropQueued", "ResendLast", "ZabData", "LateReply")
 #: The most distinct states one search explores, and the most seconds it runs (TLCGet("duration")); a search that
 #: stops at either has no verdict. A whole fault run's elections can take the guided search hours (docs/zookeeper.md,
 #: "Fault runs' elections"): the seconds bound what `zabref zk validate` spends on them.
 BUDGET = 2_000_000
 BUDGET_SECONDS = 600
+#: A gap between two notifications longer than this (ms) ends a window; and how many windows back a window that
+#: finds no behaviour from its start is searched again from.
+QUIET_MS = 1000
+MOST = 20
+WIDEN = 2
 
 
 @dataclass
@@ -107,9 +65,12 @@ class FleValidation:
     inconclusive: bool = False
     tlc_seconds: float = 0.0
     best: dict[str, Any] = field(default_factory=dict)
-    runs: int = 0  # TLC runs: with the guide, then without it when that found no behaviour
-    guided: bool = False  # the verdict is the guided search's (only a match is taken from it)
-    guided_frontier: int = 0  # where a guided search that found no behaviour stopped (0: none did)
+    runs: int = 0  # TLC runs: every window's, each from where it started, with the guide and without
+    guided: bool = False  # the verdict is the guided searches' (every window's; only a match is taken from them)
+    guided_frontier: int = 0  # where the furthest guided search that found no behaviour stopped (0: none did)
+    windows: int = 0  # windows searched (the last one is where a departure was found)
+    rechecked: int = 0  # windows made only by a search from an earlier window's start
+    exact: bool = True  # a departure found from Init (False: from a later window's start)
 
     @property
     def verdict(self) -> str:
@@ -117,288 +78,139 @@ class FleValidation:
 
     def line(self) -> str:
         return (f"zk validate (election): servers={self.servers} notifications={self.notifications} "
-                f"after-end={self.after_end} steps={self.steps} states={self.distinct_states} "
-                f"tlc-runs={self.runs} tlc={self.tlc_seconds:.1f}s result={self.verdict}")
+                f"after-end={self.after_end} windows={self.windows} rechecked={self.rechecked} steps={self.steps} "
+                f"states={self.distinct_states} tlc-runs={self.runs} tlc={self.tlc_seconds:.1f}s "
+                f"result={self.verdict}")
 
 
-def _record(n: Any, t0: int) -> str:
-    return format_value({"s": n.sender, "r": n.receiver, "st": n.state, "leader": n.leader, "zxid": n.zxid,
-                         "round": n.round, "pe": n.peer_epoch, "t": (n.t_ns - t0) // 1_000_000})
+def windows(el: Elections, quiet_ms: int = QUIET_MS, most: int = MOST) -> list[int]:
+    """The last notification of each window: where the next one crossed more than ``quiet_ms`` later, and a window
+    of more than ``most`` notifications cut again where its longest gap is, until none is longer."""
+    ns = el.notices
+    gap = [0] + [ns[k].t_ns - ns[k - 1].t_ns for k in range(1, len(ns))]  # gap[k]: before notification k + 1
+    ends = [k for k in range(1, len(ns)) if gap[k] > quiet_ms * 1_000_000] + ([len(ns)] if ns else [])
+    out: list[int] = []
+    todo = [(lo, hi) for lo, hi in zip([0, *ends], ends)]
+    while todo:
+        lo, hi = todo.pop(0)
+        if hi - lo <= most:
+            out.append(hi)
+            continue
+        cut = max(range(lo + 1, hi), key=lambda k: gap[k])  # the window ends before notification cut + 1
+        todo[:0] = [(lo, cut), (cut, hi)]
+    return out
 
 
-#: Ready's cases for the widenings: the next observation waits behind notifications DropQueued may drop, or
-#: ResendLast may put it first again.
-_READY_DROP = r"""
-             \/ \E m \in (k + 2)..Len(electionMsgs[o.s][o.r]) : Matches(electionMsgs[o.s][o.r][m], o)"""
-_READY_RESEND = r"""
-             \/ ~resent /\ lastSent[o.s][o.r] /= <<>> /\ Matches(lastSent[o.s][o.r][1], o)"""
-_READY_LATE = r"""
-             \/ k + 2 <= Len(electionMsgs[o.s][o.r]) /\ LateAnswer(electionMsgs[o.s][o.r], k + 1)
-                /\ Matches(electionMsgs[o.s][o.r][k + 2], o)"""
-#: The widenings that are a step on one pair's send queue, taken just before the pair's next notification crosses,
-#: and the case each adds to ``Ready``.
-_PAIR_WIDENINGS = {"DropQueued": _READY_DROP, "ResendLast": _READY_RESEND, "LateReply": _READY_LATE}
+@dataclass
+class _Search:
+    """One TLC run of one window's notifications from one start (the fields `check_observed` fills)."""
+
+    span: Span
+    start: int  # the window it started at (0: Init)
+    guided: bool
+    matched: bool = False
+    steps: int = 0
+    distinct_states: int = 0
+    inconclusive: bool = False
+    failure: str | None = None
+    tlc_seconds: float = 0.0
+    best: dict[str, Any] = field(default_factory=dict)
+    end: tuple[tuple[str, str], ...] = ()
+    folder: Path = Path()
+
+    @property
+    def frontier(self) -> int:
+        return int(self.best.get("next", self.span.lo + 1))
 
 
-def fle_module(el: Elections, widenings: tuple[str, ...] = WIDENINGS, guided: bool = False) -> str:
-    """The text of module VFle for ``el`` (module docstring); ``widenings``: which of `WIDENINGS` Next has;
-    ``guided``: FastLeaderElection's steps are the next observation's sender's (``Focus``)."""
-    t0 = el.notices[0].t_ns if el.notices else 0
-    records = [_record(n, t0) for n in el.notices]
-    zxids = "{" + ", ".join(f"<<{z[0]}, {z[1]}>>" for z in sorted({(0, 0)} | {tuple(n.zxid) for n in el.notices})) + "}"
-    epochs = "{" + ", ".join(str(e) for e in sorted({0} | {n.peer_epoch for n in el.notices})) + "}"
-    extra = "".join(f"\n    \\/ \\E i, j \\in Server : {w}(i, j)" for w in _PAIR_WIDENINGS if w in widenings)
-    zab = " \\/ ZabData(i) \\/ VoteEpoch(i)" if "ZabData" in widenings else ""
-    ready = "".join(text for w, text in _PAIR_WIDENINGS.items() if w in widenings)
-    return f"""---------------------------- MODULE VFle ----------------------------
-\\* Generated by conformance/validate/flecheck.py from a ZooKeeper recording: {el.recording}
-\\* One record a notification the proxy saw on an election connection. Do not edit.
-EXTENDS FastLeaderElection, TLC
-VARIABLES wire, next, lastSent, resent, dataZxid, dataEpoch, down, lastTake
-
-\\* How many notifications of i -> j crossed the wire and wait for j (the first of electionMsgs[i][j]).
-OnWire(i, j) == Len(wire[i][j])
-
-{chunked("Ob", records, "O", CHUNK)}
-Total == {len(records)}
-
-VServer == 1..{el.servers}
-VInitZxid == [i \\in VServer |-> <<0, 0>>]
-VInitEpoch == [i \\in VServer |-> 0]
-
-\\* FastLeaderElection's InitVote (replaced in VFle.cfg): a server votes with the data it has now.
-VInitVote(i) == [leader |-> i, zxid |-> dataZxid[i], epoch |-> dataEpoch[i]]
-\\* Every zxid and every epoch a notification of the run carries: what a server's data may become (a decided server's
-\\* notifications show its epoch, not its zxid).
-SeenZxids == {zxids}
-SeenEpochs == {epochs}
-
-Matches(n, o) == /\\ n.state = o.st /\\ n.leader = o.leader /\\ n.zxid = o.zxid
-                 /\\ n.electionEpoch = o.round /\\ n.peerEpoch = o.pe
-
-\\* The k-th notification of queue q is a decided server's answer and the next a LOOKING one of a later round
-\\* (LateReply).
-LateAnswer(q, k) == /\\ q[k].state /= "LOOKING" /\\ q[k + 1].state = "LOOKING"
-                    /\\ q[k + 1].electionEpoch > q[k].electionEpoch
-
-\\* SubSeq, empty when m > n (TLC 2.15 refuses SubSeq(<<>>, 1, 0)).
-Part(s, m, n) == IF m > n THEN <<>> ELSE SubSeq(s, m, n)
-
-\\* x restarted in this step (FastLeaderElection's Restart: a fault, round 1 again; it empties x's channels).
-RestartOf(x) == faults'[x] > faults[x] /\\ logicalclock'[x] = 1
-
-\\* b took the head of a -> b.
-Popped(a, b) == Len(electionMsgs'[a][b]) = Len(electionMsgs[a][b]) - 1 /\\ ~RestartOf(a) /\\ ~RestartOf(b)
-
-\\* The servers a step of FastLeaderElection acts for: x changed its own variables, queued a notification, or took one
-\\* (a channel to it shrank, not by its sender's restart).
-FleActs(x) == \\/ state'[x] /= state[x] \\/ logicalclock'[x] /= logicalclock[x] \\/ proposedVote'[x] /= proposedVote[x]
-              \\/ recvVotes'[x] /= recvVotes[x] \\/ outOfElection'[x] /= outOfElection[x]
-              \\/ finalizing'[x] /= finalizing[x] \\/ faults'[x] /= faults[x]
-              \\/ \\E a \\in Server : \\/ Len(electionMsgs'[x][a]) > Len(electionMsgs[x][a])
-                                   \\/ Len(electionMsgs'[a][x]) < Len(electionMsgs[a][x]) /\\ ~RestartOf(a)
-\\* ... or a step of its environment: its data changed, it went down.
-Acts(x) == FleActs(x) \\/ dataZxid'[x] /= dataZxid[x] \\/ dataEpoch'[x] /= dataEpoch[x] \\/ down'[x] /= down[x]
-
-\\* x's finalize wait ended with no notification (FastLeaderElection's FinalizeTimeout).
-TimedOut(x) == finalizing[x] /\\ state'[x] /= "LOOKING" /\\ \\A a \\in Server : ~Popped(a, x)
-\\* lookForLeader polls finalizeWait ms for each notification; the proxy forwards one within this many ms.
-FinalizeWait == 200
-Latency == 50
-
-\\* The next observation can cross the wire with no step of its sender: it is queued first, or behind what
-\\* QuorumCnxManager may still drop, or it is the last one sent and may be sent again.
-Ready == LET o == O(next)
-             k == OnWire(o.s, o.r)
-         IN  \\/ k < Len(electionMsgs[o.s][o.r]) /\\ Matches(electionMsgs[o.s][o.r][k + 1], o){ready}
-
-\\* The guide (module docstring): while the next observation cannot cross the wire yet, a step of its sender; taking
-\\* what crossed the wire to a server in the order it crossed; going back to an election only when that observation
-\\* says so (its sender is decided and it is a LOOKING vote of a later round, or of the same round after a restart, or
-\\* it is of an earlier round than the sender's); no end of a finalize wait while a notification that crossed the wire
-\\* soon enough waits; data changed only as that observation shows it.
-Focus == /\\ next <= Total /\\ ~Ready
-         /\\ \\A x \\in Server : Acts(x) => x = O(next).s
-         /\\ \\A a, b \\in Server : Popped(a, b) =>
-                \\A c \\in Server : wire[c][b] /= <<>> => wire[a][b][1] <= wire[c][b][1]
-         /\\ \\A x \\in Server : faults'[x] > faults[x] /\\ ~RestartOf(x) =>
-                state[x] /= "LOOKING" /\\ O(next).st = "LOOKING" /\\ O(next).round > logicalclock[x]
-         /\\ \\A x \\in Server : down'[x] /\\ ~down[x] =>
-                \\/ O(next).round < logicalclock[x]
-                \\/ state[x] /= "LOOKING" /\\ O(next).st = "LOOKING" /\\ O(next).round = logicalclock[x]
-         /\\ \\A x \\in Server : TimedOut(x) =>
-                \\A a \\in Server : wire[a][x] /= <<>> /\\ lastTake[x] > 0 =>
-                    O(wire[a][x][1]).t >= O(lastTake[x]).t + FinalizeWait - Latency
-         /\\ \\A x \\in Server : <<dataZxid'[x], dataEpoch'[x]>> /= <<dataZxid[x], dataEpoch[x]>> =>
-                /\\ dataEpoch'[x] = O(next).pe
-                /\\ O(next).st = "LOOKING" /\\ O(next).leader = x => dataZxid'[x] = O(next).zxid
-                /\\ O(next).st /= "LOOKING" => dataZxid'[x] = dataZxid[x]
-Guided == {"TRUE" if guided else "FALSE"}
-
-\\* Zab, between two elections: a decided server's data changes as Zab gives it transactions and epochs (and a down
-\\* server's restart reads what its disk kept), to a zxid and epoch the run shows, of an epoch no older.
-ZabData(i) ==
-    /\\ (state[i] /= "LOOKING" \\/ down[i])
-    /\\ \\E z \\in SeenZxids, e \\in SeenEpochs :
-           /\\ e >= dataEpoch[i] /\\ <<z, e>> /= <<dataZxid[i], dataEpoch[i]>>
-           /\\ dataZxid' = [dataZxid EXCEPT ![i] = z]
-           /\\ dataEpoch' = [dataEpoch EXCEPT ![i] = e]
-    /\\ UNCHANGED <<vars, down>>
-
-\\* QuorumPeer.updateElectionVote: once its epoch is new, a decided server answers with it in its vote.
-VoteEpoch(i) ==
-    /\\ state[i] /= "LOOKING" /\\ ~down[i]
-    /\\ proposedVote[i].epoch < dataEpoch[i]
-    /\\ proposedVote' = [proposedVote EXCEPT ![i].epoch = dataEpoch[i]]
-    /\\ UNCHANGED <<state, logicalclock, recvVotes, outOfElection, finalizing, electionMsgs, faults, decisions>>
-    /\\ UNCHANGED <<dataZxid, dataEpoch, down>>
-
-\\* A server goes down (FastLeaderElection's Restart then brings it back, and only then).
-Crash(i) ==
-    /\\ ~down[i] /\\ TotalFaults < MaxFaults
-    /\\ down' = [down EXCEPT ![i] = TRUE]
-    /\\ UNCHANGED <<vars, dataZxid, dataEpoch>>
-
-\\* FastLeaderElection's steps and its environment's: a server takes a notification only once it crossed the wire; a
-\\* down server takes no step of the election but its restart.
-FleStep ==
-    /\\ \\/ /\\ Next
-          /\\ \\A x \\in Server : RestartOf(x) => down[x]
-          /\\ \\A x \\in Server : down[x] /\\ FleActs(x) => RestartOf(x)
-          /\\ down' = [x \\in Server |-> down[x] /\\ ~RestartOf(x)]
-          /\\ UNCHANGED <<dataZxid, dataEpoch>>
-       \\/ \\E i \\in Server : Crash(i){zab}
-    /\\ \\A a, b \\in Server : Popped(a, b) => OnWire(a, b) >= 1
-    /\\ Guided => Focus
-    /\\ wire' = [a \\in Server |-> [b \\in Server |->
-                 IF RestartOf(a) \\/ RestartOf(b) THEN <<>> ELSE IF Popped(a, b) THEN Tail(wire[a][b]) ELSE wire[a][b]]]
-    /\\ lastTake' = [b \\in Server |-> IF RestartOf(b) THEN 0
-                                     ELSE IF \\E a \\in Server : Popped(a, b)
-                                          THEN LET a == CHOOSE a \\in Server : Popped(a, b) IN wire[a][b][1]
-                                          ELSE lastTake[b]]
-    /\\ UNCHANGED <<next, lastSent, resent>>
-
-\\* The next observation is on the pair i -> j.
-NextOn(i, j) == next <= Total /\\ O(next).s = i /\\ O(next).r = j
-
-\\* The oldest queued notification of i -> j crosses the wire: the next observation, in the proxy's order.
-Transmit(i, j) ==
-    /\\ NextOn(i, j)
-    /\\ OnWire(i, j) < Len(electionMsgs[i][j])
-    /\\ Matches(electionMsgs[i][j][OnWire(i, j) + 1], O(next))
-    /\\ wire' = [wire EXCEPT ![i][j] = Append(@, next)]
-    /\\ next' = next + 1
-    /\\ lastSent' = [lastSent EXCEPT ![i][j] = <<electionMsgs[i][j][OnWire(i, j) + 1]>>]
-    /\\ resent' = FALSE
-    /\\ UNCHANGED <<serverVars, electionMsgs, faults, decisions, dataZxid, dataEpoch, down, lastTake>>
-
-\\* QuorumCnxManager's send queue holds one message per peer: of two queued, the older is dropped.
-DropQueued(i, j) ==
-    /\\ NextOn(i, j)
-    /\\ Len(electionMsgs[i][j]) - OnWire(i, j) >= 2
-    /\\ LET k == OnWire(i, j) + 1
-       IN  electionMsgs' = [electionMsgs EXCEPT ![i][j] = Part(@, 1, k - 1) \\o Part(@, k + 1, Len(@))]
-    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent, resent, dataZxid, dataEpoch, down, lastTake>>
-
-\\* QuorumCnxManager's SendWorker, starting, sends j its last message again, before what is queued.
-ResendLast(i, j) ==
-    /\\ NextOn(i, j)
-    /\\ ~resent
-    /\\ lastSent[i][j] /= <<>>
-    /\\ LET k == OnWire(i, j)
-       IN  electionMsgs' = [electionMsgs EXCEPT ![i][j] =
-                               Part(@, 1, k) \\o lastSent[i][j] \\o Part(@, k + 1, Len(@))]
-    /\\ resent' = TRUE
-    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent, dataZxid, dataEpoch, down, lastTake>>
-
-\\* FastLeaderElection's WorkerReceiver answers a LOOKING peer with the state and vote it read, and queues the answer
-\\* once built; meanwhile the QuorumPeer thread may have gone back to LOOKING and queued its new round's notifications
-\\* first: a decided server's answer follows a LOOKING notification of a later round.
-LateReply(i, j) ==
-    /\\ NextOn(i, j)
-    /\\ LET q == electionMsgs[i][j]
-       IN  \\E p \\in (OnWire(i, j) + 1)..(Len(q) - 1) :
-               /\\ LateAnswer(q, p)
-               /\\ electionMsgs' = [electionMsgs EXCEPT ![i][j] = [q EXCEPT ![p] = q[p + 1], ![p + 1] = q[p]]]
-    /\\ UNCHANGED <<serverVars, faults, decisions, wire, next, lastSent, resent, dataZxid, dataEpoch, down, lastTake>>
-
-TraceInit == /\\ dataZxid = VInitZxid /\\ dataEpoch = VInitEpoch /\\ down = [i \\in Server |-> FALSE]
-             /\\ Init /\\ wire = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ next = 1
-             /\\ lastSent = [a \\in Server |-> [b \\in Server |-> <<>>]] /\\ resent = FALSE
-             /\\ lastTake = [b \\in Server |-> 0]
-
-TraceNext ==
-    \\/ FleStep
-    \\/ \\E i, j \\in Server : Transmit(i, j){extra}
-
-NotDone == next <= Total
-
-ASSUME TLCSet(1, 0)
-Prog == /\\ IF next > TLCGet(1)
-           THEN /\\ TLCSet(1, next)
-                /\\ PrintT(<<"fleprogress", next, state, logicalclock, proposedVote, electionMsgs, wire, dataZxid,
-                             dataEpoch, down>>)
-           ELSE TRUE
-        /\\ IF TLCGet("distinct") >= {BUDGET} \\/ TLCGet("duration") >= {BUDGET_SECONDS}
-           THEN PrintT(<<"budget", TLCGet("distinct"), TLCGet("duration")>>) /\\ TLCSet("exit", TRUE)
-           ELSE TRUE
-=============================================================================
-"""
+@dataclass
+class _Start:
+    window: int  # the window it starts (0-based)
+    span_lo: int  # the notifications before it
+    state: tuple[tuple[str, str], ...]  # () : Init
+    steps: int  # the behaviour's steps before it
 
 
-def max_faults(el: Elections) -> int:
-    """MaxFaults: StartElection and Restart steps. A server goes to a new round at most rounds - 1 times in each of
-    its lives; a restart shows as a notification of an earlier round than its sender's last, a LOOKING one after its
-    sender's FOLLOWING or LEADING one of the same round, or a vote for itself with other data than its last."""
-    last: dict[int, Any] = {}
-    data: dict[int, tuple] = {}
-    restarts = 0
-    for n in el.notices:
-        p = last.get(n.sender)
-        mine = (n.zxid, n.peer_epoch) if n.state == "LOOKING" and n.leader == n.sender else None
-        if p is not None and (n.round < p.round or n.round == p.round and n.state == "LOOKING" != p.state
-                              or mine is not None and data.get(n.sender, mine) != mine):
-            restarts += 1
-        last[n.sender] = n
-        if mine is not None:
-            data[n.sender] = mine
-    return el.servers * (el.rounds - 1) * (1 + restarts) + restarts
-
-
-def fle_config(el: Elections) -> str:
-    return ("CONSTANTS\n    Server <- VServer\n    InitZxid <- VInitZxid\n    InitEpoch <- VInitEpoch\n"
-            f"    InitVote <- VInitVote\n    MaxFaults = {max_faults(el)}\n"
-            "INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Prog\nINVARIANT NotDone\n")
-
-
-PROGRESS_FIELDS = ("next", "state", "logicalclock", "proposedVote", "electionMsgs", "wire", "dataZxid", "dataEpoch",
-                   "down")
+def _search(el: Elections, start: _Start, hi: int, guided: bool, widenings: tuple[str, ...],
+            work: Path | None) -> _Search:
+    span = Span(start.span_lo, hi, start.state)
+    s = _Search(span, start.window, guided)
+    module = fle_module(el, span, budget=(BUDGET, BUDGET_SECONDS), widenings=widenings, guided=guided)
+    s.folder = observed_folder(SPEC_DIR / "FastLeaderElection.tla", "VFle", module, fle_config(el, span),
+                               "zabref-flevalidate-", work)
+    _, s.end = check_observed(s, s.folder, "VFle", "fleprogress", PROGRESS_FIELDS)
+    return s
 
 
 def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS, work: Path | None = None,
-                       echo: Callable[[str], None] = lambda s: None, guide: bool = True) -> FleValidation:
-    """Check ``el``'s notifications with TLC (module docstring): with the guide first when ``guide``, then without;
-    never raises for a departure."""
-    spent, runs, frontier = 0.0, 0, 0
-    for guided in (True, False) if guide else (False,):
-        result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end)
-        folder = observed_folder(SPEC_DIR / "FastLeaderElection.tla", "VFle", fle_module(el, widenings, guided),
-                                 fle_config(el), "zabref-flevalidate-", work)
-        searched = check_observed(result, folder, "VFle", "fleprogress", PROGRESS_FIELDS)
-        spent += result.tlc_seconds
-        runs += 1
-        result.tlc_seconds, result.runs, result.guided = spent, runs, guided
-        result.guided_frontier = frontier
-        if not searched:
-            return result
-        result.frontier = int(result.best.get("next", 1))
-        if guided:
-            frontier = result.guided_frontier = result.frontier
-        result.failure = _report(el, result, folder)
-        echo(f"zk validate (election): {result.distinct_states:,} states explored"
-             f"{' with the guide' if guided else ''}, none makes every notification"
-             f"{f' (stopped at its budget, {_budget()})' if result.inconclusive else ''}"
-             f"; the longest prefix made ends before notification {result.frontier}")
+                       echo: Callable[[str], None] = lambda s: None, guide: bool = True,
+                       quiet_ms: int = QUIET_MS, most: int = MOST, widen: int = WIDEN) -> FleValidation:
+    """Check ``el``'s notifications with TLC, window by window (module docstring); never raises for a departure.
+    ``guide``: search with the guide first; ``quiet_ms`` and ``most``: where windows end (`windows`; a gap and a
+    count larger than the run's: the whole run in one window)."""
+    result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end)
+    bounds = windows(el, quiet_ms, most)
+    starts: deque[_Start] = deque([_Start(0, 0, (), 0)], maxlen=widen + 1)
+    for k, hi in enumerate(bounds):
+        result.windows = k + 1
+        back = list(reversed(starts))
+        tries = ([(st, True) for st in back] if guide else []) + [(st, False) for st in back]
+        missed: list[_Search] = []
+        found = None
+        for st, guided in tries:
+            s = _search(el, st, hi, guided, widenings, work)
+            result.runs += 1
+            result.tlc_seconds += s.tlc_seconds
+            result.distinct_states += s.distinct_states
+            if s.matched:
+                found = s
+                break
+            if s.failure is not None and not s.best:  # TLC did not finish: no verdict
+                result.inconclusive, result.failure = True, s.failure
+                return result
+            missed.append(s)
+            if s.inconclusive and not guided:  # a search from further back would explore more still
+                break
+            echo(f"zk validate (election): window {k + 1} (notifications {st.span_lo + 1}-{hi}) from "
+                 f"{_where(st.window, st.span_lo)}{' with the guide' if guided else ''}: {s.distinct_states:,} "
+                 f"states, none makes notification {s.frontier}"
+                 f"{f' (stopped at its budget, {_budget()})' if s.inconclusive else ''}")
+        if found is None:
+            return _departed(el, result, missed)
+        for m in missed:  # kept only for a verdict that is not a behaviour
+            shutil.rmtree(m.folder, ignore_errors=True)
+        while starts[-1].window > found.start:  # a start the window could not go on from is not gone back to
+            starts.pop()
+        result.steps = next(st.steps for st in starts if st.window == found.start) + found.steps
+        result.guided = found.guided and (k == 0 or result.guided)
+        result.rechecked += found.start != k
+        starts.append(_Start(k + 1, hi, found.end, result.steps))
+        if hi < len(el.notices):
+            echo(f"zk validate (election): {hi} of {len(el.notices)} notifications made ({k + 1} windows, "
+                 f"{result.tlc_seconds:.0f} s of TLC, {result.distinct_states:,} states)")
+    result.matched = True
+    return result
+
+
+def _where(window: int, lo: int) -> str:
+    return "Init" if window == 0 else f"window {window + 1}'s start (after notification {lo})"
+
+
+def _departed(el: Elections, result: FleValidation, missed: list[_Search]) -> FleValidation:
+    """No search made the window: the verdict is the furthest-back search without the guide that explored all it
+    could reach, else the last without the guide (at its budget: INCONCLUSIVE), else the first guided one."""
+    bare = [s for s in missed if not s.guided]
+    pick = next((s for s in reversed(bare) if not s.inconclusive), bare[-1] if bare else missed[0])
+    guided = [s.frontier for s in missed if s.guided]
+    result.best, result.frontier = pick.best, pick.frontier
+    result.guided_frontier = max(guided, default=0)
+    result.guided = pick.guided
+    result.inconclusive = pick.inconclusive or pick.guided
+    result.exact = pick.start == 0 and not pick.guided
+    result.failure = _report(el, result, pick)
+    for m in missed:  # the report names the one kept
+        if m is not pick:
+            shutil.rmtree(m.folder, ignore_errors=True)
     return result
 
 
@@ -406,11 +218,15 @@ def _budget() -> str:
     return f"{BUDGET:,} distinct states or {BUDGET_SECONDS:,} s of TLC, whichever came first"
 
 
-def _report(el: Elections, result: FleValidation, folder: Path) -> str:
+def _report(el: Elections, result: FleValidation, pick: _Search) -> str:
     g, best = result.frontier, result.best
     n = el.notices[g - 1] if 0 < g <= len(el.notices) else None
+    where = ("from Init: no behaviour of the spec sends the notifications up to it" if pick.start == 0 else
+             f"from the state the behaviour found for the notifications before window {pick.start + 1} reached "
+             f"(after notification {pick.span.lo}); another behaviour of those might still go on")
     lines = [f"notification {g} of {len(el.notices)} is the first FastLeaderElection.tla cannot send: "
              + (f"{n.describe()} from {n.sender} to {n.receiver}\n  at {n.where(el.recording)}" if n else "?"),
+             f"  checked {where}{' (by the guided search alone)' if pick.guided else ''}",
              "  in the state that sent the longest prefix of them:"]
     for s in range(1, el.servers + 1):
         part = [f"{k}={format_value(best[k][s - 1])}"
@@ -424,14 +240,14 @@ def _report(el: Elections, result: FleValidation, folder: Path) -> str:
                     wire = len(best["wire"][a - 1][b - 1])
                     lines.append(f"    {a}->{b}: {len(ch)} notifications, {wire} on the wire; queued: "
                                  + ", ".join(f"{m['state']}({m['leader']})" for m in ch[wire:]))
-    if result.inconclusive:
+    if pick.inconclusive:
         lines.append(f"  not proven: the search stopped at its budget ({_budget()})")
     gf = result.guided_frontier
-    if not result.guided and g < gf <= len(el.notices):
+    if not pick.guided and g < gf <= len(el.notices):
         lines.append(f"  the search with the guide went further and found no behaviour that sends notification {gf}: "
                      f"{el.notices[gf - 1].describe()} from {el.notices[gf - 1].sender} to "
                      f"{el.notices[gf - 1].receiver}")
-    lines.append(f"  the generated module is kept in {folder}")
+    lines.append(f"  the generated module is kept in {pick.folder}")
     return "\n".join(lines)
 
 

@@ -4,10 +4,10 @@
 (election notifications against FastLeaderElection.tla) each write a module into a folder (`observed_folder`) whose
 constraint prints, under a tag, the state that made the longest prefix of the observations (`last_progress` reads
 the last such line). flecheck's module has an invariant ``NotDone`` violated exactly when a behaviour makes every
-observation; `check_observed` runs TLC on it (one worker, ``-deadlock``) and fills the verdict's common fields:
-matched (and the behaviour's length), inconclusive (TLC did not finish), or departed, with the last progress line
-parsed (`last_progress`) for the caller's report. The generated folder is removed when the run matched and kept
-otherwise.
+observation; `check_observed` runs TLC on it (one worker, ``-deadlock``) and fills the verdict's common fields: matched
+(and the behaviour's length, and its last state, where flecheck's next window starts), inconclusive (TLC did not
+finish), or departed, with the last progress line parsed (`last_progress`) for the caller's report. The generated folder
+is removed when the run matched and kept otherwise.
 """
 
 from __future__ import annotations
@@ -57,9 +57,11 @@ def observed_folder(spec: Path, module: str, text: str, cfg: str, prefix: str, w
     return folder
 
 
-def check_observed(result: Any, folder: Path, module: str, tag: str, fields: tuple[str, ...]) -> bool:
+def check_observed(result: Any, folder: Path, module: str, tag: str,
+                   fields: tuple[str, ...]) -> tuple[bool, tuple[tuple[str, str], ...]]:
     """Run TLC on ``folder/<module>.tla`` and fill ``result`` (matched, steps, distinct_states, inconclusive,
-    failure, tlc_seconds, best). True when no behaviour makes every observation: the caller writes the report."""
+    failure, tlc_seconds, best). Returns whether no behaviour makes every observation (the caller writes the report)
+    and, when one does, the last state of the shortest: each variable's text as TLC printed it."""
     printed: list[str] = []
 
     def on_message(msg: TLCMessage) -> None:
@@ -75,12 +77,12 @@ def check_observed(result: Any, folder: Path, module: str, tag: str, fields: tup
         result.matched = True
         result.steps = max(len(tlc.trace) - 1, 0)
         shutil.rmtree(folder, ignore_errors=True)
-        return False
+        return False, tlc.trace[-1].variables if tlc.trace else ()
     if tlc.outcome is not Outcome.OK:
         result.inconclusive = True
         result.failure = f"TLC did not finish the check ({tlc.result_text()}): {tlc.message}\n  kept: {folder}"
-        return False
+        return False, ()
     result.best = last_progress(printed, tag, fields)
     if any('<<"budget"' in line for line in printed):  # the module's own bound of the search: no verdict
         result.inconclusive = True
-    return True
+    return True, ()
