@@ -138,7 +138,7 @@ def _search(el: Elections, start: _Start, hi: int, guided: bool, widenings: tupl
     module = fle_module(el, span, budget=(BUDGET, BUDGET_SECONDS), widenings=widenings, guided=guided)
     s.folder = observed_folder(SPEC_DIR / "FastLeaderElection.tla", "VFle", module, fle_config(el, span),
                                "zabref-flevalidate-", work)
-    _, s.end = check_observed(s, s.folder, "VFle", "fleprogress", PROGRESS_FIELDS)
+    s.end = check_observed(s, s.folder, "VFle", "fleprogress", PROGRESS_FIELDS)
     return s
 
 

@@ -58,10 +58,10 @@ def observed_folder(spec: Path, module: str, text: str, cfg: str, prefix: str, w
 
 
 def check_observed(result: Any, folder: Path, module: str, tag: str,
-                   fields: tuple[str, ...]) -> tuple[bool, tuple[tuple[str, str], ...]]:
+                   fields: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """Run TLC on ``folder/<module>.tla`` and fill ``result`` (matched, steps, distinct_states, inconclusive,
-    failure, tlc_seconds, best). Returns whether no behaviour makes every observation (the caller writes the report)
-    and, when one does, the last state of the shortest: each variable's text as TLC printed it."""
+    failure, tlc_seconds, best; when no behaviour makes every observation the caller writes the report). Returns, when
+    one does, the last state of the shortest: each variable's text as TLC printed it (else empty)."""
     printed: list[str] = []
 
     def on_message(msg: TLCMessage) -> None:
@@ -77,12 +77,12 @@ def check_observed(result: Any, folder: Path, module: str, tag: str,
         result.matched = True
         result.steps = max(len(tlc.trace) - 1, 0)
         shutil.rmtree(folder, ignore_errors=True)
-        return False, tlc.trace[-1].variables if tlc.trace else ()
+        return tlc.trace[-1].variables if tlc.trace else ()
     if tlc.outcome is not Outcome.OK:
         result.inconclusive = True
         result.failure = f"TLC did not finish the check ({tlc.result_text()}): {tlc.message}\n  kept: {folder}"
-        return False, ()
+        return ()
     result.best = last_progress(printed, tag, fields)
     if any('<<"budget"' in line for line in printed):  # the module's own bound of the search: no verdict
         result.inconclusive = True
-    return True, ()
+    return ()
