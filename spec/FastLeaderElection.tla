@@ -289,16 +289,29 @@ FinalizeTimeout(i) ==
        /\ Decide(i, proposedVote[i], r, recvVotes[i], AgreeingInRound(recvVotes[i], proposedVote[i], r))
        /\ UNCHANGED <<electionMsgs, faults>>
 
+\* i sends its current proposal to every other server again (sendNotifications).  ZooKeeper queues the same
+\* notification to i itself, and lookForLeader takes it next like a peer's (HandleSameRound with i's own vote: nothing
+\* in the box changes, termPredicate is checked again): with a quorum agreeing with i's vote, i waits in finalize
+\* again.  A finalize wait that a better notification ended without changing i's vote (HandleLowerRound, or a
+\* HandleFromDecided that did not decide) leaves i LOOKING with such a quorum; ZooKeeper 3.9.5 then discards, in the
+\* new wait, a decided server's answer that would have decided at once (docs/zookeeper.md, "Windows for elections").
+SendVoteAgain(i) ==
+    /\ electionMsgs' = Broadcast(electionMsgs, i, Notification("LOOKING", proposedVote[i], logicalclock[i]))
+    /\ LET r == logicalclock[i]
+       IN  finalizing' = [finalizing EXCEPT ![i] = IsQuorum(AgreeingInRound(recvVotes[i], proposedVote[i], r))]
+    /\ UNCHANGED <<state, logicalclock, proposedVote, recvVotes, outOfElection, faults, decisions>>
+
+\* Nothing waits to or from i: every channel into and out of i is empty.
+Quiet(i) == \A j \in Server : electionMsgs[j][i] = << >> /\ electionMsgs[i][j] = << >>
+
 \* lookForLeader's poll of notTimeout returned nothing (no notification waits for i) and QuorumCnxManager has
-\* delivered everything i sent (haveDelivered): i sends its current proposal to every other server again, which
-\* replaces notifications lost with a broken connection.  Not while finalizing: there the same poll timing out is
-\* FinalizeTimeout.
+\* delivered everything i sent (haveDelivered): i sends its vote again (SendVoteAgain), which replaces notifications
+\* lost with a broken connection.  Not while finalizing: there the same poll timing out is FinalizeTimeout.
 ResendNotifications(i) ==
     /\ state[i] = "LOOKING"
     /\ ~finalizing[i]
-    /\ \A j \in Server : electionMsgs[j][i] = << >> /\ electionMsgs[i][j] = << >>
-    /\ electionMsgs' = Broadcast(electionMsgs, i, Notification("LOOKING", proposedVote[i], logicalclock[i]))
-    /\ UNCHANGED <<serverVars, faults, decisions>>
+    /\ Quiet(i)
+    /\ SendVoteAgain(i)
 
 \* WorkerReceiver of a FOLLOWING or LEADING i: the notification is not queued for lookForLeader; a LOOKING sender
 \* is answered with i's current vote (seed 003 scenario 2: "S2 ... returns ballot [2,3,3] to S1").

@@ -297,6 +297,26 @@ def test_action_for_names_the_action_without_running_it() -> None:
     assert core.logicalclock == 1 and core.recv_votes.keys() == {1}
 
 
+def test_a_resend_takes_its_own_notification_and_waits_in_finalize_again_with_a_quorum() -> None:
+    """ResendNotifications re-checks the quorum (ZooKeeper takes its own resent notification like a peer's; 3.9.5's
+    run of docs/zookeeper.md, "Windows for elections"): a better notification from a decided server of another round
+    ended the finalize wait and left the vote and its quorum; the resend waits again. Without a quorum it does not."""
+    core = FastLeaderElection(1, frozenset({1, 2, 3}))
+    core.start_election(0, 0)
+    assert core.resend_notifications().sends and not core.finalizing  # its own ballot only: no quorum
+    core.receive(2, Notification(LOOKING, 2, 0, 1, 0))
+    assert core.finalizing and core.proposed_vote == Vote(2, 0, 0)
+    assert core.receive(3, Notification(LEADING, 3, 0, 5, 0)).action == "HandleFromDecided"
+    assert not core.finalizing and core.state is LOOKING
+    step = core.resend_notifications()
+    assert step.action == "ResendNotifications" and core.finalizing
+    assert sorted(x.to for x in step.sends) == [2, 3] and {x.notification.leader for x in step.sends} == {2}
+    # in the wait, 2's LEADING answer (no better) is discarded, 3's better vote ends it
+    assert core.receive(2, Notification(LEADING, 2, 0, 1, 0)).action == "FinalizeDiscard" and core.finalizing
+    with pytest.raises(LocalProtocolError):
+        core.resend_notifications()
+
+
 # ---- spec <-> code names --------------------------------------------------------------------------------------------
 
 

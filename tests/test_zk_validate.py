@@ -19,6 +19,7 @@ import pytest
 from conformance.zk.observe import Observation, observe, observe_dir
 from conformance.zk.recording import HEAD, MAGIC, Kind, read_records
 from conformance.zk.wire import Decoded, Message, decode_recording
+from flebuild import START, spaced, timed
 from zkbuild import E1, Builder, epoch_one, rejoin, txn
 
 # ------------------------------------------------------------------------ hand-built decoded recordings
@@ -1094,27 +1095,9 @@ def test_tlc_holds_a_deferred_suffix_rebased_and_a_whole_staged_history_to_its_a
 
 # ------------------------------------------------------------------------ the election against FastLeaderElection.tla
 
-#: The notifications of a healthy 3.8.0 start (recorded 2026-11-27, `zabref zk run --writes 3`): server 2 up first,
-#: then 3, then 1. 2 voted for itself, then for 3, before 1 was up: QuorumCnxManager kept only the newer for 1, so
-#: 2 -> 1 starts with "leader 3" (notification 5).
-START = [(2, 3, "LOOKING", 2), (3, 2, "LOOKING", 3), (2, 3, "LOOKING", 3), (3, 1, "LOOKING", 3),
-         (2, 1, "LOOKING", 3), (1, 3, "LOOKING", 1), (1, 3, "LOOKING", 3), (1, 2, "LOOKING", 1),
-         (1, 2, "LOOKING", 3), (3, 1, "LEADING", 3), (3, 1, "LEADING", 3), (2, 1, "FOLLOWING", 3)]
-
-
-STATES = {"L": "LOOKING", "F": "FOLLOWING", "E": "LEADING"}
-
-
-def _spaced(rows):
-    """Rows (sender, receiver, state, leader[, round]) as `_timed`'s rows, 300 ms apart: longer than a finalize
-    wait."""
-    return [(s, r, state, leader, rnd[0] if rnd else 1, 300 * g)
-            for g, (s, r, state, leader, *rnd) in enumerate(rows, 1)]
-
-
 def _elections(rows, change: dict | None = None):
     """Rows (sender, receiver, state, leader[, round]) as the notifications of an empty three-server ensemble."""
-    return _timed(_spaced(rows), 3, change)
+    return timed(spaced(rows), 3, change)
 
 
 @pytest.mark.deep
@@ -1169,25 +1152,13 @@ FIVE = [(5, 1, "L", 5, 1, 0), (5, 2, "L", 5, 1, 32), (5, 3, "L", 5, 1, 51), (3, 
         (4, 5, "L", 4, 1, 6526, [1, 96], 1), (5, 4, "E", 5, 1, 6533, [0, 0], 1), (1, 4, "F", 5, 1, 6536, [0, 0], 1)]
 
 
-def _timed(rows, servers: int, change: dict | None = None):
-    """Rows (sender, receiver, state, leader, round, ms[, zxid, peerEpoch]) as a recording's notifications."""
-    from conformance.zk.elections import Elections, Notice
-
-    notices = []
-    for g, (s, r, state, leader, rnd, ms, *data) in enumerate(rows, 1):
-        zxid, pe = data if data else ([0, 0], 0)
-        n = Notice(g, s, r, STATES.get(state, state), leader, zxid, rnd, pe, 10 + g, "c2s", 4 * g, ms * 1_000_000)
-        notices.append(dataclasses.replace(n, **(change or {}).get(g, {})))
-    return Elections("timed.zkrec", servers, notices, 0, None)
-
-
 @pytest.mark.slow
 def test_a_five_server_start_and_a_restart_with_zabs_data_are_a_behaviour_with_the_guide(toolchain_ready, tmp_path):
     """FIVE is a behaviour of VFle, found by the guided search alone, window by window (a five-server search without
     the guide does not finish: 2,000,000 states were not enough for the start alone, 2026-11-29)."""
     from conformance.validate import flecheck
 
-    el = _timed(FIVE, 5)
+    el = timed(FIVE, 5)
     r = flecheck.validate_elections(el, work=tmp_path)
     assert r.matched and r.guided and r.windows == r.runs == len(flecheck.windows(el)) > 1, r.failure
 
@@ -1195,7 +1166,7 @@ def test_a_five_server_start_and_a_restart_with_zabs_data_are_a_behaviour_with_t
 #: A three-server run after START: Zab gave the servers epoch 1 (the followers logged up to <<1, 4>>); follower 2 is
 #: killed and restarted, votes for itself with what it logged, and joins 3 on the answers of 1 and 3, which carry
 #: epoch 1 (QuorumPeer.updateElectionVote) and the vote of round 1.
-RESTART = _spaced(START) + [
+RESTART = spaced(START) + [
     (2, 1, "L", 2, 1, 9000, [1, 4], 1), (2, 3, "L", 2, 1, 9001, [1, 4], 1), (1, 2, "F", 3, 1, 9003, [0, 0], 1),
     (3, 2, "E", 3, 1, 9004, [0, 0], 1)]
 
@@ -1210,9 +1181,9 @@ def test_a_restart_with_new_data_needs_zabs_data(toolchain_ready, tmp_path):
     the rejections are shown on START above.)"""
     from conformance.validate.flecheck import validate_elections
 
-    ok = validate_elections(_timed(RESTART, 3), work=tmp_path)
+    ok = validate_elections(timed(RESTART, 3), work=tmp_path)
     assert ok.matched and ok.windows == 2 and ok.runs == 2, ok.failure  # the restart is a window of its own
-    fixed = validate_elections(_timed(RESTART, 3), widenings=("DropQueued", "ResendLast"), work=tmp_path, widen=0)
+    fixed = validate_elections(timed(RESTART, 3), widenings=("DropQueued", "ResendLast"), work=tmp_path, widen=0)
     assert not fixed.matched and not fixed.inconclusive and fixed.frontier == 13, fixed.failure
     assert fixed.windows == 2 and fixed.runs == 3 and not fixed.exact
     assert "before window 2 reached (after notification 12); another behaviour" in fixed.failure, fixed.failure
@@ -1225,7 +1196,7 @@ def test_a_restart_with_new_data_needs_zabs_data_proven_from_init(toolchain_read
     search without the guide from Init: 401,576 states, 218 s in CI's run of d34540c)."""
     from conformance.validate.flecheck import validate_elections
 
-    fixed = validate_elections(_timed(RESTART, 3), widenings=("DropQueued", "ResendLast"), work=tmp_path)
+    fixed = validate_elections(timed(RESTART, 3), widenings=("DropQueued", "ResendLast"), work=tmp_path)
     assert not fixed.matched and not fixed.inconclusive and fixed.frontier == 13, fixed.failure
     assert fixed.windows == 2 and fixed.runs == 5 and fixed.exact and "checked from Init" in fixed.failure
 
@@ -1235,7 +1206,7 @@ def test_a_restart_with_new_data_needs_zabs_data_proven_from_init(toolchain_read
 #: 2's own round-2 votes. Recorded so on 3.9.5 (a 60 s fault run, `zabref zk faults --version 3.9.5 --duration 60
 #: --rate 10 --seed 2`, notifications 16-20, 2026-11-30): FastLeaderElection's WorkerReceiver read the state FOLLOWING,
 #: built its answer, and queued it after the QuorumPeer thread had gone back to LOOKING and queued the new round's.
-LATE = _spaced(START) + [(1, 2, "L", 1, 2, 4000), (1, 3, "L", 1, 2, 4001), (2, 1, "L", 2, 2, 4003),
+LATE = spaced(START) + [(1, 2, "L", 1, 2, 4000), (1, 3, "L", 1, 2, 4001), (2, 1, "L", 2, 2, 4003),
                          (2, 3, "L", 2, 2, 4003), (2, 1, "F", 3, 1, 4004)]
 
 
@@ -1249,13 +1220,13 @@ def test_a_decided_servers_answer_queued_after_its_new_round_needs_late_reply(to
     INCONCLUSIVE, never FAILED."""
     from conformance.validate import flecheck
 
-    ok = flecheck.validate_elections(_timed(LATE, 3), work=tmp_path)
+    ok = flecheck.validate_elections(timed(LATE, 3), work=tmp_path)
     assert ok.matched and ok.guided and ok.runs == 1, ok.failure
     monkeypatch.setattr(flecheck, "BUDGET", 20_000)
     for widenings, change in [(("DropQueued", "ResendLast", "ZabData"), None),
                               (flecheck.WIDENINGS, {17: {"leader": 1}}),
                               (flecheck.WIDENINGS, {17: {"round": 2}})]:
-        r = flecheck.validate_elections(_timed(LATE, 3, change), widenings=widenings, work=tmp_path)
+        r = flecheck.validate_elections(timed(LATE, 3, change), widenings=widenings, work=tmp_path)
         assert not r.matched and r.inconclusive and r.runs == 2 and r.guided_frontier == 17, (change, r.failure)
         assert "found no behaviour that sends notification 17: FOLLOWING vote" in r.failure, r.failure
 
@@ -1278,7 +1249,7 @@ def test_windows_chain_and_a_window_no_behaviour_makes_from_its_start_is_searche
     from a start where 2 looks already, stop at their budget: 20,000 states here)."""
     from conformance.validate import flecheck
 
-    el = _timed(HELD, 3)
+    el = timed(HELD, 3)
     assert flecheck.windows(el) == [15, 16, 17]
     r = flecheck.validate_elections(el, work=tmp_path)
     assert r.matched and r.windows == 3 and r.rechecked == 1 and r.guided, r.failure
@@ -1292,7 +1263,7 @@ def test_windows_chain_and_a_window_no_behaviour_makes_from_its_start_is_searche
 #: QuorumCnxManager queues); 3 restarts, and the votes waiting for it cross first (1's last one only: its queue
 #: keeps one), then 3's own round-1 vote, the answers of 1 and 2, 3's round-2 vote and their answers again.
 #: Recorded so on 3.9.5 (the 60 s fault run of LATE, notifications 53-62).
-BACK = _spaced(START) + [
+BACK = spaced(START) + [
     (1, 2, "L", 1, 2, 5000), (2, 1, "L", 2, 2, 5001), (1, 2, "L", 2, 2, 5002),
     (1, 3, "L", 2, 2, 9000), (2, 3, "L", 2, 2, 9000), (3, 1, "L", 3, 1, 9001), (3, 2, "L", 3, 1, 9001),
     (1, 3, "F", 2, 2, 9003), (2, 3, "E", 2, 2, 9003), (3, 1, "L", 3, 2, 9004), (3, 2, "L", 3, 2, 9004),
@@ -1310,45 +1281,13 @@ def test_a_restarted_server_gets_what_its_peers_queued_for_it_while_it_was_down(
     from conformance.validate import flecheck
     from conformance.validate.flemodule import WIDENINGS
 
-    el = _timed(BACK, 3)
+    el = timed(BACK, 3)
     ok = flecheck.validate_elections(el, work=tmp_path)
     assert ok.matched and ok.guided and ok.windows == 3 and ok.runs == 3, ok.failure
     monkeypatch.setattr(flecheck, "BUDGET", 20_000)
     spec = flecheck.validate_elections(el, widenings=tuple(w for w in WIDENINGS if w != "RestartKeepsQueues"),
                                        work=tmp_path)
     assert not spec.matched and spec.inconclusive and spec.guided_frontier == 22, spec.failure
-
-
-#: The 333 election notifications of a paced 60 s fault run on 3.9.5 (18 rounds: pauses, cuts, isolations and kills
-#: of the leader and of other servers), as `_timed`'s rows.
-FAULT_395 = Path(__file__).parent / "fixtures" / "zk" / "fault-395-elections.json"
-
-
-def _fixture_elections(path: Path):
-    import json
-
-    data = json.loads(path.read_text())
-    return _timed([tuple(row) for row in data["notifications"]], data["servers"])
-
-
-@pytest.mark.slow
-@pytest.mark.long
-def test_a_fault_runs_elections_are_made_window_by_window_up_to_notification_325(toolchain_ready, tmp_path,
-                                                                               monkeypatch):
-    """FAULT_395's elections are made window by window by the guided search, each window from where the last ended,
-    up to notification 324 (35 of 37 windows, about 3 minutes of TLC, 2026-11-30). Notification 325 is open: server 1
-    switches to 3's better vote in round 17 after 2's LEADING answer of that round reached it, which ZooKeeper does
-    when it took its own resent notification, waited in finalize and discarded the answer there; neither
-    FastLeaderElection.tla nor VFle has that step (docs/zookeeper.md, "Windows for elections"). Each search runs
-    here for 240 s at most (the guided ones take up to about 2 minutes), so the search without the guide of that
-    window ends INCONCLUSIVE, never FAILED."""
-    from conformance.validate import flecheck
-
-    el = _fixture_elections(FAULT_395)
-    assert len(el.notices) == 333
-    monkeypatch.setattr(flecheck, "BUDGET_SECONDS", 240)
-    r = flecheck.validate_elections(el, work=tmp_path)
-    assert not r.matched and r.inconclusive and r.guided_frontier == 325 and r.windows == 36, r.failure
 
 
 @pytest.mark.slow
@@ -1371,8 +1310,9 @@ def test_an_election_search_that_reaches_its_budget_has_no_verdict(toolchain_rea
 def test_zk_validate_holds_the_election_too_unless_told_not_to(real_run, toolchain_ready, capsys, monkeypatch):
     """`zabref zk validate` runs both checks (from 742884e to this test it ran the Zab check only: the option's
     value was overwritten). The election's verdict depends on how the recorded start went: most are a behaviour
-    found by the guided search in seconds, but the guide misses some (GUIDE_HOLE below), and the search without it
-    then ends at its budget, here 60 s: INCONCLUSIVE, exit 4, never a departure."""
+    found by the guided search in seconds, but a start may have none (START_380 of
+    tests/test_zk_own_notification.py had none until 2026-11-30), and the search without the guide then ends at its
+    budget, here 60 s: INCONCLUSIVE, exit 4, never a departure."""
     from conformance.validate import flecheck
     from conformance.validate.zkcommand import _validate
 
@@ -1383,23 +1323,6 @@ def test_zk_validate_holds_the_election_too_unless_told_not_to(real_run, toolcha
     assert (code, "result=ok" in line) in ((0, True), (4, False)) and "result=FAILED" not in line, out
     assert _validate(real_run, False) == 0
     assert "(election)" not in capsys.readouterr().out
-
-
-#: A healthy 3.8.0 start recorded by the suite's real run (2026-11-30, CI's fresh clone of 0b1296d) that the guide
-#: misses: server 3, leading round 1 with no follower, looks again in round 2, and 1, looking in round 2 with a vote for
-#: 2 since 454 ms, switches to 3 (notification 31); no guided behaviour sends that. Open (docs/zookeeper.md, "Fault
-#: runs' elections"): kept so that a change of the guide shows here.
-GUIDE_HOLE = Path(__file__).parent / "fixtures" / "zk" / "start-380-guide-hole"
-
-
-@pytest.mark.slow
-def test_the_guide_misses_a_recorded_380_start_at_notification_31(toolchain_ready, tmp_path, monkeypatch):
-    from conformance.validate import flecheck
-
-    monkeypatch.setattr(flecheck, "BUDGET", 20_000)
-    r = flecheck.validate_elections_dir(GUIDE_HOLE, work=tmp_path)
-    # its third window, searched with the guide from three starts, then without it (at its budget: no further back)
-    assert not r.matched and r.inconclusive and r.windows == 3 and r.runs == 6 and r.guided_frontier == 31, r.failure
 
 
 @pytest.mark.slow

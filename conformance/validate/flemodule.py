@@ -12,7 +12,7 @@ in i's send queue:
 * ``Transmit(i, j)``: the oldest queued notification of i -> j crosses the wire; it must be the next observation in
   the proxy's order (``next``), addressed i -> j, with the same state, leader, zxid, round and peerEpoch. The proxy's
   order is total, so the wire order of the whole run is the recording's.
-Five widenings: three are QuorumCnxManager's (the transport that FastLeaderElection.tla's channels abstract), one is
+Six widenings: four are QuorumCnxManager's (the transport that FastLeaderElection.tla's channels abstract), one is
 FastLeaderElection.java's threads, one is Zab's; they live here, for ZooKeeper's runs, not in the spec
 zabref's servers are checked against (spec/README.md's table of what ZooKeeper does):
 
@@ -20,10 +20,12 @@ zabref's servers are checked against (spec/README.md's table of what ZooKeeper d
   `QuorumCnxManager.addToSendQueue` keeps one message per peer while the connection is not there (``SEND_CAPACITY``
   is 1: a full queue loses its oldest), so a server that voted twice before j was up sends j only its last vote.
   FastLeaderElection.tla's channels lose nothing (docs/zookeeper.md, "Election notifications").
-* ``ResendLast(i, j)``: the last notification that crossed the wire to j goes first again. QuorumCnxManager's
-  SendWorker does so when it starts with an empty queue ("Duplicate messages are handled correctly by the peer",
-  its comment), so a peer can get the same vote twice with no step of the election between.
-
+* ``ResendLast(i, j)``: the last notification that crossed the wire to j goes first again, as the first i puts on a
+  new connection to j (``nc``, from the proxy's connection ids). QuorumCnxManager's SendWorker does so when it starts
+  with an empty queue ("Duplicate messages are handled correctly by the peer", its comment), so a peer can get the
+  same vote twice with no step of the election between. (Allowed on any connection until 2026-11-30, it also made
+  lookForLeader's resends, and its guided search then took those, with no step of the server: 3.9.5's notification
+  325 needs the step, ``ResendDelivered``.)
 * ``LateReply(i, j)``: a decided server's answer to a LOOKING peer crosses the wire after a LOOKING notification of a
   later round that it queued after it. FastLeaderElection.java's WorkerReceiver reads the server's state (not
   LOOKING), then builds the answer from the current vote and queues it; meanwhile the QuorumPeer thread may have gone
@@ -39,6 +41,14 @@ wire loses no behaviour of interest and keeps TLC's search small (five servers' 
   leaves it), so what a peer queued while i was down crosses once i is back (3.9.5, the same run: 1's and 2's round-4
   votes reach 3 first after its restart, then 3's own round-1 vote). FastLeaderElection.tla's Restart empties those
   channels.
+* ``ResendDelivered(i)``: FastLeaderElection's ResendNotifications on ZooKeeper's own condition. lookForLeader resends
+  when its poll of notTimeout finds nothing and ``QuorumCnxManager.haveDelivered`` holds (some peer's send queue is
+  empty); FastLeaderElection.tla waits for every channel to and from i to be empty (``Quiet``), which counts what
+  crossed the wire from i and its peer did not take yet, and which the guide's order of steps rarely gives (a peer
+  takes what crossed to it only when its own next notification is the next observation). What crossed to i less
+  than ``Latency`` ms before the next observation does not stop it either (the resent vote crosses after the poll,
+  from i's WorkerSender: 3.9.5's notification 165 crossed 1 ms after 3's resend to 2). It also checks the quorum again
+  (FastLeaderElection.tla's ``SendVoteAgain``), as the spec's step does.
 * ``ZabData`` (Zab's, between elections; with ``VoteEpoch`` and ``Crash``): the spec's ``InitVote`` is replaced
   (VFle.cfg) by the vote of the data a server has now (``dataZxid``, ``dataEpoch``). A decided server's data
   changes as Zab gives it transactions and epochs, or a down server's (its restart reads what its disk kept), to a
@@ -60,14 +70,15 @@ the server is decided, or of an earlier round than the server's. And a server ta
 wire to it in the order they crossed (the proxy's), or within ``Skew`` ms of it: QuorumCnxManager's receivers put what
 every connection brings into one queue, which FastLeaderElection's WorkerReceiver takes in turn, and two connections'
 packets forwarded at nearly one time may reach it in either order. ``ResendNotifications`` reads other servers' channels
-(it waits for every channel to and from its server to be empty), so a behaviour the guide orders differently may be
-missed: a search with the guide that finds no behaviour is run again without it, and only that one's verdict is a
-departure. The guide changes a server's data only to what its next notification shows (its epoch; its zxid only when
-that notification is a LOOKING one, the only kind that can show it), and ends a finalize wait (``TimedOut``) only if
-nothing waits on the wire to the server that crossed sooner than ``FinalizeWait`` after the last notification it took,
-less ``Latency``: lookForLeader polls finalizeWait (200 ms) for each notification, and a server takes one no sooner than
-the proxy forwarded it (the records carry the proxy's times, ``t`` in ms). With the guide, ``ZabData`` makes only the
-values it admits (TLC made every zxid and epoch of the run and threw most away: four fifths of a window's time).
+(it waits for every channel to and from its server to be empty; ``ResendDelivered`` reads only its server's), so a
+behaviour the guide orders differently may be missed: a search with the guide that finds no behaviour is run again
+without it, and only that one's verdict is a departure. The guide changes a server's data only to what its next
+notification shows (its epoch; its zxid only when that notification is a LOOKING one, the only kind that can show it),
+and ends a finalize wait (``TimedOut``) only if nothing waits on the wire to the server that crossed sooner than
+``FinalizeWait`` after the last notification it took, less ``Latency``: lookForLeader polls finalizeWait (200 ms) for
+each notification, and a server takes one no sooner than the proxy forwarded it (the records carry the proxy's times,
+``t`` in ms). With the guide, ``ZabData`` makes only the values it admits (TLC made every zxid and epoch of the run and
+threw most away: four fifths of a window's time).
 
 **A span** (`Span`; conformance/validate/flecheck.py checks a run in windows): one search makes the notifications
 ``lo + 1 .. hi`` of the run, from Init (``lo`` = 0) or from a state a search of the notifications before reached,
@@ -97,7 +108,7 @@ __all__ = ["PROGRESS_FIELDS", "WIDENINGS", "Span", "fle_config", "fle_module", "
 CHUNK = 200
 #: ZooKeeper's behaviours VFle adds to FastLeaderElection (module docstring); a test takes each away to show that it is
 #: needed.
-WIDENINGS = ("DropQueued", "ResendLast", "ZabData", "LateReply", "RestartKeepsQueues")
+WIDENINGS = ("DropQueued", "ResendLast", "ZabData", "LateReply", "RestartKeepsQueues", "ResendDelivered")
 #: The variables a span starts again (module docstring: "A span").
 RESTARTED = {"faults": "[i \\in Server |-> 0]", "decisions": "{}"}
 
@@ -119,9 +130,21 @@ class Span:
         return []
 
 
-def _record(n: Any, t0: int, own: list[int]) -> str:
+def _record(n: Any, t0: int, own: list[int], nc: bool) -> str:
     return format_value({"s": n.sender, "r": n.receiver, "st": n.state, "leader": n.leader, "zxid": n.zxid,
-                         "round": n.round, "pe": n.peer_epoch, "t": (n.t_ns - t0) // 1_000_000, "own": own})
+                         "round": n.round, "pe": n.peer_epoch, "t": (n.t_ns - t0) // 1_000_000, "own": own,
+                         "nc": nc})
+
+
+def _first_on_connection(el: Elections) -> list[bool]:
+    """For each notification: the first its sender put on its connection (``nc``; QuorumCnxManager's SendWorker of
+    that connection had just started)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for n in el.notices:
+        out.append((n.conn, n.sender) not in seen)
+        seen.add((n.conn, n.sender))
+    return out
 
 
 def _own(el: Elections) -> list[list[int]]:
@@ -139,7 +162,7 @@ def _own(el: Elections) -> list[list[int]]:
 _READY_DROP = r"""
              \/ \E m \in (k + 2)..Len(electionMsgs[o.s][o.r]) : Matches(electionMsgs[o.s][o.r][m], o)"""
 _READY_RESEND = r"""
-             \/ ~resent /\ lastSent[o.s][o.r] /= <<>> /\ Matches(lastSent[o.s][o.r][1], o)"""
+             \/ ~resent /\ lastSent[o.s][o.r] /= <<>> /\ Matches(lastSent[o.s][o.r][1], o) /\ o.nc"""
 _READY_LATE = r"""
              \/ k + 2 <= Len(electionMsgs[o.s][o.r]) /\ LateAnswer(electionMsgs[o.s][o.r], k + 1)
                 /\ Matches(electionMsgs[o.s][o.r][k + 2], o)"""
@@ -154,13 +177,14 @@ def fle_module(el: Elections, span: Span, *, budget: tuple[int, int], widenings:
     states and seconds of TLC the search stops at; ``widenings``: which of `WIDENINGS` Next has; ``guided``:
     FastLeaderElection's steps are the next observation's sender's (``Focus``)."""
     t0 = el.notices[0].t_ns if el.notices else 0
-    records = [_record(n, t0, own) for n, own in zip(el.notices, _own(el))]
+    records = [_record(n, t0, own, nc) for n, own, nc in zip(el.notices, _own(el), _first_on_connection(el))]
     zxids = "{" + ", ".join(f"<<{z[0]}, {z[1]}>>" for z in sorted({(0, 0)} | {tuple(n.zxid) for n in el.notices})) + "}"
     epochs = "{" + ", ".join(str(e) for e in sorted({0} | {n.peer_epoch for n in el.notices})) + "}"
     extra = "".join(f"\n    \\/ \\E i, j \\in Server : {w}(i, j)" for w in _PAIR_WIDENINGS if w in widenings)
     zab = " \\/ ZabData(i) \\/ VoteEpoch(i)" if "ZabData" in widenings else ""
-    restart = (r"(Next /\ \A x \in Server : ~RestartOf(x)) \/ \E i \in Server : RestartKeepsQueues(i)"
-               if "RestartKeepsQueues" in widenings else "Next")
+    own = [w for w in ("RestartKeepsQueues", "ResendDelivered") if w in widenings]
+    fle_next = ((r"(Next /\ \A x \in Server : ~RestartOf(x))" if "RestartKeepsQueues" in own else "Next")
+               + (" \\/ \\E i \\in Server : " + " \\/ ".join(f"{w}(i)" for w in own) if own else ""))
     ready = "".join(text for w, text in _PAIR_WIDENINGS.items() if w in widenings)
     return f"""---------------------------- MODULE VFle ----------------------------
 \\* Generated by conformance/validate/flecheck.py from a ZooKeeper recording: {el.recording}
@@ -302,8 +326,22 @@ RestartKeepsQueues(i) ==
     /\\ faults' = [faults EXCEPT ![i] = @ + 1]
     /\\ UNCHANGED decisions
 
-\\* FastLeaderElection's steps, with RestartKeepsQueues for its Restart when VFle has it.
-FleNext == {restart}
+\\* FastLeaderElection's ResendNotifications on what ZooKeeper reads: lookForLeader's poll of notTimeout found nothing
+\\* (nothing that crossed the wire to i waits for it, but what crossed less than Latency ms before the next
+\\* observation: i's WorkerSender puts the resent vote on the wire after the poll) and QuorumCnxManager.haveDelivered
+\\* holds (the send queue of some peer is empty: what i queued for it crossed the wire). What crossed the wire from i
+\\* and its peer did not take yet does not count, nor what a peer queued for i that did not cross:
+\\* FastLeaderElection.tla's Quiet waits for both.
+ResendDelivered(i) ==
+    /\\ state[i] = "LOOKING" /\\ ~finalizing[i]
+    /\\ \\A j \\in Server : IF OnWire(j, i) = 0 THEN TRUE
+                         ELSE next <= Total /\\ O(wire[j][i][1]).t >= O(next).t - Latency
+    /\\ \\E j \\in Server \\ {{i}} : Len(electionMsgs[i][j]) = OnWire(i, j)
+    /\\ SendVoteAgain(i)
+
+\\* FastLeaderElection's steps, with RestartKeepsQueues for its Restart and ResendDelivered beside its
+\\* ResendNotifications when VFle has them.
+FleNext == {fle_next}
 
 \\* FastLeaderElection's steps and its environment's: a server takes a notification only once it crossed the wire; a
 \\* down server takes no step of the election but its restart.
@@ -348,7 +386,7 @@ DropQueued(i, j) ==
 
 \\* QuorumCnxManager's SendWorker, starting, sends j its last message again, before what is queued.
 ResendLast(i, j) ==
-    /\\ NextOn(i, j)
+    /\\ NextOn(i, j) /\\ O(next).nc
     /\\ ~resent
     /\\ lastSent[i][j] /= <<>>
     /\\ LET k == OnWire(i, j)

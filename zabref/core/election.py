@@ -207,13 +207,17 @@ class FastLeaderElection:
         step = self.start_election(zxid, epoch)
         return Step("Restart", step.sends)
 
-    def resend_notifications(self) -> tuple[Send, ...]:
+    def resend_notifications(self) -> Step:
         """Spec ``ResendNotifications(i)``: a LOOKING server that heard nothing for a while (ZooKeeper's notTimeout)
         sends its current proposal to every other voter again -- notifications lost with a broken connection are
-        replaced. The caller decides when (`zabref.core.node`)."""
+        replaced. ZooKeeper queues the same notification to the server itself, and lookForLeader takes it like a
+        peer's: with a quorum agreeing with the proposal in the ballot box (left there by a better notification that
+        ended a finalize wait without changing the vote), the server waits in finalize again. The caller decides
+        when (`zabref.core.node`)."""
         if self.state is not LOOKING or self.logicalclock == 0 or self.finalizing:
             raise LocalProtocolError(f"server {self.sid} re-sends its vote only while LOOKING and not finalizing")
-        return self._broadcast(self._proposal)
+        self.finalizing = self._quorum_in_round(self._proposal, self.logicalclock)
+        return Step("ResendNotifications", self._broadcast(self._proposal))
 
     def receive(self, sender: int, n: Notification) -> Step:
         """The head notification of ``sender``'s channel: run the one spec action it enables."""

@@ -353,7 +353,7 @@ class Node(ClientRequests):
             self.election_quiet_since = now
             self.resend_after = min(2 * self.resend_after, t.limit(t.resend_max_ticks))
             out.actions.append(Action("FLE", "ResendNotifications", (("i", self.sid),)))
-            out.notify += fle.resend_notifications()
+            self._fle_step(out, fle.resend_notifications(), now)
 
     def _leader_tick(self, out: EffectsBuilder, now: float) -> None:
         core, t = self.core, self.timing
