@@ -111,7 +111,8 @@ def test_mypy_reports_a_seeded_type_error(tmp_path):
     """The check above can fail: the vote a handler compares may be None until the first election (election.py's
     `_proposal` says so); read unguarded, mypy names it."""
     source = (REPO / "zabref" / "core" / "election.py").read_text()
-    seeded = source.replace("return self._broadcast(self._proposal)", "return self._broadcast(self.proposed_vote)")
+    seeded = source.replace('Step("ResendNotifications", self._broadcast(self._proposal))',
+                            'Step("ResendNotifications", self._broadcast(self.proposed_vote))')
     assert seeded != source
     (tmp_path / "election.py").write_text(seeded)
     done = _mypy(tmp_path, "--shadow-file", "zabref/core/election.py", str(tmp_path / "election.py"), *TYPED)

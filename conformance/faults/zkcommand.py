@@ -4,8 +4,9 @@ Theory of operation: the ``zk`` group is defined in conformance/zk/command.py, a
 commands plug into it through the entry-point group ``zabref.zk.commands`` (pyproject.toml), because they use the
 history checker of this layer. ``faults`` is one run (`conformance.faults.zkrun.run_zk_faults`): a verdict line,
 exit code 0 when it passed, 1 when it did not, and a JSON report; with ``--validate`` the run's recording is then
-held against spec/Zab.tla by the ``validate`` plugin of the same group (conformance/validate/zkcommand.py, the
-election check left out), and the exit code is the worse of the two (4: the validation had no verdict). ``matrix`` runs the `MATRIX` -- each known bug's
+held against spec/Zab.tla and its election notifications against spec/FastLeaderElection.tla by the ``validate``
+plugin of the same group (conformance/validate/zkcommand.py; the two checks side by side), and the exit code is the
+worse of the two (4: the validation had no verdict). ``matrix`` runs the `MATRIX` -- each known bug's
 scripted schedule on the versions it affects and the versions that fixed it, judged by the row's check -- and
 compares each verdict with the one expected: exit code 0 when every run came out as expected.
 
@@ -119,9 +120,9 @@ def _schedule(spec: str, servers: int):  # noqa: ANN202
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="The report. [default: <dir>/report.json]")
 @click.option("--validate/--no-validate", default=False, show_default=True,
-              help="Then hold the run's recording against spec/ZabSync.tla (Zab.tla and a client's sync; the "
-                   "`zabref zk validate` plugin, in "
-                   "windows); the run passes only if both checks do.")
+              help="Then hold the run's recording against spec/ZabSync.tla (Zab.tla and a client's sync) and its "
+                   "election notifications against spec/FastLeaderElection.tla (the `zabref zk validate` plugin, in "
+                   "windows); the run passes only if every check does.")
 def faults(version: str, servers: str, duration: float, seed: int, schedule: str | None, writers: int,
            rate: float, readers: bool, power_loss: bool, writeback: float, force_sync: bool, folder: str,
            json_path: str | None, validate: bool) -> None:
@@ -150,7 +151,7 @@ def faults(version: str, servers: str, duration: float, seed: int, schedule: str
         if command is None:
             raise click.ClickException("--validate needs the `zabref zk validate` plugin (run as `zabref zk faults`)")
         try:  # a plugin of the zk group: conformance.validate.zkcommand (a layer above this one)
-            ctx.invoke(command, recording_dir=out, election=False)
+            ctx.invoke(command, recording_dir=out, election=True)
         except SystemExit as e:
             code = max(code, int(e.code or 0))
     if code:

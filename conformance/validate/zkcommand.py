@@ -5,7 +5,8 @@ cannot import the validator; this command is an entry point of the group ``zabre
 and ``zabref zk run --validate`` invokes it by name. The work is in `conformance.validate.zkcheck`.
 
 Two checks: the quorum packets against spec/Zab.tla (`conformance.validate.zkcheck`) and the election
-notifications against spec/FastLeaderElection.tla with QuorumCnxManager's send queue (`conformance.validate.flecheck`).
+notifications against spec/FastLeaderElection.tla with QuorumCnxManager's send queue (`conformance.validate.flecheck`),
+side by side (each runs TLC with one worker, one search at a time), so a run is judged in the time of the longer.
 Exit codes of ``validate`` (and of ``run --validate``): 0 the run is a behaviour of both; 1 it is not a behaviour of
 one of them (the report names the first observation that spec cannot take); 3 the recording does not decode (a
 WireError with the connection and byte offset); 4 no verdict (TLC did not finish) and no departure.
@@ -13,6 +14,7 @@ WireError with the connection and byte offset); 4 no verdict (TLC did not finish
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import click
@@ -28,10 +30,10 @@ def _validate(folder: Path, election: bool = True) -> int:
     from conformance.validate.zkcheck import validate_recording  # noqa: PLC0415
 
     try:
-        result = validate_recording(folder, echo=click.echo)
-        fle = None
-        if election:
-            fle = validate_elections_dir(folder, echo=click.echo)
+        with ThreadPoolExecutor(max_workers=1) as pool:  # each check runs one TLC of one worker: two cores, two TLCs
+            elections = pool.submit(validate_elections_dir, folder, echo=click.echo) if election else None
+            result = validate_recording(folder, echo=click.echo)
+            fle = elections.result() if elections is not None else None
     except WireError as e:
         click.echo(f"zk validate: {e}", err=True)
         return 3
