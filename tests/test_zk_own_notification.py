@@ -47,7 +47,7 @@ def test_a_resend_waits_in_finalize_again_and_both_the_spec_and_vfle_need_it(tla
     the guided search stops at the resend itself (22): FastLeaderElection.tla's resend waits for every channel of 1
     to be empty, which the guide's order of steps does not give (2 takes 1's vote later), and ResendLast copies only
     on a new connection. With SendVoteAgain leaving ``finalizing`` as it was (the spec before this change) it stops
-    at 28, 1's adoption of 3's vote. The searches without the guide are cut at 40,000 states (they may take 3's
+    at 28, 1's adoption of 3's vote. The searches without the guide are cut at 10,000 states (they may take 3's
     round-2 vote before 2's answer: FastLeaderElection.tla's channels are per sender), so the verdicts are
     INCONCLUSIVE, never FAILED."""
     from conformance.validate import flecheck
@@ -57,7 +57,7 @@ def test_a_resend_waits_in_finalize_again_and_both_the_spec_and_vfle_need_it(tla
     ok = flecheck.validate_elections(el, work=tmp_path)
     assert ok.matched and ok.guided and ok.windows == ok.runs == 2, ok.failure
 
-    monkeypatch.setattr(flecheck, "BUDGET", 40_000)
+    monkeypatch.setattr(flecheck, "BUDGET", 10_000)
     delivered = flecheck.validate_elections(el, widenings=tuple(w for w in WIDENINGS if w != "ResendDelivered"),
                                             work=tmp_path, widen=0)
     assert not delivered.matched and delivered.inconclusive and delivered.guided_frontier == 22, delivered.failure

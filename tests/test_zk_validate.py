@@ -1120,14 +1120,32 @@ def test_the_election_needs_quorumcnxmanagers_queue_and_rejects_what_fle_cannot_
     assert validate_elections(_elections(again), work=tmp_path).matched
     no_resend = validate_elections(_elections(again), widenings=("DropQueued",), work=tmp_path)
     assert not no_resend.matched and no_resend.frontier == 10, no_resend.failure
-    for g, change in [(12, {"leader": 2}),          # a follower of a server no quorum chose
-                      (3, {"round": 2}),            # a round 2 before 2 could have left round 1 (at 10: the
-                                                    # same verdict, in 56 s of TLC instead of 2)
-                      (7, {"leader": 2}),           # 1 votes for 2 after it saw 3's better vote
-                      (11, {"zxid": [0, 1]})]:      # a zxid no server logged
-        r = validate_elections(_elections(START, {g: change}), work=tmp_path)
-        assert not r.matched and not r.inconclusive and r.frontier == g, (g, change, r.failure)
-        assert r.runs == 2 and not r.guided  # the verdict is the search's without the guide
+    for g, change in CHANGED[:3]:
+        _rejected_at(g, change, tmp_path)
+
+
+#: One notification of START changed, and where it must be rejected.
+CHANGED = [(12, {"leader": 2}),          # a follower of a server no quorum chose
+           (7, {"leader": 2}),           # 1 votes for 2 after it saw 3's better vote
+           (11, {"zxid": [0, 1]}),       # a zxid no server logged
+           (3, {"round": 2})]            # a round 2 before 2 could have left round 1 (at 10: the same verdict, in
+                                         # 56 s of TLC instead of 2)
+
+
+def _rejected_at(g: int, change: dict, tmp_path: Path) -> None:
+    from conformance.validate.flecheck import validate_elections
+
+    r = validate_elections(_elections(START, {g: change}), work=tmp_path)
+    assert not r.matched and not r.inconclusive and r.frontier == g, (g, change, r.failure)
+    assert r.runs == 2 and not r.guided  # the verdict is the search's without the guide
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_round_nobody_started_is_rejected_where_it_shows(toolchain_ready, tmp_path):
+    """START's third notification made a vote of round 2: rejected there, by the search without the guide from Init
+    (179,954 distinct states, 67 s with VFle's ResendDelivered; 2026-11-30: in the longer command)."""
+    _rejected_at(*CHANGED[3], tmp_path)
 
 
 #: ZOOKEEPER-4925's five-server run on 3.9.4 (recorded 2026-11-29, `zabref zk faults --servers 5 --schedule
