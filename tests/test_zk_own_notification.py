@@ -84,6 +84,7 @@ def test_a_repeated_notification_on_the_same_connection_is_no_sendworkers_resend
     assert not same.matched and not same.inconclusive and same.frontier == 13 and same.exact, same.failure
 
 
+@pytest.mark.deep
 @pytest.mark.slow
 def test_a_fault_runs_elections_are_a_behaviour_window_by_window(tla, tmp_path):
     """FAULT_395's elections, all 333 notifications, are a behaviour, found window by window by the guided search,
