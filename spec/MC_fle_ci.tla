@@ -10,9 +10,10 @@ MC_Server == 1..3
 MC_InitZxid == (1 :> <<1, 1>> @@ 2 :> <<1, 1>> @@ 3 :> <<1, 1>>)
 MC_InitEpoch == (1 :> 1 @@ 2 :> 2 @@ 3 :> 1)
 
-\* Only server MC_Faulty suffers the fault (a StartElection or a Restart), at any point.  Server 1 has the worst
-\* vote, so it follows in the first election and its fault exercises every action.  Letting any server fault
-\* gives 278,225 distinct states (spec/FLE.md).
-MC_Faulty == 1
+\* Only server MC_Faulty suffers the fault (a StartElection or a Restart), at any point.  Server 3 has the middle
+\* vote: its fault exercises every action, and a server it left LOOKING with a quorum resends its vote and waits in
+\* finalize again (ResendNotifications with a quorum), which a fault of server 1, the worst vote, never gives.
+\* Letting any server fault gives 278,225 distinct states (spec/FLE.md).
+MC_Faulty == 3
 MC_OnlyFaultyFaults == \A i \in Server : faults'[i] # faults[i] => i = MC_Faulty
 =============================================================================

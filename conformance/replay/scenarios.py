@@ -229,6 +229,16 @@ def _older_round_ballot(m: Memory, before: State, action: str, params: dict, aft
     return None
 
 
+# -- FastLeaderElection: a resend with a quorum in the ballot box waits in finalize again ----------------------------
+
+def _resend_waits_again(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    """ResendNotifications(i) where i's ballot box holds a quorum agreeing with its vote: i waits in finalize again,
+    as ZooKeeper's lookForLeader does when it takes its own resent notification."""
+    if action == "ResendNotifications" and after["finalizing"][_srv(params)]:
+        return ACCEPT
+    return None
+
+
 # -- NEWLEADER that leaves the new epoch's proposals for UPTODATE (NewLeaderDefers: ZooKeeper 3.9.3+) ------------
 
 def _deferred(behind: bool) -> StepFn:
@@ -301,6 +311,12 @@ SCENARIOS = (
              "keeps looking: the ballot counts toward joining an established leader (outOfElection), never toward "
              "this round's ballot box. Failing means a server can follow the leader of an older round (seeded bug "
              "follows_older_round fails here).", _older_round_ballot),
+    Scenario("fle-resend-waits-again", "fle_ci",
+             "ZooKeeper's lookForLeader (notTimeout; its own notification in its recvqueue); spec/FLE.md, departures",
+             "A better notification of a decided server in another round ends a finalize wait and leaves the vote and "
+             "the quorum agreeing with it as they were; nothing arrives for notTimeout, the server sends its vote "
+             "again and, its own copy taken like a peer's, waits in finalize again. Failing means a resend ignores "
+             "the ballot box (seeded bug resend_forgets_quorum fails here).", _resend_waits_again),
 )
 
 #: Scenarios of a ZooKeeper model only (not committed with traces/regression, whose traces zabref also follows):
