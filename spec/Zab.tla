@@ -783,7 +783,7 @@ TypeOK ==
     /\ \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
           msgs[a][b][k].type \in {"FOLLOWERINFO", "LEADERINFO", "ACKEPOCH", "DIFF", "TRUNC", "SNAP",
                                   "NEWLEADER", "ACK", "UPTODATE", "PROPOSAL", "COMMIT",
-                                  "REQUEST", "SYNC"}  \* REQUEST, SYNC: ZabSync.tla
+                                  "REQUEST", "SYNC", "PING"}  \* REQUEST, SYNC, PING: ZabSync.tla
           /\ msgs[a][b][k].zxid \in Zxids
     /\ proposed \subseteq Txns
     /\ committed \in Seq(Txns)

@@ -18,17 +18,21 @@
 (* outstanding, and LeaderSendSYNC answers it: ZooKeeper's "at once" is    *)
 (* the two steps back to back.  With SyncConfirms (zabref's leader), a     *)
 (* sync is answered only once a quorum has confirmed, after it arrived,    *)
-(* that the leader still leads (LeaderConfirmSYNC).                        *)
+(* that the leader still leads: the leader PINGs every learner when the    *)
+(* sync arrives, each learner answers each PING in order while it follows  *)
+(* the leader, and an answer to a PING sent at or after the arrival,       *)
+(* read after the learner's ACKEPOCH, confirms (LeaderSendPING,            *)
+(* FollowerProcessPING, LeaderProcessPING).                                *)
 (*                                                                         *)
 (* This module extends Zab.tla and changes none of its actions.  A sync   *)
 (* adds packets to msgs (as every packet, the one at the head of a channel *)
 (* is taken before those behind it) and one leader variable, pendingSyncs; *)
 (* while no sync is under way, SyncNext's steps are Next's or ClientSync.  *)
 (* Writes forwarded as REQUEST are not modelled apart: their effect on     *)
-(* Zab's state is the leader's ClientRequest.  PING is not modelled        *)
-(* either: it carries no Zab state, and what its absence means (a timeout) *)
-(* is FollowerTimeout and LeaderTimeout (spec/README.md, "Reads: REQUEST,  *)
-(* SYNC, PING").                                                           *)
+(* Zab's state is the leader's ClientRequest.  PING is modelled only for   *)
+(* SyncConfirms: it carries no Zab state, and what its absence means (a    *)
+(* timeout) is FollowerTimeout and LeaderTimeout (spec/README.md, "Reads:  *)
+(* REQUEST, SYNC, PING").                                                  *)
 (***************************************************************************)
 EXTENDS Zab
 
@@ -40,8 +44,10 @@ ASSUME MaxSyncs \in Nat
 VARIABLE
     \* ---- leader, volatile ----
     pendingSyncs      \* pendingSyncs[l]: syncs l took and has not answered, oldest first:
-                      \* [learner, point (it waits for history[l][1..point] to be committed), confirmed
-                      \* (SyncConfirms: the learners that confirmed l still leads since it arrived), ghost]
+                      \* [learner, point (it waits for history[l][1..point] to be committed), awaits
+                      \* (SyncConfirms: per server, the answers to l's PINGs still to come before it confirms
+                      \* that l still leads, 0 once it has; -1 for a server that was not l's learner when the
+                      \* sync arrived, which never confirms it), ghost]
 
 syncVars == <<vars, pendingSyncs>>
 
@@ -50,6 +56,24 @@ syncVars == <<vars, pendingSyncs>>
 \* ZooKeeper's leader does not (spec/README.md, "Reads": a deposed leader). A switch, like Zab.tla's TruncAtOnce:
 \* FALSE is ZooKeeper.
 SyncConfirms == FALSE
+
+\* PINGs (SyncConfirms only).  A PING goes from a leader to a learner, and the learner's answer back, both with
+\* type PING, as ZooKeeper's; neither carries anything the spec reads.
+IsPing(m) == m.type = "PING"
+\* The PINGs of leader l to learner f not answered at l yet: those on their way to f, and f's answers on their way
+\* back (f answers each as it takes it).
+PingsOwed(l, f) == Len(SelectSeq(msgs[l][f], IsPing)) + Len(SelectSeq(msgs[f][l], IsPing))
+\* The learners whose connection to leader l is open (zabref: the leader's learner connections): followers of l
+\* whose FOLLOWERINFO l took or has on its way.
+Learners(l) == {f \in Server \ {l} : state[f] = FOLLOWING /\ leader[f] = l /\ LeaderConnected(f)}
+\* The servers that confirmed, since sync p arrived, that its leader still leads.
+Confirmed(p) == {f \in Server : p.awaits[f] = 0}
+\* A bound for the models (a CONSTRAINT): a learner that takes none of its PINGs while the others confirm one sync
+\* after another would owe its leader ever more answers; the models keep one owed at most.
+PingsBounded == \A l, f \in Server : PingsOwed(l, f) <= 1
+\* Leader l sends a PING to every learner.
+PingAll(ch, l) == [a \in Server |-> [b \in Server |->
+                      IF a = l /\ b \in Learners(l) THEN Append(ch[a][b], Packet("PING", <<0, 0>>, 0)) ELSE ch[a][b]]]
 
 \* The checking-only part of a sync (ZooKeeper's REQUEST carries the client's request, its SYNC nothing): REQUEST's
 \* data is `mark`, how many transactions were committed anywhere (Len(committed)) when the client issued the sync;
@@ -81,15 +105,20 @@ ClientSync(i) ==
 
 (***************************************************************************)
 (* Leader i takes a sync REQUEST from learner j (Leader.processSync): the  *)
-(* sync waits until everything i has proposed so far is committed.         *)
+(* sync waits until everything i has proposed so far is committed.  With   *)
+(* SyncConfirms i also PINGs every learner, and each learner f confirms    *)
+(* the sync with its answer to that PING: the PingsOwed(i, f) answers      *)
+(* before it are to older PINGs.                                           *)
 (***************************************************************************)
 LeaderProcessREQUEST(i, j) ==
     /\ state[i] = LEADING /\ zabState[i] = BROADCAST
     /\ HasPacket(j, i, "REQUEST")
-    /\ msgs' = Discard(msgs, j, i)
-    /\ pendingSyncs' = [pendingSyncs EXCEPT ![i] =
-                           Append(@, [learner |-> j, point |-> Len(history[i]), confirmed |-> {},
-                                      ghost |-> [mark |-> Head(msgs[j][i]).data, seen |-> LastZxid(history[i])]])]
+    /\ msgs' = IF SyncConfirms THEN PingAll(Discard(msgs, j, i), i) ELSE Discard(msgs, j, i)
+    /\ LET awaits == [f \in Server |-> IF SyncConfirms /\ f \in Learners(i) THEN PingsOwed(i, f) + 1 ELSE -1]
+       IN  pendingSyncs' = [pendingSyncs EXCEPT ![i] =
+                               Append(@, [learner |-> j, point |-> Len(history[i]), awaits |-> awaits,
+                                          ghost |-> [mark |-> Head(msgs[j][i]).data,
+                                                     seen |-> LastZxid(history[i])]])]
     /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
 
 (***************************************************************************)
@@ -102,27 +131,52 @@ LeaderSendSYNC(i) ==
     /\ state[i] = LEADING
     /\ pendingSyncs[i] /= <<>>
     /\ Head(pendingSyncs[i]).point <= lastCommitted[i]
-    /\ SyncConfirms => IsQuorum({i} \cup Head(pendingSyncs[i]).confirmed)
+    /\ SyncConfirms => IsQuorum({i} \cup Confirmed(Head(pendingSyncs[i])))
     /\ LET p == Head(pendingSyncs[i])
        IN  msgs' = Send(msgs, i, p.learner, Packet("SYNC", <<0, 0>>, p.ghost))
     /\ pendingSyncs' = [pendingSyncs EXCEPT ![i] = Tail(@)]
     /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
 
 (***************************************************************************)
-(* With SyncConfirms: follower f answers a PING of leader i while it still *)
-(* follows i in broadcast, so every sync i holds now (all arrived before   *)
-(* that PING was sent) counts f as a confirmation.  The PING round itself  *)
-(* changes nothing else and is not modelled (spec/README.md, "Reads").     *)
+(* With SyncConfirms, the PING round.  Leader i PINGs every learner again  *)
+(* when a waiting sync still needs more answers from a learner than are    *)
+(* owed: a learner whose connection closed and opened again since the sync *)
+(* arrived (SyncsDropped: it then confirms with its first answer on the    *)
+(* new connection).  zabref's leader PINGs on every tick; the PINGs no     *)
+(* sync needs change nothing here and are not steps of the spec.           *)
 (***************************************************************************)
-LeaderConfirmSYNC(i, f) ==
+LeaderSendPING(i) ==
     /\ SyncConfirms
-    /\ state[i] = LEADING /\ state[f] = FOLLOWING /\ leader[f] = i /\ zabState[f] = BROADCAST
-    /\ learnerPhase[i][f] /= "NONE"
-    /\ \E k \in 1 .. Len(pendingSyncs[i]) : f \notin pendingSyncs[i][k].confirmed
+    /\ state[i] = LEADING
+    /\ \E k \in 1 .. Len(pendingSyncs[i]) : \E f \in Learners(i) : pendingSyncs[i][k].awaits[f] > PingsOwed(i, f)
+    /\ msgs' = PingAll(msgs, i)
+    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults, pendingSyncs>>
+
+\* Follower i answers its leader's PING, in whatever phase it is (zabref's follower does; so does ZooKeeper's).
+FollowerProcessPING(i, j) ==
+    /\ SyncConfirms
+    /\ state[i] = FOLLOWING /\ leader[i] = j
+    /\ HasPacket(j, i, "PING")
+    /\ msgs' = Send(Discard(msgs, j, i), i, j, Packet("PING", <<0, 0>>, 0))
+    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults, pendingSyncs>>
+
+\* Whether leader i has taken learner f's ACKEPOCH: every packet of f that i takes after it, f sent with i's epoch
+\* accepted (one FIFO connection), and f accepts no later epoch while it follows i.
+EpochAccepted(i, f) == learnerPhase[i][f] \in {"ACKEPOCH", "NEWLEADER", "ACKNEWLEADER", "UPTODATE"}
+
+\* Leader i takes learner j's answer to its oldest PING not yet answered: every waiting sync that still needs
+\* answers from j needs one fewer, except that an answer i takes before j's ACKEPOCH confirms nothing: a sync
+\* that awaited only it awaits one more.  Such a learner may have accepted a later epoch, helped its leader commit,
+\* and come back to follow i (MC_fivestale: counted, it lets a deposed leader answer a sync that misses that commit).
+LeaderProcessPING(i, j) ==
+    /\ SyncConfirms
+    /\ state[i] = LEADING
+    /\ HasPacket(j, i, "PING")
+    /\ msgs' = Discard(msgs, j, i)
     /\ LET waiting == pendingSyncs[i]
-       IN  pendingSyncs' = [pendingSyncs EXCEPT ![i] =
-                               [k \in 1 .. Len(waiting) |-> [waiting[k] EXCEPT !.confirmed = @ \cup {f}]]]
-    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, msgs, checkVars, faults>>
+           Answered(p) == [p EXCEPT !.awaits[j] = IF @ > 1 \/ (@ = 1 /\ EpochAccepted(i, j)) THEN @ - 1 ELSE @]
+       IN  pendingSyncs' = [pendingSyncs EXCEPT ![i] = [k \in 1 .. Len(waiting) |-> Answered(waiting[k])]]
+    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
 
 \* Follower i takes SYNC from its leader: the client's sync completes, and its next read is served from what i
 \* has delivered now (every COMMIT sent before the SYNC was taken before it).
@@ -138,13 +192,21 @@ FollowerProcessSYNC(i, j) ==
 (* client's connection to that follower sees the sync fail).               *)
 (***************************************************************************)
 \* What a step of Zab.tla does to pendingSyncs (the validation of ZooKeeper runs, conformance/validate/zkmodule.py,
-\* conjoins it to each of Next's actions one by one).
+\* conjoins it to each of Next's actions one by one).  With SyncConfirms, a learner whose connection closed
+\* confirms a waiting sync only with an answer on a new connection (its answers in flight are lost with the old
+\* one): it awaits one answer again, confirmed before or not.
 \* (With no sync waiting anywhere it leaves pendingSyncs as it is, the same value, without building it again.)
+Reconnects(l, p) == [f \in Server |-> IF p.awaits[f] >= 0 /\ f \in Learners(l) /\ f \notin Learners(l)'
+                                      THEN 1 ELSE p.awaits[f]]
 SyncsDropped ==
     pendingSyncs' = IF \A l \in Server : pendingSyncs[l] = <<>> THEN pendingSyncs
                     ELSE [l \in Server |->
                              IF state'[l] = LEADING
-                             THEN SelectSeq(pendingSyncs[l], LAMBDA p : learnerPhase'[l][p.learner] /= "NONE")
+                             THEN LET kept == SelectSeq(pendingSyncs[l],
+                                                        LAMBDA p : learnerPhase'[l][p.learner] /= "NONE")
+                                  IN  IF SyncConfirms
+                                      THEN [k \in 1 .. Len(kept) |-> [kept[k] EXCEPT !.awaits = Reconnects(l, kept[k])]]
+                                      ELSE kept
                              ELSE <<>>]
 
 ZabStep == Next /\ SyncsDropped
@@ -154,7 +216,9 @@ SyncNext ==
     \/ ZabStep
     \/ \E i \in Server : ClientSync(i)
     \/ \E i, j \in Server : LeaderProcessREQUEST(i, j)
-    \/ \E i, j \in Server : LeaderConfirmSYNC(i, j)
+    \/ \E i \in Server : LeaderSendPING(i)
+    \/ \E i, j \in Server : FollowerProcessPING(i, j)
+    \/ \E i, j \in Server : LeaderProcessPING(i, j)
     \/ \E i \in Server : LeaderSendSYNC(i)
     \/ \E i, j \in Server : FollowerProcessSYNC(i, j)
 
@@ -194,7 +258,9 @@ SyncTypeOK ==
     /\ \A l \in Server : \A k \in 1 .. Len(pendingSyncs[l]) :
           /\ pendingSyncs[l][k].learner \in Server
           /\ pendingSyncs[l][k].point \in 0 .. Len(history[l])
-          /\ pendingSyncs[l][k].confirmed \subseteq Server \ {l}
+          /\ DOMAIN pendingSyncs[l][k].awaits = Server
+          /\ \A f \in Server : pendingSyncs[l][k].awaits[f] \in Int /\ pendingSyncs[l][k].awaits[f] >= -1
+          /\ pendingSyncs[l][k].awaits[l] = -1
           /\ pendingSyncs[l][k].ghost \in [mark : 0 .. MaxTxns, seen : Zxids]
     /\ \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
           /\ msgs[a][b][k].type = "REQUEST" => msgs[a][b][k].data \in 0 .. MaxTxns

@@ -71,7 +71,13 @@ CAUGHT: dict[str, tuple[int, int, int, str]] = {
 }
 #: Bugs the simulator does not catch yet within the CI seeds: what the search tried, and what the bug does to a
 #: cluster that runs it (each is caught by conformance: tests/test_seeded_bugs.py).
-NOT_YET: dict[str, str] = {}
+NOT_YET: dict[str, str] = {
+    # 2026-11-30: seeds 0..2000 of 300 steps and 0..100 of 1,000 steps, none failed. The election's invariants hold
+    # either way: without the wait a resend starts, the server decides on the next notification that completes its
+    # quorum instead, a decision FastLeaderElection.tla allows too. The regression trace fle-resend-waits-again
+    # catches it (tests/test_seeded_bugs.py).
+    "resend_forgets_quorum": "an election that differs only in when it waits; the simulator checks what it decides",
+}
 
 
 #: The options beyond seed, servers and steps that a row of CAUGHT runs with (its seed is a CI seed with them too).

@@ -1324,6 +1324,21 @@ def test_an_election_search_that_reaches_its_budget_has_no_verdict(toolchain_rea
     assert "or 0 s of TLC" in timed.failure, timed.failure
 
 
+def test_zk_validate_reports_bytes_that_do_not_decode_before_either_check_starts(tmp_path, monkeypatch):
+    """The recording is decoded once, for both checks, before either starts: until 2026-11-30 each decoded it on its
+    own, the Zab check in this thread and the election check beside it, so a recording the Zab check could not read
+    was reported only once the other had finished (or had raised too)."""
+    from conformance.validate import flecheck, zkcheck
+    from conformance.validate.zkcommand import _validate
+
+    started: list[str] = []
+    monkeypatch.setattr(flecheck, "validate_elections", lambda *a, **k: started.append("election"))
+    monkeypatch.setattr(zkcheck, "validate_recording", lambda *a, **k: started.append("zab"))
+    # bytes of a connection the recording never opened
+    (tmp_path / "recording.zkrec").write_bytes(MAGIC + HEAD.pack(Kind.DATA_C2S, 1, 7, 3) + b"\x00\x00\x00")
+    assert _validate(tmp_path, True) == 3 and started == []
+
+
 @pytest.mark.slow
 def test_zk_validate_holds_the_election_too_unless_told_not_to(real_run, toolchain_ready, capsys, monkeypatch):
     """`zabref zk validate` runs both checks (from 742884e to this test it ran the Zab check only: the option's

@@ -44,6 +44,7 @@ from conformance.validate.zkmodule import (RUN_DATA, WINDOW_DATA, config, goal, 
                                            window_data)
 from conformance.zk.knownbugs import at_departure, sightings, summarise
 from conformance.zk.observe import Observation, observe_dir_decoded
+from conformance.zk.wire import Decoded
 
 __all__ = ["WIDEN", "WINDOW", "ZkValidation", "validate_observation", "validate_recording"]
 
@@ -337,10 +338,12 @@ def _report(observation: Observation, result: ZkValidation, folder: Path, at: in
 
 
 def validate_recording(folder: str | Path, *, work: Path | None = None,
-                       echo: Callable[[str], None] = lambda s: None) -> ZkValidation:
-    """Observe ``folder``'s recording and check it (WireError for a recording that does not decode)."""
+                       echo: Callable[[str], None] = lambda s: None,
+                       observed: tuple[Decoded, Observation] | None = None) -> ZkValidation:
+    """Observe ``folder``'s recording and check it (WireError for a recording that does not decode). ``observed``:
+    what `observe_dir_decoded` gave for it already (`zabref zk validate` decodes once for both of its checks)."""
     started = time.monotonic()
-    decoded, observation = observe_dir_decoded(folder)
+    decoded, observation = observed if observed is not None else observe_dir_decoded(folder)
     elapsed = time.monotonic() - started
     echo(f"zk validate: {len(observation.obs)} observations of {observation.servers} servers, "
          f"{observation.txns} transactions, left out: "

@@ -17,9 +17,14 @@ from typing import TYPE_CHECKING, Any
 from zabref.core import zktxn
 from zabref.core.effects import READ_LIMIT, Effects, EffectsBuilder, Timing, refused
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
-from zabref.core.zab import Output, ZabCore, ZabState
+from zabref.core.zab import LearnerPhase, Output, ZabCore, ZabState
 
 __all__ = ["ClientRequests"]
+
+#: The learner phases in which the leader has taken the learner's ACKEPOCH (ZabSync.tla's EpochAccepted): what the
+#: learner sends after, it sends with the leader's epoch accepted.
+EPOCH_ACCEPTED = frozenset({LearnerPhase.ACKEPOCH, LearnerPhase.NEWLEADER, LearnerPhase.ACKNEWLEADER,
+                            LearnerPhase.UPTODATE})
 
 
 class ClientRequests:
@@ -65,9 +70,10 @@ class ClientRequests:
         A leader answers only once a quorum has confirmed that it still leads: it PINGs every learner and waits
         until a quorum (itself included) has answered a PING sent after the sync arrived. A leader cut off from
         its followers may not know yet that others elected a new leader and committed more; its own commit point
-        would then be stale (the fault runner's read checker found exactly that). A confirming follower still
-        followed this leader after the sync arrived, and a new leader needs a quorum that left this one, so
-        nothing was committed elsewhere before the sync arrived (Raft's ReadIndex makes the same argument)."""
+        would then be stale (the fault runner's read checker found exactly that). A confirming follower had
+        accepted this leader's epoch and still followed it after the sync arrived (`_ping_answered`), and a new
+        leader commits only with a quorum that accepted a later epoch first, so nothing was committed elsewhere
+        before the sync arrived (Raft's ReadIndex makes the same argument, a term in each answer)."""
         out = EffectsBuilder()
         core = self.core
         if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
@@ -112,6 +118,23 @@ class ClientRequests:
         chunk = core.history[start: min(start + limit, delivered)]
         return {"txns": [[t.zxid, zktxn.read_form(t.value)] for t in chunk],
                 "more": start + limit < delivered, "zxid": core.history[delivered - 1].zxid if delivered else 0}
+
+    def _ping_answered(self, peer: int, out: EffectsBuilder) -> None:
+        """Learner ``peer`` answered this leader's oldest PING it had not answered (ZabSync.tla's LeaderProcessPING).
+
+        An answer read before the learner's ACKEPOCH confirms nothing: until then the learner may hold a later epoch
+        it accepted, whose leader committed with it, and have come back to follow this deposed leader (its
+        FOLLOWERINFO waiting here, or its LEADERINFO, which it will refuse, on the way). Counted, it would let this
+        leader answer a sync that misses that commit (spec/MC_fivestale: 50 steps). After ACKEPOCH every packet on
+        the connection was sent with this leader's epoch accepted (one FIFO stream). A sync whose mark this answer
+        would reach needs one answer more, which the next tick's PING asks for."""
+        answers = self._pings[peer]
+        answers[1] += 1
+        if self.core.learner_phase.get(peer, LearnerPhase.NONE) not in EPOCH_ACCEPTED:
+            for _, _, marks, _ in self._syncs:
+                if marks.get(peer) == answers[1]:
+                    marks[peer] += 1
+        self._confirm_syncs(out)
 
     def _confirm_syncs(self, out: EffectsBuilder) -> None:
         """Answer each waiting sync that a quorum has confirmed (`client_sync`)."""

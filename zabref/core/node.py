@@ -115,8 +115,7 @@ class Node(ClientRequests):
                 # data: the sessions it touched (none here), never null: ZooKeeper's LearnerHandler reads it
                 out.send.append((peer, QuorumPacket(PacketType.PING, self.committed_zxid, b"")))
             elif core.state == ServerState.LEADING and peer in self._pings:
-                self._pings[peer][1] += 1
-                self._confirm_syncs(out)
+                self._ping_answered(peer, out)
             return out.build()
         if self._acks_uptodate(peer, packet):  # ZooKeeper's learner acknowledges UPTODATE: no spec action takes it
             self.heard[peer] = now
