@@ -28,14 +28,13 @@ __all__ = ["validate_command"]
 def _validate(folder: Path, election: bool = True) -> int:
     from conformance.validate.flecheck import validate_elections  # noqa: PLC0415 (the group loads fast)
     from conformance.validate.zkcheck import validate_recording  # noqa: PLC0415
-    from conformance.zk.elections import elections  # noqa: PLC0415
+    from conformance.zk.elections import elections_observed  # noqa: PLC0415
     from conformance.zk.observe import observe_dir_decoded  # noqa: PLC0415
 
     try:
         # decoded once, for both checks, before either starts TLC: bytes that do not decode are reported at once
         decoded, observation = observe_dir_decoded(folder)
-        notices = (elections(decoded, observation.servers, observation.end_ns, observation.recording)
-                   if election else None)
+        notices = elections_observed(decoded, observation) if election else None
         with ThreadPoolExecutor(max_workers=1) as pool:  # each check runs one TLC of one worker: two cores, two TLCs
             fle_check = pool.submit(validate_elections, notices, echo=click.echo) if notices is not None else None
             result = validate_recording(folder, echo=click.echo, observed=(decoded, observation))

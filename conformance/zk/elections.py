@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.zk.observe import observe_dir_decoded, zxid_pair
+from conformance.zk.observe import Observation, observe_dir_decoded, zxid_pair
 from conformance.zk.wire import Decoded
 
-__all__ = ["Elections", "Notice", "elections", "elections_dir"]
+__all__ = ["Elections", "Notice", "elections", "elections_dir", "elections_observed"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,11 @@ def elections(decoded: Decoded, servers: int, end_ns: int | None, recording: str
     return Elections(recording, servers, out, after, end_ns)
 
 
+def elections_observed(decoded: Decoded, observation: Observation) -> Elections:
+    """The notifications of a recording `conformance.zk.observe.observe_dir_decoded` decoded and observed."""
+    return elections(decoded, observation.servers, observation.end_ns, observation.recording)
+
+
 def elections_dir(folder: str | Path) -> Elections:
     """``folder``'s recording (as `conformance.zk.observe.observe_dir` finds it) and its notifications."""
-    decoded, observation = observe_dir_decoded(folder)
-    return elections(decoded, observation.servers, observation.end_ns, observation.recording)
+    return elections_observed(*observe_dir_decoded(folder))

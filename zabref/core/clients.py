@@ -17,14 +17,10 @@ from typing import TYPE_CHECKING, Any
 from zabref.core import zktxn
 from zabref.core.effects import READ_LIMIT, Effects, EffectsBuilder, Timing, refused
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
+from zabref.core.types import EPOCH_ACCEPTED
 from zabref.core.zab import LearnerPhase, Output, ZabCore, ZabState
 
 __all__ = ["ClientRequests"]
-
-#: The learner phases in which the leader has taken the learner's ACKEPOCH (ZabSync.tla's EpochAccepted): what the
-#: learner sends after, it sends with the leader's epoch accepted.
-EPOCH_ACCEPTED = frozenset({LearnerPhase.ACKEPOCH, LearnerPhase.NEWLEADER, LearnerPhase.ACKNEWLEADER,
-                            LearnerPhase.UPTODATE})
 
 
 class ClientRequests:
