@@ -151,6 +151,12 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, versio
                 zxids += await asyncio.to_thread(write, ["mixed-2"])
                 for sid in (1, 2):
                     assert await asyncio.to_thread(read, sid, zxids) == [b"mixed-0", b"mixed-1", b"mixed-2"], sid
+                # a ZooKeeper client's sync: its follower forwards it to the zabref leader as REQUEST (op 9, its
+                # session), which answers SYNC once a quorum confirmed it; then the client reads
+                written = await asyncio.to_thread(write, ["mixed-3"])
+                synced = await asyncio.to_thread(_kazoo, e, 2, lambda c: (c.sync("/"),
+                                                                          c.get(zktxn.node_of(written[0]))[0]))
+                assert synced == ("/", b"mixed-3")
             finally:
                 server.stop()
                 await asyncio.wait_for(task, 30)
@@ -214,6 +220,11 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
                 e.kill(1)
                 await asyncio.to_thread(_kazoo, e, 2, lambda c: c.create("/c", b"w"))  # committed on {2, 3}
                 await until_read("/c")
+                # a zabref client's sync: the zabref follower sends REQUEST (op 9, no session) to ZooKeeper's
+                # leader, whose SYNC answers it with everything committed before it
+                with ZabClient([("127.0.0.1", e.member(3).client_port)], timeout=20) as client:
+                    synced = await asyncio.to_thread(client.sync)
+                assert synced == max(z for z, _ in await asyncio.to_thread(read))
                 # server 1 back; the zabref server stops (its log is on disk) and misses /d, committed on {1, 2}
                 e.start_server(1)
                 await asyncio.to_thread(e.wait_serving, [1], 60)

@@ -85,7 +85,8 @@ class ZabClient:
             from_zxid = out[-1][0]
 
     def sync(self) -> int:
-        """Wait until the current server has delivered what the leader had committed; returns that zxid."""
+        """Wait until the current server has delivered what its leader had committed when the sync reached it;
+        returns the last zxid delivered there then."""
         return int(self._call({"op": "sync"})["zxid"])
 
     def use(self, index: int) -> ZabClient:

@@ -1,9 +1,14 @@
 """The client protocol's decisions for a `zabref.core.node.Node`: submit, sync, forwarded replies and reads.
 
 Theory of operation: the leader runs ClientRequest for a submitted value and answers once the transaction is
-delivered here; a follower forwards a submit or a sync to its leader and answers once the transaction is delivered
-HERE, so that a later read here sees it. A sync at the leader waits until a quorum has answered a PING sent after the
-sync arrived (`client_sync`). Requests wait in `_waiting` (by zxid, answered in zxid order as deliveries come) and
+delivered here; a follower forwards a submit to its leader's client port and answers once the transaction is
+delivered HERE, so that a later read here sees it. A sync takes spec/ZabSync.tla's steps on the quorum connection,
+as ZooKeeper's does: the follower sends REQUEST of op sync (`ClientSync`) and keeps its client waiting, in order;
+the leader keeps the sync in ``pending_syncs`` (`LeaderProcessREQUEST`) and answers SYNC once everything it had
+proposed is committed and a quorum has answered a PING sent after the sync arrived (`LeaderSendSYNC`, the PING round
+under ``SyncConfirms``); the follower answers its oldest waiting client with what it has delivered then, every COMMIT
+sent before the SYNC taken before it (`FollowerProcessSYNC`). A sync at the leader itself waits for the same
+confirmation (`client_sync`). Requests wait in `_waiting` (by zxid, answered in zxid order as deliveries come) and
 expire after ``Timing.submit_timeout_s`` with "outcome unknown". `ClientRequests` is a part of `Node` (a mixin): it
 uses the node's core, timing, learner connections and PING counts.
 """
@@ -12,13 +17,15 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from zabref.core import zktxn
+from zabref.core import payloads, zktxn
 from zabref.core.effects import READ_LIMIT, Effects, EffectsBuilder, Timing, refused
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
 from zabref.core.types import EPOCH_ACCEPTED
 from zabref.core.zab import LearnerPhase, Output, ZabCore, ZabState
+from zabref.errors import RemoteProtocolError
 
 __all__ = ["ClientRequests"]
 
@@ -37,6 +44,9 @@ class ClientRequests:
     _forwarded: dict[int, float]
     _pings: dict[int, list[int]]
     _syncs: list[tuple[int, int, dict[int, int], float]]
+    pending_syncs: deque[tuple[int, int, dict[int, int]]]
+    follower_syncs: deque[tuple[int | None, float]]
+    leader_lost: bool
 
     if TYPE_CHECKING:
         @property
@@ -61,7 +71,7 @@ class ClientRequests:
         return out.build()
 
     def client_sync(self, rid: int, now: float) -> Effects:
-        """Answered once this server has delivered what the leader had committed when the sync reached it.
+        """Answered once this server has delivered what its leader had committed when the sync reached it.
 
         A leader answers only once a quorum has confirmed that it still leads: it PINGs every learner and waits
         until a quorum (itself included) has answered a PING sent after the sync arrived. A leader cut off from
@@ -69,24 +79,57 @@ class ClientRequests:
         would then be stale (the fault runner's read checker found exactly that). A confirming follower had
         accepted this leader's epoch and still followed it after the sync arrived (`_ping_answered`), and a new
         leader commits only with a quorum that accepted a later epoch first, so nothing was committed elsewhere
-        before the sync arrived (Raft's ReadIndex makes the same argument, a term in each answer)."""
+        before the sync arrived (Raft's ReadIndex makes the same argument, a term in each answer). A follower sends
+        the sync to its leader (`ClientSync`), which confirms it the same way (`leader_process_request`)."""
         out = EffectsBuilder()
         core = self.core
         if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
-            ping = QuorumPacket(PacketType.PING, self.committed_zxid)
-            marks = {}
-            for f in sorted(self.learner_conns):
-                if f in self._pings:
-                    out.send.append((f, ping))
-                    self._pings[f][0] += 1
-                    marks[f] = self._pings[f][0]
+            marks = self._ping_all(out)
             self._syncs.append((rid, self.committed_zxid, marks, now + self.timing.submit_timeout_s))
             self._confirm_syncs(out)
-        elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST:
-            self._forwarded[rid] = now + self.timing.submit_timeout_s
-            out.forwards.append((rid, core.leader, {"op": "sync"}))
+        elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST and not self.leader_lost:
+            # ClientSync(i): REQUEST of op sync in ZooKeeper's form, of no session (sessionId and cxid 0)
+            self.follower_syncs.append((rid, now + self.timing.submit_timeout_s))
+            request = payloads.encode_request_data(0, 0, payloads.OP_SYNC, "/")
+            out.send.append((core.leader, QuorumPacket(PacketType.REQUEST, -1, request)))
         else:
             out.answers.append((rid, self._not_serving()))
+        return out.build()
+
+    def leader_process_request(self, peer: int, packet: QuorumPacket) -> Effects:
+        """LeaderProcessREQUEST(i, j): learner ``peer`` forwarded a client's sync (ZooKeeper's Leader.processSync).
+        It waits in ``pending_syncs`` until everything this leader has proposed is committed and a quorum has
+        answered a PING sent now (`LeaderSendSYNC`). Any other request is refused as the connection's error: a
+        zabref leader takes writes on its client port only (docs/zookeeper.md, mixed ensembles)."""
+        core = self.core
+        if core.state != ServerState.LEADING or core.zab_state != ZabState.BROADCAST or peer not in self._pings:
+            raise RemoteProtocolError(peer, f"server {self.sid}: REQUEST from {peer}, but no established leadership "
+                                            "of this server has it as a learner")
+        _, _, op, _ = payloads.decode_request_data(packet.data)
+        if op != payloads.OP_SYNC:
+            name = zktxn.OPS.get(op, "unknown")
+            raise RemoteProtocolError(peer, f"server {self.sid}: REQUEST of op {op} ({name}) from {peer}: a zabref "
+                                            "leader takes only a learner's sync; writes reach it on its client port")
+        out = EffectsBuilder()
+        self.pending_syncs.append((peer, core.last_zxid, self._ping_all(out)))
+        self._confirm_syncs(out)
+        return out.build()
+
+    def follower_process_sync(self, peer: int) -> Effects:
+        """FollowerProcessSYNC(i, j): the leader answered this server's oldest sync. Every COMMIT it sent before
+        was taken before (one FIFO connection), so the client's next read here sees what was committed when the
+        sync reached the leader; a client whose sync expired meanwhile kept its place (None) and gets nothing."""
+        core = self.core
+        if core.state != ServerState.FOLLOWING or peer != core.leader or core.zab_state != ZabState.BROADCAST:
+            raise RemoteProtocolError(peer, f"server {self.sid}: SYNC from {peer}, which it does not follow in "
+                                            "broadcast")
+        if not self.follower_syncs:
+            raise RemoteProtocolError(peer, f"server {self.sid}: SYNC from {peer} with no sync of this server "
+                                            "waiting")
+        out = EffectsBuilder()
+        rid, _ = self.follower_syncs.popleft()
+        if rid is not None:
+            out.answers.append((rid, {"zxid": self.committed_zxid}))
         return out.build()
 
     def forward_reply(self, rid: int, reply: dict[str, Any], now: float) -> Effects:
@@ -127,21 +170,45 @@ class ClientRequests:
         answers = self._pings[peer]
         answers[1] += 1
         if self.core.learner_phase.get(peer, LearnerPhase.NONE) not in EPOCH_ACCEPTED:
-            for _, _, marks, _ in self._syncs:
+            for marks in self._sync_marks():
                 if marks.get(peer) == answers[1]:
                     marks[peer] += 1
         self._confirm_syncs(out)
 
+    def _sync_marks(self) -> list[dict[int, int]]:
+        """The marks of every waiting sync, this leader's clients' and its learners'."""
+        return [s[2] for s in self._syncs] + [s[2] for s in self.pending_syncs]
+
+    def _ping_all(self, out: EffectsBuilder) -> dict[int, int]:
+        """PingAll: a PING to every learner; the marks a sync arriving now needs (learner -> the PINGs it must have
+        answered: those owed, and this one)."""
+        ping = QuorumPacket(PacketType.PING, self.committed_zxid)
+        marks = {}
+        for f in sorted(self.learner_conns):
+            if f in self._pings:
+                out.send.append((f, ping))
+                self._pings[f][0] += 1
+                marks[f] = self._pings[f][0]
+        return marks
+
+    def _confirmed(self, marks: dict[int, int]) -> bool:
+        confirmed = {f for f, mark in marks.items() if f in self._pings and self._pings[f][1] >= mark}
+        return self.core.is_quorum(confirmed | {self.sid})
+
     def _confirm_syncs(self, out: EffectsBuilder) -> None:
-        """Answer each waiting sync that a quorum has confirmed (`client_sync`)."""
+        """Answer each waiting sync of this leader's clients that a quorum has confirmed (`client_sync`), and
+        LeaderSendSYNC: the oldest of ``pending_syncs``, in order, once its point is committed and confirmed."""
         keep = []
         for rid, zxid, marks, deadline in self._syncs:
-            confirmed = {f for f, mark in marks.items() if f in self._pings and self._pings[f][1] >= mark}
-            if self.core.is_quorum(confirmed | {self.sid}):
+            if self._confirmed(marks):
                 out.answers.append((rid, {"zxid": zxid}))
             else:
                 keep.append((rid, zxid, marks, deadline))
         self._syncs = keep
+        pending = self.pending_syncs
+        while pending and pending[0][1] <= self.committed_zxid and self._confirmed(pending[0][2]):
+            learner, _, _ = pending.popleft()
+            out.send.append((learner, QuorumPacket(PacketType.SYNC, 0)))  # ZooKeeper's: zxid 0, no data
 
     def _not_serving(self) -> dict[str, Any]:
         core = self.core
@@ -190,6 +257,11 @@ class ClientRequests:
                 out.answers.append((rid, refused("no quorum confirmed this leader within "
                                                   f"{self.timing.submit_timeout_s:g} s", True)))
         self._syncs = [s for s in self._syncs if s[3] > now]
+        for k, (sync_rid, deadline) in enumerate(self.follower_syncs):
+            if sync_rid is not None and deadline <= now:  # keeps its place: the leader's SYNC for it still comes
+                self.follower_syncs[k] = (None, deadline)
+                out.answers.append((sync_rid, refused("the leader did not answer the sync within "
+                                                       f"{self.timing.submit_timeout_s:g} s", True)))
         for rid, deadline in list(self._forwarded.items()):
             if deadline <= now:
                 del self._forwarded[rid]

@@ -12,7 +12,8 @@ input, each returning the `Effects` to carry out:
   round (spec/FastLeaderElection.tla ``Init``/``Restart``);
 * ``packet(peer, packet, now)`` -- a QuorumPacket from a peer's connection, in arrival order. PING keeps the
   connection alive (a follower answers its leader's), and so does a ZooKeeper learner's ACK of UPTODATE, which
-  changes nothing (``_acks_uptodate``); every other type goes to the Zab core, except a packet the core holds
+  changes nothing (``_acks_uptodate``); REQUEST and SYNC are a sync's (`zabref.core.clients`, spec/ZabSync.tla);
+  every other type goes to the Zab core, except a packet the core holds
   (``ZabCore.held``: FOLLOWERINFO at a server that does not lead, ACKEPOCH(-1) at a leader in DISCOVERY -- no spec
   action takes it yet), which waits (``Effects.deferred``: the carrier keeps it at the head of its
   connection and offers it again once ``Effects.unblock`` says the node's role or zabState changed);
@@ -29,8 +30,9 @@ input, each returning the `Effects` to carry out:
   long. A tick may come at any time -- the carrier ticks right after a connection closes, so that the follower
   reacts at once -- because every timer compares times, never counts ticks;
 * ``client_submit(rid, value, now)``, ``client_sync(rid, now)``, ``forward_reply(rid, reply, now)`` and
-  ``client_read(...)`` -- the client protocol: the leader runs ClientRequest; a follower forwards to its leader and
-  answers once the transaction is delivered HERE (so that a later read here sees it).
+  ``client_read(...)`` -- the client protocol: the leader runs ClientRequest; a follower forwards a write to its
+  leader and answers once the transaction is delivered HERE (so that a later read here sees it), and sends a sync
+  to its leader as REQUEST on the quorum connection.
 
 Silence. ``now`` is a time in seconds on any clock the carrier likes (a real server's loop clock, the driver's
 logical clock, the simulator's); the node stamps ``heard[peer]`` when it takes a packet and compares with
@@ -43,6 +45,7 @@ client half of the node is `zabref.core.clients`.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from zabref.core.clients import ClientRequests
@@ -88,6 +91,11 @@ class Node(ClientRequests):
         #: leader: syncs waiting for a quorum to confirm this leadership: (request id, commit point at arrival,
         #: learner -> the PINGs it must have answered, deadline)
         self._syncs: list[tuple[int, int, dict[int, int], float]] = []
+        #: leader: its learners' syncs not answered yet, oldest first (ZabSync.tla's pendingSyncs): (learner, the
+        #: zxid it waits to see committed, learner -> the PINGs it must have answered)
+        self.pending_syncs: deque[tuple[int, int, dict[int, int]]] = deque()
+        #: follower: its clients' syncs sent to the leader, oldest first: (request id, deadline); None once expired
+        self.follower_syncs: deque[tuple[int | None, float]] = deque()
         self.decisions: list[dict[str, Any]] = []  # the election's decisions (FLE's checking-only ``decisions``)
         #: follower: the commit point a ZooKeeper leader's sync carried (`_zookeeper_sync`), for its UPTODATE(-1),
         #: and the PROPOSAL of that sync just taken, which ZooKeeper's leader follows with its COMMIT if committed
@@ -117,6 +125,14 @@ class Node(ClientRequests):
             elif core.state == ServerState.LEADING and peer in self._pings:
                 self._ping_answered(peer, out)
             return out.build()
+        if packet.type == PacketType.REQUEST:
+            effects = self.leader_process_request(peer, packet)
+            self.heard[peer] = now
+            return effects
+        if packet.type == PacketType.SYNC:
+            effects = self.follower_process_sync(peer)
+            self.heard[peer] = now
+            return effects
         if self._acks_uptodate(peer, packet):  # ZooKeeper's learner acknowledges UPTODATE: no spec action takes it
             self.heard[peer] = now
             return Effects()
@@ -193,7 +209,10 @@ class Node(ClientRequests):
             self.learner_conns.discard(peer)
             self.held.pop(peer, None)
             self._pings.pop(peer, None)
-            for _, _, marks, _ in self._syncs:  # a new connection is newer than any waiting sync: one reply will do
+            # SyncsDropped: the learner's own syncs go with its connection; a new connection is newer than any
+            # waiting sync: one reply on it will do
+            self.pending_syncs = deque(s for s in self.pending_syncs if s[0] != peer)
+            for marks in self._sync_marks():
                 if peer in marks:
                     marks[peer] = 1
             self._core(out, self.core.connection_closed(peer), now, None)
@@ -288,6 +307,8 @@ class Node(ClientRequests):
         out.close += output.close
         if output.deliver:
             self._answer_delivered(out)
+            if self.pending_syncs:
+                self._confirm_syncs(out)  # LeaderSendSYNC, after the COMMITs just sent
         if output.role is not None:
             out.role = output.role
             out.unblock = True
@@ -308,6 +329,12 @@ class Node(ClientRequests):
             out.answers.append((rid, refused(f"leader {self.sid} stopped leading before a quorum confirmed the "
                                               "sync", True)))
         self._syncs = []
+        self.pending_syncs.clear()  # its learners' connections close: their followers refuse those syncs
+        for sync_rid, _ in self.follower_syncs:
+            if sync_rid is not None:
+                out.answers.append((sync_rid, refused(f"server {self.sid} stopped following before its leader "
+                                                       "answered the sync", True)))
+        self.follower_syncs.clear()
         if self.core.state == ServerState.LOOKING:  # GoLooking: a new election round (FLE StartElection)
             if self.fle.state is not ServerState.LOOKING:
                 self.election_quiet_since = now

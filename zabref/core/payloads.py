@@ -22,13 +22,18 @@ __all__ = ["ACKEPOCH_ALREADY_ACKNOWLEDGED", "LEARNER_INFO_SIZE", "encode_learner
            "encode_leaderinfo_data",
            "decode_leaderinfo_data", "encode_ackepoch_data", "decode_ackepoch_data", "encode_followerinfo_data",
            "decode_followerinfo_data", "encode_proposal_data", "decode_proposal_data", "encode_snap_data",
-           "decode_snap_data"]
+           "decode_snap_data", "OP_SYNC", "REQUEST_HEADER_SIZE", "encode_request_data", "decode_request_data"]
 
 #: ACKEPOCH's currentEpoch when the follower had already accepted the proposed epoch (seed 000's table: "it passes -1
 #: as the currentEpoch to signal that the new epoch is not acknowledged").
 ACKEPOCH_ALREADY_ACKNOWLEDGED = -1
 
 _LEARNER_INFO = struct.Struct(">qiq")
+_REQUEST_HEADER = struct.Struct(">qii")
+#: Bytes of REQUEST's header (``long sessionId, int cxid, int type``), before the request's own record.
+REQUEST_HEADER_SIZE = _REQUEST_HEADER.size
+#: ZooKeeper's OpCode.sync: the one request a zabref leader takes from a learner (spec/ZabSync.tla).
+OP_SYNC = 9
 #: Bytes of a LearnerInfo; a zabref learner's FOLLOWERINFO has a connection id (8 bytes) after it (`zabref.net.wire`).
 LEARNER_INFO_SIZE = _LEARNER_INFO.size
 
@@ -148,3 +153,22 @@ def decode_snap_data(data: bytes | None) -> list[tuple[int, bytes]]:
         history.append((node.czxid, node.data))
     history.sort()
     return history
+
+
+def encode_request_data(session: int, cxid: int, op: int, path: str) -> bytes:
+    """REQUEST's data as ZooKeeper's Learner.request writes it: ``long sessionId, int cxid, int type``, then the
+    request's record; for sync (and the requests zabref sends, sync only) that record is ``ustring path``."""
+    return _REQUEST_HEADER.pack(jute.check_long("sessionId", session), jute.check_int("cxid", cxid),
+                                jute.check_int("type", op)) + jute.ustring("path", path)
+
+
+def decode_request_data(data: bytes | None) -> tuple[int, int, int, bytes]:
+    """``(sessionId, cxid, type, record)`` of REQUEST's data; the record (whatever follows the header) is checked
+    only for sync, whose record is one ``ustring path`` and nothing after it."""
+    r = _data_reader(data, "REQUEST data")
+    session, cxid, op = r.i64("sessionId"), r.i32("cxid"), r.i32("type")
+    record = bytes(r.buf[r.pos:])
+    if op == OP_SYNC:
+        r.ustring("path")
+        r.end()
+    return session, cxid, op, record

@@ -77,8 +77,9 @@ BATCH_LIMIT = 1_000
 #: A batch syncs in the loop's own thread when the previous sync took at most this long (a slow disk goes to the
 #: disk thread, so that the loop keeps reading sockets while it waits).
 INLINE_SYNC_SECONDS = 0.002
-#: Packet types a quorum connection may carry: what some role of the core takes, and PING.
-QUORUM_TYPES = frozenset(t for table in HANDLERS.values() for t in table) | {PacketType.PING}
+#: Packet types a quorum connection may carry: what some role of the core takes, PING, and a sync's REQUEST and SYNC.
+QUORUM_TYPES = frozenset(t for table in HANDLERS.values() for t in table) | {PacketType.PING, PacketType.REQUEST,
+                                                                           PacketType.SYNC}
 
 Event = Callable[[], Effects | None]
 

@@ -1,0 +1,197 @@
+"""A client's sync at a follower takes spec/ZabSync.tla's steps on the quorum connection, in ZooKeeper's packets: the
+follower sends REQUEST of op sync (ClientSync), the leader keeps it until what it had proposed is committed and a
+quorum confirmed its leadership (LeaderProcessREQUEST, the PING round), answers SYNC after the COMMITs
+(LeaderSendSYNC), and the follower answers its oldest waiting client (FollowerProcessSYNC)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from helpers import decide
+from test_core import ackepoch, followerinfo, pkt, z
+
+from zabref.core import payloads
+from zabref.core.effects import Effects, Timing
+from zabref.core.node import Node
+from zabref.core.packets import PacketType, QuorumPacket, ServerState
+from zabref.core.zab import LearnerPhase, Persistent, ZabState
+from zabref.errors import CodecError, RemoteProtocolError
+
+PING = pkt(PacketType.PING)
+SYNC = pkt(PacketType.SYNC)
+TIMING = Timing(tick_s=0.05, init_limit=10, sync_limit=5)
+
+
+def sync_request(session: int = 0x10000A, cxid: int = 3, op: int = payloads.OP_SYNC) -> QuorumPacket:
+    """A learner's REQUEST as ZooKeeper's Learner.request writes one: zxid -1, the header, the record."""
+    return QuorumPacket(PacketType.REQUEST, -1, payloads.encode_request_data(session, cxid, op, "/a"))
+
+
+def _sent(eff: Effects) -> list[tuple[int, PacketType]]:
+    return [(peer, p.type) for peer, p in eff.send]
+
+
+def _leader() -> Node:
+    """Leader 1 of three, epoch 1 established with learners 2 and 3 (both UPTODATE), nothing proposed."""
+    node = Node(1, (1, 2, 3), Persistent(), TIMING)
+    node.start(0.0)
+    decide(node, 1, 0.0)
+    for f in (2, 3):
+        node.connection_opened(f, inbound=True)
+        node.packet(f, followerinfo(f, 0), 0.0)
+    for f in (2, 3):
+        node.packet(f, ackepoch(0, 0), 0.0)
+    for f in (2, 3):
+        node.packet(f, pkt(PacketType.ACK, z(1, 0)), 0.0)
+    core = node.core
+    assert core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST
+    assert all(core.learner_phase[f] == LearnerPhase.UPTODATE for f in (2, 3))
+    return node
+
+
+def _follower() -> Node:
+    """Server 1 of three, following leader 2 of epoch 1 in broadcast, its history empty."""
+    node = Node(1, (1, 2, 3), Persistent(), TIMING)
+    node.start(0.0)
+    decide(node, 2, 0.0)
+    node.packet(2, QuorumPacket(PacketType.LEADERINFO, z(1, 0), payloads.encode_leaderinfo_data(0x10000)), 0.0)
+    node.packet(2, pkt(PacketType.DIFF, 0), 0.0)
+    node.packet(2, pkt(PacketType.NEWLEADER, z(1, 0)), 0.0)
+    node.packet(2, pkt(PacketType.UPTODATE, 0), 0.0)
+    assert node.core.state == ServerState.FOLLOWING and node.core.zab_state == ZabState.BROADCAST
+    return node
+
+
+# ------------------------------------------------------------------------------------------------ the follower
+
+
+def test_a_followers_sync_is_zookeepers_request_and_syncs_are_answered_in_order() -> None:
+    node = _follower()
+    eff = node.client_sync(7, 0.1)
+    assert not eff.answers and not eff.forwards and _sent(eff) == [(2, PacketType.REQUEST)]
+    request = eff.send[0][1]
+    # Learner.request: zxid -1, long sessionId, int cxid, int type (9: sync), then SyncRequest's ustring path
+    assert request.zxid == -1 and request.data == struct.pack(">qiii", 0, 0, 9, 1) + b"/"
+    node.client_sync(8, 0.2)
+    assert node.packet(2, SYNC, 0.3).answers == ((7, {"zxid": 0}),)
+    assert node.packet(2, SYNC, 0.4).answers == ((8, {"zxid": 0}),)
+    with pytest.raises(RemoteProtocolError, match="SYNC from 2 with no sync of this server waiting"):
+        node.packet(2, SYNC, 0.5)
+
+
+def test_a_sync_answered_after_commits_reads_them() -> None:
+    """The COMMITs before the SYNC on the connection were taken first: the answer names what they delivered."""
+    node = _follower()
+    node.client_sync(7, 0.1)
+    value = payloads.encode_proposal_data(z(1, 1), b"v")
+    node.packet(2, pkt(PacketType.PROPOSAL, z(1, 1), value), 0.2)
+    node.packet(2, pkt(PacketType.COMMIT, z(1, 1)), 0.3)
+    assert node.packet(2, SYNC, 0.4).answers == ((7, {"zxid": z(1, 1)}),)
+
+
+def test_an_expired_sync_keeps_its_place_for_the_leaders_answer() -> None:
+    node = _follower()
+    node.client_sync(7, 0.0)
+    node.client_sync(8, 0.5 * TIMING.submit_timeout_s)
+    node.packet(2, PING, TIMING.submit_timeout_s)  # the leader is heard: no FollowerTimeout
+    eff = node.tick(TIMING.submit_timeout_s + 0.01)  # 7 expires, 8 not yet
+    assert [rid for rid, a in eff.answers if a.get("retry")] == [7]
+    assert node.core.state == ServerState.FOLLOWING
+    later = TIMING.submit_timeout_s + 0.02
+    assert node.packet(2, SYNC, later).answers == ()  # the leader's answer to 7: nobody waits for it now
+    assert node.packet(2, SYNC, later).answers == ((8, {"zxid": 0}),)
+
+
+def test_a_follower_that_stops_following_refuses_its_waiting_syncs() -> None:
+    node = _follower()
+    node.client_sync(7, 0.1)
+    eff = node.connection_closed(2, 0.2, inbound=False)
+    eff = node.tick(0.3)  # FollowerTimeout: the connection to the leader is gone
+    assert node.core.state == ServerState.LOOKING
+    assert [(rid, a["retry"]) for rid, a in eff.answers] == [(7, True)]
+    assert not node.follower_syncs
+
+
+# ------------------------------------------------------------------------------------------------ the leader
+
+
+def test_the_leader_answers_a_learners_sync_once_a_quorum_confirmed() -> None:
+    node = _leader()
+    eff = node.packet(2, sync_request(), 0.1)
+    assert _sent(eff) == [(2, PacketType.PING), (3, PacketType.PING)]  # PingAll, nothing committed to wait for
+    assert node.pending_syncs[0][0] == 2
+    assert _sent(node.packet(2, PING, 0.2)) == [(2, PacketType.SYNC)]  # 2's answer confirms: {1, 2} is a quorum
+    assert not node.pending_syncs
+
+
+def test_an_answer_to_a_ping_older_than_the_sync_confirms_nothing() -> None:
+    node = _leader()
+    node.tick(0.05)  # the tick's PINGs to 2 and 3, before the sync
+    node.packet(2, sync_request(), 0.1)
+    assert _sent(node.packet(2, PING, 0.2)) == [] and _sent(node.packet(3, PING, 0.2)) == []  # the tick's
+    assert _sent(node.packet(3, PING, 0.3)) == [(2, PacketType.SYNC)]
+
+
+def test_the_leader_sends_sync_only_after_the_commit_of_what_it_had_proposed() -> None:
+    node = _leader()
+    node.client_submit(1, b"x", 0.1)  # ClientRequest: <<1, 1>> proposed, not committed
+    eff = node.packet(3, sync_request(), 0.2)
+    assert _sent(eff) == [(2, PacketType.PING), (3, PacketType.PING)]
+    assert node.packet(2, PING, 0.3).send == () and node.packet(3, PING, 0.3).send == ()  # confirmed, not committed
+    eff = node.packet(2, pkt(PacketType.ACK, z(1, 1)), 0.4)  # a quorum logged <<1, 1>>: COMMIT, then SYNC to 3
+    assert _sent(eff) == [(2, PacketType.COMMIT), (3, PacketType.COMMIT), (3, PacketType.SYNC)]
+    assert eff.send[-1][1] == QuorumPacket(PacketType.SYNC, 0)  # ZooKeeper's Leader.sendSync: zxid 0, no data
+
+
+def test_syncs_are_answered_oldest_first() -> None:
+    """LeaderSendSYNC answers the head of pendingSyncs: a later sync confirmed first waits behind an older one."""
+    node = _leader()
+    node.client_submit(1, b"x", 0.05)
+    node.packet(3, sync_request(), 0.1)  # marks {2: 1, 3: 1}
+    node.packet(2, sync_request(), 0.2)  # marks {2: 2, 3: 2}
+    assert [s[0] for s in node.pending_syncs] == [3, 2]
+    for _ in range(2):
+        assert _sent(node.packet(2, PING, 0.3)) == []  # both confirmed by {1, 2}, neither committed
+    eff = node.packet(2, pkt(PacketType.ACK, z(1, 1)), 0.4)
+    assert _sent(eff) == [(2, PacketType.COMMIT), (3, PacketType.COMMIT), (3, PacketType.SYNC), (2, PacketType.SYNC)]
+
+
+def test_a_learners_syncs_go_with_its_connection() -> None:
+    """SyncsDropped: a learner whose connection closes loses its waiting syncs; another learner's sync it was to
+    confirm needs one answer on a new connection."""
+    node = _leader()
+    node.packet(2, sync_request(), 0.1)
+    node.packet(3, sync_request(), 0.2)
+    node.connection_closed(2, 0.3, inbound=True)
+    assert [s[0] for s in node.pending_syncs] == [3]
+    assert _sent(node.packet(3, PING, 0.4)) == []  # 3 answered its first PING: the sync's mark is its second
+    assert _sent(node.packet(3, PING, 0.5)) == [(3, PacketType.SYNC)]
+
+
+@pytest.mark.parametrize("op, name", [(1, "create"), (5, "setData"), (99, "unknown")])
+def test_the_leader_refuses_a_request_that_is_not_a_sync(op: int, name: str) -> None:
+    node = _leader()
+    with pytest.raises(RemoteProtocolError, match=rf"REQUEST of op {op} \({name}\) from 2: a zabref leader takes "
+                                                  "only a learner's sync"):
+        node.packet(2, sync_request(op=op), 0.1)
+    assert not node.pending_syncs
+
+
+@pytest.mark.parametrize("data, offset, reason", [
+    (None, 0, "data is null"),
+    (struct.pack(">qi", 0, 0), 12, "type needs 4 bytes"),
+    (struct.pack(">qiii", 0, 0, 9, 5) + b"/a", 16, "path length is 5 but only 2 bytes remain"),
+    (struct.pack(">qiii", 0, 0, 9, 1) + b"/x", 21, "1 trailing bytes"),
+])
+def test_a_garbled_sync_request_is_an_error_naming_its_offset(data: bytes | None, offset: int, reason: str) -> None:
+    node = _leader()
+    with pytest.raises(CodecError, match=rf"REQUEST data.*{offset}.*{reason}"):
+        node.packet(2, QuorumPacket(PacketType.REQUEST, -1, data), 0.1)
+    assert not node.pending_syncs and node.learner_conns == {2, 3}
+
+
+def test_a_request_at_a_server_that_does_not_lead_is_refused() -> None:
+    node = _follower()
+    with pytest.raises(RemoteProtocolError, match="REQUEST from 2, but no established leadership"):
+        node.packet(2, sync_request(), 0.1)
