@@ -131,6 +131,8 @@ Send(ch, from, to, m) == [ch EXCEPT ![from][to] = Append(@, m)]
 SendSeq(ch, from, to, s) == [ch EXCEPT ![from][to] = @ \o s]
 SendAll(ch, from, tos, m) ==
     [ch EXCEPT ![from] = [b \in Server |-> IF b \in tos THEN Append(ch[from][b], m) ELSE ch[from][b]]]
+SendAllSeq(ch, from, tos, s) ==
+    [ch EXCEPT ![from] = [b \in Server |-> IF b \in tos THEN ch[from][b] \o s ELSE ch[from][b]]]
 Discard(ch, from, to) == [ch EXCEPT ![from][to] = Tail(@)]
 
 HasPacket(from, to, type) == msgs[from][to] /= <<>> /\ Head(msgs[from][to]).type = type
@@ -600,9 +602,16 @@ FollowerProcessPROPOSAL(i, j) ==
 (***************************************************************************)
 (* Leader i takes ACK(zxid) of a proposal from j (step 3).  When a quorum  *)
 (* (the leader counts itself) has ACKed a longer prefix than i has         *)
-(* committed, i delivers it and queues COMMIT(zxid) -- "everything up to   *)
-(* zxid" -- to its forwarding list.                                        *)
+(* committed, i delivers it and queues one COMMIT(zxid) for each           *)
+(* transaction it newly commits, in order, to its forwarding list (seed    *)
+(* 000, phase 3: a COMMIT for each proposal a quorum acknowledged;         *)
+(* ZooKeeper's Leader.tryToCommit; a ZooKeeper follower applies a COMMIT   *)
+(* only to the oldest transaction it has not applied).  A COMMIT still     *)
+(* means "everything up to zxid" to the follower.                          *)
 (***************************************************************************)
+\* The COMMITs of history h's transactions from+1 .. to, in order.
+Commits(h, from, to) == [k \in 1 .. to - from |-> Packet("COMMIT", h[from + k].zxid, NoData)]
+
 LeaderProcessACK(i, j) ==
     /\ state[i] = LEADING /\ zabState[i] = BROADCAST
     /\ learnerPhase[i][j] \in {"ACKNEWLEADER", "UPTODATE"}
@@ -615,7 +624,7 @@ LeaderProcessACK(i, j) ==
        IN  /\ ackIndex' = [ackIndex EXCEPT ![i] = acks]
            /\ IF c > lastCommitted[i]
               THEN /\ Deliver(i, h, c)
-                   /\ msgs' = SendAll(Discard(msgs, j, i), i, fwd, Packet("COMMIT", h[c].zxid, NoData))
+                   /\ msgs' = SendAllSeq(Discard(msgs, j, i), i, fwd, Commits(h, lastCommitted[i], c))
               ELSE /\ msgs' = Discard(msgs, j, i)
                    /\ UNCHANGED <<lastCommitted, committed>>
     /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, newEpoch, learnerPhase,

@@ -469,7 +469,7 @@ def test_phase3_step2_follower_logs_before_ack():
 
 def test_phase3_step3_commit_on_quorum_only_and_cumulatively():
     """Phase 3, step 3: 'when the leader receives acknowledgements from a quorum of followers it queues
-    COMMIT(zxid)' -- the leader counts itself; one COMMIT covers the whole prefix (N = 5: two ACKs needed)."""
+    COMMIT(zxid)' -- the leader counts itself (N = 5: two ACKs needed); a COMMIT means the whole prefix to zxid."""
     net = established(5)
     leader = net.core[5]
     for v in (b"a", b"b"):
@@ -486,6 +486,20 @@ def test_phase3_step3_commit_on_quorum_only_and_cumulatively():
     out = net.step(3, 5)  # ... with 3's ACK(2), it is
     assert out.deliver == (Txn(z(1, 2), b"b"),) and leader.last_committed == 2
     assert leader.ack_index == {1: 1, 2: 2, 3: 2, 4: 0, 5: 0}
+
+
+def test_phase3_step3_an_ack_that_commits_two_transactions_sends_a_commit_for_each():
+    """Seed 000, phase 3: a COMMIT for each proposal a quorum acknowledged, in order (spec/Zab.tla's Commits): a
+    ZooKeeper follower applies a COMMIT only to its oldest unapplied transaction and exits on any other."""
+    net = established(3)
+    leader = net.core[3]
+    for v in (b"a", b"b"):
+        net.do(3, leader.client_request(v))
+    net.step(3, 1), net.step(3, 1)  # follower 1 logs both proposals and ACKs each
+    net.ch[1, 3].popleft()  # its ACK of the first is lost: the ACK of the second commits both at once
+    out = net.step(1, 3)
+    assert out.deliver == (Txn(z(1, 1), b"a"), Txn(z(1, 2), b"b"))
+    assert sent(out) == [(f, P.COMMIT, zxid) for f in (1, 2) for zxid in (z(1, 1), z(1, 2))]
 
 
 def test_phase3_step3_commit_delivers_at_the_follower():

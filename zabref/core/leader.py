@@ -12,7 +12,8 @@ exchanged); the quorum transitions fire when a packet completes a quorum (the le
   SNAP or TRUNC, then the missing PROPOSALs) and NEWLEADER; the ACK of NEWLEADER from a quorum moves the leader to
   BROADCAST, delivers its whole history and sends UPTODATE;
 * phase 3 -- client_request logs a transaction and sends PROPOSAL to the forwarding list; ACKs advance
-  ``ack_index`` and the longest prefix ACKed by a quorum is delivered and announced with one cumulative COMMIT.
+  ``ack_index`` and the longest prefix ACKed by a quorum is delivered and announced with a COMMIT for each
+  transaction newly committed, in order.
 
 A learner that arrives late goes through the same steps, answered at once (LEADERINFO, the sync, UPTODATE).
 
@@ -270,8 +271,9 @@ class LeaderActions(CoreState):
         """LeaderProcessACK(i, j) -- seed 000, phase 3, step 3.
 
         ACK(zxid) from j: j holds our history up to zxid. When a quorum (the leader counts itself) has ACKed a longer
-        prefix than is committed, the leader delivers it and queues one COMMIT(zxid) -- "everything up to zxid" --
-        to its forwarding list.
+        prefix than is committed, the leader delivers it and queues one COMMIT for each transaction it newly
+        commits, in order, to its forwarding list (seed 000: a COMMIT per acknowledged proposal; to the follower a
+        COMMIT(zxid) still means "everything up to zxid").
         """
         self._require_leading(j, packet)
         if packet.type != PacketType.ACK:
@@ -290,9 +292,11 @@ class LeaderActions(CoreState):
         c = len(self.history) if need == 0 else others[need - 1]
         if c <= self.last_committed:
             return Output()
+        # Commits(h, lastCommitted, c): one COMMIT per transaction newly committed, in order (a ZooKeeper
+        # follower applies a COMMIT only to the oldest transaction it has not applied)
+        commits = [QuorumPacket(PacketType.COMMIT, t.zxid) for t in self.history[self.last_committed:c]]
         delivered = self._deliver(c)
-        commit = QuorumPacket(PacketType.COMMIT, self.history[c - 1].zxid)
-        return Output(send=tuple((f, commit) for f in self._forwarding()), deliver=delivered)
+        return Output(send=tuple((f, commit) for f in self._forwarding() for commit in commits), deliver=delivered)
 
     # ------------------------------------------------------------------------------------------ failures
 
