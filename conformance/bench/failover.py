@@ -10,8 +10,8 @@ kill returns: the process is gone) and at once start a probe (one more writer on
 
 * ``leader_s``: until a surviving server serves as leader -- ZooKeeper: its ``srvr`` answers ``Mode: leader``
   (ZooKeeper answers ``srvr`` only once the server runs, i.e. after synchronization with a quorum); zabref: a
-  survivor answers ``sync`` on its client port (the leader answers at once when it is in BROADCAST; a follower
-  forwards to its established leader), polled every 10 ms;
+  survivor answers ``sync`` on its client port (the leader once a quorum confirmed it, in BROADCAST; a follower
+  once its established leader's SYNC came back), polled every 10 ms;
 * ``first_write_s``: until the first write *issued after t0* (by any writer) is answered as committed.
 
 Then L is restarted, the load stopped, and the next trial waits until all servers serve again. The restart goes

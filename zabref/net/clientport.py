@@ -15,9 +15,10 @@ them: every decision -- who runs ClientRequest, where a request is forwarded, wh
   the delivered transactions after z, in delivery order, at most n (default and cap `READ_LIMIT`), and the last zxid
   delivered here. A ZooKeeper leader's transaction (a mixed ensemble) reads as an object of its fields in place of
   the text (``{"zookeeper": "create", "path": ..., "data": ..., ...}``, `zabref.core.zktxn.read_form`).
-* ``{"op": "sync"}`` -> ``{"zxid": z}``: returns when this server has delivered everything the leader had committed
-  when the sync reached it (z is that commit point), once a quorum confirmed that leader still leads
-  (`Node.client_sync`).
+* ``{"op": "sync"}`` -> ``{"zxid": z}``: returns when this server has delivered what its leader had committed when
+  the sync reached it, once a quorum confirmed that leader still leads (`Node.client_sync`). A follower sends the
+  sync to its leader as REQUEST on the quorum connection and answers at the leader's SYNC, with z the last zxid it
+  has delivered then (spec/ZabSync.tla); the leader answers its own clients with its commit point at arrival.
 
 Errors are ``{"error": text, "retry": bool}``; ``retry`` is true when asking again later (or elsewhere) is safe --
 no leader yet, the leader is still synchronizing, the forward failed before the leader took the value. A submit
