@@ -3,10 +3,10 @@
 Theory of operation: a QuorumPacket's ``data`` is an opaque jute buffer on the wire (`zabref.net.wire`); the core
 gives it structure here, one ``encode_*``/``decode_*`` pair per packet type: LEADERINFO (the protocol version),
 ACKEPOCH (the follower's currentEpoch, or -1), FOLLOWERINFO (a LearnerInfo, in ZooKeeper 3.5+'s form), PROPOSAL (the
-value, as ZooKeeper's transaction: `zabref.core.zktxn`) and SNAP (a whole history, as ZooKeeper's snapshot
-stream: `zabref.core.zksnap`). Decoding is as strict as the
-wire's (`zabref.core.jute`): a null, short or overlong data field raises `CodecError` naming the packet, the field and
-the offset.
+value, as ZooKeeper's transaction: `zabref.core.zktxn`), SNAP (a whole history, as ZooKeeper's snapshot
+stream: `zabref.core.zksnap`) and REQUEST (a learner's forwarded request, of which zabref reads a sync). Decoding
+is as strict as the wire's (`zabref.core.jute`): a null, short or overlong data field raises `CodecError` naming the
+packet, the field and the offset.
 """
 
 from __future__ import annotations
@@ -22,20 +22,19 @@ __all__ = ["ACKEPOCH_ALREADY_ACKNOWLEDGED", "LEARNER_INFO_SIZE", "encode_learner
            "encode_leaderinfo_data",
            "decode_leaderinfo_data", "encode_ackepoch_data", "decode_ackepoch_data", "encode_followerinfo_data",
            "decode_followerinfo_data", "encode_proposal_data", "decode_proposal_data", "encode_snap_data",
-           "decode_snap_data", "OP_SYNC", "REQUEST_HEADER_SIZE", "encode_request_data", "decode_request_data"]
+           "decode_snap_data", "OP_SYNC", "encode_request_data", "decode_request_data"]
 
 #: ACKEPOCH's currentEpoch when the follower had already accepted the proposed epoch (seed 000's table: "it passes -1
 #: as the currentEpoch to signal that the new epoch is not acknowledged").
 ACKEPOCH_ALREADY_ACKNOWLEDGED = -1
 
 _LEARNER_INFO = struct.Struct(">qiq")
-_REQUEST_HEADER = struct.Struct(">qii")
-#: Bytes of REQUEST's header (``long sessionId, int cxid, int type``), before the request's own record.
-REQUEST_HEADER_SIZE = _REQUEST_HEADER.size
-#: ZooKeeper's OpCode.sync: the one request a zabref leader takes from a learner (spec/ZabSync.tla).
-OP_SYNC = 9
 #: Bytes of a LearnerInfo; a zabref learner's FOLLOWERINFO has a connection id (8 bytes) after it (`zabref.net.wire`).
 LEARNER_INFO_SIZE = _LEARNER_INFO.size
+#: REQUEST's header: ``long sessionId, int cxid, int type``, before the request's own record.
+_REQUEST_HEADER = struct.Struct(">qii")
+#: ZooKeeper's OpCode.sync: the one request a zabref leader takes from a learner (spec/ZabSync.tla).
+OP_SYNC = 9
 
 
 def encode_learner_info(info: LearnerInfo) -> bytes:
