@@ -48,8 +48,10 @@ class Row(NamedTuple):
 
 MATRIX: list[Row] = [
     Row("zookeeper-4925", 5, {"3.9.2": "pass", "3.9.3": "caught", "3.9.4": "pass"}, 1),
+    # the kill must land between the learner's epoch write and its log's: a loaded machine missed it once in three
+    # fresh-clone CI runs of 2026-11-30 (the run passed: nothing lost): up to 3 attempts
     Row("zookeeper-4785", 3, {"3.8.0": "caught", "3.8.3": "caught", "3.8.4": "caught", "3.8.5": "pass",
-                              "3.9.1": "caught", "3.9.2": "pass"}, 1),
+                              "3.9.1": "caught", "3.9.2": "pass"}, 3),
     # found here (docs/zookeeper.md, "The txnlog hole"): no fixed version; 3.8.0 and the newest of each line. An
     # election the load causes between y's kill and x's SNAP turns the TRUNC into a (safe) SNAP: up to 3 attempts.
     Row("txnlog-hole", 5, {"3.8.0": "caught", "3.8.6": "caught", "3.9.4": "caught", "3.9.5": "caught"}, 3),
