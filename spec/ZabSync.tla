@@ -127,11 +127,16 @@ LeaderProcessREQUEST(i, j) ==
 (* after that COMMIT, in the same call (both are interleavings of this     *)
 (* step).                                                                  *)
 (***************************************************************************)
-LeaderSendSYNC(i) ==
+\* Whether leader i may answer its oldest waiting sync: what it waited for is committed (and, with SyncConfirms, a
+\* quorum confirmed that i still leads).
+SyncAnswerable(i) ==
     /\ state[i] = LEADING
     /\ pendingSyncs[i] /= <<>>
     /\ Head(pendingSyncs[i]).point <= lastCommitted[i]
     /\ SyncConfirms => IsQuorum({i} \cup Confirmed(Head(pendingSyncs[i])))
+
+LeaderSendSYNC(i) ==
+    /\ SyncAnswerable(i)
     /\ LET p == Head(pendingSyncs[i])
        IN  msgs' = Send(msgs, i, p.learner, Packet("SYNC", <<0, 0>>, p.ghost))
     /\ pendingSyncs' = [pendingSyncs EXCEPT ![i] = Tail(@)]
@@ -223,6 +228,13 @@ SyncNext ==
     \/ \E i, j \in Server : FollowerProcessSYNC(i, j)
 
 SyncSpec == SyncInit /\ [][SyncNext]_syncVars
+
+\* A model rule (an ACTION_CONSTRAINT) for implementations whose leader answers a sync in the step that makes it
+\* answerable, as zabref's does (the ACK that commits its point, the PING answer that completes its quorum, in the
+\* same input) and ZooKeeper's (its "at once"): when leader i may answer its oldest sync, the next step is that
+\* answer.  Conformance's model (MC_ciconfirm) keeps it, so that its traces take LeaderSendSYNC right after the
+\* step that enabled it and the driver checks the two against one input of the server.
+SyncAnsweredAtOnce == \A i \in Server : SyncAnswerable(i) => LeaderSendSYNC(i)
 
 -----------------------------------------------------------------------------
 (***************************************************************************)

@@ -265,3 +265,30 @@ def test_first_in_edges_that_are_not_a_bfs_tree_are_refused(spark) -> None:
     assert first_edge_tree(nodes, edges) is None
     frame, depth, reached = shortest_paths(nodes, edges, method="auto")
     assert {r.id: r.depth for r in frame.collect()} == {0: 0, 1: 1, 2: 2, 3: 1} and (depth, reached) == (2, 4)
+
+
+def test_a_sync_models_actions_are_zabs_each_with_syncsdropped_and_zabsyncs_own(tmp_path: Path) -> None:
+    """SyncNext's ZabStep (Next /\\ SyncsDropped) is read as Zab.tla's actions, each conjoined with SyncsDropped, so
+    that every edge of a ZabSync model names one action; the labeled module says so, and a disjunct of that form
+    in a module that extends nothing is an error naming it."""
+    from conformance.errors import SpecFormatError
+    from conformance.tla.labels import model_next, write_labeled_model
+
+    actions = model_next(SPEC, "ciconfirm")
+    zab = [a.name for a in read_next(SPEC / "Zab.tla")]
+    assert [a.name for a in actions][:len(zab)] == zab and all(a.with_ == "SyncsDropped" for a in actions[:len(zab)])
+    assert [a.name for a in actions][len(zab):] == ["ClientSync", "LeaderProcessREQUEST", "LeaderSendPING",
+                                                    "FollowerProcessPING", "LeaderProcessPING", "LeaderSendSYNC",
+                                                    "FollowerProcessSYNC"]
+    assert not any(a.with_ for a in actions[len(zab):])
+    module, cfg = write_labeled_model(SPEC, "ciconfirm", tmp_path)
+    text = module.read_text()
+    assert "LeaderProcessACK__1__2 == TRUE /\\ (LeaderProcessACK(1, 2) /\\ SyncsDropped)" in text
+    assert "ClientSync__3 == TRUE /\\ ClientSync(3)" in text and "NEXT LabeledNext" in cfg.read_text()
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "Lone.tla").write_text("---- MODULE Lone ----\nStep == Next /\\ Other\nLoneNext ==\n    \\/ Step\n====\n")
+    (lone / "MC_lone.tla").write_text("---- MODULE MC_lone ----\nEXTENDS Lone\n====\n")
+    (lone / "MC_lone.cfg").write_text("NEXT LoneNext\n")
+    with pytest.raises(SpecFormatError, match="Step is a step of Next, but Lone extends none"):
+        model_next(lone, "lone")

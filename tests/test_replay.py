@@ -121,6 +121,12 @@ def test_hand_trace_is_well_formed(hand_file: Path) -> None:
     ("FollowerTimeout", {"i": 1}, Command("timeout", 1)),
     ("LeaderTimeout", {"i": 2}, Command("timeout", 2)),
     ("Crash", {"i": 3}, Command("crash", 3)),
+    ("ClientSync", {"i": 1}, Command("client_sync", 1)),
+    ("LeaderProcessREQUEST", {"i": 2, "j": 1}, Command("release", 2, 1, "REQUEST")),
+    ("LeaderSendPING", {"i": 2}, Command("ping", 2)),
+    ("FollowerProcessPING", {"i": 1, "j": 2}, Command("release", 1, 2, "PING")),
+    ("LeaderProcessPING", {"i": 2, "j": 3}, Command("release", 2, 3, "PING")),
+    ("FollowerProcessSYNC", {"i": 1, "j": 2}, Command("release", 1, 2, "SYNC")),
 ])
 def test_plan_maps_each_action_to_what_the_driver_does(action, params, expected) -> None:
     steps = [(action, params, {})]
@@ -133,7 +139,8 @@ def test_client_request_is_a_submit_at_the_leader() -> None:
 
 
 @pytest.mark.parametrize("action, params, says", [
-    ("FollowerProcessPING", {"i": 1, "j": 2}, "unknown action 'FollowerProcessPING'"),
+    ("FollowerProcessHEARTBEAT", {"i": 1, "j": 2}, "unknown action 'FollowerProcessHEARTBEAT'"),
+    ("LeaderSendSYNC", {"i": 1}, "LeaderSendSYNC(1) does not follow a step of server 1"),
     ("Bogus", {"i": 1}, "unknown action 'Bogus'"),
     ("BecomeFollower", {"i": 1}, "BecomeFollower takes parameters i, j"),
     ("Crash", {"i": 4}, "must be a server in 1..3"),
@@ -258,6 +265,7 @@ def test_a_client_answer_is_judged_once_against_the_step_that_first_shows_it() -
         return Step(1, "Crash", {"i": 2}, "Crash__2", 0, st)
 
     world = ZabReplay.__new__(ZabReplay)
+    world._syncs = []
     answered = Submit(2, "1", answer={"zxid": (1 << 32) | 1})
     answered.done.set()
     cluster = SimpleNamespace(submits=[answered])
@@ -267,6 +275,32 @@ def test_a_client_answer_is_judged_once_against_the_step_that_first_shows_it() -
     early.done.set()
     says = world.check_clients(state(0), SimpleNamespace(submits=[early]))
     assert "answered the submit of '1'" in says and "has not delivered" in says
+
+
+def test_a_clients_sync_is_answered_only_at_its_followers_sync_step_with_what_it_delivered() -> None:
+    """ClientSync's client: an answer with a zxid before the follower takes its leader's SYNC is a departure; at
+    FollowerProcessSYNC the oldest waiting sync there is answered with the follower's last delivered zxid."""
+    from types import SimpleNamespace
+
+    from conformance.replay.driver import ZabReplay
+    from conformance.replay.harness import Submit
+
+    def step(action: str, last_committed: int) -> Step:
+        st = copy.deepcopy(INIT)
+        st["history"][0] = [TXN]
+        st["lastCommitted"][0] = last_committed
+        return Step(5, action, {"i": 1, "j": 2}, action, 0, st)
+
+    cluster = SimpleNamespace(submits=[])
+    world = ZabReplay.__new__(ZabReplay)
+    world._syncs = [Submit(1, "sync", answer={"zxid": (1 << 32) | 1})]
+    world._syncs[0].done.set()
+    assert "before it took its leader's SYNC" in world.check_clients(step("FollowerProcessCOMMIT", 1), cluster)
+    assert world.check_clients(step("FollowerProcessSYNC", 1), cluster) == ""
+    world._syncs = [Submit(1, "sync", answer={"zxid": 0})]
+    world._syncs[0].done.set()
+    says = world.check_clients(step("FollowerProcessSYNC", 1), cluster)
+    assert "answered a client's sync with {'zxid': 0}" in says and "delivered up to zxid 0x100000001" in says
 
 
 def test_coverage_counts_each_model_against_its_own_graph() -> None:

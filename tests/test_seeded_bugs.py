@@ -4,8 +4,9 @@ For each bug, the action-coverage traces of its model are replayed in file order
 patched copy of zabref, until one fails; the test reports which trace caught it first and checks that the
 departure happens at the action the bug breaks. The clean implementation passes every one of those traces.
 
-The models' traces (Zab.tla's tiny and ci, replayed on real servers; FastLeaderElection.tla's fle_ci, replayed
-through the election core by conformance/replay/fle_driver.py) come from `conformance.graph.cache.ensure_traces`:
+The models' traces (Zab.tla's tiny and ci and ZabSync.tla's ciconfirm, replayed on real servers;
+FastLeaderElection.tla's fle_ci, replayed through the election core by conformance/replay/fle_driver.py) come from
+`conformance.graph.cache.ensure_traces`:
 generated from the spec (`zabref check --dump-dot`, then the Spark pipeline) and cached by spec hash under
 .cache/traces, so a fresh clone generates them once and an unchanged spec reuses them. $ZABREF_<MODEL>_TRACES names
 another folder instead. Bugs with expect = "regression" are missed by the action traces and caught by the committed
@@ -29,8 +30,9 @@ from conformance.replay.seeded import BUGS_DIR, EXPECT, SeededBug, apply_bug, lo
 
 REPO = Path(__file__).resolve().parent.parent
 BUGS = load_bugs()
-#: The models whose action traces the suite replays: Zab.tla's tiny and ci, FastLeaderElection.tla's fle_ci.
-CONFIGS = ("tiny", "ci", "fle_ci")
+#: The models whose action traces the suite replays: Zab.tla's tiny and ci, ZabSync.tla's ciconfirm (a sync's steps),
+#: FastLeaderElection.tla's fle_ci.
+CONFIGS = ("tiny", "ci", "ciconfirm", "fle_ci")
 REGRESSION = sorted((REPO / "traces" / "regression").glob("*.jsonl.gz"))
 # The first test to use the traces generates them (TLC dump + Spark pipeline, minutes on a loaded machine).
 pytestmark = pytest.mark.timeout(1800)

@@ -214,6 +214,27 @@ def test_tinyconfirm_passes_every_check(tla, tmp_path):
         assert taken.get(action, (0, 0))[1] > 0, (action, taken)
 
 
+def test_ciconfirm_is_tinyconfirm_without_faults_and_with_the_sync_answered_at_once():
+    """Conformance's sync model: tinyconfirm's switch and checks, no faults, and the model rule SyncAnsweredAtOnce."""
+    cfg = (SPEC / "MC_ciconfirm.cfg").read_text()
+    assert model_switch(SPEC, "ciconfirm", "SyncConfirms")
+    assert read_constants(cfg) == {**read_constants((SPEC / "MC_tinyconfirm.cfg").read_text()), "MaxFaults": 0}
+    assert model_checks(cfg) == model_checks((SPEC / "MC_tinyconfirm.cfg").read_text())
+    assert re.search(r"^ACTION_CONSTRAINT SyncAnsweredAtOnce$", cfg, re.M)
+
+
+def test_ciconfirm_passes_every_check_and_answers_syncs_at_once(tla, tmp_path):
+    """Its 23,035 states hold every check of tinyconfirm, and its traces can drive every step of a sync but
+    LeaderSendPING (which needs a learner to connect again while a sync waits: a fault)."""
+    model = prepare(SPEC, "ciconfirm", tmp_path, labels=False)
+    result = run_tlc(model.module, model.cfg, workers=2, coverage=True, extra_args=model.tlc_options, tools=tla)
+    assert result.outcome is Outcome.OK, result.message
+    assert result.distinct_states == 23_035
+    taken = coverage_by_action(result)
+    for action in (*SYNC_ACTIONS, "FollowerProcessPING", "LeaderProcessPING"):
+        assert taken.get(action, (0, 0))[1] > 0, (action, taken)
+
+
 def _sync_scenario(state: dict[str, str]) -> tuple[list[str], list[int]]:
     """(state, leader) of every server in a counterexample state's variables, parsed from TLC's text."""
     states = re.findall(r'"(\w+)"', state["state"])

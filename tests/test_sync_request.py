@@ -18,7 +18,8 @@ from zabref.core.packets import PacketType, QuorumPacket, ServerState
 from zabref.core.zab import LearnerPhase, Persistent, ZabState
 from zabref.errors import CodecError, RemoteProtocolError
 
-PING = pkt(PacketType.PING)
+PING = pkt(PacketType.PING)  # a learner's answer to a keepalive PING
+STEP = QuorumPacket(PacketType.PING, payloads.PING_STEP, b"")  # its answer to a step PING of a sync's round
 SYNC = pkt(PacketType.SYNC)
 TIMING = Timing(tick_s=0.05, init_limit=10, sync_limit=5)
 
@@ -30,6 +31,11 @@ def sync_request(session: int = 0x10000A, cxid: int = 3, op: int = payloads.OP_S
 
 def _sent(eff: Effects) -> list[tuple[int, PacketType]]:
     return [(peer, p.type) for peer, p in eff.send]
+
+
+def _actions(eff: Effects) -> list[str]:
+    """The spec actions an input took, as `Module.Name`."""
+    return [f"{a.module}.{a.name}" for a in eff.actions]
 
 
 def _leader() -> Node:
@@ -73,11 +79,24 @@ def test_a_followers_sync_is_zookeepers_request_and_syncs_are_answered_in_order(
     request = eff.send[0][1]
     # Learner.request: zxid -1, long sessionId, int cxid, int type (9: sync), then SyncRequest's ustring path
     assert request.zxid == -1 and request.data == struct.pack(">qiii", 0, 0, 9, 1) + b"/"
+    assert _actions(eff) == ["ZabSync.ClientSync"]
     node.client_sync(8, 0.2)
-    assert node.packet(2, SYNC, 0.3).answers == ((7, {"zxid": 0}),)
+    eff = node.packet(2, SYNC, 0.3)
+    assert eff.answers == ((7, {"zxid": 0}),) and _actions(eff) == ["ZabSync.FollowerProcessSYNC"]
     assert node.packet(2, SYNC, 0.4).answers == ((8, {"zxid": 0}),)
     with pytest.raises(RemoteProtocolError, match="SYNC from 2 with no sync of this server waiting"):
         node.packet(2, SYNC, 0.5)
+
+
+def test_a_follower_answers_every_ping_of_its_leader_echoing_its_zxid() -> None:
+    """As ZooKeeper's Learner.ping: the answer carries the PING's zxid, so that the leader knows a step PING's answer
+    (FollowerProcessPING); a keepalive's answer is no step of the spec."""
+    node = _follower()
+    eff = node.packet(2, QuorumPacket(PacketType.PING, payloads.PING_STEP), 0.1)
+    assert eff.send == ((2, STEP),) and _actions(eff) == ["ZabSync.FollowerProcessPING"]
+    eff = node.packet(2, QuorumPacket(PacketType.PING, z(1, 4)), 0.2)
+    assert eff.send == ((2, QuorumPacket(PacketType.PING, z(1, 4), b"")),) and not eff.actions
+    assert node.packet(3, QuorumPacket(PacketType.PING, payloads.PING_STEP), 0.3) == Effects()  # not its leader
 
 
 def test_a_sync_answered_after_commits_reads_them() -> None:
@@ -120,17 +139,36 @@ def test_the_leader_answers_a_learners_sync_once_a_quorum_confirmed() -> None:
     node = _leader()
     eff = node.packet(2, sync_request(), 0.1)
     assert _sent(eff) == [(2, PacketType.PING), (3, PacketType.PING)]  # PingAll, nothing committed to wait for
+    assert {p.zxid for _, p in eff.send} == {payloads.PING_STEP} and _actions(eff) == ["ZabSync.LeaderProcessREQUEST"]
     assert node.pending_syncs[0][0] == 2
-    assert _sent(node.packet(2, PING, 0.2)) == [(2, PacketType.SYNC)]  # 2's answer confirms: {1, 2} is a quorum
+    eff = node.packet(2, STEP, 0.2)
+    assert _sent(eff) == [(2, PacketType.SYNC)]  # 2's answer confirms: {1, 2} is a quorum
+    assert _actions(eff) == ["ZabSync.LeaderProcessPING", "ZabSync.LeaderSendSYNC"]  # in the one input
     assert not node.pending_syncs
 
 
 def test_an_answer_to_a_ping_older_than_the_sync_confirms_nothing() -> None:
     node = _leader()
-    node.tick(0.05)  # the tick's PINGs to 2 and 3, before the sync
+    eff = node.tick(0.05)  # the tick's keepalive PINGs to 2 and 3, before the sync: no step of the spec
+    assert {p.zxid for _, p in eff.send} == {0} and not eff.actions
     node.packet(2, sync_request(), 0.1)
     assert _sent(node.packet(2, PING, 0.2)) == [] and _sent(node.packet(3, PING, 0.2)) == []  # the tick's
-    assert _sent(node.packet(3, PING, 0.3)) == [(2, PacketType.SYNC)]
+    assert not node.packet(2, PING, 0.2).actions  # an answer to a keepalive is no step either
+    assert _sent(node.packet(3, STEP, 0.3)) == [(2, PacketType.SYNC)]
+
+
+def test_only_answers_to_step_pings_confirm_a_learners_sync() -> None:
+    """As in the spec, whose PINGs are the round's only: an answer to a keepalive confirms nothing (counting every
+    PING, this one would have met 3's mark); and an answer to a step PING the leader did not send is the
+    connection's error."""
+    node = _leader()
+    node.packet(2, sync_request(), 0.1)
+    node.tick(0.15)  # keepalives after the sync
+    assert _sent(node.packet(3, PING, 0.2)) == [] and node.pending_syncs
+    assert _sent(node.packet(3, STEP, 0.2)) == [(2, PacketType.SYNC)]
+    with pytest.raises(RemoteProtocolError, match="answer from 3 to a PING of the sync's round that this leader "
+                                                  "did not send"):
+        node.packet(3, STEP, 0.3)
 
 
 def test_the_leader_sends_sync_only_after_the_commit_of_what_it_had_proposed() -> None:
@@ -138,9 +176,10 @@ def test_the_leader_sends_sync_only_after_the_commit_of_what_it_had_proposed() -
     node.client_submit(1, b"x", 0.1)  # ClientRequest: <<1, 1>> proposed, not committed
     eff = node.packet(3, sync_request(), 0.2)
     assert _sent(eff) == [(2, PacketType.PING), (3, PacketType.PING)]
-    assert node.packet(2, PING, 0.3).send == () and node.packet(3, PING, 0.3).send == ()  # confirmed, not committed
+    assert node.packet(2, STEP, 0.3).send == () and node.packet(3, STEP, 0.3).send == ()  # confirmed, not committed
     eff = node.packet(2, pkt(PacketType.ACK, z(1, 1)), 0.4)  # a quorum logged <<1, 1>>: COMMIT, then SYNC to 3
     assert _sent(eff) == [(2, PacketType.COMMIT), (3, PacketType.COMMIT), (3, PacketType.SYNC)]
+    assert _actions(eff) == ["Zab.LeaderProcessACK", "ZabSync.LeaderSendSYNC"]
     assert eff.send[-1][1] == QuorumPacket(PacketType.SYNC, 0)  # ZooKeeper's Leader.sendSync: zxid 0, no data
 
 
@@ -152,7 +191,7 @@ def test_syncs_are_answered_oldest_first() -> None:
     node.packet(2, sync_request(), 0.2)  # marks {2: 2, 3: 2}
     assert [s[0] for s in node.pending_syncs] == [3, 2]
     for _ in range(2):
-        assert _sent(node.packet(2, PING, 0.3)) == []  # both confirmed by {1, 2}, neither committed
+        assert _sent(node.packet(2, STEP, 0.3)) == []  # both confirmed by {1, 2}, neither committed
     eff = node.packet(2, pkt(PacketType.ACK, z(1, 1)), 0.4)
     assert _sent(eff) == [(2, PacketType.COMMIT), (3, PacketType.COMMIT), (3, PacketType.SYNC), (2, PacketType.SYNC)]
 
@@ -165,8 +204,23 @@ def test_a_learners_syncs_go_with_its_connection() -> None:
     node.packet(3, sync_request(), 0.2)
     node.connection_closed(2, 0.3, inbound=True)
     assert [s[0] for s in node.pending_syncs] == [3]
-    assert _sent(node.packet(3, PING, 0.4)) == []  # 3 answered its first PING: the sync's mark is its second
-    assert _sent(node.packet(3, PING, 0.5)) == [(3, PacketType.SYNC)]
+    assert _sent(node.packet(3, STEP, 0.4)) == []  # 3 answered its first PING: the sync's mark is its second
+    assert _sent(node.packet(3, STEP, 0.5)) == [(3, PacketType.SYNC)]
+
+
+def test_a_learner_that_connects_again_is_sent_a_step_ping_at_the_next_tick() -> None:
+    """LeaderSendPING: learner 2's connection closed and opened again while 3's sync waits for a confirmation it
+    can give only on the new connection; the next tick's PINGs are step PINGs (and only while one is needed)."""
+    node = _leader()
+    node.packet(3, sync_request(), 0.1)
+    node.connection_closed(2, 0.15, inbound=True)
+    node.connection_opened(2, inbound=True)
+    node.packet(2, followerinfo(2, 0), 0.16)
+    eff = node.tick(0.2)
+    assert _actions(eff) == ["ZabSync.LeaderSendPING"] and {p.zxid for _, p in eff.send} == {payloads.PING_STEP}
+    assert _sent(eff) == [(2, PacketType.PING), (3, PacketType.PING)]
+    eff = node.tick(0.25)  # 2 owes that answer now: a keepalive
+    assert not eff.actions and {p.zxid for _, p in eff.send} == {0}
 
 
 @pytest.mark.parametrize("op, name", [(1, "create"), (5, "setData"), (99, "unknown")])
@@ -195,3 +249,25 @@ def test_a_request_at_a_server_that_does_not_lead_is_refused() -> None:
     node = _follower()
     with pytest.raises(RemoteProtocolError, match="REQUEST from 2, but no established leadership"):
         node.packet(2, sync_request(), 0.1)
+
+
+def test_the_action_log_leaves_a_syncs_packets_out_of_a_zab_steps_sends() -> None:
+    """A LeaderProcessACK that makes a sync due sends SYNC in its input; its line (spec/Zab.tla's step, whose channels
+    have no SYNC) lists the COMMITs only, and ZabSync's actions get no line (`zabref validate` judges Zab's)."""
+    import io
+    import json
+
+    from zabref.runtime.actionlog import ActionLog
+
+    node = _leader()
+    node.client_submit(1, b"x", 0.1)
+    node.packet(3, sync_request(), 0.2)
+    node.packet(2, STEP, 0.3)
+    node.packet(3, STEP, 0.3)
+    eff = node.packet(2, pkt(PacketType.ACK, z(1, 1)), 0.4)
+    assert (3, PacketType.SYNC) in _sent(eff)
+    out = io.BytesIO()
+    ActionLog(out, 1).step(node, eff, lambda peer: 7)
+    [line] = [json.loads(raw) for raw in out.getvalue().splitlines()]
+    assert line["action"] == "LeaderProcessACK" and [p["type"] for _, p in line["sends"]] == ["COMMIT", "COMMIT"]
+

@@ -43,7 +43,7 @@ from conformance.graph.select import choose, drop_prefixes, fetch_steps
 from conformance.graph.spark import hadoop_fs, session
 from conformance.graph.traces import OutputDir, TraceHeader, spec_sha256, step_line, write_manifest, write_trace
 from conformance.tla.check import default_spec_dir
-from conformance.tla.labels import Labels, config_module_base, read_constants, read_next, server_count
+from conformance.tla.labels import Labels, model_next, read_constants, server_count
 from conformance.tla.tools import toolchain
 
 __all__ = ["Summary", "run", "traces_command"]
@@ -94,7 +94,7 @@ def load_model(spec_dir: Path, config: str) -> Model:
     constants = read_constants(cfg.read_text(encoding="utf-8"))
     if "N" not in constants:  # a model that sets `Server <- Def` (the FLE models) rather than N
         constants["N"] = server_count(spec_dir, config, cfg.read_text(encoding="utf-8"), cfg)
-    actions = read_next(spec_dir / f"{config_module_base(spec_dir, config)}.tla")
+    actions = model_next(spec_dir, config)
     try:
         tlc_version = toolchain().tlc_version
     except ConformanceError as e:  # a cluster driver may have no java/jar: the header says so

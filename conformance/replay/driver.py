@@ -22,16 +22,24 @@ spec action                         what the driver does
 ``FollowerTimeout(i)``,             lets i's logical clock run (``tick``) until i's node gives up; a leader whose
 ``LeaderTimeout(i)``                learners are connected hears nothing meanwhile because they are paused (SIGSTOP)
 ``Crash(i)``                        SIGKILL server i, start it again from its data dir
+``ClientSync(i)``                   a client's sync on follower i's client port; i sends it to its leader as REQUEST
+                                    (spec/ZabSync.tla; ``LeaderProcessREQUEST``, ``FollowerProcessPING``,
+                                    ``LeaderProcessPING`` and ``FollowerProcessSYNC`` are releases as above)
+``LeaderSendPING(i)``               one tick of i's clock: its PINGs are the round's when a waiting sync needs one
+``LeaderSendSYNC(i)``               nothing: i takes it in the input of the step before, which the trace's model
+                                    makes its step of i right before (ZabSync.tla's ``SyncAnsweredAtOnce``); the
+                                    state between the two is not compared
 ==================================  ===============================================================================
 
-and checks that the server took exactly that action (the control socket reports the actions each input caused).
+and checks that the server took exactly that action (the control socket reports the actions each input caused), and
+those that follow it in the same input.
 A step that persists is watched at its fsync: the server stops there (``fsync_pause``), and no packet of the step
 may have reached a peer yet (`_step_request`, `_persist_before_send`).
 Then it waits, with a bound, until every packet sent has arrived in its receiver's queue
 (`zabref.runtime.control_client.settle`), reads every server's state, maps it onto the spec's variables
 (conformance/replay/mapping.py) and compares it with the step's state (`mapping.differences`). Clients are checked too:
 a submit is answered only once the spec says the server it asked has delivered the value, and then it must be
-(`_check_clients`).
+(`_check_clients`); a client's sync only at its follower's FollowerProcessSYNC, with what it delivered then.
 
 The first difference stops the replay: the result names the step, the action and its parameters, each differing
 variable's expected and actual value with a unified diff of their pretty JSON, the tail of every server's logs, and
@@ -62,8 +70,8 @@ from conformance.replay import pool
 from conformance.replay.commands import MAX_TIMEOUT_TICKS, Command, expect_only
 from conformance.replay.fle_driver import FleReplay, is_fle_trace
 from conformance.replay.harness import Cluster, wait_until
-from conformance.replay.mapping import MAPPED, differences, spec_state
-from conformance.replay.plan import plan, servers_of
+from conformance.replay.mapping import MAPPED, checked, differences, spec_state
+from conformance.replay.plan import plan, servers_of, together
 from conformance.replay.steer import SteerError, steer
 from zabref.errors import ZabError
 from zabref.runtime.control import ControlError
@@ -74,6 +82,8 @@ __all__ = ["Failure", "ReplayResult", "replay", "replay_file", "replay_command"]
 SETTLE_TIMEOUT = 10.0
 #: The spec's persistent variables: what a server's disk must hold durably after every step.
 PERSISTENT = ("history", "acceptedEpoch", "currentEpoch")
+#: The modules whose actions a step of a spec/Zab.tla (or spec/ZabSync.tla) trace may take.
+ZAB_MODULES = ("Zab", "ZabSync")
 #: How long the driver waits for something a step must bring about (a forwarded value reaching the leader, ...).
 STEP_TIMEOUT = 10.0
 
@@ -214,14 +224,15 @@ def _run(trace: Trace, source: str, world: Any, cluster: Cluster, result: Replay
         except (ControlError, OSError) as e:
             return None, {}, f"not settled: {e}"
         world.observed(states)
-        return states, differences(step.state, world.spec_state(states), world.names), ""
+        return states, differences(world.expected(step), world.spec_state(states), world.names), ""
 
     states, diffs, problem = observe(trace.steps[0], settle_timeout)
     if not (problem or diffs):
         diffs = world.durable_differences(trace.steps[0], cluster)
     if problem or diffs:
         return fail(trace.steps[0], problem or "the fresh servers' state differs from the initial state", diffs)
-    for step, command in zip(trace.steps[1:], world.commands):
+    commands = world.commands
+    for k, (step, command) in enumerate(zip(trace.steps[1:], commands)):
         t0 = time.monotonic()
         try:
             world.take(step, command, cluster, states)
@@ -229,6 +240,11 @@ def _run(trace: Trace, source: str, world: Any, cluster: Cluster, result: Replay
             # Show the state after the failed step too, compared with what the step should have produced.
             after, diffs, problem = observe(step, min(settle_timeout, 2.0))
             return fail(step, f"{step.action}: {e}" + (f"; {problem}" if problem else ""), diffs)
+        if k + 1 < len(commands) and commands[k + 1].kind == "follows":
+            # the server takes the next step in this same input: the state between the two is nobody's to see
+            result.replayed += 1
+            result.labels.append(step.label)
+            continue
         states, diffs, problem = observe(step, settle_timeout)
         if not (problem or diffs):
             diffs = world.durable_differences(step, cluster)
@@ -252,14 +268,21 @@ class ZabReplay:
     def __init__(self, trace: Trace, source: str) -> None:
         self.n = servers_of(trace, source)
         self.commands = plan(trace, source)
-        self.names: Any = None  # mapping.differences: every mapped variable
+        self.together = together(trace, self.commands)
+        # mapping.differences: every mapped variable of the trace's module (pendingSyncs: spec/ZabSync.tla's)
+        self.names: Any = [name for name in MAPPED if name in trace.steps[0].state]
         self._requests = 0
+        self._syncs: list[Any] = []  # the clients' syncs issued (ClientSync), oldest first
 
     def seed(self) -> dict[int, Any]:
         return {}
 
     def observed(self, states: dict[int, dict]) -> None:
         pass
+
+    def expected(self, step: Step) -> dict[str, Any]:
+        """The step's state as the servers can show it: a sync's ghost values aside (`mapping.checked`)."""
+        return checked(step.state)
 
     def spec_state(self, states: dict[int, dict]) -> dict[str, Any]:
         return spec_state(list(states.values()))
@@ -283,7 +306,9 @@ class ZabReplay:
     def take(self, step: Step, command: Command, cluster: Cluster, states: dict[int, dict]) -> None:
         if command.kind == "crash":
             cluster.crash(command.i)
-        elif command.kind in ("release", "timeout", "steer"):  # requests that arm the fsync pause themselves
+        elif command.kind == "follows":
+            pass  # taken, and checked, with the input of the step before
+        elif command.kind in ("release", "timeout", "steer", "ping", "client_sync"):  # no fsync, or armed in each
             self._take(step, command, cluster, states)
         else:
             _persist_before_send(cluster, command.i, states, lambda: self._take(step, command, cluster, states))
@@ -301,13 +326,18 @@ class ZabReplay:
             answer = _step_request(cluster, i, states, "release", {"from": j})
             if answer.get("deferred"):
                 raise ControlError(f"server {i} did not take the {command.packet} from {j}: its node deferred it")
-            expect_only(answer["actions"], "Zab", step.action, i)
+            expect_only(answer["actions"], ZAB_MODULES, self.together[step.index], i)
         elif command.kind == "steer":
             taken = steer(cluster, i, j, self.n, states[i], lambda what, p: wait_until(what, p, STEP_TIMEOUT),
                           lambda op, fields: _step_request(cluster, i, states, op, fields))
-            expect_only(taken, "Zab", step.action, i)
+            expect_only(taken, ZAB_MODULES, self.together[step.index], i)
         elif command.kind == "submit":
             self._submit(step, i, cluster, states)
+        elif command.kind == "client_sync":
+            self._client_sync(i, cluster, states)
+        elif command.kind == "ping":
+            answer = _step_request(cluster, i, states, "tick", {"count": 1})
+            expect_only(answer["actions"], ZAB_MODULES, self.together[step.index], i)
         else:
             self._timeout(step, i, cluster, states)
 
@@ -325,6 +355,19 @@ class ZabReplay:
         wait_until(f"server {i} to log the value {value!r} submitted at server {via}",
                    lambda: len(cluster.request(i, "state")["variables"]["history"]) > before, STEP_TIMEOUT)
 
+    def _client_sync(self, i: int, cluster: Cluster, states: dict[int, dict]) -> None:
+        """ClientSync(i): a client's sync on follower i's client port; i sends it to its leader as REQUEST."""
+        leader = states[i]["variables"]["leader"]
+
+        def requests() -> int:
+            held = cluster.request(leader, "state")["held"].get(str(i), [])
+            return sum(1 for p in held if p["type"] == "REQUEST")
+
+        before = requests()
+        self._syncs.append(cluster.client_sync(i))
+        wait_until(f"server {leader} to hold the REQUEST of the sync submitted at server {i}",
+                   lambda: requests() > before, STEP_TIMEOUT)
+
     def _timeout(self, step: Step, i: int, cluster: Cluster, states: dict[int, dict]) -> None:
         """Let time pass at i until its node gives up. A leader whose learners are connected stops hearing them
         only if they are paused meanwhile (they would answer its PINGs)."""
@@ -338,7 +381,7 @@ class ZabReplay:
                                                                   "until_action": step.action})
         finally:
             cluster.resume(paused)
-        expect_only(answer["actions"], "Zab", step.action, i)
+        expect_only(answer["actions"], ZAB_MODULES, self.together[step.index], i)
 
     def check_clients(self, step: Step, cluster: Cluster) -> str:
         """A client's submit is answered with its zxid only once the spec says the server it asked delivered the
@@ -359,6 +402,30 @@ class ZabReplay:
             if sub.value in delivered[sub.sid] and got is None and sub.error is None:
                 return f"server {sub.sid} delivered {sub.value!r} but did not answer the client that submitted it"
             sub.judged = got is not None
+        return self._check_syncs(step)
+
+    def _check_syncs(self, step: Step) -> str:
+        """A client's sync is answered with a zxid when, and only when, its follower takes its leader's SYNC
+        (FollowerProcessSYNC: the oldest waiting there), with the last zxid that follower has delivered then. A
+        refusal is the answer of a follower that stopped following or crashed (the spec drops the sync then)."""
+        answering = step.params.get("i") if step.action == "FollowerProcessSYNC" else None
+        for sub in self._syncs:
+            if sub.judged:
+                continue
+            if sub.sid == answering:
+                answering = None  # the oldest of that follower's only
+                sub.done.wait(2.0)
+                h, c = step.state["history"][sub.sid - 1], step.state["lastCommitted"][sub.sid - 1]
+                zxid = (h[c - 1]["zxid"][0] << 32 | h[c - 1]["zxid"][1]) if c else 0
+                if sub.answer != {"zxid": zxid}:
+                    return (f"server {sub.sid} answered a client's sync with {sub.answer or sub.error} at its "
+                            f"FollowerProcessSYNC; the spec says it has delivered up to zxid {zxid:#x}")
+                sub.judged = True
+            elif sub.answer is not None and "zxid" in sub.answer:
+                return (f"server {sub.sid} answered a client's sync with {sub.answer} before it took its leader's "
+                        "SYNC")
+            elif sub.answer is not None or sub.error is not None:
+                sub.judged = True  # refused: the client asks again
         return ""
 
 

@@ -92,6 +92,9 @@ class FleReplay:
     def seed(self) -> dict[int, Persistent]:
         return self.persistent
 
+    def expected(self, step: Step) -> dict[str, Any]:
+        return step.state
+
     def observed(self, states: dict[int, dict]) -> None:
         self._current = {sid: list(s["decisions"]) for sid, s in states.items()}
 

@@ -200,10 +200,19 @@ class Cluster:
 
     def submit(self, sid: int, value: str) -> Submit:
         """Send ``{"op": "submit", "value": value}`` to ``sid``'s client port; the answer is awaited in a thread."""
+        sub = self._client(sid, {"op": "submit", "value": value}, value)
+        self.submits.append(sub)
+        return sub
+
+    def client_sync(self, sid: int) -> Submit:
+        """Send ``{"op": "sync"}`` to ``sid``'s client port; the answer is awaited in a thread."""
+        return self._client(sid, {"op": "sync"}, "sync")
+
+    def _client(self, sid: int, request: dict[str, Any], value: str) -> Submit:
         sub = Submit(sid, value)
         me = self.config.server(sid)
         sock = socket.create_connection((me.host, me.client_port), timeout=5.0)
-        sock.sendall(clientwire.encode({"op": "submit", "value": value}))
+        sock.sendall(clientwire.encode(request))
 
         def wait() -> None:
             try:
@@ -215,8 +224,7 @@ class Cluster:
                 sock.close()
                 sub.done.set()
 
-        threading.Thread(target=wait, name=f"submit-{sid}", daemon=True).start()
-        self.submits.append(sub)
+        threading.Thread(target=wait, name=f"{request['op']}-{sid}", daemon=True).start()
         return sub
 
     def close_votes(self, target: int) -> None:

@@ -19,15 +19,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from conformance.tla.values import Value, canonical_json
-from zabref.core import packets
+from zabref.core import packets, payloads
 
-__all__ = ["MAPPED", "NOT_MAPPED", "ServerSnapshot", "spec_state", "zxid_pair", "txn", "packet"]
+__all__ = ["MAPPED", "NOT_MAPPED", "ServerSnapshot", "spec_state", "zxid_pair", "txn", "packet", "checked"]
 
 #: What the driver reads from one server: {"sid": int, "variables": {...core variables...},
 #: "held": {peer sid: [packet, ...]}} where a packet is {"type": name, "zxid": int, "data": decoded data}.
 ServerSnapshot = Mapping[str, Any]
 
 NO_DATA = "n/a"  # the spec's NoData
+#: The zxid each of a sync's packets carries in zabref (and ZooKeeper), where the spec's carries <<0, 0>>.
+SYNC_ZXID = {"REQUEST": -1, "PING": payloads.PING_STEP, "SYNC": 0}
 
 NOT_MAPPED = {
     "proposed": "checking only: the set of every transaction ever broadcast, kept by the spec to state Integrity; "
@@ -61,9 +63,15 @@ def txn(entry: Sequence[Any]) -> Value:
 
 
 def packet(p: Mapping[str, Any]) -> Value:
-    """A held QuorumPacket as the spec's Packet(type, zxid, data), with data as the spec models it."""
+    """A held QuorumPacket as the spec's Packet(type, zxid, data), with data as the spec models it. A sync's packets
+    (spec/ZabSync.tla) carry no zxid there: REQUEST's -1 (ZooKeeper's Learner.request) and a step PING's
+    `payloads.PING_STEP` are <<0, 0>> (any other value shows as it is); their data is the spec's ghost (`checked`)."""
     kind = p["type"]
     data = p.get("data")
+    zxid = int(p["zxid"])
+    if kind in SYNC_ZXID:
+        pair = [0, 0] if zxid == SYNC_ZXID[kind] else zxid_pair(zxid)
+        return {"data": 0 if kind == "PING" else NO_DATA, "type": kind, "zxid": pair}
     if kind in ("FOLLOWERINFO", "ACKEPOCH"):
         spec_data: Value = int(data)  # FOLLOWERINFO: LearnerInfo.serverid; ACKEPOCH: currentEpoch or -1
     elif kind == "PROPOSAL":
@@ -168,10 +176,47 @@ def msgs(snaps):
     return [[[packet(p) for p in held[b].get(a, [])] for b in sids] for a in sids]
 
 
+# ---- a sync (spec/ZabSync.tla) ---------------------------------------------------------------------------------
+
+def pendingSyncs(snaps):
+    """pendingSyncs[l]: leader l's learners' syncs not answered yet, oldest first, as the node reads them out
+    (`zabref.core.clients.ClientRequests.pending_sync_variables`): the learner, the point (how many transactions of
+    l's history it waits to see committed) and awaits (per server, the answers to step PINGs still to come before it
+    confirms; 0 once it has; -1 for a server that was not l's learner when it arrived). Its ghost is the spec's
+    (`checked`)."""
+    sids = [s["sid"] for s in snaps]
+    out = []
+    for s in snaps:
+        rows = []
+        for p in s.get("syncs", []):
+            awaits = {int(f): int(n) for f, n in p["awaits"].items()}
+            rows.append({"awaits": [awaits.get(f, -1) for f in sids], "learner": int(p["learner"]),
+                         "point": int(p["point"])})
+        out.append(rows)
+    return out
+
+
+def checked(state: Mapping[str, Value]) -> dict[str, Value]:
+    """A spec state as a server can show it: the ghost a sync carries for the read checks only -- REQUEST's and
+    SYNC's data in msgs, each waiting sync's ``ghost`` in pendingSyncs, which no action reads -- set aside (REQUEST
+    and SYNC with NoData, a sync without its ghost). A state of spec/Zab.tla is returned as it is."""
+    if "pendingSyncs" not in state:
+        return dict(state)
+    out = dict(state)
+    out["msgs"] = [[[{**m, "data": NO_DATA} if m["type"] in ("REQUEST", "SYNC") else m for m in ch] for ch in row]
+                   for row in state["msgs"]]
+    out["pendingSyncs"] = [[{k: v for k, v in p.items() if k != "ghost"} for p in syncs]
+                           for syncs in state["pendingSyncs"]]
+    return out
+
+
+#: The variables spec/ZabSync.tla adds to spec/Zab.tla's.
+SYNC_VARIABLES = ("pendingSyncs",)
+
 MAPPED: dict[str, Callable[[Sequence[ServerSnapshot]], Value]] = {
     f.__name__: f
     for f in (history, acceptedEpoch, currentEpoch, state, zabState, leader, lastCommitted, stagedHistory,
-              newEpoch, learnerPhase, learnerLastZxid, ackIndex, msgs)
+              newEpoch, learnerPhase, learnerLastZxid, ackIndex, msgs, pendingSyncs)
 }
 
 
@@ -183,11 +228,14 @@ def spec_state(snaps: Sequence[ServerSnapshot]) -> dict[str, Value]:
 
 def differences(expected: Mapping[str, Value], actual: Mapping[str, Value],
                 names: Iterable[str] | None = None) -> dict[str, tuple[Value, Value]]:
-    """The variables (`names`, default: this module's MAPPED) whose canonical forms differ: {name: (expected,
-    actual)}. A name missing on either side counts as a difference (None), never as agreement."""
+    """The variables (`names`, default: this module's MAPPED, those of spec/ZabSync.tla only when ``expected`` has
+    them) whose canonical forms differ: {name: (expected, actual)}. A name missing on either side counts as a
+    difference (None), never as agreement."""
+    if names is None:
+        names = [name for name in MAPPED if name not in SYNC_VARIABLES or name in expected]
     return {
         name: (expected.get(name), actual.get(name))
-        for name in (MAPPED if names is None else names)
+        for name in names
         if name not in expected or name not in actual
         or canonical_json(expected[name]) != canonical_json(actual[name])
     }

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.graph.traces import Trace, read_trace
-from conformance.tla.labels import config_module_base, read_next
+from conformance.tla.labels import config_module_base, model_next
 from conformance.tla.tools import Outcome, run_tlc, toolchain
 from conformance.tla.tracemodule import chunked, dispatch
 from conformance.tla.values import format_value
@@ -61,11 +61,11 @@ def _constants(cfg: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def trace_module(trace: Trace, mc_module: str, actions: list[tuple[str, tuple[str, ...]]]) -> str:
+def trace_module(trace: Trace, mc_module: str, actions: list[tuple[str, tuple[str, ...], str]]) -> str:
     """The text of module TTrace (module docstring); ``actions``: the model's Next, names and parameter names."""
     variables = sorted(trace.steps[0].state)
     states = ["[" + ", ".join(f"{v} |-> {format_value(s.state[v])}" for v in variables) + "]" for s in trace.steps]
-    names = sorted({p for _, params in actions for p in params})
+    names = sorted({p for _, params, _ in actions for p in params})
     steps = ["[" + ", ".join([f'a |-> "{s.action}"'] + [f"{p} |-> {int(s.params.get(p, 0))}" for p in names]) + "]"
              for s in trace.steps[1:]]
     if not states:
@@ -103,10 +103,10 @@ def check_trace(path: Path, *, spec_dir: Path = SPEC_DIR, work: Path | None = No
     trace = read_trace(path)
     config = trace.header.config
     base = config_module_base(spec_dir, config)
-    actions = [(a.name, a.param_names) for a in read_next(spec_dir / f"{base}.tla")]
+    actions = [(a.name, a.param_names, a.with_) for a in model_next(spec_dir, config)]
     folder = Path(tempfile.mkdtemp(prefix="zabref-tracecheck-", dir=work))
-    for name in (f"{base}.tla", f"MC_{config}.tla"):
-        shutil.copy(spec_dir / name, folder / name)
+    for tla in spec_dir.glob("*.tla"):  # the module, what it extends, and the model
+        shutil.copy(tla, folder / tla.name)
     (folder / "TTrace.tla").write_text(trace_module(trace, f"MC_{config}", actions))
     (folder / "TTrace.cfg").write_text(_constants((spec_dir / f"MC_{config}.cfg").read_text())
                                        + "INIT TInit\nNEXT TNext\n")

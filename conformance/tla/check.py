@@ -27,7 +27,7 @@ import click
 
 from conformance.errors import ConformanceError
 from conformance.tla.labels import decode_label
-from conformance.tla.modelconfig import prepare
+from conformance.tla.modelconfig import labelable, prepare
 from conformance.tla.output import Code, Severity
 from conformance.tla.tools import Outcome, TLCMessage, TLCResult, run_sany, run_tlc, toolchain
 from zabref.storage.atomic import write_file
@@ -142,7 +142,10 @@ def check(config: str, spec_dir: Path | None, dump_dot: Path | None, workers: in
         for warning in run_sany(module, tools).warnings:
             click.echo(f"sany: warning: {warning.render()}", err=True)
         with tempfile.TemporaryDirectory(prefix="zabref-model-") as scratch:
-            model = prepare(module.parent, config, Path(scratch))
+            # a dumped graph becomes traces, whose edges must name their actions' parameters: a model whose NEXT is
+            # not Next (spec/ZabSync.tla's SyncNext) is labeled then too, when it can be (`labels.model_next`)
+            dumped = dump_dot is not None and labelable(module.parent, config)
+            model = prepare(module.parent, config, Path(scratch), labels=True if dumped else None)
             click.echo(f"check: TLC {module.name} with {cfg.name}, {workers} worker(s)"
                        + (", edges labeled with action parameters" if model.labeled else "")
                        + (f", options {' '.join(model.tlc_options)}" if model.tlc_options else "")

@@ -35,6 +35,7 @@ __all__ = [
     "ActionSignature",
     "Labels",
     "read_next",
+    "model_next",
     "instances",
     "encode_label",
     "decode_label",
@@ -58,6 +59,12 @@ class ActionSignature:
     name: str
     params: tuple[tuple[str, str], ...]  # (parameter name, domain name)
     line: int
+    with_: str = ""  # an action the step conjoins to this one (`model_next`: a module's step of its base module)
+
+    def call(self, args: tuple) -> str:
+        """The TLA+ expression of this action's step with arguments ``args``."""
+        call = f"{self.name}({', '.join(_tla_arg(a) for a in args)})" if args else self.name
+        return f"({call} /\\ {self.with_})" if self.with_ else call
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -111,6 +118,44 @@ def read_next(spec_path: Path, operator: str = "Next") -> list[ActionSignature]:
     if not actions:
         raise SpecFormatError(f"{spec_path}: {operator} has no disjuncts")
     return actions
+
+
+#: A disjunct with no parameters defined as a step of the base module's Next and one more action, ``ZabStep == Next
+#: /\ SyncsDropped`` (spec/ZabSync.tla).
+_BASE_STEP = re.compile(r"^(?P<name>[A-Za-z]\w*)\s*==\s*Next\s*/\\\s*(?P<with>[A-Za-z]\w*)\s*$")
+
+
+def model_next(spec_dir: Path, config: str) -> list[ActionSignature]:
+    """The actions of model ``config``'s next-state relation (its cfg's ``NEXT``, default Next) in the module it
+    extends. A disjunct there that is a step of the base module's Next with one more action (``ZabStep == Next /\
+    SyncsDropped``: spec/ZabSync.tla extends spec/Zab.tla) is replaced by the base module's actions, each taken with
+    that one (`ActionSignature.with_`), so that every edge still names one action of spec/Zab.tla or the module."""
+    spec_dir = Path(spec_dir)
+    base = config_module_base(spec_dir, config)
+    cfg_text = (spec_dir / f"MC_{config}.cfg").read_text(encoding="utf-8")
+    m = re.search(r"^\s*NEXT\s+([A-Za-z]\w*)\s*$", cfg_text, re.M)
+    operator = m.group(1) if m else "Next"
+    path = spec_dir / f"{base}.tla"
+    if operator == "Next":
+        return read_next(path)
+    text = path.read_text(encoding="utf-8")
+    extends = re.search(r"^EXTENDS\s+([A-Za-z]\w*)", text, re.M)
+    out: list[ActionSignature] = []
+    for action in read_next(path, operator):
+        d = None if action.params else next(
+            (d for line in text.splitlines() if (d := _BASE_STEP.match(line)) and d["name"] == action.name), None)
+        if d is None:
+            out.append(action)
+            continue
+        if extends is None:
+            raise SpecFormatError(f"{path}:{action.line}: {action.name} is a step of Next, but {base} extends none")
+        out += [ActionSignature(a.name, a.params, a.line, d["with"])
+                for a in read_next(spec_dir / f"{extends.group(1)}.tla")]
+    names = [a.name for a in out]
+    if len(set(names)) != len(names):
+        twice = sorted(n for n in set(names) if names.count(n) > 1)
+        raise SpecFormatError(f"{path}: {operator} names an action twice: {twice}")
+    return out
 
 
 def domain_values(domain: str, constants: dict[str, int]) -> list:
@@ -187,9 +232,9 @@ def write_labeled_model(spec_dir: Path, config: str, out_dir: Path) -> tuple[Pat
     spec_dir, out_dir = Path(spec_dir), Path(out_dir)
     cfg_path = spec_dir / f"MC_{config}.cfg"
     cfg_text = cfg_path.read_text(encoding="utf-8")
-    if not re.search(r"^\s*NEXT\s+Next\s*$", cfg_text, re.M):
-        raise SpecFormatError(f"{cfg_path}: expected a line 'NEXT Next'")
-    actions = read_next(spec_dir / f"{config_module_base(spec_dir, config)}.tla")
+    if not re.search(r"^\s*NEXT\s+[A-Za-z]\w*\s*$", cfg_text, re.M):
+        raise SpecFormatError(f"{cfg_path}: expected a line 'NEXT <operator>'")
+    actions = model_next(spec_dir, config)
     constants = read_constants(cfg_text)
     if "N" not in constants:
         constants["N"] = server_count(spec_dir, config, cfg_text, cfg_path)
@@ -197,8 +242,7 @@ def write_labeled_model(spec_dir: Path, config: str, out_dir: Path) -> tuple[Pat
     defs, names = [], []
     for action, args in instances(actions, constants):
         label = encode_label(action.name, args)
-        call = f"{action.name}({', '.join(_tla_arg(a) for a in args)})" if args else action.name
-        defs.append(f"{label} == TRUE /\\ {call}")
+        defs.append(f"{label} == TRUE /\\ {action.call(args)}")
         names.append(label)
     body = "\n".join(
         [
@@ -217,7 +261,8 @@ def write_labeled_model(spec_dir: Path, config: str, out_dir: Path) -> tuple[Pat
     tla = out_dir / f"{module}.tla"
     cfg = out_dir / f"{module}.cfg"
     tla.write_text(body, encoding="utf-8")
-    cfg.write_text(re.sub(r"^(\s*NEXT\s+)Next(\s*)$", rf"\g<1>{LABELED_NEXT}\g<2>", cfg_text, flags=re.M), encoding="utf-8")
+    cfg.write_text(re.sub(r"^(\s*NEXT\s+)[A-Za-z]\w*(\s*)$", rf"\g<1>{LABELED_NEXT}\g<2>", cfg_text, flags=re.M),
+                   encoding="utf-8")
     (out_dir / "signatures.json").write_text(
         json.dumps({a.name: list(a.param_names) for a in actions}, indent=1, sort_keys=True), encoding="utf-8"
     )

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.errors import SpecFormatError
-from conformance.tla.labels import config_module_base, read_next, write_labeled_model
+from conformance.tla.labels import config_module_base, model_next, write_labeled_model
 
 _OPTIONS = re.compile(r"^\s*\\\*\s*TLC-OPTIONS:\s*(.*)$", re.M)
 _ALLOWED = {"-deadlock"}
@@ -53,6 +53,15 @@ def wants_labels(spec_dir: Path, config: str, cfg_text: str) -> bool:
     return bool(re.search(r"^Next\s*==\s*$", base.read_text(encoding="utf-8"), re.M))
 
 
+def labelable(spec_dir: Path, config: str) -> bool:
+    """Whether the model's next-state relation can be labeled (`conformance.tla.labels.model_next` reads it)."""
+    try:
+        model_next(spec_dir, config)
+    except SpecFormatError:
+        return False
+    return True
+
+
 def prepare(spec_dir: Path, config: str, scratch: Path, labels: bool | None = None) -> PreparedModel:
     """Copy the spec into `scratch` and return what TLC should run there.
 
@@ -70,7 +79,7 @@ def prepare(spec_dir: Path, config: str, scratch: Path, labels: bool | None = No
     if labels is None:
         labels = wants_labels(spec_dir, config, cfg_text)
     if labels:
-        read_next(spec_dir / f"{config_module_base(spec_dir, config)}.tla")  # fail early, naming the line
+        model_next(spec_dir, config)  # fail early, naming the line
         module, cfg = write_labeled_model(spec_dir, config, scratch)
         return PreparedModel(module, cfg, options, True)
     return PreparedModel(scratch / f"MC_{config}.tla", scratch / cfg_path.name, options, False)

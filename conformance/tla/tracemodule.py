@@ -25,12 +25,16 @@ def chunked(prefix: str, records: list[str], accessor: str, chunk: int) -> str:
             f"{accessor}(k) == LET c == Chunks[((k - 1) \\div {chunk}) + 1] IN c[((k - 1) % {chunk}) + 1]")
 
 
-def dispatch(actions: list[tuple[str, tuple[str, ...]]], extra: tuple[str, ...] = ()) -> str:
+def dispatch(actions: list[tuple[str, tuple[str, ...]]] | list[tuple[str, tuple[str, ...], str]],
+             extra: tuple[str, ...] = ()) -> str:
     """``Act(e) ==`` one disjunct per action of Next: ``e.a = "Name" /\\ Name(e.p, ...)``, the record's fields
-    named as the action's parameters; ``extra``: more disjuncts, as TLA+ text."""
+    named as the action's parameters, and ``/\\ With`` when an action comes with a third element ``With``, an action
+    its step conjoins (`conformance.tla.labels.model_next`); ``extra``: more disjuncts, as TLA+ text."""
     arms = []
-    for name, params in actions:
+    for name, params, *rest in actions:
         args = ", ".join(f"e.{p}" for p in params)
-        arms.append(f'    \\/ e.a = "{name}" /\\ {name}({args})' if args else f'    \\/ e.a = "{name}" /\\ {name}')
+        more = f" /\\ {rest[0]}" if rest and rest[0] else ""
+        call = f"{name}({args})" if args else name
+        arms.append(f'    \\/ e.a = "{name}" /\\ {call}{more}')
     arms += [f"    \\/ {text}" for text in extra]
     return "Act(e) ==\n" + "\n".join(arms)

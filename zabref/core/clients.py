@@ -21,7 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from zabref.core import payloads, zktxn
-from zabref.core.effects import READ_LIMIT, Effects, EffectsBuilder, Timing, refused
+from zabref.core.effects import READ_LIMIT, Action, Effects, EffectsBuilder, Timing, refused
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
 from zabref.core.types import EPOCH_ACCEPTED
 from zabref.core.zab import LearnerPhase, Output, ZabCore, ZabState
@@ -43,6 +43,7 @@ class ClientRequests:
     _waiting_zxids: list[int]
     _forwarded: dict[int, float]
     _pings: dict[int, list[int]]
+    _steps: dict[int, list[int]]
     _syncs: list[tuple[int, int, dict[int, int], float]]
     pending_syncs: deque[tuple[int, int, dict[int, int]]]
     follower_syncs: deque[tuple[int | None, float]]
@@ -84,7 +85,7 @@ class ClientRequests:
         out = EffectsBuilder()
         core = self.core
         if core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
-            marks = self._ping_all(out)
+            marks, _ = self._ping_all(out, step=False)
             self._syncs.append((rid, self.committed_zxid, marks, now + self.timing.submit_timeout_s))
             self._confirm_syncs(out)
         elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST and not self.leader_lost:
@@ -92,11 +93,12 @@ class ClientRequests:
             self.follower_syncs.append((rid, now + self.timing.submit_timeout_s))
             request = payloads.encode_request_data(0, 0, payloads.OP_SYNC, "/")
             out.send.append((core.leader, QuorumPacket(PacketType.REQUEST, -1, request)))
+            out.actions.append(Action("ZabSync", "ClientSync", (("i", self.sid),)))
         else:
             out.answers.append((rid, self._not_serving()))
         return out.build()
 
-    def leader_process_request(self, peer: int, packet: QuorumPacket) -> Effects:
+    def leader_process_request(self, peer: int, packet: QuorumPacket, tag: int | None = None) -> Effects:
         """LeaderProcessREQUEST(i, j): learner ``peer`` forwarded a client's sync (ZooKeeper's Leader.processSync).
         It waits in ``pending_syncs`` until everything this leader has proposed is committed and a quorum has
         answered a PING sent now (`LeaderSendSYNC`). Any other request is refused as the connection's error: a
@@ -111,11 +113,13 @@ class ClientRequests:
             raise RemoteProtocolError(peer, f"server {self.sid}: REQUEST of op {op} ({name}) from {peer}: a zabref "
                                             "leader takes only a learner's sync; writes reach it on its client port")
         out = EffectsBuilder()
-        self.pending_syncs.append((peer, core.last_zxid, self._ping_all(out)))
+        out.actions.append(Action("ZabSync", "LeaderProcessREQUEST", (("i", self.sid), ("j", peer)), packet, tag))
+        _, marks = self._ping_all(out, step=True)
+        self.pending_syncs.append((peer, core.last_zxid, marks))
         self._confirm_syncs(out)
         return out.build()
 
-    def follower_process_sync(self, peer: int) -> Effects:
+    def follower_process_sync(self, peer: int, packet: QuorumPacket, tag: int | None = None) -> Effects:
         """FollowerProcessSYNC(i, j): the leader answered this server's oldest sync. Every COMMIT it sent before
         was taken before (one FIFO connection), so the client's next read here sees what was committed when the
         sync reached the leader; a client whose sync expired meanwhile kept its place (None) and gets nothing."""
@@ -127,6 +131,7 @@ class ClientRequests:
             raise RemoteProtocolError(peer, f"server {self.sid}: SYNC from {peer} with no sync of this server "
                                             "waiting")
         out = EffectsBuilder()
+        out.actions.append(Action("ZabSync", "FollowerProcessSYNC", (("i", self.sid), ("j", peer)), packet, tag))
         rid, _ = self.follower_syncs.popleft()
         if rid is not None:
             out.answers.append((rid, {"zxid": self.committed_zxid}))
@@ -158,41 +163,71 @@ class ClientRequests:
         return {"txns": [[t.zxid, zktxn.read_form(t.value)] for t in chunk],
                 "more": start + limit < delivered, "zxid": core.history[delivered - 1].zxid if delivered else 0}
 
-    def _ping_answered(self, peer: int, out: EffectsBuilder) -> None:
-        """Learner ``peer`` answered this leader's oldest PING it had not answered (ZabSync.tla's LeaderProcessPING).
+    def _ping_answered(self, peer: int, packet: QuorumPacket, out: EffectsBuilder, tag: int | None) -> None:
+        """Learner ``peer`` answered this leader's oldest PING it had not answered; an answer to a step PING of
+        the sync's round (its zxid echoed, `payloads.PING_STEP`) is ZabSync.tla's LeaderProcessPING.
 
         An answer read before the learner's ACKEPOCH confirms nothing: until then the learner may hold a later epoch
         it accepted, whose leader committed with it, and have come back to follow this deposed leader (its
         FOLLOWERINFO waiting here, or its LEADERINFO, which it will refuse, on the way). Counted, it would let this
         leader answer a sync that misses that commit (spec/MC_fivestale: 50 steps). After ACKEPOCH every packet on
         the connection was sent with this leader's epoch accepted (one FIFO stream). A sync whose mark this answer
-        would reach needs one answer more, which the next tick's PING asks for."""
+        would reach needs one answer more: a later one on the connection (for a learner's sync, to a step PING,
+        which the next tick sends when none is owed: `_ping_all`)."""
+        step = packet.zxid == payloads.PING_STEP
+        steps = self._steps[peer]
+        if step and steps[1] >= steps[0]:
+            raise RemoteProtocolError(peer, f"server {self.sid}: an answer from {peer} to a PING of the sync's "
+                                            "round that this leader did not send")
         answers = self._pings[peer]
         answers[1] += 1
-        if self.core.learner_phase.get(peer, LearnerPhase.NONE) not in EPOCH_ACCEPTED:
-            for marks in self._sync_marks():
+        accepted = self.core.learner_phase.get(peer, LearnerPhase.NONE) in EPOCH_ACCEPTED
+        if not accepted:
+            for _, _, marks, _ in self._syncs:
                 if marks.get(peer) == answers[1]:
                     marks[peer] += 1
+        if step:
+            steps[1] += 1
+            out.actions.append(Action("ZabSync", "LeaderProcessPING", (("i", self.sid), ("j", peer)), packet, tag))
+            if not accepted:
+                for _, _, marks in self.pending_syncs:
+                    if marks.get(peer) == steps[1]:
+                        marks[peer] += 1
         self._confirm_syncs(out)
 
-    def _sync_marks(self) -> list[dict[int, int]]:
-        """The marks of every waiting sync, this leader's clients' and its learners'."""
-        return [s[2] for s in self._syncs] + [s[2] for s in self.pending_syncs]
-
-    def _ping_all(self, out: EffectsBuilder) -> dict[int, int]:
-        """PingAll: a PING to every learner; the marks a sync arriving now needs (learner -> the PINGs it must have
-        answered: those owed, and this one)."""
-        ping = QuorumPacket(PacketType.PING, self.committed_zxid)
-        marks = {}
+    def _ping_all(self, out: EffectsBuilder, step: bool) -> tuple[dict[int, int], dict[int, int]]:
+        """PingAll: a PING to every learner. It is a step PING of ZabSync.tla's round (zxid `payloads.PING_STEP`)
+        when ``step`` (a learner's sync arrived: part of LeaderProcessREQUEST) or when a learner's waiting sync needs
+        more answers from a learner than it owes (LeaderSendPING, taken here); else a keepalive carrying the commit
+        point. Returns the marks a sync arriving now needs (learner -> the PINGs it must have answered: those owed
+        and this one), counting every PING (for this leader's own clients' syncs) and counting the step PINGs (for
+        its learners': a learner's sync is confirmed by answers to step PINGs only, as in the spec)."""
+        sending = step or self._ping_needed()
+        if sending and not step:
+            out.actions.append(Action("ZabSync", "LeaderSendPING", (("i", self.sid),)))
+        ping = QuorumPacket(PacketType.PING, payloads.PING_STEP if sending else self.committed_zxid)
+        marks, step_marks = {}, {}
         for f in sorted(self.learner_conns):
             if f in self._pings:
                 out.send.append((f, ping))
-                self._pings[f][0] += 1
-                marks[f] = self._pings[f][0]
-        return marks
+                counts = self._pings[f]
+                counts[0] += 1
+                marks[f] = counts[0]
+                if sending:
+                    counts = self._steps[f]
+                    counts[0] += 1
+                    step_marks[f] = counts[0]
+        return marks, step_marks
 
-    def _confirmed(self, marks: dict[int, int]) -> bool:
-        confirmed = {f for f, mark in marks.items() if f in self._pings and self._pings[f][1] >= mark}
+    def _ping_needed(self) -> bool:
+        """LeaderSendPING's guard: a learner's waiting sync needs more answers from a learner than that learner owes
+        (its connection closed and opened again since the sync arrived, or it answered before its ACKEPOCH)."""
+        steps, learners = self._steps, self.learner_conns
+        return any(mark > steps[f][0] for _, _, marks in self.pending_syncs for f, mark in marks.items()
+                   if f in learners and f in steps)
+
+    def _confirmed(self, counts: dict[int, list[int]], marks: dict[int, int]) -> bool:
+        confirmed = {f for f, mark in marks.items() if f in counts and counts[f][1] >= mark}
         return self.core.is_quorum(confirmed | {self.sid})
 
     def _confirm_syncs(self, out: EffectsBuilder) -> None:
@@ -200,15 +235,30 @@ class ClientRequests:
         LeaderSendSYNC: the oldest of ``pending_syncs``, in order, once its point is committed and confirmed."""
         keep = []
         for rid, zxid, marks, deadline in self._syncs:
-            if self._confirmed(marks):
+            if self._confirmed(self._pings, marks):
                 out.answers.append((rid, {"zxid": zxid}))
             else:
                 keep.append((rid, zxid, marks, deadline))
         self._syncs = keep
         pending = self.pending_syncs
-        while pending and pending[0][1] <= self.committed_zxid and self._confirmed(pending[0][2]):
+        while pending and pending[0][1] <= self.committed_zxid and self._confirmed(self._steps, pending[0][2]):
             learner, _, _ = pending.popleft()
             out.send.append((learner, QuorumPacket(PacketType.SYNC, 0)))  # ZooKeeper's: zxid 0, no data
+            out.actions.append(Action("ZabSync", "LeaderSendSYNC", (("i", self.sid),)))
+
+    def pending_sync_variables(self) -> list[dict[str, Any]]:
+        """ZabSync.tla's pendingSyncs[i] as this leader holds it (the spec's ghost, for checking only, aside): per
+        waiting learner's sync, oldest first, the learner; point, how many transactions of the history it waits to see
+        committed; and awaits, per server, the answers to step PINGs still to come before it confirms (0 once it has;
+        -1 for a server that was not a learner when it arrived)."""
+        core = self.core
+        out = []
+        for learner, zxid, marks in self.pending_syncs:
+            awaits = {f: -1 if f not in marks else max(0, marks[f] - (self._steps[f][1] if f in self._steps else 0))
+                      for f in core.servers}
+            out.append({"learner": learner, "point": core.index_of(core.history, zxid) if zxid else 0,
+                        "awaits": awaits})
+        return out
 
     def _not_serving(self) -> dict[str, Any]:
         core = self.core

@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from zabref.core import payloads
 from zabref.core.clients import ClientRequests
 from zabref.core.effects import Action, Effects, EffectsBuilder, Timing, refused
 from zabref.core.election import Decision, FastLeaderElection, Step
@@ -88,11 +89,14 @@ class Node(ClientRequests):
         #: leader: per learner connection, PINGs sent on it and PINGs its learner sent back (a follower answers each
         #: of its leader's PINGs, in order): a reply counted here answers a PING at least that recent
         self._pings: dict[int, list[int]] = {}
+        #: leader: the same for the PINGs that are steps of ZabSync's round (`payloads.PING_STEP`), which alone
+        #: confirm its learners' syncs, as in the spec
+        self._steps: dict[int, list[int]] = {}
         #: leader: syncs waiting for a quorum to confirm this leadership: (request id, commit point at arrival,
         #: learner -> the PINGs it must have answered, deadline)
         self._syncs: list[tuple[int, int, dict[int, int], float]] = []
         #: leader: its learners' syncs not answered yet, oldest first (ZabSync.tla's pendingSyncs): (learner, the
-        #: zxid it waits to see committed, learner -> the PINGs it must have answered)
+        #: zxid it waits to see committed, learner -> the step PINGs it must have answered)
         self.pending_syncs: deque[tuple[int, int, dict[int, int]]] = deque()
         #: follower: its clients' syncs sent to the leader, oldest first: (request id, deadline); None once expired
         self.follower_syncs: deque[tuple[int | None, float]] = deque()
@@ -120,17 +124,22 @@ class Node(ClientRequests):
             out = EffectsBuilder()
             core = self.core
             if core.state == ServerState.FOLLOWING and peer == core.leader:
-                # data: the sessions it touched (none here), never null: ZooKeeper's LearnerHandler reads it
-                out.send.append((peer, QuorumPacket(PacketType.PING, self.committed_zxid, b"")))
+                # FollowerProcessPING when it is a step of the sync's round. The answer echoes the PING's zxid, as
+                # ZooKeeper's Learner.ping does; data: the sessions it touched (none here), never null: ZooKeeper's
+                # LearnerHandler reads it
+                out.send.append((peer, QuorumPacket(PacketType.PING, packet.zxid, b"")))
+                if packet.zxid == payloads.PING_STEP:
+                    out.actions.append(Action("ZabSync", "FollowerProcessPING", (("i", self.sid), ("j", peer)),
+                                              packet, tag))
             elif core.state == ServerState.LEADING and peer in self._pings:
-                self._ping_answered(peer, out)
+                self._ping_answered(peer, packet, out, tag)
             return out.build()
         if packet.type == PacketType.REQUEST:
-            effects = self.leader_process_request(peer, packet)
+            effects = self.leader_process_request(peer, packet, tag)
             self.heard[peer] = now
             return effects
         if packet.type == PacketType.SYNC:
-            effects = self.follower_process_sync(peer)
+            effects = self.follower_process_sync(peer, packet, tag)
             self.heard[peer] = now
             return effects
         if self._acks_uptodate(peer, packet):  # ZooKeeper's learner acknowledges UPTODATE: no spec action takes it
@@ -200,6 +209,7 @@ class Node(ClientRequests):
         if inbound:
             self.learner_conns.add(peer)
             self._pings[peer] = [0, 0]
+            self._steps[peer] = [0, 0]
 
     def connection_closed(self, peer: int, now: float, *, inbound: bool, tag: int | None = None) -> Effects:
         """A quorum connection with ``peer`` ended (the peer left, the network broke it, or bad input)."""
@@ -209,10 +219,11 @@ class Node(ClientRequests):
             self.learner_conns.discard(peer)
             self.held.pop(peer, None)
             self._pings.pop(peer, None)
+            self._steps.pop(peer, None)
             # SyncsDropped: the learner's own syncs go with its connection; a new connection is newer than any
-            # waiting sync: one reply on it will do
+            # waiting sync: one reply on it will do (Reconnects)
             self.pending_syncs = deque(s for s in self.pending_syncs if s[0] != peer)
-            for marks in self._sync_marks():
+            for marks in [s[2] for s in self._syncs] + [s[2] for s in self.pending_syncs]:
                 if peer in marks:
                     marks[peer] = 1
             self._core(out, self.core.connection_closed(peer), now, None)
@@ -382,12 +393,13 @@ class Node(ClientRequests):
             self._fle_step(out, fle.resend_notifications(), now)
 
     def _leader_tick(self, out: EffectsBuilder, now: float) -> None:
+        """LeaderTimeout when a quorum of responsive learners is lacking for too long, else a PING to every
+        learner (LeaderSendPING when a waiting sync needs one: `_ping_all`)."""
+        if not self._leader_gives_up(out, now):
+            self._ping_all(out, step=False)
+
+    def _leader_gives_up(self, out: EffectsBuilder, now: float) -> bool:
         core, t = self.core, self.timing
-        ping = QuorumPacket(PacketType.PING, self.committed_zxid)
-        out.send += [(f, ping) for f in sorted(self.learner_conns)]
-        for f in self.learner_conns:
-            if f in self._pings:
-                self._pings[f][0] += 1
         established = core.zab_state == ZabState.BROADCAST
         # Until when each learner counts as responsive: its silence is within its limit. The quorum of responsive
         # learners (with this leader) lasted until the latest moment at which those responsive then still formed
@@ -405,8 +417,10 @@ class Node(ClientRequests):
             members.add(f)
             if core.is_quorum(members):
                 if end >= now:
-                    return  # a quorum is responsive now
+                    return False  # a quorum is responsive now
                 lost = max(end, self.stalled_until)
                 break
         if now - lost > t.limit(t.sync_limit if established else t.init_limit):
             self._core(out, core.leader_timeout(), now, "LeaderTimeout", i=self.sid)
+            return True
+        return False

@@ -22,7 +22,7 @@ __all__ = ["ACKEPOCH_ALREADY_ACKNOWLEDGED", "LEARNER_INFO_SIZE", "encode_learner
            "encode_leaderinfo_data",
            "decode_leaderinfo_data", "encode_ackepoch_data", "decode_ackepoch_data", "encode_followerinfo_data",
            "decode_followerinfo_data", "encode_proposal_data", "decode_proposal_data", "encode_snap_data",
-           "decode_snap_data", "OP_SYNC", "encode_request_data", "decode_request_data"]
+           "decode_snap_data", "OP_SYNC", "PING_STEP", "encode_request_data", "decode_request_data"]
 
 #: ACKEPOCH's currentEpoch when the follower had already accepted the proposed epoch (seed 000's table: "it passes -1
 #: as the currentEpoch to signal that the new epoch is not acknowledged").
@@ -35,6 +35,10 @@ LEARNER_INFO_SIZE = _LEARNER_INFO.size
 _REQUEST_HEADER = struct.Struct(">qii")
 #: ZooKeeper's OpCode.sync: the one request a zabref leader takes from a learner (spec/ZabSync.tla).
 OP_SYNC = 9
+#: The zxid of a zabref leader's PING that is a step of spec/ZabSync.tla's round (PingAll: for a sync that arrived,
+#: or that still needs an answer); its other PINGs carry the commit point. ZooKeeper's learners read no leader PING's
+#: zxid and echo it in their answer (Learner.ping), as zabref's do, so the answer of either says which it answers.
+PING_STEP = -2
 
 
 def encode_learner_info(info: LearnerInfo) -> bytes:

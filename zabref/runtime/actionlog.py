@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 With ``zabref serve --action-log DIR`` (``zabref cluster --log-actions``, ``zabref faults --validate``) a server
 appends to ``DIR/actions-<sid>.jsonl`` one line per step of spec/Zab.tla it takes, written by the pump right after
-the node took the step (`zabref.runtime.server`), so lines are in the server's own order:
+the node took the step (`zabref.runtime.server`), so lines are in the server's own order. (The steps of a client's
+sync, spec/ZabSync.tla's, which the node reports as module ZabSync and conformance drives, are not written yet:
+`zabref validate` judges a run's Zab steps; spec/README.md, "Reads".)
 
 ``{"sid": 2, "n": 17, "t": 123456789, "kind": "step", "action": "FollowerProcessPROPOSAL", "params": {"i": 2, "j": 1},
 "recv": PACKET, "sends": [[1, PACKET]], "persist": [OP, ...], "vars": {...}}``
@@ -12,8 +14,8 @@ the node took the step (`zabref.runtime.server`), so lines are in the server's o
 * ``n`` counts the lines of this process (it restarts at 0 with the process), ``t`` is ``time.monotonic_ns()``
   (one clock for every process on a machine: the validator orders lines of different servers by it where nothing
   else does; the simulator, whose servers share one process, numbers every server's lines in the order it ran them);
-* ``recv`` is the packet the step took (receive actions only), ``sends`` the quorum packets it sent (PINGs left out:
-  the spec has none), as ``{"type", "zxid", "data", "conn"}`` with data decoded as the spec models it and ``conn``
+* ``recv`` is the packet the step took (receive actions only), ``sends`` the quorum packets it sent (a sync's PING,
+  REQUEST and SYNC left out: spec/Zab.tla has none), as ``{"type", "zxid", "data", "conn"}`` with data decoded as the spec models it and ``conn``
   the id of the connection it came on or goes to (the handshake's, known at both ends; null: no connection, the
   packet is dropped);
 * ``persist`` the storage operations of the step (``["append", [[zxid, value], ...]]``, ``["truncate", zxid]``,
@@ -79,6 +81,9 @@ _DATA: dict[PacketType, Callable[[int, bytes | None], Any]] = {
     PacketType.SNAP: lambda z, d: [[x, _text(v)] for x, v in payloads.decode_snap_data(d)],
     PacketType.LEADERINFO: lambda z, d: payloads.decode_leaderinfo_data(d),
 }
+#: The packets of a client's sync (spec/ZabSync.tla), which no line logs yet: a leader's COMMITs and the SYNC they
+#: make due leave in one input, whose line is LeaderProcessACK's (spec/Zab.tla has no SYNC).
+SYNC_PACKETS = frozenset({PacketType.PING, PacketType.REQUEST, PacketType.SYNC})
 _NAME = {t: t.name for t in PacketType}  # (an enum's .name is a descriptor call: this is on every line's path)
 
 
@@ -192,7 +197,7 @@ class ActionLog:
             if action.packet is not None:
                 fields["recv"] = {**describe_packet(action.packet), "conn": action.tag}
             fields["sends"] = [[peer, {**describe_packet(p), "conn": cid_of(peer)}]
-                               for peer, p in effects.send if p.type != PacketType.PING]
+                               for peer, p in effects.send if p.type not in SYNC_PACKETS]
             fields["persist"] = [_op(op, self._history) for op in effects.persist]
             fields["vars"] = _vars(node, history=False, staged=STAGES.get(action.name, "ends"), logged=self._history)
             self._write("step", **fields)

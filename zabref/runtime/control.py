@@ -313,6 +313,7 @@ class ControlPort:
             "connections": [c.describe() for _, c in sorted(s.conns.items())],
             "senders": [sender.describe() for _, sender in sorted(s.senders.items())],
             "committed_zxid": node.committed_zxid,
+            "syncs": node.pending_sync_variables(),
             "decisions": node.decisions,
         }
 

@@ -24,7 +24,8 @@ The mode is a *driver* (`zabref.runtime.drivers`) behind two questions: when doe
 reach the node, and what time is it. The normal driver delivers everything as it arrives and ticks the node every
 ``tick_ms`` on the loop's clock; the control driver (``--control``, for the conformance driver) holds every inbound
 packet and notification in its connection's queue until the control socket releases it, and advances a logical
-clock only when told (``tick``). PINGs are never held: they only keep connections alive. Nothing else differs.
+clock only when told (``tick``). PINGs are never held: they only keep connections alive -- but for a step PING of a
+sync's round (spec/ZabSync.tla, `zabref.core.clients`), which is held as any other packet. Nothing else differs.
 
 Connections to the other servers, and the fault layer's one seam, are `zabref.runtime.links`.
 
@@ -54,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from zabref.config import Config
+from zabref.core import payloads
 from zabref.core.effects import Effects, Timing
 from zabref.core.node import Node
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
@@ -407,7 +409,9 @@ class Server(PeerLinks):
         if packet.type not in QUORUM_TYPES:
             raise ValueError(f"{packet.type.name} (type {int(packet.type)}) is not a packet of this protocol")
         conn.received += 1
-        if packet.type == PacketType.PING:  # never held: keepalives only say the peer is there
+        if packet.type == PacketType.PING and packet.zxid != payloads.PING_STEP:
+            # never held: a keepalive only says the peer is there; a step PING of a sync's round (spec/ZabSync.tla)
+            # waits in order as every other packet
             self.enqueue(lambda: None if conn.closed else self.node.packet(conn.peer, packet, self.driver.now(),
                                                                            tag=conn.cid))
             return
