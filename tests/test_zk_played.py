@@ -264,6 +264,45 @@ def test_a_39_follower_logs_the_uncommitted_proposals_of_its_sync_at_uptodate_as
     assert (o.verdict, o.done) == ("followed", len(no_deferral.steps) - 1), o.line()
 
 
+def _one_commit(trace, at: int) -> object:
+    """``trace`` cut after step ``at + 1``, with the spec's form before 2026-11-30 from step ``at`` on: where one
+    ACK commits two transactions, its leader sends one COMMIT of the last, which the follower takes at step at + 1."""
+    def merged(state: dict) -> None:
+        for row in state["msgs"]:
+            for ch in row:
+                if [m["type"] for m in ch[-2:]] == ["COMMIT", "COMMIT"]:
+                    del ch[-2]
+
+    out = _mutated(trace, at, merged)
+    taken = copy.deepcopy(trace.steps[at + 2].state)  # both COMMITs taken: the follower has delivered both
+    taken["msgs"] = out.steps[at].state["msgs"]
+    taken["msgs"][1][0] = []
+    last = dataclasses.replace(trace.steps[at + 1], state=taken)
+    return dataclasses.replace(out, steps=out.steps[:at + 1] + (last,))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_follower_takes_one_commit_per_transaction_of_an_ack_that_commits_two_and_resets_on_one(
+        tmp_path, zk380) -> None:
+    """traces/zookeeper's ack-commits-two-at-once: a follower synced by SNAP ACKs its last proposal at UPTODATE,
+    which commits two at once, and the real server (server 1, behind on both) takes COMMIT(<<1, 1>>) and COMMIT(<<1,
+    2>>) in order (spec/Zab.tla's `Commits` since 2026-11-30). Given one COMMIT of the last instead (the spec's form
+    before), it resets the connection: ZooKeeper's follower applies a COMMIT only to its oldest pending transaction
+    (docs/zookeeper.md, mixed ensembles, item 3)."""
+    from conformance.graph.traces import read_trace
+    from conformance.replay.regress import ZOOKEEPER_DIR
+
+    trace = read_trace(ZOOKEEPER_DIR / "ack-commits-two-at-once.jsonl.gz")
+    assert [s.action for s in trace.steps[-3:]] == ["LeaderProcessACK", "FollowerProcessCOMMIT",
+                                                    "FollowerProcessCOMMIT"]
+    o = _replay(trace, tmp_path / "a", 1)
+    assert (o.verdict, o.done) == ("followed", len(trace.steps) - 1), o.line()
+    one = _one_commit(trace, len(trace.steps) - 3)
+    o = _replay(one, tmp_path / "b", 1)
+    assert (o.verdict, o.action, o.done) == ("departed", "FollowerProcessCOMMIT", len(one.steps) - 2), o.line()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_follower_that_leaves_between_newleader_and_uptodate_leads_with_a_data_tree_behind_its_log(

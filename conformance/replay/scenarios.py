@@ -63,6 +63,23 @@ def _srv(params: dict[str, Any], name: str = "i") -> int:
 
 # -- seed 004, Fig. 3 -------------------------------------------------------------------------------------------
 
+def _commits_two(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    """A leader's ACK that commits two transactions or more at once; then another follower of that leader takes the
+    last two of its COMMITs, one after the other (the first brings it to the one before the new commit point)."""
+    if m is None:
+        if action == "LeaderProcessACK":
+            k = _srv(params)
+            if after["lastCommitted"][k] - before["lastCommitted"][k] >= 2:
+                return k, _srv(params, "j"), after["lastCommitted"][k]
+        return None
+    k, acker, point = m
+    f = _srv(params)
+    if (action == "FollowerProcessCOMMIT" and f != acker and _srv(params, "j") == k
+            and before["lastCommitted"][f] == point - 1 and after["lastCommitted"][f] == point):
+        return ACCEPT
+    return None
+
+
 def _fig3(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
     if m is None:
         if after["committed"] and not before["committed"]:
@@ -295,6 +312,13 @@ SCENARIOS = (
              "after; at NEWLEADER its history is exactly that prefix (on disk: a truncation to that zxid, not to "
              "the empty history), and it reaches UPTODATE. Failing means a truncation keeps or drops the wrong "
              "transactions.", _trunc(proposals_behind=False)),
+    Scenario("ack-commits-two-at-once", "ci", "seed 000, phase 3, step 3 (COMMIT each proposal a quorum ACKed)",
+             "One ACK makes a quorum of two transactions or more at once (a follower synced past an uncommitted "
+             "proposal ACKs only its last), the leader sends a COMMIT for each, in order, and another follower "
+             "takes them one after the other: a ZooKeeper follower applies a COMMIT only to its oldest unapplied "
+             "transaction and exits on any other. Failing means one COMMIT of the last, which such a follower "
+             "cannot take.",
+             _commits_two),
     Scenario("epoch-above-follower-acceptedepoch", "ci", "seed 000, phase 1, step 2 (e' greater than any e received)",
              "The leader hears FOLLOWERINFO with an acceptedEpoch at least its own proposed epoch and must raise the "
              "new epoch above it, then establishes that epoch. The action-coverage traces never reach this: it is "
