@@ -15,9 +15,9 @@ sync, spec/ZabSync.tla's, which the node reports as module ZabSync and conforman
   (one clock for every process on a machine: the validator orders lines of different servers by it where nothing
   else does; the simulator, whose servers share one process, numbers every server's lines in the order it ran them);
 * ``recv`` is the packet the step took (receive actions only), ``sends`` the quorum packets it sent (a sync's PING,
-  REQUEST and SYNC left out: spec/Zab.tla has none), as ``{"type", "zxid", "data", "conn"}`` with data decoded as the spec models it and ``conn``
-  the id of the connection it came on or goes to (the handshake's, known at both ends; null: no connection, the
-  packet is dropped);
+  REQUEST and SYNC left out: spec/Zab.tla has none), as ``{"type", "zxid", "data", "conn"}`` with data decoded as
+  the spec models it and ``conn`` the id of the connection it came on or goes to (the handshake's, known at both
+  ends; null: no connection, the packet is dropped);
 * ``persist`` the storage operations of the step (``["append", [[zxid, value], ...]]``, ``["truncate", zxid]``,
   ``["replace", [...]]``, ``["acceptedEpoch", e]``, ``["currentEpoch", e]``): the history is logged as its changes,
   so a line costs O(what the step changed), not O(history);

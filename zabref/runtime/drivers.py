@@ -6,8 +6,8 @@ Theory of operation
 
 * ``now()`` -- the time to give the node (`zabref.core.node`: every timer compares times);
 * ``start(server)`` -- the server is listening and the node started;
-* ``arrived(server, conn)`` / ``vote_arrived(server, channel)`` -- a quorum packet (not a PING: those are never
-  held) or an election notification was read and queued on its connection;
+* ``arrived(server, conn)`` / ``vote_arrived(server, channel)`` -- a quorum packet (not a keepalive PING: those
+  are never held; a sync's step PING is) or an election notification was read and queued on its connection;
 * ``closed(server)`` -- a quorum connection was reported closed to the node;
 * ``unblocked(server, conns)`` -- the node changed role or zabState: the packets it deferred on ``conns`` may be
   taken now.
