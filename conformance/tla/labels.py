@@ -36,6 +36,7 @@ __all__ = [
     "Labels",
     "read_next",
     "model_next",
+    "module_next",
     "instances",
     "encode_label",
     "decode_label",
@@ -127,17 +128,22 @@ _BASE_STEP = re.compile(r"^(?P<name>[A-Za-z]\w*)\s*==\s*Next\s*/\\\s*(?P<with>[A
 
 def model_next(spec_dir: Path, config: str) -> list[ActionSignature]:
     """The actions of model ``config``'s next-state relation (its cfg's ``NEXT``, default Next) in the module it
-    extends. A disjunct there that is a step of the base module's Next with one more action (``ZabStep == Next /\
-    SyncsDropped``: spec/ZabSync.tla extends spec/Zab.tla) is replaced by the base module's actions, each taken with
-    that one (`ActionSignature.with_`), so that every edge still names one action of spec/Zab.tla or the module."""
+    extends (`module_next`)."""
     spec_dir = Path(spec_dir)
-    base = config_module_base(spec_dir, config)
     cfg_text = (spec_dir / f"MC_{config}.cfg").read_text(encoding="utf-8")
     m = re.search(r"^\s*NEXT\s+([A-Za-z]\w*)\s*$", cfg_text, re.M)
-    operator = m.group(1) if m else "Next"
-    path = spec_dir / f"{base}.tla"
+    return module_next(spec_dir / f"{config_module_base(spec_dir, config)}.tla", m.group(1) if m else "Next")
+
+
+def module_next(path: Path, operator: str = "Next") -> list[ActionSignature]:
+    """The actions of ``operator`` in the module at ``path``. A disjunct that is a step of the base module's Next
+    with one more action (``ZabStep == Next /\ SyncsDropped``: spec/ZabSync.tla extends spec/Zab.tla) is replaced by
+    the base module's actions, each taken with that one (`ActionSignature.with_`), so that every edge still names one
+    action of spec/Zab.tla or the module."""
+    path = Path(path)
     if operator == "Next":
         return read_next(path)
+    base, spec_dir = path.stem, path.parent
     text = path.read_text(encoding="utf-8")
     extends = re.search(r"^EXTENDS\s+([A-Za-z]\w*)", text, re.M)
     out: list[ActionSignature] = []

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conformance.tla.datafile import DataFile
-from conformance.tla.labels import read_next
+from conformance.tla.labels import ActionSignature, module_next
 from conformance.tla.output import TLCMessage
 from conformance.tla.overrides import MODULES, classes
 from conformance.tla.tools import SEARCH, Outcome, Toolchain, run_tlc, toolchain
@@ -102,13 +102,9 @@ class ZkValidation:
                 f"result={self.verdict}")
 
 
-def _actions() -> list[tuple[str, tuple[str, ...]]]:
-    return [(a.name, a.param_names) for a in read_next(SPEC_DIR / "Zab.tla")]
-
-
-def _sync_actions() -> list[tuple[str, tuple[str, ...]]]:
-    """ZabSync.tla's own actions: SyncNext's disjuncts but ZabStep (Zab's Next, which `_actions` lists)."""
-    return [(a.name, a.param_names) for a in read_next(SPEC_DIR / SYNC_MODULE, "SyncNext") if a.name != "ZabStep"]
+def _actions() -> list[ActionSignature]:
+    """ZabSync.tla's SyncNext: Zab.tla's actions, each with SyncsDropped (its ZabStep), and ZabSync's own."""
+    return module_next(SPEC_DIR / SYNC_MODULE, "SyncNext")
 
 
 @dataclass
@@ -201,7 +197,7 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
     result = ZkValidation(observation.recording, observation.servers, len(observation.obs), observation.txns,
                           dict(observation.ignored))
     tools = toolchain()
-    folder = observed_folder(SPEC_DIR / "Zab.tla", "VZk", trace_module(observation, _actions(), _sync_actions()),
+    folder = observed_folder(SPEC_DIR / "Zab.tla", "VZk", trace_module(observation, _actions()),
                              config(observation), "zabref-zkvalidate-", work)
     for module in (SPEC_DIR / SYNC_MODULE, *MODULES):
         shutil.copy(module, folder / module.name)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+from conformance.tla.labels import ActionSignature
 from conformance.tla.values import format_value
 from conformance.validate.chain import REBASING, VARIABLES
 from conformance.zk.observe import Observation
@@ -226,26 +227,26 @@ def window_data(start: str | None, goal_counts: list[list[int]], cap: list[list[
 LEAVES = ("Crash", "FollowerTimeout", "LeaderTimeout")
 
 
-def _obs_next(actions: list[tuple[str, tuple[str, ...]]], sync_actions: list[tuple[str, tuple[str, ...]]]) -> str:
+def _obs_next(actions: list[ActionSignature]) -> str:
     arms = []
-    for name, params in [*actions, *sync_actions]:
+    for a in actions:
+        name, params = a.name, a.param_names
         binder = f"\\E {', '.join(params)} \\in Server : " if params else ""
         call = f"{name}({', '.join(params)})" if params else name
         if name in LEAVES:  # CanLeave first: TLC then skips building a successor RolesNext would refuse
             call = "CanLeave(i) /\\ " + ("state[i] /= LOOKING /\\ " if name == "Crash" else "") + call
         if name == "ClientRequest":
             call = "Proposes(i) /\\ " + call
-        if (name, params) in actions:  # ZabSync's ZabStep, one of Next's actions at a time
-            call += " /\\ SyncsDropped"
+        if a.with_:  # ZabSync's ZabStep, one of Next's actions at a time: with SyncsDropped
+            call += f" /\\ {a.with_}"
         arms.append(f"    \\/ {binder}{call}")
     return "ObsNext ==\n" + "\n".join(arms)
 
 
-def trace_module(observation: Observation, actions: list[tuple[str, tuple[str, ...]]],
-                 sync_actions: list[tuple[str, tuple[str, ...]]]) -> str:
+def trace_module(observation: Observation, actions: list[ActionSignature]) -> str:
     """The text of module VZk for ``observation`` (its values in `run_data`, the window's in `window_data`);
-    ``actions``: Zab.tla's Next's disjuncts (name, parameters); ``sync_actions``: ZabSync.tla's SyncNext's but
-    ZabStep."""
+    ``actions``: ZabSync.tla's SyncNext's (`conformance.tla.labels.module_next`: Zab.tla's actions, each with
+    SyncsDropped, and ZabSync's own)."""
     total = len(observation.obs)
     start = "\n".join(f"       /\\ {v} = Start.{v}" for v in STATE)
     end = ", ".join(f"{v} |-> {v}" for v in STATE)
@@ -299,7 +300,7 @@ RoleFirsts == Datum("{RUN_DATA}", {total + 7})
 Proposes(i) == \\/ \\E f \\in Server : learnerPhase[i][f] \\in ForwardingPhases
                \\/ Cardinality(proposed) + 1 + Win.values \\in SyncFirst
 
-{_obs_next(actions, sync_actions)}
+{_obs_next(actions)}
 
 \\* The packets a step appended to msgs[a][b] (a step that empties a channel sends nothing on it).
 NewSends(a, b) == IF Len(msgs'[a][b]) > Len(msgs[a][b])
