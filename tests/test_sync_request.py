@@ -169,7 +169,7 @@ def test_only_answers_to_step_pings_confirm_a_learners_sync() -> None:
     with pytest.raises(RemoteProtocolError, match="answer from 3 to a PING of the sync's round that this leader "
                                                   "did not send"):
         node.packet(3, STEP, 0.3)
-    assert node._steps[3] == [1, 1] and node._pings[3] == [2, 2]  # nothing counted
+    assert node.step_pings[3] == [1, 1] and node.pings[3] == [2, 2]  # nothing counted
 
 
 def test_the_leader_sends_sync_only_after_the_commit_of_what_it_had_proposed() -> None:

@@ -21,13 +21,19 @@ from typing import Any
 from conformance.graph.spark import session
 from conformance.replay.driver import pretty_diff
 from conformance.replay.edges import HEADS, SHOW, EdgeError, check_edge, check_heads
-from conformance.replay.plan import PROCESS
+from conformance.replay.plan import FOLLOWS, PROCESS
+from conformance.tla.modelconfig import constraints
 
-__all__ = ["COLUMNS", "check_head_rows", "Disagreement", "Summary", "check_rows", "require_graph", "check_graph"]
+#: The spec folder whose models the graphs are of (`model_cuts`).
+SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
+
+__all__ = ["COLUMNS", "THEN", "follows", "check_head_rows", "Disagreement", "Summary", "check_rows", "require_graph",
+           "check_graph"]
 
 
-#: The columns of an edge as `check_rows` takes it.
+#: The columns of an edge as `check_rows` takes it, and of the step that follows it (`THEN`), when there is one.
 COLUMNS = ("src", "dst", "label", "action", "params_json", "src_json", "dst_json")
+THEN = ("then_action", "then_params_json", "then_json")
 
 
 #: `PROCESS` (the actions that take a packet) as a Java regular expression, for Spark's rlike (no named groups).
@@ -38,11 +44,38 @@ def _heads_checked(state: dict[str, Any]) -> int:
     return sum(1 for row in state["msgs"] for channel in row if channel)
 
 
+def _untaken(differences: dict[str, tuple[Any, Any]]) -> bool:
+    """Whether a head's disagreement is that the node takes a packet that no edge of the graph takes."""
+    return all(str(want).startswith("held:") and not str(got).startswith("held:")
+               for want, got in differences.values())
+
+
+def model_cuts(graph: Path, spec_dir: Path = SPEC_DIR) -> tuple[str, ...]:
+    """The CONSTRAINTs and ACTION_CONSTRAINTs of the model whose graph this is (named by the manifest beside the
+    graph folder, as `zabref traces` writes it; none when there is no manifest). In a model with a cut, a state
+    with no edge taking a packet does not say the spec leaves it waiting: a CONSTRAINT drops every successor that
+    breaks it (ciconfirm's PingsBounded, at a REQUEST whose round of PINGs would owe a second), and an
+    ACTION_CONSTRAINT every step it forbids (SyncAnsweredAtOnce: `follows`)."""
+    manifest = Path(graph).parent / "manifest.json"
+    try:
+        config = json.loads(manifest.read_text(encoding="utf-8"))["config"]
+    except FileNotFoundError:
+        return ()
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise EdgeError(f"{manifest}: not a trace manifest naming its model: {e}") from None
+    cfg = spec_dir / f"MC_{config}.cfg"
+    try:
+        return constraints(cfg.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise EdgeError(f"{manifest} names model {config!r}, whose {cfg} cannot be read: {e}") from None
+
+
 def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHOW, where: str = "the graph",
-                    first: bool = False) -> Summary:
+                    first: bool = False, cut: bool = False) -> Summary:
     """Check the channel heads of states given as (id, state_json, receives_json): receives_json a JSON list of
     [action, params_json] for the edges that leave the state taking a packet (None: none). ``first``: stop after
-    the first state whose heads disagree."""
+    the first state whose heads disagree. ``cut``: the model cuts the spec's behaviours (`model_cuts`): a head the
+    node takes and no edge does is `Summary.unjudged`, not a disagreement."""
     summary = Summary(show)
     started = time.process_time()
     for node, state_json, receives_json in rows:
@@ -55,7 +88,12 @@ def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHO
             found = check_heads(state, receives)
         except (EdgeError, ValueError, KeyError, TypeError) as e:
             raise EdgeError(f"{where}: state {node}: {e}") from None
-        for _ in range(_heads_checked(state) - len(found)):
+        unjudged = 0
+        if cut:
+            kept = {k: d for k, d in found.items() if not _untaken(d)}
+            unjudged, found = len(found) - len(kept), kept
+            summary.unjudged += unjudged
+        for _ in range(_heads_checked(state) - len(found) - unjudged):
             summary.add(HEADS, None)
         for (i, j), diffs in sorted(found.items()):
             summary.add(HEADS, Disagreement(node, node, f"{HEADS}__{i}__{j}", HEADS, {"i": i, "j": j}, diffs))
@@ -91,6 +129,9 @@ class Summary:
     checked: dict[str, int] = field(default_factory=dict)
     agreed: dict[str, int] = field(default_factory=dict)
     shown: dict[str, list[Disagreement]] = field(default_factory=dict)
+    #: channel heads a node takes where no edge of the graph does, in a model that cuts the spec's behaviours
+    #: (`model_cuts`): the cut, not the spec, may have left that step out, so they are counted, not judged
+    unjudged: int = 0
     seconds: float = 0.0  # wall, from the start of check_graph to the merged result
     cpu: float = 0.0  # CPU seconds of the processes that checked the edges (Spark: the sum over tasks)
 
@@ -120,6 +161,7 @@ class Summary:
 
     def merge(self, other: Summary) -> None:
         self.cpu += other.cpu
+        self.unjudged += other.unjudged
         for action, k in other.checked.items():
             self.checked[action] = self.checked.get(action, 0) + k
             self.agreed[action] = self.agreed.get(action, 0) + other.agreed.get(action, 0)
@@ -127,16 +169,19 @@ class Summary:
                 self._keep(action, other.shown[action])
 
 
-def check_rows(rows: Iterable[tuple[int, int, str, str, str, str, str]], show: int = SHOW,
-               where: str = "the graph", first: bool = False) -> Summary:
-    """Check edges given as (src, dst, label, action, params_json, src_json, dst_json); EdgeError names the edge.
-    ``first``: stop after the first edge that disagrees."""
+def check_rows(rows: Iterable[tuple], show: int = SHOW, where: str = "the graph", first: bool = False) -> Summary:
+    """Check edges given as (src, dst, label, action, params_json, src_json, dst_json), each followed, optionally, by
+    the step dst always takes next (then_action, then_params_json, then_json: `follows`; None when none); EdgeError
+    names the edge. ``first``: stop after the first edge that disagrees."""
     summary = Summary(show)
     started = time.process_time()
-    for src, dst, label, action, params_json, src_json, dst_json in rows:
+    for src, dst, label, action, params_json, src_json, dst_json, *after in rows:
         try:
             params = json.loads(params_json)
-            diffs = check_edge(json.loads(src_json), action, params, json.loads(dst_json))
+            then = None
+            if after and after[0] is not None:
+                then = (after[0], json.loads(after[1]), json.loads(after[2]))
+            diffs = check_edge(json.loads(src_json), action, params, json.loads(dst_json), then)
         except (EdgeError, ValueError) as e:  # json's errors are ValueErrors
             raise EdgeError(f"{where}: edge {src}:{dst} ({label}): {e}") from None
         summary.add(action, Disagreement(src, dst, label, action, params, diffs) if diffs else None)
@@ -146,9 +191,10 @@ def check_rows(rows: Iterable[tuple[int, int, str, str, str, str, str]], show: i
     return summary
 
 
-def _partition(rows: Iterator[Any], show: int, where: str, heads: bool = False) -> Iterator[Summary | str]:
+def _partition(rows: Iterator[Any], show: int, where: str, heads: bool = False,
+               cut: bool = False) -> Iterator[Summary | str]:
     try:  # Rows are tuples, in the order of COLUMNS (edges) or (id, state_json, receives_json) (heads)
-        yield check_head_rows(rows, show, where) if heads else check_rows(rows, show, where)
+        yield check_head_rows(rows, show, where, cut=cut) if heads else check_rows(rows, show, where)
     except EdgeError as e:  # returned, not raised: the driver reports it as bad input, not as a failed Spark job
         yield str(e)
 
@@ -178,16 +224,33 @@ def _read_local(graph: Path) -> tuple[dict[int, str], dict[str, list]]:
 
 
 def _local_head_rows(text: dict[int, str], edges: dict[str, list], only: int | None) -> Iterator[tuple]:
+    """The heads of every state but those the model's rule leaves by one `FOLLOWS` step only: a node never rests in
+    one (it took that step in the input that reached it), and the rule, not the spec, keeps its other edges out."""
+    restricted = follows(zip(edges["src"], edges["dst"], edges["action"], edges["params_json"]))
     moves: dict[int, list[tuple[str, str]]] = {}
     for src, action, params_json in zip(edges["src"], edges["action"], edges["params_json"]):
         if PROCESS.match(action):
             moves.setdefault(src, []).append((action, params_json))
     for node in sorted(text) if only is None else [only] if only in text else []:
-        yield node, text[node], _receives_json(moves.get(node, []))
+        if node not in restricted:
+            yield node, text[node], _receives_json(moves.get(node, []))
+
+
+def follows(edges: Iterable[tuple[int, int, str, str]]) -> dict[int, tuple[str, str, int]]:
+    """The states whose one way out is a `FOLLOWS` step (a leader's LeaderSendSYNC in a model that keeps the rule
+    SyncAnsweredAtOnce): state -> (action, params_json, the state after it), from (src, dst, action, params_json).
+    A node takes that step in the input of the step that reached the state (conformance/replay/edges.py,
+    ``check_edge``'s ``then``); a state with other ways out as well (a model without the rule) is one a node never
+    rests in, and the edges into it are held to it as they are."""
+    out: dict[int, tuple[str, str, int] | None] = {}
+    for src, dst, action, params_json in edges:
+        out[src] = (action, params_json, dst) if src not in out and action in FOLLOWS else None
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _local_rows(text: dict[int, str], edges: dict[str, list], graph: Path, only: tuple[int, int] | None,
                 limit: int | None) -> Iterator[tuple]:
+    after = follows(zip(edges["src"], edges["dst"], edges["action"], edges["params_json"]))
     rows = zip(edges["src"], edges["dst"], edges["label"], edges["action"], edges["params_json"])
     if only is not None:
         rows = (r for r in rows if (r[0], r[1]) == only)
@@ -196,7 +259,9 @@ def _local_rows(text: dict[int, str], edges: dict[str, list], graph: Path, only:
             return
         if src not in text or dst not in text:
             raise EdgeError(f"{graph}: edge {src}:{dst} ({label}) names a node that nodes/ does not hold")
-        yield src, dst, label, action, params_json, text[src], text[dst]
+        then = after.get(dst) if action not in FOLLOWS else None
+        yield (src, dst, label, action, params_json, text[src], text[dst],
+               *((then[0], then[1], text[then[2]]) if then else (None, None, None)))
 
 
 def _collect(ss: Any, rows: Any, task: Any, partitions: int | None) -> list[Any]:
@@ -215,6 +280,32 @@ def _collect(ss: Any, rows: Any, task: Any, partitions: int | None) -> list[Any]
             ss.conf.unset(k) if v is None else ss.conf.set(k, v)
 
 
+def _ways(ss: Any, graph: Path) -> Any:
+    """The states whose one way out is a `FOLLOWS` step (`follows`) as a DataFrame (dst, then_action,
+    then_params_json, then_id); None for a graph with no `FOLLOWS` edge (every model of spec/Zab.tla)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    edges = ss.read.parquet(str(graph / "edges")).select("src", "dst", "action", "params_json")
+    if not edges.where(F.col("action").isin(*FOLLOWS)).limit(1).count():
+        return None
+    return (edges.groupBy("src").agg(F.count("*").alias("n"), F.first("action").alias("then_action"),
+                                     F.first("params_json").alias("then_params_json"), F.first("dst").alias("then_id"))
+            .where((F.col("n") == 1) & F.col("then_action").isin(*FOLLOWS)).drop("n")
+            .withColumnRenamed("src", "dst"))
+
+
+def _then(rows: Any, ways: Any, nodes: Any) -> Any:
+    """`rows` with the columns `THEN`: the step its dst always takes next (`follows`), null when none."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    if ways is None:
+        return rows.select("*", *(F.lit(None).cast("string").alias(c) for c in THEN))
+    then_nodes = nodes.withColumnRenamed("id", "then_id").withColumnRenamed("state_json", "then_json")
+    joined = rows.join(ways, "dst", "left").join(then_nodes, "then_id", "left")
+    off = F.col("action").isin(*FOLLOWS)
+    return joined.select(*rows.columns, *(F.when(off, F.lit(None)).otherwise(F.col(c)).alias(c) for c in THEN))
+
+
 def check_graph(graph: Path, *, master: str | None = None, spark: bool = False, only: tuple[int, int] | None = None,
                 limit: int | None = None, show: int = SHOW, partitions: int | None = None,
                 heads: bool = True, first: bool = False) -> Summary:
@@ -225,11 +316,12 @@ def check_graph(graph: Path, *, master: str | None = None, spark: bool = False, 
     started = time.monotonic()
     where = str(graph)
     heads = heads and limit is None
+    cut = bool(model_cuts(graph)) if "://" not in where else False
     if not spark and master is None:
         text, edges = _read_local(graph)
         summary = check_rows(_local_rows(text, edges, graph, only, limit), show, where, first)
         if heads and not (first and summary.disagreed):
-            head = check_head_rows(_local_head_rows(text, edges, only[0] if only else None), show, where, first)
+            head = check_head_rows(_local_head_rows(text, edges, only[0] if only else None), show, where, first, cut)
             summary.merge(head)
     else:
         if first:
@@ -245,17 +337,21 @@ def check_graph(graph: Path, *, master: str | None = None, spark: bool = False, 
             edges = edges.limit(limit)
         nodes = ss.read.parquet(str(graph / "nodes")).select("id", "state_json")
         rows = (edges.join(nodes.withColumnRenamed("id", "src").withColumnRenamed("state_json", "src_json"), "src")
-                .join(nodes.withColumnRenamed("id", "dst").withColumnRenamed("state_json", "dst_json"), "dst")
-                .select(*COLUMNS))
+                .join(nodes.withColumnRenamed("id", "dst").withColumnRenamed("state_json", "dst_json"), "dst"))
+        ways = _ways(ss, graph)
+        rows = _then(rows, ways, nodes).select(*COLUMNS, *THEN)
         parts = _collect(ss, rows, lambda part: _partition(part, show, where), partitions)
         if heads:
             moves = (ss.read.parquet(str(graph / "edges")).where(F.col("action").rlike(_RECEIVE_JAVA))
                      .groupBy("src").agg(F.collect_list(F.array("action", "params_json")).alias("moves"))
                      .withColumnRenamed("src", "id"))
             states = nodes if only is None else nodes.where(F.col("id") == only[0])
+            if ways is not None:  # a state the model's rule leaves by one step only: a node never rests there
+                states = states.join(ways.select(F.col("dst").alias("id")), "id", "left_anti")
             head_rows = (states.join(moves, "id", "left")
                          .select("id", "state_json", F.to_json("moves").alias("receives_json")))
-            parts += _collect(ss, head_rows, lambda part: _partition(part, show, where, heads=True), partitions)
+            parts += _collect(ss, head_rows, lambda part: _partition(part, show, where, heads=True, cut=cut),
+                              partitions)
         errors = [p for p in parts if isinstance(p, str)]
         if errors:
             raise EdgeError(sorted(errors)[0])

@@ -42,6 +42,7 @@ from conformance.graph.traces import (
 from conformance.replay.edges import HEADS, SHOW
 from conformance.replay.edges_graph import Summary, check_graph, require_graph
 from conformance.replay.regress import load_graph
+from conformance.replay.seeded import run_patched
 
 __all__ = ["shortest_paths", "edge_trace", "sample_edge_traces", "report", "write", "edges_command", "recheck_command"]
 
@@ -118,24 +119,25 @@ def _header(graph: Path, n: int, label: str | None) -> TraceHeader:
                        (label,) if label else ())
 
 
-def recheck_command(graph: Path, src: int, dst: int) -> str:
+def recheck_command(graph: Path, src: int, dst: int, bug: str | None = None) -> str:
     """The command that checks the edges src -> dst of `graph` again, alone (with the channel heads of src)."""
-    return f"zabref edges --graph {shlex.quote(str(graph))} --edge={src}:{dst}"
+    return f"zabref edges --graph {shlex.quote(str(graph))} --edge={src}:{dst}" + (f" --bug {bug}" if bug else "")
 
 
-def report(summary: Summary, graph: Path, mode: str) -> dict[str, Any]:
-    """The JSON report (module docstring); traces are added by `write`."""
+def report(summary: Summary, graph: Path, mode: str, bug: str | None = None) -> dict[str, Any]:
+    """The JSON report (module docstring); traces are added by `write`. ``bug``: the seeded bug checked."""
     actions = {a: {"checked": k, "agreed": summary.agreed.get(a, 0), "disagreed": k - summary.agreed.get(a, 0)}
                for a, k in sorted(summary.checked.items())}
     shown = [d for a in sorted(summary.shown) for d in summary.shown[a]]
-    return {"graph": str(graph), "mode": mode, "edges": summary.edges, "heads": summary.heads,
+    return {"graph": str(graph), "mode": mode, "bug": bug, "edges": summary.edges, "heads": summary.heads,
+            "heads_unjudged": summary.unjudged,
             "agreed": summary.edges + summary.heads - summary.disagreed, "disagreed": summary.disagreed,
             "seconds": round(summary.seconds, 3), "cpu_seconds": round(summary.cpu, 3),
             "edges_per_second": round(summary.edges / summary.seconds, 1) if summary.seconds else None,
             "actions": actions,
             "disagreements": [{"src": d.src, "dst": d.dst, "label": d.label, "action": d.action, "params": d.params,
                                "differences": {k: list(v) for k, v in sorted(d.differences.items())},
-                               "diff": d.diff, "command": recheck_command(graph, d.src, d.dst), "trace": None}
+                               "diff": d.diff, "command": recheck_command(graph, d.src, d.dst, bug), "trace": None}
                               for d in shown]}
 
 
@@ -170,7 +172,9 @@ def write(out: Path, rep: dict[str, Any], graph: Path) -> None:
 
 
 def summary_line(rep: dict[str, Any]) -> str:
-    return (f"edges: checked={rep['edges']} heads={rep['heads']} agreed={rep['agreed']} disagreed={rep['disagreed']} "
+    unjudged = f"heads_unjudged={rep['heads_unjudged']} " if rep.get("heads_unjudged") else ""
+    return (f"edges: checked={rep['edges']} heads={rep['heads']} {unjudged}agreed={rep['agreed']} "
+            f"disagreed={rep['disagreed']} "
             f"actions={len(rep['actions'])} mode={rep['mode']} wall={rep['seconds']:.1f}s "
             f"edges/s={rep['edges_per_second'] or 0:.0f} check_cpu={rep['cpu_seconds']:.1f}s")
 
@@ -196,12 +200,26 @@ def _parse_edge(text: str) -> tuple[int, int]:
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Check only the first N edges.")
 @click.option("--show", type=click.IntRange(min=1), default=SHOW, show_default=True,
               help="Disagreements reported per action.")
+@click.option("--bug", default=None, help="Check zabref with this seeded bug (conformance/replay/bugs/NAME.toml).")
+@click.option("--patched", default=None, hidden=True, help="(The child of --bug: the bug its zabref carries.)")
 def edges_command(graph: Path | None, config: str | None, master: str | None, in_process: bool, edge: str | None,
-                  out: Path, limit: int | None, show: int) -> None:
-    """Check every edge of a model's TLC state graph on zabref's sans-IO core, and every packet at a channel's head in
-    every state: the core takes it now exactly when the spec does (conformance/replay/edges.py)."""
+                  out: Path, limit: int | None, show: int, bug: str | None, patched: str | None) -> None:
+    """Check every edge of a model's TLC state graph on zabref's sans-IO nodes, and every packet at a channel's head
+    in every state: the node takes it now exactly when the spec does (conformance/replay/edges.py)."""
     if (graph is None) == (config is None):
         raise click.UsageError("give exactly one of --graph PATH and --config NAME")
+    if bug is not None:  # this command again, in a child whose zabref has the bug (paths made absolute for it)
+        argv = ["--graph", str(graph.resolve())] if graph is not None and "://" not in str(graph) else \
+            ["--graph", str(graph)] if graph is not None else ["--config", str(config)]
+        argv += ["--out", str(out.resolve()), "--show", str(show), "--patched", bug]
+        argv += (["--master", master] if master else []) + (["--in-process"] if in_process else [])
+        argv += (["--edge", edge] if edge else []) + (["--limit", str(limit)] if limit else [])
+        try:
+            code = run_patched(bug, "conformance.replay.edges_report", "edges_command", argv)
+        except ConformanceError as e:
+            click.echo(f"edges: error: {e}", err=True)
+            raise SystemExit(3) from None
+        raise SystemExit(code)
     only = _parse_edge(edge) if edge is not None else None
     try:
         if config is not None:
@@ -212,7 +230,7 @@ def edges_command(graph: Path | None, config: str | None, master: str | None, in
             require_graph(graph)
         spark = not in_process and (only is None or master is not None)
         summary = check_graph(graph, master=master, spark=spark, only=only, limit=limit, show=show)
-        rep = report(summary, graph, f"spark {master or 'local[*]'}" if spark else "in-process")
+        rep = report(summary, graph, f"spark {master or 'local[*]'}" if spark else "in-process", patched)
         write(out, rep, graph)
     except (ConformanceError, OSError) as e:
         click.echo(f"edges: error: {e}", err=True)
@@ -226,7 +244,8 @@ def edges_command(graph: Path | None, config: str | None, master: str | None, in
         click.echo(d["diff"])
         click.echo(f"  re-check: {d['command']}")
         if d["trace"]:
-            click.echo(f"  replay on servers: zabref conform {shlex.quote(d['trace'])}")
+            bug_option = f" --bug {patched}" if patched else ""
+            click.echo(f"  replay on servers: zabref conform {shlex.quote(d['trace'])}{bug_option}")
     if only is not None and rep["edges"] == 0 and rep["heads"] == 0:
         click.echo(f"edges: error: {graph}: no edge {only[0]}:{only[1]}, and no packet at a channel's head in a state "
                    f"{only[0]}", err=True)

@@ -30,7 +30,10 @@ driver itself, and every other process, keeps the clean package.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import tomllib
 from collections.abc import Iterator
@@ -41,7 +44,8 @@ import zabref
 from conformance.errors import SeededBugError
 from conformance.patches import Replacement, apply_replacements, read_replacements
 
-__all__ = ["BUGS_DIR", "EXPECT", "SeededBug", "load_bugs", "load_bug", "apply_bug", "patched_package"]
+__all__ = ["BUGS_DIR", "EXPECT", "SeededBug", "load_bugs", "load_bug", "apply_bug", "patched_package",
+           "run_patched"]
 
 BUGS_DIR = Path(__file__).resolve().parent / "bugs"
 #: What catches a bug: the config's action-coverage traces, only the committed regression traces, the storage
@@ -111,3 +115,18 @@ def patched_package(bug: SeededBug, workdir: Path | None = None) -> Iterator[Pat
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def run_patched(bug_name: str, module: str, command: str, argv: list[str]) -> int:
+    """Run click command ``module.command`` with ``argv`` in a child process whose import path starts with the
+    seeded bug's patched zabref (checked in the child before the command runs); its exit code. The commands that
+    check zabref in this process (`zabref simulate --bug`, `zabref edges --bug`) run themselves again this way."""
+    bug = load_bug(bug_name)
+    with patched_package(bug) as root:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+        # `-c` puts the working directory first on sys.path: run in the patched folder, and check the import.
+        here = str(root.resolve())
+        code = ("import sys, zabref; from pathlib import Path\n"
+                f"assert Path(zabref.__file__).resolve().is_relative_to(Path({here!r})), zabref.__file__\n"
+                f"from {module} import {command}; {command}(sys.argv[1:])")
+        return subprocess.run([sys.executable, "-c", code, *argv], env=env, cwd=root).returncode

@@ -21,16 +21,14 @@ conformance/, and the command reaches ``zabref`` through the ``zabref.commands``
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import time
 from dataclasses import replace
 
 import click
 
-from conformance.replay.seeded import load_bug, patched_package
+from conformance.replay.seeded import run_patched
 from conformance.sim import FAULTS, Options, Result
 from conformance.sim.campaign import run_seeds_spark
 from conformance.sim.seeds import run_seed, run_seeds
@@ -91,19 +89,6 @@ def parse_seeds(text: str) -> range:
     return range(a, b)
 
 
-def _in_patched_package(bug_name: str, argv: list[str]) -> int:
-    """Run this command again, without --bug, with the seeded bug's patched zabref first on the import path."""
-
-    bug = load_bug(bug_name)
-    with patched_package(bug) as root:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-        # `-c` puts the working directory first on sys.path: run in the patched folder, and check the import.
-        code = ("import sys, zabref; from pathlib import Path\n"
-                f"assert Path(zabref.__file__).resolve().is_relative_to(Path({str(root)!r}).resolve()), zabref.__file__\n"
-                "from conformance.sim.command import simulate_command; simulate_command(sys.argv[1:])")
-        return subprocess.run([sys.executable, "-c", code, *argv], env=env, cwd=root).returncode
-
-
 @click.command("simulate")
 @click.option("--seed", type=int, help="Run this one seed.")
 @click.option("--seeds", "seed_range", help="Run seeds A..B (A to B-1).")
@@ -138,7 +123,7 @@ def simulate_command(seed: int | None, seed_range: str | None, servers: str, ste
         flags = {"--until-failure": until_failure, "--spark": spark, "--shrink": do_shrink, "--log": show_log,
                  "--json": as_json, "--validate": validate}
         argv += [flag for flag, on in flags.items() if on]
-        sys.exit(_in_patched_package(bug, argv))
+        sys.exit(run_patched(bug, "conformance.sim.command", "simulate_command", argv))
     kinds: tuple[str, ...] | None = None
     if faults is not None:
         kinds = () if faults == "none" else tuple(k.strip() for k in faults.split(",") if k.strip())

@@ -136,7 +136,7 @@ def model_next(spec_dir: Path, config: str) -> list[ActionSignature]:
 
 
 def module_next(path: Path, operator: str = "Next") -> list[ActionSignature]:
-    """The actions of ``operator`` in the module at ``path``. A disjunct that is a step of the base module's Next
+    r"""The actions of ``operator`` in the module at ``path``. A disjunct that is a step of the base module's Next
     with one more action (``ZabStep == Next /\ SyncsDropped``: spec/ZabSync.tla extends spec/Zab.tla) is replaced by
     the base module's actions, each taken with that one (`ActionSignature.with_`), so that every edge still names one
     action of spec/Zab.tla or the module."""

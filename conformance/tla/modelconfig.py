@@ -45,6 +45,26 @@ def tlc_options(cfg_text: str, cfg_path: Path) -> tuple[str, ...]:
     return tuple(options)
 
 
+_KEYWORD = re.compile(r"^\s*(CONSTANTS?|INIT|NEXT|SPECIFICATION|INVARIANTS?|PROPERTY|PROPERTIES|CONSTRAINTS?|"
+                      r"ACTION_CONSTRAINTS?|SYMMETRY|VIEW|CHECK_DEADLOCK|ALIAS|POSTCONDITION)\b(.*)$")
+
+
+def constraints(cfg_text: str) -> tuple[str, ...]:
+    """The names a cfg lists under CONSTRAINT(S) and ACTION_CONSTRAINT(S): the model's cuts of the spec's
+    behaviours, so that a step missing from its state graph may be one the spec takes but a cut left out."""
+    names: list[str] = []
+    inside = False
+    for line in cfg_text.splitlines():
+        line = line.split("\\*")[0]
+        m = _KEYWORD.match(line)
+        if m:
+            inside = m.group(1).startswith(("CONSTRAINT", "ACTION_CONSTRAINT"))
+            line = m.group(2)
+        if inside:
+            names += line.split()
+    return tuple(names)
+
+
 def wants_labels(spec_dir: Path, config: str, cfg_text: str) -> bool:
     """Label edges when the cfg uses `NEXT Next` and the spec writes `Next ==` on a line of its own."""
     if not re.search(r"^\s*NEXT\s+Next\s*$", cfg_text, re.M):

@@ -42,8 +42,8 @@ class ClientRequests:
     _waiting: dict[int, list[tuple[int, float]]]
     _waiting_zxids: list[int]
     _forwarded: dict[int, float]
-    _pings: dict[int, list[int]]
-    _steps: dict[int, list[int]]
+    pings: dict[int, list[int]]
+    step_pings: dict[int, list[int]]
     _syncs: list[tuple[int, int, dict[int, int], float]]
     pending_syncs: deque[tuple[int, int, dict[int, int]]]
     follower_syncs: deque[tuple[int | None, float]]
@@ -104,7 +104,7 @@ class ClientRequests:
         answered a PING sent now (`LeaderSendSYNC`). Any other request is refused as the connection's error: a
         zabref leader takes writes on its client port only (docs/zookeeper.md, mixed ensembles)."""
         core = self.core
-        if core.state != ServerState.LEADING or core.zab_state != ZabState.BROADCAST or peer not in self._pings:
+        if core.state != ServerState.LEADING or core.zab_state != ZabState.BROADCAST or peer not in self.pings:
             raise RemoteProtocolError(peer, f"server {self.sid}: REQUEST from {peer}, but no established leadership "
                                             "of this server has it as a learner")
         _, _, op, _ = payloads.decode_request_data(packet.data)
@@ -175,11 +175,11 @@ class ClientRequests:
         would reach needs one answer more: a later one on the connection (for a learner's sync, to a step PING,
         which the next tick sends when none is owed: `_ping_all`)."""
         step = packet.zxid == payloads.PING_STEP
-        steps = self._steps[peer]
+        steps = self.step_pings[peer]
         if step and steps[1] >= steps[0]:
             raise RemoteProtocolError(peer, f"server {self.sid}: an answer from {peer} to a PING of the sync's "
                                             "round that this leader did not send")
-        answers = self._pings[peer]
+        answers = self.pings[peer]
         answers[1] += 1
         accepted = self.core.learner_phase.get(peer, LearnerPhase.NONE) in EPOCH_ACCEPTED
         if not accepted:
@@ -208,13 +208,13 @@ class ClientRequests:
         ping = QuorumPacket(PacketType.PING, payloads.PING_STEP if sending else self.committed_zxid)
         marks, step_marks = {}, {}
         for f in sorted(self.learner_conns):
-            if f in self._pings:
+            if f in self.pings:
                 out.send.append((f, ping))
-                counts = self._pings[f]
+                counts = self.pings[f]
                 counts[0] += 1
                 marks[f] = counts[0]
                 if sending:
-                    counts = self._steps[f]
+                    counts = self.step_pings[f]
                     counts[0] += 1
                     step_marks[f] = counts[0]
         return marks, step_marks
@@ -222,7 +222,7 @@ class ClientRequests:
     def _ping_needed(self) -> bool:
         """LeaderSendPING's guard: a learner's waiting sync needs more answers from a learner than that learner owes
         (its connection closed and opened again since the sync arrived, or it answered before its ACKEPOCH)."""
-        steps, learners = self._steps, self.learner_conns
+        steps, learners = self.step_pings, self.learner_conns
         return any(mark > steps[f][0] for _, _, marks in self.pending_syncs for f, mark in marks.items()
                    if f in learners and f in steps)
 
@@ -235,16 +235,25 @@ class ClientRequests:
         LeaderSendSYNC: the oldest of ``pending_syncs``, in order, once its point is committed and confirmed."""
         keep = []
         for rid, zxid, marks, deadline in self._syncs:
-            if self._confirmed(self._pings, marks):
+            if self._confirmed(self.pings, marks):
                 out.answers.append((rid, {"zxid": zxid}))
             else:
                 keep.append((rid, zxid, marks, deadline))
         self._syncs = keep
         pending = self.pending_syncs
-        while pending and pending[0][1] <= self.committed_zxid and self._confirmed(self._steps, pending[0][2]):
+        while pending and pending[0][1] <= self.committed_zxid and self._confirmed(self.step_pings, pending[0][2]):
             learner, _, _ = pending.popleft()
             out.send.append((learner, QuorumPacket(PacketType.SYNC, 0)))  # ZooKeeper's: zxid 0, no data
             out.actions.append(Action("ZabSync", "LeaderSendSYNC", (("i", self.sid),)))
+
+    def leader_send_sync(self) -> Effects:
+        """LeaderSendSYNC as an input of its own: what this leader decides about its waiting syncs now
+        (`_confirm_syncs`). A running leader never needs it -- every input that can make a sync answerable ends in
+        `_confirm_syncs` -- but the edge check (conformance/replay/edges.py) takes the spec's LeaderSendSYNC edges
+        from a state the node is built in, where nothing has asked yet."""
+        out = EffectsBuilder()
+        self._confirm_syncs(out)
+        return out.build()
 
     def pending_sync_variables(self) -> list[dict[str, Any]]:
         """ZabSync.tla's pendingSyncs[i] as this leader holds it (the spec's ghost, for checking only, aside): per
@@ -253,8 +262,9 @@ class ClientRequests:
         -1 for a server that was not a learner when it arrived)."""
         core = self.core
         out = []
+        steps = self.step_pings
         for learner, zxid, marks in self.pending_syncs:
-            awaits = {f: -1 if f not in marks else max(0, marks[f] - (self._steps[f][1] if f in self._steps else 0))
+            awaits = {f: -1 if f not in marks else max(0, marks[f] - (steps[f][1] if f in steps else 0))
                       for f in core.servers}
             out.append({"learner": learner, "point": core.index_of(core.history, zxid) if zxid else 0,
                         "awaits": awaits})

@@ -51,7 +51,7 @@ from typing import Any
 from zabref.core import payloads
 from zabref.core.clients import ClientRequests
 from zabref.core.effects import Action, Effects, EffectsBuilder, Timing, refused
-from zabref.core.election import Decision, FastLeaderElection, Step
+from zabref.core.election import FastLeaderElection, Step
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import SPEC_ACTIONS, LearnerPhase, Output, Persistent, ZabCore, ZabState
 from zabref.errors import LocalProtocolError
@@ -88,10 +88,10 @@ class Node(ClientRequests):
         self._forwarded: dict[int, float] = {}  # request id -> deadline: forwarded, the leader has not answered
         #: leader: per learner connection, PINGs sent on it and PINGs its learner sent back (a follower answers each
         #: of its leader's PINGs, in order): a reply counted here answers a PING at least that recent
-        self._pings: dict[int, list[int]] = {}
+        self.pings: dict[int, list[int]] = {}
         #: leader: the same for the PINGs that are steps of ZabSync's round (`payloads.PING_STEP`), which alone
         #: confirm its learners' syncs, as in the spec
-        self._steps: dict[int, list[int]] = {}
+        self.step_pings: dict[int, list[int]] = {}
         #: leader: syncs waiting for a quorum to confirm this leadership: (request id, commit point at arrival,
         #: learner -> the PINGs it must have answered, deadline)
         self._syncs: list[tuple[int, int, dict[int, int], float]] = []
@@ -131,7 +131,7 @@ class Node(ClientRequests):
                 if packet.zxid == payloads.PING_STEP:
                     out.actions.append(Action("ZabSync", "FollowerProcessPING", (("i", self.sid), ("j", peer)),
                                               packet, tag))
-            elif core.state == ServerState.LEADING and peer in self._pings:
+            elif core.state == ServerState.LEADING and peer in self.pings:
                 self._ping_answered(peer, packet, out, tag)
             return out.build()
         if packet.type == PacketType.REQUEST:
@@ -208,8 +208,8 @@ class Node(ClientRequests):
         """A quorum connection with ``peer`` is up; ``inbound``: the peer opened it (a learner of this server)."""
         if inbound:
             self.learner_conns.add(peer)
-            self._pings[peer] = [0, 0]
-            self._steps[peer] = [0, 0]
+            self.pings[peer] = [0, 0]
+            self.step_pings[peer] = [0, 0]
 
     def connection_closed(self, peer: int, now: float, *, inbound: bool, tag: int | None = None) -> Effects:
         """A quorum connection with ``peer`` ended (the peer left, the network broke it, or bad input)."""
@@ -218,8 +218,8 @@ class Node(ClientRequests):
         if inbound:
             self.learner_conns.discard(peer)
             self.held.pop(peer, None)
-            self._pings.pop(peer, None)
-            self._steps.pop(peer, None)
+            self.pings.pop(peer, None)
+            self.step_pings.pop(peer, None)
             # SyncsDropped: the learner's own syncs go with its connection; a new connection is newer than any
             # waiting sync: one reply on it will do (Reconnects)
             self.pending_syncs = deque(s for s in self.pending_syncs if s[0] != peer)
@@ -366,16 +366,23 @@ class Node(ClientRequests):
             self.decisions.append({"sid": self.sid, "round": d.round, "leader": d.leader,
                                    "quorum": sorted(d.quorum), "looking": sorted(d.looking)})
             del self.decisions[:-DECISIONS_KEPT]
-            self._decide(out, d, now)
+            self._decide(out, d.leader, now)
 
-    def _decide(self, out: EffectsBuilder, d: Decision, now: float) -> None:
+    def elected(self, leader: int, now: float) -> Effects:
+        """The election decided ``leader``: what `notification` does with a `Decision` (`_decide`), as one input.
+        The edge check (conformance/replay/edges.py) takes a spec state's BecomeLeader and BecomeFollower here."""
+        out = EffectsBuilder()
+        self._decide(out, leader, now)
+        return out.build()
+
+    def _decide(self, out: EffectsBuilder, leader: int, now: float) -> None:
         """An election decision becomes BecomeLeader or BecomeFollower (the core refuses one it cannot take)."""
         core = self.core
         try:
-            if d.leader == self.sid:
+            if leader == self.sid:
                 self._core(out, core.become_leader(), now, "BecomeLeader", i=self.sid)
             else:
-                self._core(out, core.become_follower(d.leader), now, "BecomeFollower", i=self.sid, j=d.leader)
+                self._core(out, core.become_follower(leader), now, "BecomeFollower", i=self.sid, j=leader)
         except LocalProtocolError:  # e.g. no epoch left above acceptedEpoch: look again, in the next round
             self._fle_step(out, self.fle.start_election(core.last_zxid, core.current_epoch), now)
 
