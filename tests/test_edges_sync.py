@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from conformance.graph.cache import ensure_traces
 from conformance.replay import mapping
-from conformance.replay.edges import HEADS, check_edge
+from conformance.replay.cutheads import Case, judge
+from conformance.replay.edges import HEADS, check_edge, take_head
 from conformance.replay.edges_graph import _local_head_rows, check_graph, check_head_rows, check_rows, follows
 from conformance.replay.edges_report import edges_command
 from conformance.replay.inverse import InverseError, World
@@ -63,17 +64,42 @@ def test_every_edge_of_the_sync_graph_agrees_on_the_nodes(summary, edges) -> Non
     assert summary.disagreed == 0, {a: [d.diff for d in ds] for a, ds in summary.shown.items()}
     assert {a: k for a, k in summary.checked.items() if a != HEADS} == Counter(edges["action"])
     assert SYNC_ACTIONS <= set(summary.checked) and summary.edges > 50_000
-    # the heads a node takes where no edge does: ciconfirm's CONSTRAINT cut them (below), so they are not judged
-    assert 0 < summary.unjudged < summary.heads
+    # the heads a node takes where no edge does: ciconfirm's CONSTRAINT cut them (below); TLC judged each one, the
+    # spec's next-state relation without the cut takes it, and they count as heads checked and agreed
+    assert 0 < summary.by_tlc < summary.heads == summary.agreed[HEADS]
 
 
-def test_the_unjudged_heads_are_steps_the_models_constraint_cut(summary, nodes, edges) -> None:
+def test_tlc_names_a_cut_head_whose_step_the_spec_does_not_take(nodes, edges) -> None:
+    """`cutheads.judge` on three heads PingsBounded cut: the spec takes all three; with the state the node made of
+    the second changed (its leader forgot the sync it took), that one, and only it, is named; with two changed and
+    room for one, the other cases are left unjudged, not agreed."""
+    found = check_head_rows(_local_head_rows(nodes, edges, None), show=3, cut=None).shown[HEADS]
+    cases = []
+    for d in found[:3]:
+        state = json.loads(nodes[d.src])
+        steps, after = take_head(state, d.params["i"], d.params["j"])
+        assert [a for a, _ in steps] == ["LeaderProcessREQUEST"]
+        cases.append(Case(state, tuple(steps), after))
+    assert len(cases) == 3 and judge(cases, "ciconfirm") == ([], [])
+
+    def forgot(case: Case) -> Case:  # the leader dropped the sync it just took
+        return Case(case.state, case.steps, case.after | {"pendingSyncs": [[] for _ in case.after["pendingSyncs"]]})
+
+    cases[1] = forgot(cases[1])
+    assert judge(cases, "ciconfirm") == ([1], [])
+    cases[0] = forgot(cases[0])
+    assert judge(cases, "ciconfirm") == ([0, 1], [])
+    found, left = judge(cases, "ciconfirm", most=1)  # one found: the others are left unjudged, never agreed
+    assert len(found) == 1 and sorted(found + left) == [0, 1, 2]
+
+
+def test_the_heads_tlc_judged_are_steps_the_models_constraint_cut(summary, nodes, edges) -> None:
     """Judged as if the graph held every step, the heads disagree only where a leader would take a learner's
     REQUEST and its round of PINGs would leave a learner owing two answers: PingsBounded (a CONSTRAINT of
     ciconfirm) drops that successor, so the graph has no edge for a step the spec takes."""
-    judged = check_head_rows(_local_head_rows(nodes, edges, None), show=100_000, cut=False)
+    judged = check_head_rows(_local_head_rows(nodes, edges, None), show=100_000, cut=None)
     shown = judged.shown[HEADS]
-    assert judged.disagreed == len(shown) == summary.unjudged > 0
+    assert judged.disagreed == len(shown) == summary.by_tlc > 0
     for d in shown:
         (where, (want, got)), = d.differences.items()
         assert where.startswith("REQUEST at the head") and want.startswith("held") and got.startswith("taken")

@@ -60,7 +60,7 @@ from zabref.core.packets import PacketType, QuorumPacket
 from zabref.core.zab import SPEC_ACTIONS
 from zabref.errors import ZabError
 
-__all__ = ["EdgeError", "check_edge", "check_heads", "METHODS", "ACTIONS", "SHOW", "HEADS"]
+__all__ = ["EdgeError", "check_edge", "check_heads", "take_head", "METHODS", "ACTIONS", "SHOW", "HEADS"]
 
 #: Spec action -> the core's method of that name (zabref.core.zab.SPEC_ACTIONS, inverted).
 METHODS = {action: method for method, action in SPEC_ACTIONS.items()}
@@ -242,6 +242,16 @@ def _decision(world: World, i: int, j: int, packet: QuorumPacket) -> tuple[bool,
         return False, f"taken now, by {node.core.handler_for(j, packet).__name__}"
     except ZabError as e:
         return False, f"refused (the connection closes): {e}"
+
+
+def take_head(state: dict[str, Any], i: int, j: int) -> tuple[list[tuple[str, tuple[tuple[str, int], ...]]],
+                                                                 dict[str, Any]]:
+    """Node i takes the packet at the head of msgs[j][i] of spec ``state`` (in a world of its own): the actions it
+    reported, with their parameters, and the spec state it made (mapped back)."""
+    world = World.from_spec(state)
+    world.apply(i, world.nodes[i].packet(j, world.channels[(j, i)].popleft(), World.NOW))
+    steps = [(a, tuple(sorted(p.items()))) for a, p in zip(world.actions[i], world.params[i], strict=True)]
+    return steps, world.to_spec()
 
 
 def check_heads(state: dict[str, Any], receives: Iterable[tuple[str, int, int]]) -> dict[tuple[int, int], dict]:

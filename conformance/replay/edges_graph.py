@@ -20,15 +20,17 @@ from typing import Any
 
 from conformance.graph.spark import session
 from conformance.replay.driver import pretty_diff
-from conformance.replay.edges import HEADS, SHOW, EdgeError, check_edge, check_heads
+from conformance.errors import ConformanceError
+from conformance.replay.cutheads import Case, judge
+from conformance.replay.edges import HEADS, SHOW, EdgeError, check_edge, check_heads, take_head
 from conformance.replay.plan import FOLLOWS, PROCESS
 from conformance.tla.modelconfig import constraints
 
 #: The spec folder whose models the graphs are of (`model_cuts`).
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 
-__all__ = ["COLUMNS", "THEN", "follows", "check_head_rows", "Disagreement", "Summary", "check_rows", "require_graph",
-           "check_graph"]
+__all__ = ["COLUMNS", "THEN", "follows", "graph_model", "model_cuts", "check_head_rows", "Disagreement", "Summary",
+           "check_rows", "require_graph", "check_graph"]
 
 
 #: The columns of an edge as `check_rows` takes it, and of the step that follows it (`THEN`), when there is one.
@@ -50,34 +52,44 @@ def _untaken(differences: dict[str, tuple[Any, Any]]) -> bool:
                for want, got in differences.values())
 
 
-def model_cuts(graph: Path, spec_dir: Path = SPEC_DIR) -> tuple[str, ...]:
-    """The CONSTRAINTs and ACTION_CONSTRAINTs of the model whose graph this is (named by the manifest beside the
-    graph folder, as `zabref traces` writes it; none when there is no manifest). In a model with a cut, a state
-    with no edge taking a packet does not say the spec leaves it waiting: a CONSTRAINT drops every successor that
-    breaks it (ciconfirm's PingsBounded, at a REQUEST whose round of PINGs would owe a second), and an
-    ACTION_CONSTRAINT every step it forbids (SyncAnsweredAtOnce: `follows`)."""
+def graph_model(graph: Path) -> str | None:
+    """The model whose graph this is, named by the manifest beside the graph folder as `zabref traces` writes it
+    (None when there is no manifest)."""
     manifest = Path(graph).parent / "manifest.json"
     try:
         config = json.loads(manifest.read_text(encoding="utf-8"))["config"]
     except FileNotFoundError:
-        return ()
+        return None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise EdgeError(f"{manifest}: not a trace manifest naming its model: {e}") from None
+    if not isinstance(config, str):
+        raise EdgeError(f"{manifest}: its config is {config!r}, not a model's name")
+    return config
+
+
+def model_cuts(config: str, spec_dir: Path = SPEC_DIR) -> tuple[str, ...]:
+    """The CONSTRAINTs and ACTION_CONSTRAINTs of model ``config``. In a model with a cut, a state with no edge taking
+    a packet does not say the spec leaves it waiting: a CONSTRAINT drops every successor that breaks it
+    (ciconfirm's PingsBounded, at a REQUEST whose round of PINGs would owe a second), and an ACTION_CONSTRAINT every
+    step it forbids (SyncAnsweredAtOnce: `follows`)."""
     cfg = spec_dir / f"MC_{config}.cfg"
     try:
         return constraints(cfg.read_text(encoding="utf-8"))
     except OSError as e:
-        raise EdgeError(f"{manifest} names model {config!r}, whose {cfg} cannot be read: {e}") from None
+        raise EdgeError(f"model {config!r}, named by its graph's manifest: {cfg} cannot be read: {e}") from None
 
 
 def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHOW, where: str = "the graph",
-                    first: bool = False, cut: bool = False) -> Summary:
+                    first: bool = False, cut: str | None = None) -> Summary:
     """Check the channel heads of states given as (id, state_json, receives_json): receives_json a JSON list of
     [action, params_json] for the edges that leave the state taking a packet (None: none). ``first``: stop after
-    the first state whose heads disagree. ``cut``: the model cuts the spec's behaviours (`model_cuts`): a head the
-    node takes and no edge does is `Summary.unjudged`, not a disagreement."""
+    the first state whose heads disagree. ``cut``: the model, when it cuts the spec's behaviours (`model_cuts`): a
+    head the node takes and no edge does is judged by TLC (conformance/replay/cutheads.py, one run for them all):
+    a disagreement when the spec does not take the node's step there, else agreed; `Summary.by_tlc` counts the
+    heads TLC was asked about."""
     summary = Summary(show)
     started = time.process_time()
+    cases: list[tuple[int, int, int, dict[str, tuple[Any, Any]], Case]] = []
     for node, state_json, receives_json in rows:
         try:
             state = json.loads(state_json)
@@ -88,17 +100,34 @@ def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHO
             found = check_heads(state, receives)
         except (EdgeError, ValueError, KeyError, TypeError) as e:
             raise EdgeError(f"{where}: state {node}: {e}") from None
-        unjudged = 0
+        to_tlc = 0
         if cut:
             kept = {k: d for k, d in found.items() if not _untaken(d)}
-            unjudged, found = len(found) - len(kept), kept
-            summary.unjudged += unjudged
-        for _ in range(_heads_checked(state) - len(found) - unjudged):
+            for i, j in sorted(set(found) - set(kept)):
+                steps, after = take_head(state, i, j)
+                cases.append((node, i, j, found[(i, j)], Case(state, tuple(steps), after)))
+            to_tlc, found = len(found) - len(kept), kept
+            summary.by_tlc += to_tlc
+        for _ in range(_heads_checked(state) - len(found) - to_tlc):
             summary.add(HEADS, None)
         for (i, j), diffs in sorted(found.items()):
             summary.add(HEADS, Disagreement(node, node, f"{HEADS}__{i}__{j}", HEADS, {"i": i, "j": j}, diffs))
         if found and first:
             break
+    if cases:
+        try:
+            wrong, left = judge([c for *_, c in cases], cut, most=show)
+        except ConformanceError as e:
+            raise EdgeError(f"{where}: {e}") from None
+        why = {**{k: "held: no step of the spec takes it here (TLC, without the model's cuts)" for k in wrong},
+               **{k: f"not judged: TLC stopped after the {len(wrong)} heads above" for k in left}}
+        for k, (node, i, j, diffs, _) in enumerate(cases):
+            if k in why:
+                (head, (_, got)), = diffs.items()
+                diffs = {head: (why[k], got)}
+                summary.add(HEADS, Disagreement(node, node, f"{HEADS}__{i}__{j}", HEADS, {"i": i, "j": j}, diffs))
+            else:
+                summary.add(HEADS, None)
     summary.cpu = time.process_time() - started
     return summary
 
@@ -130,8 +159,8 @@ class Summary:
     agreed: dict[str, int] = field(default_factory=dict)
     shown: dict[str, list[Disagreement]] = field(default_factory=dict)
     #: channel heads a node takes where no edge of the graph does, in a model that cuts the spec's behaviours
-    #: (`model_cuts`): the cut, not the spec, may have left that step out, so they are counted, not judged
-    unjudged: int = 0
+    #: (`model_cuts`): the cut, not the spec, may have left that step out, so TLC judged them (counted in `heads`)
+    by_tlc: int = 0
     seconds: float = 0.0  # wall, from the start of check_graph to the merged result
     cpu: float = 0.0  # CPU seconds of the processes that checked the edges (Spark: the sum over tasks)
 
@@ -161,7 +190,7 @@ class Summary:
 
     def merge(self, other: Summary) -> None:
         self.cpu += other.cpu
-        self.unjudged += other.unjudged
+        self.by_tlc += other.by_tlc
         for action, k in other.checked.items():
             self.checked[action] = self.checked.get(action, 0) + k
             self.agreed[action] = self.agreed.get(action, 0) + other.agreed.get(action, 0)
@@ -192,7 +221,7 @@ def check_rows(rows: Iterable[tuple], show: int = SHOW, where: str = "the graph"
 
 
 def _partition(rows: Iterator[Any], show: int, where: str, heads: bool = False,
-               cut: bool = False) -> Iterator[Summary | str]:
+               cut: str | None = None) -> Iterator[Summary | str]:
     try:  # Rows are tuples, in the order of COLUMNS (edges) or (id, state_json, receives_json) (heads)
         yield check_head_rows(rows, show, where, cut=cut) if heads else check_rows(rows, show, where)
     except EdgeError as e:  # returned, not raised: the driver reports it as bad input, not as a failed Spark job
@@ -316,7 +345,8 @@ def check_graph(graph: Path, *, master: str | None = None, spark: bool = False, 
     started = time.monotonic()
     where = str(graph)
     heads = heads and limit is None
-    cut = bool(model_cuts(graph)) if "://" not in where else False
+    model = graph_model(graph) if "://" not in where else None
+    cut = model if model is not None and model_cuts(model) else None
     if not spark and master is None:
         text, edges = _read_local(graph)
         summary = check_rows(_local_rows(text, edges, graph, only, limit), show, where, first)

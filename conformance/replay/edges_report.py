@@ -130,7 +130,7 @@ def report(summary: Summary, graph: Path, mode: str, bug: str | None = None) -> 
                for a, k in sorted(summary.checked.items())}
     shown = [d for a in sorted(summary.shown) for d in summary.shown[a]]
     return {"graph": str(graph), "mode": mode, "bug": bug, "edges": summary.edges, "heads": summary.heads,
-            "heads_unjudged": summary.unjudged,
+            "heads_by_tlc": summary.by_tlc,
             "agreed": summary.edges + summary.heads - summary.disagreed, "disagreed": summary.disagreed,
             "seconds": round(summary.seconds, 3), "cpu_seconds": round(summary.cpu, 3),
             "edges_per_second": round(summary.edges / summary.seconds, 1) if summary.seconds else None,
@@ -172,8 +172,8 @@ def write(out: Path, rep: dict[str, Any], graph: Path) -> None:
 
 
 def summary_line(rep: dict[str, Any]) -> str:
-    unjudged = f"heads_unjudged={rep['heads_unjudged']} " if rep.get("heads_unjudged") else ""
-    return (f"edges: checked={rep['edges']} heads={rep['heads']} {unjudged}agreed={rep['agreed']} "
+    by_tlc = f"heads_by_tlc={rep['heads_by_tlc']} " if rep.get("heads_by_tlc") else ""
+    return (f"edges: checked={rep['edges']} heads={rep['heads']} {by_tlc}agreed={rep['agreed']} "
             f"disagreed={rep['disagreed']} "
             f"actions={len(rep['actions'])} mode={rep['mode']} wall={rep['seconds']:.1f}s "
             f"edges/s={rep['edges_per_second'] or 0:.0f} check_cpu={rep['cpu_seconds']:.1f}s")

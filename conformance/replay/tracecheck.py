@@ -17,7 +17,6 @@ graph, and the model's state and action constraints (a trace taken from the mode
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from conformance.graph.traces import Trace, read_trace
 from conformance.tla.labels import config_module_base, model_next
+from conformance.tla.modelconfig import constants_section
 from conformance.tla.tools import Outcome, run_tlc, toolchain
 from conformance.tla.tracemodule import chunked, dispatch
 from conformance.tla.values import format_value
@@ -46,19 +46,6 @@ class TraceCheck:
     @property
     def passed(self) -> bool:
         return self.failure is None and self.matched == self.steps
-
-
-def _constants(cfg: str) -> str:
-    """The CONSTANTS section of a model's cfg, as it stands."""
-    out, inside = [], False
-    for line in cfg.splitlines():
-        if re.match(r"^CONSTANTS?\b", line):
-            inside = True
-        elif re.match(r"^[A-Z_]+\b", line):
-            inside = False
-        if inside:
-            out.append(line)
-    return "\n".join(out) + "\n"
 
 
 def trace_module(trace: Trace, mc_module: str, actions: list[tuple[str, tuple[str, ...], str]]) -> str:
@@ -108,7 +95,7 @@ def check_trace(path: Path, *, spec_dir: Path = SPEC_DIR, work: Path | None = No
     for tla in spec_dir.glob("*.tla"):  # the module, what it extends, and the model
         shutil.copy(tla, folder / tla.name)
     (folder / "TTrace.tla").write_text(trace_module(trace, f"MC_{config}", actions))
-    (folder / "TTrace.cfg").write_text(_constants((spec_dir / f"MC_{config}.cfg").read_text())
+    (folder / "TTrace.cfg").write_text(constants_section((spec_dir / f"MC_{config}.cfg").read_text())
                                        + "INIT TInit\nNEXT TNext\n")
     tlc = run_tlc(folder / "TTrace.tla", folder / "TTrace.cfg", extra_args=("-deadlock",), tools=toolchain())
     steps = len(trace.steps) - 1

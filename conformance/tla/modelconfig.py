@@ -65,6 +65,20 @@ def constraints(cfg_text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def constants_section(cfg_text: str) -> str:
+    """The CONSTANTS section of a model's cfg, as it stands (for a module that EXTENDS the model and checks a
+    behaviour of it: conformance/replay/tracecheck.py, conformance/replay/cutheads.py)."""
+    out, inside = [], False
+    for line in cfg_text.splitlines():
+        if re.match(r"^CONSTANTS?\b", line):
+            inside = True
+        elif re.match(r"^[A-Z_]+\b", line):
+            inside = False
+        if inside:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def wants_labels(spec_dir: Path, config: str, cfg_text: str) -> bool:
     """Label edges when the cfg uses `NEXT Next` and the spec writes `Next ==` on a line of its own."""
     if not re.search(r"^\s*NEXT\s+Next\s*$", cfg_text, re.M):
