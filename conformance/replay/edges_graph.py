@@ -84,9 +84,10 @@ def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHO
     """Check the channel heads of states given as (id, state_json, receives_json): receives_json a JSON list of
     [action, params_json] for the edges that leave the state taking a packet (None: none). ``first``: stop after
     the first state whose heads disagree. ``cut``: the model, when it cuts the spec's behaviours (`model_cuts`): a
-    head the node takes and no edge does is judged by TLC (conformance/replay/cutheads.py, one run for them all):
-    a disagreement when the spec does not take the node's step there, else agreed; `Summary.by_tlc` counts the
-    heads TLC was asked about."""
+    head the node takes and no edge does is judged by TLC (conformance/replay/cutheads.py, 1,000 heads a run): a
+    disagreement when the spec does not take the node's step there (the first ``show`` found; the heads TLC did not
+    get to after them are reported as not judged), else agreed; `Summary.by_tlc` counts the heads TLC was asked
+    about."""
     summary = Summary(show)
     started = time.process_time()
     cases: list[tuple[int, int, int, dict[str, tuple[Any, Any]], Case]] = []
@@ -120,7 +121,7 @@ def check_head_rows(rows: Iterable[tuple[int, str, str | None]], show: int = SHO
         except ConformanceError as e:
             raise EdgeError(f"{where}: {e}") from None
         why = {**{k: "held: no step of the spec takes it here (TLC, without the model's cuts)" for k in wrong},
-               **{k: f"not judged: TLC stopped after the {len(wrong)} heads above" for k in left}}
+               **{k: f"not judged: TLC stopped after finding {len(wrong)} heads the spec does not take" for k in left}}
         for k, (node, i, j, diffs, _) in enumerate(cases):
             if k in why:
                 (head, (_, got)), = diffs.items()
