@@ -10,7 +10,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -18,7 +17,14 @@ from conformance.graph.cache import ensure_traces
 from conformance.replay import mapping
 from conformance.replay.cutheads import Case, judge
 from conformance.replay.edges import HEADS, check_edge, take_head
-from conformance.replay.edges_graph import _local_head_rows, check_graph, check_head_rows, check_rows, follows
+from conformance.replay.edges_graph import (
+    _local_head_rows,
+    _read_local,
+    check_graph,
+    check_head_rows,
+    check_rows,
+    follows,
+)
 from conformance.replay.edges_report import edges_command
 from conformance.replay.inverse import InverseError, World
 
@@ -33,14 +39,18 @@ def graph() -> Path:
 
 
 @pytest.fixture(scope="module")
-def nodes(graph: Path) -> dict[int, str]:
-    table = pq.read_table(graph / "nodes", columns=["id", "state_json"]).to_pydict()
-    return dict(zip(table["id"], table["state_json"]))
+def local(graph: Path) -> tuple[dict[int, str], dict[str, list]]:
+    return _read_local(graph)  # the states by id, and the edges' columns, as `zabref edges --in-process` reads them
 
 
 @pytest.fixture(scope="module")
-def edges(graph: Path) -> dict[str, list]:
-    return pq.read_table(graph / "edges", columns=["src", "dst", "label", "action", "params_json"]).to_pydict()
+def nodes(local) -> dict[int, str]:
+    return local[0]
+
+
+@pytest.fixture(scope="module")
+def edges(local) -> dict[str, list]:
+    return local[1]
 
 
 def test_every_sync_state_maps_to_nodes_and_back_to_itself_but_the_ghost(nodes) -> None:

@@ -56,17 +56,15 @@ from conformance.replay import mapping
 from conformance.replay.inverse import InverseError, World, zxid
 from conformance.replay.plan import PACKET_ALIAS, PROCESS, SIMPLE
 from conformance.tla.values import canonical_json
-from zabref.core.packets import PacketType, QuorumPacket
+from zabref.core.packets import QuorumPacket
 from zabref.core.zab import SPEC_ACTIONS
 from zabref.errors import ZabError
+from zabref.runtime.actionlog import SYNC_PACKETS  # a sync's packets: the node's own, not the core's
 
 __all__ = ["EdgeError", "check_edge", "check_heads", "take_head", "METHODS", "ACTIONS", "SHOW", "HEADS"]
 
 #: Spec action -> the core's method of that name (zabref.core.zab.SPEC_ACTIONS, inverted).
 METHODS = {action: method for method, action in SPEC_ACTIONS.items()}
-
-#: A sync's packets (spec/ZabSync.tla): the node's own, not the core's.
-SYNC_PACKETS = frozenset({PacketType.REQUEST, PacketType.PING, PacketType.SYNC})
 
 #: Disagreements kept per action (the first by label, src, dst).
 SHOW = 3
@@ -205,8 +203,9 @@ def check_edge(src: dict[str, Any], action: str, params: dict[str, Any], dst: di
         else:
             diffs["follows"] = (f"{then_action}({then_params.get('i')}) in the same step (the model's rule: it "
                                 "follows every step that enables it)", f"an input of server {i} only")
-    if world.actions[i] != want:
-        diffs["actions"] = (want, world.actions[i])
+    taken = [name for name, _ in world.steps[i]]
+    if taken != want:
+        diffs["actions"] = (want, taken)
     expected = mapping.checked(final)
     names = [name for name in expected if name not in mapping.NOT_MAPPED]
     actual = world.to_spec()
@@ -250,8 +249,7 @@ def take_head(state: dict[str, Any], i: int, j: int) -> tuple[list[tuple[str, tu
     reported, with their parameters, and the spec state it made (mapped back)."""
     world = World.from_spec(state)
     world.apply(i, world.nodes[i].packet(j, world.channels[(j, i)].popleft(), World.NOW))
-    steps = [(a, tuple(sorted(p.items()))) for a, p in zip(world.actions[i], world.params[i], strict=True)]
-    return steps, world.to_spec()
+    return list(world.steps[i]), world.to_spec()
 
 
 def check_heads(state: dict[str, Any], receives: Iterable[tuple[str, int, int]]) -> dict[tuple[int, int], dict]:

@@ -303,8 +303,8 @@ class World:
         self.disks = {s: Disk(n.core.persistent()) for s, n in nodes.items()}
         self.delivered: dict[int, list[Txn]] = {s: [] for s in self.sids}
         self.roles: dict[int, ServerState | None] = {s: None for s in self.sids}
-        self.actions: dict[int, list[str]] = {s: [] for s in self.sids}  # the spec actions each node reported
-        self.params: dict[int, list[dict[str, int]]] = {s: [] for s in self.sids}  # ... and their parameters
+        #: the spec actions each node reported, in order, with their parameters
+        self.steps: dict[int, list[tuple[str, tuple[tuple[str, int], ...]]]] = {s: [] for s in self.sids}
         self.answers: dict[int, list[tuple[int, dict[str, Any]]]] = {s: [] for s in self.sids}  # to its clients
 
     @property
@@ -350,8 +350,7 @@ class World:
             self.channels[(s, peer)].append(p)
         self.delivered[s].extend(out.deliver)
         taken = [a for a in out.actions if a.module != "FLE" and a.name != "ConnectionClosed"]
-        self.actions[s] += [a.name for a in taken]
-        self.params[s] += [dict(a.params) for a in taken]
+        self.steps[s] += [(a.name, a.params) for a in taken]
         self.answers[s] += out.answers
         for peer in out.close:
             self.channels[(s, peer)].clear()

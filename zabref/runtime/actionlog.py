@@ -61,7 +61,7 @@ from zabref.core.packets import PacketType, QuorumPacket
 from zabref.core.zab import AppendTxns, ReplaceHistory, SetAcceptedEpoch, SetCurrentEpoch, TruncateHistory, Txn
 from zabref.errors import CodecError
 
-__all__ = ["ActionLog", "describe_packet", "log_path"]
+__all__ = ["ActionLog", "describe_packet", "log_path", "SYNC_PACKETS"]
 
 
 def log_path(folder: str | os.PathLike[str], sid: int) -> Path:
