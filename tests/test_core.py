@@ -433,11 +433,17 @@ def test_phase3_step1_client_request_logs_then_proposes_to_the_forwarding_list()
     assert out.send[0][1].data == payloads.encode_proposal_data(z(1, 2), b"x")
     leader.connection_closed(2)
     assert sent(leader.client_request(b"y")) == [(1, P.PROPOSAL, z(1, 3))]
-    # a value that begins with 0xff is a ZooKeeper transaction kept whole (zktxn.FOREIGN), never a client's
+    # a value that begins with 0xff is a ZooKeeper transaction kept whole (zktxn.FOREIGN): proposed as it is when
+    # it is the transaction of the next zxid (a ZooKeeper client's write, zabref.core.zkprep), never otherwise
     before = leader.variables()
-    with pytest.raises(LocalProtocolError, match="ZooKeeper transaction's"):
-        leader.client_request(zktxn.FOREIGN + b"y")
-    assert leader.variables() == before
+    for bad in (zktxn.FOREIGN + b"y", zktxn.FOREIGN + zktxn.encode_create(z(1, 3), "/a", b"v")):
+        with pytest.raises(LocalProtocolError, match="ZooKeeper transaction"):
+            leader.client_request(bad)
+        assert leader.variables() == before
+    txn = zktxn.encode_create(z(1, 4), "/a", b"v")
+    assert leader.next_zxid() == z(1, 4)
+    out = leader.client_request(zktxn.FOREIGN + txn)
+    assert out.persist == (AppendTxns((Txn(z(1, 4), zktxn.FOREIGN + txn),)),) and out.send[0][1].data == txn
 
 
 def test_a_follower_of_a_zookeeper_leader_logs_and_acks_its_transactions_kept_whole():

@@ -11,7 +11,7 @@ import pytest
 from helpers import decide
 from test_core import ackepoch, followerinfo, pkt, z
 
-from zabref.core import payloads
+from zabref.core import jute, payloads, zktxn
 from zabref.core.effects import Effects, Timing
 from zabref.core.node import Node
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
@@ -224,13 +224,33 @@ def test_a_learner_that_connects_again_is_sent_a_step_ping_at_the_next_tick() ->
     assert not eff.actions and {p.zxid for _, p in eff.send} == {0}
 
 
-@pytest.mark.parametrize("op, name", [(1, "create"), (5, "setData"), (99, "unknown")])
-def test_the_leader_refuses_a_request_that_is_not_a_sync(op: int, name: str) -> None:
+@pytest.mark.parametrize("op, name", [(-10, "createSession"), (-11, "closeSession")])
+def test_the_leader_refuses_a_sessions_request(op: int, name: str) -> None:
+    """A zabref leader tracks no sessions: a ZooKeeper follower with global sessions forwards their creation and
+    close, which it refuses as the connection's error, proposing nothing."""
     node = _leader()
-    with pytest.raises(RemoteProtocolError, match=rf"REQUEST of op {op} \({name}\) from 2: a zabref leader takes "
-                                                  "only a learner's sync"):
+    before = node.core.variables()
+    with pytest.raises(RemoteProtocolError, match=rf"REQUEST of op {op} from 2: {name}: a zabref leader tracks no "
+                                                  "sessions; run ZooKeeper with localSessionsEnabled=true"):
         node.packet(2, sync_request(op=op), 0.1)
-    assert not node.pending_syncs
+    assert not node.pending_syncs and node.core.variables() == before
+
+
+def test_a_forwarded_write_is_a_client_request_of_zookeepers_transaction() -> None:
+    """A ZooKeeper follower's REQUEST of a create is ClientRequest at the leader: PROPOSAL of the transaction
+    ZooKeeper's leader would propose (the request's session and cxid in its header, the next zxid), to every
+    learner; an op no leader prepares is proposed as ZooKeeper's error transaction (UNIMPLEMENTED)."""
+    node = _leader()
+    record = jute.ustring("path", "/k") + jute.buffer("data", b"v") + zktxn._WORLD_ANYONE_ALL + jute.INT.pack(0)
+    eff = node.packet(2, QuorumPacket(PacketType.REQUEST, -1, struct.pack(">qii", 0x10000A, 7, 1) + record), 0.1)
+    assert _actions(eff) == ["Zab.ClientRequest"] and _sent(eff) == [(2, PacketType.PROPOSAL), (3, PacketType.PROPOSAL)]
+    txn = zktxn.decode_txn(eff.send[0][1].data, "PROPOSAL")
+    assert (txn["op"], txn["session"], txn["cxid"], txn["zxid"], txn["path"], txn["data"]) == \
+        ("create", "0x10000a", 7, z(1, 1), "/k", b"v")
+    assert txn["parentCVersion"] == 1 and node.core.history[-1].value[:1] == zktxn.FOREIGN
+    eff = node.packet(2, QuorumPacket(PacketType.REQUEST, -1, struct.pack(">qii", 0x10000A, 8, 99)), 0.1)
+    txn = zktxn.decode_txn(eff.send[0][1].data, "PROPOSAL")
+    assert (txn["op"], txn["zxid"], txn["err"]) == ("error", z(1, 2), -6)
 
 
 @pytest.mark.parametrize("data, offset, reason", [

@@ -1,6 +1,6 @@
 """A zabref server in one ensemble with real ZooKeeper servers (issue 37, part 2): the election and quorum ports speak
 ZooKeeper's wire (`zabref.net.votes`, `zabref.net.wire`, `zabref.net.zkwire`), both ways. The first test has
-ZooKeeper servers follow a zabref leader (below); the second has a zabref server follow a ZooKeeper leader (its
+ZooKeeper servers follow a zabref leader (below); the last has a zabref server follow a ZooKeeper leader (its
 docstring).
 
 Two unmodified ZooKeeper servers (ids 1, 2; Debian's 3.8.0, and 3.9.5 from Maven Central) and a zabref server
@@ -22,14 +22,18 @@ ensemble then stays whole: each ZooKeeper learner takes the zabref leader's PING
 elects again. A third value is written, and a ZooKeeper client (kazoo) of each ZooKeeper server reads the three at
 ``/zabref-<epoch>-<counter>``. The
 ZooKeeper servers run with local sessions, so that the client's session is not a transaction forwarded to the leader
-(REQUEST, which a zabref leader does not take yet).
+(a zabref leader tracks no sessions). The second test has ZooKeeper clients write through a zabref leader (its
+docstring).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import shutil
+import socket
 import time
+from contextlib import contextmanager
 
 import pytest
 from kazoo.client import KazooClient
@@ -45,10 +49,13 @@ from zabref.runtime.drivers import NormalDriver
 from zabref.runtime.server import Server
 
 
-def _zabref_config(e: ZkEnsemble, folder) -> str:
+def _zabref_config(e: ZkEnsemble, folder, zk_client_port: int | None = None) -> str:
+    """The ensemble as a zabref configuration; the zabref server (id 3) serves ZooKeeper's clients on
+    ``zk_client_port`` when given."""
+    extra = f"zk_client_port = {zk_client_port}\n" if zk_client_port else ""
     servers = "".join(f"[[server]]\nid = {m.id}\nhost = \"127.0.0.1\"\nquorum_port = {m.quorum_port}\n"
                       f"election_port = {m.election_port}\nclient_port = {m.client_port}\n"
-                      f"data_dir = \"{folder}/zabref-{m.id}\"\n" for m in e.members)
+                      f"{extra if m.id == 3 else ''}data_dir = \"{folder}/zabref-{m.id}\"\n" for m in e.members)
     return f"[cluster]\ntick_ms = 200\ninit_limit = 10\nsync_limit = 5\n\n{servers}"
 
 
@@ -68,13 +75,45 @@ def _distribution(version: str):
 
 def _kazoo(e: ZkEnsemble, sid: int, work):
     """``work(client)`` with a kazoo client of ZooKeeper server ``sid``, closed after."""
-    client = KazooClient(hosts=f"127.0.0.1:{e.member(sid).client_port}", timeout=10)
+    return kazoo_at(e.member(sid).client_port, work)
+
+
+@contextmanager
+def _ensemble(tmp_path, distribution, local_sessions: bool):
+    """Three ZooKeeper servers' ensemble (none started), with local sessions when asked; stopped after, and no
+    process of it left."""
+    base = find_free_base_port(3)
+    extra = ("localSessionsEnabled=true", "localSessionsUpgradingEnabled=false") if local_sessions else ()
+    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256, distribution=distribution,
+                   extra_config=extra)
+    try:
+        yield e
+    finally:
+        e.stop()
+        release_base_port(base)
+    assert not e.leftovers()
+
+
+def kazoo_at(port: int, work):
+    """``work(client)`` with a kazoo client of 127.0.0.1:``port``, closed after."""
+    client = KazooClient(hosts=f"127.0.0.1:{port}", timeout=10)
     client.start(timeout=20)
     try:
         return work(client)
     finally:
         client.stop()
         client.close()
+
+
+def _synced_from(e: ZkEnsemble, sid: int, leader: int, sync: str) -> bool:
+    """ZooKeeper server ``sid`` connected to server ``leader``'s quorum port and took its ``sync`` (how its log names
+    a DIFF or a SNAP), NEWLEADER and UPTODATE on one connection (one stretch of its log from that connection to its
+    next one)."""
+    stretches = _log(e, sid).split("Successfully connected to leader")[1:]
+    to_leader = re.escape(f", using address: /127.0.0.1:{e.member(leader).quorum_port}") + r"\D"
+    return any(re.match(to_leader, s) and all(
+        x in s for x in (sync, "Learner received NEWLEADER message", "Learner received UPTODATE message"))
+        for s in stretches)
 
 
 async def _until(what: str, ready, seconds: float, context) -> None:
@@ -92,24 +131,11 @@ async def _until(what: str, ready, seconds: float, context) -> None:
 @pytest.mark.parametrize("version", ["3.8.0", "3.9.5"])
 def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, version) -> None:
     distribution = _distribution(version)
-    base = find_free_base_port(3)
-    # local sessions: a ZooKeeper client's session stays at its server (no createSession forwarded as REQUEST, which
-    # a zabref leader does not take yet)
-    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256, distribution=distribution,
-                   extra_config=("localSessionsEnabled=true", "localSessionsUpgradingEnabled=false"))
-    try:
+    with _ensemble(tmp_path, distribution, local_sessions=True) as e:
         config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
-        connected = f"Successfully connected to leader, using address: /127.0.0.1:{e.member(3).quorum_port}"
 
         def synced_from_zabref(sid: int, sync: str) -> bool:
-            """ZooKeeper server ``sid`` connected to the zabref server's quorum port and took its ``sync`` (how its
-            log names a DIFF or a SNAP), NEWLEADER and UPTODATE on one connection (one stretch of its log from that
-            connection to its next one)."""
-            stretches = _log(e, sid).split("Successfully connected to leader")[1:]
-            to_zabref = re.escape(connected.split("leader", 1)[1]) + r"\D"
-            return any(re.match(to_zabref, s) and all(
-                x in s for x in (sync, "Learner received NEWLEADER message", "Learner received UPTODATE message"))
-                for s in stretches)
+            return _synced_from(e, sid, 3, sync)
 
         def states() -> list[str]:
             return [x for x in lines.lines if "state ->" in x]
@@ -172,10 +198,155 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, versio
             assert log.count("Successfully connected to leader") == 1, f"server {sid} connected again"
             assert log.count("Peer state changed: following - broadcast") == 1
             assert "but next pending txn" not in log  # a COMMIT for each transaction, in order (Follower.commit)
-    finally:
-        e.stop()
-        release_base_port(base)
-    assert not e.leftovers()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("version", ["3.8.0", "3.9.5"])
+def test_zookeeper_clients_write_through_a_zabref_leader(tmp_path, zk380, lines, version) -> None:
+    """A ZooKeeper follower forwards its clients' writes to its leader as REQUEST; a zabref leader proposes the
+    transaction ZooKeeper's leader would (`zabref.core.zkprep`, against the tree of its history), and the follower
+    answers its client when it applies it. Errors (the node exists, no node, a version that does not match, a multi
+    that fails) are ZooKeeper's error transactions, which the follower turns into the client's exceptions. Another
+    ZooKeeper server reads it all; the zabref server reads each as its fields. Then server 2 loses its data
+    directory and joins again: the zabref leader's SNAP is the tree those transactions made (`zabref.core.zktree`),
+    and server 2 serves it."""
+    from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
+
+    with _ensemble(tmp_path, _distribution(version), local_sessions=True) as e:
+        config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
+
+        def writes(c: KazooClient) -> tuple:
+            c.create("/k", b"x")
+            c.set("/k", b"y")
+            seq = [c.create("/q-", b"", sequence=True) for _ in range(2)]
+            errors = []
+            for call in (lambda: c.create("/k", b"again"), lambda: c.delete("/none"),
+                         lambda: c.set("/k", b"z", version=5)):
+                try:
+                    call()
+                except Exception as ex:  # noqa: BLE001 -- the exception's class is what is compared
+                    errors.append(type(ex))
+            t = c.transaction()
+            t.create("/t1", b"1")
+            t.create("/t1/c", b"2")
+            t.set_data("/t1", b"3", version=0)
+            done = t.commit()
+            t = c.transaction()
+            t.create("/t2", b"")
+            t.delete("/t1")
+            failed = t.commit()
+            return seq, errors, done, [type(r) for r in failed]
+
+        def reads(c: KazooClient) -> tuple:
+            c.sync("/")
+            return (c.get("/k")[0], c.get("/t1")[0], c.get("/t1/c")[0], c.exists("/t2") is None,
+                    sorted(x for x in c.get_children("/") if x.startswith("q-")))
+
+        async def until(what: str, ready, seconds: float) -> None:
+            await _until(what, ready, seconds, lambda: f"zabref: {lines.lines[-5:]}")
+
+        async def run() -> tuple:
+            e.start_server(1)
+            server = Server(config, 3, NormalDriver(0.2))
+            task = asyncio.create_task(server.run())
+            try:
+                await until("server 1 synchronized from the zabref leader",
+                            lambda: _synced_from(e, 1, 3, "Getting a diff from the leader"), 90)
+                with ZabClient([("127.0.0.1", e.member(3).client_port)], timeout=20) as client:
+                    own = await asyncio.to_thread(client.submit, "mixed-0")  # /zabref-1-1: the root's cversion 1
+                e.start_server(2)
+                await until("server 2 synchronized from the zabref leader",
+                            lambda: _synced_from(e, 2, 3, "Getting a snapshot from leader"), 60)
+                wrote = await asyncio.to_thread(_kazoo, e, 1, writes)
+                read = await asyncio.to_thread(_kazoo, e, 2, reads)
+                with ZabClient([("127.0.0.1", e.member(3).client_port)], timeout=20) as client:
+                    txns = await asyncio.to_thread(client.read, 0)
+                e.kill(2)
+                shutil.rmtree(e.store_dir(2) / "version-2")
+                e.log_of(2).rename(e.log_of(2).with_suffix(".before"))  # a new start writes a new log
+                e.start_server(2)  # empty: the zabref leader's SNAP is the tree of every transaction
+                await until("server 2 synchronized again by a SNAP",
+                            lambda: _synced_from(e, 2, 3, "Getting a snapshot from leader"), 60)
+                again = await asyncio.to_thread(_kazoo, e, 2, reads)
+                return own, wrote, read, txns, again
+            finally:
+                server.stop()
+                await asyncio.wait_for(task, 30)
+
+        own, (seq, errors, done, failed), read, txns, again = asyncio.run(run())
+        assert seq == ["/q-0000000002", "/q-0000000003"]  # the root's child version: /zabref-1-1, /k
+        assert errors == [NodeExistsError, NoNodeError, BadVersionError]
+        assert done[:2] == ["/t1", "/t1/c"] and done[2].version == 1  # setData's answer: the node's stat
+        assert failed == [RolledBackError, NotEmptyError]
+        assert read == again == (b"y", b"3", b"2", True, ["q-0000000002", "q-0000000003"])
+        forms = [v if isinstance(v, str) else (v["zookeeper"], v.get("path"), v.get("err")) for _, v in txns]
+        assert forms == ["mixed-0", ("create", "/k", None), ("setData", "/k", None), ("create", "/q-0000000002", None),
+                         ("create", "/q-0000000003", None), ("error", None, -110), ("error", None, -101),
+                         ("error", None, -103), ("multi", None, None), ("multi", None, None)]
+        assert txns[0][0] == own and [z for z, _ in txns] == list(range(own, own + len(txns)))
+        assert len([x for x in lines.lines if "state ->" in x]) == 1, "the zabref server left LEADING"
+        for sid in (1, 2):
+            assert "but next pending txn" not in _log(e, sid)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("version", ["3.8.0", "3.9.5"])
+def test_a_zabref_follower_serves_zookeeper_clients_through_a_zookeeper_leader(tmp_path, zk380, lines,
+                                                                              version) -> None:
+    """kazoo connected to a zabref follower of a ZooKeeper leader (`zabref.net.zkclientport`): its writes go to the
+    ZooKeeper leader as REQUEST, as a ZooKeeper follower's do, the leader prepares and proposes them, and the zabref
+    follower answers its client when it delivers them; a kazoo client of a ZooKeeper server reads them, and the
+    zabref follower's client reads what the ZooKeeper server's client wrote. The ZooKeeper servers run with local
+    sessions: a session of the zabref server is one its leader does not know."""
+    from kazoo.exceptions import NodeExistsError
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        zk_port = probe.getsockname()[1]
+    with _ensemble(tmp_path, _distribution(version), local_sessions=True) as e:
+        config = parse_config(_zabref_config(e, tmp_path, zk_port), str(tmp_path / "mixed.toml"))
+
+        def at_zabref(work):
+            return kazoo_at(zk_port, work)
+
+        def zabref_writes(c: KazooClient) -> tuple:
+            c.create("/z", b"from-zabref")
+            version = c.set("/z", b"again").version
+            try:
+                c.create("/z", b"")
+                exists = None
+            except NodeExistsError as ex:
+                exists = type(ex)
+            return version, exists
+
+        async def run() -> tuple:
+            e.start_server(1)
+            e.start_server(2)
+            await _until("ZooKeeper server 2 leading in broadcast",
+                         lambda: "Peer state changed: leading - broadcast" in _log(e, 2), 90, lambda: "")
+            server = Server(config, 3, NormalDriver(0.2))
+            task = asyncio.create_task(server.run())
+            try:
+                await _until("the zabref server following in broadcast",
+                             lambda: server.node is not None and server.node.core.state == ServerState.FOLLOWING
+                             and server.node.core.zab_state == ZabState.BROADCAST, 60, lambda: lines.lines[-5:])
+                wrote = await asyncio.to_thread(at_zabref, zabref_writes)
+                seen = await asyncio.to_thread(_kazoo, e, 1, lambda c: (c.sync("/"), c.get("/z")[0],
+                                                                        c.create("/w", b"from-zookeeper")))
+                back = await asyncio.to_thread(at_zabref, lambda c: (c.sync("/"), c.get("/w")[0],
+                                                                     sorted(c.get_children("/"))))
+                return wrote, seen, back
+            finally:
+                server.stop()
+                await asyncio.wait_for(task, 30)
+
+        wrote, seen, back = asyncio.run(run())
+        assert wrote == (1, NodeExistsError)
+        assert seen == ("/", b"again", "/w")
+        assert back == ("/", b"from-zookeeper", ["w", "z", "zookeeper"])
+        assert not [x for x in lines.lines if "protocol error" in x]
 
 
 @pytest.mark.slow
@@ -191,9 +362,7 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
     zabref server stops, a write commits on {1, 2}, and the zabref server starts again on its data directory: the
     leader synchronizes it by a DIFF from its committedLog (each PROPOSAL followed by its COMMIT), and a zabref
     client of server 3 reads every transaction, those read back from its log included, each shown as its fields."""
-    base = find_free_base_port(3)
-    e = ZkEnsemble(tmp_path / "zk", base, 3, tick_time_ms=200, heap_mb=256, distribution=_distribution(version))
-    try:
+    with _ensemble(tmp_path, _distribution(version), local_sessions=False) as e:
         config = parse_config(_zabref_config(e, tmp_path), str(tmp_path / "mixed.toml"))
 
         def read() -> list:
@@ -267,7 +436,3 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
         assert "Sending snapshot last zxid of peer is 0x0" in leader_log  # a SNAP: ZooKeeper's snapshot stream
         assert re.search(r"Sending DIFF zxid=0x[0-9a-f]+ +for peer sid: 3", leader_log)  # PROPOSAL and COMMIT pairs
         assert leader_log.count("Follower sid: 3") == 2  # one sync per start
-    finally:
-        e.stop()
-        release_base_port(base)
-    assert not e.leftovers()

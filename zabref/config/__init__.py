@@ -31,6 +31,7 @@ One file describes the whole cluster, and every server reads the same file (``za
     election_port = 21002
     client_port = 21003
     control_port = 21004 # optional; listens on loopback only, and only with --control-token (docs/operations.md)
+    zk_client_port = 21005  # optional: ZooKeeper's client protocol, for kazoo or ZooKeeper's Java client
     data_dir = "data/1"  # relative paths are taken from the config file's folder
 
 `load_config` checks everything before anything starts -- keys present and known, types, id uniqueness, host names

@@ -20,11 +20,14 @@ from typing import Any
 
 from zabref.errors import ConfigError
 
-__all__ = ["PORT_KEYS", "CLIENT_AUTH", "LIMIT_RANGES", "ClusterConfig", "Limits", "Security", "ServerConfig", "Config", "is_loopback",
+__all__ = ["PORT_KEYS", "OPTIONAL_PORTS", "CLIENT_AUTH", "LIMIT_RANGES", "ClusterConfig", "Limits", "Security",
+           "ServerConfig", "Config", "is_loopback",
            "check_host", "int_in", "known_keys", "tls_complete", "machine_of", "check_together"]
 
 
-PORT_KEYS = ("quorum_port", "election_port", "client_port", "control_port")
+PORT_KEYS = ("quorum_port", "election_port", "client_port", "control_port", "zk_client_port")
+#: The ports a [[server]] may leave out.
+OPTIONAL_PORTS = ("control_port", "zk_client_port")
 
 
 #: A DNS host name (RFC 1123): dot-separated labels of letters, digits and inner hyphens, at most 253 characters.
@@ -82,6 +85,8 @@ class ServerConfig:
     client_port: int
     control_port: int | None
     data_dir: Path
+    #: ZooKeeper's client protocol (`zabref.net.zkclientport`), when set
+    zk_client_port: int | None = None
 
     @property
     def control_host(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from zabref.config.model import (
     CLIENT_AUTH,
     LIMIT_RANGES,
+    OPTIONAL_PORTS,
     PORT_KEYS,
     ClusterConfig,
     Config,
@@ -57,7 +58,7 @@ def _server(path: str, base: Path, k: int, raw: Any) -> ServerConfig:
     sid = int_in(where, "id", raw["id"], 1, (1 << 31) - 1)  # 0 is the spec's NoServer
     where = f"{where} (id {sid})"
     for key in fields:
-        if key not in raw and key != "control_port":
+        if key not in raw and key not in OPTIONAL_PORTS:
             raise ConfigError(f"{where}: missing key {key!r}")
     host = check_host(where, raw["host"])
     ports = {key: int_in(where, key, raw[key], 1, 65535) if key in raw else None for key in PORT_KEYS}

@@ -20,7 +20,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from zabref.core import payloads, zktxn
+from zabref.core import payloads, zkprep, zktxn
 from zabref.core.effects import READ_LIMIT, Action, Effects, EffectsBuilder, Timing, refused
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
 from zabref.core.types import EPOCH_ACCEPTED
@@ -55,6 +55,9 @@ class ClientRequests:
 
         def _core(self, out: EffectsBuilder, output: Output, now: float, action: str | None,
                   packet: QuorumPacket | None = None, tag: int | None = None, **params: int) -> None: ...
+
+        def zk_propose(self, out: EffectsBuilder, session: int, cxid: int, op: int, record: bytes,
+                       now: float) -> None: ...
 
     def client_submit(self, rid: int, value: bytes, now: float) -> Effects:
         """A client's value: ClientRequest at the leader; a follower forwards it. Answered once delivered here."""
@@ -98,21 +101,26 @@ class ClientRequests:
             out.answers.append((rid, self._not_serving()))
         return out.build()
 
-    def leader_process_request(self, peer: int, packet: QuorumPacket, tag: int | None = None) -> Effects:
+    def leader_process_request(self, peer: int, packet: QuorumPacket, now: float, tag: int | None = None) -> Effects:
         """LeaderProcessREQUEST(i, j): learner ``peer`` forwarded a client's sync (ZooKeeper's Leader.processSync).
         It waits in ``pending_syncs`` until everything this leader has proposed is committed and a quorum has
-        answered a PING sent now (`LeaderSendSYNC`). Any other request is refused as the connection's error: a
-        zabref leader takes writes on its client port only (docs/zookeeper.md, mixed ensembles)."""
+        answered a PING sent now (`LeaderSendSYNC`). A ZooKeeper follower's REQUEST of a write is its client's
+        request to this leader: ClientRequest, its value the transaction ZooKeeper's leader would propose for it
+        (`zabref.core.zkprep`, prepared against the tree of this leader's history, `zabref.core.zktree`); the
+        follower answers its client when it applies it. A session's request (global sessions) is refused as the
+        connection's error."""
         core = self.core
         if core.state != ServerState.LEADING or core.zab_state != ZabState.BROADCAST or peer not in self.pings:
             raise RemoteProtocolError(peer, f"server {self.sid}: REQUEST from {peer}, but no established leadership "
                                             "of this server has it as a learner")
-        _, _, op, _ = payloads.decode_request_data(packet.data)
-        if op != payloads.OP_SYNC:
-            name = zktxn.OPS.get(op, "unknown")
-            raise RemoteProtocolError(peer, f"server {self.sid}: REQUEST of op {op} ({name}) from {peer}: a zabref "
-                                            "leader takes only a learner's sync; writes reach it on its client port")
+        session, cxid, op, record = payloads.decode_request_data(packet.data)
         out = EffectsBuilder()
+        if op != payloads.OP_SYNC:
+            try:
+                self.zk_propose(out, session, cxid, op, record, now)
+            except zkprep.RequestRefused as e:
+                raise RemoteProtocolError(peer, f"server {self.sid}: REQUEST of op {op} from {peer}: {e}") from None
+            return out.build()
         out.actions.append(Action("ZabSync", "LeaderProcessREQUEST", (("i", self.sid), ("j", peer)), packet, tag))
         _, marks = self._ping_all(out, step=True)
         self.pending_syncs.append((peer, core.last_zxid, marks))

@@ -246,26 +246,33 @@ class LeaderActions(CoreState):
 
         The leader assigns the next zxid of its epoch, logs the transaction and queues PROPOSAL(zxid, value) to every
         learner on its forwarding list. The leader's own log write is in ``persist``, so it is durable before any
-        PROPOSAL leaves: that is why the leader may count itself in every quorum of ACKs.
+        PROPOSAL leaves: that is why the leader may count itself in every quorum of ACKs. ``value`` is a client's
+        text, or a ZooKeeper client's write prepared as ZooKeeper's transaction (`zktxn.FOREIGN`, then the
+        transaction of zxid `next_zxid`: `zabref.core.zkprep`).
         """
         if self.state != ServerState.LEADING or self.zab_state != ZabState.BROADCAST:
             self._misuse("ClientRequest", "only a LEADING server in BROADCAST takes client requests")
         if not isinstance(value, (bytes, bytearray)):
             raise TypeError(f"client_request: value must be bytes, not {type(value).__name__}")
-        if value[:1] == zktxn.FOREIGN:
-            self._misuse("ClientRequest", "a value that begins with byte 0xff is a ZooKeeper transaction's "
-                                          "(zktxn.FOREIGN); a client's is UTF-8 text")
-        # c == Cardinality({k : history[k].zxid[1] = currentEpoch}). Those are the history's tail, numbered 1..c by
-        # this leader, so c is the last zxid's counter when it is of this epoch: O(1), not a walk of the history
-        # (the walk made every write slower as the log grew: docs/performance.md).
+        zxid = self.next_zxid()
+        if value[:1] == zktxn.FOREIGN and not zktxn.carries_zxid(value, zxid):
+            self._misuse("ClientRequest", "a value that begins with byte 0xff is a ZooKeeper transaction "
+                                          f"(zktxn.FOREIGN), and this one's zxid is not the next, {zxid:#x}")
+        txn = Txn(zxid, bytes(value))
+        self.history.append(txn)
+        proposal = QuorumPacket(PacketType.PROPOSAL, txn.zxid, payloads.encode_proposal_data(txn.zxid, txn.value))
+        return Output(persist=(AppendTxns((txn,)),), send=tuple((f, proposal) for f in self._forwarding()))
+
+    def next_zxid(self) -> int:
+        """The zxid `client_request` assigns next: counter c + 1 of the current epoch, where
+        c == Cardinality({k : history[k].zxid[1] = currentEpoch}). Those are the history's tail, numbered 1..c by
+        this leader, so c is the last zxid's counter when it is of this epoch: O(1), not a walk of the history
+        (the walk made every write slower as the log grew: docs/performance.md)."""
         last = self.history[-1].zxid if self.history else 0
         c = zxid_counter(last) if zxid_epoch(last) == self.current_epoch else 0
         if c >= MAX_COUNTER:
             self._misuse("ClientRequest", f"epoch {self.current_epoch} has used every zxid counter")
-        txn = Txn(make_zxid(self.current_epoch, c + 1), bytes(value))
-        self.history.append(txn)
-        proposal = QuorumPacket(PacketType.PROPOSAL, txn.zxid, payloads.encode_proposal_data(txn.zxid, txn.value))
-        return Output(persist=(AppendTxns((txn,)),), send=tuple((f, proposal) for f in self._forwarding()))
+        return make_zxid(self.current_epoch, c + 1)
 
     def leader_process_ack(self, j: int, packet: QuorumPacket) -> Output:
         """LeaderProcessACK(i, j) -- seed 000, phase 3, step 3.

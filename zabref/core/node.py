@@ -12,8 +12,9 @@ input, each returning the `Effects` to carry out:
   round (spec/FastLeaderElection.tla ``Init``/``Restart``);
 * ``packet(peer, packet, now)`` -- a QuorumPacket from a peer's connection, in arrival order. PING keeps the
   connection alive (a follower answers its leader's), and so does a ZooKeeper learner's ACK of UPTODATE, which
-  changes nothing (``_acks_uptodate``); REQUEST and SYNC are a sync's (`zabref.core.clients`, spec/ZabSync.tla);
-  every other type goes to the Zab core, except a packet the core holds
+  changes nothing (``_acks_uptodate``); REQUEST and SYNC are a sync's (`zabref.core.clients`, spec/ZabSync.tla),
+  or REQUEST a learner's forwarded write (ClientRequest, `zabref.core.zkclients`); every other type goes to the
+  Zab core, except a packet the core holds
   (``ZabCore.held``: FOLLOWERINFO at a server that does not lead, ACKEPOCH(-1) at a leader in DISCOVERY -- no spec
   action takes it yet), which waits (``Effects.deferred``: the carrier keeps it at the head of its
   connection and offers it again once ``Effects.unblock`` says the node's role or zabState changed);
@@ -32,7 +33,10 @@ input, each returning the `Effects` to carry out:
 * ``client_submit(rid, value, now)``, ``client_sync(rid, now)``, ``forward_reply(rid, reply, now)`` and
   ``client_read(...)`` -- the client protocol: the leader runs ClientRequest; a follower forwards a write to its
   leader and answers once the transaction is delivered HERE (so that a later read here sees it), and sends a sync
-  to its leader as REQUEST on the quorum connection.
+  to its leader as REQUEST on the quorum connection;
+* ``zk_write(rid, session, cxid, op, record, now)`` and ``zk_read(op, path)`` -- ZooKeeper's client protocol
+  (`zabref.core.zkclients`): a write prepared as ZooKeeper's transaction at the leader, forwarded as REQUEST by a
+  follower, answered when delivered here; a read of the tree of what was delivered here.
 
 Silence. ``now`` is a time in seconds on any clock the carrier likes (a real server's loop clock, the driver's
 logical clock, the simulator's); the node stamps ``heard[peer]`` when it takes a packet and compares with
@@ -48,12 +52,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from zabref.core import payloads
+from zabref.core import payloads, zktree
 from zabref.core.clients import ClientRequests
 from zabref.core.effects import Action, Effects, EffectsBuilder, Timing, refused
 from zabref.core.election import FastLeaderElection, Step
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import SPEC_ACTIONS, LearnerPhase, Output, Persistent, ZabCore, ZabState
+from zabref.core.zkclients import ZkClients
 from zabref.errors import LocalProtocolError
 
 __all__ = ["Node", "DECISIONS_KEPT"]
@@ -65,7 +70,7 @@ _SYNC_HEADS = frozenset({PacketType.DIFF, PacketType.TRUNC, PacketType.SNAP})
 DECISIONS_KEPT = 1000
 
 
-class Node(ClientRequests):
+class Node(ClientRequests, ZkClients):
     """One server's decisions (module docstring). ``core`` and ``fle`` are its Zab and election state machines."""
 
     def __init__(self, sid: int, servers: tuple[int, ...], persistent: Persistent, timing: Timing) -> None:
@@ -105,6 +110,12 @@ class Node(ClientRequests):
         #: and the PROPOSAL of that sync just taken, which ZooKeeper's leader follows with its COMMIT if committed
         self.sync_commit = 0
         self._sync_proposal = 0
+        #: leader: the data tree of its history, for ZooKeeper clients' writes (forwarded by its followers, or its own)
+        self.zk_tree = zktree.HistoryTree()
+        #: the data tree of the transactions delivered here, for ZooKeeper clients' reads and answers (`ZkClients`)
+        self.zk_applied = zktree.HistoryTree()
+        #: ZooKeeper clients' writes waiting for their transaction: (session, cxid) -> (request id, deadline)
+        self._zk_waiting: dict[tuple[int, int], tuple[int, float]] = {}
 
     # ------------------------------------------------------------------------------------------ inputs
 
@@ -135,7 +146,7 @@ class Node(ClientRequests):
                 self._ping_answered(peer, packet, out, tag)
             return out.build()
         if packet.type == PacketType.REQUEST:
-            effects = self.leader_process_request(peer, packet, tag)
+            effects = self.leader_process_request(peer, packet, now, tag)
             self.heard[peer] = now
             return effects
         if packet.type == PacketType.SYNC:
@@ -255,6 +266,7 @@ class Node(ClientRequests):
         """Time is ``now``: run every timer that is due (module docstring)."""
         out = EffectsBuilder()
         self._expire_clients(out, now)
+        self._zk_expire(out, now)
         core, t = self.core, self.timing
         if core.state == ServerState.LOOKING:
             self._election_tick(out, now)
@@ -318,6 +330,7 @@ class Node(ClientRequests):
         out.close += output.close
         if output.deliver:
             self._answer_delivered(out)
+            self._zk_delivered(out)
             if self.pending_syncs:
                 self._confirm_syncs(out)  # LeaderSendSYNC, after the COMMITs just sent
         if output.role is not None:
@@ -346,6 +359,7 @@ class Node(ClientRequests):
                 out.answers.append((sync_rid, refused(f"server {self.sid} stopped following before its leader "
                                                        "answered the sync", True)))
         self.follower_syncs.clear()
+        self._zk_role_changed(out)
         if self.core.state == ServerState.LOOKING:  # GoLooking: a new election round (FLE StartElection)
             if self.fle.state is not ServerState.LOOKING:
                 self.election_quiet_since = now

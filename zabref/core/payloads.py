@@ -14,15 +14,16 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from zabref.core import jute, zksnap, zktxn
+from zabref.core import jute, zksnap, zktree, zktxn
 from zabref.core.packets import LearnerInfo
+from zabref.core.types import Txn
 from zabref.errors import CodecError
 
 __all__ = ["ACKEPOCH_ALREADY_ACKNOWLEDGED", "LEARNER_INFO_SIZE", "encode_learner_info", "decode_learner_info",
            "encode_leaderinfo_data",
            "decode_leaderinfo_data", "encode_ackepoch_data", "decode_ackepoch_data", "encode_followerinfo_data",
            "decode_followerinfo_data", "encode_proposal_data", "decode_proposal_data", "encode_snap_data",
-           "decode_snap_data", "OP_SYNC", "PING_STEP", "encode_request_data", "decode_request_data"]
+           "decode_snap_data", "OP_SYNC", "PING_STEP", "encode_request_data", "encode_request", "decode_request_data"]
 
 #: ACKEPOCH's currentEpoch when the follower had already accepted the proposed epoch (seed 000's table: "it passes -1
 #: as the currentEpoch to signal that the new epoch is not acknowledged").
@@ -120,12 +121,18 @@ def decode_proposal_data(zxid: int, data: bytes | None) -> bytes:
 def encode_snap_data(history: Iterable[tuple[int, bytes]]) -> bytes:
     """SNAP's data: the history as ZooKeeper's snapshot stream (`zabref.core.zksnap`), each transaction ``[z, v]``
     the node `zktxn.node_of` (z) holding v, created by z -- the tree a ZooKeeper follower holds after applying
-    each as the PROPOSAL `encode_proposal_data` writes."""
+    each as the PROPOSAL `encode_proposal_data` writes. A history holding ZooKeeper's own transactions
+    (`zktxn.FOREIGN`) is written as the tree they all make (`zabref.core.zktree`), which is what a ZooKeeper
+    follower must hold; `decode_snap_data` refuses that tree's other nodes (a zabref server keeps no data tree)."""
     nodes = []
+    txns = []
     for i, (zxid, value) in enumerate(history):
         if value is None:
             raise ValueError(f"history[{i}] has no value")
-        nodes.append((zktxn.node_of(jute.check_long(f"history[{i}].zxid", zxid)), bytes(value), zxid))
+        txns.append(Txn(jute.check_long(f"history[{i}].zxid", zxid), bytes(value)))
+        nodes.append((zktxn.node_of(zxid), bytes(value), zxid))
+    if any(t.value[:1] == zktxn.FOREIGN for t in txns):
+        return zktree.HistoryTree().follow(txns).snapshot()
     return zksnap.write_snapshot(nodes)
 
 
@@ -159,10 +166,16 @@ def decode_snap_data(data: bytes | None) -> list[tuple[int, bytes]]:
 
 
 def encode_request_data(session: int, cxid: int, op: int, path: str) -> bytes:
+    """REQUEST's data of a sync as ZooKeeper's Learner.request writes it: `encode_request` with the record
+    ``ustring path``."""
+    return encode_request(session, cxid, op, jute.ustring("path", path))
+
+
+def encode_request(session: int, cxid: int, op: int, record: bytes) -> bytes:
     """REQUEST's data as ZooKeeper's Learner.request writes it: ``long sessionId, int cxid, int type``, then the
-    request's record; for sync (and the requests zabref sends, sync only) that record is ``ustring path``."""
+    request's record as the client sent it."""
     return _REQUEST_HEADER.pack(jute.check_long("sessionId", session), jute.check_int("cxid", cxid),
-                                jute.check_int("type", op)) + jute.ustring("path", path)
+                                jute.check_int("type", op)) + bytes(record)
 
 
 def decode_request_data(data: bytes | None) -> tuple[int, int, int, bytes]:

@@ -42,7 +42,7 @@ from zabref.core import jute
 from zabref.core.jute import Cursor, Short
 
 __all__ = ["SIGNATURE", "STAT", "Node", "Tree", "TreeReader", "Short", "read_tree", "read_snapshot",
-           "write_snapshot", "SYSTEM_ROOT"]
+           "write_snapshot", "write_stream", "SYSTEM_ROOT"]
 
 SIGNATURE = "BenWasHere"
 #: StatPersisted: czxid, mzxid, ctime, mtime, version, cversion, aversion, ephemeralOwner, pzxid.
@@ -196,11 +196,27 @@ def write_snapshot(nodes: Iterable[tuple[str, bytes, int]]) -> bytes:
     tree = [("", b"", 0, top, len(given) + 1), *((p, d, z, z, 0) for p, d, z in given),
             (SYSTEM_ROOT, b"", 0, 0, 2), (SYSTEM_ROOT + "/config", b"", 0, 0, 0),
             (SYSTEM_ROOT + "/quota", b"", 0, 0, 0)]
-    out = [jute.INT.pack(0), jute.INT.pack(0)]  # no sessions; an empty ACL cache
+    entries = []
     for i, (path, data, czxid, pzxid, children) in enumerate(tree):
         if 0 < i <= len(given) and (not path.startswith("/") or path.count("/") != 1 or path == SYSTEM_ROOT):
             raise ValueError(f"{path!r}: a node of a written snapshot is a child of the root outside {SYSTEM_ROOT}")
-        stat = STAT.pack(czxid, czxid, 0, 0, 0, children, 0, 0, pzxid)
-        out.append(jute.ustring("path", path) + jute.buffer("data", data) + jute.LONG.pack(-1) + stat)
+        entries.append((path, data, -1, (czxid, czxid, 0, 0, 0, children, 0, 0, pzxid)))
+    return write_stream((), {}, entries)
+
+
+def write_stream(sessions: Iterable[tuple[int, int]], acls: dict[int, list[tuple[int, str, str]]],
+                 nodes: Iterable[tuple[str, bytes | None, int, tuple[int, ...]]]) -> bytes:
+    """The stream after a SNAP packet, with the signature: ``sessions`` (id, timeout), the ACL cache (key -> its
+    ACLs, each perms, scheme, id), then ``nodes`` (path, "" for the root; data; ACL key, -1 for world:anyone with
+    every permission; the nine StatPersisted fields), each after its parent."""
+    given = list(sessions)
+    out = [jute.INT.pack(len(given)), *(jute.LONG.pack(s) + jute.INT.pack(t) for s, t in given),
+           jute.INT.pack(len(acls))]
+    for key, acl in acls.items():
+        out.append(jute.LONG.pack(key) + jute.INT.pack(len(acl)))
+        out += (jute.INT.pack(perms) + jute.ustring("ACL scheme", scheme) + jute.ustring("ACL id", ident)
+                for perms, scheme, ident in acl)
+    for path, data, key, stat in nodes:
+        out.append(jute.ustring("path", path) + jute.buffer("data", data) + jute.LONG.pack(key) + STAT.pack(*stat))
     out.append(jute.ustring("path", "/") + jute.ustring("signature", SIGNATURE))
     return b"".join(out)

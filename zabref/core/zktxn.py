@@ -62,8 +62,8 @@ from typing import Any
 from zabref.core import jute
 from zabref.errors import CodecError
 
-__all__ = ["TxnReader", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "node_of", "encode_create", "encode_value",
-           "decode_value", "decode_txn", "read_form"]
+__all__ = ["TxnReader", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "node_of", "encode_create", "carries_zxid",
+           "encode_value", "decode_value", "decode_txn", "read_form"]
 
 #: ZooKeeper's OpCode.create.
 OP_CREATE = 1
@@ -123,11 +123,16 @@ def encode_create(zxid: int, path: str, data: bytes, *, time_ms: int = 0, sessio
                      jute.INT.pack(jute.check_int("parentCVersion", parent_cversion))))
 
 
+def carries_zxid(value: bytes, zxid: int) -> bool:
+    """Whether ``value`` (a `FOREIGN` one) holds a transaction header whose zxid is ``zxid``."""
+    return len(value) >= 1 + _HEADER.size and _HEADER.unpack_from(value, 1)[2] == zxid
+
+
 def encode_value(zxid: int, value: bytes) -> bytes:
     """PROPOSAL's data for transaction ``[zxid, value]`` (the module docstring): the create of its node, or a
     ZooKeeper leader's transaction as it came."""
     if value[:1] == FOREIGN:
-        if len(value) < 1 + _HEADER.size or _HEADER.unpack_from(value, 1)[2] != zxid:
+        if not carries_zxid(value, zxid):
             raise ValueError(f"a ZooKeeper transaction kept as the value of {zxid:#x} is another zxid's")
         return bytes(value[1:])
     return encode_create(zxid, node_of(zxid), value)

@@ -61,7 +61,7 @@ from zabref.core.node import Node
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import HANDLERS
 from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
-from zabref.net import clientport, peers, votes, wire, zkwire
+from zabref.net import clientport, peers, votes, wire, zkclientport, zkwire
 from zabref.net.security import Guard
 from zabref.runtime import control
 from zabref.runtime.actionlog import ActionLog
@@ -154,6 +154,8 @@ class Server(PeerLinks):
         await self.listen("quorum_port", self._accept_quorum)
         await self.listen("election_port", self._accept_votes)
         await self.listen("client_port", self.client_port.handle)
+        if self.me.zk_client_port is not None:
+            await self.listen("zk_client_port", zkclientport.ZkClientPort(self, self.sid).handle)
         if self.control_token is not None:
             await self.listen("control_port", control.ControlPort(self, self.control_token).handle,
                               host=self.me.control_host, limit=control.MAX_LINE)

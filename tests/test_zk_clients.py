@@ -1,0 +1,132 @@
+"""ZooKeeper's client protocol at zabref servers (`zabref.net.zkclientport`, `zabref.core.zkclients`): kazoo, a
+ZooKeeper client unchanged, drives a zabref ensemble as it would drive ZooKeeper's -- its session, creates (plain,
+sequential, in a multi), setData, delete and their errors, reads, sync, and a session taken again after its
+connection dropped. tests/test_zk_mixed.py has a zabref follower of a real ZooKeeper leader serve kazoo the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
+from test_zk_mixed import kazoo_at
+
+from zabref.config import parse_config
+from zabref.core.packets import ServerState
+from zabref.core.zab import ZabState
+from zabref.net import wire, zkclientwire
+from zabref.net.ports import find_free_base_port, release_base_port
+from zabref.runtime.drivers import NormalDriver
+from zabref.runtime.server import Server
+
+
+def _config(base: int, folder) -> str:
+    servers = "".join(f"[[server]]\nid = {i + 1}\nhost = \"127.0.0.1\"\nquorum_port = {base + 10 * i}\n"
+                      f"election_port = {base + 10 * i + 1}\nclient_port = {base + 10 * i + 2}\n"
+                      f"zk_client_port = {base + 10 * i + 3}\ndata_dir = \"{folder}/{i + 1}\"\n" for i in (0, 1, 2))
+    return f"[cluster]\ntick_ms = 100\ninit_limit = 10\nsync_limit = 5\n\n{servers}"
+
+
+def _raw_connect(port: int, last_zxid_seen: int) -> bytes:
+    """A ConnectRequest by hand; the server's first answer (b"" when it closed without one)."""
+    body = struct.pack(">iqiq", 0, last_zxid_seen, 10000, 0) + struct.pack(">i", 16) + b"\x00" * 16 + b"\x00"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(wire.frame(body))
+        return s.recv(4096)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_kazoo_drives_a_zabref_ensemble(tmp_path) -> None:
+    base = find_free_base_port(3)
+    config = parse_config(_config(base, tmp_path), str(tmp_path / "zk.toml"))
+    servers = [Server(config, sid, NormalDriver(0.1)) for sid in config.sids]
+
+    def port(sid: int) -> int:
+        return config.server(sid).zk_client_port
+
+    def writes(c: KazooClient) -> tuple:
+        c.create("/a", b"x")
+        stat = c.set("/a", b"y", version=0)
+        seq = [c.create("/a/s-", b"", sequence=True) for _ in range(2)]
+        errors = []
+        for call in (lambda: c.create("/a", b"again"), lambda: c.delete("/none"),
+                     lambda: c.set("/a", b"z", version=7), lambda: c.delete("/a")):
+            try:
+                call()
+            except Exception as e:  # noqa: BLE001 -- the exception's class is what is compared
+                errors.append(type(e))
+        t = c.transaction()
+        t.create("/m", b"1")
+        t.create("/m/c", b"2")
+        done = t.commit()
+        t = c.transaction()
+        t.create("/n", b"")
+        t.delete("/m")
+        failed = [type(r) for r in t.commit()]
+        c.delete(seq[0])
+        return stat.version, seq, errors, done, failed
+
+    def reads(c: KazooClient) -> tuple:
+        c.sync("/")
+        data, stat = c.get("/a")
+        return (data, stat.version, stat.numChildren, sorted(c.get_children("/a")), c.exists("/n") is None,
+                c.get("/m/c")[0])
+
+    async def run() -> tuple:
+        tasks = [asyncio.create_task(s.run()) for s in servers]
+        try:
+            for _ in range(200):
+                if all(s.node is not None and s.node.core.zab_state == ZabState.BROADCAST
+                       and s.node.core.state != ServerState.LOOKING for s in servers):
+                    break
+                await asyncio.sleep(0.05)
+            leader = next(s.sid for s in servers if s.node.core.state == ServerState.LEADING)
+            follower = next(s.sid for s in servers if s.sid != leader)
+            # a follower forwards its client's writes to the leader as REQUEST; the leader's client writes directly
+            wrote = await asyncio.to_thread(kazoo_at, port(follower), writes)
+            more = await asyncio.to_thread(kazoo_at, port(leader), lambda c: c.create("/b", b"w"))
+            read = [await asyncio.to_thread(kazoo_at, port(s.sid), reads) for s in servers]
+            # a client that has seen more than a server delivered is refused there (it would read backwards)
+            refused = await asyncio.to_thread(_raw_connect, port(follower), 1 << 40)
+            fresh = await asyncio.to_thread(_raw_connect, port(follower), 0)
+            return wrote, more, read, refused, fresh
+        finally:
+            for s in servers:
+                s.stop()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+
+    try:
+        (version, seq, errors, done, failed), more, read, refused, fresh = asyncio.run(run())
+    finally:
+        release_base_port(base)
+    assert version == 1 and seq == ["/a/s-0000000000", "/a/s-0000000001"] and more == "/b"
+    assert errors == [NodeExistsError, NoNodeError, BadVersionError, NotEmptyError]
+    assert done == ["/m", "/m/c"] and failed == [RolledBackError, NotEmptyError]
+    assert read == [(b"y", 1, 1, ["s-0000000001"], True, b"2")] * 3
+    assert refused == b"" and len(fresh) == 4 + 4 + 4 + 8 + 4 + 16 + 1  # a ConnectResponse with a session
+
+
+def test_connect_and_replies_are_zookeepers_records() -> None:
+    """The records against bytes written by hand from zookeeper.jute."""
+    body = struct.pack(">iqiq", 0, 5, 4000, 0x0100000000000007) + struct.pack(">i", 2) + b"pw" + b"\x01"
+    c = zkclientwire.decode_connect(body)
+    assert (c.last_zxid_seen, c.timeout_ms, c.session, c.passwd, c.read_only) == (5, 4000, 0x0100000000000007, b"pw",
+                                                                                 True)
+    assert zkclientwire.decode_connect(body[:-1]).read_only is False  # before 3.4: no readOnly
+    with pytest.raises(Exception, match="ConnectRequest"):
+        zkclientwire.decode_connect(body[:10])
+    assert zkclientwire.encode_connect_response(4000, 9, b"p") == struct.pack(">iiqi", 0, 4000, 9, 1) + b"p\x00"
+    stat = tuple(range(11))
+    assert zkclientwire.encode_result({"op": "getData", "err": 0, "data": b"d", "stat": stat}) == \
+        struct.pack(">i", 1) + b"d" + zkclientwire.STAT.pack(*stat)
+    assert zkclientwire.encode_result({"op": "exists", "err": -101}) == b""
+    multi = zkclientwire.encode_result({"op": "multi", "err": 0, "ops": [{"op": "error", "err": 0},
+                                                                            {"op": "error", "err": -111}]})
+    assert multi == struct.pack(">i?ii", -1, False, 0, 0) + struct.pack(">i?ii", -1, False, -111, -111) + \
+        struct.pack(">i?i", -1, True, -1)
+    assert zkclientwire.encode_reply(-2, 7, 0) == struct.pack(">iqi", -2, 7, 0)

@@ -1,0 +1,183 @@
+"""ZooKeeper's data tree of a history (`zabref.core.zktree`) and a forwarded write prepared against it
+(`zabref.core.zkprep`): the transactions ZooKeeper's PrepRequestProcessor would propose, its errors among them, and
+the tree they leave, as its snapshot stream. tests/test_zk_mixed.py holds the same against real ZooKeeper
+followers, whose clients get the answers."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from zabref.core import jute, payloads, zksnap, zktxn
+from zabref.core.types import Txn
+from zabref.core.zkprep import RequestRefused, prepare, valid_path
+from zabref.core.zktree import ERR, DataTree, HistoryTree, fields
+from zabref.errors import CodecError
+
+E1 = 1 << 32
+OPEN = jute.INT.pack(1) + jute.INT.pack(31) + jute.ustring("s", "world") + jute.ustring("i", "anyone")
+OP = {"create": 1, "delete": 2, "setData": 5, "setACL": 7, "check": 13, "multi": 14, "create2": 15,
+      "createContainer": 19, "createTTL": 21}
+
+
+def create(path: str, data: bytes = b"v", flags: int = 0, acl: bytes = OPEN) -> bytes:
+    return jute.ustring("path", path) + jute.buffer("data", data) + acl + jute.INT.pack(flags)
+
+
+def set_data(path: str, data: bytes, version: int = -1) -> bytes:
+    return jute.ustring("path", path) + jute.buffer("data", data) + jute.INT.pack(version)
+
+
+def delete(path: str, version: int = -1) -> bytes:
+    return jute.ustring("path", path) + jute.INT.pack(version)
+
+
+def multi(*ops: tuple[str, bytes]) -> bytes:
+    head = struct.Struct(">i?i")
+    return b"".join(head.pack(OP[name], False, -1) + rec for name, rec in ops) + head.pack(-1, True, -1)
+
+
+class Leader:
+    """A leader's history and its tree: each write prepared at the next zxid, then appended (as ClientRequest)."""
+
+    def __init__(self) -> None:
+        self.history: list[Txn] = []
+        self.tree = HistoryTree()
+
+    def own(self, value: bytes) -> int:
+        self.history.append(Txn(E1 | len(self.history) + 1, value))
+        return self.history[-1].zxid
+
+    def write(self, op: str, record: bytes, session: int = 0x100, cxid: int = 1) -> dict:
+        zxid = E1 | len(self.history) + 1
+        txn = prepare(self.tree.follow(self.history), session, cxid, OP[op], record, zxid)
+        self.history.append(Txn(zxid, zktxn.FOREIGN + txn))
+        return zktxn.decode_txn(txn, "prepared")
+
+    @property
+    def nodes(self) -> dict:
+        return self.tree.follow(self.history).nodes
+
+
+def test_a_create_is_zookeepers_create_transaction_and_its_errors_are_error_transactions() -> None:
+    lead = Leader()
+    lead.own(b"zabref's")  # /zabref-1-1: the root's child version 1
+    txn = lead.write("create", create("/a", b"x"), session=0x10000A, cxid=7)
+    assert txn == {"op": "create", "session": "0x10000a", "cxid": 7, "zxid": E1 | 2, "time": 0, "path": "/a",
+                   "data": b"x", "acl": ["world:anyone:31"], "ephemeral": False, "parentCVersion": 2}
+    assert lead.nodes["/a"].data == b"x" and lead.nodes["/"].cversion == 2 and lead.nodes["/"].pzxid == E1 | 2
+    errors = [("create", create("/a")), ("create", create("/none/b")), ("create", create("/e", flags=1)),
+              ("create", create("/t", flags=5)), ("create", create("/b", acl=jute.INT.pack(0))),
+              ("create", create("a")), ("create", create("/a/")), ("create", create("/a//b")),  # parent "/a/"
+              ("create", create("/a/..")), ("create", create("/a/\x01")), ("delete", delete("/none")),
+              ("delete", delete("/a", version=3)), ("setData", set_data("/none", b"y")),
+              ("setData", set_data("/a", b"y", version=1)), ("create", b"\x00\x00"), ("check", delete("/a"))]
+    codes = [lead.write(op, rec)["err"] for op, rec in errors]
+    assert codes == [ERR[c] for c in ("NODEEXISTS", "NONODE", "EPHEMERALONLOCALSESSION", "UNIMPLEMENTED",
+                                      "INVALIDACL", "BADARGUMENTS", "BADARGUMENTS", "NONODE", "BADARGUMENTS",
+                                      "BADARGUMENTS", "NONODE", "BADVERSION", "NONODE", "BADVERSION",
+                                      "MARSHALLINGERROR", "UNIMPLEMENTED")]
+    assert all(t.zxid == E1 | (i + 3) for i, t in enumerate(lead.history[2:]))  # each error took its zxid
+    assert sorted(lead.nodes) == ["/", "/a", "/zabref-1-1", "/zookeeper", "/zookeeper/config", "/zookeeper/quota"]
+
+
+def test_versions_sequential_names_children_and_deletes() -> None:
+    lead = Leader()
+    lead.write("create", create("/p"))
+    assert [lead.write("create", create("/p/s-", flags=2))["path"] for _ in range(2)] == \
+        ["/p/s-0000000000", "/p/s-0000000001"]
+    assert lead.write("setData", set_data("/p", b"1", version=0))["version"] == 1
+    assert lead.write("setData", set_data("/p", b"2"))["version"] == 2
+    assert lead.write("delete", delete("/p"))["err"] == ERR["NOTEMPTY"]
+    assert lead.write("delete", delete("/p/s-0000000000", version=0))["op"] == "delete"
+    assert lead.write("create", create("/p/s-", flags=2))["path"] == "/p/s-0000000002"  # cversion: creates only
+    node = lead.nodes["/p"]
+    assert (node.data, node.version, node.cversion, sorted(node.children)) == \
+        (b"2", 2, 3, ["s-0000000001", "s-0000000002"])
+    # the next version skips -1 (ZOOKEEPER-4743) and wraps as Java's int does
+    lead.nodes["/p"].version = (1 << 31) - 1
+    assert lead.write("setData", set_data("/p", b"3"))["version"] == -(1 << 31)
+    lead.nodes["/p"].version = -2
+    assert lead.write("setData", set_data("/p", b"4"))["version"] == 0
+
+
+def test_a_multi_sees_its_earlier_operations_and_fails_whole() -> None:
+    lead = Leader()
+    txn = lead.write("multi", multi(("create", create("/m")), ("create", create("/m/c")),
+                                    ("setData", set_data("/m", b"w", version=0)), ("check", delete("/m", 1))))
+    assert [o["op"] for o in txn["ops"]] == ["create", "create", "setData", "check"]
+    assert lead.nodes["/m"].data == b"w" and "/m/c" in lead.nodes
+    failed = lead.write("multi", multi(("create", create("/n")), ("delete", delete("/m")),
+                                       ("create", create("/o"))))
+    assert [(o["op"], o.get("err")) for o in failed["ops"]] == \
+        [("create", None), ("error", ERR["NOTEMPTY"]), ("error", ERR["RUNTIMEINCONSISTENCY"])]
+    assert "/n" not in lead.nodes and "/o" not in lead.nodes  # nothing of a failed multi is applied
+    assert lead.write("create", create("/n"))["op"] == "create"  # its creates were rolled back in the prep too
+
+
+def test_session_requests_are_refused_and_garbled_multis_are_marshalling_errors() -> None:
+    with pytest.raises(RequestRefused, match="createSession: a zabref leader tracks no sessions"):
+        prepare(DataTree(), 1, 1, -10, jute.INT.pack(3000), E1 | 1)
+    lead = Leader()
+    assert lead.write("multi", multi(("create", create("/m")))[:-4])["err"] == ERR["MARSHALLINGERROR"]
+    assert lead.write("create", create("/m") + b"\x00")["err"] == ERR["MARSHALLINGERROR"]  # trailing bytes
+
+
+def test_the_history_tree_follows_appends_and_starts_again_when_the_history_was_cut() -> None:
+    lead = Leader()
+    lead.own(b"a")
+    lead.write("create", create("/x"))
+    tree = lead.tree.follow(lead.history)
+    assert lead.tree.follow(lead.history) is tree and lead.tree.count == 2
+    cut = lead.history[:1] + [Txn(E1 | 9, b"b")]  # another transaction in the second place
+    assert sorted(lead.tree.follow(cut).nodes) == ["/", "/zabref-1-1", "/zabref-1-9", "/zookeeper",
+                                                   "/zookeeper/config", "/zookeeper/quota"]
+    assert lead.tree.follow([]).nodes.keys() == DataTree().nodes.keys()
+
+
+def test_ephemerals_and_sessions_of_a_zookeeper_leaders_history() -> None:
+    """Transactions a ZooKeeper leader proposed (kept whole by a zabref follower): a session's ephemeral node goes
+    with its closeSession; the sessions go in the snapshot."""
+    header = struct.Struct(">qiqqi")
+    session = 0x20000B
+    txns = [header.pack(session, 0, E1 | 1, 5, -10) + jute.INT.pack(4000),
+            header.pack(session, 1, E1 | 2, 6, 1) + create("/eph", b"e")[:-4] + b"\x01" + jute.INT.pack(1),
+            header.pack(7, 1, E1 | 3, 7, 1) + create("/keep")[:-4] + b"\x00" + jute.INT.pack(2)]
+    history = [Txn(E1 | i + 1, zktxn.FOREIGN + t) for i, t in enumerate(txns)]
+    tree = HistoryTree().follow(history)
+    assert tree.nodes["/eph"].ephemeral_owner == session and tree.sessions == {session: 4000}
+    stream = tree.snapshot()
+    read = zksnap.read_snapshot(jute.Cursor(stream, "snapshot"))
+    assert read.sessions == 1 and [n.path for n in read.nodes] == ["/", "/eph", "/keep", "/zookeeper",
+                                                                   "/zookeeper/config", "/zookeeper/quota"]
+    tree.apply(fields(Txn(E1 | 4, zktxn.FOREIGN + header.pack(session, 2, E1 | 4, 8, -11) + jute.INT.pack(0))))
+    assert "/eph" not in tree.nodes and "/keep" in tree.nodes and not tree.sessions
+
+
+def test_a_snap_of_a_history_with_zookeepers_transactions_is_the_tree_they_make() -> None:
+    """What a ZooKeeper follower synchronized by a zabref leader's SNAP must hold: the nodes ZooKeeper's clients
+    wrote (not their transactions' bytes under zabref's node names), with their ACLs in the cache; a zabref follower
+    refuses that tree, naming the node it cannot hold."""
+    lead = Leader()
+    lead.own(b"mine")
+    digest = jute.INT.pack(1) + jute.INT.pack(1) + jute.ustring("s", "digest") + jute.ustring("i", "u:h=")
+    lead.write("create", create("/zk", b"x", acl=digest))
+    lead.write("setData", set_data("/zk", b"y"))
+    stream = payloads.encode_snap_data(lead.history)
+    read = zksnap.read_snapshot(jute.Cursor(stream, "snapshot"))
+    assert read.acl_lists == 1
+    assert [(n.path, n.data) for n in read.nodes][:3] == [("/", b""), ("/zabref-1-1", b"mine"), ("/zk", b"y")]
+    with pytest.raises(CodecError, match="node '/zk' .* a zabref server keeps no ZooKeeper data tree"):
+        payloads.decode_snap_data(stream)
+    own = [Txn(E1 | 1, b"a"), Txn(E1 | 2, b"b")]  # zabref's own history: the stream as before, read back whole
+    assert payloads.encode_snap_data(own) == zksnap.write_snapshot([("/zabref-1-1", b"a", E1 | 1),
+                                                                   ("/zabref-1-2", b"b", E1 | 2)])
+
+
+@pytest.mark.parametrize("path, ok", [("/", True), ("/a", True), ("/a/b.c", True), ("/a/...", True), ("", False),
+                                      ("a", False), ("/a/", False), ("//a", False), ("/a/.", False),
+                                      ("/./a", False), ("/a/\x7f", False), ("/a/\ue000", False), ("/\U0001f600", False),
+                                      ("/a\x00", False)])
+def test_paths_as_zookeepers_path_utils_reads_them(path: str, ok: bool) -> None:
+    assert valid_path(path) is ok

@@ -1,0 +1,159 @@
+"""ZooKeeper's client protocol's decisions for a `zabref.core.node.Node`: a ZooKeeper client's writes and reads.
+
+Theory of operation
+-------------------
+A ZooKeeper client (kazoo, ZooKeeper's Java client) connected to a zabref server (`zabref.net.zkclientport`) is
+served as ZooKeeper serves it, and its requests take the paths ZooKeeper's do:
+
+* **A write** (create, delete, setData, setACL, multi) at the leader is prepared as the transaction ZooKeeper's
+  leader would propose (`zabref.core.zkprep`, against the tree of the leader's whole history: `Node.zk_tree`) and
+  proposed by ClientRequest with that transaction as its value. At a follower it is forwarded to the leader as
+  REQUEST on the quorum connection, as ZooKeeper's FollowerRequestProcessor does (``sessionId, cxid, type`` and the
+  request's record), so a zabref follower's client writes through a ZooKeeper leader as well as a zabref one, and
+  the leader prepares it the same way. Either way the request waits, keyed by its session and cxid (which the
+  transaction's header carries), until this server delivers that transaction, and is answered with what applying
+  it gave (the created path, the node's Stat, ZooKeeper's error code of an error transaction, a multi's results):
+  the tree of this server's delivered transactions (`zk_applied`) is brought up to date only while such a request
+  waits or a read comes, so a server with no ZooKeeper client pays nothing per write.
+* **A read** (getData, exists, getChildren) is answered from that delivered tree, with the last delivered zxid;
+  **a sync** is the node's own `client_sync` (ZabSync.tla's steps at a follower).
+* A request that cannot be served now (no established leader) or that is not answered within
+  ``Timing.submit_timeout_s`` is answered with an error the port turns into a closed connection, which a ZooKeeper
+  client reads as a connection loss (the outcome of a write is then unknown to it, as with ZooKeeper).
+
+Sessions are the port's (local sessions: nothing of them is a transaction; `zabref.net.zkclientport`). Answers are
+dicts: ``{"zk": {"err": code, "zxid": z, "op": name, ...}}`` (a result's fields: ``path``, ``stat``, ``data``,
+``children``, ``ops``) or the node's usual ``{"error": text, "retry": bool}``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from zabref.core import payloads, zkprep, zktree, zktxn
+from zabref.core.effects import Effects, EffectsBuilder, Timing, refused
+from zabref.core.packets import AuthId, PacketType, QuorumPacket, ServerState
+from zabref.core.zab import Output, ZabCore, ZabState
+
+__all__ = ["ZkClients", "WRITES", "READS"]
+
+#: The write requests a ZooKeeper client sends that this server serves (ZooKeeper's OpCode).
+WRITES = frozenset({1, 2, 5, 7, 14, 15, 19, 20})
+#: getData, exists, getChildren, getChildren2.
+READS = {4: "getData", 3: "exists", 8: "getChildren", 12: "getChildren2"}
+
+
+class ZkClients:
+    """The ZooKeeper-client half of `Node` (module docstring)."""
+
+    # What it uses of its node, which sets them (`zabref.core.node.Node.__init__`): declared for the type checker.
+    sid: int
+    timing: Timing
+    core: ZabCore
+    leader_lost: bool
+    zk_tree: zktree.HistoryTree
+    zk_applied: zktree.HistoryTree
+    _zk_waiting: dict[tuple[int, int], tuple[int, float]]
+
+    if TYPE_CHECKING:
+        def _core(self, out: EffectsBuilder, output: Output, now: float, action: str | None,
+                  packet: QuorumPacket | None = None, tag: int | None = None, **params: int) -> None: ...
+
+        def _not_serving(self) -> dict[str, Any]: ...
+
+    def zk_write(self, rid: int, session: int, cxid: int, op: int, record: bytes, now: float,
+                 client: str = "") -> Effects:
+        """A ZooKeeper client's write (``op`` one of `WRITES`, ``record`` its request's record), answered once this
+        server delivers its transaction. ``client``: its address, the ``ip`` identity a forwarded REQUEST carries
+        as ZooKeeper's does (a ZooKeeper leader checks ACLs against a request's identities, and reads none from a
+        REQUEST without them)."""
+        out = EffectsBuilder()
+        core = self.core
+        key = (session, cxid)
+        if key in self._zk_waiting:
+            out.answers.append((rid, refused(f"request {cxid} of session {session:#x} is already waiting", False)))
+        elif core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST:
+            self._zk_waiting[key] = (rid, now + self.timing.submit_timeout_s)
+            self.zk_propose(out, session, cxid, op, record, now)
+        elif core.state == ServerState.FOLLOWING and core.zab_state == ZabState.BROADCAST and not self.leader_lost:
+            self._zk_waiting[key] = (rid, now + self.timing.submit_timeout_s)
+            data = payloads.encode_request(session, cxid, op, record)
+            out.send.append((core.leader, QuorumPacket(PacketType.REQUEST, -1, data, (AuthId("ip", client),))))
+        else:
+            out.answers.append((rid, self._not_serving()))
+        return out.build()
+
+    def zk_propose(self, out: EffectsBuilder, session: int, cxid: int, op: int, record: bytes, now: float) -> None:
+        """ClientRequest of the transaction ZooKeeper's leader would propose for a ZooKeeper client's write: this
+        leader's own client's, or one a learner forwarded (`leader_process_request`). `zkprep.RequestRefused` for a
+        session's request."""
+        core = self.core
+        txn = zkprep.prepare(self.zk_tree.follow(core.history), session, cxid, op, record, core.next_zxid())
+        self._core(out, core.client_request(zktxn.FOREIGN + txn), now, "ClientRequest", i=self.sid)
+
+    def zk_read(self, op: int, path: str) -> dict[str, Any]:
+        """A read (`READS`) of the tree of the transactions delivered here."""
+        core = self.core
+        tree = self.zk_applied.follow(core.history, core.last_committed)
+        zxid = core.history[core.last_committed - 1].zxid if core.last_committed else 0
+        node = tree.nodes.get(path)
+        if node is None:
+            return {"zk": {"err": zktree.ERR["NONODE"], "zxid": zxid, "op": READS[op]}}
+        result: dict[str, Any] = {"err": 0, "zxid": zxid, "op": READS[op], "stat": node.stat()}
+        if op == 4:
+            result["data"] = node.data
+        elif op in (8, 12):
+            result["children"] = sorted(node.children)
+        return {"zk": result}
+
+    def _zk_delivered(self, out: EffectsBuilder) -> None:
+        """Answer the ZooKeeper clients' writes whose transactions were just delivered (module docstring)."""
+        if not self._zk_waiting:
+            return
+        core = self.core
+
+        def applied(txn: dict[str, Any], err: int) -> None:
+            session = int(txn["session"], 16)
+            key = (session - (1 << 64) if session >= 1 << 63 else session, txn["cxid"])
+            waiting = self._zk_waiting.pop(key, None)
+            if waiting is not None:
+                out.answers.append((waiting[0], {"zk": _result(self.zk_applied.tree, txn, err)}))
+
+        self.zk_applied.follow(core.history, core.last_committed, applied)
+
+    def _zk_role_changed(self, out: EffectsBuilder) -> None:
+        """This server stopped leading or following: a waiting write's transaction may never come (module
+        docstring); its client learns now that the outcome is unknown."""
+        for (session, cxid), (rid, _) in self._zk_waiting.items():
+            out.answers.append((rid, refused(f"server {self.sid} changed its role before request {cxid} of session "
+                                              f"{session:#x} was delivered: outcome unknown", False)))
+        self._zk_waiting.clear()
+
+    def _zk_expire(self, out: EffectsBuilder, now: float) -> None:
+        for key, (rid, deadline) in list(self._zk_waiting.items()):
+            if deadline <= now:
+                del self._zk_waiting[key]
+                out.answers.append((rid, refused(f"request {key[1]} of session {key[0]:#x} was not delivered "
+                                                  f"within {self.timing.submit_timeout_s:g} s: outcome unknown",
+                                                  False)))
+
+
+def _result(tree: zktree.DataTree, txn: dict[str, Any], err: int) -> dict[str, Any]:
+    """What a ZooKeeper server answers for a transaction it just applied (its FinalRequestProcessor)."""
+    op = txn["op"]
+    out: dict[str, Any] = {"err": err, "zxid": txn["zxid"], "op": op}
+    if op == "multi":  # its failure is in its results: the reply's err stays 0 (FinalRequestProcessor)
+        failed = any(o["op"] == "error" for o in txn["ops"])
+        out["err"] = 0
+        out["ops"] = [_op_result(tree, o, failed) for o in txn["ops"]]
+    elif err == 0 and op != "error":
+        out.update(_op_result(tree, txn, False))
+    return out
+
+
+def _op_result(tree: zktree.DataTree, op: dict[str, Any], failed: bool) -> dict[str, Any]:
+    if failed or op["op"] == "error":
+        return {"op": "error", "err": int(op.get("err", 0))}
+    node = tree.nodes.get(op.get("path", ""))
+    stat = node.stat() if node is not None else None
+    return {"op": op["op"], "path": op.get("path"), "stat": stat}

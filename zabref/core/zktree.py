@@ -1,0 +1,233 @@
+"""ZooKeeper's data tree as its transactions leave it: what a zabref leader prepares a ZooKeeper client's write
+against, and what its SNAP gives a ZooKeeper follower when its history holds ZooKeeper's transactions. Sans-IO.
+
+Theory of operation
+-------------------
+zabref's state is a history of transactions, not a tree: its own transactions each create a node of their own
+(`zabref.core.zktxn`), so the tree they make is the history itself, one node per transaction. A ZooKeeper client's
+write forwarded to a zabref leader by a ZooKeeper follower (REQUEST; `zabref.core.zkprep`) is different: whether a
+create fails because the node exists, which version a setData writes, the name of a sequential node, all depend on
+the tree every earlier transaction made. `DataTree` applies transactions as ZooKeeper's ``DataTree.processTxn``
+does (create with the parent's child version ``parentCVersion``, -1 meaning one more; delete; setData; setACL;
+check; error; a multi applied whole or, when one of its operations is an error, not at all; closeSession deleting
+the session's ephemeral nodes), one transaction being the dict `zktxn.decode_txn` reads, or zabref's own value
+(`fields`). `HistoryTree` keeps one tree up to date with a history that grows by appends, starting again when the
+history it followed was cut (its last applied zxid is no longer where it was: a zxid names one transaction).
+
+What it does not do: watches, quotas, the digest (a ZooKeeper follower compares none when the transaction carries
+none), ACL checks (zabref's clients hold no credentials: no request is refused for its ACL), sessions' expiry (a
+zabref leader tracks no session: `zabref.core.zkprep` refuses an ephemeral node, as ZooKeeper does for a local
+session), containers' and TTL nodes' removal (ZooKeeper's ContainerManager runs on its leader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from zabref.core import zksnap, zktxn
+from zabref.core.types import Txn
+
+__all__ = ["ZNode", "DataTree", "HistoryTree", "fields", "parent_of", "OPEN_ACL", "CONTAINER_OWNER", "ERR"]
+
+#: world:anyone with every permission: ZooKeeper's OPEN_ACL_UNSAFE, its snapshot's ACL key -1.
+OPEN_ACL = ("world:anyone:31",)
+#: The ephemeral owner ZooKeeper gives a container node (EphemeralType.CONTAINER_EPHEMERAL_OWNER).
+CONTAINER_OWNER = -(1 << 63)
+#: ZooKeeper's KeeperException.Code values this package names.
+ERR = {"OK": 0, "RUNTIMEINCONSISTENCY": -2, "MARSHALLINGERROR": -5, "UNIMPLEMENTED": -6, "BADARGUMENTS": -8,
+       "NONODE": -101, "BADVERSION": -103, "NOCHILDRENFOREPHEMERALS": -108, "NODEEXISTS": -110, "NOTEMPTY": -111,
+       "INVALIDACL": -114, "EPHEMERALONLOCALSESSION": -120}
+_CREATES = ("create", "create2", "createContainer", "createTTL")
+
+
+@dataclass(slots=True)
+class ZNode:
+    """A node: its data, ACL (``scheme:id:perms`` each), ZooKeeper's StatPersisted, and its children's names."""
+
+    data: bytes | None
+    acl: tuple[str, ...]
+    czxid: int
+    mzxid: int
+    pzxid: int
+    ctime: int = 0
+    mtime: int = 0
+    version: int = 0
+    cversion: int = 0
+    aversion: int = 0
+    ephemeral_owner: int = 0
+    children: set[str] = field(default_factory=set)
+
+    def copy(self) -> ZNode:
+        return replace(self, children=set(self.children))
+
+    def stat(self) -> tuple[int, ...]:
+        """ZooKeeper's Stat, as a client reads it: czxid, mzxid, ctime, mtime, version, cversion, aversion,
+        ephemeralOwner, dataLength, numChildren, pzxid."""
+        return (self.czxid, self.mzxid, self.ctime, self.mtime, self.version, self.cversion, self.aversion,
+                self.ephemeral_owner, len(self.data or b""), len(self.children), self.pzxid)
+
+
+def parent_of(path: str) -> str:
+    """The parent's path ("/" for a child of the root)."""
+    return path[: path.rfind("/")] or "/"
+
+
+def fields(txn: Txn) -> dict[str, Any]:
+    """Transaction ``txn`` as `zktxn.decode_txn` reads one: zabref's own value as the create of its node."""
+    if txn.value[:1] == zktxn.FOREIGN:
+        return zktxn.decode_txn(txn.value[1:], f"the ZooKeeper transaction {txn.zxid:#x}")
+    return {"op": "create", "session": "0x0", "cxid": 0, "zxid": txn.zxid, "time": 0, "path": zktxn.node_of(txn.zxid),
+            "data": txn.value, "acl": list(OPEN_ACL), "ephemeral": False, "parentCVersion": -1}
+
+
+def _session(txn: dict[str, Any]) -> int:
+    """The header's session as a signed long (`zktxn.decode_txn` gives it as unsigned hex)."""
+    s = int(txn["session"], 16)
+    return s - (1 << 64) if s >= 1 << 63 else s
+
+
+class DataTree:
+    """The nodes (by path, the root "/"), each session's ephemeral nodes and the sessions; a new tree is a fresh
+    server's: the root, ``/zookeeper``, its ``config`` and ``quota``."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, ZNode] = {}
+        self.ephemerals: dict[int, set[str]] = {}
+        self.sessions: dict[int, int] = {}  # session -> timeout (ms), from createSession to closeSession
+        self.last_zxid = 0
+        for path in ("/", zksnap.SYSTEM_ROOT, zksnap.SYSTEM_ROOT + "/config", zksnap.SYSTEM_ROOT + "/quota"):
+            self.nodes[path] = ZNode(b"", OPEN_ACL, 0, 0, 0)
+            if path != "/":
+                self.nodes[parent_of(path)].children.add(path.rsplit("/", 1)[1])
+
+    def apply(self, txn: dict[str, Any]) -> int:
+        """Apply one transaction (ZooKeeper's processTxn): the error code its result carries (0: applied)."""
+        self.last_zxid = max(self.last_zxid, txn["zxid"])
+        return self._apply(txn["op"], txn, txn["zxid"], txn["time"], _session(txn))
+
+    def _apply(self, op: str, rec: dict[str, Any], zxid: int, time: int, session: int) -> int:
+        if op in _CREATES:
+            owner = (session if rec.get("ephemeral") else 0) if op in ("create", "create2") else \
+                CONTAINER_OWNER if op == "createContainer" else (0xFF << 56 | rec["ttl"]) - (1 << 64)
+            return self._create(rec["path"], rec["data"], tuple(rec["acl"]), owner, rec["parentCVersion"], zxid, time)
+        if op in ("delete", "deleteContainer"):
+            return self._delete(rec["path"], zxid)
+        if op in ("setData", "reconfig"):
+            node = self.nodes.get(rec["path"])
+            if node is None:
+                return ERR["NONODE"]
+            node.data, node.mtime, node.mzxid, node.version = rec["data"], time, zxid, rec["version"]
+            return 0
+        if op == "setACL":
+            node = self.nodes.get(rec["path"])
+            if node is None:
+                return ERR["NONODE"]
+            node.acl, node.aversion = tuple(rec["acl"]), rec["version"]
+            return 0
+        if op == "createSession":
+            self.sessions[session] = int(rec["timeout"])
+            return 0
+        if op == "closeSession":
+            self.sessions.pop(session, None)
+            owned = self.ephemerals.pop(session, set())
+            for path in sorted(set(rec.get("paths2Delete") or ()) | owned, key=len, reverse=True):
+                self._delete(path, zxid)
+            return 0
+        if op == "error":
+            return int(rec["err"])
+        if op == "multi":
+            if any(o["op"] == "error" for o in rec["ops"]):
+                return next(int(o.get("err", 0)) for o in rec["ops"] if o["op"] == "error" and o.get("err", 0))
+            for o in rec["ops"]:
+                err = self._apply(o["op"], o, zxid, time, session)
+                if err:
+                    return err
+            return 0
+        return 0  # check: nothing in the tree
+
+    def _create(self, path: str, data: bytes | None, acl: tuple[str, ...], owner: int, parent_cversion: int,
+                zxid: int, time: int) -> int:
+        parent = self.nodes.get(parent_of(path))
+        if parent is None:
+            return ERR["NONODE"]
+        if path in self.nodes:
+            return ERR["NODEEXISTS"]
+        if parent_cversion == -1:
+            parent_cversion = parent.cversion + 1
+        if parent_cversion > parent.cversion:
+            parent.cversion, parent.pzxid = parent_cversion, zxid
+        parent.children.add(path.rsplit("/", 1)[1])
+        self.nodes[path] = ZNode(data, acl, zxid, zxid, zxid, time, time, ephemeral_owner=owner)
+        if owner > 0:
+            self.ephemerals.setdefault(owner, set()).add(path)
+        return 0
+
+    def _delete(self, path: str, zxid: int) -> int:
+        parent = self.nodes.get(parent_of(path))
+        if parent is None:
+            return ERR["NONODE"]
+        parent.children.discard(path.rsplit("/", 1)[1])
+        parent.pzxid = max(parent.pzxid, zxid)
+        node = self.nodes.pop(path, None)
+        if node is None:
+            return ERR["NONODE"]
+        if node.ephemeral_owner > 0:
+            self.ephemerals.get(node.ephemeral_owner, set()).discard(path)
+        return 0
+
+    def snapshot(self) -> bytes:
+        """The tree as the stream a ZooKeeper leader writes after SNAP (`zksnap.write_stream`): parents first."""
+        lists: dict[tuple[str, ...], int] = {}
+        order: list[tuple[str, ZNode]] = []
+        stack = ["/"]
+        while stack:
+            path = stack.pop()
+            node = self.nodes[path]
+            order.append((path, node))
+            stack.extend(sorted(((path.rstrip("/") + "/" + c) for c in node.children), reverse=True))
+        entries = []
+        for path, n in order:
+            key = -1 if n.acl == OPEN_ACL else lists.setdefault(n.acl, len(lists) + 1)
+            entries.append(("" if path == "/" else path, n.data, key, (n.czxid, n.mzxid, n.ctime, n.mtime, n.version,
+                                                                       n.cversion, n.aversion, n.ephemeral_owner,
+                                                                       n.pzxid)))
+        acls = {key: [_acl_parts(a) for a in acl] for acl, key in lists.items()}
+        return zksnap.write_stream(sorted(self.sessions.items()), acls, entries)
+
+
+def _acl_parts(acl: str) -> tuple[int, str, str]:
+    """``scheme:id:perms`` (an id may hold colons: digest's ``user:hash``) -> (perms, scheme, id)."""
+    scheme, rest = acl.split(":", 1)
+    ident, perms = rest.rsplit(":", 1)
+    return int(perms), scheme, ident
+
+
+class HistoryTree:
+    """One `DataTree` kept equal to the tree of a history's transactions (module docstring)."""
+
+    __slots__ = ("tree", "count", "last")
+
+    def __init__(self) -> None:
+        self.tree = DataTree()
+        self.count = 0
+        self.last = 0
+
+    def follow(self, history: Sequence[Txn], count: int | None = None,
+               watch: Callable[[dict[str, Any], int], None] | None = None) -> DataTree:
+        """The tree of ``history[:count]`` (all of it by default), applying what was appended since the last call
+        (from the start if the history was cut); ``watch(txn, err)`` sees each transaction applied now, right after
+        it is applied."""
+        n = len(history) if count is None else count
+        if self.count > n or (self.count and history[self.count - 1].zxid != self.last):
+            self.tree, self.count = DataTree(), 0
+        tree = self.tree
+        for k in range(self.count, n):
+            txn = fields(history[k])
+            err = tree.apply(txn)
+            if watch is not None:
+                watch(txn, err)
+        self.count = n
+        self.last = history[n - 1].zxid if n else 0
+        return tree

@@ -1,0 +1,194 @@
+"""ZooKeeper's client protocol, server side: a ZooKeeper client (kazoo, ZooKeeper's Java client) connects to a zabref
+server's ``zk_client_port`` as to a ZooKeeper server.
+
+Theory of operation
+-------------------
+The port carries; the node decides (`zabref.core.zkclients`: where a write goes and when it is answered, what a read
+sees), through the same `zabref.net.clientport.ClientPortHost` as zabref's own client port, with the same
+``[limits]`` on connections and frames and the same TLS (``client_tls``). A connection is one session:
+
+* **Connect.** The first frame is ConnectRequest (`zabref.net.zkclientwire`). A client that has seen a zxid this
+  server has not delivered yet is refused (the connection closed, as ZooKeeper does: "Refusing session request for
+  client as it has seen zxid ..."), so that it never reads backwards. A session id of 0 asks for a new session:
+  ``sid << 56`` and a counter started from the clock, ZooKeeper's layout, with a random password; a known session
+  with its password is taken again; any other is expired (ConnectResponse with timeout 0, then closed). The timeout
+  is held between 2 and 20 ticks, as ZooKeeper's defaults bound it. Sessions are local: none is a transaction, and
+  a session lives at this server only (another server expires it), like ZooKeeper's local sessions.
+* **Requests** are answered in order: PING; getData, exists, getChildren, getChildren2 (`Node.zk_read`); sync
+  (`Node.client_sync`; answered with the path); create, create2, createContainer, delete, setData, setACL, multi
+  (`Node.zk_write`, keyed by the session and the request's xid, which ZooKeeper's clients number as the cxid);
+  closeSession (answered, the session forgotten, the connection closed). Any other type, and a read that asks to
+  set a watch (no watch is ever triggered here), is answered with UNIMPLEMENTED (-6).
+* **Closing.** A write the node could not answer (no established leader, not delivered in time, a role change
+  before its transaction came) closes the connection, which a client reads as a connection loss, the outcome
+  unknown; a session silent for its timeout is expired; a frame that cannot be read closes the connection. Each
+  close for a reason is logged with the client's address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from zabref.core import zkclients, zktree
+from zabref.core.node import Node
+from zabref.errors import CodecError
+from zabref.net import peers, wire, zkclientwire
+from zabref.net.clientport import FRAME_TIMEOUT, WRITE_TIMEOUT, ClientPortHost
+from zabref.net.security import AuthError, Guard
+
+__all__ = ["ZkClientPort"]
+
+log = logging.getLogger("zabref")
+
+UNIMPLEMENTED = zktree.ERR["UNIMPLEMENTED"]
+
+
+class _Close(Exception):
+    """Close the connection; the message says why (logged)."""
+
+
+class ZkClientPort:
+    """``asyncio.start_server(ZkClientPort(server).handle, ...)``."""
+
+    def __init__(self, server: ClientPortHost, sid: int) -> None:
+        self.server = server
+        self.limits = server.config.limits
+        self.open_connections = 0
+        self.sessions: dict[int, tuple[bytes, int]] = {}  # session -> (password, timeout in ms)
+        self._next = ((time.time_ns() // 1_000_000) << 24 & (1 << 56) - 1) >> 8 | sid << 56  # ZooKeeper's layout
+        tick_ms = server.config.cluster.tick_ms
+        self.timeouts = (2 * tick_ms, 20 * tick_ms)
+
+    @property
+    def _node(self) -> Node:
+        node = self.server.node
+        assert node is not None, "a client port serves a started server"
+        return node
+
+    @peers.quiet_cancel
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        address = writer.get_extra_info("peername")
+        if self.open_connections >= self.limits.client_connections:
+            log.warning("ZooKeeper client connection from %s closed: %d client connections are open already "
+                        "(limits.client_connections)", address, self.open_connections)
+            writer.close()
+            return
+        self.open_connections += 1
+        reason: str | None = None
+        try:
+            await Guard.accept_tls(writer, self.server.guard.client_server, FRAME_TIMEOUT)
+            host = address[0] if isinstance(address, tuple) and address else str(address)
+            await self._serve(reader, writer, host)
+        except _Close as e:
+            reason = str(e)
+        except AuthError as e:
+            reason = str(e)
+        except CodecError as e:
+            reason = f"bad input: {e}"
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            reason = None
+        finally:
+            self.open_connections -= 1
+            writer.close()
+        if reason is not None:
+            log.warning("ZooKeeper client connection from %s closed: %s", address, reason)
+
+    async def _frame(self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder, frames: list[bytes],
+                     timeout: float) -> bytes | None:
+        """The next frame; None when the client closed; _Close after ``timeout`` s of silence."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not frames:
+            try:
+                chunk = await asyncio.wait_for(reader.read(65536), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise _Close(f"nothing from the client within {timeout:g} s") from None
+            if not chunk:
+                decoder.close()
+                return None
+            frames.extend(decoder.feed(chunk))
+        return frames.pop(0)
+
+    async def _send(self, writer: asyncio.StreamWriter, body: bytes) -> None:
+        writer.write(wire.frame(body))
+        try:
+            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+        except TimeoutError:
+            raise _Close(f"the client did not read its answer within {WRITE_TIMEOUT} s") from None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        decoder = wire.FrameDecoder(self.limits.client_frame_bytes, "ZooKeeper client request")
+        frames: list[bytes] = []
+        body = await self._frame(reader, decoder, frames, FRAME_TIMEOUT)
+        if body is None:
+            return
+        connect = zkclientwire.decode_connect(body)
+        node = self._node
+        seen = node.committed_zxid
+        if connect.last_zxid_seen > seen:
+            raise _Close(f"the client has seen zxid {connect.last_zxid_seen:#x}, this server has delivered up to "
+                         f"{seen:#x} only")
+        session, timeout_ms = self._session(connect)
+        if session == 0:
+            await self._send(writer, zkclientwire.encode_connect_response(0, 0, b"\x00" * 16))
+            raise _Close(f"session {connect.session:#x} is not known here: expired")
+        await self._send(writer, zkclientwire.encode_connect_response(timeout_ms, session,
+                                                                        self.sessions[session][0]))
+        while True:
+            body = await self._frame(reader, decoder, frames, timeout_ms / 1000)
+            if body is None:
+                return
+            xid, op, record = zkclientwire.decode_header(body)
+            if op == zkclientwire.OP_CLOSE:
+                self.sessions.pop(session, None)
+                await self._send(writer, zkclientwire.encode_reply(xid, self._node.committed_zxid, 0))
+                return
+            await self._send(writer, await self._answer(session, xid, op, record, host))
+
+    def _session(self, connect: zkclientwire.Connect) -> tuple[int, int]:
+        """(session, timeout) of a connect: a new session, the known one, or (0, 0) for one that expired."""
+        low, high = self.timeouts
+        timeout = min(max(connect.timeout_ms, low), high)
+        if connect.session == 0:
+            session = self._next
+            self._next += 1
+            self.sessions[session] = (os.urandom(16), timeout)
+            return session, timeout
+        known = self.sessions.get(connect.session)
+        if known is None or known[0] != connect.passwd:
+            return 0, 0
+        self.sessions[connect.session] = (known[0], timeout)
+        return connect.session, timeout
+
+    async def _answer(self, session: int, xid: int, op: int, record: bytes, host: str) -> bytes:
+        """The reply to one request (module docstring)."""
+        node = self._node
+        if op == zkclientwire.OP_PING:
+            return zkclientwire.encode_reply(xid, node.committed_zxid, 0)
+        if op in zkclients.READS:
+            path, watch = zkclientwire.decode_path_watch(record, zkclients.READS[op])
+            if watch:
+                return zkclientwire.encode_reply(xid, node.committed_zxid, UNIMPLEMENTED)
+            return self._reply(xid, node.zk_read(op, path))
+        if op == zkclientwire.OP_SYNC:
+            path = zkclientwire.decode_path(record, "sync")
+            answer = await self.server.client(lambda rid, now: node.client_sync(rid, now))
+            if "error" in answer:
+                raise _Close(f"sync: {answer['error']}")
+            return zkclientwire.encode_reply(xid, answer["zxid"], 0, zkclientwire.encode_result(
+                {"op": "sync", "err": 0, "path": path}))
+        if op in zkclients.WRITES:
+            answer = await self.server.client(lambda rid, now: node.zk_write(rid, session, xid, op, record, now, host))
+            return self._reply(xid, answer)
+        return zkclientwire.encode_reply(xid, node.committed_zxid, UNIMPLEMENTED)
+
+    @staticmethod
+    def _reply(xid: int, answer: dict[str, Any]) -> bytes:
+        if "error" in answer:
+            raise _Close(str(answer["error"]))
+        result = answer["zk"]
+        return zkclientwire.encode_reply(xid, result["zxid"], result["err"], zkclientwire.encode_result(result))
