@@ -15,6 +15,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
 from test_zk_mixed import kazoo_at
 
+from conformance.zk.ensemble import four_letter, mode_of
 from zabref.config import parse_config
 from zabref.core.packets import ServerState
 from zabref.core.zab import ZabState
@@ -94,6 +95,12 @@ def test_kazoo_drives_a_zabref_ensemble(tmp_path) -> None:
             # a client that has seen more than a server delivered is refused there (it would read backwards)
             refused = await asyncio.to_thread(_raw_connect, port(follower), 1 << 40)
             fresh = await asyncio.to_thread(_raw_connect, port(follower), 0)
+            # ZooKeeper's four-letter words, as a harness asks them: each server's mode, one last zxid at all
+            modes = {s.sid: await asyncio.to_thread(mode_of, port(s.sid)) for s in servers}
+            zxids = {await asyncio.to_thread(four_letter, port(s.sid)) for s in servers}
+            assert modes[leader] == "leader" and sorted(modes.values()) == ["follower", "follower", "leader"]
+            assert len({z.split("Zxid: ")[1].split()[0] for z in zxids}) == 1
+            assert await asyncio.to_thread(four_letter, port(leader), "ruok") == "imok"
             return wrote, more, read, refused, fresh
         finally:
             for s in servers:

@@ -1,7 +1,7 @@
 """Fault runs on real ZooKeeper (docs/zookeeper.md, "Faults on real ZooKeeper"): schedules parsed and refused,
 random schedules reproducible, and -- marked slow -- the history checker's inputs built from a real short run of
-Debian's 3.8.0 (each check shown able to fail on them), and ZOOKEEPER-4785 reproduced on 3.8.0 by its scripted
-schedule.
+Debian's 3.8.0 (each check shown able to fail on them), ZOOKEEPER-4785 reproduced on 3.8.0 by its scripted
+schedule, and a mixed ensemble (a zabref server among ZooKeeper's) under faults, with a seeded bug of zabref caught.
 """
 
 from __future__ import annotations
@@ -26,13 +26,15 @@ from conformance.zk.schedule import ScheduleError, load_schedule, parse_schedule
 
 
 def test_builtin_schedules_parse_for_their_ensembles():
-    for bug, servers in [(r.schedule or r.bug, r.servers) for r in MATRIX] + [("power-loss-all", 3)]:
+    for bug, servers in [(r.schedule or r.bug, r.servers) for r in MATRIX] + [("power-loss-all", 3),
+                                                                              ("mixed-follower", 3)]:
         steps = load_schedule(builtin_schedule(bug), servers)
         assert steps and all(s.index == i for i, s in enumerate(steps))
     steps = load_schedule(builtin_schedule("zookeeper-4925"), 5)
     assert [s.op for s in steps[:2]] == ["writes", "kill"]
     assert steps[1].get("server") == "follower#2" and steps[1].get("as") == "f2"
-    with pytest.raises(ZkError, match="no built-in schedule 'nope'; the built-in ones: power-loss-all, txnlog-hole, zookeeper-4394, zookeeper-4785"):
+    with pytest.raises(ZkError, match="no built-in schedule 'nope'; the built-in ones: mixed-follower, power-loss-all, "
+                                      "txnlog-hole, zookeeper-4394, zookeeper-4785"):
         builtin_schedule("nope")
 
 
@@ -123,6 +125,10 @@ def test_the_command_refuses_a_bad_schedule_before_starting_anything(tmp_path):
     assert result.exit_code == 1
     assert "s.json: step 0 (kill): server 9 is not a server of this ensemble (1..3)" in result.output
     assert not (tmp_path / "run").exists()
+    for ids, why in (("4", "[4]: each id must be one of the 3 servers'"), ("x", "'x': ids separated by commas")):
+        result = CliRunner().invoke(faults, ["--zabref", ids, "--dir", str(tmp_path / "run")])
+        assert result.exit_code == 2 and why in result.output, result.output
+        assert not (tmp_path / "run").exists()
 
 
 # ------------------------------------------------------------------------------------------------ real ZooKeeper
@@ -176,6 +182,47 @@ def test_history_from_a_real_short_run(tmp_path):
     below = zxids[zxids.index(w.zxid) - 1] if zxids.index(w.zxid) else 0
     stale = [dataclasses.replace(x, end=below) if x is after else x for x in r.reads]
     assert check(r.writes, r.delivered, r.samples, stale).stale_reads >= 1
+
+
+@pytest.mark.slow
+def test_a_zabref_follower_in_a_zookeeper_ensemble_under_faults_loses_nothing(tmp_path):
+    """Debian's 3.8.0 as servers 2 and 3, zabref as server 1, the workload (kazoo writers, readers and the sampler)
+    at every server, zabref's ZooKeeper client port included: zabref is killed, restarted (its log read back, a
+    DIFF from the ZooKeeper leader), isolated, paused; a ZooKeeper follower is killed, so that writes commit with
+    zabref's ACK. Every acknowledged write is delivered everywhere, in one order, reads after a sync are not stale,
+    and what zabref delivered is in its log."""
+    from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
+
+    steps = load_schedule(builtin_schedule("mixed-follower"), 3)  # zabref (1) follows throughout
+    r = run_zk_faults(tmp_path / "run", "3.8.0", 3, 1, schedule=steps, calm=0.5, zabref=frozenset({1}),
+                      echo=lambda _: None)
+    assert r.ok, r.summary() + "\n" + "\n".join(r.problems + r.verdict.examples)
+    assert r.verdict.acked >= 100 and r.counts["kill"] == 2 and r.zabref == [1]
+    seqs = list(r.delivered.values())
+    assert len(seqs) == 3 and all(s == seqs[0] for s in seqs)
+    assert {x.server for x in r.reads} == {1, 2, 3} and r.verdict.synced_reads == r.verdict.reads
+    assert "state -> FOLLOWING" in (tmp_path / "run" / "1" / "server.log").read_text()  # zabref's own log
+    # zabref's log is read for the disk check: a delivered write it lacks would be reported
+    from conformance.zk.delivered import read_logged  # noqa: PLC0415
+    logged = {v for _, v in read_logged(tmp_path / "run" / "1", "/zabref-faults")}
+    assert {v for _, v in seqs[0]} <= logged
+
+
+@pytest.mark.slow
+@pytest.mark.deep  # about 4 minutes: the buggy server never serves again, and the run waits out its bounds
+def test_a_mixed_fault_run_catches_a_zabref_follower_that_acks_without_logging(tmp_path, monkeypatch):
+    """The same run with the seeded bug ack_without_logging in the zabref server (its process imports the patched
+    package first): zabref ACKs proposals it never logged, so it delivers none of the writes it acknowledged, and
+    after its restart it never serves again -- the history check finds every acknowledged write missing there."""
+    from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
+    from conformance.replay.seeded import load_bug, patched_package  # noqa: PLC0415
+
+    with patched_package(load_bug("ack_without_logging"), tmp_path) as root:
+        monkeypatch.setenv("PYTHONPATH", str(root))
+        steps = load_schedule(builtin_schedule("mixed-follower"), 3)
+        r = run_zk_faults(tmp_path / "run", "3.8.0", 3, 1, schedule=steps, calm=0.5, zabref=frozenset({1}),
+                          echo=lambda _: None)
+    assert not r.ok and "lost" in r.caught_by, r.summary()
 
 
 @pytest.mark.slow

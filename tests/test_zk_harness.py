@@ -57,6 +57,9 @@ CONFIG = b"server.1=127.0.0.1:2888:3888:participant\nversion=0"
 QUORUM_TABLE = [
     (qp(11, 0x100000000, LEARNER_INFO), False, "FOLLOWERINFO", 0x100000000,
      {"sid": 2, "protocolVersion": "0x10000", "configVersion": 0}),
+    # a zabref learner's (a mixed ensemble): the connection id it appends, which a ZooKeeper leader does not read
+    (qp(11, 0x100000000, LEARNER_INFO + LONG.pack(7)), False, "FOLLOWERINFO", 0x100000000,
+     {"sid": 2, "protocolVersion": "0x10000", "configVersion": 0, "zabrefConnection": 7}),
     (qp(17, 0x200000000, INT.pack(0x10000)), True, "LEADERINFO", 0x200000000, {"protocolVersion": "0x10000"}),
     (qp(18, 0x100000005, INT.pack(1)), False, "ACKEPOCH", 0x100000005, {"currentEpoch": 1}),
     (qp(18, 0, INT.pack(-1)), False, "ACKEPOCH", 0, {"currentEpoch": -1}),
@@ -99,7 +102,7 @@ def encode_back(name: str, zxid: int, fields: dict) -> bytes:
     ptype = {"FOLLOWERINFO": 11, "LEADERINFO": 17, "ACKEPOCH": 18, "NEWLEADER": 10, "DIFF": 13, "TRUNC": 14,
              "UPTODATE": 12, "ACK": 3, "COMMIT": 4}[name]
     data = {"FOLLOWERINFO": lambda f: LONG.pack(f["sid"]) + INT.pack(int(f["protocolVersion"], 16))
-            + LONG.pack(f["configVersion"]),
+            + LONG.pack(f["configVersion"]) + (LONG.pack(f["zabrefConnection"]) if "zabrefConnection" in f else b""),
             "LEADERINFO": lambda f: INT.pack(int(f["protocolVersion"], 16)),
             "ACKEPOCH": lambda f: INT.pack(f["currentEpoch"]),
             "NEWLEADER": lambda f: f["config"].encode()}.get(name, lambda f: None)(fields)

@@ -125,20 +125,31 @@ def _schedule(spec: str, servers: int):  # noqa: ANN202
               help="Then hold the run's recording against spec/ZabSync.tla (Zab.tla and a client's sync) and its "
                    "election notifications against spec/FastLeaderElection.tla (the `zabref zk validate` plugin, in "
                    "windows); the run passes only if every check does.")
+@click.option("--zabref", "zabref", default="", metavar="IDS",
+              help="Members that are zabref servers, by id (3, or 2,3): a mixed ensemble; its ZooKeeper servers run "
+                   "with local sessions (docs/zookeeper.md, \"A mixed ensemble under faults\").")
 def faults(version: str, servers: str, duration: float, seed: int, schedule: str | None, writers: int,
            rate: float, readers: bool, power_loss: bool, writeback: float, force_sync: bool, folder: str,
-           json_path: str | None, validate: bool) -> None:
+           json_path: str | None, validate: bool, zabref: str) -> None:
     """One fault run on a real ZooKeeper ensemble, checked by the history checker; a verdict line and a report."""
     from conformance.faults.zkrun import run_zk_faults, write_report  # noqa: PLC0415
 
     n = int(servers)
+    try:
+        mixed = frozenset(int(x) for x in zabref.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"{zabref!r}: ids separated by commas, such as 3 or 2,3", param_hint="--zabref") \
+            from None
+    if not mixed <= set(range(1, n + 1)):
+        raise click.BadParameter(f"{sorted(mixed)}: each id must be one of the {n} servers'", param_hint="--zabref")
     try:
         steps = _schedule(schedule, n) if schedule else None
         out = Path(folder)
         if out.exists():
             shutil.rmtree(out)
         result = run_zk_faults(out, version, n, seed, duration, steps, writers=writers, rate=rate, readers=readers,
-                               power_loss=power_loss, writeback=writeback, force_sync=force_sync, echo=click.echo)
+                               power_loss=power_loss, writeback=writeback, force_sync=force_sync, zabref=mixed,
+                               echo=click.echo)
     except (ZkError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e
     report = Path(json_path) if json_path else out / "report.json"

@@ -74,6 +74,7 @@ class ZkRunResult:
     folder: str = ""
     seconds: float = 0.0
     known: list[Sighting] = field(default_factory=list)  # known bugs' marks in the servers' own logs
+    zabref: list[int] = field(default_factory=list)  # members that are zabref servers (a mixed ensemble)
     #: the checker's inputs, kept for a caller that checks again (the tests show each check can fail on them)
     writes: list[Write] = field(default_factory=list, repr=False)
     delivered: dict[int, list[tuple[int, str]]] = field(default_factory=dict, repr=False)
@@ -92,15 +93,21 @@ class ZkRunResult:
                                  "stale_reads", "backward_reads") if getattr(v, name)]
         return out + (["not_durable"] if any(self.not_durable.values()) else [])
 
+    @property
+    def mixed(self) -> str:
+        """`` with zabref servers 3`` for a mixed ensemble, else ''."""
+        return f" with zabref server{'s' if len(self.zabref) > 1 else ''} {','.join(map(str, self.zabref))}" \
+            if self.zabref else ""
+
     def summary(self) -> str:
         nd = sum(len(x) for x in self.not_durable.values())
-        return (f"ZooKeeper {self.version}, {self.servers} servers, seed {self.seed}, {len(self.schedule)} steps "
-                f"in {self.seconds:.1f} s; {self.verdict.summary()}; not durable {nd}")
+        return (f"ZooKeeper {self.version}{self.mixed}, {self.servers} servers, seed {self.seed}, "
+                f"{len(self.schedule)} steps in {self.seconds:.1f} s; {self.verdict.summary()}; not durable {nd}")
 
     def to_json(self) -> dict[str, Any]:
         v = self.verdict
-        return {"ok": self.ok, "version": self.version, "servers": self.servers, "seed": self.seed,
-                "seconds": round(self.seconds, 2), "caught_by": self.caught_by,
+        return {"ok": self.ok, "version": self.version, "servers": self.servers, "zabref": self.zabref,
+                "seed": self.seed, "seconds": round(self.seconds, 2), "caught_by": self.caught_by,
                 "writes": {"acknowledged": v.acked, "refused": v.failed, "unknown": v.unknown,
                            "unknown_delivered": v.unacked_delivered, "delivered": v.delivered},
                 "lost": v.lost, "divergent": v.divergent, "duplicates": v.duplicates, "misplaced": v.misplaced,
@@ -142,16 +149,18 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
                   duration: float = 30.0, schedule: list[Step] | None = None, *, writers: int = 2,
                   rate: float = 0.0, calm: float = 2.0, sample: bool = True, readers: bool = True,
                   power_loss: bool = False, writeback: float | None = 30.0, force_sync: bool = True,
-                  echo: Callable[[str], None] = print) -> ZkRunResult:
+                  zabref: frozenset[int] = frozenset(), echo: Callable[[str], None] = print) -> ZkRunResult:
     """One run; see the module docstring. ``schedule`` None: a random one of ``duration`` seconds from ``seed``.
-    ``rate``: each writer's writes a second at most (0: unpaced)."""
+    ``rate``: each writer's writes a second at most (0: unpaced). ``zabref``: the ids of members that are zabref
+    servers (a mixed ensemble: `conformance.zk.zabrefmember`)."""
     started = time.monotonic()
     steps = schedule if schedule is not None else random_schedule(seed, servers, duration)
     folder = Path(folder)
     z = ProxiedEnsemble(folder, servers, version, power_loss=power_loss, writeback=writeback, force_sync=force_sync,
-                        echo=echo)
-    result = ZkRunResult(z.distribution.version, servers, seed, steps, Verdict(), folder=str(folder))
-    echo(f"zk faults: ZooKeeper {result.version}, {servers} servers, seed {seed}, "
+                        zabref=zabref, echo=echo)
+    result = ZkRunResult(z.distribution.version, servers, seed, steps, Verdict(), folder=str(folder),
+                         zabref=sorted(zabref))
+    echo(f"zk faults: ZooKeeper {result.version}{result.mixed}, {servers} servers, seed {seed}, "
          f"{'scripted' if schedule is not None else 'random'} schedule of {len(steps)} steps; folder {folder}")
     with z.start():
         hosts = ",".join(f"127.0.0.1:{m.client_port}" for m in z.members)

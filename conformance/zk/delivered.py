@@ -19,7 +19,9 @@ so the log holds proposals that may never commit, and a TRUNC from a new leader 
 synchronized by SNAP holds a snapshot and only the log after it. `read_logged` reads the creates under ``root`` from
 the transaction logs (`conformance.zk.disk`) -- what the server *logged* -- which the runner compares with what it
 delivered after the run: a delivered write missing from the log of a server that has no snapshot newer than the
-first log is a write that a restart would lose (the ZOOKEEPER-4785 family), reported beside the history check.
+first log is a write that a restart would lose (the ZOOKEEPER-4785 family), reported beside the history check. A
+zabref member of a mixed ensemble (`conformance.zk.zabrefmember`) is read the same way: through its ZooKeeper client
+port, and on its disk from its own log (``zab.log``), which holds every transaction it logged and no snapshot.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import logging
 from pathlib import Path
 
 from conformance.zk.disk import log_files, read_txn_log
+from zabref.core import zktxn
+from zabref.storage.records import scan_log
+from zabref.storage.store import LOG_NAME
 
 __all__ = ["node_value", "read_delivered", "read_logged", "snapshots"]
 
@@ -62,20 +67,29 @@ def read_delivered(client_port: int, root: str, timeout: float = 15.0) -> list[t
         client.close()
 
 
+def _logged_txns(data_dir: str | Path) -> list[dict]:
+    """Every transaction a server's logs hold, as `zabref.core.zktxn.decode_txn` reads one: ZooKeeper's transaction
+    logs (``version-2/log.*``), or a zabref member's log (``zab.log``, its ZooKeeper transactions; the synced
+    records only: `zabref.storage.records.scan_log` leaves a torn tail out)."""
+    zabref_log = Path(data_dir) / LOG_NAME
+    if zabref_log.exists():
+        scan = scan_log(zabref_log.read_bytes(), str(zabref_log))
+        return [zktxn.decode_txn(value[1:], f"{zabref_log}: {zxid:#x}") for zxid, value in scan.history
+                if value[:1] == zktxn.FOREIGN]
+    return [record.txn for path in log_files(data_dir) for record in read_txn_log(path).records]
+
+
 def read_logged(data_dir: str | Path, root: str) -> list[tuple[int, str]]:
     """The creates under ``root`` in a server's transaction logs (zxid, value), in log order: what it logged."""
     out = []
     prefix = root.rstrip("/") + "/"
-    for path in log_files(data_dir):
-        for record in read_txn_log(path).records:
-            txn = record.txn
-            ops = txn.get("ops", [txn]) if txn["op"] == "multi" else [txn]
-            for op in ops:
-                p = op.get("path", "")
-                if op.get("op") in ("create", "create2") and p.startswith(prefix):
-                    value = node_value(p[len(prefix):])
-                    if value is not None:
-                        out.append((txn["zxid"], value))
+    for txn in _logged_txns(data_dir):
+        for op in txn.get("ops", [txn]) if txn["op"] == "multi" else [txn]:
+            p = op.get("path", "")
+            if op.get("op") in ("create", "create2") and p.startswith(prefix):
+                value = node_value(p[len(prefix):])
+                if value is not None:
+                    out.append((txn["zxid"], value))
     return out
 
 

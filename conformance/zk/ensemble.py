@@ -36,6 +36,7 @@ from conformance.zk.ports import ZkServer
 from conformance.zk.powercut import PowerCutMount
 from conformance.zk.serverconfig import TICK_TIME_MS, java_command, render_zoo_cfg
 from conformance.zk.versions import Distribution, ensure_zookeeper
+from conformance.zk.zabrefmember import render_zabref_config, zabref_command
 
 __all__ = ["ZkEnsemble", "four_letter", "mode_of", "process_state"]
 
@@ -101,13 +102,15 @@ class ZkEnsemble:
                  classpath: str | None = None, tick_time_ms: int = TICK_TIME_MS, heap_mb: int = 1024, *,
                  distribution: Distribution | None = None, init_limit: int = 10, sync_limit: int = 5,
                  peers: dict[int, dict[int, tuple[int, int]]] | None = None, power_loss: bool = False,
-                 writeback: float | None = 30.0, force_sync: bool = True, extra_config: tuple[str, ...] = ()) -> None:
+                 writeback: float | None = 30.0, force_sync: bool = True, extra_config: tuple[str, ...] = (),
+                 zabref: frozenset[int] = frozenset()) -> None:
         """``peers[i][j]``: the (quorum, election) ports at which server i reaches server j (a proxy's); None: direct.
         ``distribution`` (or a ``classpath``; neither: Debian's 3.8.0) says which ZooKeeper runs. ``power_loss``:
         each server's dataDir is a `conformance.zk.powercut` mount (``<sid>/data``, its files in
         ``<sid>/.backing``), and every `kill` is a power cut: what the server never fsynced in the last ``writeback``
         seconds is gone (None: whatever it never fsynced). ``force_sync``: zoo.cfg's
-        forceSync (no: ZooKeeper ACKs before its log reaches the disk). ``extra_config``: more zoo.cfg lines."""
+        forceSync (no: ZooKeeper ACKs before its log reaches the disk). ``extra_config``: more zoo.cfg lines.
+        ``zabref``: the ids of members that are zabref servers (`conformance.zk.zabrefmember`)."""
         if servers < 1:
             raise ZkEnsembleError(f"an ensemble needs at least one server, not {servers}")
         self.folder = Path(folder)
@@ -125,6 +128,7 @@ class ZkEnsemble:
         self.writeback = writeback
         self.force_sync = force_sync
         self.extra_config = tuple(extra_config)
+        self.zabref = frozenset(zabref)
         self.mounts: dict[int, PowerCutMount] = {}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.paused: set[int] = set()
@@ -166,12 +170,18 @@ class ZkEnsemble:
             f.write(f"{sid}\n")
             f.flush()
             os.fsync(f.fileno())
-        cfg = d / "zoo.cfg"
-        cfg.write_text(render_zoo_cfg(me, self.members, data.resolve(), self.tick_time_ms, init_limit=self.init_limit,
-                                      sync_limit=self.sync_limit, force_sync=self.force_sync,
-                                      extra=self.extra_config,
-                                      peers=None if self.peers is None else self.peers[sid]))
-        args = java_command(self.distribution, d, cfg.resolve(), self.heap_mb)
+        peers = None if self.peers is None else self.peers[sid]
+        if sid in self.zabref:
+            cfg = d / "zabref.toml"
+            cfg.write_text(render_zabref_config(me, self.members, data.resolve(), self.tick_time_ms, self.init_limit,
+                                                self.sync_limit, peers))
+            args = zabref_command(cfg.resolve(), sid)
+        else:
+            cfg = d / "zoo.cfg"
+            cfg.write_text(render_zoo_cfg(me, self.members, data.resolve(), self.tick_time_ms,
+                                          init_limit=self.init_limit, sync_limit=self.sync_limit,
+                                          force_sync=self.force_sync, extra=self.extra_config, peers=peers))
+            args = java_command(self.distribution, d, cfg.resolve(), self.heap_mb)
         with open(d / "console.log", "ab") as out:
             self.procs[sid] = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=d,
                                                start_new_session=True)

@@ -51,6 +51,11 @@ def _release(proxy: Proxy, ensemble: ZkEnsemble, base: int) -> None:
     release_base_port(base)
 
 
+#: zoo.cfg lines of ZooKeeper members of a mixed ensemble: local sessions (a zabref leader tracks no session, and a
+#: zabref server's sessions are its own: docs/zookeeper.md, "Mixed ensembles").
+MIXED_CONFIG = ("localSessionsEnabled=true", "localSessionsUpgradingEnabled=false")
+
+
 class ProxiedEnsemble:
     """``with ProxiedEnsemble(folder, 3, "3.8.0").start() as z: z.faults.cut(1, 2); z.ensemble.kill(3) ...``"""
 
@@ -58,7 +63,7 @@ class ProxiedEnsemble:
                  distribution: Distribution | None = None, tick_time_ms: int = HARNESS_TICK_MS,
                  init_limit: int = 10, sync_limit: int = 5, heap_mb: int = HARNESS_HEAP_MB,
                  power_loss: bool = False, writeback: float | None = 30.0, force_sync: bool = True,
-                 echo: Callable[[str], None] = print) -> None:
+                 zabref: frozenset[int] = frozenset(), echo: Callable[[str], None] = print) -> None:
         self.folder = Path(folder).resolve()
         self.distribution = distribution or resolve(version, echo)
         self.base = find_free_base_port(2 * servers)
@@ -76,11 +81,11 @@ class ProxiedEnsemble:
         self.faults = Proxy(self.links, self.recording,
                             meta={"servers": servers, "version": self.distribution.version,
                                   "source": self.distribution.source, "tickTime": tick_time_ms,
-                                  "initLimit": init_limit, "syncLimit": sync_limit})
+                                  "initLimit": init_limit, "syncLimit": sync_limit, "zabref": sorted(zabref)})
         self.ensemble = ZkEnsemble(self.folder, self.base, servers, distribution=self.distribution,
                                    tick_time_ms=tick_time_ms, init_limit=init_limit, sync_limit=sync_limit,
                                    heap_mb=heap_mb, peers=peers, power_loss=power_loss, writeback=writeback,
-                                   force_sync=force_sync)
+                                   force_sync=force_sync, zabref=zabref, extra_config=MIXED_CONFIG if zabref else ())
         self._finalizer = weakref.finalize(self, _release, self.faults, self.ensemble, self.base)
 
     @property

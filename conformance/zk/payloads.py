@@ -47,14 +47,18 @@ EMPTY = {"ACK", "COMMIT", "UPTODATE", "DIFF", "TRUNC", "SNAP", "SYNC"}
 
 
 def _learner_info(r: TxnReader) -> dict[str, Any]:
+    """A LearnerInfo of ZooKeeper's three forms (8, 12, 20 bytes), or 3.5+'s followed by a zabref learner's
+    connection id (28: `zabref.net.wire.with_connection_id`, which a ZooKeeper leader does not read)."""
     n = len(r.buf)
-    if n not in (8, 12, 20):
-        raise r.fail(f"LearnerInfo is {n} bytes (expected 8, 12 or 20)")
+    if n not in (8, 12, 20, 28):
+        raise r.fail(f"LearnerInfo is {n} bytes (expected 8, 12 or 20; 28 from a zabref learner)")
     out: dict[str, Any] = {"sid": r.i64("serverid")}
     if n >= 12:
         out["protocolVersion"] = f"0x{r.i32('protocolVersion'):x}"
     if n >= 20:
         out["configVersion"] = r.i64("configVersion")
+    if n == 28:
+        out["zabrefConnection"] = r.i64("zabref connection id")
     return out
 
 

@@ -19,6 +19,8 @@ sees), through the same `zabref.net.clientport.ClientPortHost` as zabref's own c
   (`Node.zk_write`, keyed by the session and the request's xid, which ZooKeeper's clients number as the cxid);
   closeSession (answered, the session forgotten, the connection closed). Any other type, and a read that asks to
   set a watch (no watch is ever triggered here), is answered with UNIMPLEMENTED (-6).
+* **Four-letter words.** ``srvr`` and ``ruok`` in place of a ConnectRequest are answered as ZooKeeper answers
+  them (``Mode:`` and ``Zxid:``, the last delivered, are what harnesses read), and the connection closed.
 * **Closing.** A write the node could not answer (no established leader, not delivered in time, a role change
   before its transaction came) closes the connection, which a client reads as a connection loss, the outcome
   unknown; a session silent for its timeout is expired; a frame that cannot be read closes the connection. Each
@@ -35,6 +37,8 @@ from typing import Any
 
 from zabref.core import zkclients, zktree
 from zabref.core.node import Node
+from zabref.core.packets import ServerState
+from zabref.core.zab import ZabState
 from zabref.errors import CodecError
 from zabref.net import peers, wire, zkclientwire
 from zabref.net.clientport import FRAME_TIMEOUT, WRITE_TIMEOUT, ClientPortHost
@@ -45,6 +49,8 @@ __all__ = ["ZkClientPort"]
 log = logging.getLogger("zabref")
 
 UNIMPLEMENTED = zktree.ERR["UNIMPLEMENTED"]
+#: The four-letter words answered (ZooKeeper reads one in place of a ConnectRequest's length): ``srvr``, ``ruok``.
+FOUR_LETTER_WORDS = (b"srvr", b"ruok")
 
 
 class _Close(Exception):
@@ -123,6 +129,15 @@ class ZkClientPort:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
         decoder = wire.FrameDecoder(self.limits.client_frame_bytes, "ZooKeeper client request")
         frames: list[bytes] = []
+        try:
+            head = await asyncio.wait_for(reader.readexactly(4), FRAME_TIMEOUT)
+        except TimeoutError:
+            raise _Close(f"nothing from the client within {FRAME_TIMEOUT:g} s") from None
+        if head in FOUR_LETTER_WORDS:
+            writer.write(self._four_letter(head).encode())
+            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+            return
+        frames.extend(decoder.feed(head))
         body = await self._frame(reader, decoder, frames, FRAME_TIMEOUT)
         if body is None:
             return
@@ -148,6 +163,21 @@ class ZkClientPort:
                 await self._send(writer, zkclientwire.encode_reply(xid, self._node.committed_zxid, 0))
                 return
             await self._send(writer, await self._answer(session, xid, op, record, host))
+
+    def _four_letter(self, word: bytes) -> str:
+        """ZooKeeper's answer to a four-letter word: ``ruok`` -> ``imok``; ``srvr`` -> the server's summary (its
+        mode and its last delivered zxid), or that it does not serve while it has no established role."""
+        if word == b"ruok":
+            return "imok"
+        node = self._node
+        core = node.core
+        if core.zab_state != ZabState.BROADCAST or core.state == ServerState.LOOKING:
+            return "This ZooKeeper instance is not currently serving requests\n"
+        mode = "leader" if core.state == ServerState.LEADING else "follower"
+        count = len(node.zk_applied.follow(core.history, core.last_committed).nodes)
+        return (f"Zookeeper version: zabref\nLatency min/avg/max: 0/0.0/0\nReceived: 0\nSent: 0\n"
+                f"Connections: {self.open_connections}\nOutstanding: 0\nZxid: {node.committed_zxid:#x}\n"
+                f"Mode: {mode}\nNode count: {count}\n")
 
     def _session(self, connect: zkclientwire.Connect) -> tuple[int, int]:
         """(session, timeout) of a connect: a new session, the known one, or (0, 0) for one that expired."""
