@@ -70,6 +70,11 @@ def test_kazoo_drives_a_zabref_ensemble(tmp_path) -> None:
         t.delete("/m")
         failed = [type(r) for r in t.commit()]
         c.delete(seq[0])
+        # pipelined: twenty creates sent at once, then a read behind them in the same session sees them all
+        creates = [c.create_async(f"/p{k}", b"") for k in range(20)]
+        children = c.get_children_async("/")
+        assert [x.get(10) for x in creates] == [f"/p{k}" for k in range(20)]
+        assert {f"p{k}" for k in range(20)} <= set(children.get(10))
         return stat.version, seq, errors, done, failed
 
     def reads(c: KazooClient) -> tuple:

@@ -62,6 +62,9 @@ class Input:
     #: with TLS on the port: "member" (the harness connects with a member's certificate), "none" (plain bytes on the
     #: TLS port), "stranger" (a certificate of another CA)
     tls: str = "member"
+    #: close: the server logs why it closed (a four-letter word's answer ends the connection as ZooKeeper's does,
+    #: with nothing to log)
+    reason: bool = True
 
 
 @dataclass(frozen=True)

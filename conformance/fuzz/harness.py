@@ -33,7 +33,7 @@ from typing import Any
 
 from conformance.fuzz.frames import CLOSE_WAIT, ROLES, Input, Kind, Target
 from conformance.fuzz.inputs import ANSWER, CLOSE, SILENCE, kind_table
-from conformance.fuzz.report import CLOSE_LINE, Report, reason_class
+from conformance.fuzz.report import CLOSE_LINE, CLOSE_PORTS, Report, reason_class
 from zabref.client import ClientError, ZabClient
 from zabref.config import ClusterConfig, Security
 from zabref.core import payloads
@@ -90,7 +90,7 @@ class Fuzzer:
         # Past the gates: a member's certificate and the quorum secret, as the servers themselves hold them.
         self.member_tls = client_context(sec) if sec.quorum_tls or sec.client_tls else None
         self.tls_ports = {p for p, on in (("quorum_port", sec.quorum_tls), ("election_port", sec.quorum_tls),
-                                          ("client_port", sec.client_tls)) if on}
+                                          ("client_port", sec.client_tls), ("zk_client_port", sec.client_tls)) if on}
         self.guard = Guard(secret=read_secret(sec.quorum_secret) if sec.quorum_secret is not None else None)
         self.stranger = stranger
         table = kind_table(timing.tick_ms / 1000, timing.init_limit, tls=bool(self.tls_ports),
@@ -220,7 +220,7 @@ class Fuzzer:
                 wrote = False
             if inp.expect in (CLOSE, SILENCE):
                 closed = not wrote or await self._closed(reader, inp.wait)
-                if closed:
+                if closed and inp.reason:
                     self.report.closed_by_server[(t.sid, self._log_key(kind.port, inp.payload, t.sid))] += 1
                 problem = None if closed else f"{inp.expect}: still open after {inp.wait} s"
                 return self._outcome(i, kind, t, start, problem, "closed")
@@ -372,7 +372,7 @@ class Fuzzer:
             m = CLOSE_LINE.search(line)
             if m is None:
                 continue
-            port = f"{m.group(1)}_port"
+            port = CLOSE_PORTS[m.group(1)]
             if m.group(2) in live_sids:  # real connections, and fuzz inputs that spoke as a live server
                 port = f"{port} as a live server"
             self.report.logged_closes[(sid, port)] += 1

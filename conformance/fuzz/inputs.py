@@ -252,6 +252,49 @@ def _c_half_frame(rng: random.Random, t: Target) -> Input:
     return Input(payload, SILENCE, wait=clientport.FRAME_TIMEOUT + 3)
 
 
+def _z_connect(last_zxid: int = 0, session: int = 0, passwd: bytes = bytes(16)) -> bytes:
+    """A ZooKeeper client's ConnectRequest frame (`zabref.net.zkclientwire`)."""
+    return wire.frame(struct.pack(">iqiq", 0, last_zxid, 10_000, session) + I32.pack(len(passwd)) + passwd + b"\x00")
+
+
+def _z_bad_length(rng: random.Random, t: Target) -> Input:
+    return Input(bad_length(rng, Limits().client_frame_bytes) + rng.randbytes(rng.randint(0, 64)), CLOSE)
+
+
+def _z_bad_connect(rng: random.Random, t: Target) -> Input:
+    """A ConnectRequest too short to be one; one from a client that has seen more than any server delivered; one
+    naming a session nobody made (answered as expired); a good one and then a request too short for its header:
+    the server closes each."""
+    payload = rng.choice([
+        lambda: wire.frame(rng.randbytes(rng.randint(0, 27))),
+        lambda: _z_connect(last_zxid=(1 << 62) + rng.randint(0, 1 << 40)),
+        lambda: _z_connect(session=rng.randint(1, (1 << 63) - 1), passwd=rng.randbytes(16)),
+        lambda: _z_connect() + wire.frame(rng.randbytes(rng.randint(0, 7))),
+    ])()
+    return Input(payload, CLOSE)
+
+
+def _z_bad_requests(rng: random.Random, t: Target) -> Input:
+    """A good ConnectRequest, then a read whose record cannot be read (a path's length past the frame, a watch flag
+    that is no boolean): the server closes the connection."""
+    path = rng.choice([b"/", b"/zabref-1-1", b"/x"])
+    record = rng.choice([
+        I32.pack(rng.randint(len(path) + 1, 1 << 20)) + path,        # getData: the path runs past the frame
+        I32.pack(len(path)) + path + bytes([rng.randint(2, 255)]),   # getData: a watch flag that is no boolean
+    ])
+    op = rng.choice([4, 3, 8, 12])  # getData, exists, getChildren, getChildren2
+    return Input(_z_connect() + wire.frame(struct.pack(">ii", 1, op) + record), CLOSE)
+
+
+def _z_half_frame(rng: random.Random, t: Target) -> Input:
+    return Input(half(rng, _z_connect()), SILENCE, wait=clientport.FRAME_TIMEOUT + 3)
+
+
+def _z_four_letter(rng: random.Random, t: Target) -> Input:
+    """``srvr`` or ``ruok`` in place of a ConnectRequest: answered, then closed by the server."""
+    return Input(rng.choice([b"srvr", b"ruok"]), CLOSE, reason=False)
+
+
 def _k_bad_lines(rng: random.Random, t: Target) -> Input:
     lines: list[tuple[bytes, bool]] = []
     for _ in range(rng.randint(1, 4)):
@@ -381,6 +424,11 @@ def kind_table(tick_s: float = 0.1, init_limit: int = 10, *, tls: bool = False, 
         Kind("client-bad-length", "client_port", 6, _c_bad_length),
         Kind("client-bad-requests", "client_port", 20, _c_bad_requests),
         Kind("client-half-frame", "client_port", 0.5, _c_half_frame),
+        Kind("zk-client-bad-length", "zk_client_port", 3, _z_bad_length),
+        Kind("zk-client-bad-connect", "zk_client_port", 6, _z_bad_connect),
+        Kind("zk-client-bad-requests", "zk_client_port", 6, _z_bad_requests),
+        Kind("zk-client-half-frame", "zk_client_port", 0.3, _z_half_frame),
+        Kind("zk-client-four-letter", "zk_client_port", 1, _z_four_letter),
         Kind("control-bad-lines", "control_port", 14, _k_bad_lines),
         Kind("control-long-line", "control_port", 0.2, _k_long_line),
         Kind("control-parser-bombs", "control_port", 2, _k_parser_bombs),

@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 `Report` is filled by `conformance.fuzz.harness.Fuzzer` as inputs finish and after the run; `summary` renders it as the
 markdown tables docs/fuzzing.md records. The reasons table groups the servers' close lines (`CLOSE_LINE`: "<port>
-connection from|with <who> closed: <reason>") by `reason_class`, the reason without its numbers and names.
+connection from|with <who> closed: <reason>", the port ``quorum``, ``election``, ``client``, ``control`` or ``ZooKeeper
+client``) by `reason_class`, the reason without its numbers and names.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["Report", "CLOSE_LINE", "reason_class"]
+__all__ = ["Report", "CLOSE_LINE", "CLOSE_PORTS", "reason_class"]
 
-CLOSE_LINE = re.compile(r"(quorum|election|client|control) connection (?:from|with) (\(.*?\)|\S+) closed: (.*)$")
+CLOSE_LINE = re.compile(r"(quorum|election|ZooKeeper client|client|control) connection (?:from|with) (\(.*?\)|\S+) "
+                        r"closed: (.*)$")
+#: The port a close line's first group names.
+CLOSE_PORTS = {"quorum": "quorum_port", "election": "election_port", "client": "client_port",
+               "control": "control_port", "ZooKeeper client": "zk_client_port"}
 
 
 def reason_class(reason: str) -> str:

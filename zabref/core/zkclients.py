@@ -113,9 +113,7 @@ class ZkClients:
         core = self.core
 
         def applied(txn: dict[str, Any], err: int) -> None:
-            session = int(txn["session"], 16)
-            key = (session - (1 << 64) if session >= 1 << 63 else session, txn["cxid"])
-            waiting = self._zk_waiting.pop(key, None)
+            waiting = self._zk_waiting.pop((zktree.session_of(txn), txn["cxid"]), None)
             if waiting is not None:
                 out.answers.append((waiting[0], {"zk": _result(self.zk_applied.tree, txn, err)}))
 

@@ -29,7 +29,8 @@ from typing import Any
 from zabref.core import zksnap, zktxn
 from zabref.core.types import Txn
 
-__all__ = ["ZNode", "DataTree", "HistoryTree", "fields", "parent_of", "OPEN_ACL", "CONTAINER_OWNER", "ERR"]
+__all__ = ["ZNode", "DataTree", "HistoryTree", "fields", "parent_of", "session_of", "OPEN_ACL", "CONTAINER_OWNER",
+           "ERR"]
 
 #: world:anyone with every permission: ZooKeeper's OPEN_ACL_UNSAFE, its snapshot's ACL key -1.
 OPEN_ACL = ("world:anyone:31",)
@@ -82,7 +83,7 @@ def fields(txn: Txn) -> dict[str, Any]:
             "data": txn.value, "acl": list(OPEN_ACL), "ephemeral": False, "parentCVersion": -1}
 
 
-def _session(txn: dict[str, Any]) -> int:
+def session_of(txn: dict[str, Any]) -> int:
     """The header's session as a signed long (`zktxn.decode_txn` gives it as unsigned hex)."""
     s = int(txn["session"], 16)
     return s - (1 << 64) if s >= 1 << 63 else s
@@ -105,7 +106,7 @@ class DataTree:
     def apply(self, txn: dict[str, Any]) -> int:
         """Apply one transaction (ZooKeeper's processTxn): the error code its result carries (0: applied)."""
         self.last_zxid = max(self.last_zxid, txn["zxid"])
-        return self._apply(txn["op"], txn, txn["zxid"], txn["time"], _session(txn))
+        return self._apply(txn["op"], txn, txn["zxid"], txn["time"], session_of(txn))
 
     def _apply(self, op: str, rec: dict[str, Any], zxid: int, time: int, session: int) -> int:
         if op in _CREATES:

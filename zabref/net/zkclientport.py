@@ -14,7 +14,9 @@ sees), through the same `zabref.net.clientport.ClientPortHost` as zabref's own c
   with its password is taken again; any other is expired (ConnectResponse with timeout 0, then closed). The timeout
   is held between 2 and 20 ticks, as ZooKeeper's defaults bound it. Sessions are local: none is a transaction, and
   a session lives at this server only (another server expires it), like ZooKeeper's local sessions.
-* **Requests** are answered in order: PING; getData, exists, getChildren, getChildren2 (`Node.zk_read`); sync
+* **Requests** are pipelined, as ZooKeeper's clients send them: a write or a sync goes to the node as soon as it is
+  read (at most `MAX_PIPELINED` waiting), and the replies leave in request order, a read's made at its turn so that
+  it sees this session's writes before it. PING; getData, exists, getChildren, getChildren2 (`Node.zk_read`); sync
   (`Node.client_sync`; answered with the path); create, create2, createContainer, delete, setData, setACL, multi
   (`Node.zk_write`, keyed by the session and the request's xid, which ZooKeeper's clients number as the cxid);
   closeSession (answered, the session forgotten, the connection closed). Any other type, and a read that asks to
@@ -33,6 +35,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from zabref.core import zkclients, zktree
@@ -49,6 +52,8 @@ __all__ = ["ZkClientPort"]
 log = logging.getLogger("zabref")
 
 UNIMPLEMENTED = zktree.ERR["UNIMPLEMENTED"]
+#: Requests of one session read and not answered yet, at most: past it the port reads no more until replies leave.
+MAX_PIPELINED = 1024
 #: The four-letter words answered (ZooKeeper reads one in place of a ConnectRequest's length): ``srvr``, ``ruok``.
 FOUR_LETTER_WORDS = (b"srvr", b"ruok")
 
@@ -64,7 +69,8 @@ class ZkClientPort:
         self.server = server
         self.limits = server.config.limits
         self.open_connections = 0
-        self.sessions: dict[int, tuple[bytes, int]] = {}  # session -> (password, timeout in ms)
+        #: session -> (password, timeout in ms, when it expires: None while a connection holds it)
+        self.sessions: dict[int, tuple[bytes, int, float | None]] = {}
         self._next = ((time.time_ns() // 1_000_000) << 24 & (1 << 56) - 1) >> 8 | sid << 56  # ZooKeeper's layout
         tick_ms = server.config.cluster.tick_ms
         self.timeouts = (2 * tick_ms, 20 * tick_ms)
@@ -151,18 +157,67 @@ class ZkClientPort:
         if session == 0:
             await self._send(writer, zkclientwire.encode_connect_response(0, 0, b"\x00" * 16))
             raise _Close(f"session {connect.session:#x} is not known here: expired")
-        await self._send(writer, zkclientwire.encode_connect_response(timeout_ms, session,
-                                                                        self.sessions[session][0]))
-        while True:
-            body = await self._frame(reader, decoder, frames, timeout_ms / 1000)
-            if body is None:
-                return
-            xid, op, record = zkclientwire.decode_header(body)
-            if op == zkclientwire.OP_CLOSE:
-                self.sessions.pop(session, None)
-                await self._send(writer, zkclientwire.encode_reply(xid, self._node.committed_zxid, 0))
-                return
-            await self._send(writer, await self._answer(session, xid, op, record, host))
+        try:
+            await self._send(writer, zkclientwire.encode_connect_response(timeout_ms, session,
+                                                                            self.sessions[session][0]))
+            await self._requests(reader, writer, decoder, frames, session, timeout_ms, host)
+        finally:
+            self._left(session)
+
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        decoder: wire.FrameDecoder, frames: list[bytes], session: int, timeout_ms: int,
+                        host: str) -> None:
+        node = self._node
+        # Requests are pipelined as ZooKeeper's clients send them: each write or sync goes to the node as soon as it
+        # is read, and the replies leave in request order, a read's taken at its turn (after the writes before it
+        # in this session: read-your-writes).
+        pending: asyncio.Queue[Callable[[], Awaitable[bytes]] | None] = asyncio.Queue(MAX_PIPELINED)
+        replying = asyncio.ensure_future(self._reply_in_order(writer, pending))
+        try:
+            while True:
+                frame = asyncio.ensure_future(self._frame(reader, decoder, frames, timeout_ms / 1000))
+                done, _ = await asyncio.wait({frame, replying}, return_when=asyncio.FIRST_COMPLETED)
+                if replying in done:
+                    frame.cancel()
+                    replying.result()  # the reason the replies stopped, raised
+                    return
+                body = frame.result()
+                if body is None:
+                    break
+                xid, op, record = zkclientwire.decode_header(body)
+                if op == zkclientwire.OP_CLOSE:
+                    self.sessions.pop(session, None)
+                    closed = zkclientwire.encode_reply(xid, node.committed_zxid, 0)
+                    await self._queue(pending, self._later(lambda: closed), replying)
+                    break
+                await self._queue(pending, self._request(session, xid, op, record, host), replying)
+            await self._queue(pending, None, replying)
+            await replying
+        finally:
+            replying.cancel()
+
+    @staticmethod
+    async def _queue(pending: asyncio.Queue[Callable[[], Awaitable[bytes]] | None],
+                     item: Callable[[], Awaitable[bytes]] | None, replying: asyncio.Future[None]) -> None:
+        """Queue ``item`` for its reply; while the queue is full (the client sends faster than it reads), wait --
+        and if the replies stopped meanwhile, raise why."""
+        while pending.full():
+            await asyncio.wait({replying}, timeout=0.05)
+            if replying.done():
+                replying.result()
+                raise _Close("the replies stopped")
+        pending.put_nowait(item)
+
+    async def _reply_in_order(self, writer: asyncio.StreamWriter,
+                              pending: asyncio.Queue[Callable[[], Awaitable[bytes]] | None]) -> None:
+        while (reply := await pending.get()) is not None:
+            await self._send(writer, await reply())
+
+    @staticmethod
+    def _later(make: Callable[[], bytes]) -> Callable[[], Awaitable[bytes]]:
+        async def reply() -> bytes:
+            return make()
+        return reply
 
     def _four_letter(self, word: bytes) -> str:
         """ZooKeeper's answer to a four-letter word: ``ruok`` -> ``imok``; ``srvr`` -> the server's summary (its
@@ -180,41 +235,60 @@ class ZkClientPort:
                 f"Mode: {mode}\nNode count: {count}\n")
 
     def _session(self, connect: zkclientwire.Connect) -> tuple[int, int]:
-        """(session, timeout) of a connect: a new session, the known one, or (0, 0) for one that expired."""
+        """(session, timeout) of a connect: a new session, the known one, or (0, 0) for one that expired (a session
+        no connection held for its timeout is forgotten: sessions left without a closeSession are not kept)."""
+        now = time.monotonic()
+        for old, (_, _, expires) in list(self.sessions.items()):
+            if expires is not None and expires <= now:
+                del self.sessions[old]
         low, high = self.timeouts
         timeout = min(max(connect.timeout_ms, low), high)
         if connect.session == 0:
             session = self._next
             self._next += 1
-            self.sessions[session] = (os.urandom(16), timeout)
+            self.sessions[session] = (os.urandom(16), timeout, None)
             return session, timeout
         known = self.sessions.get(connect.session)
         if known is None or known[0] != connect.passwd:
             return 0, 0
-        self.sessions[connect.session] = (known[0], timeout)
+        self.sessions[connect.session] = (known[0], timeout, None)
         return connect.session, timeout
 
-    async def _answer(self, session: int, xid: int, op: int, record: bytes, host: str) -> bytes:
-        """The reply to one request (module docstring)."""
+    def _left(self, session: int) -> None:
+        """The connection holding ``session`` ended without closeSession: it expires after its timeout."""
+        known = self.sessions.get(session)
+        if known is not None:
+            self.sessions[session] = (known[0], known[1], time.monotonic() + known[1] / 1000)
+
+    def _request(self, session: int, xid: int, op: int, record: bytes, host: str) -> Callable[[], Awaitable[bytes]]:
+        """One request (module docstring): a write or sync is handed to the node now; the reply, when its turn
+        comes. A record that cannot be read raises CodecError now."""
         node = self._node
-        if op == zkclientwire.OP_PING:
-            return zkclientwire.encode_reply(xid, node.committed_zxid, 0)
         if op in zkclients.READS:
             path, watch = zkclientwire.decode_path_watch(record, zkclients.READS[op])
             if watch:
-                return zkclientwire.encode_reply(xid, node.committed_zxid, UNIMPLEMENTED)
-            return self._reply(xid, node.zk_read(op, path))
+                return self._later(lambda: zkclientwire.encode_reply(xid, node.committed_zxid, UNIMPLEMENTED))
+            return self._later(lambda: self._reply(xid, node.zk_read(op, path)))
         if op == zkclientwire.OP_SYNC:
             path = zkclientwire.decode_path(record, "sync")
-            answer = await self.server.client(lambda rid, now: node.client_sync(rid, now))
-            if "error" in answer:
-                raise _Close(f"sync: {answer['error']}")
-            return zkclientwire.encode_reply(xid, answer["zxid"], 0, zkclientwire.encode_result(
-                {"op": "sync", "err": 0, "path": path}))
+            synced = asyncio.ensure_future(self.server.client(lambda rid, now: node.client_sync(rid, now)))
+
+            async def sync_reply() -> bytes:
+                answer = await synced
+                if "error" in answer:
+                    raise _Close(f"sync: {answer['error']}")
+                return zkclientwire.encode_reply(xid, answer["zxid"], 0, zkclientwire.encode_result(
+                    {"op": "sync", "err": 0, "path": path}))
+            return sync_reply
         if op in zkclients.WRITES:
-            answer = await self.server.client(lambda rid, now: node.zk_write(rid, session, xid, op, record, now, host))
-            return self._reply(xid, answer)
-        return zkclientwire.encode_reply(xid, node.committed_zxid, UNIMPLEMENTED)
+            written = asyncio.ensure_future(
+                self.server.client(lambda rid, now: node.zk_write(rid, session, xid, op, record, now, host)))
+
+            async def write_reply() -> bytes:
+                return self._reply(xid, await written)
+            return write_reply
+        code = 0 if op == zkclientwire.OP_PING else UNIMPLEMENTED
+        return self._later(lambda: zkclientwire.encode_reply(xid, node.committed_zxid, code))
 
     @staticmethod
     def _reply(xid: int, answer: dict[str, Any]) -> bytes:

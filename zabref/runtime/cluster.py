@@ -67,14 +67,16 @@ def cluster_config(folder: str | os.PathLike[str], servers: int, base_port: int,
                    timing: ClusterConfig = ClusterConfig(), host: str = "127.0.0.1",
                    security: Security = Security()) -> Path:
     """Write ``folder/cluster.toml`` for ``servers`` servers (with ``security``'s ``[security]`` table); returns its
-    path."""
+    path. Server i's ports are ``base_port + 10 * (i - 1)`` and the next four: quorum, election, client, control,
+    and ZooKeeper's client protocol (``zk_client_port``: kazoo or ZooKeeper's Java client reach it there)."""
     if servers < 1:
         raise ConfigError(f"--servers: {servers} must be at least 1")
-    top = base_port + 10 * (servers - 1) + 3
+    top = base_port + 10 * (servers - 1) + 4
     if base_port < 1024 or top >= 32768:
         raise ConfigError(f"--base-port: ports {base_port}..{top} must lie in 1024..32767")
     entries = [ServerConfig(i, host, base_port + 10 * (i - 1), base_port + 10 * (i - 1) + 1,
-                            base_port + 10 * (i - 1) + 2, base_port + 10 * (i - 1) + 3, Path("data") / str(i))
+                            base_port + 10 * (i - 1) + 2, base_port + 10 * (i - 1) + 3, Path("data") / str(i),
+                            zk_client_port=base_port + 10 * (i - 1) + 4)
                for i in range(1, servers + 1)]
     return write_config(Path(folder) / CONFIG_NAME, render_config(timing, entries, security))
 
@@ -269,7 +271,8 @@ def run_cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_a
         for s in cluster.servers.values():
             m = s.me
             click.echo(f"server {m.id}: pid {s.proc.pid}, client {m.host}:{m.client_port}, quorum {m.quorum_port}, "
-                       f"election {m.election_port}, control {m.control_port}, data {m.data_dir} "
+                       f"election {m.election_port}, control {m.control_port}, ZooKeeper clients "
+                       f"{m.host}:{m.zk_client_port}, data {m.data_dir} "
                        f"(log {s.stderr_path})")
         click.echo(f"try: zabref client --config {path} submit hello; zabref client --config {path} read")
         if log_actions:
