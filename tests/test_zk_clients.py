@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from types import SimpleNamespace
 
 import pytest
 from kazoo.client import KazooClient
@@ -20,6 +21,7 @@ from zabref.config import parse_config
 from zabref.core.packets import ServerState
 from zabref.core.zab import ZabState
 from zabref.net import wire, zkclientwire
+from zabref.net.zkclientport import ZkClientPort
 from zabref.net.ports import find_free_base_port, release_base_port
 from zabref.runtime.drivers import NormalDriver
 from zabref.runtime.server import Server
@@ -142,3 +144,17 @@ def test_connect_and_replies_are_zookeepers_records() -> None:
     assert multi == struct.pack(">i?ii", -1, False, 0, 0) + struct.pack(">i?ii", -1, False, -111, -111) + \
         struct.pack(">i?i", -1, True, -1)
     assert zkclientwire.encode_reply(-2, 7, 0) == struct.pack(">iqi", -2, 7, 0)
+
+
+@pytest.mark.parametrize("sid", [1, 3, 127, 200, 70_000])
+def test_session_ids_carry_the_servers_id_in_their_top_byte_and_fit_a_long(sid: int) -> None:
+    """ZooKeeper's layout (SessionTrackerImpl.initializeNextSessionId): the low 8 bits of the id, then the clock;
+    a signed long whatever the id (zabref's ids go up to 2**31 - 1)."""
+    config = parse_config(_config(20000, "/tmp/unused"), "zk.toml")
+    port = ZkClientPort(SimpleNamespace(config=config), sid)
+    connect = zkclientwire.decode_connect(struct.pack(">iqiq", 0, 0, 4000, 0) + struct.pack(">i", 0))
+    first, timeout = port._session(connect)
+    second, _ = port._session(connect)
+    assert -(1 << 63) <= first < (1 << 63) and second == first + 1 and timeout == 2000  # 20 ticks of 100 ms
+    assert (first & (1 << 64) - 1) >> 56 == sid & 0xFF
+    zkclientwire.encode_connect_response(timeout, first, port.sessions[first][0])  # fits the wire

@@ -71,7 +71,8 @@ class ZkClientPort:
         self.open_connections = 0
         #: session -> (password, timeout in ms, when it expires: None while a connection holds it)
         self.sessions: dict[int, tuple[bytes, int, float | None]] = {}
-        self._next = ((time.time_ns() // 1_000_000) << 24 & (1 << 56) - 1) >> 8 | sid << 56  # ZooKeeper's layout
+        # ZooKeeper's layout: the server's id in the top byte (the low 8 bits of it), the clock below it
+        self._next = (sid & 0xFF) << 56 | ((time.time_ns() // 1_000_000) << 24 & (1 << 56) - 1) >> 8
         tick_ms = server.config.cluster.tick_ms
         self.timeouts = (2 * tick_ms, 20 * tick_ms)
 
@@ -244,7 +245,7 @@ class ZkClientPort:
         low, high = self.timeouts
         timeout = min(max(connect.timeout_ms, low), high)
         if connect.session == 0:
-            session = self._next
+            session = self._next - (1 << 64) if self._next >= 1 << 63 else self._next  # a signed long
             self._next += 1
             self.sessions[session] = (os.urandom(16), timeout, None)
             return session, timeout
