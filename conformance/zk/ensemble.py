@@ -18,6 +18,9 @@ and anything it might start, and nothing is left when the group is killed.
 
 Whether a server serves is asked through the ``srvr`` four-letter word on its client port: ``Mode: leader`` or
 ``Mode: follower``. ``leader()`` finds the leader the same way.
+
+A member whose id is in ``zabref`` is a zabref server (`conformance.zk.zabrefmember`): the same folder, process group,
+ports and signals, its client port ZooKeeper's client protocol (``srvr`` included).
 """
 
 from __future__ import annotations
