@@ -42,15 +42,13 @@ read is MARSHALLINGERROR, as ZooKeeper answers it. No ACL is checked (`zabref.co
 
 from __future__ import annotations
 
-import struct
 from zabref.core import jute
-from zabref.core.zktree import ERR, DataTree, ZNode, parent_of
-from zabref.core.zktxn import OPS, TxnReader
+from zabref.core.zktree import ERR, DataTree, ZNode, acl_parts, parent_of
+from zabref.core.zktxn import HEADER, OPS, TxnReader
 from zabref.errors import CodecError
 
 __all__ = ["prepare", "RequestRefused", "valid_path"]
 
-_HEADER = struct.Struct(">qiqqi")  # TxnHeader: clientId, cxid, zxid, time, type
 _OP = {name: code for code, name in OPS.items()}
 _SEQUENTIAL = (2, 3, 6)  # CreateMode flags: PERSISTENT_SEQUENTIAL, EPHEMERAL_SEQUENTIAL, PERSISTENT_SEQUENTIAL_WITH_TTL
 _EPHEMERAL = (1, 3)
@@ -117,10 +115,8 @@ def _acls(r: TxnReader, field: str) -> list[str]:
 
 def _acl_bytes(acl: list[str]) -> bytes:
     out = [jute.INT.pack(len(acl))]
-    for a in acl:
-        scheme, rest = a.split(":", 1)
-        ident, perms = rest.rsplit(":", 1)
-        out.append(jute.INT.pack(int(perms)) + jute.ustring("scheme", scheme) + jute.ustring("id", ident))
+    for perms, scheme, ident in map(acl_parts, acl):
+        out.append(jute.INT.pack(perms) + jute.ustring("scheme", scheme) + jute.ustring("id", ident))
     return b"".join(out)
 
 
@@ -264,5 +260,5 @@ def prepare(tree: DataTree, session: int, cxid: int, op: int, record: bytes, zxi
             raise _Failed("MARSHALLINGERROR") from None
     except _Failed as e:
         kind, body = "error", jute.INT.pack(e.err)
-    return _HEADER.pack(session, cxid, zxid, time_ms, _OP[kind]) + body
+    return HEADER.pack(session, cxid, zxid, time_ms, _OP[kind]) + body
 

@@ -29,8 +29,8 @@ from typing import Any
 from zabref.core import zksnap, zktxn
 from zabref.core.types import Txn
 
-__all__ = ["ZNode", "DataTree", "HistoryTree", "fields", "parent_of", "session_of", "OPEN_ACL", "CONTAINER_OWNER",
-           "ERR"]
+__all__ = ["ZNode", "DataTree", "HistoryTree", "fields", "parent_of", "session_of", "acl_parts", "OPEN_ACL",
+           "CONTAINER_OWNER", "ERR"]
 
 #: world:anyone with every permission: ZooKeeper's OPEN_ACL_UNSAFE, its snapshot's ACL key -1.
 OPEN_ACL = ("world:anyone:31",)
@@ -194,11 +194,11 @@ class DataTree:
             entries.append(("" if path == "/" else path, n.data, key, (n.czxid, n.mzxid, n.ctime, n.mtime, n.version,
                                                                        n.cversion, n.aversion, n.ephemeral_owner,
                                                                        n.pzxid)))
-        acls = {key: [_acl_parts(a) for a in acl] for acl, key in lists.items()}
+        acls = {key: [acl_parts(a) for a in acl] for acl, key in lists.items()}
         return zksnap.write_stream(sorted(self.sessions.items()), acls, entries)
 
 
-def _acl_parts(acl: str) -> tuple[int, str, str]:
+def acl_parts(acl: str) -> tuple[int, str, str]:
     """``scheme:id:perms`` (an id may hold colons: digest's ``user:hash``) -> (perms, scheme, id)."""
     scheme, rest = acl.split(":", 1)
     ident, perms = rest.rsplit(":", 1)

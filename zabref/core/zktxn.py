@@ -62,7 +62,7 @@ from typing import Any
 from zabref.core import jute
 from zabref.errors import CodecError
 
-__all__ = ["TxnReader", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "node_of", "encode_create", "carries_zxid",
+__all__ = ["TxnReader", "HEADER", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "node_of", "encode_create", "carries_zxid",
            "encode_value", "decode_value", "decode_txn", "read_form"]
 
 #: ZooKeeper's OpCode.create.
@@ -77,7 +77,7 @@ FOREIGN = b"\xff"
 DIGEST_BYTES = 12
 #: ZooKeeper's ZooDefs.Perms.ALL (read, write, create, delete, admin).
 PERMS_ALL = 31
-_HEADER = struct.Struct(">qiqqi")  # clientId, cxid, zxid, time, type
+HEADER = struct.Struct(">qiqqi")  # TxnHeader: clientId, cxid, zxid, time, type
 _WORLD_ANYONE_ALL = jute.INT.pack(1) + jute.INT.pack(PERMS_ALL) + jute.ustring("scheme", "world") + \
     jute.ustring("id", "anyone")
 _PERSISTENT = _WORLD_ANYONE_ALL + b"\x00"  # the ACL, then ephemeral = false
@@ -117,7 +117,7 @@ def encode_create(zxid: int, path: str, data: bytes, *, time_ms: int = 0, sessio
                   parent_cversion: int = -1) -> bytes:
     """TxnHeader + CreateTxn: the create of persistent node ``path`` holding ``data`` (world:anyone, all
     permissions), no digest."""
-    header = _HEADER.pack(jute.check_long("clientId", session), jute.check_int("cxid", cxid),
+    header = HEADER.pack(jute.check_long("clientId", session), jute.check_int("cxid", cxid),
                           jute.check_long("zxid", zxid), jute.check_long("time", time_ms), OP_CREATE)
     return b"".join((header, jute.ustring("path", path), jute.buffer("data", data), _PERSISTENT,
                      jute.INT.pack(jute.check_int("parentCVersion", parent_cversion))))
@@ -125,7 +125,7 @@ def encode_create(zxid: int, path: str, data: bytes, *, time_ms: int = 0, sessio
 
 def carries_zxid(value: bytes, zxid: int) -> bool:
     """Whether ``value`` (a `FOREIGN` one) holds a transaction header whose zxid is ``zxid``."""
-    return len(value) >= 1 + _HEADER.size and _HEADER.unpack_from(value, 1)[2] == zxid
+    return len(value) >= 1 + HEADER.size and HEADER.unpack_from(value, 1)[2] == zxid
 
 
 def encode_value(zxid: int, value: bytes) -> bytes:
@@ -150,12 +150,12 @@ def decode_value(zxid: int, data: bytes, what: str) -> bytes:
 def _quick_value(zxid: int, data: bytes) -> bytes | None:
     """The value when ``data`` is a create of ``node_of(zxid)`` with world:anyone's one ACL, persistent; else None."""
     path = node_of(zxid).encode()
-    value_at = _HEADER.size + 8 + len(path)
+    value_at = HEADER.size + 8 + len(path)
     if len(data) < value_at:
         return None
-    _, _, carried, _, op = _HEADER.unpack_from(data)
-    if carried != zxid or op != OP_CREATE or jute.INT.unpack_from(data, _HEADER.size)[0] != len(path) \
-            or data[_HEADER.size + 4 : value_at - 4] != path:
+    _, _, carried, _, op = HEADER.unpack_from(data)
+    if carried != zxid or op != OP_CREATE or jute.INT.unpack_from(data, HEADER.size)[0] != len(path) \
+            or data[HEADER.size + 4 : value_at - 4] != path:
         return None
     n = jute.INT.unpack_from(data, value_at - 4)[0]
     after = value_at + n
