@@ -62,8 +62,8 @@ from typing import Any
 from zabref.core import jute
 from zabref.errors import CodecError
 
-__all__ = ["TxnReader", "HEADER", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "node_of", "encode_create", "carries_zxid",
-           "encode_value", "decode_value", "decode_txn", "read_form"]
+__all__ = ["TxnReader", "HEADER", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "node_of", "encode_create",
+           "carries_zxid", "encode_value", "decode_value", "decode_txn", "read_form"]
 
 #: ZooKeeper's OpCode.create.
 OP_CREATE = 1
