@@ -183,7 +183,9 @@ GoLooking(s) ==
 
 (***************************************************************************)
 (* The packets a leader with history h and commit point c sends to a       *)
-(* learner whose last zxid is z (seed 000, phase 2), before NEWLEADER:      *)
+(* learner whose last zxid is z (seed 000, phase 2), before NEWLEADER,     *)
+(* when the first s transactions of h are ones it has committed or commits *)
+(* at its NEWLEADER quorum:                                                *)
 (*   DIFF(lastCommittedZxid), then the PROPOSALs the learner misses, when z *)
 (*     is the leader's last zxid or appears in h;                          *)
 (*   SNAP carrying h, when z precedes everything in h (ZooKeeper sends a   *)
@@ -191,13 +193,25 @@ GoLooking(s) ==
 (*     whole history);                                                     *)
 (*   TRUNC(t), then the PROPOSALs after t, when the learner has            *)
 (*     transactions the leader skipped: t is the last zxid of h below z.    *)
+(* Each PROPOSAL of one of the first s transactions is followed by its     *)
+(* COMMIT, as ZooKeeper's LearnerHandler sends its committedLog (the seed's *)
+(* "missing messages"; a ZooKeeper follower keeps a PROPOSAL of its sync   *)
+(* that no COMMIT follows pending, and exits when a later COMMIT names     *)
+(* another transaction).  The follower takes such a COMMIT without a      *)
+(* change (FollowerProcessCOMMITInSync): UPTODATE carries the commit point *)
+(* (spec/README.md, departure 17).                                        *)
 (***************************************************************************)
-SyncPackets(h, c, z) ==
+SyncPackets(h, c, z, s) ==
     LET n == Len(h)
         last == LastZxid(h)
         diff == Packet("DIFF", CommittedZxid(h, c), NoData)
-        Proposals(from) == [k \in 1 .. (n - from) |->
-                               Packet("PROPOSAL", h[from + k].zxid, h[from + k].value)]
+        P(k) == Packet("PROPOSAL", h[k].zxid, h[k].value)
+        \* the PROPOSALs of h[from + 1 ..], each of the first s followed by its COMMIT
+        Proposals(from) ==
+            LET m == IF s > from THEN s - from ELSE 0
+            IN  [k \in 1 .. 2 * m |-> IF k % 2 = 1 THEN P(from + (k + 1) \div 2)
+                                      ELSE Packet("COMMIT", h[from + k \div 2].zxid, NoData)]
+                \o [k \in 1 .. (n - from - m) |-> P(from + m + k)]
         pos == IndexOf(h, z)
         below == {k \in 1 .. n : ZxidLT(h[k].zxid, z)} \cup {0}
     IN  IF z = last THEN <<diff>>
@@ -375,7 +389,10 @@ LeaderProcessACKEPOCH(i, j) ==
            acked == {f \in Server : learnerPhase[i][f] = "ACKEPOCH"} \cup {j}
            lz(f) == IF f = j THEN m.zxid ELSE learnerLastZxid[i][f]
            e == newEpoch[i]
-           sync(f) == SyncPackets(history[i], lastCommitted[i], lz(f))
+           \* what the sync commits: a leader in BROADCAST its commit point, one in DISCOVERY or SYNCHRONIZATION
+           \* its whole history, which it commits at its NEWLEADER quorum (LeaderProcessACKNEWLEADER)
+           upto == IF zabState[i] = BROADCAST THEN lastCommitted[i] ELSE Len(history[i])
+           sync(f) == SyncPackets(history[i], lastCommitted[i], lz(f), upto)
                       \o <<Packet("NEWLEADER", <<e, 0>>, NoData)>>
        IN  IF ~behind
            THEN /\ GoLooking(i)
@@ -464,6 +481,21 @@ FollowerProcessPROPOSALInSync(i, j) ==
        IN  stagedHistory' = [stagedHistory EXCEPT ![i] = Append(@, [zxid |-> m.zxid, value |-> m.data])]
     /\ msgs' = Discard(msgs, j, i)
     /\ UNCHANGED <<persistentVars, serverVars, leaderVars, checkVars, faults>>
+
+(***************************************************************************)
+(* A COMMIT that is part of the sync follows the PROPOSAL of the same zxid *)
+(* (SyncPackets): the follower takes it and changes nothing but the        *)
+(* channel.  What it commits, UPTODATE names (it carries the leader's     *)
+(* commit point, at least every zxid the sync COMMITted); ZooKeeper's      *)
+(* follower keeps it to apply at UPTODATE.  A COMMIT anywhere else in a    *)
+(* sync is no step of the follower.                                       *)
+(***************************************************************************)
+FollowerProcessCOMMITInSync(i, j) ==
+    /\ SyncingFrom(i, j)
+    /\ HasPacket(j, i, "COMMIT")
+    /\ stagedHistory[i] /= <<>> /\ Head(msgs[j][i]).zxid = LastZxid(stagedHistory[i])
+    /\ msgs' = Discard(msgs, j, i)
+    /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
 
 (***************************************************************************)
 (* NewLeaderDefers, what NEWLEADER must have logged.  FALSE (seed 000,     *)
@@ -751,6 +783,7 @@ Next ==
     \/ \E i, j \in Server : FollowerProcessTRUNC(i, j)
     \/ \E i, j \in Server : FollowerProcessSNAP(i, j)
     \/ \E i, j \in Server : FollowerProcessPROPOSALInSync(i, j)
+    \/ \E i, j \in Server : FollowerProcessCOMMITInSync(i, j)
     \/ \E i, j \in Server : FollowerProcessNEWLEADER(i, j)
     \/ \E i, j \in Server : LeaderProcessACKNEWLEADER(i, j)
     \/ \E i, j \in Server : FollowerProcessUPTODATE(i, j)
@@ -948,13 +981,17 @@ AckInFlight ==
 
 \* A COMMIT (or an UPTODATE, which carries the commit point) in flight names a transaction its sender
 \* has delivered and a quorum holds: a leader commits only what a quorum acknowledged (seed 000, phase 3,
-\* step 3; ZooKeeper's spec: CommitConsistent).
+\* step 3; ZooKeeper's spec: CommitConsistent) -- or, from a leader still in its synchronization, one of
+\* the history it commits whole at its NEWLEADER quorum (the COMMITs of its syncs: SyncPackets).  Such a
+\* leader is in BROADCAST before any COMMIT it sent can be in flight after its quorum, and then it holds.
 CommitInFlight ==
     \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
         InFlight(a, b, k).type \in {"COMMIT", "UPTODATE"} /\ InFlight(a, b, k).zxid /= <<0, 0>> =>
             LET p == IndexOf(history[a], InFlight(a, b, k).zxid)
-            IN  /\ 0 < p /\ p <= lastCommitted[a]
-                /\ IsQuorum({s \in Server : history[a][p] \in Range(history[s])})
+            IN  /\ 0 < p
+                /\ \/ /\ p <= lastCommitted[a]
+                      /\ IsQuorum({s \in Server : history[a][p] \in Range(history[s])})
+                   \/ InFlight(a, b, k).type = "COMMIT" /\ state[a] = LEADING /\ zabState[a] = SYNCHRONIZATION
 
 (***************************************************************************)
 (* An action property: within an incarnation, a server's deliveries only   *)
@@ -1065,7 +1102,7 @@ TimelyStep ==
 Receive(i, j) ==
     \/ LeaderProcessFOLLOWERINFO(i, j) \/ FollowerProcessLEADERINFO(i, j) \/ LeaderProcessACKEPOCH(i, j)
     \/ FollowerProcessDIFF(i, j) \/ FollowerProcessTRUNC(i, j) \/ FollowerProcessSNAP(i, j)
-    \/ FollowerProcessPROPOSALInSync(i, j) \/ FollowerProcessNEWLEADER(i, j)
+    \/ FollowerProcessPROPOSALInSync(i, j) \/ FollowerProcessCOMMITInSync(i, j) \/ FollowerProcessNEWLEADER(i, j)
     \/ LeaderProcessACKNEWLEADER(i, j) \/ FollowerProcessUPTODATE(i, j)
     \/ FollowerProcessPROPOSAL(i, j) \/ LeaderProcessACK(i, j) \/ FollowerProcessCOMMIT(i, j)
 

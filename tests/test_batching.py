@@ -391,8 +391,9 @@ def _zk_txn(zxid: int, path: str) -> bytes:
 @pytest.mark.parametrize("head", ["DIFF", "TRUNC"])
 def test_a_follower_of_a_zookeeper_leader_delivers_at_uptodate_what_its_sync_committed(head: str) -> None:
     """ZooKeeper's LearnerHandler sends a COMMIT after each committed PROPOSAL of a DIFF or TRUNC and UPTODATE with
-    zxid -1; the spec's UPTODATE names the commit point those COMMITs said. The node notes each COMMIT of a staged
-    transaction (no spec step, nothing logged) and takes UPTODATE(-1) as FollowerProcessUPTODATE of that point:
+    zxid -1; the spec's sync does the same (SyncPackets) and its UPTODATE names the commit point those COMMITs said.
+    Each COMMIT right after its PROPOSAL is FollowerProcessCOMMITInSync (nothing changes, nothing is logged), the node
+    notes its zxid, and takes UPTODATE(-1) as FollowerProcessUPTODATE of that point:
     the committed transactions are delivered, the outstanding one (sent without a COMMIT) is not, and the follower
     ACKs its last transaction as the spec's does."""
     node = _syncing_from_zookeeper()
@@ -405,7 +406,9 @@ def test_a_follower_of_a_zookeeper_leader_delivers_at_uptodate_what_its_sync_com
     for packet in sync:
         effects = node.packet(2, packet, 0.1)
         assert not effects.send and node.core.zab_state == "SYNCHRONIZATION", packet
-        assert not [a for a in effects.actions if packet.type == PacketType.COMMIT], "a COMMIT in sync is no step"
+        names = [a.name for a in effects.actions]
+        assert names == (["FollowerProcessCOMMITInSync"] if packet.type == PacketType.COMMIT else names), names
+        assert not effects.persist and not effects.deliver
     assert node.sync_commit == z[1]
     node.packet(2, QuorumPacket(PacketType.NEWLEADER, E1, b"server.1=..."), 0.2)
     effects = node.packet(2, QuorumPacket(PacketType.UPTODATE, -1), 0.3)
@@ -418,18 +421,18 @@ def test_a_follower_of_a_zookeeper_leader_delivers_at_uptodate_what_its_sync_com
 
 def test_a_zookeeper_leaders_snap_is_committed_state_and_a_stray_commit_is_still_refused() -> None:
     """A ZooKeeper leader's SNAP is its applied tree: UPTODATE(-1) delivers all of it. A COMMIT in sync that is not
-    right after its PROPOSAL (a seeded bug's COMMIT to an unsynced learner looks so), and UPTODATE(-1) before
-    NEWLEADER, are no spec step: refused as before."""
+    right after its PROPOSAL (a seeded bug's COMMIT to an unsynced learner looks so) is no FollowerProcessCOMMITInSync,
+    and UPTODATE(-1) before NEWLEADER no step at all: both refused."""
     node = _syncing_from_zookeeper()
     snap = payloads.encode_snap_data([(E1 | 1, b"a"), (E1 | 2, b"b")])
     node.packet(2, QuorumPacket(PacketType.SNAP, E1 | 3, snap), 0.1)  # its last processed zxid: a setData, say
-    with pytest.raises(RemoteProtocolError, match="only in BROADCAST"):
+    with pytest.raises(RemoteProtocolError, match="follows the PROPOSAL it names; the last staged is 0x100000002"):
         node.packet(2, QuorumPacket(PacketType.COMMIT, E1 | 3), 0.1)
     node = _syncing_from_zookeeper()  # ZooKeeper COMMITs a PROPOSAL right after it; any other COMMIT is no step
     for packet in (QuorumPacket(PacketType.DIFF, 0), QuorumPacket(PacketType.PROPOSAL, E1 | 1, _zk_txn(E1 | 1, "/a")),
                    QuorumPacket(PacketType.PROPOSAL, E1 | 2, _zk_txn(E1 | 2, "/b"))):
         node.packet(2, packet, 0.1)
-    with pytest.raises(RemoteProtocolError, match="only in BROADCAST"):
+    with pytest.raises(RemoteProtocolError, match="follows the PROPOSAL it names; the last staged is 0x100000002"):
         node.packet(2, QuorumPacket(PacketType.COMMIT, E1 | 1), 0.1)
     node = _syncing_from_zookeeper()
     node.packet(2, QuorumPacket(PacketType.SNAP, E1 | 3, snap), 0.1)

@@ -286,7 +286,8 @@ def test_phase1_steps_5_7_quorum_of_ackepoch_sets_current_epoch_and_starts_sync(
     assert leader.zab_state == ZabState.SYNCHRONIZATION and leader.current_epoch == 2
     out = leader.receive(3, ackepoch(z(1, 1), 1))  # a later ACKEPOCH is synced at once
     assert out.persist == ()
-    assert sent(out) == [(3, P.DIFF, 0), (3, P.PROPOSAL, z(1, 2)), (3, P.NEWLEADER, z(2, 0))]
+    # the leader commits its whole history at its NEWLEADER quorum, so its sync COMMITs each PROPOSAL it sends
+    assert sent(out) == [(3, P.DIFF, 0), (3, P.PROPOSAL, z(1, 2)), (3, P.COMMIT, z(1, 2)), (3, P.NEWLEADER, z(2, 0))]
     assert leader.learner_last_zxid == {1: 0, 2: z(1, 2), 3: z(1, 1)}
     assert leader.learner_phase == {1: "NONE", 2: "NEWLEADER", 3: "NEWLEADER"}
 
@@ -331,25 +332,32 @@ def test_phase1_steps_5_6_leader_waits_for_a_quorum_of_ackepoch():
 H = (t(1, 1), t(1, 2), t(2, 1), t(2, 2))
 
 
+C = P.COMMIT
+
+
 @pytest.mark.parametrize(
-    "history, committed, z_, expected",
+    "history, committed, commits, z_, expected",
     [
-        (H, 4, z(2, 2), [(P.DIFF, z(2, 2))]),
-        (H, 3, z(1, 2), [(P.DIFF, z(2, 1)), (P.PROPOSAL, z(2, 1)), (P.PROPOSAL, z(2, 2))]),
-        ((), 0, 0, [(P.DIFF, 0)]),
-        (H, 4, 0, [(P.SNAP, z(2, 2))]),
-        (H[2:], 2, z(1, 2), [(P.SNAP, z(2, 2))]),
-        (H, 4, z(1, 3), [(P.TRUNC, z(1, 2)), (P.PROPOSAL, z(2, 1)), (P.PROPOSAL, z(2, 2))]),
-        (H, 4, z(2, 5), [(P.TRUNC, z(2, 2))]),
-        (H, 4, z(3, 1), [(P.TRUNC, z(2, 2))]),
-        ((), 0, z(1, 1), [(P.TRUNC, 0)]),
+        (H, 4, 4, z(2, 2), [(P.DIFF, z(2, 2))]),
+        (H, 3, 3, z(1, 2), [(P.DIFF, z(2, 1)), (P.PROPOSAL, z(2, 1)), (C, z(2, 1)), (P.PROPOSAL, z(2, 2))]),
+        (H, 2, 4, z(1, 1), [(P.DIFF, z(1, 2)), (P.PROPOSAL, z(1, 2)), (C, z(1, 2)), (P.PROPOSAL, z(2, 1)),
+                            (C, z(2, 1)), (P.PROPOSAL, z(2, 2)), (C, z(2, 2))]),
+        ((), 0, 0, 0, [(P.DIFF, 0)]),
+        (H, 4, 4, 0, [(P.SNAP, z(2, 2))]),
+        (H[2:], 2, 2, z(1, 2), [(P.SNAP, z(2, 2))]),
+        (H, 2, 2, z(1, 3), [(P.TRUNC, z(1, 2)), (P.PROPOSAL, z(2, 1)), (P.PROPOSAL, z(2, 2))]),
+        (H, 4, 4, z(2, 5), [(P.TRUNC, z(2, 2))]),
+        (H, 4, 4, z(3, 1), [(P.TRUNC, z(2, 2))]),
+        ((), 0, 0, z(1, 1), [(P.TRUNC, 0)]),
     ],
-    ids=["diff-up-to-date", "diff-missing-two", "diff-empty", "snap-empty-follower", "snap-older-than-log",
-         "trunc-skipped-then-proposals", "trunc-only", "trunc-later-epoch", "trunc-leader-empty"],
+    ids=["diff-up-to-date", "diff-missing-two-one-committed", "diff-synchronizing-commits-all", "diff-empty",
+         "snap-empty-follower", "snap-older-than-log", "trunc-skipped-then-proposals", "trunc-only",
+         "trunc-later-epoch", "trunc-leader-empty"],
 )
-def test_phase2_step1_sync_packets_choose_diff_snap_or_trunc(history, committed, z_, expected):
-    """Phase 2, step 1: SNAP / TRUNC(zxid) / DIFF for the follower positions the spec's SyncPackets distinguishes."""
-    packets = sync_packets(list(history), committed, z_)
+def test_phase2_step1_sync_packets_choose_diff_snap_or_trunc(history, committed, commits, z_, expected):
+    """Phase 2, step 1: SNAP / TRUNC(zxid) / DIFF for the follower positions the spec's SyncPackets distinguishes;
+    each PROPOSAL of one of the first ``commits`` transactions followed by its COMMIT."""
+    packets = sync_packets(list(history), committed, z_, commits)
     assert [(p.type, p.zxid) for p in packets] == expected
     for p in packets:
         if p.type == P.PROPOSAL:
@@ -598,7 +606,7 @@ def _bad_cases():
 
     return [
         ("commit-before-any-proposal", broadcast_follower, 1, pkt(P.COMMIT, z(2, 1)), "not in this follower"),
-        ("commit-during-sync", syncing_follower, 1, pkt(P.COMMIT, z(1, 1)), "only in BROADCAST"),
+        ("commit-during-sync", syncing_follower, 1, pkt(P.COMMIT, z(1, 1)), "follows the PROPOSAL it names"),
         ("leaderinfo-from-non-leader", discovering_follower, 3, leaderinfo(5), "not this follower's leader"),
         ("leaderinfo-with-counter", discovering_follower, 1, pkt(P.LEADERINFO, z(5, 1), b"\0\1\0\0"), "e << 32"),
         ("leaderinfo-garbage-data", discovering_follower, 1, pkt(P.LEADERINFO, z(5, 0), b"\1"), "LEADERINFO data"),

@@ -71,8 +71,13 @@ CAUGHT: dict[str, tuple[int, int, int, str]] = {
     # currentEpoch after them; after the power cut the history runs ahead of its epoch (since the quorum port speaks
     # ZooKeeper's wire, seed 36 does at step 134; before, no seed below 2,000 reached it within 1,000 steps)
     "step_not_atomic": (36, 3, 1000, "invariant HistoryWithinCurrentEpoch violated"),
-    "timeout_keeps_old_round": (2, 3, 100, "liveness: no leader committed a write"),
+    # (seed 2 until the sync carried COMMITs, 2026-12-01: its schedule moved)
+    "timeout_keeps_old_round": (16, 3, 100, "liveness: no leader committed a write"),
     "trunc_not_logged": (1, 3, 1000, "invariant LogMatching violated"),
+    # a leader in BROADCAST COMMITs an outstanding proposal in a late learner's sync: a zabref follower takes it
+    # without a change, so no invariant of the run breaks within 600 seeds, but no step of the spec sends it: the
+    # run's action logs fail validation at that LeaderProcessACKEPOCH
+    "sync_commits_outstanding": (36, 3, 100, "no step of spec/Zab.tla takes LeaderProcessACKEPOCH(i=2, j=3)"),
 }
 #: Bugs the simulator does not catch yet within the CI seeds: what the search tried, and what the bug does to a
 #: cluster that runs it (each is caught by conformance: tests/test_seeded_bugs.py).
@@ -100,6 +105,7 @@ EXTRA: dict[str, tuple[str, ...]] = {
     "follower_sync_at_once": ("--readers", str(CI_READERS)),
     "proposal_to_unsynced": ("--validate",),
     "epoch_ignores_acceptedepoch": ("--validate",),
+    "sync_commits_outstanding": ("--validate",),
 }
 
 

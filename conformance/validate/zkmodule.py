@@ -391,18 +391,18 @@ Causal == \\A a, b \\in Server : Received(a, b) =>
               /\\ LET need == O(Head(tags[a][b])).need IN \\A k \\in Server : sent[b][k] >= need[k]
 
 \\* Follower i can take a packet that makes it send nothing: one of its synchronization (DIFF, TRUNC, SNAP, or a
-\\* PROPOSAL before NEWLEADER), or a COMMIT or a client's SYNC in BROADCAST. Such a receive changes only i's staged
-\\* history or lastCommitted and the channel's head, which nothing observed reads (a follower's lastCommitted is read
-\\* by no step that sends what a ZooKeeper run is compared on: UPTODATE's and a DIFF's zxids are not compared, and a
-\\* leader commits its whole history at NEWLEADER's quorum before it sends a COMMIT), and it stays possible until it is
-\\* taken or a GoLooking empties the channel; so the behaviours that take it at once make every run the others make
-\\* (docs/zookeeper.md, "Eager receives"), and `Eager` makes it the next step. A DIFF of hundreds of transactions to
-\\* a learner that ACKs NEWLEADER hundreds of observations later was that many hidden steps, each free to come
-\\* anywhere in between, and a lagging learner's COMMITs the same: a search of their product.
+\\* PROPOSAL or COMMIT before NEWLEADER), or a COMMIT or a client's SYNC in BROADCAST. Such a receive changes only i's
+\\* staged history or lastCommitted and the channel's head, which nothing observed reads (a follower's lastCommitted
+\\* is read by no step that sends what a ZooKeeper run is compared on: UPTODATE's and a DIFF's zxids are not compared,
+\\* and a leader commits its whole history at NEWLEADER's quorum before it sends a COMMIT), and it stays possible
+\\* until it is taken or a GoLooking empties the channel; so the behaviours that take it at once make every run the
+\\* others make (docs/zookeeper.md, "Eager receives"), and `Eager` makes it the next step. A DIFF of hundreds of
+\\* transactions to a learner that ACKs NEWLEADER hundreds of observations later was that many hidden steps, each free
+\\* to come anywhere in between, and a lagging learner's COMMITs the same: a search of their product.
 Quiet(i) == /\\ state[i] = FOLLOWING
             /\\ msgs[leader[i]][i] /= <<>>
             /\\ \\/ zabState[i] = SYNCHRONIZATION
-                  /\\ Head(msgs[leader[i]][i]).type \\in {{"DIFF", "TRUNC", "SNAP", "PROPOSAL"}}
+                  /\\ Head(msgs[leader[i]][i]).type \\in {{"DIFF", "TRUNC", "SNAP", "PROPOSAL", "COMMIT"}}
                \\/ zabState[i] = BROADCAST /\\ Head(msgs[leader[i]][i]).type \\in {{"COMMIT", "SYNC"}}
             /\\ Head(tags[leader[i]][i]) > 0
             /\\ \\A k \\in Server : sent[i][k] >= O(Head(tags[leader[i]][i])).need[k]

@@ -20,9 +20,10 @@ Each step of the trace is one of three kinds:
 * **a step of the SUT that takes a message** (``FollowerProcess<TYPE>(sut, j)``, or as leader
   ``LeaderProcess<TYPE>(sut, j)``): the head of the queue from ``j`` is written to the real server (a SNAP as
   ZooKeeper's leader sends one, `_send_snap`: its data tree, `conformance.zk.snapshot.write_snapshot`, a node a
-  transaction, then the leader's outstanding proposals as PROPOSALs; a PROPOSAL of a DIFF or TRUNC followed by a
-  COMMIT when the leader had committed it, as ZooKeeper's leader sends its committedLog, `_mark_commits`; in a
-  model with `NewLeaderDefers` the trace's NEWLEADER must leave staged what such a sync leaves a 3.9.3+ follower,
+  transaction, then the leader's outstanding proposals as PROPOSALs; a DIFF's or TRUNC's COMMITs as the spec's
+  SyncPackets sends them, after each PROPOSAL the leader has committed or commits at its NEWLEADER quorum, as
+  ZooKeeper's leader sends its committedLog; in a model with `NewLeaderDefers` the trace's NEWLEADER must leave
+  staged what such a sync leaves a 3.9.3+ follower,
   `_deferral`), and what it sends back on
   that connection is read until it has sent the messages the spec's step adds toward ``j`` (type and zxid; a
   FOLLOWERINFO's sid, an ACKEPOCH's epoch; not UPTODATE's zxid, which no receiver reads: `ZXID_UNREAD`). A
@@ -99,7 +100,8 @@ SYNC_HEADS = ("DIFF", "TRUNC", "SNAP")
 LEADER_TAKES = ("LeaderProcessFOLLOWERINFO", "LeaderProcessACKEPOCH", "LeaderProcessACKNEWLEADER", "LeaderProcessACK")
 STATE_LEADING = 2
 #: The SUT's steps that take one message from the leader's channel.
-TAKES = ("FollowerProcessLEADERINFO", "FollowerProcessDIFF", "FollowerProcessSNAP", "FollowerProcessTRUNC", "FollowerProcessNEWLEADER", "FollowerProcessUPTODATE",
+TAKES = ("FollowerProcessLEADERINFO", "FollowerProcessDIFF", "FollowerProcessSNAP", "FollowerProcessTRUNC",
+         "FollowerProcessNEWLEADER", "FollowerProcessUPTODATE",
          "FollowerProcessPROPOSAL", "FollowerProcessCOMMIT", "FollowerProcessPROPOSALInSync",
          "FollowerProcessCOMMITInSync")
 REPLY_TIMEOUT = 10.0
@@ -439,8 +441,6 @@ class _Replay:
                 continue
             old, new = before["msgs"][j - 1][self.sut - 1], after["msgs"][j - 1][self.sut - 1]
             added = new[len(old):]  # a played step never takes from j -> sut: the old messages are a prefix
-            if any(m["type"] in SYNC_HEADS for m in added):
-                added = _mark_commits(added, after, j)
             if j in self.learners or j in self.pending:
                 self.queue_to_sut.setdefault(j, []).extend(added)
             else:
@@ -488,18 +488,17 @@ class _Replay:
             self._send_snap(head["data"], j, before)
         else:
             self.quorum.send(head["type"], zxid_of(head["zxid"]), data)
-        if head.get("commit") is not None:  # a PROPOSAL of a synchronization: COMMITted there if the leader had
-            if head["commit"]:
-                self.quorum.send("COMMIT", zxid_of(head["zxid"]))
-            else:
-                self.sync_open += 1
+        if action == "FollowerProcessPROPOSALInSync":
+            self.sync_open += 1
+        elif action == "FollowerProcessCOMMITInSync":
+            self.sync_open -= 1
         if head["type"] == "UPTODATE":
             self.leaders[j].ping(self.quorum)
         if head["type"] in ("PROPOSAL", "COMMIT"):
             self.leaders[j].zxid = max(self.leaders[j].zxid, zxid_of(head["zxid"]))
         new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]
         await self._expect(new, action)
-        if head["type"] == "COMMIT":
+        if action == "FollowerProcessCOMMIT":  # in a sync, a COMMIT is applied when ZooKeeper's follower chooses
             await self._applied(after)
 
     def _send_snap(self, history: list[dict[str, Any]], leader: int, state: dict[str, Any]) -> None:
@@ -588,12 +587,15 @@ class _Replay:
         committedLog and snapshot, ZooKeeper's `LearnerHandler.syncFollower`): ZooKeeper's SNAP carries its
         *committed* state and sends an outstanding proposal after it as a PROPOSAL of its own, the spec's SNAP the
         leader's whole history. Validation compares a sync the same way (`SyncAgree` in
-        conformance/validate/zkmodule.py)."""
+        conformance/validate/zkmodule.py). A DIFF's or TRUNC's COMMITs must name the PROPOSALs the spec's COMMIT
+        (SyncPackets: what the leader has committed, or all it holds before its NEWLEADER quorum)."""
         got: list[dict[str, Any]] = []
+        commits: list[int] = []
         while True:
             name, p = await link.recv(REPLY_TIMEOUT)
             if name == "COMMIT" and got:
-                continue  # ZooKeeper's DIFF or TRUNC commits what it sends as it goes; what is logged is the same
+                commits.append(p.zxid)
+                continue
             got.append({"type": name, "zxid": zxid_pair(p.zxid)})
             if name == "NEWLEADER":
                 break
@@ -605,6 +607,10 @@ class _Replay:
             raise _Departure(f"the spec's {spec[0]['type']} leaves the follower with {_hexes(want)} at NEWLEADER "
                              f"{spec[-1]['zxid']}; ZooKeeper's {got[0]['type']} 0x{zxid_of(got[0]['zxid']):x} "
                              f"(+{len(got) - 2} packets) with {_hexes(have)} at NEWLEADER {got[-1]['zxid']}")
+        spec_commits = [zxid_of(m["zxid"]) for m in spec if m["type"] == "COMMIT"]
+        if got[0]["type"] != "SNAP" and spec[0]["type"] != "SNAP" and commits != spec_commits:
+            raise _Departure(f"ZooKeeper's {got[0]['type']} COMMITs {_hexes(commits)}; the spec's "
+                             f"{spec[0]['type']} {_hexes(spec_commits)}")
         self.outcome.synced.append(f"{spec[0]['type']} as {got[0]['type']} 0x{zxid_of(got[0]['zxid']):x}"
                                    f"{' + ' + str(len(got) - 2) + ' PROPOSAL' if len(got) > 2 else ''}")
 
@@ -701,16 +707,6 @@ def _applied(state: dict, leader: int, length: int) -> int:
     if state["zabState"][leader - 1] != "BROADCAST":
         return length
     return min(state["lastCommitted"][leader - 1], length)
-
-
-def _mark_commits(added: list[dict[str, Any]], after: dict, leader: int) -> list[dict[str, Any]]:
-    """A played leader's synchronization (a DIFF, TRUNC or SNAP, PROPOSALs, NEWLEADER) with each PROPOSAL marked
-    ``commit``: whether ZooKeeper's leader sends it with a COMMIT (`LearnerHandler.syncFollower`: the proposals of
-    its committedLog, PROPOSAL and COMMIT each, then its outstanding ones alone): the transactions it has applied
-    (`_applied`). ``after``: the spec's state once the leader queued them."""
-    history = after["history"][leader - 1]
-    committed = {tuple(t["zxid"]) for t in history[:_applied(after, leader, len(history))]}
-    return [{**m, "commit": tuple(m["zxid"]) in committed} if m["type"] == "PROPOSAL" else m for m in added]
 
 
 def _hexes(zxids: list[int]) -> str:

@@ -79,8 +79,9 @@ IGNORED = {
                 "(it sent a COMMIT of that zxid or later first): ZooKeeper's learner logs and ACKs each one, "
                 "Leader.processAck returns at once for a zxid at or below its lastCommitted, and the spec's "
                 "follower sends no such ACK",
-    "COMMIT-IN-SYNC": "a COMMIT between DIFF and NEWLEADER: the spec's sync stages the leader's history whole and the "
-                      "follower delivers at UPTODATE",
+    "COMMIT-IN-SYNC": "a COMMIT between DIFF and NEWLEADER: part of its sync group, which is compared by the history "
+                      "it leaves the follower with (the spec's sync COMMITs too, and its follower takes them without "
+                      "a change: FollowerProcessCOMMITInSync)",
     "AFTER-CLOSE": "sent on a connection the other side had already closed: never received",
     "UNANSWERED": "a quorum connection that carried no FOLLOWERINFO (refused, or closed at once): no Zab step",
     "AFTER-END": "read after the run's end (the harness's stop)",

@@ -6,8 +6,9 @@ A follower talks to one leader at a time (seed 000: "a follower will only connec
 processes its packets in order:
 
 * DISCOVERY -- LEADERINFO(e): accept e (durably) and answer ACKEPOCH, or go back to election if e is stale;
-* SYNCHRONIZATION -- DIFF, TRUNC or SNAP, then PROPOSALs, all *staged* in ``staged_history``: nothing reaches the
-  disk until NEWLEADER(e), which applies the staged history and currentEpoch = e atomically and answers ACK;
+* SYNCHRONIZATION -- DIFF, TRUNC or SNAP, then PROPOSALs (a committed one followed by its COMMIT), all *staged* in
+  ``staged_history``: nothing reaches the disk until NEWLEADER(e), which applies the staged history and
+  currentEpoch = e atomically and answers ACK;
 * BROADCAST -- PROPOSAL is logged (durably) and ACKed; COMMIT and UPTODATE deliver up to their zxid.
 
 "Atomically" on disk: `_history_ops` turns the change from ``history`` to ``staged_history`` into ONE storage
@@ -136,6 +137,18 @@ class FollowerActions(CoreState):
         self._require(j, packet, ZabState.SYNCHRONIZATION)
         txn = self._proposal(j, packet, self.staged_history)
         self.staged_history.append(txn)
+        return Output()
+
+    def follower_process_commit_in_sync(self, j: int, packet: QuorumPacket) -> Output:
+        """FollowerProcessCOMMITInSync(i, j): a COMMIT of the sync follows the PROPOSAL of the same zxid (the
+        leader's SyncPackets, ZooKeeper's LearnerHandler); it changes nothing, since UPTODATE carries the commit
+        point. A COMMIT anywhere else in a sync is a protocol error."""
+        self._require(j, packet, ZabState.SYNCHRONIZATION)
+        if packet.type != PacketType.COMMIT:
+            self._reject(j, packet, "expected COMMIT")
+        if not self.staged_history or self.staged_history[-1].zxid != packet.zxid:
+            last = self.staged_history[-1].zxid if self.staged_history else 0
+            self._reject(j, packet, f"a COMMIT of a sync follows the PROPOSAL it names; the last staged is {last:#x}")
         return Output()
 
     def _proposal(self, j: int, packet: QuorumPacket, after: list[Txn]) -> Txn:

@@ -52,23 +52,32 @@ from zabref.errors import CodecError, LocalProtocolError
 __all__ = ["LeaderActions", "sync_packets"]
 
 
-def sync_packets(history: list[Txn], last_committed: int, z: int) -> list[QuorumPacket]:
-    """SyncPackets(h, c, z): what a leader with history h and commit point c sends, before NEWLEADER, to a learner
-    whose last zxid is z (seed 000, phase 2, step 1):
+def sync_packets(history: list[Txn], last_committed: int, z: int, commits: int) -> list[QuorumPacket]:
+    """SyncPackets(h, c, z, s): what a leader with history h and commit point c sends, before NEWLEADER, to a learner
+    whose last zxid is z (seed 000, phase 2, step 1), when the first s (``commits``) transactions of h are ones it
+    has committed or commits at its NEWLEADER quorum:
 
     * DIFF(lastCommittedZxid) alone when z is the leader's last zxid;
     * SNAP(leader's last zxid) carrying the whole history when z precedes everything in it;
     * DIFF then the PROPOSALs after z when z appears in h;
     * otherwise the learner has transactions the leader skipped: TRUNC(t), t the last zxid of h below z (0 when
       none), then the PROPOSALs after t.
+
+    Each PROPOSAL of one of the first s transactions is followed by its COMMIT, as ZooKeeper's LearnerHandler sends
+    its committedLog (a ZooKeeper follower keeps a PROPOSAL of its sync that no COMMIT follows pending, and exits when
+    a later COMMIT names another transaction); the follower takes it as FollowerProcessCOMMITInSync.
     """
     n = len(history)
     last = history[-1].zxid if history else 0
     diff = QuorumPacket(PacketType.DIFF, history[last_committed - 1].zxid if last_committed else 0)
 
     def proposals(after: int) -> list[QuorumPacket]:
-        return [QuorumPacket(PacketType.PROPOSAL, t.zxid, payloads.encode_proposal_data(t.zxid, t.value))
-                for t in history[after:]]
+        out = []
+        for k, t in enumerate(history[after:], start=after + 1):
+            out.append(QuorumPacket(PacketType.PROPOSAL, t.zxid, payloads.encode_proposal_data(t.zxid, t.value)))
+            if k <= commits:
+                out.append(QuorumPacket(PacketType.COMMIT, t.zxid))
+        return out
 
     if z == last:
         return [diff]
@@ -201,8 +210,10 @@ class LeaderActions(CoreState):
         return out.build()
 
     def _sync(self, f: int) -> list[QuorumPacket]:
-        """sync(f): SyncPackets for learner f, then NEWLEADER(e << 32)."""
-        packets = sync_packets(self.history, self.last_committed, self.learner_last_zxid[f])
+        """sync(f): SyncPackets for learner f, then NEWLEADER(e << 32). The sync commits what a leader in BROADCAST
+        has committed; a leader in its own synchronization commits its whole history at its NEWLEADER quorum."""
+        upto = self.last_committed if self.zab_state == ZabState.BROADCAST else len(self.history)
+        packets = sync_packets(self.history, self.last_committed, self.learner_last_zxid[f], upto)
         return [*packets, QuorumPacket(PacketType.NEWLEADER, make_zxid(self.new_epoch, 0))]
 
     # ------------------------------------------------------------------------------------------ phase 2

@@ -106,10 +106,9 @@ class Node(ClientRequests, ZkClients):
         #: follower: its clients' syncs sent to the leader, oldest first: (request id, deadline); None once expired
         self.follower_syncs: deque[tuple[int | None, float]] = deque()
         self.decisions: list[dict[str, Any]] = []  # the election's decisions (FLE's checking-only ``decisions``)
-        #: follower: the commit point a ZooKeeper leader's sync carried (`_zookeeper_sync`), for its UPTODATE(-1),
-        #: and the PROPOSAL of that sync just taken, which ZooKeeper's leader follows with its COMMIT if committed
+        #: follower: the commit point its leader's sync carried (its head, its COMMITs), for a ZooKeeper leader's
+        #: UPTODATE(-1) (`_zookeeper_sync`)
         self.sync_commit = 0
-        self._sync_proposal = 0
         #: leader: the data tree of its history, for ZooKeeper clients' writes (forwarded by its followers, or its own)
         self.zk_tree = zktree.HistoryTree()
         #: the data tree of the transactions delivered here, for ZooKeeper clients' reads and answers (`ZkClients`)
@@ -157,11 +156,7 @@ class Node(ClientRequests, ZkClients):
             self.heard[peer] = now
             return Effects()
         if self.core.state == ServerState.FOLLOWING and peer == self.core.leader:
-            mapped = self._zookeeper_sync(packet)
-            if mapped is None:  # a COMMIT of ZooKeeper's sync, noted: no spec action takes it
-                self.heard[peer] = now
-                return Effects()
-            packet = mapped
+            packet = self._zookeeper_sync(packet)
         if self.core.held(peer, packet):
             self.held[peer] = packet  # a learner whose ACKEPOCH(-1) waits does not keep a leader alive (Counted)
             return Effects(deferred=True)
@@ -176,8 +171,9 @@ class Node(ClientRequests, ZkClients):
             out.unblock = True  # e.g. the epoch is established: a held ACKEPOCH(-1) is synced now
         if self.core.state != ServerState.FOLLOWING:
             return out.build()
-        self._sync_proposal = packet.zxid if handler is ZabCore.follower_process_proposal_in_sync else 0
-        if packet.type in _SYNC_HEADS:
+        if handler is ZabCore.follower_process_commit_in_sync:
+            self.sync_commit = packet.zxid
+        elif packet.type in _SYNC_HEADS:
             staged = self.core.staged_history
             # the leader's commit point as the sync's head says it: a DIFF names it (seed 000's lastCommittedZxid,
             # ZooKeeper's lastProcessedZxid) when this follower holds it; a SNAP (ZooKeeper's: its applied tree)
@@ -187,21 +183,12 @@ class Node(ClientRequests, ZkClients):
                                 else staged[-1].zxid if snap and staged else 0)
         return out.build()
 
-    def _zookeeper_sync(self, packet: QuorumPacket) -> QuorumPacket | None:
-        """A ZooKeeper leader's synchronization in the spec's terms (spec/README.md, "What real ZooKeeper does").
-        ZooKeeper's LearnerHandler sends a COMMIT after each PROPOSAL of a DIFF or TRUNC that it had committed, and
-        UPTODATE with zxid -1; seed 000's sync carries no COMMIT and its UPTODATE names the leader's commit point,
-        which is what the COMMITs said. So a COMMIT in SYNCHRONIZATION right after the PROPOSAL of the same zxid (that
-        pair, and nothing looser, is ZooKeeper's) is noted (`sync_commit`) and taken by no spec action (None: a
-        stuttering step, as ZooKeeper's validation leaves it out, "COMMIT-IN-SYNC"), and UPTODATE(-1) in BROADCAST is
-        FollowerProcessUPTODATE of that commit point. Anything else is the packet itself, for the core to take or
-        refuse: a COMMIT anywhere else in a sync is still a protocol error."""
-        core = self.core
-        if packet.type == PacketType.COMMIT and core.zab_state == ZabState.SYNCHRONIZATION \
-                and packet.zxid == self._sync_proposal != 0:
-            self.sync_commit, self._sync_proposal = packet.zxid, 0
-            return None
-        if packet.type == PacketType.UPTODATE and packet.zxid == -1 and core.zab_state == ZabState.BROADCAST:
+    def _zookeeper_sync(self, packet: QuorumPacket) -> QuorumPacket:
+        """A ZooKeeper leader's UPTODATE in the spec's terms (spec/README.md, "What real ZooKeeper does"): ZooKeeper's
+        carries zxid -1, the spec's (seed 004's) the leader's commit point, which is what the sync's head and COMMITs
+        said (`sync_commit`). So UPTODATE(-1) in BROADCAST is FollowerProcessUPTODATE of that commit point; anything
+        else is the packet itself, for the core to take or refuse."""
+        if packet.type == PacketType.UPTODATE and packet.zxid == -1 and self.core.zab_state == ZabState.BROADCAST:
             return QuorumPacket(PacketType.UPTODATE, self.sync_commit, packet.data, packet.authinfo)
         return packet
 

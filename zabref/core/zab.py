@@ -113,6 +113,10 @@ class ZabCore(LeaderActions, FollowerActions):
             # staged in sync (FollowerProcessPROPOSALInSync), logged in broadcast (FollowerProcessPROPOSAL)
             in_sync = self.zab_state == ZabState.SYNCHRONIZATION
             return ZabCore.follower_process_proposal_in_sync if in_sync else ZabCore.follower_process_proposal
+        if packet.type == PacketType.COMMIT and self.state == ServerState.FOLLOWING:
+            # taken without a change in sync (FollowerProcessCOMMITInSync), delivered in broadcast
+            in_sync = self.zab_state == ZabState.SYNCHRONIZATION
+            return ZabCore.follower_process_commit_in_sync if in_sync else ZabCore.follower_process_commit
         if packet.type == PacketType.ACK and self.state == ServerState.LEADING:
             # of NEWLEADER while learner j is in phase NEWLEADER (LeaderProcessACKNEWLEADER), else of a proposal
             newleader = self.learner_phase[peer] == LearnerPhase.NEWLEADER
@@ -190,7 +194,7 @@ HANDLERS: dict[ServerState, dict[PacketType, Handler]] = {
         PacketType.PROPOSAL: ZabCore.follower_process_proposal,  # or ..._in_sync: ZabCore.handler_for
         PacketType.NEWLEADER: ZabCore.follower_process_newleader,
         PacketType.UPTODATE: ZabCore.follower_process_uptodate,
-        PacketType.COMMIT: ZabCore.follower_process_commit,
+        PacketType.COMMIT: ZabCore.follower_process_commit,  # or ..._in_sync: ZabCore.handler_for
     },
     ServerState.LEADING: {
         PacketType.FOLLOWERINFO: ZabCore.leader_process_followerinfo,
@@ -211,6 +215,7 @@ SPEC_ACTIONS: dict[str, str] = {
     "follower_process_trunc": "FollowerProcessTRUNC",
     "follower_process_snap": "FollowerProcessSNAP",
     "follower_process_proposal_in_sync": "FollowerProcessPROPOSALInSync",
+    "follower_process_commit_in_sync": "FollowerProcessCOMMITInSync",
     "follower_process_newleader": "FollowerProcessNEWLEADER",
     "leader_process_acknewleader": "LeaderProcessACKNEWLEADER",
     "follower_process_uptodate": "FollowerProcessUPTODATE",
