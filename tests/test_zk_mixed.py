@@ -210,7 +210,9 @@ def test_zookeeper_clients_write_through_a_zabref_leader(tmp_path, zk380, lines,
     that fails) are ZooKeeper's error transactions, which the follower turns into the client's exceptions. Another
     ZooKeeper server reads it all; the zabref server reads each as its fields. Then server 2 loses its data
     directory and joins again: the zabref leader's SNAP is the tree those transactions made (`zabref.core.zktree`),
-    and server 2 serves it."""
+    and server 2 serves it. Last, server 2 misses two writes and is synchronized by a DIFF that COMMITs them, and
+    applies the next write's COMMIT (a ZooKeeper follower exits on a COMMIT that is not its oldest pending
+    transaction: with a sync of PROPOSALs alone it did, UNMATCHED_TXN_COMMIT)."""
     from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
 
     with _ensemble(tmp_path, _distribution(version), local_sessions=True) as e:
@@ -269,12 +271,25 @@ def test_zookeeper_clients_write_through_a_zabref_leader(tmp_path, zk380, lines,
                 await until("server 2 synchronized again by a SNAP",
                             lambda: _synced_from(e, 2, 3, "Getting a snapshot from leader"), 60)
                 again = await asyncio.to_thread(_kazoo, e, 2, reads)
-                return own, wrote, read, txns, again
+                # server 2 misses two writes and joins again with its log: a DIFF whose PROPOSALs the zabref leader
+                # had committed, each followed by its COMMIT (spec/README.md, departure 17); a later write's COMMIT
+                # is then the head of its pending transactions (without the sync's COMMITs it exits there)
+                e.kill(2)
+                await asyncio.to_thread(_kazoo, e, 1, lambda c: [c.create(p, b"d") for p in ("/d1", "/d2")])
+                e.log_of(2).rename(e.log_of(2).with_suffix(".snap"))
+                e.start_server(2)
+                await until("server 2 synchronized by a DIFF",
+                            lambda: _synced_from(e, 2, 3, "Getting a diff from the leader"), 60)
+                await asyncio.to_thread(_kazoo, e, 1, lambda c: c.create("/d3", b"d"))
+                diffed = await asyncio.to_thread(
+                    _kazoo, e, 2, lambda c: (c.sync("/"), [c.exists(p) is not None for p in ("/d1", "/d2", "/d3")]))
+                return own, wrote, read, txns, again, diffed[1]
             finally:
                 server.stop()
                 await asyncio.wait_for(task, 30)
 
-        own, (seq, errors, done, failed), read, txns, again = asyncio.run(run())
+        own, (seq, errors, done, failed), read, txns, again, diffed = asyncio.run(run())
+        assert diffed == [True, True, True]
         assert seq == ["/q-0000000002", "/q-0000000003"]  # the root's child version: /zabref-1-1, /k
         assert errors == [NodeExistsError, NoNodeError, BadVersionError]
         assert done[:2] == ["/t1", "/t1/c"] and done[2].version == 1  # setData's answer: the node's stat
