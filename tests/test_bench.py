@@ -1,5 +1,6 @@
 """`zabref bench cluster` (conformance/bench/): the pure parts -- percentiles, rows, ratios, the table, zoo.cfg, the
-report's JSON shape and atomic writing, failover arithmetic -- plus one slow smoke run of the zabref side.
+report's JSON shape and atomic writing, failover arithmetic, which systems the options select -- plus slow smoke runs
+of the zabref side, of ZooKeeper and of zabref driven by ZooKeeper's Java client (``zabref-java``).
 
 The benchmark's figures themselves are never asserted (speed is measured by the script, not by tests).
 """
@@ -80,11 +81,25 @@ def test_ratio_and_compare_pair_rows_by_op_target_in_flight():
     z16 = make_row("zabref", "write", "follower", 16, [0.004] * 30, 1.0)  # no ZooKeeper row: not compared
     cmp = compare([z1, z16, k1, j1])
     assert cmp == [  # the Java client's row first: the issue's bar
-        {"op": "write", "target": "follower", "in_flight": 1, "against": "zookeeper-java", "throughput": 2.0,
-         "p50": 0.5, "p99": 0.5},
-        {"op": "write", "target": "follower", "in_flight": 1, "against": "zookeeper", "throughput": 0.5,
-         "p50": 2.0, "p99": 2.0}]
+        {"system": "zabref", "op": "write", "target": "follower", "in_flight": 1, "against": "zookeeper-java",
+         "throughput": 2.0, "p50": 0.5, "p99": 0.5},
+        {"system": "zabref", "op": "write", "target": "follower", "in_flight": 1, "against": "zookeeper",
+         "throughput": 0.5, "p50": 2.0, "p99": 2.0}]
     assert ratio(1.0, 0.0) is None and ratio(math.nan, 1.0) is None and ratio(3.0, 2.0) == 1.5
+
+
+def test_compare_pairs_zabref_java_with_the_same_client_only():
+    """zabref driven by the Java client is compared with ZooKeeper driven by it, never with kazoo's rows; zabref's
+    own client keeps both of its comparisons."""
+    zj = make_row("zabref-java", "write", "leader", 16, [0.002] * 30, 1.0)
+    z = make_row("zabref", "write", "leader", 16, [0.001] * 10, 1.0)
+    k = make_row("zookeeper", "write", "leader", 16, [0.001] * 20, 1.0)
+    j = make_row("zookeeper-java", "write", "leader", 16, [0.004] * 60, 1.0)
+    cmp = compare([z, zj, k, j])
+    assert [(c["system"], c["against"], c["throughput"], c["p99"]) for c in cmp] == [
+        ("zabref", "zookeeper-java", 0.167, 0.25), ("zabref", "zookeeper", 0.5, 1.0),
+        ("zabref-java", "zookeeper-java", 0.5, 0.5)]
+    assert [c["system"] for c in compare([zj, k])] == []  # no same-client row: nothing to compare
 
 
 def test_row_costs_cpu_share_and_cpu_per_thousand_ops():
@@ -128,6 +143,29 @@ def test_table_shows_every_system_costs_and_both_ratios():
     assert "kazoo (Python)" in check and "near one core in 1 of 1 rows (write leader 1)" in check
     java = next(ln for ln in check.splitlines() if "[zookeeper-java]" in ln)
     assert "20%" in java and "not the bottleneck" in java
+
+
+def test_table_has_a_zabref_java_column_filled_on_the_java_line_only():
+    def row(system, n, client_cpu=0.5):
+        return dataclasses.replace(make_row(system, "write", "follower", 16, [0.001] * n, 1.0,
+                                            client_cpu_s=client_cpu),
+                                   server_cpu_s=0.3, server_rss_mb=(40.0, 41.0, 42.0))
+    table = format_table([row("zabref", 300), row("zabref-java", 900, 0.9), row("zookeeper", 200),
+                          row("zookeeper-java", 600, 0.2)])
+    head = table.splitlines()[0]
+    assert "zabref/this ops/s" in head and "zabref-java/this ops/s" in head
+    assert [ln.split()[3] if ln.startswith("write") else ln.split()[0]
+            for ln in table.splitlines()[2:6]] == ["zabref", "zabref-java", "zookeeper-java", "zookeeper"]
+    left, right = _cells(table, "zabref-java")
+    assert left == ["900.0", "1.00", "1.00", "0.333", "40", "41", "42", "90%"] and right == []
+    left, right = _cells(table, "zookeeper-java")
+    assert right == ["0.50", "1.00", "1.50", "1.00"]  # zabref / it, then zabref-java / it: the same client
+    line = next(ln for ln in table.splitlines() if " zookeeper " in ln)
+    assert line.partition("|")[2] == f" {'1.50':>17}{'1.00':>7}"  # kazoo's row: zabref's column only
+    assert "zabref-java/this: zabref driven by ZooKeeper's Java client" in table
+    java = next(ln for ln in table.splitlines() if "[zabref-java]" in ln)
+    assert java.split("[")[0].strip() == "ZkLoad (Java, async API)" and "near one core in 1 of 1 rows" in java
+    assert "zabref-java/this" not in format_table([row("zabref", 300), row("zookeeper-java", 600)])
 
 
 def test_values_are_100_bytes_and_distinct():
@@ -189,12 +227,23 @@ def test_report_shape_survives_json():
                                                                                 ("zookeeper", 0.5)]
 
 
+def test_report_with_a_zabref_java_row_compares_it_with_zookeeper_java():
+    rows = [make_row("zabref-java", "write", "follower", 1, [0.002] * 30, 1.0, client_cpu_s=0.4),
+            make_row("zookeeper-java", "write", "follower", 1, [0.001] * 40, 1.0, client_cpu_s=0.3)]
+    report = json.loads(json.dumps(_report(rows=[r.to_json() for r in rows], comparison=compare(rows))))
+    check_report(report)
+    assert [r["system"] for r in report["rows"]] == ["zabref-java", "zookeeper-java"]
+    assert report["comparison"] == [{"system": "zabref-java", "op": "write", "target": "follower", "in_flight": 1,
+                                     "against": "zookeeper-java", "throughput": 0.75, "p50": 2.0, "p99": 2.0}]
+
+
 @pytest.mark.parametrize("mutate, where", [
     (lambda r: r.pop("rows"), "missing 'rows'"),
     (lambda r: r["rows"][1].pop("p99_ms"), r"report.rows\[1\]: missing 'p99_ms'"),
     (lambda r: r["rows"][0].update(count="10"), r"report.rows\[0\].count"),
     (lambda r: r["rows"][2].update(server_rss_mb=7), r"report.rows\[2\].server_rss_mb"),
     (lambda r: r["comparison"][0].pop("against"), r"report.comparison\[0\]: missing 'against'"),
+    (lambda r: r["comparison"][1].pop("system"), r"report.comparison\[1\]: missing 'system'"),
     (lambda r: r["failover"][0].update(leader_s=None), r"report.failover\[0\].leader_s"),
     (lambda r: r.update(format="other/1"), "report.format"),
     (lambda r: r["machine"].pop("cpus"), "report.machine: missing 'cpus'"),
@@ -372,6 +421,65 @@ def test_smoke_zookeeper_with_the_java_client(tmp_path, monkeypatch):
     assert (tmp_path / "out" / "bench.png").stat().st_size > 0
 
 
+@pytest.mark.slow
+def test_java_client_drives_zabref_on_its_zk_client_port(tmp_path, monkeypatch):
+    """ZkLoad pointed at a zabref leader's zk_client_port: 200 creates with 16 in flight, none failed, and kazoo at a
+    follower's zk_client_port then reads the znodes it made, with their values -- the writes went through zabref."""
+    _java_or_skip()
+    from kazoo.client import KazooClient
+
+    from conformance.bench.javaclient import JavaZooKeeperAdapter, build
+    from conformance.bench.systems import ZabrefHarness
+    from conformance.bench.workload import ROOT
+
+    monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "cache"))
+    with ZabrefHarness(tmp_path / "zabref", java_client=build(lambda _: None)) as h:
+        assert isinstance(h.adapter, JavaZooKeeperAdapter) and h.system == "zabref-java"
+        ports = {sid: h.cluster[sid].me.zk_client_port for sid in h.sids}
+        assert h.adapter.ports == ports and None not in ports.values()
+        assert set(ports.values()).isdisjoint(port for _, port in h.addresses.values())
+        leader = h.leader()
+        row = h.adapter.run_row("write", "leader", leader, 16, 200)
+        assert (row.system, row.count, row.errors) == ("zabref-java", 200, 0), h.adapter.last_error
+        follower = next(s for s in h.sids if s != leader)
+        zk = KazooClient(hosts=f"127.0.0.1:{ports[follower]}", timeout=10.0)
+        zk.start(timeout=30)
+        try:
+            zk.sync(f"{ROOT}/r1")
+            assert len(zk.get_children(f"{ROOT}/r1")) == 200
+            assert zk.get(f"{ROOT}/r1/00000123")[0] == value(123).encode()
+        finally:
+            zk.stop()
+            zk.close()
+
+
+@pytest.mark.slow
+def test_smoke_zabref_with_the_java_client(tmp_path, monkeypatch):
+    """``--systems zabref --zabref-clients java`` end to end with a tiny count: every row complete with 0 errors on
+    zabref's zk_client_port, the servers' CPU and memory measured as for the other systems, no failover (the Java
+    client has no failover load), bench.json valid."""
+    _java_or_skip()
+    pytest.importorskip("matplotlib")
+    from conformance.bench.runner import run_bench
+
+    monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "cache"))
+    lines: list[str] = []
+    report = run_bench(writes=200, in_flight=[16], systems=["zabref"], zabref_clients=["java"], out=tmp_path / "out",
+                       failover_trials=1, echo=lines.append)
+    check_report(json.loads((tmp_path / "out" / "bench.json").read_text()))
+    rows = report["rows"]
+    assert [(r["system"], r["op"], r["target"], r["in_flight"]) for r in rows] == [
+        ("zabref-java", op, target, 16) for op in ("write", "read") for target in ("follower", "leader")]
+    assert all(r["count"] == 200 and r["errors"] == 0 and r["p99_ms"] > 0 for r in rows), rows
+    usage = [(r["client_cpu_s"], r["server_cpu_s"], r["server_rss_mb"]) for r in rows]
+    assert all(c and c > 0 and s and s > 0 and len(m) == 3 and None not in m for c, s, m in usage), usage
+    assert report["settings"]["systems"] == ["zabref-java"] and report["failover"] == []
+    assert "zk_client_port" in report["settings"]["zabref-java"]["client"]
+    assert report["comparison"] == []  # ZooKeeper not run
+    assert "ZkLoad (Java, async API)     [zabref-java]" in "\n".join(lines)
+    assert not (tmp_path / "out" / "work").exists()
+
+
 # ------------------------------------------------------------------------------------------ the command
 
 
@@ -382,7 +490,39 @@ def test_cli_refuses_bad_options_before_starting_anything(tmp_path):
     assert r.exit_code == 1 and "etcd" in r.output
     r = CliRunner().invoke(main, ["bench", "cluster", "--zk-clients", "kazoo,curl", "--out", str(tmp_path)])
     assert r.exit_code == 1 and "--zk-clients" in r.output and "curl" in r.output
+    r = CliRunner().invoke(main, ["bench", "cluster", "--zabref-clients", "java,curl", "--out", str(tmp_path)])
+    assert r.exit_code == 1 and "--zabref-clients" in r.output and "curl" in r.output and "zabclient" in r.output
+    r = CliRunner().invoke(main, ["bench", "cluster", "--zabref-clients", "", "--out", str(tmp_path)])
+    assert r.exit_code == 1 and "--zabref-clients" in r.output
     assert not (tmp_path / "bench.json").exists()
+
+
+def test_systems_and_clients_select_the_runs_in_order():
+    from conformance.bench.runner import runs_of
+
+    assert runs_of(["zabref", "zookeeper"], ["zabclient"], ["kazoo", "java"]) == [
+        "zabref", "zookeeper", "zookeeper-java"]  # the defaults: no zabref-java
+    assert runs_of(["zabref", "zookeeper"], ["zabclient", "java"], ["java"]) == [
+        "zabref", "zabref-java", "zookeeper-java"]
+    assert runs_of(["zabref"], ["java", "java"], []) == ["zabref-java"]  # --zk-clients matters only with zookeeper
+    assert runs_of(["zookeeper"], [], ["java"]) == ["zookeeper-java"]  # and --zabref-clients only with zabref
+    with pytest.raises(BenchError, match=r"--zabref-clients: unknown \['kazoo'\] \(choose from zabclient, java\)"):
+        runs_of(["zabref"], ["kazoo"], ["kazoo"])
+
+
+def test_cli_passes_the_clients_to_the_runner(monkeypatch, tmp_path):
+    import conformance.bench.command as command
+
+    seen: list[dict] = []
+    monkeypatch.setattr(command, "run_bench", lambda **kw: seen.append(kw))
+    for extra in ([], ["--systems", "zabref", "--zabref-clients", "zabclient, java", "--quick"]):
+        r = CliRunner().invoke(main, ["bench", "cluster", "--out", str(tmp_path), *extra])
+        assert r.exit_code == 0, r.output
+    default, java = seen
+    assert (default["systems"], default["zabref_clients"], default["zk_clients"]) == (
+        ["zabref", "zookeeper"], ["zabclient"], ["kazoo", "java"])
+    assert (java["systems"], java["zabref_clients"], java["writes"], java["in_flight"]) == (
+        ["zabref"], ["zabclient", "java"], 200, [1, 16])
 
 
 @pytest.mark.slow

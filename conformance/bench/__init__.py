@@ -3,8 +3,10 @@
 Theory of operation
 -------------------
 One run starts each system on loopback (fsync on, ports below 32768, leased with
-`zabref.runtime.cluster.find_free_base_port`), runs the same workload against each -- zabref with its Python client,
-ZooKeeper once with kazoo and once with its own Java client (``--zk-clients``) -- stops it, and compares:
+`zabref.runtime.cluster.find_free_base_port`), runs the same workload against each -- zabref with its Python client
+(and, with ``--zabref-clients zabclient,java``, once more with ZooKeeper's Java client on its ``zk_client_port``:
+system ``zabref-java``), ZooKeeper once with kazoo and once with its own Java client (``--zk-clients``) -- stops it,
+and compares:
 
 * `stats`     -- percentiles (nearest rank), one `Row` per (system, op, target, in flight), the zabref/ZooKeeper
   ratios; pure functions, tested without any process.
@@ -16,7 +18,8 @@ ZooKeeper once with kazoo and once with its own Java client (``--zk-clients``) -
 * `workload`  -- the two Python adapters (zabref: `zabclient`; ZooKeeper: kazoo's ``*_async`` calls) behind one
   interface, and the loop that keeps exactly N requests in flight and records each one's latency.
 * `javaclient` -- the third adapter: ``ZkLoad.java`` (ZooKeeper's asynchronous Java API, N in flight), compiled at
-  bench time against the Debian jars and cached outside the repository; its output parsed into the same rows.
+  bench time against the Debian jars and cached outside the repository; its output parsed into the same rows. It
+  drives ZooKeeper (``zookeeper-java``) and zabref's ZooKeeper client port (``zabref-java``) alike.
 * `usage`     -- the servers' CPU time and resident memory, read from ``/proc`` around each row.
 * `systems`   -- one `Harness` per system: start the 3-server cluster, find the leader, kill and restart a server.
 * `failover`  -- kill -9 the leader under load; time until a surviving server leads and until the first write issued

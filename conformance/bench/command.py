@@ -15,6 +15,11 @@ from conformance.zk import ZkError
 __all__ = ["bench"]
 
 
+def _names(text: str) -> list[str]:
+    """A comma-separated option's names."""
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
 @click.group()
 def bench() -> None:
     """Benchmarks (docs/performance.md)."""
@@ -24,6 +29,10 @@ def bench() -> None:
 @click.option("--writes", type=click.IntRange(1), default=20_000, show_default=True, help="Writes (and reads) per row.")
 @click.option("--in-flight", default="1,16,128", show_default=True, help="Requests in flight, comma-separated.")
 @click.option("--systems", default="zabref,zookeeper", show_default=True, help="Which systems, comma-separated.")
+@click.option("--zabref-clients", default="zabclient", show_default=True,
+              help="Which clients drive zabref, comma-separated: zabclient (its Python client, system zabref), java "
+                   "(ZooKeeper's Java client on the servers' zk_client_port, system zabref-java, compared with "
+                   "zookeeper-java: the same client on both sides); each on a fresh cluster.")
 @click.option("--zk-clients", default="kazoo,java", show_default=True,
               help="Which clients drive ZooKeeper, comma-separated: kazoo (Python), java (ZooKeeper's own client, "
                    "compiled at bench time); each on a fresh ensemble.")
@@ -36,8 +45,8 @@ def bench() -> None:
               help="Run the zabref servers from the zabref package in this folder (e.g. a patched copy).")
 @click.option("--log-actions", is_flag=True,
               help="zabref's servers write action logs to OUT/actions (for `zabref validate`; costs write rate).")
-def bench_cluster(writes: int, in_flight: str, systems: str, zk_clients: str, out: str, failover_trials: int,
-                  quick: bool, keep: bool, zabref_code: str | None, log_actions: bool) -> None:
+def bench_cluster(writes: int, in_flight: str, systems: str, zabref_clients: str, zk_clients: str, out: str,
+                  failover_trials: int, quick: bool, keep: bool, zabref_code: str | None, log_actions: bool) -> None:
     """A 3-server zabref cluster beside a 3-server ZooKeeper 3.8 ensemble: same workload, ratios, failover."""
     try:
         counts = [int(x) for x in in_flight.split(",") if x.strip()]
@@ -47,9 +56,9 @@ def bench_cluster(writes: int, in_flight: str, systems: str, zk_clients: str, ou
     if quick:
         writes, counts, failover_trials = QUICK_WRITES, list(QUICK_IN_FLIGHT), min(failover_trials, 1)
     try:
-        run_bench(writes=writes, in_flight=counts, systems=[s.strip() for s in systems.split(",") if s.strip()],
-                  out=Path(out), failover_trials=failover_trials, keep=keep,
+        run_bench(writes=writes, in_flight=counts, systems=_names(systems), out=Path(out),
+                  failover_trials=failover_trials, keep=keep,
                   zabref_code=Path(zabref_code).resolve() if zabref_code else None, log_actions=log_actions,
-                  zk_clients=[c.strip() for c in zk_clients.split(",") if c.strip()], echo=click.echo)
+                  zk_clients=_names(zk_clients), zabref_clients=_names(zabref_clients), echo=click.echo)
     except ZkError as e:  # the ZooKeeper ensemble's own errors (conformance.zk), printed as the bench's are
         raise click.ClickException(str(e)) from e

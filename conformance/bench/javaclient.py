@@ -13,11 +13,13 @@ exactly N requests in flight, the same values as `conformance.bench.workload`.
   cached under ``$ZABREF_CACHE`` (default ``$XDG_CACHE_HOME/zabref`` or ``~/.cache/zabref``) in
   ``zkload/<sha256 of the source and of `javac -version`>``, compiled into a temporary folder and renamed, so a
   build is done once per source and compiler and never half-seen.
-* `JavaZooKeeperAdapter` starts ONE JVM per harness (its JIT warms during the runner's warm-up writes), sends one
-  ``row ...`` line per row and reads ``progress <n>`` lines (for the progress bar) until the ``result {json}`` line,
-  which `parse_result` checks and turns into the same `conformance.bench.stats.Row` as the other adapters, with the
-  JVM's CPU time over the row as the client's CPU. Any other line, an ``error`` answer, or the JVM ending is a
-  `BenchError` naming ZkLoad, with the tail of its stderr.
+* `JavaZooKeeperAdapter` drives whatever speaks ZooKeeper's client protocol at the ports it is given: ZooKeeper's
+  servers (rows ``zookeeper-java``) or zabref's ``zk_client_port`` (rows ``zabref-java``,
+  `zabref.net.zkclientport`); its ``system`` names the rows. It starts ONE JVM per harness (its JIT warms during
+  the runner's warm-up writes), sends one ``row ...`` line per row and reads ``progress <n>`` lines (for the
+  progress bar) until the ``result {json}`` line, which `parse_result` checks and turns into the same
+  `conformance.bench.stats.Row` as the other adapters, with the JVM's CPU time over the row as the client's CPU. Any
+  other line, an ``error`` answer, or the JVM ending is a `BenchError` naming ZkLoad, with the tail of its stderr.
 """
 
 from __future__ import annotations
@@ -45,18 +47,19 @@ MAIN = "ZkLoad"
 NEEDED_JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar")
 OPTIONAL_JARS = ("slf4j-simple.jar",)
 _WHO = "the Java ZooKeeper client (ZkLoad)"
+_WITHOUT = "run without the Java client (--zk-clients kazoo --zabref-clients zabclient)"
 
 
 def client_classpath() -> list[Path]:
     """The jars ZkLoad compiles and runs against; BenchError naming a missing one."""
     cp = find_classpath()
     if cp is None:
-        raise BenchError("zookeeper.jar not found (install Debian's zookeeper), or run with --zk-clients kazoo")
+        raise BenchError(f"zookeeper.jar not found (install Debian's zookeeper), or {_WITHOUT}")
     folder = Path(cp.split(os.pathsep)[0]).parent
     missing = [j for j in NEEDED_JARS if not (folder / j).is_file()]
     if missing:
         raise BenchError(f"{_WHO} needs {', '.join(missing)} in {folder} (Debian: libzookeeper-java, "
-                         f"libslf4j-java), or run with --zk-clients kazoo")
+                         f"libslf4j-java), or {_WITHOUT}")
     return [folder / j for j in (*NEEDED_JARS, *OPTIONAL_JARS) if (folder / j).is_file()]
 
 
@@ -65,7 +68,7 @@ def ensure_javac(echo=print) -> str:
     javac = shutil.which("javac")
     if javac is not None:
         return javac
-    alternative = "run with --zk-clients kazoo"
+    alternative = _WITHOUT
     done = apt_install("default-jdk-headless", echo, alternative=alternative)
     if done is None:
         raise BenchError(f"{_WHO} needs javac (a JDK 17) on PATH and apt-get is not available: install one, or "
@@ -147,11 +150,13 @@ def parse_line(line: str) -> tuple[str, Any]:
 
 
 class JavaZooKeeperAdapter:
-    """ZooKeeper through ZkLoad; ``ports[sid]`` = client port on 127.0.0.1. ``stderr``: where the JVM logs."""
+    """ZooKeeper's client protocol through ZkLoad; ``ports[sid]`` = the port on 127.0.0.1 that speaks it (a ZooKeeper
+    server's client port, or a zabref server's ``zk_client_port``). ``stderr``: where the JVM logs; ``system``: the
+    rows' system name (``zookeeper-java`` or ``zabref-java``)."""
 
-    system = "zookeeper-java"
-
-    def __init__(self, ports: dict[int, int], client: JavaClient, stderr: Path) -> None:
+    def __init__(self, ports: dict[int, int], client: JavaClient, stderr: Path,
+                 system: str = "zookeeper-java") -> None:
+        self.system = system
         self.ports = ports
         self.client = client
         self.stderr_path = stderr

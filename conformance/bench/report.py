@@ -5,22 +5,23 @@ Theory of operation
 `build_report` gathers everything measured in one run into one JSON-able dict (shape below); `check_report` checks
 that shape and raises `BenchError` naming the first bad field (the tests use it on a built report, and
 `write_json` runs it before writing); `format_table` renders the systems one under the other per (op, target, in
-flight), each ZooKeeper line with zabref / that line, and `format_clients` beneath it says per client whether its CPU
-share came near one core (then the client, not the server, may be what was measured); `write_png` draws throughput
-and p99 against requests in flight, one line per system;
+flight), each ZooKeeper line with zabref / that line (and, when ``zabref-java`` ran, the ``zookeeper-java`` line
+with zabref-java / that line: the same Java client on both sides), and `format_clients` beneath it says per client
+whether its CPU share came near one core (then the client, not the server, may be what was measured); `write_png`
+draws throughput and p99 against requests in flight, one line per system;
 `write_json` and `write_png` write atomically (temp file in the same folder, then rename), so a crashed run
 never leaves half a file.
 
-JSON (``format`` = ``zabref-bench-cluster/1``)::
+JSON (``format`` = ``zabref-bench-cluster/3``)::
 
     {"format", "command", "started", "finished",
      "machine": {"cpus", "loadavg_before": [1, 5, 15 min], "loadavg_after": [...], "python", "java"},
      "settings": {"writes", "in_flight": [...], "value_bytes", "systems": [...], "zabref": {...},
-                  "zookeeper": {...}, "zookeeper-java": {...}},
+                  "zabref-java": {...}, "zookeeper": {...}, "zookeeper-java": {...}},
      "rows": [{"system", "op", "target", "in_flight", "count", "errors", "seconds", "ops_per_s", "p50_ms",
                "p99_ms", "max_ms", "client_cpu_s", "server_cpu_s", "server_rss_mb": [per server],
                "client_cpu_share", "server_cpu_s_per_1k_ops"}...],
-     "comparison": [{"op", "target", "in_flight", "against", "throughput", "p50", "p99"}...],
+     "comparison": [{"system", "op", "target", "in_flight", "against", "throughput", "p50", "p99"}...],
      "failover": [{"system", "trial", "killed", "probe_server", "leader_s", "first_write_s", "new_leader"}...],
      "failover_errors": ["<system> trial <n>: <why>", ...]}
 """
@@ -35,18 +36,20 @@ from pathlib import Path
 from typing import Any
 
 from conformance.bench import BenchError
-from conformance.bench.stats import Row, compare, ratio
+from conformance.bench.stats import PAIRS, Row, compare, ratio
 from zabref.storage.atomic import write_file
 
 __all__ = ["FORMAT", "build_report", "check_report", "format_table", "format_clients", "format_failover", "write_json",
            "write_png"]
 
-FORMAT = "zabref-bench-cluster/2"
+FORMAT = "zabref-bench-cluster/3"
 #: Order of the systems in the table and the plot; the client driving each.
-SYSTEM_ORDER = ("zabref", "zookeeper-java", "zookeeper")
-CLIENTS = {"zabref": "zabclient (Python, asyncio)", "zookeeper-java": "ZkLoad (Java, async API)",
-           "zookeeper": "kazoo (Python)"}
-COLORS = {"zabref": "tab:blue", "zookeeper-java": "tab:red", "zookeeper": "tab:orange"}
+SYSTEM_ORDER = ("zabref", "zabref-java", "zookeeper-java", "zookeeper")
+CLIENTS = {"zabref": "zabclient (Python, asyncio)", "zabref-java": "ZkLoad (Java, async API)",
+           "zookeeper-java": "ZkLoad (Java, async API)", "zookeeper": "kazoo (Python)"}
+COLORS = {"zabref": "tab:blue", "zabref-java": "tab:green", "zookeeper-java": "tab:red", "zookeeper": "tab:orange"}
+#: The zabref systems, each with a ratio column in the table (zabref / that ZooKeeper line).
+ZABREF_SYSTEMS = ("zabref", "zabref-java")
 #: A client using this share of one core or more is flagged as a possible bottleneck.
 BOTTLENECK_SHARE = 0.8
 
@@ -56,8 +59,8 @@ _ROW_FIELDS = {"system": str, "op": str, "target": str, "in_flight": int, "count
                "client_cpu_s": (int, float, type(None)), "server_cpu_s": (int, float, type(None)),
                "server_rss_mb": (list, type(None)), "client_cpu_share": (int, float, type(None)),
                "server_cpu_s_per_1k_ops": (int, float, type(None))}
-_CMP_FIELDS = {"op": str, "target": str, "in_flight": int, "against": str, "throughput": (int, float, type(None)),
-               "p50": (int, float, type(None)), "p99": (int, float, type(None))}
+_CMP_FIELDS = {"system": str, "op": str, "target": str, "in_flight": int, "against": str,
+               "throughput": (int, float, type(None)), "p50": (int, float, type(None)), "p99": (int, float, type(None))}
 _FAIL_FIELDS = {"system": str, "trial": int, "killed": int, "probe_server": int, "leader_s": (int, float),
                 "first_write_s": (int, float), "new_leader": (int, type(None))}
 
@@ -116,34 +119,45 @@ def _share(x: float | None) -> str:
 
 def format_table(rows: Sequence[Row]) -> str:
     """One line per system under each (op, target, in flight): ops/s, p50, p99 (ms), the servers' CPU seconds per
-    1,000 ops, each server's resident memory, the client's CPU share, and zabref / that system; then the client
-    bottleneck check (`format_clients`)."""
+    1,000 ops, each server's resident memory, the client's CPU share, and zabref / that system (one pair of columns
+    per zabref system that ran, each filled on the ZooKeeper lines `PAIRS` pairs it with); then the client bottleneck
+    check (`format_clients`)."""
     by = {(r.system, r.key): r for r in rows}
     keys = list(dict.fromkeys(r.key for r in rows))
     systems = [s for s in SYSTEM_ORDER if any(r.system == s for r in rows)]
+    zabs = [s for s in ZABREF_SYSTEMS if s in systems] or ["zabref"]
+    heads = [f"{s}/this ops/s" for s in zabs]
     head = (f"{'op':<6}{'target':<9}{'in flight':>9}  {'system':<15}{'ops/s':>10}{'p50':>8}{'p99':>8}"
-            f"{'srv CPU s/1k':>13}{'RSS MB per server':>19}{'client CPU':>11} | {'zabref/this ops/s':>17}"
-            f"{'p99':>7}")
+            f"{'srv CPU s/1k':>13}{'RSS MB per server':>19}{'client CPU':>11} | "
+            + "  ".join(f"{h}{'p99':>7}" for h in heads))
     lines = [head, "-" * len(head)]
     for key in keys:
-        z = by.get(("zabref", key))
         lead = f"{key[0]:<6}{key[1]:<9}{key[2]:>9}"
         for system in systems:
             r = by.get((system, key))
             if r is None:
                 continue
             rss = " ".join(_num(x, 0) for x in r.server_rss_mb) if r.server_rss_mb else "-"
-            cmp = ""
-            if system != "zabref":
-                cmp = f"{_num(ratio(z.ops_per_s, r.ops_per_s) if z else None, 2):>17}" \
-                      f"{_num(ratio(z.p99_ms, r.p99_ms) if z else None, 2):>7}"
+            cells = []
+            for zab, h in zip(zabs, heads, strict=True):
+                z = by.get((zab, key))
+                cells.append(f"{_num(ratio(z.ops_per_s, r.ops_per_s) if z else None, 2):>{len(h)}}"
+                             f"{_num(ratio(z.p99_ms, r.p99_ms) if z else None, 2):>7}"
+                             if (zab, system) in PAIRS else " " * (len(h) + 7))
+            cmp = "  ".join(cells) if system not in ZABREF_SYSTEMS else ""
             lines.append(f"{lead}  {system:<15}{_num(r.ops_per_s):>10}{_num(r.p50_ms, 2):>8}{_num(r.p99_ms, 2):>8}"
-                         f"{_num(r.server_cpu_per_1k, 3):>13}{rss:>19}{_share(r.client_cpu_share):>11} | {cmp}".rstrip())
+                         f"{_num(r.server_cpu_per_1k, 3):>13}{rss:>19}{_share(r.client_cpu_share):>11} | "
+                         f"{cmp}".rstrip())
             lead = " " * len(lead)
     lines.append("p50/p99 in ms; srv CPU s/1k = the 3 servers' CPU seconds per 1,000 ops; RSS at the end of the row; "
                  "client CPU = the client's CPU seconds / the row's wall seconds (100 % = one core)")
-    lines.append("zabref/this: zabref / that ZooKeeper row (ops/s above 1: zabref faster; p99 above 1: zabref slower); "
-                 "zookeeper = driven by kazoo, zookeeper-java = by ZooKeeper's Java client")
+    if "zabref" in zabs:
+        lines.append("zabref/this: zabref / that ZooKeeper row (ops/s above 1: zabref faster; p99 above 1: zabref "
+                     "slower); zookeeper = driven by kazoo, zookeeper-java = by ZooKeeper's Java client")
+    if "zabref-java" in zabs:
+        lines.append("zabref-java/this: zabref driven by ZooKeeper's Java client on its zk_client_port / the "
+                     "zookeeper-java row, the same client on both sides (ops/s above 1: zabref faster; p99 above 1: "
+                     "zabref slower)")
     errors = sum(r.errors for r in rows)
     if errors:
         lines.append(f"{errors} requests failed (not counted): " +

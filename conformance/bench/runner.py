@@ -2,16 +2,19 @@
 
 Theory of operation
 -------------------
-For each system asked for (zabref first, then ZooKeeper once per client asked for with ``zk_clients``: kazoo as
-system ``zookeeper``, the Java client as ``zookeeper-java`` -- never two running at once, so they do not share the
-two cores): start a fresh 3-server cluster under ``<out>/work/<system>``, find its leader and one follower, and run
+For each system asked for (zabref first, once per client asked for with ``zabref_clients``: its Python client as
+system ``zabref``, ZooKeeper's Java client on the servers' ``zk_client_port`` as ``zabref-java``; then ZooKeeper once
+per client asked for with ``zk_clients``: kazoo as system ``zookeeper``, the Java client as ``zookeeper-java`` -- never
+two running at once, so they do not share the two cores; the Java client is compiled once and serves both Java
+systems): start a fresh 3-server cluster under ``<out>/work/<system>``, find its leader and one follower, and run
 the rows: writes against the follower with each in-flight count, then against the leader, then the same for reads
 (of values written before). Around each row the servers' CPU time and, after it, their resident memory are read
-(`conformance.bench.usage`); the client reports its own CPU time. One line is printed per row as it finishes. Then the
-failover trials (zabref, and ZooKeeper with kazoo only), on a NEW cluster of the same system (so the restarted server
-does not first have to recover the whole benchmark's log, which would measure recovery, not failover). At the end: the
-table with the ratios, the failover lines, ``bench.json`` and
-``bench.png`` in ``<out>``; the work folders are deleted unless ``keep`` is set.
+(`conformance.bench.usage`), from the server processes' pids whatever the client, so the servers' CPU per 1,000
+operations of ``zabref-java`` compares directly with ``zabref``'s and ZooKeeper's; the client reports its own CPU
+time. One line is printed per row as it finishes. Then the failover trials (zabref and ZooKeeper, each with its
+Python client only), on a NEW cluster of the same system (so the restarted server does not first have to recover the
+whole benchmark's log, which would measure recovery, not failover). At the end: the table with the ratios, the
+failover lines, ``bench.json`` and ``bench.png`` in ``<out>``; the work folders are deleted unless ``keep`` is set.
 
 ``--quick`` is a smoke run: 200 writes, in flight 1 and 16, one failover trial.
 """
@@ -42,7 +45,7 @@ from conformance.bench.usage import Usage
 from conformance.bench.workload import VALUE_BYTES
 from conformance.zk.versions import ensure_zookeeper
 
-__all__ = ["run_bench", "QUICK_WRITES", "QUICK_IN_FLIGHT", "ZK_CLIENTS"]
+__all__ = ["run_bench", "runs_of", "QUICK_WRITES", "QUICK_IN_FLIGHT", "ZK_CLIENTS", "ZABREF_CLIENTS"]
 
 QUICK_WRITES = 200
 QUICK_IN_FLIGHT = (1, 16)
@@ -50,7 +53,9 @@ QUICK_IN_FLIGHT = (1, 16)
 WARMUP_WRITES = 2000
 #: ``--zk-clients``: the client -> the system name of ZooKeeper's rows driven by it.
 ZK_CLIENTS = {"kazoo": "zookeeper", "java": "zookeeper-java"}
-#: Systems whose failover is measured (ZooKeeper's with kazoo only: the Java client has no failover load).
+#: ``--zabref-clients``: the client -> the system name of zabref's rows driven by it (java: on zk_client_port).
+ZABREF_CLIENTS = {"zabclient": "zabref", "java": "zabref-java"}
+#: Systems whose failover is measured (each with its Python client only: the Java client has no failover load).
 FAILOVER_SYSTEMS = ("zabref", "zookeeper")
 
 
@@ -69,15 +74,31 @@ def _java_version() -> str | None:
 def _harness(system: str, folder: Path, classpath: str | None, code_root: Path | None,
              action_log: Path | None = None, java_client: Any = None) -> Any:
     """``action_log``: the zabref servers' action logs go there (emptied first); ZooKeeper has none.
-    ``java_client``: the compiled ZkLoad, for system ``zookeeper-java``."""
+    ``java_client``: the compiled ZkLoad, for systems ``zabref-java`` and ``zookeeper-java``."""
 
     for path in (folder, action_log):
         if path is not None and path.exists():
             shutil.rmtree(path)
     folder.mkdir(parents=True)
-    if system == "zabref":
-        return ZabrefHarness(folder, code_root, action_log)
-    return ZooKeeperHarness(folder, classpath, java_client if system == "zookeeper-java" else None)
+    java = java_client if system.endswith("-java") else None
+    if system in ZABREF_CLIENTS.values():
+        return ZabrefHarness(folder, code_root, action_log, java)
+    return ZooKeeperHarness(folder, classpath, java)
+
+
+def runs_of(systems: Sequence[str], zabref_clients: Sequence[str], zk_clients: Sequence[str]) -> list[str]:
+    """The systems measured, in order (``--systems`` x each one's clients); BenchError naming a bad option."""
+    unknown = set(systems) - {"zabref", "zookeeper"}
+    if unknown or not systems:
+        raise BenchError(f"--systems: unknown {sorted(unknown)} (choose from zabref, zookeeper)")
+    for option, clients, table, system in (("--zabref-clients", zabref_clients, ZABREF_CLIENTS, "zabref"),
+                                           ("--zk-clients", zk_clients, ZK_CLIENTS, "zookeeper")):
+        unknown = set(clients) - set(table)
+        if unknown or (system in systems and not clients):
+            raise BenchError(f"{option}: unknown {sorted(unknown)} (choose from {', '.join(table)})")
+    return [name for system in dict.fromkeys(systems)
+            for name in [(ZABREF_CLIENTS if system == "zabref" else ZK_CLIENTS)[c]
+                         for c in dict.fromkeys(zabref_clients if system == "zabref" else zk_clients)]]
 
 
 def _rows(h: Any, writes: int, in_flight: Sequence[int], echo: Callable[[str], None]) -> list[Row]:
@@ -146,37 +167,29 @@ def _failover(h: Any, trials: int, echo: Callable[[str], None], errors: list[str
 
 def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], out: Path, failover_trials: int,
               keep: bool = False, zabref_code: Path | None = None, log_actions: bool = False,
-              zk_clients: Sequence[str] = tuple(ZK_CLIENTS), failover_warmup: float = 2.0,
-              echo: Callable[[str], None] = print) -> dict[str, Any]:
+              zk_clients: Sequence[str] = tuple(ZK_CLIENTS), zabref_clients: Sequence[str] = ("zabclient",),
+              failover_warmup: float = 2.0, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the whole benchmark; returns the report (also written to ``out/bench.json`` and ``out/bench.png``).
     ``log_actions``: zabref's servers write their action logs (`zabref.runtime.actionlog`) to ``out/actions/throughput``
-    and ``out/actions/failover``, kept for `zabref validate`. ``zk_clients``: which clients drive ZooKeeper
-    (``kazoo``, ``java``), each on its own ensemble, in this order. ``failover_warmup``: seconds of load before each
+    and ``out/actions/failover`` (``zabref-java``: ``out/actions/throughput-java``), kept for `zabref validate`.
+    ``zk_clients``: which clients drive ZooKeeper (``kazoo``, ``java``), each on its own ensemble, in this order;
+    ``zabref_clients`` the same for zabref (``zabclient``, ``java``). ``failover_warmup``: seconds of load before each
     kill (a test keeps it short, so that the failover run's action log stays small enough to validate quickly)."""
     if zabref_code is not None and not (zabref_code / "zabref" / "cli.py").is_file():
         raise BenchError(f"--zabref-code: {zabref_code} has no zabref/cli.py")
     if writes < 1 or not in_flight or min(in_flight) < 1:
         raise BenchError("--writes and every --in-flight must be positive")
-    unknown = set(systems) - {"zabref", "zookeeper"}
-    if unknown or not systems:
-        raise BenchError(f"--systems: unknown {sorted(unknown)} (choose from zabref, zookeeper)")
-    unknown = set(zk_clients) - set(ZK_CLIENTS)
-    if unknown or ("zookeeper" in systems and not zk_clients):
-        raise BenchError(f"--zk-clients: unknown {sorted(unknown)} (choose from {', '.join(ZK_CLIENTS)})")
-    runs = [name for system in dict.fromkeys(systems)
-            for name in (["zabref"] if system == "zabref" else [ZK_CLIENTS[c] for c in dict.fromkeys(zk_clients)])]
+    runs = runs_of(systems, zabref_clients, zk_clients)
     if importlib.util.find_spec("matplotlib") is None:
         raise BenchError("matplotlib is not installed (for bench.png): pip install 'zabref[bench]'")
     classpath = java_client = None
-    if "zookeeper" in systems:
-
-        classpath = ensure_zookeeper(echo)
-        if "kazoo" in zk_clients and importlib.util.find_spec("kazoo") is None:
-            raise BenchError("kazoo is not installed: pip install 'zabref[bench]' (or kazoo), or run with "
-                             "--zk-clients java")
-        if "java" in zk_clients:
-
-            java_client = build(echo)
+    if "zookeeper" in runs and importlib.util.find_spec("kazoo") is None:
+        raise BenchError("kazoo is not installed: pip install 'zabref[bench]' (or kazoo), or run with "
+                         "--zk-clients java")
+    if any(r != "zabref" for r in runs):  # ZooKeeper's servers, or its jars for the Java client
+        classpath = ensure_zookeeper(echo, alternative="run with --systems zabref --zabref-clients zabclient")
+    if any(r.endswith("-java") for r in runs):
+        java_client = build(echo)
     out = out.resolve()  # absolute: with --zabref-code the servers run in another working directory
     out.mkdir(parents=True, exist_ok=True)
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # its "Connection dropped" warnings are expected in failover
@@ -190,8 +203,9 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
                                 "failover_trials": failover_trials, "systems": runs}
     try:
         for system in runs:
-            logs = out / "actions" if log_actions and system == "zabref" else None
-            with _harness(system, work / system, classpath, zabref_code, logs and logs / "throughput",
+            logs = out / "actions" if log_actions and system in ZABREF_CLIENTS.values() else None
+            throughput = "throughput" if system == "zabref" else "throughput-java"
+            with _harness(system, work / system, classpath, zabref_code, logs and logs / throughput,
                           java_client) as h:
                 settings[system] = h.settings
                 rows += _rows(h, writes, in_flight, echo)

@@ -5,9 +5,11 @@ Theory of operation
 A measured row is a (system, op, target, in_flight) with every completed request's latency in seconds and the wall
 time of the whole row. Throughput is completed requests / wall time; percentiles use the nearest-rank definition
 (the smallest latency with at least p% of the samples at or below it), so every reported figure is one that was
-actually observed. `compare` pairs each zabref row with the ZooKeeper rows of equal (op, target, in_flight) -- one
-per ZooKeeper client: ``zookeeper`` (kazoo) and ``zookeeper-java`` (the Java client, `conformance.bench.javaclient`) --
-and gives zabref/ZooKeeper for throughput (above 1: zabref is faster) and for p50 and p99 latency (above 1: zabref is
+actually observed. `compare` pairs each zabref row with the ZooKeeper rows of equal (op, target, in_flight) as
+`PAIRS` lists them -- zabref driven by its Python client (``zabref``) with ZooKeeper driven by its Java client
+(``zookeeper-java``, `conformance.bench.javaclient`) and by kazoo (``zookeeper``), and zabref driven by the same Java
+client on its ZooKeeper client port (``zabref-java``) with ``zookeeper-java``: the same client on both sides -- and
+gives zabref/ZooKeeper for throughput (above 1: zabref is faster) and for p50 and p99 latency (above 1: zabref is
 slower).
 
 Beside the latencies a row carries what it cost (all optional, None when not measured): the client's CPU seconds
@@ -23,11 +25,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["percentile", "Row", "make_row", "compare", "ratio", "SYSTEMS", "ZK_SYSTEMS"]
+__all__ = ["percentile", "Row", "make_row", "compare", "ratio", "SYSTEMS", "ZK_SYSTEMS", "PAIRS"]
 
-SYSTEMS = ("zabref", "zookeeper", "zookeeper-java")
+SYSTEMS = ("zabref", "zabref-java", "zookeeper", "zookeeper-java")
 #: The ZooKeeper rows zabref is compared with, the issue's bar (the Java client) first.
 ZK_SYSTEMS = ("zookeeper-java", "zookeeper")
+#: (zabref system, ZooKeeper system) compared, in this order for each zabref row: zabref's Python client against
+#: both ZooKeeper clients, and the Java client on zabref's ZooKeeper client port against the same client on ZooKeeper.
+PAIRS = (("zabref", "zookeeper-java"), ("zabref", "zookeeper"), ("zabref-java", "zookeeper-java"))
 OPS = ("write", "read")
 TARGETS = ("follower", "leader")
 
@@ -106,18 +111,17 @@ def ratio(a: float, b: float) -> float | None:
 
 
 def compare(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """One entry per zabref row and ZooKeeper client measured with the same (op, target, in_flight), in the order
-    zabref's rows were measured, ``against`` naming the ZooKeeper row (`ZK_SYSTEMS` order)."""
+    """One entry per zabref row (``system``: ``zabref`` or ``zabref-java``) and ZooKeeper row measured with the same
+    (op, target, in_flight) that `PAIRS` pairs it with, in the order zabref's rows were measured, ``against`` naming
+    the ZooKeeper row (in `PAIRS` order)."""
     by = {(r.system, r.key): r for r in rows}
     out = []
     for z in rows:
-        if z.system != "zabref":
-            continue
-        for system in ZK_SYSTEMS:
-            k = by.get((system, z.key))
-            if k is None:
+        for system, against in PAIRS:
+            k = by.get((against, z.key))
+            if z.system != system or k is None:
                 continue
-            out.append({"op": z.op, "target": z.target, "in_flight": z.in_flight, "against": system,
-                        "throughput": ratio(z.ops_per_s, k.ops_per_s),
+            out.append({"system": system, "op": z.op, "target": z.target, "in_flight": z.in_flight,
+                        "against": against, "throughput": ratio(z.ops_per_s, k.ops_per_s),
                         "p50": ratio(z.p50_ms, k.p50_ms), "p99": ratio(z.p99_ms, k.p99_ms)})
     return out

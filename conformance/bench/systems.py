@@ -4,8 +4,12 @@ Theory of operation
 -------------------
 A harness owns one 3-server cluster in a folder of its own, on a leased port block: `ZabrefHarness` wraps
 `zabref.runtime.cluster.LocalCluster` (default timing: tick 100 ms, initLimit 10, syncLimit 5; fsync before every ACK,
-group commit), `ZooKeeperHarness` wraps `conformance.zk.ensemble.ZkEnsemble` (tickTime 2000, forceSync=yes) and is driven
-by kazoo (system ``zookeeper``) or by the Java client (``zookeeper-java``, `conformance.bench.javaclient`). Each gives
+group commit; every server also listens on ``zk_client_port``, ZooKeeper's client protocol) and is driven by zabref's
+Python client on its client port (system ``zabref``) or by the Java client on its ``zk_client_port``
+(``zabref-java``); `ZooKeeperHarness` wraps `conformance.zk.ensemble.ZkEnsemble` (tickTime 2000, forceSync=yes) and
+is driven by kazoo (system ``zookeeper``) or by the Java client (``zookeeper-java``, `conformance.bench.javaclient`).
+Whatever drives it, a harness finds the leader and checks serving the same way (zabref: its control and client
+ports; ZooKeeper: ``srvr``), and the servers' CPU and memory are read from the same pids. Each gives
 the workload adapter for its client, ``pids()`` (server id -> process id, for CPU and memory), ``leader()`` (blocking
 until one serves), ``kill(sid)`` (SIGKILL),
 ``restart(sid)`` (same data dir; returns once the whole cluster serves again) and ``serving_leader(sids)`` (a
@@ -40,26 +44,42 @@ TIMING = ClusterConfig(tick_ms=100, init_limit=200, sync_limit=100)
 
 
 class ZabrefHarness:
-    system = "zabref"
-
-    def __init__(self, folder: Path, code_root: Path | None = None, action_log: Path | None = None) -> None:
+    def __init__(self, folder: Path, code_root: Path | None = None, action_log: Path | None = None,
+                 java_client: JavaClient | None = None) -> None:
         """``code_root``: run the servers from the ``zabref`` package in that folder (e.g. a patched copy);
-        ``action_log``: every server writes its action log there (`zabref.runtime.actionlog`)."""
+        ``action_log``: every server writes its action log there (`zabref.runtime.actionlog`); ``java_client``:
+        drive it with that compiled Java client on the servers' ``zk_client_port`` (system ``zabref-java``), else
+        with zabref's Python client on their client port (``zabref``)."""
         self.base = find_free_base_port(SERVERS)
         try:
             self.cluster = LocalCluster(cluster_config(folder, SERVERS, self.base, TIMING), action_log=action_log,
                                         code_root=code_root)
             self.cluster.start()
+            self.sids = list(self.cluster.servers)
+            #: each server's own client port: where the harness asks ``sync`` whatever client drives the rows
+            self.addresses = {s.sid: (s.me.host, s.me.client_port) for s in self.cluster.servers.values()}
+            self.adapter: Any = ZabrefAdapter(self.addresses) if java_client is None else \
+                JavaZooKeeperAdapter(self.zk_client_ports(), java_client, folder / "zkload.stderr.log",
+                                     system="zabref-java")
         except BaseException:
             self.close()
             raise
-        self.sids = list(self.cluster.servers)
-        self.adapter = ZabrefAdapter({s.sid: (s.me.host, s.me.client_port) for s in self.cluster.servers.values()})
+        self.system: str = self.adapter.system
         self.settings = {"tick_ms": self.cluster.config.cluster.tick_ms,
                          "init_limit": self.cluster.config.cluster.init_limit,
                          "sync_limit": self.cluster.config.cluster.sync_limit, "fsync": "before every ACK",
                          "code_root": str(code_root) if code_root else None,
-                         "action_log": str(action_log) if action_log else None}
+                         "action_log": str(action_log) if action_log else None,
+                         "client": "zabclient (Python, asyncio) on client_port" if java_client is None else
+                         "ZkLoad.java (ZooKeeper's Java client, async) on zk_client_port"}
+
+    def zk_client_ports(self) -> dict[int, int]:
+        """Each server's ``zk_client_port`` (ZooKeeper's client protocol), which `cluster_config` always sets."""
+        ports = {s.sid: s.me.zk_client_port for s in self.cluster.servers.values()}
+        missing = sorted(sid for sid, port in ports.items() if port is None)
+        if missing:
+            raise BenchError(f"zabref-java: servers {missing} have no zk_client_port in {self.cluster.config_path}")
+        return {sid: port for sid, port in ports.items() if port is not None}
 
     def pids(self) -> dict[int, int]:
         return {sid: s.proc.pid for sid, s in self.cluster.servers.items() if s.proc is not None and s.running}
@@ -77,7 +97,7 @@ class ZabrefHarness:
     def _serves(self, sid: int, timeout: float = 0.5) -> bool:
         """Does server ``sid`` answer ``sync`` (one try, no retry)?"""
         try:
-            with socket.create_connection(self.adapter.addresses[sid], timeout=timeout) as sock:
+            with socket.create_connection(self.addresses[sid], timeout=timeout) as sock:
                 sock.sendall(wire.frame(b'{"op":"sync"}'))
                 buf = b""
                 while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
@@ -121,6 +141,8 @@ class ZabrefHarness:
             time.sleep(0.1)
 
     def close(self) -> None:
+        if getattr(self, "adapter", None) is not None:
+            self.adapter.close()
         if getattr(self, "cluster", None) is not None:
             self.cluster.stop()
         release_base_port(self.base)
