@@ -181,3 +181,23 @@ def test_a_snap_of_a_history_with_zookeepers_transactions_is_the_tree_they_make(
                                       ("/a\x00", False)])
 def test_paths_as_zookeepers_path_utils_reads_them(path: str, ok: bool) -> None:
     assert valid_path(path) is ok
+
+
+def test_a_multi_counts_the_children_its_own_operations_add_and_remove_without_changing_the_tree() -> None:
+    """The prepared view keeps a changed parent's children as the tree's plus what the multi added and removed (a
+    parent with many children is not copied for each create): an existing node whose only child the multi deletes
+    is empty for a later delete in it, one whose child the multi creates is not, and the tree is untouched until
+    the transaction is applied."""
+    lead = Leader()
+    lead.write("create", create("/x"))
+    lead.write("create", create("/x/c"))
+    before = set(lead.nodes["/x"].children)
+    ok = lead.write("multi", multi(("delete", delete("/x/c")), ("create", create("/x/d")), ("delete", delete("/x/d")),
+                                   ("delete", delete("/x"))))
+    assert [o["op"] for o in ok["ops"]] == ["delete", "create", "delete", "delete"]
+    failed = Leader()
+    failed.write("create", create("/y"))
+    txn = failed.write("multi", multi(("create", create("/y/c")), ("delete", delete("/y"))))
+    assert [(o["op"], o.get("err")) for o in txn["ops"]] == [("create", None), ("error", ERR["NOTEMPTY"])]
+    assert failed.nodes["/y"].children == set() and before == {"c"}
+    assert "/x" not in lead.nodes and "/x/c" not in lead.nodes  # applied: the tree follows the transaction

@@ -23,7 +23,7 @@ session), containers' and TTL nodes' removal (ZooKeeper's ContainerManager runs 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from zabref.core import zksnap, zktxn
@@ -59,9 +59,6 @@ class ZNode:
     aversion: int = 0
     ephemeral_owner: int = 0
     children: set[str] = field(default_factory=set)
-
-    def copy(self) -> ZNode:
-        return replace(self, children=set(self.children))
 
     def stat(self) -> tuple[int, ...]:
         """ZooKeeper's Stat, as a client reads it: czxid, mzxid, ctime, mtime, version, cversion, aversion,
