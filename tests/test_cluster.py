@@ -106,7 +106,8 @@ def test_seed004_fig3_committed_survives_and_fig4_skipped_is_purged(tmp_path: Pa
         d.release(1, 3)
         d.release(3, 1)
         assert [(p["type"], p["zxid"]) for p in d.held(1, 3)] == [
-            ("TRUNC", z(1, 2)), ("PROPOSAL", z(2, 1)), ("PROPOSAL", z(2, 2)), ("NEWLEADER", z(2, 0))]
+            ("TRUNC", z(1, 2)), ("PROPOSAL", z(2, 1)), ("COMMIT", z(2, 1)), ("PROPOSAL", z(2, 2)), ("COMMIT", z(2, 2)),
+            ("NEWLEADER", z(2, 0))]  # both committed by the leader: each PROPOSAL with its COMMIT (departure 17)
         while d.held(1, 3):
             d.release(1, 3)
             if d.held(3, 1):

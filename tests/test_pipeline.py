@@ -151,7 +151,7 @@ def test_progress_lines_and_one_summary_line(tiny) -> None:
     summary, lines, *_ = tiny
     assert [line.split(":")[1].strip() for line in lines[1:-1]] == ["parse", "bfs", "select", "write"]
     assert lines[-1] == summary.line()
-    assert f"states={TINY_DISTINCT_STATES}" in lines[-1] and "action_names=17/19" in lines[-1]  # no TRUNC, InSync
+    assert f"states={TINY_DISTINCT_STATES}" in lines[-1] and "action_names=17/20" in lines[-1]  # no TRUNC, no sync PROPOSAL or COMMIT
 
 
 def test_edge_criterion_capped_keeps_action_coverage(spark, tiny_dot: Path, tiny, tmp_path: Path) -> None:
