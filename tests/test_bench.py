@@ -397,23 +397,32 @@ def test_java_client_builds_once_per_source(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "cache" / "zkload").iterdir()] == [first.classes.name]  # no temp left
 
 
-@pytest.mark.slow
-def test_smoke_zookeeper_with_the_java_client(tmp_path, monkeypatch):
-    """ZooKeeper driven by ZkLoad end to end with a tiny count: compiled, run on a real 3-server ensemble, every row
-    complete, with the client's CPU and the servers' CPU and memory, in bench.json and the table."""
+def _tiny_java_run(tmp_path, monkeypatch, system: str, **options) -> tuple[dict, list[str]]:
+    """`run_bench` with ZkLoad, 200 requests a row at 16 in flight and one failover trial: its report (checked, and
+    every row of ``system`` complete with no error) and the lines it printed."""
     _java_or_skip()
     pytest.importorskip("matplotlib")
     from conformance.bench.runner import run_bench
 
     monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "cache"))
     lines: list[str] = []
-    report = run_bench(writes=200, in_flight=[16], systems=["zookeeper"], zk_clients=["java"], out=tmp_path / "out",
-                       failover_trials=1, echo=lines.append)
+    report = run_bench(writes=200, in_flight=[16], out=tmp_path / "out", failover_trials=1, echo=lines.append,
+                       **options)
     check_report(json.loads((tmp_path / "out" / "bench.json").read_text()))
     rows = report["rows"]
     assert [(r["system"], r["op"], r["target"], r["in_flight"]) for r in rows] == [
-        ("zookeeper-java", op, target, 16) for op in ("write", "read") for target in ("follower", "leader")]
+        (system, op, target, 16) for op in ("write", "read") for target in ("follower", "leader")]
     assert all(r["count"] == 200 and r["errors"] == 0 and r["p99_ms"] > 0 for r in rows), rows
+    return report, lines
+
+
+@pytest.mark.slow
+def test_smoke_zookeeper_with_the_java_client(tmp_path, monkeypatch):
+    """ZooKeeper driven by ZkLoad end to end with a tiny count: compiled, run on a real 3-server ensemble, every row
+    complete, with the client's CPU and the servers' CPU and memory, in bench.json and the table."""
+    report, lines = _tiny_java_run(tmp_path, monkeypatch, "zookeeper-java", systems=["zookeeper"],
+                                   zk_clients=["java"])
+    rows = report["rows"]
     usage = [(r["op"], r["target"], r["client_cpu_s"], r["server_cpu_s"], r["server_rss_mb"]) for r in rows]
     assert all(c and c > 0 and s is not None and len(m) == 3 for _, _, c, s, m in usage), usage
     assert report["failover"] == [] and report["settings"]["systems"] == ["zookeeper-java"]  # failover: kazoo only
@@ -458,19 +467,8 @@ def test_smoke_zabref_with_the_java_client(tmp_path, monkeypatch):
     """``--systems zabref --zabref-clients java`` end to end with a tiny count: every row complete with 0 errors on
     zabref's zk_client_port, the servers' CPU and memory measured as for the other systems, no failover (the Java
     client has no failover load), bench.json valid."""
-    _java_or_skip()
-    pytest.importorskip("matplotlib")
-    from conformance.bench.runner import run_bench
-
-    monkeypatch.setenv("ZABREF_CACHE", str(tmp_path / "cache"))
-    lines: list[str] = []
-    report = run_bench(writes=200, in_flight=[16], systems=["zabref"], zabref_clients=["java"], out=tmp_path / "out",
-                       failover_trials=1, echo=lines.append)
-    check_report(json.loads((tmp_path / "out" / "bench.json").read_text()))
+    report, lines = _tiny_java_run(tmp_path, monkeypatch, "zabref-java", systems=["zabref"], zabref_clients=["java"])
     rows = report["rows"]
-    assert [(r["system"], r["op"], r["target"], r["in_flight"]) for r in rows] == [
-        ("zabref-java", op, target, 16) for op in ("write", "read") for target in ("follower", "leader")]
-    assert all(r["count"] == 200 and r["errors"] == 0 and r["p99_ms"] > 0 for r in rows), rows
     usage = [(r["client_cpu_s"], r["server_cpu_s"], r["server_rss_mb"]) for r in rows]
     assert all(c and c > 0 and s and s > 0 and len(m) == 3 and None not in m for c, s, m in usage), usage
     assert report["settings"]["systems"] == ["zabref-java"] and report["failover"] == []
