@@ -116,14 +116,25 @@ def _synced_from(e: ZkEnsemble, sid: int, leader: int, sync: str) -> bool:
         for s in stretches)
 
 
-async def _until(what: str, ready, seconds: float, context) -> None:
-    """Until ``ready()`` (every 0.1 s, at most ``seconds``); else an AssertionError naming ``what`` and
-    ``context()``."""
+def _zk_warnings(e: ZkEnsemble, last: int = 6) -> str:
+    """The last ``last`` WARN and ERROR lines of each ZooKeeper server's log (a failed wait's evidence: a run in CI
+    keeps no folder)."""
+    out = []
+    for m in e.members:
+        found = [x[:240] for x in _log(e, m.id).splitlines()
+                 if re.search(r" (WARN|ERROR) |\[(WARN|ERROR)\]", x)]  # logback's form, slf4j-simple's (3.8.0)
+        out.append(f"server {m.id}: {found[-last:]}")
+    return "; ".join(out)
+
+
+async def _until(e: ZkEnsemble, what: str, ready, seconds: float, context) -> None:
+    """Until ``ready()`` (every 0.1 s, at most ``seconds``); else an AssertionError naming ``what``, ``context()``
+    and the ZooKeeper servers' last warnings."""
     for _ in range(int(seconds * 10)):  # a JVM starts within seconds; the election takes a few rounds
         if ready():
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"{what} not within {seconds} s; {context()}")
+    raise AssertionError(f"{what} not within {seconds} s; {context()}; ZooKeeper: {_zk_warnings(e)}")
 
 
 @pytest.mark.slow
@@ -141,7 +152,7 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, versio
             return [x for x in lines.lines if "state ->" in x]
 
         async def until(what: str, ready, seconds: float) -> None:
-            await _until(what, ready, seconds, lambda: f"zabref's states: {states()[-5:]}")
+            await _until(e, what, ready, seconds, lambda: f"zabref's states: {states()[-5:]}")
 
         def write(values: list[str]) -> list[int]:
             """Commit ``values`` one at a time through the zabref leader's client port: their zxids."""
@@ -246,7 +257,7 @@ def test_zookeeper_clients_write_through_a_zabref_leader(tmp_path, zk380, lines,
                     sorted(x for x in c.get_children("/") if x.startswith("q-")))
 
         async def until(what: str, ready, seconds: float) -> None:
-            await _until(what, ready, seconds, lambda: f"zabref: {lines.lines[-5:]}")
+            await _until(e, what, ready, seconds, lambda: f"zabref: {lines.lines[-5:]}")
 
         async def run() -> tuple:
             e.start_server(1)
@@ -339,12 +350,12 @@ def test_a_zabref_follower_serves_zookeeper_clients_through_a_zookeeper_leader(t
         async def run() -> tuple:
             e.start_server(1)
             e.start_server(2)
-            await _until("ZooKeeper server 2 leading in broadcast",
+            await _until(e, "ZooKeeper server 2 leading in broadcast",
                          lambda: "Peer state changed: leading - broadcast" in _log(e, 2), 90, lambda: "")
             server = Server(config, 3, NormalDriver(0.2))
             task = asyncio.create_task(server.run())
             try:
-                await _until("the zabref server following in broadcast",
+                await _until(e, "the zabref server following in broadcast",
                              lambda: server.node is not None and server.node.core.state == ServerState.FOLLOWING
                              and server.node.core.zab_state == ZabState.BROADCAST, 60, lambda: lines.lines[-5:])
                 wrote = await asyncio.to_thread(at_zabref, zabref_writes)
@@ -385,7 +396,7 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
                 return client.read(0)
 
         async def until(what: str, ready, seconds: float) -> None:
-            await _until(what, ready, seconds, lambda: f"zabref: {lines.lines[-5:]}")
+            await _until(e, what, ready, seconds, lambda: f"zabref: {lines.lines[-5:]}")
 
         async def run() -> list:
             e.start_server(1)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from zabref.core import payloads, zkprep, zktxn
 from zabref.core.effects import READ_LIMIT, Action, Effects, EffectsBuilder, Timing, refused
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
-from zabref.core.types import EPOCH_ACCEPTED
+from zabref.core.types import EPOCH_ACCEPTED, FORWARDING_PHASES
 from zabref.core.zab import LearnerPhase, Output, ZabCore, ZabState
 from zabref.errors import RemoteProtocolError
 
@@ -209,22 +209,34 @@ class ClientRequests:
         more answers from a learner than it owes (LeaderSendPING, taken here); else a keepalive carrying the commit
         point. Returns the marks a sync arriving now needs (learner -> the PINGs it must have answered: those owed
         and this one), counting every PING (for this leader's own clients' syncs) and counting the step PINGs (for
-        its learners': a learner's sync is confirmed by answers to step PINGs only, as in the spec)."""
+        its learners': a learner's sync is confirmed by answers to step PINGs only, as in the spec).
+
+        A keepalive goes only to a learner whose synchronization this leader has sent (its NEWLEADER and after:
+        `FORWARDING_PHASES`), as ZooKeeper's LearnerHandler.ping sends none before startSendingPackets: a ZooKeeper
+        learner that reads a PING where it waits for LEADERINFO or for its sync's DIFF, TRUNC or SNAP leaves (it exits
+        the JVM after ACKEPOCH, "Got unexpected packet from leader: PING"). A step PING goes to every learner, as
+        ZabSync.tla's PingAll sends it (docs/zookeeper.md, item 7). A learner skipped now is marked for the next PING
+        it will be sent: an answer to it (once its sync is sent) confirms a sync arriving now."""
         sending = step or self._ping_needed()
         if sending and not step:
             out.actions.append(Action("ZabSync", "LeaderSendPING", (("i", self.sid),)))
         ping = QuorumPacket(PacketType.PING, payloads.PING_STEP if sending else self.committed_zxid)
         marks, step_marks = {}, {}
+        phases = self.core.learner_phase
         for f in sorted(self.learner_conns):
-            if f in self.pings:
-                out.send.append((f, ping))
-                counts = self.pings[f]
+            if f not in self.pings:
+                continue
+            counts = self.pings[f]
+            if not (sending or phases.get(f) in FORWARDING_PHASES):
+                marks[f] = counts[0] + 1
+                continue
+            out.send.append((f, ping))
+            counts[0] += 1
+            marks[f] = counts[0]
+            if sending:
+                counts = self.step_pings[f]
                 counts[0] += 1
-                marks[f] = counts[0]
-                if sending:
-                    counts = self.step_pings[f]
-                    counts[0] += 1
-                    step_marks[f] = counts[0]
+                step_marks[f] = counts[0]
         return marks, step_marks
 
     def _ping_needed(self) -> bool:
