@@ -322,6 +322,40 @@ HandleAsDecided(i, j) ==
        /\ electionMsgs' = ReceiverReply(Pop(electionMsgs, j, i), i, j, n)
        /\ UNCHANGED <<serverVars, faults, decisions>>
 
+-----------------------------------------------------------------------------
+(* After the election: the vote a decided server answers with *)
+
+\* ZOOKEEPER-1732 (QuorumPeer.updateElectionVote): once Zab has established the leader's epoch -- the leader at its
+\* NEWLEADER quorum, a follower at UPTODATE -- a decided server's vote carries that epoch, "to ensure that all members
+\* of the ensemble report the same vote to new servers that start up". A LOOKING server joins an established
+\* ensemble only on a quorum of decided votes equal in leader and peerEpoch (AgreeingOutOfElection, and in its round
+\* a finalize wait that drops a reply no better than its proposal): a leader that moved its vote and a follower
+\* that did not never give one (docs/zookeeper.md, "A zabref server in a ZooKeeper ensemble", item 6).
+\* A switch, like ZabSync.tla's SyncConfirms: this module has no Zab, so the models whose traces the conformance
+\* replays (MC_fle_tiny, MC_fle_ci: their servers' Zab never runs) keep it FALSE; MC_fle_vote sets it.
+VoteUpdates == FALSE
+
+\* The epoch Zab's discovery establishes, as this module sees it: above every server's epoch, one value for every
+\* leader.  (Zab's is one above the largest acceptedEpoch of the leader's first quorum, and a server that restarts
+\* votes with it; this module has no Zab, and its Restart votes InitVote(i), as its InitZxid stays.)
+EstablishedEpoch == 1 + CHOOSE e \in {InitEpoch[s] : s \in Server} : \A s \in Server : InitEpoch[s] <= e
+
+\* The servers that decided for l.
+Ensemble(l) == {s \in Server : state[s] /= "LOOKING" /\ proposedVote[s].leader = l}
+
+\* Decided server i moves its vote to the established epoch: its leader leads with a quorum decided for it, and a
+\* follower's UPTODATE comes after its leader's NEWLEADER quorum (the leader moved its own vote first).
+UpdateElectionVote(i) ==
+    LET l == proposedVote[i].leader
+    IN /\ VoteUpdates
+       /\ state[i] /= "LOOKING"
+       /\ state[l] = "LEADING"
+       /\ IsQuorum(Ensemble(l))
+       /\ proposedVote[i].epoch < EstablishedEpoch
+       /\ i /= l => proposedVote[l].epoch = EstablishedEpoch
+       /\ proposedVote' = [proposedVote EXCEPT ![i].epoch = EstablishedEpoch]
+       /\ UNCHANGED <<state, logicalclock, recvVotes, outOfElection, finalizing, electionMsgs, faults, decisions>>
+
 Next ==
     \* ---- entering an election ----
     \/ \E i \in Server : StartElection(i)
@@ -335,8 +369,9 @@ Next ==
     \/ \E i, j \in Server : FinalizeDiscard(i, j)
     \/ \E i \in Server : FinalizeTimeout(i)
     \/ \E i \in Server : ResendNotifications(i)
-    \* ---- a decided server answers ----
+    \* ---- a decided server answers; its vote takes the established epoch ----
     \/ \E i, j \in Server : HandleAsDecided(i, j)
+    \/ \E i \in Server : UpdateElectionVote(i)
 
 Spec == Init /\ [][Next]_vars
 
@@ -392,6 +427,12 @@ LeaderGreatestInQuorum ==
 \* (seed 000: Zab only needs "a best-effort leader election"); FLE.md gives TLC's counterexample.
 RoundAgreement ==
     \A d1, d2 \in decisions : d1.round = d2.round => d1.leader = d2.leader
+
+\* An established epoch never enters an election: only a decided server's vote carries it (UpdateElectionVote; a
+\* server that looks for a leader again votes its own vote, and one that joins takes the decided votes' epoch when it
+\* decides).  A LOOKING proposal of that epoch would outrank every vote of the servers' data.
+EstablishedEpochDecidedOnly ==
+    \A i \in Server : proposedVote[i].epoch >= EstablishedEpoch => state[i] /= "LOOKING"
 
 \* A server that LEADs decided for itself; a server that FOLLOWs decided for another server.
 RoleMatchesVote ==

@@ -332,7 +332,24 @@ def _snake(name: str) -> str:
 
 def test_every_spec_action_has_a_handler_that_names_it() -> None:
     actions = _next_actions()
-    assert len(actions) == 10
+    assert len(actions) == 11
     for action in actions:
         method = getattr(FastLeaderElection, _snake(action))
         assert f"Spec ``{action}(i" in method.__doc__, action
+
+
+def test_a_decided_vote_takes_the_established_epoch_and_answers_with_it() -> None:
+    """UpdateElectionVote (ZOOKEEPER-1732): once decided, the vote's epoch moves to the one Zab established, and a
+    LOOKING server is answered with it; a LOOKING server's vote, or an epoch not above the vote's, is refused."""
+    f = FastLeaderElection(2, frozenset({1, 2, 3}))
+    f.start_election(make_zxid(1, 1), 1)
+    with pytest.raises(LocalProtocolError, match="only a decided server"):
+        f.update_election_vote(2)
+    f.receive(3, Notification(ServerState.LEADING, 3, make_zxid(1, 1), 1, 1))
+    f.receive(1, Notification(ServerState.FOLLOWING, 3, make_zxid(1, 1), 1, 1))
+    assert f.state is ServerState.FOLLOWING and f.proposed_vote == Vote(3, make_zxid(1, 1), 1)
+    with pytest.raises(LocalProtocolError, match="epoch 1 is not above its vote's"):
+        f.update_election_vote(1)
+    assert f.update_election_vote(2) == Step("UpdateElectionVote")
+    (reply,) = f.receive(1, Notification(ServerState.LOOKING, 1, make_zxid(1, 1), 1, 1)).sends
+    assert reply.to == 1 and reply.notification == Notification(ServerState.FOLLOWING, 3, make_zxid(1, 1), 1, 2)

@@ -21,11 +21,15 @@ from conformance.tla.tools import toolchain
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
 MUTATIONS = sorted((SPEC / "mutations" / "fle").glob("*.toml"))
-SPEC_FILES = ["FastLeaderElection.tla", "MC_fle_tiny.tla", "MC_fle_tiny.cfg", "MC_fle_ci.tla", "MC_fle_ci.cfg"]
+SPEC_FILES = ["FastLeaderElection.tla", "MC_fle_tiny.tla", "MC_fle_tiny.cfg", "MC_fle_ci.tla", "MC_fle_ci.cfg",
+              "MC_fle_vote.tla", "MC_fle_vote.cfg"]
 
 # Recorded in spec/FLE.md.
 TINY_DISTINCT, TINY_DEPTH = 12_774, 16
 CI_DISTINCT, CI_DEPTH = 115_320, 28
+VOTE_DISTINCT, VOTE_DEPTH = 698_835, 37
+#: Actions of Next that a switch the conformance models keep off enables (MC_fle_vote takes them).
+SWITCHED = {"UpdateElectionVote"}
 
 
 def java(main: str, *args: str, cwd: Path) -> str:
@@ -63,7 +67,7 @@ def next_actions() -> set[str]:
     return set(re.findall(r"\b([A-Z][A-Za-z]+)\(i", text[text.index("\nNext ==") : text.index("\nSpec ==")]))
 
 
-@pytest.mark.parametrize("module", ["FastLeaderElection", "MC_fle_tiny", "MC_fle_ci"])
+@pytest.mark.parametrize("module", ["FastLeaderElection", "MC_fle_tiny", "MC_fle_ci", "MC_fle_vote"])
 def test_sany_parses(module: str, tmp_path: Path) -> None:
     out = java("tla2sany.SANY", f"{module}.tla", cwd=spec_copy(tmp_path))
     assert f"Semantic processing of module {module}" in out
@@ -92,6 +96,19 @@ def test_ci_model_passes_and_takes_every_action(tmp_path: Path) -> None:
     assert "Model checking completed. No error has been found." in out, out[-3000:]
     _, distinct, depth = figures(out)
     assert (distinct, depth) == (CI_DISTINCT, CI_DEPTH)
+    taken = {m[1] for m in re.finditer(r"<(\w+) line \d+.*>: (\d+):\d+", out) if int(m[2]) > 0}
+    assert next_actions() - SWITCHED <= taken, next_actions() - SWITCHED - taken
+    assert not taken & SWITCHED  # VoteUpdates is off: the replayed servers' Zab never runs
+
+
+@pytest.mark.deep
+def test_vote_model_passes_and_takes_the_vote_update(tmp_path: Path) -> None:
+    """MC_fle_vote: MC_fle_ci with VoteUpdates (ZOOKEEPER-1732): every invariant holds, EstablishedEpochDecidedOnly
+    among them, and every action is taken, UpdateElectionVote included."""
+    out = tlc("MC_fle_vote", spec_copy(tmp_path), "-coverage", "60")
+    assert "Model checking completed. No error has been found." in out, out[-3000:]
+    _, distinct, depth = figures(out)
+    assert (distinct, depth) == (VOTE_DISTINCT, VOTE_DEPTH)
     taken = {m[1] for m in re.finditer(r"<(\w+) line \d+.*>: (\d+):\d+", out) if int(m[2]) > 0}
     assert next_actions() <= taken, next_actions() - taken
 
@@ -130,5 +147,5 @@ def test_mutation_violates_its_invariant(path: Path, tmp_path: Path) -> None:
 def test_every_checked_invariant_has_a_mutation() -> None:
     kinds = [tomllib.loads(p.read_text()) for p in MUTATIONS]
     targeted = {m["invariant"] for m in kinds if m["kind"] == "mutation"}
-    for model in ("MC_fle_tiny", "MC_fle_ci"):
+    for model in ("MC_fle_tiny", "MC_fle_ci", "MC_fle_vote"):
         assert set(invariants_of((SPEC / f"{model}.cfg").read_text())) <= targeted

@@ -58,7 +58,7 @@ def _run_bug(bug: str, seed: int, *extra: str) -> tuple[int, str]:
     ("ack_without_logging", 0, ("--steps", "100"), "invariant CommittedNeverLost violated"),
     ("epoch_without_fsync", 21, ("--steps", "100"), "invariant LeaderUniqueness violated"),
     ("forward_answered_early", 0, ("--steps", "100"), "acknowledged write lost"),
-    ("no_vote_resend", 43, ("--steps", "100"), "liveness: no leader committed a write"),
+    ("no_vote_resend", 56, ("--steps", "100"), "liveness: no leader committed a write"),
     ("fle_vote_order_sid_reversed", 0, ("--steps", "100"), "invariant ProposalAtLeastOwnVote violated"),
     ("fle_role_swapped", 0, ("--steps", "100"), "invariant RoleMatchesVote violated"),
     ("snap_without_fsync", 1, ("--steps", "100"), "unreadable after its power cut"),

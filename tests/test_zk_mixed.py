@@ -200,6 +200,9 @@ def test_zookeeper_servers_follow_a_zabref_leader(tmp_path, zk380, lines, versio
 
         asyncio.run(run())
         assert len(states()) == 1, f"the zabref server left LEADING ({len(states())} state changes): {states()[:4]}"
+        # UpdateElectionVote (ZOOKEEPER-1732): server 2, looking for a leader after server 1 synchronized, heard the
+        # zabref leader's vote at the epoch established (1), as it heard server 1's: one vote, on which it joined
+        assert re.search(r"n\.sid:3, n\.state:LEADING, n\.leader:3, n\.round:0x\w+, n\.peerEpoch:0x1,", _log(e, 2))
         for sid in (1, 2):  # each ZooKeeper server read the zabref server's vote, and its configuration's text
             log = _log(e, sid)
             assert re.search(r"n\.sid:3, n\.state:(LOOKING|LEADING), n\.leader:3", log), \

@@ -52,8 +52,9 @@ BUGS_DIR = Path(__file__).resolve().parent / "bugs"
 #: crash tests (a crash inside a step's sync, which conformance -- crashing between steps -- never makes), or only
 #: the deterministic simulator (`zabref simulate`: five servers, long fault schedules), or the security tests (TLS
 #: and quorum authentication are off in conformance), or the fault runner's read checker (conformance never syncs),
-#: or the adversarial peer (conformance/fuzz/adversary.py).
-EXPECT = ("caught", "regression", "storage", "simulation", "security", "reads", "adversary")
+#: or the adversarial peer (conformance/fuzz/adversary.py), or a real ZooKeeper server beside zabref's in one ensemble
+#: (tests/test_zk_mixed.py: what an all-zabref run cannot tell apart).
+EXPECT = ("caught", "regression", "storage", "simulation", "security", "reads", "adversary", "zookeeper")
 
 
 @dataclass(frozen=True)

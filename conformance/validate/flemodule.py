@@ -53,8 +53,9 @@ wire loses no behaviour of interest and keeps TLC's search small (five servers' 
   (VFle.cfg) by the vote of the data a server has now (``dataZxid``, ``dataEpoch``). A decided server's data
   changes as Zab gives it transactions and epochs, or a down server's (its restart reads what its disk kept), to a
   zxid some notification of the run carries and an epoch some notification carries, no older; a decided server's
-  vote takes its new epoch (``VoteEpoch``: QuorumPeer.updateElectionVote); a restart is ``Crash`` then
-  FastLeaderElection's ``Restart``.
+  vote takes its new epoch (``VoteEpoch``: QuorumPeer.updateElectionVote, FastLeaderElection's
+  ``UpdateElectionVote`` on the run's data, in either order of leader and follower: that step's switch
+  ``VoteUpdates`` stays off here); a restart is ``Crash`` then FastLeaderElection's ``Restart``.
 * Every step of FastLeaderElection's ``Next`` is kept, except that a server takes the head of a channel only once
   it crossed the wire (``OnWire >= 1``).
 

@@ -192,20 +192,10 @@ class ZkEnsemble:
         self.paused.discard(sid)
 
     def start(self, timeout: float = 60.0) -> ZkEnsemble:
-        """Start every member and wait until all serve. When the ZooKeeper members of a mixed ensemble are a quorum
-        they start first and serve before the zabref members start: a zabref server keeps the vote it decided on,
-        where ZooKeeper moves a decided vote to the epoch it established (ZOOKEEPER-1732; docs/zookeeper.md, item 6
-        of the mixed-ensemble list), so a ZooKeeper server whose election ended after the others established their
-        epoch could hear a zabref follower's and its leader's votes disagree and never join."""
+        """Start every member and wait until all serve."""
         try:
-            zookeeper = [m.id for m in self.members if m.id not in self.zabref]
-            if self.zabref and 2 * len(zookeeper) > len(self.members):
-                for sid in zookeeper:
-                    self.start_server(sid)
-                self.wait_serving(zookeeper, timeout)
             for m in self.members:
-                if not self.running(m.id):
-                    self.start_server(m.id)
+                self.start_server(m.id)
             self.wait_serving([m.id for m in self.members], timeout)
         except BaseException:
             self.stop()

@@ -13,6 +13,8 @@ and each returns a `Step` -- the notifications to send and, when the server leav
   handler whose spec action is enabled (`HandleHigherRound`, `HandleSameRound`, `HandleLowerRound`,
   `HandleFromDecided`, `FinalizeDiscard`, `HandleAsDecided`). `action_for` names that action without running it.
 * `finalize_timeout()` -- the runtime's finalizeWait timer expired (spec `FinalizeTimeout(i)`): decide.
+* `update_election_vote(epoch)` -- after the election, Zab established ``epoch`` (spec `UpdateElectionVote(i)`,
+  ZOOKEEPER-1732): the decided vote carries it from now on.
 
 While ``finalizing`` is true the runtime must run that timer; a notification that arrives in the meantime goes
 through `receive` as usual (a better one ends the wait, the others are dropped, exactly as lookForLeader's inner
@@ -218,6 +220,19 @@ class FastLeaderElection:
             raise LocalProtocolError(f"server {self.sid} re-sends its vote only while LOOKING and not finalizing")
         self.finalizing = self._quorum_in_round(self._proposal, self.logicalclock)
         return Step("ResendNotifications", self._broadcast(self._proposal))
+
+    def update_election_vote(self, epoch: int) -> Step:
+        """Spec ``UpdateElectionVote(i)`` (ZOOKEEPER-1732, QuorumPeer.updateElectionVote): a decided server's vote
+        takes the epoch Zab established -- a leader's at its NEWLEADER quorum, a follower's at UPTODATE -- so that
+        every member of an ensemble answers a LOOKING server with one vote (`handle_as_decided`), on which it can
+        join. The caller (`zabref.core.node`) gives Zab's epoch, for which the spec writes ``EstablishedEpoch``."""
+        v = self.proposed_vote
+        if self.state is LOOKING or v is None:
+            raise LocalProtocolError(f"server {self.sid}: only a decided server's vote takes an established epoch")
+        if epoch <= v.epoch:
+            raise LocalProtocolError(f"server {self.sid}: epoch {epoch} is not above its vote's ({v.epoch})")
+        self.proposed_vote = Vote(v.leader, v.zxid, epoch)
+        return Step("UpdateElectionVote")
 
     def receive(self, sender: int, n: Notification) -> Step:
         """The head notification of ``sender``'s channel: run the one spec action it enables."""

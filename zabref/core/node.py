@@ -324,6 +324,21 @@ class Node(ClientRequests, ZkClients):
             out.role = output.role
             out.unblock = True
             self._role_changed(out, now)
+        self._update_election_vote(out, action)
+
+    def _update_election_vote(self, out: EffectsBuilder, action: str | None) -> None:
+        """UpdateElectionVote (spec/FastLeaderElection.tla; ZooKeeper's QuorumPeer.updateElectionVote,
+        ZOOKEEPER-1732): a leader once its NEWLEADER quorum is in (BROADCAST), a follower at UPTODATE (where
+        ZooKeeper's Learner.syncWithLeader calls it: after its leader's quorum) -- the decided vote carries the epoch
+        established, which every member of the ensemble then reports to a server that looks for a leader: a
+        ZooKeeper server joins on a quorum of decided votes equal in leader and epoch."""
+        core, fle = self.core, self.fle
+        vote = fle.proposed_vote
+        synced = (action == "FollowerProcessUPTODATE" if core.state == ServerState.FOLLOWING
+                  else core.state == ServerState.LEADING and core.zab_state == ZabState.BROADCAST)
+        if synced and fle.state is not ServerState.LOOKING and vote is not None and vote.epoch < core.current_epoch:
+            fle.update_election_vote(core.current_epoch)
+            out.actions.append(Action("FLE", "UpdateElectionVote", (("i", self.sid),)))
 
     def _role_changed(self, out: EffectsBuilder, now: float) -> None:
         self.role_since = now
