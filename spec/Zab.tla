@@ -187,12 +187,20 @@ GoLooking(s) ==
 (* when the first s transactions of h are ones it has committed or commits *)
 (* at its NEWLEADER quorum:                                                *)
 (*   DIFF(lastCommittedZxid), then the PROPOSALs the learner misses, when z *)
-(*     is the leader's last zxid or appears in h;                          *)
+(*     is the leader's last zxid or appears in h (and is not above h[s]);  *)
 (*   SNAP carrying h, when z precedes everything in h (ZooKeeper sends a   *)
 (*     snapshot when the learner is older than the leader's log, here the  *)
 (*     whole history);                                                     *)
 (*   TRUNC(t), then the PROPOSALs after t, when the learner has            *)
-(*     transactions the leader skipped: t is the last zxid of h below z.    *)
+(*     transactions the leader skipped: t is the last zxid of h below z;    *)
+(*   TRUNC(h[s]), then the PROPOSALs after it, when z is above h's first s *)
+(*     and not below h[1] (a leader in BROADCAST, the learner holding a    *)
+(*     proposal it has not committed): whatever the learner has not        *)
+(*     committed comes again on this connection, as ZooKeeper's leader     *)
+(*     does it (LearnerHandler.syncFollower's TRUNC to maxCommittedLog,    *)
+(*     Leader.startForwarding's outstanding proposals); a ZooKeeper        *)
+(*     follower commits only what came on its connection                   *)
+(*     (SyncKeepsCommitted; docs/zookeeper.md, item 8).                    *)
 (* Each PROPOSAL of one of the first s transactions is followed by its     *)
 (* COMMIT, as ZooKeeper's LearnerHandler sends its committedLog (the seed's *)
 (* "missing messages"; a ZooKeeper follower keeps a PROPOSAL of its sync   *)
@@ -214,8 +222,10 @@ SyncPackets(h, c, z, s) ==
                 \o [k \in 1 .. (n - from - m) |-> P(from + m + k)]
         pos == IndexOf(h, z)
         below == {k \in 1 .. n : ZxidLT(h[k].zxid, z)} \cup {0}
-    IN  IF z = last THEN <<diff>>
-        ELSE IF n > 0 /\ ZxidLT(z, h[1].zxid) THEN <<Packet("SNAP", last, h)>>
+    IN  IF n > 0 /\ ZxidLT(z, h[1].zxid) THEN <<Packet("SNAP", last, h)>>
+        ELSE IF s < n /\ ZxidLT(CommittedZxid(h, s), z)
+        THEN <<Packet("TRUNC", CommittedZxid(h, s), NoData)>> \o Proposals(s)
+        ELSE IF z = last THEN <<diff>>
         ELSE IF pos > 0 THEN <<diff>> \o Proposals(pos)
         ELSE LET t == CHOOSE k \in below : \A k2 \in below : k2 <= k
              IN  <<Packet("TRUNC", CommittedZxid(h, t), NoData)>> \o Proposals(t)
@@ -992,6 +1002,19 @@ CommitInFlight ==
                 /\ \/ /\ p <= lastCommitted[a]
                       /\ IsQuorum({s \in Server : history[a][p] \in Range(history[s])})
                    \/ InFlight(a, b, k).type = "COMMIT" /\ state[a] = LEADING /\ zabState[a] = SYNCHRONIZATION
+
+\* What a sync leaves a learner of its own history is what its leader has committed: a DIFF or TRUNC in flight to
+\* a learner synchronizing with a leader in BROADCAST keeps no transaction above the leader's commit point, so each
+\* one the learner is yet to commit comes to it as a PROPOSAL on this connection (SyncPackets).  ZooKeeper's
+\* follower commits only the oldest proposal it took on its connection (Follower.commit exits on another), and its
+\* leader syncs so (LearnerHandler.syncFollower, Leader.startForwarding; docs/zookeeper.md, item 8).  A leader not
+\* in BROADCAST commits its whole history at its NEWLEADER quorum, before anything it synced is committed.
+SyncKeepsCommitted ==
+    \A a, b \in Server : \A k \in 1 .. Len(msgs[a][b]) :
+        /\ InFlight(a, b, k).type \in {"DIFF", "TRUNC"}
+        /\ state[a] = LEADING /\ zabState[a] = BROADCAST /\ SyncingFrom(b, a)
+        => ZxidLE(IF InFlight(a, b, k).type = "DIFF" THEN LastZxid(history[b]) ELSE InFlight(a, b, k).zxid,
+                  CommittedZxid(history[a], lastCommitted[a]))
 
 (***************************************************************************)
 (* An action property: within an incarnation, a server's deliveries only   *)

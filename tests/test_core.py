@@ -349,14 +349,19 @@ C = P.COMMIT
         (H, 4, 4, z(2, 5), [(P.TRUNC, z(2, 2))]),
         (H, 4, 4, z(3, 1), [(P.TRUNC, z(2, 2))]),
         ((), 0, 0, z(1, 1), [(P.TRUNC, 0)]),
+        (H, 2, 2, z(2, 1), [(P.TRUNC, z(1, 2)), (P.PROPOSAL, z(2, 1)), (P.PROPOSAL, z(2, 2))]),
+        (H, 3, 3, z(2, 2), [(P.TRUNC, z(2, 1)), (P.PROPOSAL, z(2, 2))]),
+        (H, 0, 0, z(1, 1), [(P.TRUNC, 0), *((P.PROPOSAL, x.zxid) for x in H)]),
     ],
     ids=["diff-up-to-date", "diff-missing-two-one-committed", "diff-synchronizing-commits-all", "diff-empty",
          "snap-empty-follower", "snap-older-than-log", "trunc-skipped-then-proposals", "trunc-only",
-         "trunc-later-epoch", "trunc-leader-empty"],
+         "trunc-later-epoch", "trunc-leader-empty", "trunc-outstanding-to-commit-point",
+         "trunc-outstanding-last", "trunc-outstanding-nothing-committed"],
 )
 def test_phase2_step1_sync_packets_choose_diff_snap_or_trunc(history, committed, commits, z_, expected):
     """Phase 2, step 1: SNAP / TRUNC(zxid) / DIFF for the follower positions the spec's SyncPackets distinguishes;
-    each PROPOSAL of one of the first ``commits`` transactions followed by its COMMIT."""
+    each PROPOSAL of one of the first ``commits`` transactions followed by its COMMIT; a learner holding a proposal
+    above them (a leader in BROADCAST) truncated to the last of them and sent the rest again."""
     packets = sync_packets(list(history), committed, z_, commits)
     assert [(p.type, p.zxid) for p in packets] == expected
     for p in packets:

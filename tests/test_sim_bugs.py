@@ -104,6 +104,12 @@ NOT_YET: dict[str, str] = {
     # looks for a leader hears one vote from the ensemble either way. Its harm is a ZooKeeper server's (it hears a
     # ZooKeeper follower's moved vote beside it): tests/test_zk_seeded.py.
     "vote_keeps_decided_epoch": "no harm among zabref servers: a ZooKeeper server's, which test_zk_mixed shows",
+    # 2026-12-01: seeds 0..286 of 100 steps with --validate, none failed (13 min; seed 287 fails on the clean code
+    # too, a finding of its own: docs/simulation.md). The case needs a follower that logged a proposal and went back
+    # to election before its leader committed it, and the same leader still leading when it joins again. A zabref
+    # follower takes the later COMMIT as "everything up to", so no invariant breaks; its harm is a ZooKeeper
+    # follower's. Six of ci's action traces catch it, and the regression trace sync-outstanding-sent-again.
+    "sync_keeps_outstanding": "no harm to zabref's followers: a ZooKeeper follower's; conformance compares the sync",
 }
 
 

@@ -190,9 +190,12 @@ def test_the_real_server_in_other_seats_takes_a_trunc_and_a_snap_and_departs_whe
     from conformance.graph.cache import ensure_traces
     from conformance.graph.traces import read_trace
 
-    trunc = next(t for p in sorted(ensure_traces("ci").glob("*.jsonl.gz"))
-                 if (t := read_trace(p)).header.covers[0].startswith("FollowerProcessTRUNC__"))
-    seat = int(trunc.header.covers[0].split("__")[1])
+    def truncated(t) -> int | None:
+        """The follower of ``t``'s first FollowerProcessTRUNC, or None."""
+        return next((s.params["i"] for s in t.steps[1:] if s.action == "FollowerProcessTRUNC"), None)
+
+    trunc, seat = next((t, i) for p in sorted(ensure_traces("ci").glob("*.jsonl.gz"))
+                       if (i := truncated(t := read_trace(p))) is not None)
     o = _replay(trunc, tmp_path / "t", sut=seat)
     assert (o.verdict, o.done) == ("followed", len(trunc.steps) - 1) and o.sut == seat, o.line()
     assert any(label.startswith("FollowerProcessTRUNC") for label in o.own), o.own
@@ -301,6 +304,25 @@ def test_a_follower_takes_one_commit_per_transaction_of_an_ack_that_commits_two_
     one = _one_commit(trace, len(trace.steps) - 3)
     o = _replay(one, tmp_path / "b", 1)
     assert (o.verdict, o.action, o.done) == ("departed", "FollowerProcessCOMMIT", len(one.steps) - 2), o.line()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_follower_holding_an_outstanding_proposal_is_truncated_sent_it_again_and_commits_it(tmp_path, zk380) -> None:
+    """traces/zookeeper's sync-outstanding-sent-again: the real server logs a proposal, crashes before its leader
+    commits it and joins the same leader again, which TRUNCs it to its commit point and sends the proposal again
+    (spec/Zab.tla's SyncPackets since 2026-12-01, as ZooKeeper's own leader syncs); it then takes that proposal's
+    COMMIT. With the spec's sync before (DIFF from the proposal it holds), a ZooKeeper follower exits at that COMMIT:
+    it commits only what came on its connection (docs/zookeeper.md, mixed ensembles, item 8)."""
+    from conformance.graph.traces import read_trace
+    from conformance.replay.regress import ZOOKEEPER_DIR
+
+    trace = read_trace(ZOOKEEPER_DIR / "sync-outstanding-sent-again.jsonl.gz")
+    names = [s.action for s in trace.steps]
+    assert names.index("FollowerProcessTRUNC") == names.index("LeaderProcessACKEPOCH", names.index("Crash")) + 1
+    assert names[-1] == "FollowerProcessCOMMIT" and trace.steps[-1].params["i"] == 1
+    o = _replay(trace, tmp_path / "a", 1)
+    assert (o.verdict, o.done) == ("followed", len(trace.steps) - 1), o.line()
 
 
 @pytest.mark.slow

@@ -143,19 +143,33 @@ def _join(m: Memory, before: State, action: str, params: dict, after: State) -> 
 
 # -- each synchronization mode, up to the follower's UPTODATE ----------------------------------------------------
 
-def _sync(mode: str, needs: str | None) -> StepFn:
+def _sync(mode: str, needs: str | None, foreign: bool = False) -> StepFn:
+    """FollowerProcess<mode>(i, j) -- with ``foreign``, while i holds a transaction j's history lacks (a TRUNC of a
+    learner that holds only j's outstanding proposals is sync-outstanding-sent-again's) -- then, after
+    FollowerProcess<needs> when given, i's UPTODATE."""
     def step(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
-        if action == f"FollowerProcess{mode}" and m is None:
-            return (mode, _srv(params), _srv(params, "j"), needs is None)
-        if m is None:
+        if action == f"FollowerProcess{mode}":  # a sync of this kind starts (again: a later one of the same follower)
+            i, j = _srv(params), _srv(params, "j")
+            if foreign and all(_has(before["history"][j], _key(t)) for t in before["history"][i]):
+                return None
+            return (mode, i, j, needs is None)
+        if m is None or m == "over":
             return None
         _, i, j, ready = m
-        if needs and action == f"FollowerProcess{needs}" and (_srv(params), _srv(params, "j")) == (i, j):
+        if (params.get("i"), params.get("j")) != (i + 1, j + 1):
+            return None
+        if needs and action == f"FollowerProcess{needs}":
             return (mode, i, j, True)
-        if ready and action == "FollowerProcessUPTODATE" and (_srv(params), _srv(params, "j")) == (i, j):
+        if ready and action == "FollowerProcessUPTODATE":
             return ACCEPT
+        if action in SYNC_HEADS or action == "FollowerProcessNEWLEADER" and not ready:
+            return "over"  # the sync of this kind ended without what it needs: a later sync of another kind is not it
         return None
     return step
+
+
+#: The actions that take a sync's first packet.
+SYNC_HEADS = frozenset({"FollowerProcessDIFF", "FollowerProcessTRUNC", "FollowerProcessSNAP"})
 
 
 def _snap(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
@@ -199,6 +213,30 @@ def _trunc(proposals_behind: bool) -> StepFn:
             return ACCEPT
         return None
     return step
+
+
+# -- a learner holding an outstanding proposal is synced again by its leader in BROADCAST ---------------------------
+
+def _outstanding(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    """FollowerProcessTRUNC(i, j) to a transaction (not to the empty history) from a leader j in BROADCAST while i
+    holds a proposal of j's history that j has not committed; then i, in BROADCAST, takes j's COMMIT of it. (A TRUNC
+    to the empty history is left out: ZooKeeper's FileTxnLog.truncate keeps the first logged transaction when the
+    zxid precedes it, docs/zookeeper.md, "Every seat", finding 2.)"""
+    if m is None:
+        if action != "FollowerProcessTRUNC":
+            return None
+        i, j = _srv(params), _srv(params, "j")
+        if not _established(before, j) or before["lastCommitted"][j] == 0:
+            return None
+        outstanding = [_key(t) for t in before["history"][j][before["lastCommitted"][j]:]]
+        held = [k for k in outstanding if _has(before["history"][i], k)]
+        return ("truncated", i, j, held[0]) if held else None
+    _, i, j, key = m
+    if action == "FollowerProcessCOMMIT" and (_srv(params), _srv(params, "j")) == (i, j):
+        done = {_key(t) for t in after["history"][i][:after["lastCommitted"][i]]}
+        if key in done:
+            return ACCEPT
+    return m
 
 
 # -- the new epoch rises above a follower's acceptedEpoch --------------------------------------------------------
@@ -297,7 +335,7 @@ SCENARIOS = (
              _sync("DIFF", "PROPOSALInSync")),
     Scenario("sync-trunc", "ci", "seed 000, phase 2, TRUNC",
              "A follower with a proposal the leader does not have is truncated, then completes synchronization.",
-             _sync("TRUNC", None)),
+             _sync("TRUNC", None, foreign=True)),
     Scenario("sync-snap", "ci", "seed 000, phase 2, SNAP",
              "A follower receives a non-empty snapshot of the leader's history, then completes synchronization.",
              _snap),
@@ -319,6 +357,13 @@ SCENARIOS = (
              "transaction and exits on any other. Failing means one COMMIT of the last, which such a follower "
              "cannot take.",
              _commits_two),
+    Scenario("sync-outstanding-sent-again", "ci", "seed 000, phase 2 (a learner joining a leader in BROADCAST); "
+             "ZooKeeper's LearnerHandler.syncFollower and Leader.startForwarding",
+             "A follower that logged a proposal its leader has not committed yet goes back to election and joins the "
+             "same leader again: the leader truncates it to its commit point and sends the proposal again, and the "
+             "follower later takes its COMMIT. Failing means the sync left the proposal in place (a DIFF from it), "
+             "which a ZooKeeper follower cannot take: it commits only what came on its connection and exits at that "
+             "COMMIT (docs/zookeeper.md, item 8).", _outstanding),
     Scenario("epoch-above-follower-acceptedepoch", "ci", "seed 000, phase 1, step 2 (e' greater than any e received)",
              "The leader hears FOLLOWERINFO with an acceptedEpoch at least its own proposed epoch and must raise the "
              "new epoch above it, then establishes that epoch. The action-coverage traces never reach this: it is "

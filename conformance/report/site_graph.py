@@ -5,7 +5,7 @@ by conformance/graph/dotparse.py). It is drawn twice, with one colour per action
 group of Next -- election, discovery, synchronization, broadcast, failures -- and a shade per action in it):
 
 * the overview: every state a dot, every edge a coloured line, laid out by graphviz's `sfdp` (force-directed). For
-  `tiny` (14,496 states) where the `dot` layout takes about
+  `tiny` (14,600 states) where the `dot` layout takes about
   75 s; the overview shows where each phase's actions sit, not individual states;
 * the detail: the first `DETAIL_STATES` states in BFS order from the initial state, each box listing what changed
   from its BFS parent (as `zabref render --graph` draws it), each edge labelled with the action and its parameters.

@@ -266,6 +266,7 @@ NOT_SIMULATED = {
     "ProposalInFlight": "about packets in flight; the simulator's view holds server variables only",
     "AckInFlight": "about packets in flight; the simulator's view holds server variables only",
     "CommitInFlight": "about packets in flight; the simulator's view holds server variables only",
+    "SyncKeepsCommitted": "about packets in flight; the simulator's view holds server variables only",
     "NoHiddenDeadlock": "about the model's bounds (MaxTxns, MaxFaults); a simulated run has none, and its own "
                         "liveness check (one leader commits again after the last fault) takes this place",
 }

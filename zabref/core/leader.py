@@ -61,7 +61,12 @@ def sync_packets(history: list[Txn], last_committed: int, z: int, commits: int) 
     * SNAP(leader's last zxid) carrying the whole history when z precedes everything in it;
     * DIFF then the PROPOSALs after z when z appears in h;
     * otherwise the learner has transactions the leader skipped: TRUNC(t), t the last zxid of h below z (0 when
-      none), then the PROPOSALs after t.
+      none), then the PROPOSALs after t;
+    * and before DIFF and TRUNC(t), when z is above the first s (a leader in BROADCAST, the learner holding a
+      proposal it has not committed): TRUNC(h[s]) and the PROPOSALs after it, so that whatever the learner has not
+      committed comes again on this connection, as ZooKeeper's leader syncs (LearnerHandler.syncFollower's TRUNC
+      to maxCommittedLog, Leader.startForwarding's outstanding proposals): a ZooKeeper follower commits only what
+      came on its connection (docs/zookeeper.md, item 8).
 
     Each PROPOSAL of one of the first s transactions is followed by its COMMIT, as ZooKeeper's LearnerHandler sends
     its committedLog (a ZooKeeper follower keeps a PROPOSAL of its sync that no COMMIT follows pending, and exits when
@@ -79,10 +84,12 @@ def sync_packets(history: list[Txn], last_committed: int, z: int, commits: int) 
                 out.append(QuorumPacket(PacketType.COMMIT, t.zxid))
         return out
 
-    if z == last:
-        return [diff]
     if n > 0 and z < history[0].zxid:
         return [QuorumPacket(PacketType.SNAP, last, payloads.encode_snap_data(history))]
+    if commits < n and z > (history[commits - 1].zxid if commits else 0):
+        return [QuorumPacket(PacketType.TRUNC, history[commits - 1].zxid if commits else 0), *proposals(commits)]
+    if z == last:
+        return [diff]
     pos = CoreState.index_of(history, z)
     if pos > 0:
         return [diff, *proposals(pos)]
