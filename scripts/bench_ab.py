@@ -11,6 +11,7 @@ above 1 is faster, CPU below 1 is cheaper). The bench.json of every run is kept 
 
     .venv/bin/python scripts/bench_ab.py                          # HEAD~1 against HEAD
     .venv/bin/python scripts/bench_ab.py --before main --after work --writes 3000 --in-flight 1,16,128
+    .venv/bin/python scripts/bench_ab.py --before HEAD --after work --zabref-clients java --writes 20000 --in-flight 128
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def export(rev: str) -> tuple[str, Path]:
 def bench(code: Path, out: Path, args: argparse.Namespace) -> list[dict]:
     command = [str(ROOT / ".venv" / "bin" / "zabref"), "bench", "cluster", "--systems", "zabref",
                "--failover-trials", "0", "--writes", str(args.writes), "--in-flight", args.in_flight,
-               "--zabref-code", str(code), "--out", str(out)]
+               "--zabref-clients", args.zabref_clients, "--zabref-code", str(code), "--out", str(out)]
     print("$", " ".join(command), flush=True)
     done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     if done.returncode != 0:
@@ -72,6 +73,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1, help="rounds of A B B A")
     p.add_argument("--writes", type=int, default=3000)
     p.add_argument("--in-flight", default="1,16,128")
+    p.add_argument("--zabref-clients", default="zabclient", help="zabclient, java, or both (comma-separated)")
     p.add_argument("--out", type=Path, default=ROOT / "out" / "bench-ab")
     args = p.parse_args()
     versions = {"A": export(args.before), "B": export(args.after)}
@@ -88,23 +90,23 @@ def main() -> None:
 
 
 def table(a_runs: list[list[dict]], b_runs: list[list[dict]]) -> list[str]:
-    """The rows of both versions (each a list of runs, each run bench.json's rows): per (op, target, in flight),
+    """The rows of both versions (each a list of runs, each run bench.json's rows): per (system, op, target, in flight),
     the median ops/s and server CPU per 1,000 operations of each, and B / A."""
 
     def median(runs: list[list[dict]], key: tuple, field: str) -> float | None:
         values = [row[field] for rows in runs for row in rows
-                  if (row["op"], row["target"], row["in_flight"]) == key and row[field] is not None]
+                  if (row.get("system", ""), row["op"], row["target"], row["in_flight"]) == key and row[field] is not None]
         return statistics.median(values) if values else None
 
     def ratio(a: float | None, b: float | None) -> str:
         return f"{b / a:6.2f}" if a and b else "     -"
 
-    out = [f"{'op':<6}{'target':<10}{'in flight':>9} {'A ops/s':>10} {'B ops/s':>10} {'B/A':>6}   "
+    out = [f"{'system':<13}{'op':<6}{'target':<10}{'in flight':>9} {'A ops/s':>10} {'B ops/s':>10} {'B/A':>6}   "
            f"{'A CPU s/1k':>10} {'B CPU s/1k':>10} {'B/A':>6}"]
-    for key in dict.fromkeys((row["op"], row["target"], row["in_flight"]) for rows in a_runs + b_runs for row in rows):
+    for key in dict.fromkeys((row.get("system", ""), row["op"], row["target"], row["in_flight"]) for rows in a_runs + b_runs for row in rows):
         a, b = median(a_runs, key, "ops_per_s"), median(b_runs, key, "ops_per_s")
         ca, cb = median(a_runs, key, "server_cpu_s_per_1k_ops"), median(b_runs, key, "server_cpu_s_per_1k_ops")
-        out.append(f"{key[0]:<6}{key[1]:<10}{key[2]:>9} {a or 0:>10,.1f} {b or 0:>10,.1f} {ratio(a, b)}   "
+        out.append(f"{key[0]:<13}{key[1]:<6}{key[2]:<10}{key[3]:>9} {a or 0:>10,.1f} {b or 0:>10,.1f} {ratio(a, b)}   "
                    f"{ca or 0:>10.3f} {cb or 0:>10.3f} {ratio(ca, cb)}")
     return out
 

@@ -570,16 +570,21 @@ def _bench_ab():
 def test_bench_ab_takes_the_median_of_each_version_and_divides_b_by_a() -> None:
     ab = _bench_ab()
 
-    def run(ops, cpu):
-        return [{"op": "write", "target": "leader", "in_flight": 16, "ops_per_s": ops, "server_cpu_s_per_1k_ops": cpu},
-                {"op": "read", "target": "leader", "in_flight": 16, "ops_per_s": 10.0, "server_cpu_s_per_1k_ops": None}]
+    def run(ops, cpu, system="zabref"):
+        return [{"system": system, "op": "write", "target": "leader", "in_flight": 16, "ops_per_s": ops,
+                 "server_cpu_s_per_1k_ops": cpu},
+                {"system": system, "op": "read", "target": "leader", "in_flight": 16, "ops_per_s": 10.0,
+                 "server_cpu_s_per_1k_ops": None}]
 
-    lines = ab.table([run(100.0, 1.0), run(300.0, 3.0), run(200.0, 2.0)], [run(300.0, 1.0), run(500.0, 1.0)])
-    write = next(line for line in lines if line.startswith("write"))
+    java = run(1000.0, 9.0, "zabref-java")  # another client's row of the same op: kept apart, not in the medians
+    lines = ab.table([run(100.0, 1.0) + java, run(300.0, 3.0), run(200.0, 2.0)], [run(300.0, 1.0), run(500.0, 1.0)])
+    write = next(line for line in lines if line.split()[:2] == ["zabref", "write"])
     # A's medians 200 ops/s and 2.0 CPU s; B's 400 and 1.0: ops 2.00x, CPU 0.50x
-    assert write.split() == ["write", "leader", "16", "200.0", "400.0", "2.00", "2.000", "1.000", "0.50"]
-    read = next(line for line in lines if line.startswith("read"))
-    assert read.split()[-1] == "-" and read.split()[5] == "1.00"  # no CPU figure: no ratio, not a division by zero
+    assert write.split() == ["zabref", "write", "leader", "16", "200.0", "400.0", "2.00", "2.000", "1.000", "0.50"]
+    read = next(line for line in lines if line.split()[:2] == ["zabref", "read"])
+    assert read.split()[-1] == "-" and read.split()[6] == "1.00"  # no CPU figure: no ratio, not a division by zero
+    other = next(line for line in lines if line.split()[:2] == ["zabref-java", "write"])
+    assert other.split()[4:7] == ["1,000.0", "0.0", "-"]  # B ran no such row: no ratio
 
 
 def test_bench_ab_exports_a_revisions_package_and_names_a_bad_revision(monkeypatch, tmp_path) -> None:

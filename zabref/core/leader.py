@@ -73,8 +73,13 @@ def sync_packets(history: list[Txn], last_committed: int, z: int, commits: int) 
     a later COMMIT names another transaction); the follower takes it as FollowerProcessCOMMITInSync.
     """
     n = len(history)
-    last = history[-1].zxid if history else 0
-    diff = QuorumPacket(PacketType.DIFF, history[last_committed - 1].zxid if last_committed else 0)
+
+    def zxid_at(k: int) -> int:
+        """The zxid of the first k transactions' last (0 for none)."""
+        return history[k - 1].zxid if k else 0
+
+    last = zxid_at(n)
+    diff = QuorumPacket(PacketType.DIFF, zxid_at(last_committed))
 
     def proposals(after: int) -> list[QuorumPacket]:
         out = []
@@ -86,15 +91,15 @@ def sync_packets(history: list[Txn], last_committed: int, z: int, commits: int) 
 
     if n > 0 and z < history[0].zxid:
         return [QuorumPacket(PacketType.SNAP, last, payloads.encode_snap_data(history))]
-    if commits < n and z > (history[commits - 1].zxid if commits else 0):
-        return [QuorumPacket(PacketType.TRUNC, history[commits - 1].zxid if commits else 0), *proposals(commits)]
+    if commits < n and z > zxid_at(commits):
+        return [QuorumPacket(PacketType.TRUNC, zxid_at(commits)), *proposals(commits)]
     if z == last:
         return [diff]
     pos = CoreState.index_of(history, z)
     if pos > 0:
         return [diff, *proposals(pos)]
     t = sum(1 for txn in history if txn.zxid < z)  # zxids increase: the largest k with h[k].zxid < z
-    return [QuorumPacket(PacketType.TRUNC, history[t - 1].zxid if t else 0), *proposals(t)]
+    return [QuorumPacket(PacketType.TRUNC, zxid_at(t)), *proposals(t)]
 
 
 class LeaderActions(CoreState):
