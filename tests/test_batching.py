@@ -171,6 +171,52 @@ def test_the_leaders_proposal_leaves_only_after_its_own_fsync(tmp_path: Path, ev
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize(("waiting", "steps", "where"), [
+    (0, 1, "loop"),     # nobody waits: a follower's PROPOSAL of the leader's row
+    (1, 1, "loop"),     # a lone request (one in flight): the thread's hand-off would only add latency
+    (5, 1, "thread"),   # more requests wait than the batch holds: sync on the thread, read the sockets meanwhile
+    (20, 8, "loop"),    # a full batch syncs inline however many wait
+], ids=["none-waiting", "lone-request", "more-waiting", "full-batch"])
+def test_a_small_batch_syncs_on_the_disk_thread_while_more_requests_wait(
+        tmp_path: Path, monkeypatch, waiting: int, steps: int, where: str) -> None:
+    """`_persist`'s choice (docs/performance.md, "Fewer, fuller syncs"): the disk quick, a batch of fewer than
+    INLINE_SYNC_MIN_STEPS persisting steps syncs on the disk thread only while this server's clients wait on more
+    requests than it holds."""
+    import threading
+
+    where_synced: list[str] = []
+    real_sync = Storage.sync
+
+    def sync(self: Storage) -> int:
+        where_synced.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
+        return real_sync(self)
+
+    monkeypatch.setattr(Storage, "sync", sync)
+    assert runtime.INLINE_SYNC_MIN_STEPS == 8
+
+    async def scenario() -> None:
+        server, task = await _started(tmp_path)
+        conn = Connection(2, initiated=False)
+        conn.attach(_RecordingWriter([]))
+        server.conns[2] = conn
+        await _leader_in_broadcast(server, conn)
+        server._last_sync_s = 0.0  # the disk has been quick
+        loop = asyncio.get_running_loop()
+        waiters = {-k: loop.create_future() for k in range(1, waiting + 1)}  # clients' requests not answered yet
+        server.client_waiters.update(waiters)
+        where_synced.clear()
+        for i in range(steps - 1):
+            server.enqueue(lambda i=i: _submit(server, b"v%d" % i))
+        await server.call(lambda: _submit(server, b"last"))  # the same batch: queued before the pump ran
+        assert where_synced == [where]
+        for k in waiters:
+            server.client_waiters.pop(k)
+        server.stop()
+        await task
+
+    asyncio.run(scenario())
+
+
 def test_a_follower_acks_only_after_its_fsync(tmp_path: Path, events: list[str]) -> None:
     """Seed 000, phase 3, step 2: 'log and sync proposals to disk and send ACK(zxid)'."""
 

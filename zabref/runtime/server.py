@@ -10,7 +10,8 @@ node entry point and returns its `Effects`. ONE task, the *pump*, runs events in
 
 1. makes every step's ``persist`` operations durable: each step is one atomic batch (`zabref.storage.Storage.apply`),
    and ONE ``sync`` -- one write, one fsync -- makes the whole pump batch durable (group commit), in the machine's
-   worker (a thread), or in the loop's own thread when the last sync was quick (`INLINE_SYNC_SECONDS`);
+   worker (a thread), or in the loop's own thread when the last sync was quick (`INLINE_SYNC_SECONDS`), unless the
+   batch holds fewer than `INLINE_SYNC_MIN_STEPS` persisting steps while the server's clients wait on more;
 2. only then carries out the rest, in order: quorum packets (one socket write per connection per batch), election
    notifications, connections to close, client answers, forwards; after a change of role or zabState, packets the
    node deferred are offered again.
@@ -70,7 +71,8 @@ from zabref.runtime.links import HOLD_LIMIT, PeerLinks
 from zabref.runtime.machine import Machine
 from zabref.storage import Storage
 
-__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "run_server", "wipe_data_dir", "LOG_FILES"]
+__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "INLINE_SYNC_MIN_STEPS", "run_server",
+           "wipe_data_dir", "LOG_FILES"]
 
 log = logging.getLogger("zabref")
 
@@ -79,6 +81,10 @@ BATCH_LIMIT = 1_000
 #: A batch syncs in the loop's own thread when the previous sync took at most this long (a slow disk goes to the
 #: disk thread, so that the loop keeps reading sockets while it waits).
 INLINE_SYNC_SECONDS = 0.002
+#: ... unless the batch holds fewer persisting steps than this while this server's clients wait on more requests
+#: than it holds: such a batch syncs on the disk thread, so that the loop reads the sockets and answers meanwhile and
+#: the next batch comes fuller (docs/performance.md, "Fewer, fuller syncs"); a lone request still syncs inline.
+INLINE_SYNC_MIN_STEPS = 8
 #: Packet types a quorum connection may carry: what some role of the core takes, PING, and a sync's REQUEST and SYNC.
 QUORUM_TYPES = frozenset(t for table in HANDLERS.values() for t in table) | {PacketType.PING, PacketType.REQUEST,
                                                                            PacketType.SYNC}
@@ -328,10 +334,12 @@ class Server(PeerLinks):
                     fut.set_result(answer)
 
     async def _persist(self, steps: list[Any]) -> None:
-        """Each step one atomic batch, then one sync for them all (inline when the disk has been quick)."""
+        """Each step one atomic batch, then one sync for them all (inline when the disk has been quick, unless the
+        batch is small while more client requests wait; else on the disk thread)."""
         for ops in steps:
             self.storage.apply(ops)
-        if self._last_sync_s <= INLINE_SYNC_SECONDS:
+        small = len(steps) < INLINE_SYNC_MIN_STEPS and len(self.client_waiters) > len(steps)
+        if self._last_sync_s <= INLINE_SYNC_SECONDS and not small:
             self._last_sync_s = self._timed_sync()
         else:
             worker = self.machine.worker(f"zabref-{self.sid}-disk")
