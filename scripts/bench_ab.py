@@ -90,12 +90,14 @@ def main() -> None:
 
 
 def table(a_runs: list[list[dict]], b_runs: list[list[dict]]) -> list[str]:
-    """The rows of both versions (each a list of runs, each run bench.json's rows): per (system, op, target, in flight),
-    the median ops/s and server CPU per 1,000 operations of each, and B / A."""
+    """The rows of both versions (each a list of runs, each run bench.json's rows): per (system, op, target,
+    in flight), the median ops/s and server CPU per 1,000 operations of each, and B / A."""
+
+    def row_key(row: dict) -> tuple:
+        return row.get("system", ""), row["op"], row["target"], row["in_flight"]
 
     def median(runs: list[list[dict]], key: tuple, field: str) -> float | None:
-        values = [row[field] for rows in runs for row in rows
-                  if (row.get("system", ""), row["op"], row["target"], row["in_flight"]) == key and row[field] is not None]
+        values = [row[field] for rows in runs for row in rows if row_key(row) == key and row[field] is not None]
         return statistics.median(values) if values else None
 
     def ratio(a: float | None, b: float | None) -> str:
@@ -103,10 +105,11 @@ def table(a_runs: list[list[dict]], b_runs: list[list[dict]]) -> list[str]:
 
     out = [f"{'system':<13}{'op':<6}{'target':<10}{'in flight':>9} {'A ops/s':>10} {'B ops/s':>10} {'B/A':>6}   "
            f"{'A CPU s/1k':>10} {'B CPU s/1k':>10} {'B/A':>6}"]
-    for key in dict.fromkeys((row.get("system", ""), row["op"], row["target"], row["in_flight"]) for rows in a_runs + b_runs for row in rows):
+    for key in dict.fromkeys(row_key(row) for rows in a_runs + b_runs for row in rows):
         a, b = median(a_runs, key, "ops_per_s"), median(b_runs, key, "ops_per_s")
         ca, cb = median(a_runs, key, "server_cpu_s_per_1k_ops"), median(b_runs, key, "server_cpu_s_per_1k_ops")
-        out.append(f"{key[0]:<13}{key[1]:<6}{key[2]:<10}{key[3]:>9} {a or 0:>10,.1f} {b or 0:>10,.1f} {ratio(a, b)}   "
+        out.append(f"{key[0]:<13}{key[1]:<6}{key[2]:<10}{key[3]:>9} {a or 0:>10,.1f} {b or 0:>10,.1f} "
+                   f"{ratio(a, b)}   "
                    f"{ca or 0:>10.3f} {cb or 0:>10.3f} {ratio(ca, cb)}")
     return out
 
