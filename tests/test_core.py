@@ -619,8 +619,6 @@ def _bad_cases():
         ("newleader-wrong-epoch", syncing_follower, 1, pkt(P.NEWLEADER, z(7, 0)), "accepted epoch"),
         ("proposal-going-backwards", lambda: follower_in(ZabState.BROADCAST, (t(1, 2),), 1, 1), 1, proposal(t(1, 1)),
          "follow 0x100000002"),
-        ("snap-of-a-zookeeper-tree", syncing_follower, 1,  # a ZooKeeper client's node: no transaction of zabref's
-         pkt(P.SNAP, z(1, 1), zksnap.write_snapshot([("/app", b"v", z(1, 1))])), "'/app' (czxid 0x100000001)"),
         ("snap-zxid-precedes", syncing_follower, 1, pkt(P.SNAP, z(1, 0), payloads.encode_snap_data([t(1, 1)])),
          "SNAP's zxid precedes"),
         ("followerinfo-at-follower", broadcast_follower, 1, followerinfo(1, 0), "FOLLOWING server takes"),
@@ -745,6 +743,21 @@ def test_a_zookeeper_leaders_snap_names_its_last_processed_zxid_which_its_tree_n
     f = follower_in(ZabState.SYNCHRONIZATION, (), accepted=2, current=1)
     f.receive(1, pkt(P.SNAP, z(2, 3), payloads.encode_snap_data([t(1, 1), t(2, 1)])))
     assert f.staged_history == [t(1, 1), t(2, 1)]
+
+
+def test_a_zookeeper_leaders_tree_of_its_clients_nodes_is_staged_as_one_base_transaction():
+    """docs/zookeeper.md, item 1 (a): a ZooKeeper client's node is no transaction of zabref's, so the SNAP's tree is
+    kept whole, one base at the SNAP's zxid; NEWLEADER logs it as any history, and the learner's last zxid is it.
+    A new epoch's SNAP(<<e, 0>>) names no transaction: the base is at the tree's last create."""
+    f = follower_in(ZabState.SYNCHRONIZATION, (t(1, 1),), accepted=1, current=1)  # a leader of epoch 2
+    stream = zksnap.write_snapshot([("/app", b"v", z(1, 1)), ("/b", b"", z(1, 4))])
+    f.receive(1, pkt(P.SNAP, z(2, 0), stream))
+    assert f.staged_history == [Txn(z(1, 4), zktxn.SNAPSHOT + stream)]
+    f.receive(1, pkt(P.NEWLEADER, z(2, 0)))
+    assert f.history == [Txn(z(1, 4), zktxn.SNAPSHOT + stream)] and f.last_zxid == z(1, 4)
+    f = follower_in(ZabState.SYNCHRONIZATION, (t(1, 1),), accepted=1, current=1)
+    f.receive(1, pkt(P.SNAP, z(1, 7), stream))
+    assert f.staged_history == [Txn(z(1, 7), zktxn.SNAPSHOT + stream)]
 
 
 def test_election_outcome_only_while_looking():

@@ -39,7 +39,7 @@ quorum_packets = st.one_of(
     st.builds(QuorumPacket, st.sampled_from([t for t in PacketType if t != PacketType.SNAP]),
               st.integers(0, (1 << 63) - 1), st.none() | st.binary(max_size=32)),
     st.builds(lambda z, v: QuorumPacket(PacketType.SNAP, z, payloads.encode_snap_data([(z, v)])),
-              st.integers(0, (1 << 63) - 1), st.binary(max_size=8).filter(lambda b: b[:1] != b"\xff")),
+              st.integers(0, (1 << 63) - 1), st.binary(max_size=8).filter(lambda b: b[:1] not in (b"\xff", b"\xfe"))),
 )
 
 

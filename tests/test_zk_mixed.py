@@ -64,6 +64,21 @@ def _log(e: ZkEnsemble, sid: int) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+async def _zookeeper_2_leads(e: ZkEnsemble) -> None:
+    """Start ZooKeeper servers 1 and 2; return once 2 leads in broadcast (bounded wait)."""
+    e.start_server(1)
+    e.start_server(2)
+    await _until(e, "ZooKeeper server 2 leading in broadcast",
+                 lambda: "Peer state changed: leading - broadcast" in _log(e, 2), 90, lambda: "")
+
+
+async def _zabref_follows(e: ZkEnsemble, server: Server, lines) -> None:
+    """Return once the zabref server ``server`` follows in broadcast (bounded wait)."""
+    await _until(e, "the zabref server following in broadcast",
+                 lambda: server.node is not None and server.node.core.state == ServerState.FOLLOWING
+                 and server.node.core.zab_state == ZabState.BROADCAST, 60, lambda: lines.lines[-5:])
+
+
 def _distribution(version: str):
     """None for Debian's 3.8.0; any other version fetched from Maven Central, once into the cache."""
     if version == "3.8.0":
@@ -351,16 +366,11 @@ def test_a_zabref_follower_serves_zookeeper_clients_through_a_zookeeper_leader(t
             return version, exists
 
         async def run() -> tuple:
-            e.start_server(1)
-            e.start_server(2)
-            await _until(e, "ZooKeeper server 2 leading in broadcast",
-                         lambda: "Peer state changed: leading - broadcast" in _log(e, 2), 90, lambda: "")
+            await _zookeeper_2_leads(e)
             server = Server(config, 3, NormalDriver(0.2))
             task = asyncio.create_task(server.run())
             try:
-                await _until(e, "the zabref server following in broadcast",
-                             lambda: server.node is not None and server.node.core.state == ServerState.FOLLOWING
-                             and server.node.core.zab_state == ZabState.BROADCAST, 60, lambda: lines.lines[-5:])
+                await _zabref_follows(e, server, lines)
                 wrote = await asyncio.to_thread(at_zabref, zabref_writes)
                 seen = await asyncio.to_thread(_kazoo, e, 1, lambda c: (c.sync("/"), c.get("/z")[0],
                                                                         c.create("/w", b"from-zookeeper")))
@@ -465,3 +475,43 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
         assert "Sending snapshot last zxid of peer is 0x0" in leader_log  # a SNAP: ZooKeeper's snapshot stream
         assert re.search(r"Sending DIFF zxid=0x[0-9a-f]+ +for peer sid: 3", leader_log)  # PROPOSAL and COMMIT pairs
         assert leader_log.count("Follower sid: 3") == 2  # one sync per start
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("version", ["3.8.0", "3.9.5"])
+def test_a_zabref_server_that_joins_after_zookeepers_clients_wrote_takes_their_tree_by_snap(tmp_path, zk380, lines,
+                                                                                           version) -> None:
+    """docs/zookeeper.md, item 1 (a): ZooKeeper's clients write, then an empty zabref server joins; ZooKeeper's
+    leader synchronizes it by a SNAP of a tree that holds their nodes, which the zabref follower keeps whole as the
+    base of its history (`zktxn.SNAPSHOT`). It then ACKs the next writes (server 1 killed: they commit on {2, 3})
+    and serves kazoo reads of the nodes from the snapshot, of their data and version, and of those written after."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        zk_port = probe.getsockname()[1]
+    with _ensemble(tmp_path, _distribution(version), local_sessions=True) as e:
+        config = parse_config(_zabref_config(e, tmp_path, zk_port), str(tmp_path / "mixed.toml"))
+
+        async def run() -> tuple:
+            await _zookeeper_2_leads(e)
+            await asyncio.to_thread(_kazoo, e, 1, lambda c: [c.create("/a", b"x"), c.create("/b", b"y"),
+                                                            c.set("/a", b"z")])
+            server = Server(config, 3, NormalDriver(0.2))
+            task = asyncio.create_task(server.run())
+            try:
+                await _zabref_follows(e, server, lines)
+                base = server.node.core.history[0]
+                e.kill(1)
+                await asyncio.to_thread(_kazoo, e, 2, lambda c: c.create("/c", b"w"))  # committed on {2, 3}
+                return base, await asyncio.to_thread(
+                    kazoo_at, zk_port, lambda c: (c.sync("/"), c.get("/a")[0], c.get("/a")[1].version,
+                                                  c.get("/b")[0], c.get("/c")[0], sorted(c.get_children("/"))))
+            finally:
+                server.stop()
+                await asyncio.wait_for(task, 30)
+
+        base, read = asyncio.run(run())
+        assert base.value[:1] == zktxn.SNAPSHOT
+        assert read == ("/", b"z", 1, b"y", b"w", ["a", "b", "c", "zookeeper"])
+        assert not [x for x in lines.lines if "protocol error" in x], "the zabref follower refused a packet"
+        assert "Sending snapshot last zxid of peer is 0x0" in _log(e, 2)

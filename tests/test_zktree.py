@@ -12,7 +12,7 @@ import pytest
 from zabref.core import jute, payloads, zksnap, zktxn
 from zabref.core.types import Txn
 from zabref.core.zkprep import RequestRefused, prepare, valid_path
-from zabref.core.zktree import ERR, DataTree, HistoryTree, fields
+from zabref.core.zktree import ERR, OPEN_ACL, DataTree, HistoryTree, fields
 from zabref.errors import CodecError
 
 E1 = 1 << 32
@@ -157,8 +157,8 @@ def test_ephemerals_and_sessions_of_a_zookeeper_leaders_history() -> None:
 
 def test_a_snap_of_a_history_with_zookeepers_transactions_is_the_tree_they_make() -> None:
     """What a ZooKeeper follower synchronized by a zabref leader's SNAP must hold: the nodes ZooKeeper's clients
-    wrote (not their transactions' bytes under zabref's node names), with their ACLs in the cache; a zabref follower
-    refuses that tree, naming the node it cannot hold."""
+    wrote (not their transactions' bytes under zabref's node names), with their ACLs in the cache; without the
+    SNAP's zxid a reader refuses that tree, naming the node it cannot hold as a transaction of its own."""
     lead = Leader()
     lead.own(b"mine")
     digest = jute.INT.pack(1) + jute.INT.pack(1) + jute.ustring("s", "digest") + jute.ustring("i", "u:h=")
@@ -173,6 +173,48 @@ def test_a_snap_of_a_history_with_zookeepers_transactions_is_the_tree_they_make(
     own = [Txn(E1 | 1, b"a"), Txn(E1 | 2, b"b")]  # zabref's own history: the stream as before, read back whole
     assert payloads.encode_snap_data(own) == zksnap.write_snapshot([("/zabref-1-1", b"a", E1 | 1),
                                                                    ("/zabref-1-2", b"b", E1 | 2)])
+
+
+def test_a_zookeeper_tree_is_the_base_of_a_zabref_history_and_a_later_snap_writes_it_again() -> None:
+    """A ZooKeeper leader's SNAP of its clients' nodes (docs/zookeeper.md, item 1 (a)): a zabref follower keeps the
+    stream whole as one base transaction at the SNAP's zxid; its trees start from the base's nodes, stats, ACLs and
+    sessions; transactions after it apply on top; the SNAP it sends later is that tree; a base is never a PROPOSAL."""
+    lead = Leader()
+    lead.own(b"mine")
+    digest = jute.INT.pack(1) + jute.INT.pack(1) + jute.ustring("s", "digest") + jute.ustring("i", "u:h=")
+    header = zktxn.HEADER
+    lead.history.append(Txn(E1 | 2, zktxn.FOREIGN + header.pack(0x200, 0, E1 | 2, 5, -10) + jute.INT.pack(4000)))
+    lead.write("create", create("/zk", b"x", acl=digest))
+    lead.write("setData", set_data("/zk", b"y"))
+    stream = payloads.encode_snap_data(lead.history)
+    snap_zxid = lead.history[-1].zxid
+    (base,) = [Txn(z, v) for z, v in payloads.decode_snap_data(stream, snap_zxid)]
+    assert base.zxid == snap_zxid and base.value == zktxn.SNAPSHOT + stream
+    assert zktxn.read_form(base.value) == {"zookeeper": "snapshot", "bytes": len(stream)}
+    tree = HistoryTree().follow([base])
+    want = lead.nodes
+    assert {p: (n.data, n.acl, n.stat()) for p, n in tree.nodes.items()} == \
+        {p: (n.data, n.acl, n.stat()) for p, n in want.items()}
+    assert tree.sessions == {0x200: 4000} and tree.last_zxid == snap_zxid
+    assert tree.snapshot() == stream  # the tree of the base alone is written as the leader wrote it
+    held = DataTree()  # a session's ephemeral node (a ZooKeeper leader's: zabref's refuses them) is its again
+    held.apply({"op": "createSession", "session": "0x300", "zxid": 1, "time": 0, "timeout": 5000})
+    held.apply({"op": "create", "session": "0x300", "zxid": 2, "time": 0, "path": "/e", "data": b"", "acl": OPEN_ACL,
+                "ephemeral": True, "parentCVersion": -1})
+    loaded = DataTree()
+    loaded.load(held.snapshot(), "a tree with an ephemeral node")
+    assert loaded.ephemerals == {0x300: {"/e"}} and loaded.sessions == {0x300: 5000}
+    # a transaction after the base applies on top of its tree, and the SNAP of the history is the tree of both
+    lead.write("delete", delete("/zk"))
+    after = [base, lead.history[-1]]
+    assert "/zk" not in HistoryTree().follow(after).nodes
+    assert payloads.encode_snap_data(after) == payloads.encode_snap_data(lead.history)
+    with pytest.raises(ValueError, match="is a snapshot, the base of a history"):
+        payloads.encode_proposal_data(base.zxid, base.value)
+    with pytest.raises(CodecError, match="the snapshot stream ends before its signature"):
+        DataTree().load(stream[:-20], "a cut stream")
+    with pytest.raises(CodecError, match="names ACL list 7, which the snapshot's ACL cache lacks"):
+        DataTree().load(zksnap.write_stream((), {}, [("", b"", 7, (0,) * 9)]), "a stream without its ACL cache")
 
 
 @pytest.mark.parametrize("path, ok", [("/", True), ("/a", True), ("/a/b.c", True), ("/a/...", True), ("", False),

@@ -168,7 +168,7 @@ def mutated_packet(rng: random.Random, t: Target) -> bytes:
     data = rng.choice([None, rng.randbytes(rng.randint(0, 24))])
     if ptype == PacketType.SNAP:  # its data is the snapshot stream after it, never null
         # zabref's own value (one that begins with 0xff would be a ZooKeeper transaction, zktxn.FOREIGN)
-        data = payloads.encode_snap_data([(zxid, (data or b"").lstrip(b"\xff"))])
+        data = payloads.encode_snap_data([(zxid, (data or b"").lstrip(b"\xff\xfe"))])
     body = bytearray(wire.encode_quorum_packet(QuorumPacket(ptype, zxid, data)))
     for _ in range(rng.randint(1, 3)):
         body[rng.randrange(len(body))] = rng.randrange(256)

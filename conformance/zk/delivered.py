@@ -21,7 +21,9 @@ the transaction logs (`conformance.zk.disk`) -- what the server *logged* -- whic
 delivered after the run: a delivered write missing from the log of a server that has no snapshot newer than the
 first log is a write that a restart would lose (the ZOOKEEPER-4785 family), reported beside the history check. A
 zabref member of a mixed ensemble (`conformance.zk.zabrefmember`) is read the same way: through its ZooKeeper client
-port, and on its disk from its own log (``zab.log``), which holds every transaction it logged and no snapshot.
+port, and on its disk from its own log (``zab.log``), which holds every transaction it logged and, after a
+ZooKeeper leader's SNAP of its clients' nodes, that tree as its first transaction (`zktxn.SNAPSHOT`), read here as
+the creates of its nodes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from conformance.zk.disk import log_files, read_txn_log
 from zabref.core import zktxn
+from zabref.core.zktree import DataTree
 from zabref.storage.records import scan_log
 from zabref.storage.store import LOG_NAME
 
@@ -74,8 +77,15 @@ def _logged_txns(data_dir: str | Path) -> list[dict]:
     zabref_log = Path(data_dir) / LOG_NAME
     if zabref_log.exists():
         scan = scan_log(zabref_log.read_bytes(), str(zabref_log))
-        return [zktxn.decode_txn(value[1:], f"{zabref_log}: {zxid:#x}") for zxid, value in scan.history
-                if value[:1] == zktxn.FOREIGN]
+        out = []
+        for zxid, value in scan.history:
+            if value[:1] == zktxn.FOREIGN:
+                out.append(zktxn.decode_txn(value[1:], f"{zabref_log}: {zxid:#x}"))
+            elif value[:1] == zktxn.SNAPSHOT:  # a ZooKeeper leader's tree, the base of the history: its nodes
+                tree = DataTree()
+                tree.load(value[1:], f"{zabref_log}: the snapshot at {zxid:#x}")
+                out += [{"op": "create", "zxid": node.czxid, "path": path} for path, node in tree.nodes.items()]
+        return out
     return [record.txn for path in log_files(data_dir) for record in read_txn_log(path).records]
 
 

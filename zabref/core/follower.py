@@ -118,12 +118,13 @@ class FollowerActions(CoreState):
         """FollowerProcessSNAP(i, j) -- seed 000, phase 2, step 1 (SNAP): a state transfer; the packet carries the
         leader's whole history, which is staged in place of ours. Its zxid is the leader's last (zabref's), or a
         ZooKeeper leader's last processed zxid, which the history need not show (its new epoch's ``<<e, 0>>``, a
-        transaction that left no node of its own)."""
+        transaction that left no node of its own). A ZooKeeper leader's tree of its clients' nodes is staged as one
+        base transaction (`zktxn.SNAPSHOT`, `payloads.decode_snap_data`)."""
         self._require(j, packet, ZabState.SYNCHRONIZATION)
         if packet.type != PacketType.SNAP:
             self._reject(j, packet, "expected SNAP")
         try:
-            snapshot = list(check_history(payloads.decode_snap_data(packet.data), "SNAP history"))
+            snapshot = list(check_history(payloads.decode_snap_data(packet.data, packet.zxid), "SNAP history"))
         except (CodecError, ValueError) as e:
             self._reject(j, packet, str(e))
         if packet.zxid < (snapshot[-1].zxid if snapshot else 0):

@@ -131,16 +131,20 @@ def encode_snap_data(history: Iterable[tuple[int, bytes]]) -> bytes:
             raise ValueError(f"history[{i}] has no value")
         txns.append(Txn(jute.check_long(f"history[{i}].zxid", zxid), bytes(value)))
         nodes.append((zktxn.node_of(zxid), bytes(value), zxid))
-    if any(t.value[:1] == zktxn.FOREIGN for t in txns):
+    if any(t.value[:1] in (zktxn.FOREIGN, zktxn.SNAPSHOT) for t in txns):
         return zktree.HistoryTree().follow(txns).snapshot()
     return zksnap.write_snapshot(nodes)
 
 
-def decode_snap_data(data: bytes | None) -> list[tuple[int, bytes]]:
+def decode_snap_data(data: bytes | None, zxid: int | None = None) -> list[tuple[int, bytes]]:
     """The history a SNAP's snapshot stream carries: its transactions' nodes (`zktxn.node_of`) in zxid order; the
-    root and ZooKeeper's own subtree (``/zookeeper``) are not transactions. Any other node -- a ZooKeeper client's
-    own, or a transaction's node created by another zxid or holding null -- raises `CodecError` naming it and its
-    offset: zabref holds a history, not ZooKeeper's data tree (docs/zookeeper.md). Ordering is checked by whoever
+    root and ZooKeeper's own subtree (``/zookeeper``) are not transactions. A tree with any other node -- a ZooKeeper
+    client's own, or a transaction's node created by another zxid or holding null -- is a ZooKeeper leader's data
+    tree: given the SNAP's ``zxid``, the history is one base transaction at that zxid holding the stream whole
+    (`zktxn.SNAPSHOT`) -- at the tree's last create when the zxid is a new epoch's ``<<e, 0>>``, which names no
+    transaction, so that a later leader whose history ends in the epoch before never TRUNCs the base away (one that
+    sends again what came after that create, a setData or a session's, has it applied to the tree again, as
+    ZooKeeper replays its log over a fuzzy snapshot); without it, `CodecError` names the node and its offset. Ordering is checked by whoever
     installs the history."""
     what = "SNAP data"
     if data is None:
@@ -157,6 +161,9 @@ def decode_snap_data(data: bytes | None) -> list[tuple[int, bytes]]:
         if node.path == "/" or node.path == zksnap.SYSTEM_ROOT or node.path.startswith(zksnap.SYSTEM_ROOT + "/"):
             continue
         if node.path != zktxn.node_of(node.czxid) or node.data is None:
+            if zxid is not None:  # a new epoch's <<e, 0>> names no transaction: the tree's last create does
+                base = zxid if zxid & 0xFFFFFFFF else max(n.czxid for n in tree.nodes)
+                return [(base, zktxn.SNAPSHOT + bytes(data))]
             raise cur.fail(f"node {node.path!r} (czxid {node.czxid:#x}) is not a transaction's node "
                            f"({zktxn.node_of(node.czxid)!r} holding a value): a zabref server keeps no ZooKeeper "
                            "data tree", node.at)

@@ -11,8 +11,10 @@ the tree every earlier transaction made. `DataTree` applies transactions as ZooK
 does (create with the parent's child version ``parentCVersion``, -1 meaning one more; delete; setData; setACL;
 check; error; a multi applied whole or, when one of its operations is an error, not at all; closeSession deleting
 the session's ephemeral nodes), one transaction being the dict `zktxn.decode_txn` reads, or zabref's own value
-(`fields`). `HistoryTree` keeps one tree up to date with a history that grows by appends, starting again when the
-history it followed was cut (its last applied zxid is no longer where it was: a zxid names one transaction).
+(`fields`). A history's base (`zktxn.SNAPSHOT`: a ZooKeeper leader's snapshot stream, kept whole by a zabref
+follower) is applied as the tree it holds, sessions, ACLs and every node's stat (`DataTree.load`). `HistoryTree`
+keeps one tree up to date with a history that grows by appends, starting again when the history it followed was cut
+(its last applied zxid is no longer where it was: a zxid names one transaction).
 
 What it does not do: watches, quotas, the digest (a ZooKeeper follower compares none when the transaction carries
 none), ACL checks (zabref's clients hold no credentials: no request is refused for its ACL), sessions' expiry (a
@@ -22,12 +24,14 @@ session), containers' and TTL nodes' removal (ZooKeeper's ContainerManager runs 
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zabref.core import zksnap, zktxn
+from zabref.core import jute, zksnap, zktxn
 from zabref.core.types import Txn
+from zabref.errors import CodecError
 
 __all__ = ["ZNode", "DataTree", "HistoryTree", "fields", "parent_of", "session_of", "acl_parts", "OPEN_ACL",
            "CONTAINER_OWNER", "ERR"]
@@ -41,6 +45,7 @@ ERR = {"OK": 0, "RUNTIMEINCONSISTENCY": -2, "MARSHALLINGERROR": -5, "UNIMPLEMENT
        "NONODE": -101, "BADVERSION": -103, "NOCHILDRENFOREPHEMERALS": -108, "NODEEXISTS": -110, "NOTEMPTY": -111,
        "INVALIDACL": -114, "EPHEMERALONLOCALSESSION": -120}
 _CREATES = ("create", "create2", "createContainer", "createTTL")
+_SESSION = struct.Struct(">qi")  # a snapshot's session: long id, int timeout
 
 
 @dataclass(slots=True)
@@ -73,7 +78,10 @@ def parent_of(path: str) -> str:
 
 
 def fields(txn: Txn) -> dict[str, Any]:
-    """Transaction ``txn`` as `zktxn.decode_txn` reads one: zabref's own value as the create of its node."""
+    """Transaction ``txn`` as `zktxn.decode_txn` reads one: zabref's own value as the create of its node; a base
+    (`zktxn.SNAPSHOT`) as op ``snapshot`` carrying the stream."""
+    if txn.value[:1] == zktxn.SNAPSHOT:
+        return {"op": "snapshot", "session": "0x0", "cxid": 0, "zxid": txn.zxid, "time": 0, "stream": txn.value[1:]}
     if txn.value[:1] == zktxn.FOREIGN:
         return zktxn.decode_txn(txn.value[1:], f"the ZooKeeper transaction {txn.zxid:#x}")
     return {"op": "create", "session": "0x0", "cxid": 0, "zxid": txn.zxid, "time": 0, "path": zktxn.node_of(txn.zxid),
@@ -106,6 +114,10 @@ class DataTree:
         return self._apply(txn["op"], txn, txn["zxid"], txn["time"], session_of(txn))
 
     def _apply(self, op: str, rec: dict[str, Any], zxid: int, time: int, session: int) -> int:
+        if op == "snapshot":
+            self.load(rec["stream"], f"the snapshot at {zxid:#x}")
+            self.last_zxid = zxid
+            return 0
         if op in _CREATES:
             owner = (session if rec.get("ephemeral") else 0) if op in ("create", "create2") else \
                 CONTAINER_OWNER if op == "createContainer" else (0xFF << 56 | rec["ttl"]) - (1 << 64)
@@ -174,6 +186,56 @@ class DataTree:
         if node.ephemeral_owner > 0:
             self.ephemerals.get(node.ephemeral_owner, set()).discard(path)
         return 0
+
+    def load(self, stream: bytes, what: str) -> None:
+        """Become the tree of a ZooKeeper leader's snapshot stream (`zksnap`'s format, with its signature): its
+        sessions, its nodes with their ACLs and StatPersisted, each session's ephemeral nodes; `CodecError` (naming
+        ``what`` and the offset) for a stream that is not one."""
+        try:
+            self._load(jute.Cursor(stream, what))
+        except jute.Short:
+            raise CodecError(what, len(stream), "the snapshot stream ends before its signature") from None
+
+    def _load(self, cur: jute.Cursor) -> None:
+        sessions = {}
+        for _ in range(cur.length("session count", zksnap.MAX_SESSIONS, nullable=False) or 0):
+            session, timeout = _SESSION.unpack(cur.take(_SESSION.size))
+            sessions[session] = timeout
+        acls: dict[int, tuple[str, ...]] = {}
+        for _ in range(cur.length("ACL cache size", zksnap.MAX_ACL_LISTS, nullable=False) or 0):
+            key = jute.LONG.unpack(cur.take(8))[0]
+            entries = []
+            for _ in range(cur.length("ACL list length", zksnap.MAX_ACLS, nullable=True) or 0):
+                perms = jute.INT.unpack(cur.take(4))[0]
+                entries.append(f"{cur.ustring('ACL scheme')}:{cur.ustring('ACL id')}:{perms}")
+            acls[key] = tuple(entries)
+        nodes: dict[str, ZNode] = {}
+        ephemerals: dict[int, set[str]] = {}
+        while True:
+            at = cur.pos
+            path = cur.ustring("node path")
+            if path == "/" and nodes:
+                break
+            path = path or "/"
+            if (path == "/") == bool(nodes) or (path != "/" and parent_of(path) not in nodes) or path in nodes:
+                raise cur.fail(f"node path {path!r} is not a new child of a node already read", at)
+            data = cur.buffer("node data")
+            key = jute.LONG.unpack(cur.take(8))[0]
+            if key != -1 and key not in acls:
+                raise cur.fail(f"node {path!r} names ACL list {key}, which the snapshot's ACL cache lacks", at)
+            czxid, mzxid, ctime, mtime, version, cversion, aversion, owner, pzxid = zksnap.STAT.unpack(
+                cur.take(zksnap.STAT.size))
+            nodes[path] = ZNode(data, OPEN_ACL if key == -1 else acls[key], czxid, mzxid, pzxid, ctime, mtime,
+                                version, cversion, aversion, owner)
+            if path != "/":
+                nodes[parent_of(path)].children.add(path.rsplit("/", 1)[1])
+            if owner > 0:  # a session's (a container's and a TTL node's owner are below 0)
+                ephemerals.setdefault(owner, set()).add(path)
+        signature = cur.ustring("signature")
+        if signature != zksnap.SIGNATURE or cur.remaining:
+            raise cur.fail(f"the snapshot ends with {signature!r} and {cur.remaining} bytes, not "
+                           f"{zksnap.SIGNATURE!r} alone")
+        self.nodes, self.sessions, self.ephemerals = nodes, sessions, ephemerals
 
     def snapshot(self) -> bytes:
         """The tree as the stream a ZooKeeper leader writes after SNAP (`zksnap.write_stream`): parents first."""

@@ -24,6 +24,13 @@ holds, while a client's value is always UTF-8 text, `zabref.net.clientport`) fol
 came, and `encode_value` sends those bytes again as they were, so that a ZooKeeper follower of a later zabref leader
 applies what the ZooKeeper leader proposed. Reads show one as the transaction's fields (`read_form`).
 
+A ZooKeeper leader's SNAP of a tree that holds other nodes than zabref's (its clients' own) is no list of
+transactions: a zabref follower keeps the snapshot stream whole as the value of one transaction at the SNAP's zxid,
+`SNAPSHOT` (another byte UTF-8 never holds) followed by the stream, the *base* of its history
+(`zabref.core.payloads.decode_snap_data`); the trees (`zabref.core.zktree`) start from its nodes, and a later SNAP
+of this server writes the tree again. A base is never a PROPOSAL (`encode_value` refuses it): a learner below it is
+sent SNAP.
+
 `decode_value` is as strict as the rest of the codec: the create of the transaction's own node must be zabref's
 (non-null value, persistent; a digest may follow), any other transaction must be one of ZooKeeper's (`OPS`), for
 the packet's zxid, whose record `decode_txn` reads whole; anything else raises `CodecError` naming the field and the
@@ -62,8 +69,8 @@ from typing import Any
 from zabref.core import jute
 from zabref.errors import CodecError
 
-__all__ = ["TxnReader", "HEADER", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "node_of", "encode_create",
-           "carries_zxid", "encode_value", "decode_value", "decode_txn", "read_form"]
+__all__ = ["TxnReader", "HEADER", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "SNAPSHOT", "node_of",
+           "encode_create", "carries_zxid", "encode_value", "decode_value", "decode_txn", "read_form"]
 
 #: ZooKeeper's OpCode.create.
 OP_CREATE = 1
@@ -73,6 +80,8 @@ OPS = {1: "create", 2: "delete", 5: "setData", 7: "setACL", 13: "check", 14: "mu
        -11: "closeSession", -1: "error"}
 #: The first byte of a value that is a ZooKeeper transaction zabref did not write, kept whole after it.
 FOREIGN = b"\xff"
+#: The first byte of a value that is a ZooKeeper leader's snapshot stream, the base of a history (module docstring).
+SNAPSHOT = b"\xfe"
 #: A TxnDigest after the record: ``int version, long treeDigest``.
 DIGEST_BYTES = 12
 #: ZooKeeper's ZooDefs.Perms.ALL (read, write, create, delete, admin).
@@ -131,6 +140,8 @@ def carries_zxid(value: bytes, zxid: int) -> bool:
 def encode_value(zxid: int, value: bytes) -> bytes:
     """PROPOSAL's data for transaction ``[zxid, value]`` (the module docstring): the create of its node, or a
     ZooKeeper leader's transaction as it came."""
+    if value[:1] == SNAPSHOT:
+        raise ValueError(f"the value of {zxid:#x} is a snapshot, the base of a history: a learner below it gets SNAP")
     if value[:1] == FOREIGN:
         if not carries_zxid(value, zxid):
             raise ValueError(f"a ZooKeeper transaction kept as the value of {zxid:#x} is another zxid's")
@@ -266,6 +277,8 @@ def read_form(value: bytes) -> str | dict[str, Any]:
     """A value as a read shows it: zabref's own as its text; a ZooKeeper transaction (`FOREIGN`) as an object of
     its fields, ``{"zookeeper": op, "session": ..., "path": ..., "data": text, ...}`` (data as UTF-8, any other
     byte escaped), so that the two kinds never look alike."""
+    if value[:1] == SNAPSHOT:
+        return {"zookeeper": "snapshot", "bytes": len(value) - 1}
     if value[:1] != FOREIGN:
         return value.decode("utf-8", "backslashreplace")
     txn = decode_txn(value[1:], "a ZooKeeper transaction")

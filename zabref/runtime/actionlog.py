@@ -78,7 +78,7 @@ _DATA: dict[PacketType, Callable[[int, bytes | None], Any]] = {
     PacketType.ACKEPOCH: lambda z, d: payloads.decode_ackepoch_data(d),
     PacketType.FOLLOWERINFO: lambda z, d: payloads.decode_followerinfo_data(d).serverid,
     PacketType.PROPOSAL: lambda z, d: _text(payloads.decode_proposal_data(z, d)),
-    PacketType.SNAP: lambda z, d: [[x, _text(v)] for x, v in payloads.decode_snap_data(d)],
+    PacketType.SNAP: lambda z, d: [[x, _text(v)] for x, v in payloads.decode_snap_data(d, z)],
     PacketType.LEADERINFO: lambda z, d: payloads.decode_leaderinfo_data(d),
 }
 #: The packets of a client's sync (spec/ZabSync.tla), which no line logs yet: a leader's COMMITs and the SYNC they
