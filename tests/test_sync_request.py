@@ -320,3 +320,21 @@ def test_the_action_log_leaves_a_syncs_packets_out_of_a_zab_steps_sends() -> Non
     [line] = [json.loads(raw) for raw in out.getvalue().splitlines()]
     assert line["action"] == "LeaderProcessACK" and [p["type"] for _, p in line["sends"]] == ["COMMIT", "COMMIT"]
 
+
+
+def test_a_leader_answers_revalidate_that_no_session_is_a_global_one() -> None:
+    """A ZooKeeper learner's REVALIDATE (a client reconnected to it with a session it does not hold): a zabref
+    leader holds no global session, so it answers "not valid" on the same connection, as ZooKeeper's leader answers
+    of a local session, and changes nothing; a follower, or bytes that are not ``long, int``, get the connection's
+    error (until 2026-12-01 every REVALIDATE closed the learner's connection, and a mixed ensemble elected again)."""
+    node = _leader()
+    before = node.core.variables()
+    eff = node.packet(3, QuorumPacket(PacketType.REVALIDATE, -1, struct.pack(">qi", 0x2000001F, 4000)), 0.1)
+    assert [(to, p.type, p.zxid, p.data) for to, p in eff.send] == [
+        (3, PacketType.REVALIDATE, -1, struct.pack(">q", 0x2000001F) + b"\x00")]
+    assert not eff.actions and node.core.variables() == before
+    with pytest.raises(CodecError, match="REVALIDATE data"):
+        node.packet(3, QuorumPacket(PacketType.REVALIDATE, -1, struct.pack(">q", 1)), 0.1)
+    follower = _follower()
+    with pytest.raises(RemoteProtocolError, match="REVALIDATE from 2, which is not a learner"):
+        follower.packet(2, QuorumPacket(PacketType.REVALIDATE, -1, struct.pack(">qi", 1, 4000)), 0.1)

@@ -59,7 +59,7 @@ from zabref.core.election import FastLeaderElection, Step
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import SPEC_ACTIONS, LearnerPhase, Output, Persistent, ZabCore, ZabState
 from zabref.core.zkclients import ZkClients
-from zabref.errors import LocalProtocolError
+from zabref.errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = ["Node", "DECISIONS_KEPT"]
 
@@ -148,6 +148,10 @@ class Node(ClientRequests, ZkClients):
             effects = self.leader_process_request(peer, packet, now, tag)
             self.heard[peer] = now
             return effects
+        if packet.type == PacketType.REVALIDATE:
+            effects = self._revalidate(peer, packet)
+            self.heard[peer] = now
+            return effects
         if packet.type == PacketType.SYNC:
             effects = self.follower_process_sync(peer, packet, tag)
             self.heard[peer] = now
@@ -191,6 +195,20 @@ class Node(ClientRequests, ZkClients):
         if packet.type == PacketType.UPTODATE and packet.zxid == -1 and self.core.zab_state == ZabState.BROADCAST:
             return QuorumPacket(PacketType.UPTODATE, self.sync_commit, packet.data, packet.authinfo)
         return packet
+
+    def _revalidate(self, peer: int, packet: QuorumPacket) -> Effects:
+        """A ZooKeeper learner asks whether a client's session, reconnecting to it, is a global session
+        (Learner.validateSession); a leader answers on the same connection (Leader.revalidateSession). A zabref
+        leader holds no global session, so every session it is asked about is not one (a ZooKeeper leader says the
+        same of a local session): the learner expires it and its client opens a new one. Not a step of the spec
+        (sessions are not modelled); nothing of Zab's state changes."""
+        core = self.core
+        if core.state != ServerState.LEADING or peer not in self.pings:
+            raise RemoteProtocolError(peer, f"server {self.sid}: REVALIDATE from {peer}, which is not a learner of "
+                                            "this server's leadership")
+        session, _ = payloads.decode_revalidate_data(packet.data)
+        answer = QuorumPacket(PacketType.REVALIDATE, packet.zxid, payloads.encode_revalidate_answer(session, False))
+        return Effects(send=((peer, answer),))
 
     def _acks_uptodate(self, peer: int, packet: QuorumPacket) -> bool:
         """Whether ``packet`` is a ZooKeeper learner's ACK(e << 32) of UPTODATE at its leader: ZooKeeper's

@@ -23,7 +23,8 @@ __all__ = ["ACKEPOCH_ALREADY_ACKNOWLEDGED", "LEARNER_INFO_SIZE", "encode_learner
            "encode_leaderinfo_data",
            "decode_leaderinfo_data", "encode_ackepoch_data", "decode_ackepoch_data", "encode_followerinfo_data",
            "decode_followerinfo_data", "encode_proposal_data", "decode_proposal_data", "encode_snap_data",
-           "decode_snap_data", "OP_SYNC", "PING_STEP", "encode_request_data", "encode_request", "decode_request_data"]
+           "decode_snap_data", "OP_SYNC", "PING_STEP", "encode_request_data", "encode_request", "decode_request_data",
+           "decode_revalidate_data", "encode_revalidate_answer"]
 
 #: ACKEPOCH's currentEpoch when the follower had already accepted the proposed epoch (seed 000's table: "it passes -1
 #: as the currentEpoch to signal that the new epoch is not acknowledged").
@@ -195,3 +196,16 @@ def decode_request_data(data: bytes | None) -> tuple[int, int, int, bytes]:
         r.ustring("path")
         r.end()
     return session, cxid, op, record
+
+
+def decode_revalidate_data(data: bytes | None) -> tuple[int, int]:
+    """``(sessionId, timeout)`` of a learner's REVALIDATE (ZooKeeper's Learner.validateSession: ``long, int``)."""
+    r = _data_reader(data, "REVALIDATE data")
+    session, timeout = r.i64("sessionId"), r.i32("timeout")
+    r.end()
+    return session, timeout
+
+
+def encode_revalidate_answer(session: int, valid: bool) -> bytes:
+    """A leader's REVALIDATE answer (ZooKeeper's Leader.revalidateSession): ``long sessionId, boolean valid``."""
+    return jute.LONG.pack(jute.check_long("sessionId", session)) + (b"\x01" if valid else b"\x00")

@@ -85,9 +85,10 @@ INLINE_SYNC_SECONDS = 0.002
 #: than it holds: such a batch syncs on the disk thread, so that the loop reads the sockets and answers meanwhile and
 #: the next batch comes fuller (docs/performance.md, "Fewer, fuller syncs"); a lone request still syncs inline.
 INLINE_SYNC_MIN_STEPS = 8
-#: Packet types a quorum connection may carry: what some role of the core takes, PING, and a sync's REQUEST and SYNC.
+#: Packet types a quorum connection may carry: what some role of the core takes, PING, a sync's REQUEST and SYNC, and
+#: a ZooKeeper learner's REVALIDATE (`zabref.core.node.Node._revalidate`).
 QUORUM_TYPES = frozenset(t for table in HANDLERS.values() for t in table) | {PacketType.PING, PacketType.REQUEST,
-                                                                           PacketType.SYNC}
+                                                                           PacketType.SYNC, PacketType.REVALIDATE}
 
 Event = Callable[[], Effects | None]
 
