@@ -13,8 +13,9 @@ input, each returning the `Effects` to carry out:
 * ``packet(peer, packet, now)`` -- a QuorumPacket from a peer's connection, in arrival order. PING keeps the
   connection alive (a follower answers its leader's), and so does a ZooKeeper learner's ACK of UPTODATE, which
   changes nothing (``_acks_uptodate``); REQUEST and SYNC are a sync's (`zabref.core.clients`, spec/ZabSync.tla),
-  or REQUEST a learner's forwarded write (ClientRequest, `zabref.core.zkclients`); every other type goes to the
-  Zab core, except a packet the core holds
+  or REQUEST a learner's forwarded write (ClientRequest, `zabref.core.zkclients`); a leader answers a ZooKeeper
+  learner's REVALIDATE (``_revalidate``: no session is a global one); every other type goes to the Zab core, except
+  a packet the core holds
   (``ZabCore.held``: FOLLOWERINFO at a server that does not lead, ACKEPOCH(-1) at a leader in DISCOVERY -- no spec
   action takes it yet), which waits (``Effects.deferred``: the carrier keeps it at the head of its
   connection and offers it again once ``Effects.unblock`` says the node's role or zabState changed);

@@ -145,8 +145,8 @@ def decode_snap_data(data: bytes | None, zxid: int | None = None) -> list[tuple[
     (`zktxn.SNAPSHOT`) -- at the tree's last create when the zxid is a new epoch's ``<<e, 0>>``, which names no
     transaction, so that a later leader whose history ends in the epoch before never TRUNCs the base away (one that
     sends again what came after that create, a setData or a session's, has it applied to the tree again, as
-    ZooKeeper replays its log over a fuzzy snapshot); without it, `CodecError` names the node and its offset. Ordering is checked by whoever
-    installs the history."""
+    ZooKeeper replays its log over a fuzzy snapshot); without it, `CodecError` names the node and its offset.
+    Ordering is checked by whoever installs the history."""
     what = "SNAP data"
     if data is None:
         raise CodecError(what, 0, "data is null: the snapshot stream follows the SNAP packet")
