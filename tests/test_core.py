@@ -760,6 +760,32 @@ def test_a_zookeeper_leaders_tree_of_its_clients_nodes_is_staged_as_one_base_tra
     assert f.staged_history == [Txn(z(1, 7), zktxn.SNAPSHOT + stream)]
 
 
+@pytest.mark.parametrize("base, proposals, committed", [
+    (z(1, 7), (), 0),  # the base above what was delivered: UPTODATE delivers it
+    (z(1, 3), (t(1, 4), t(1, 5), t(1, 6)), 3),  # the base and the two after it were delivered already
+])
+def test_a_snap_that_starts_with_a_base_keeps_the_commit_point_inside_the_new_history(base, proposals, committed):
+    """A follower that delivered five transactions is synchronized again by a SNAP whose history is a base and what
+    follows: fewer transactions than it delivered. Its commit point becomes a position of the new history (found by
+    the random mixed run `zabref zk faults --zabref 3 --duration 20 --seed 3 --version 3.9.5`: kept at 5 over a
+    history of 1, this server, elected next, failed in SyncPackets with an IndexError and exited)."""
+    f = follower_in(ZabState.BROADCAST, tuple(t(1, c) for c in range(1, 6)), accepted=0, current=0)
+    f.receive(1, pkt(P.UPTODATE, z(1, 5)))
+    assert f.last_committed == 5
+    f.follower_timeout()
+    f.become_follower(1)
+    f.receive(1, leaderinfo(2))
+    stream = zksnap.write_snapshot([("/app", b"v", base)])
+    f.receive(1, pkt(P.SNAP, base, stream))
+    for p in proposals:
+        f.receive(1, pkt(P.PROPOSAL, p.zxid, payloads.encode_proposal_data(p.zxid, p.value)))
+    f.receive(1, pkt(P.NEWLEADER, z(2, 0)))
+    assert f.history == [Txn(base, zktxn.SNAPSHOT + stream), *proposals] and f.last_committed == committed
+    assert sync_packets(f.history, f.last_committed, 0, f.last_committed)  # a leader with it can synchronize
+    out = f.receive(1, pkt(P.UPTODATE, f.history[-1].zxid))
+    assert f.last_committed == len(f.history) and list(out.deliver) == f.history[committed:]
+
+
 def test_election_outcome_only_while_looking():
     f = follower_in(ZabState.DISCOVERY)
     with pytest.raises(LocalProtocolError, match="only a LOOKING server"):

@@ -21,6 +21,8 @@ history, never before: a server whose currentEpoch says e must hold epoch e's hi
 
 from __future__ import annotations
 
+import bisect
+
 from zabref.core import payloads
 from zabref.core.packets import PacketType, QuorumPacket, ServerState, make_zxid, zxid_counter, zxid_epoch
 from zabref.core.state import CoreState
@@ -50,6 +52,22 @@ def _history_ops(old: list[Txn], new: list[Txn]) -> list[PersistOp]:
     if old[: len(new)] == new:
         return [TruncateHistory(new[-1].zxid if new else 0)]
     return [ReplaceHistory(tuple(new))]
+
+
+def _commit_point_in(new: list[Txn], old: list[Txn], committed: int) -> int:
+    """lastCommitted as a position in the history ``new`` that replaces ``old``, whose first ``committed``
+    transactions were delivered. The spec keeps it unchanged, and in every state it reaches that is the same
+    position: DIFF and TRUNC keep the committed prefix, and its SNAP carries the leader's whole history, of which
+    that prefix is a prefix. A SNAP whose history starts with a base (`zktxn.SNAPSHOT`: a ZooKeeper leader's tree, or
+    a zabref leader's history that starts with one; spec/README.md, departure 15) may be shorter than what was
+    delivered, and its positions are not ours: the commit point is then the transactions of ``new`` up to the last
+    delivered zxid -- none when the base lies above it, so that UPTODATE delivers the base and what follows."""
+    if not committed:
+        return 0
+    c = old[committed - 1].zxid
+    if len(new) >= committed and new[committed - 1].zxid == c:
+        return committed
+    return bisect.bisect_right(new, c, key=lambda t: t.zxid)
 
 
 class FollowerActions(CoreState):
@@ -178,6 +196,7 @@ class FollowerActions(CoreState):
         if zxid_counter(packet.zxid) != 0 or e != self.accepted_epoch:
             self._reject(j, packet, f"NEWLEADER must carry the accepted epoch {self.accepted_epoch} << 32")
         persist = [*_history_ops(self.history, self.staged_history), SetCurrentEpoch(e)]
+        self.last_committed = _commit_point_in(self.staged_history, self.history, self.last_committed)
         self.history = self.staged_history
         self.current_epoch = e
         self.staged_history = []
