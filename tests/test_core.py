@@ -786,6 +786,29 @@ def test_a_snap_that_starts_with_a_base_keeps_the_commit_point_inside_the_new_hi
     assert f.last_committed == len(f.history) and list(out.deliver) == f.history[committed:]
 
 
+def test_proposals_that_a_zookeeper_leaders_fuzzy_snapshot_holds_are_left_out_of_the_sync():
+    """A ZooKeeper leader forwards, after its SNAP, proposals its snapshot already holds (3.9.5: SNAP(0x40000021a) and
+    PROPOSAL(0x40000021a)); the base holds them, so they and their COMMITs are read and left out, and what follows
+    the base is staged. Anything else out of order is still refused."""
+    f = follower_in(ZabState.SYNCHRONIZATION, (t(1, 1),), accepted=1, current=1)
+    stream = zksnap.write_snapshot([("/app", b"v", z(2, 7))])
+    f.receive(1, pkt(P.SNAP, z(2, 7), stream))
+    for c in (6, 7, 8):
+        f.receive(1, pkt(P.PROPOSAL, z(2, c), payloads.encode_proposal_data(z(2, c), t(2, c).value)))
+        f.receive(1, pkt(P.COMMIT, z(2, c)))
+    assert f.staged_history == [Txn(z(2, 7), zktxn.SNAPSHOT + stream), t(2, 8)]
+    with pytest.raises(RemoteProtocolError, match="follow 0x200000008"):
+        f.receive(1, pkt(P.PROPOSAL, z(2, 5), payloads.encode_proposal_data(z(2, 5), b"x")))
+    f = follower_in(ZabState.SYNCHRONIZATION, (t(1, 1),), accepted=1, current=1)
+    f.receive(1, pkt(P.SNAP, z(2, 7), stream))
+    with pytest.raises(RemoteProtocolError, match="cannot decode PROPOSAL data at byte 0"):  # garbled, held or not
+        f.receive(1, pkt(P.PROPOSAL, z(2, 6), b"\x00\x01"))
+    f = follower_in(ZabState.SYNCHRONIZATION, (t(1, 1),), accepted=1, current=1)
+    f.receive(1, pkt(P.SNAP, z(1, 2), payloads.encode_snap_data([t(1, 1), t(1, 2)])))  # zabref's: no base
+    with pytest.raises(RemoteProtocolError, match="follow 0x100000002"):
+        f.receive(1, pkt(P.PROPOSAL, z(1, 2), payloads.encode_proposal_data(z(1, 2), t(1, 2).value)))
+
+
 def test_election_outcome_only_while_looking():
     f = follower_in(ZabState.DISCOVERY)
     with pytest.raises(LocalProtocolError, match="only a LOOKING server"):

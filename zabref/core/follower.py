@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 
-from zabref.core import payloads
+from zabref.core import payloads, zktxn
 from zabref.core.packets import PacketType, QuorumPacket, ServerState, make_zxid, zxid_counter, zxid_epoch
 from zabref.core.state import CoreState
 from zabref.core.types import (
@@ -152,8 +152,15 @@ class FollowerActions(CoreState):
 
     def follower_process_proposal_in_sync(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessPROPOSALInSync(i, j) -- seed 000, phase 2, step 2: "the follower syncs with the leader, but
-        doesn't modify its state until it receives NEWLEADER": the PROPOSAL is staged, not logged, not ACKed."""
+        doesn't modify its state until it receives NEWLEADER": the PROPOSAL is staged, not logged, not ACKed. One
+        that a staged base already holds (`_in_base`) is read and left out."""
         self._require(j, packet, ZabState.SYNCHRONIZATION)
+        if packet.type == PacketType.PROPOSAL and self._in_base(packet.zxid):
+            try:
+                payloads.decode_proposal_data(packet.zxid, packet.data)
+            except CodecError as e:
+                self._reject(j, packet, str(e))
+            return Output()
         txn = self._proposal(j, packet, self.staged_history)
         self.staged_history.append(txn)
         return Output()
@@ -161,14 +168,28 @@ class FollowerActions(CoreState):
     def follower_process_commit_in_sync(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessCOMMITInSync(i, j): a COMMIT of the sync follows the PROPOSAL of the same zxid (the
         leader's SyncPackets, ZooKeeper's LearnerHandler); it changes nothing, since UPTODATE carries the commit
-        point. A COMMIT anywhere else in a sync is a protocol error."""
+        point. A COMMIT anywhere else in a sync is a protocol error, but for one of a transaction that a staged base
+        already holds (`_in_base`)."""
         self._require(j, packet, ZabState.SYNCHRONIZATION)
         if packet.type != PacketType.COMMIT:
             self._reject(j, packet, "expected COMMIT")
+        if self._in_base(packet.zxid):
+            return Output()
         if not self.staged_history or self.staged_history[-1].zxid != packet.zxid:
             last = self.staged_history[-1].zxid if self.staged_history else 0
             self._reject(j, packet, f"a COMMIT of a sync follows the PROPOSAL it names; the last staged is {last:#x}")
         return Output()
+
+    def _in_base(self, zxid: int) -> bool:
+        """Whether the sync staged a base alone (a ZooKeeper leader's SNAP of its clients' nodes, `zktxn.SNAPSHOT`)
+        whose zxid is at or above ``zxid``. ZooKeeper's leader serializes its tree while it goes on applying
+        transactions (a fuzzy snapshot, under the SNAP's zxid read before) and then forwards its outstanding and
+        to-be-applied proposals above the zxid its sync started from (`Leader.startForwarding`), so a PROPOSAL and
+        COMMIT of a transaction the snapshot holds may follow (3.9.5 in a random mixed run: SNAP(0x40000021a), then
+        PROPOSAL(0x40000021a)). ZooKeeper's learner logs it and applies it again; here the base holds it already. No
+        leader of the spec sends one, and a zabref leader does not."""
+        staged = self.staged_history
+        return len(staged) == 1 and staged[0].value[:1] == zktxn.SNAPSHOT and 0 < zxid <= staged[0].zxid
 
     def _proposal(self, j: int, packet: QuorumPacket, after: list[Txn]) -> Txn:
         """The transaction a PROPOSAL carries, which must follow ``after``."""
