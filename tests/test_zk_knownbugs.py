@@ -36,6 +36,17 @@ java.lang.NullPointerException: Cannot invoke "java.io.BufferedOutputStream.flus
 """
 
 
+#: ZooKeeper 3.9.5 (logback), a random mixed run (docs/zookeeper.md, "A mixed ensemble under faults"): server 2,
+#: which had led epoch 1 and logged 0x1000000f0 alone, is told to TRUNC to 0x1000000ef and reloads a snapshot that
+#: holds 0x1000000f0.
+LOGBACK_4837 = """\
+2026-12-01 21:19:27.435 [myid:] WARN  [QuorumPeer[myid=2](plain=127.0.0.1:20700)(secure=disabled)] Learner - Truncating log to get in sync with the leader 0x1000000ef
+2026-12-01 21:19:27.441 [myid:] INFO  [QuorumPeer[myid=2](plain=127.0.0.1:20700)(secure=disabled)] FileSnap - Reading snapshot /tmp/rand3-3.9.5-1/2/version-2/snapshot.1000000f0
+2026-12-01 21:19:27.448 [myid:] INFO  [QuorumPeer[myid=2](plain=127.0.0.1:20700)(secure=disabled)] ZKDatabase - Snapshot loaded in 8 ms, highest zxid is 0x1000000f0, digest is 494463749236
+2026-12-01 21:19:27.450 [myid:] INFO  [QuorumPeer[myid=2](plain=127.0.0.1:20700)(secure=disabled)] Learner - DIFF sync got first proposal 0x200000001
+"""
+
+
 def _runs(tmp_path, logs: dict[str, str]):
     for name, text in logs.items():
         (tmp_path / name).mkdir()
@@ -69,6 +80,20 @@ def test_each_signature_needs_both_its_exception_and_its_frame():
     assert s.exception.search('java.lang.NullPointerException: Cannot read field "hdr"') and s.frame.search(frame)
     assert not s.exception.search("java.io.EOFException")
     assert not s.frame.search("\tat org.apache.zookeeper.server.quorum.Learner.readPacket(Learner.java:228)")
+
+
+def test_a_database_reloaded_after_a_trunc_with_more_than_it_kept_is_the_mark_of_4837(tmp_path):
+    """The mark is the reload's line when its highest zxid is above the TRUNC's; a reload at the TRUNC's zxid or
+    below, one at a server's start (no TRUNC before it) or one after the sync went on are not marks."""
+    trunc, loaded, diff = LOGBACK_4837.splitlines()[0], LOGBACK_4837.splitlines()[2], LOGBACK_4837.splitlines()[3]
+    right = loaded.replace("0x1000000f0", "0x1000000ef")
+    folder = _runs(tmp_path, {"1": LOGBACK_4837, "2": "\n".join([trunc, right, diff, loaded]) + "\n",
+                              "3": "\n".join([loaded, trunc, diff, loaded]) + "\n"})
+    found = sightings(folder)
+    assert [(x.jira, x.sid, x.line, x.when) for x in found] == [("ZOOKEEPER-4837", 1, 3, "2026-12-01 21:19:27.448")]
+    assert "highest zxid is 0x1000000f0" in found[0].text
+    (line,) = summarise(found)
+    assert line.startswith("ZOOKEEPER-4837: 1 time at server 1; first at ") and "TRUNC" in line
 
 
 def test_the_matrix_judges_a_log_row_by_its_mark_and_a_history_row_by_the_checks(tmp_path):

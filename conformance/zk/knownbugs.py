@@ -1,11 +1,12 @@
 """Known ZooKeeper bugs, recognised in the servers' own logs.
 
-Theory of operation: some bugs of ZooKeeper leave a mark in the log the server writes itself -- an exception with
-its top stack frame -- which nothing here adds or changes (the log is configured by `conformance.zk.serverconfig`,
-the code is the released jar's). `SIGNATURES` lists the bugs whose mark is certain: the exception, the frame it was
-thrown in, and where the JIRA and the released code say the bug lives and was fixed. `sightings` reads every
-``<folder>/<sid>/server.log`` of a run (the layout of `conformance.zk.ensemble`) and returns each mark with the
-server, the file, the line and the time ZooKeeper gave it.
+Theory of operation: some bugs of ZooKeeper leave a mark in the log the server writes itself, which nothing here
+adds or changes (the log is configured by `conformance.zk.serverconfig`, the code is the released jar's).
+`SIGNATURES` lists the bugs whose mark is certain, each with where the JIRA and the released code say the bug lives
+and was fixed: an exception with its top stack frame (`Signature`), or two lines of one synchronization whose zxids
+contradict each other (`AheadSignature`: the database a learner reloads after a TRUNC holds more than the TRUNC
+kept). `sightings` reads every ``<folder>/<sid>/server.log`` of a run (the layout of `conformance.zk.ensemble`) and
+returns each mark with the server, the file, the line and the time ZooKeeper gave it.
 
 A sighting is a name, not a verdict: the fault runner reports them beside its history check
 (`conformance.faults.zkrun`), `zabref zk matrix` judges a bug's rows by them when the bug loses no data that the
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-__all__ = ["SIGNATURES", "Signature", "Sighting", "at_departure", "scan_log", "sightings", "summarise"]
+__all__ = ["SIGNATURES", "AheadSignature", "Signature", "Sighting", "at_departure", "scan_log", "sightings", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,47 @@ class Signature:
     affects: str  # the versions whose released code has it (read in the source, seen in runs: docs/zookeeper.md)
     fixed: str
 
+    def marks(self, lines: list[str]) -> list[int]:
+        """The indexes of the exception lines of this mark."""
+        out = []
+        for k, line in enumerate(lines):
+            if not self.exception.search(line):
+                continue
+            frame = next((x for x in lines[k + 1:k + 3] if x.lstrip().startswith("at ")), None)
+            if frame is not None and self.frame.search(frame):
+                out.append(k)
+        return out
 
-SIGNATURES: tuple[Signature, ...] = (
+
+@dataclass(frozen=True)
+class AheadSignature:
+    """A bug's mark: a line matching ``first`` that names a zxid (group ``zxid``, hexadecimal), followed before the
+    next line matching ``until`` (or the log's end) by a line matching ``then`` that names a greater one: the mark is
+    that later line."""
+
+    jira: str
+    summary: str
+    first: re.Pattern[str]
+    then: re.Pattern[str]
+    until: re.Pattern[str]
+    affects: str
+    fixed: str
+
+    def marks(self, lines: list[str]) -> list[int]:
+        out, kept = [], None
+        for k, line in enumerate(lines):
+            if (m := self.first.search(line)) is not None:
+                kept = int(m.group("zxid"), 16)
+            elif kept is not None and (m := self.then.search(line)) is not None:
+                if int(m.group("zxid"), 16) > kept:
+                    out.append(k)
+                kept = None
+            elif kept is not None and self.until.search(line):
+                kept = None
+        return out
+
+
+SIGNATURES: tuple[Signature | AheadSignature, ...] = (
     Signature(
         "ZOOKEEPER-4394",
         "Learner.syncWithLeader: a COMMIT read during synchronization when no proposal waits for it "
@@ -46,6 +86,18 @@ SIGNATURES: tuple[Signature, ...] = (
         re.compile(r"^\s+at org\.apache\.zookeeper\.server\.quorum\.Learner\.syncWithLeader\("),
         "3.8.0-3.8.6 (no 3.8 release up to 3.8.6 has the fix; 3.8.7 is not fetchable here), 3.9.0-3.9.2",
         "3.9.3 (PR 2152 / 2188)"),
+    AheadSignature(
+        "ZOOKEEPER-4837",
+        "a learner told to TRUNC to z truncates its log and reloads its database from its newest snapshot, which may "
+        "be newer than z (a leader snapshots at the start of its term the transactions it had logged alone, applied "
+        "when it stepped down): what the TRUNC removed stays in its data tree, and it diverges",
+        re.compile(r"Truncating log to get in sync with the leader 0x(?P<zxid>[0-9a-fA-F]+)"),
+        re.compile(r"Snapshot loaded in \d+ ms, highest zxid is 0x(?P<zxid>[0-9a-fA-F]+)"),
+        re.compile(r"Learner received NEWLEADER message|DIFF sync got first proposal|Getting a (diff|snapshot) "
+                   r"from the leader|Truncating log to get in sync"),
+        "every version read here (FileTxnSnapLog.truncateLog keeps newer snapshots, ZKDatabase.loadDataBase takes "
+        "the newest; 3.8.0-3.9.5 and the repository's head)",
+        "none released (PR 2172, open)"),
 )
 
 
@@ -65,25 +117,22 @@ class Sighting:
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d{3})")
 
 
-def scan_log(path: str | Path, sid: int, signatures: tuple[Signature, ...] = SIGNATURES) -> list[Sighting]:
-    """Every mark of ``signatures`` in one server's log, in the log's order."""
-    out: list[Sighting] = []
+def scan_log(path: str | Path, sid: int,
+             signatures: tuple[Signature | AheadSignature, ...] = SIGNATURES) -> list[Sighting]:
+    """Every mark of ``signatures`` in one server's log, in the log's order; each with the timestamp of its own
+    line, or of the last stamped line before it (an exception's lines carry none)."""
     lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    when = ""
-    for k, line in enumerate(lines):
+    stamps, when = [], ""
+    for line in lines:
         if (m := _STAMP.match(line)) is not None:
             when = m.group(1)
-            continue
-        frame = next((x for x in lines[k + 1:k + 3] if x.lstrip().startswith("at ")), None)
-        if frame is None:
-            continue
-        for s in signatures:
-            if s.exception.search(line) and s.frame.search(frame):
-                out.append(Sighting(s.jira, sid, str(path), k + 1, when, line.strip()))
-    return out
+        stamps.append(when)
+    found = sorted((k, s.jira) for s in signatures for k in s.marks(lines))
+    return [Sighting(jira, sid, str(path), k + 1, stamps[k], lines[k].strip()) for k, jira in found]
 
 
-def sightings(folder: str | Path, signatures: tuple[Signature, ...] = SIGNATURES) -> list[Sighting]:
+def sightings(folder: str | Path,
+              signatures: tuple[Signature | AheadSignature, ...] = SIGNATURES) -> list[Sighting]:
     """The marks in every ``<folder>/<sid>/server.log`` of a run, by server then line."""
     out: list[Sighting] = []
     for log in sorted(Path(folder).glob("*/server.log"), key=lambda p: (len(p.parent.name), p.parent.name)):
