@@ -1,14 +1,14 @@
 ---------------------------- MODULE MC_fivestale ----------------------------
 (* zabref's leader (SyncConfirms) with five servers, where a learner that  *)
-(* holds a later epoch comes back to follow a deposed leader.  fivesync's   *)
+(* holds a later epoch comes back to follow a deposed leader.  fivesync's  *)
 (* directed search (its Directed and NoLeaderLeaves), with two faults and  *)
 (* roles pinned: 3 leads epoch 1 with 1 and 4; 4 times out and leads epoch *)
 (* 2 with 2 and 5, which commits; 5 times out and follows 3 again, and     *)
 (* server 1, still following 3, issues a sync after that commit.  Expected *)
-(* to PASS: 5's answers to 3's PINGs are read before its ACKEPOCH (it will *)
-(* refuse epoch 1), so they confirm nothing (ZabSync.tla, EpochAccepted);  *)
-(* counted, they let 3 answer 1's sync without the commit of epoch 2       *)
-(* (spec/mutations/PingBeforeAckepochCounts.toml).                        *)
+(* to PASS: 3 PINGs only learners whose sync it sent (ZabSync.tla,         *)
+(* Pinged), so 5, which will refuse epoch 1, is never PINGed and confirms  *)
+(* nothing; PINGed and counted, its answers let 3 answer 1's sync without  *)
+(* the commit of epoch 2 (spec/mutations/PingBeforeSyncCounts.toml).       *)
 EXTENDS MC_fivesync
 
 ZabrefSyncConfirms == TRUE

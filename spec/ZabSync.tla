@@ -18,10 +18,11 @@
 (* outstanding, and LeaderSendSYNC answers it: ZooKeeper's "at once" is    *)
 (* the two steps back to back.  With SyncConfirms (zabref's leader), a     *)
 (* sync is answered only once a quorum has confirmed, after it arrived,    *)
-(* that the leader still leads: the leader PINGs every learner when the    *)
-(* sync arrives, each learner answers each PING in order while it follows  *)
-(* the leader, and an answer to a PING sent at or after the arrival,       *)
-(* read after the learner's ACKEPOCH, confirms (LeaderSendPING,            *)
+(* that the leader still leads: the leader PINGs every learner whose sync  *)
+(* it has sent when the sync arrives (Pinged), each learner answers each   *)
+(* PING in order while it follows the leader, and an answer to a PING sent *)
+(* at or after the arrival confirms; a learner whose sync is sent later    *)
+(* confirms with its answer to its first PING (LeaderSendPING,             *)
 (* FollowerProcessPING, LeaderProcessPING).                                *)
 (*                                                                         *)
 (* This module extends Zab.tla and changes none of its actions.  A sync   *)
@@ -71,9 +72,16 @@ Confirmed(p) == {f \in Server : p.awaits[f] = 0}
 \* A bound for the models (a CONSTRAINT): a learner that takes none of its PINGs while the others confirm one sync
 \* after another would owe its leader ever more answers; the models keep one owed at most.
 PingsBounded == \A l, f \in Server : PingsOwed(l, f) <= 1
-\* Leader l sends a PING to every learner.
+\* The learners leader l PINGs: those whose synchronization it has sent (NEWLEADER and after), as ZooKeeper's
+\* LearnerHandler.ping sends nothing before startSendingPackets: a ZooKeeper learner reads the packet after its
+\* ACKEPOCH as its sync's head and the packet after FOLLOWERINFO as LEADERINFO, and leaves on a PING there
+\* (docs/zookeeper.md, item 7).  Every packet such a learner sent that l takes after it was sent with l's epoch
+\* accepted (its ACKEPOCH came first on one FIFO connection), so its answer confirms; a learner before its sync
+\* confirms with its answer to the first PING it gets after (LeaderSendPING).
+Pinged(l) == {f \in Learners(l) : learnerPhase[l][f] \in ForwardingPhases}
+\* Leader l sends a PING to every learner it PINGs.
 PingAll(ch, l) == [a \in Server |-> [b \in Server |->
-                      IF a = l /\ b \in Learners(l) THEN Append(ch[a][b], Packet("PING", <<0, 0>>, 0)) ELSE ch[a][b]]]
+                      IF a = l /\ b \in Pinged(l) THEN Append(ch[a][b], Packet("PING", <<0, 0>>, 0)) ELSE ch[a][b]]]
 
 \* The checking-only part of a sync (ZooKeeper's REQUEST carries the client's request, its SYNC nothing): REQUEST's
 \* data is `mark`, how many transactions were committed anywhere (Len(committed)) when the client issued the sync;
@@ -143,17 +151,18 @@ LeaderSendSYNC(i) ==
     /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
 
 (***************************************************************************)
-(* With SyncConfirms, the PING round.  Leader i PINGs every learner again  *)
-(* when a waiting sync still needs more answers from a learner than are    *)
-(* owed: a learner whose connection closed and opened again since the sync *)
-(* arrived (SyncsDropped: it then confirms with its first answer on the    *)
-(* new connection).  zabref's leader PINGs on every tick; the PINGs no     *)
-(* sync needs change nothing here and are not steps of the spec.           *)
+(* With SyncConfirms, the PING round.  Leader i PINGs its learners again   *)
+(* when a waiting sync still needs more answers from a learner it PINGs    *)
+(* than are owed: a learner whose connection closed and opened again since *)
+(* the sync arrived (SyncsDropped: it then confirms with its first answer  *)
+(* on the new connection), or one whose sync was not sent yet when the     *)
+(* sync arrived.  zabref's leader PINGs on every tick; the PINGs no sync   *)
+(* needs change nothing here and are not steps of the spec.                *)
 (***************************************************************************)
 LeaderSendPING(i) ==
     /\ SyncConfirms
     /\ state[i] = LEADING
-    /\ \E k \in 1 .. Len(pendingSyncs[i]) : \E f \in Learners(i) : pendingSyncs[i][k].awaits[f] > PingsOwed(i, f)
+    /\ \E k \in 1 .. Len(pendingSyncs[i]) : \E f \in Pinged(i) : pendingSyncs[i][k].awaits[f] > PingsOwed(i, f)
     /\ msgs' = PingAll(msgs, i)
     /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults, pendingSyncs>>
 
@@ -165,21 +174,18 @@ FollowerProcessPING(i, j) ==
     /\ msgs' = Send(Discard(msgs, j, i), i, j, Packet("PING", <<0, 0>>, 0))
     /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults, pendingSyncs>>
 
-\* Whether leader i has taken learner f's ACKEPOCH: every packet of f that i takes after it, f sent with i's epoch
-\* accepted (one FIFO connection), and f accepts no later epoch while it follows i.
-EpochAccepted(i, f) == learnerPhase[i][f] \in {"ACKEPOCH", "NEWLEADER", "ACKNEWLEADER", "UPTODATE"}
-
 \* Leader i takes learner j's answer to its oldest PING not yet answered: every waiting sync that still needs
-\* answers from j needs one fewer, except that an answer i takes before j's ACKEPOCH confirms nothing: a sync
-\* that awaited only it awaits one more.  Such a learner may have accepted a later epoch, helped its leader commit,
-\* and come back to follow i (MC_fivestale: counted, it lets a deposed leader answer a sync that misses that commit).
+\* answers from j needs one fewer.  i PINGs only a learner whose sync it sent (Pinged), after its ACKEPOCH: a
+\* learner that may have accepted a later epoch, helped its leader commit and come back to follow i never answers
+\* before i took its ACKEPOCH (MC_fivestale: a PING before it, counted, lets a deposed leader answer a sync that
+\* misses that commit; the mutation PingBeforeSyncCounts).
 LeaderProcessPING(i, j) ==
     /\ SyncConfirms
     /\ state[i] = LEADING
     /\ HasPacket(j, i, "PING")
     /\ msgs' = Discard(msgs, j, i)
     /\ LET waiting == pendingSyncs[i]
-           Answered(p) == [p EXCEPT !.awaits[j] = IF @ > 1 \/ (@ = 1 /\ EpochAccepted(i, j)) THEN @ - 1 ELSE @]
+           Answered(p) == [p EXCEPT !.awaits[j] = IF @ > 0 THEN @ - 1 ELSE @]
        IN  pendingSyncs' = [pendingSyncs EXCEPT ![i] = [k \in 1 .. Len(waiting) |-> Answered(waiting[k])]]
     /\ UNCHANGED <<persistentVars, serverVars, stagedHistory, leaderVars, checkVars, faults>>
 

@@ -211,12 +211,16 @@ def test_a_learners_syncs_go_with_its_connection() -> None:
 
 def test_a_learner_that_connects_again_is_sent_a_step_ping_at_the_next_tick() -> None:
     """LeaderSendPING: learner 2's connection closed and opened again while 3's sync waits for a confirmation it
-    can give only on the new connection; the next tick's PINGs are step PINGs (and only while one is needed)."""
+    can give only on the new connection; once 2's sync is sent (not before: ZabSync.tla's Pinged), the next tick's
+    PINGs are step PINGs (and only while one is needed)."""
     node = _leader()
     node.packet(3, sync_request(), 0.1)
     node.connection_closed(2, 0.15, inbound=True)
     node.connection_opened(2, inbound=True)
     node.packet(2, followerinfo(2, 0), 0.16)
+    eff = node.tick(0.17)  # 2 is to answer LEADERINFO: neither a step PING nor a keepalive goes to it
+    assert not eff.actions and _sent(eff) == [(3, PacketType.PING)] and {p.zxid for _, p in eff.send} == {0}
+    node.packet(2, ackepoch(0, 0), 0.18)  # its sync is sent
     eff = node.tick(0.2)
     assert _actions(eff) == ["ZabSync.LeaderSendPING"] and {p.zxid for _, p in eff.send} == {payloads.PING_STEP}
     assert _sent(eff) == [(2, PacketType.PING), (3, PacketType.PING)]

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from zabref.core import payloads, zkprep, zktxn
 from zabref.core.effects import READ_LIMIT, Action, Effects, EffectsBuilder, Timing, refused
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
-from zabref.core.types import EPOCH_ACCEPTED, FORWARDING_PHASES
-from zabref.core.zab import LearnerPhase, Output, ZabCore, ZabState
+from zabref.core.types import FORWARDING_PHASES
+from zabref.core.zab import Output, ZabCore, ZabState
 from zabref.errors import RemoteProtocolError
 
 __all__ = ["ClientRequests"]
@@ -173,50 +173,37 @@ class ClientRequests:
 
     def _ping_answered(self, peer: int, packet: QuorumPacket, out: EffectsBuilder, tag: int | None) -> None:
         """Learner ``peer`` answered this leader's oldest PING it had not answered; an answer to a step PING of
-        the sync's round (its zxid echoed, `payloads.PING_STEP`) is ZabSync.tla's LeaderProcessPING.
-
-        An answer read before the learner's ACKEPOCH confirms nothing: until then the learner may hold a later epoch
-        it accepted, whose leader committed with it, and have come back to follow this deposed leader (its
-        FOLLOWERINFO waiting here, or its LEADERINFO, which it will refuse, on the way). Counted, it would let this
-        leader answer a sync that misses that commit (spec/MC_fivestale: 50 steps). After ACKEPOCH every packet on
-        the connection was sent with this leader's epoch accepted (one FIFO stream). A sync whose mark this answer
-        would reach needs one answer more: a later one on the connection (for a learner's sync, to a step PING,
-        which the next tick sends when none is owed: `_ping_all`)."""
+        the sync's round (its zxid echoed, `payloads.PING_STEP`) is ZabSync.tla's LeaderProcessPING. Every PING went
+        to a learner whose sync this leader had sent (`_ping_all`), after its ACKEPOCH, so the answer was sent with
+        this leader's epoch accepted (one FIFO stream): it confirms."""
         step = packet.zxid == payloads.PING_STEP
-        steps = self.step_pings[peer]
-        if step and steps[1] >= steps[0]:
-            raise RemoteProtocolError(peer, f"server {self.sid}: an answer from {peer} to a PING of the sync's "
-                                            "round that this leader did not send")
-        answers = self.pings[peer]
+        steps, answers = self.step_pings[peer], self.pings[peer]
+        if (step and steps[1] >= steps[0]) or answers[1] >= answers[0]:
+            what = "a PING of the sync's round" if step and steps[1] >= steps[0] else "a PING"
+            raise RemoteProtocolError(peer, f"server {self.sid}: an answer from {peer} to {what} that this leader did "
+                                            "not send")
         answers[1] += 1
-        accepted = self.core.learner_phase.get(peer, LearnerPhase.NONE) in EPOCH_ACCEPTED
-        if not accepted:
-            for _, _, marks, _ in self._syncs:
-                if marks.get(peer) == answers[1]:
-                    marks[peer] += 1
         if step:
             steps[1] += 1
             out.actions.append(Action("ZabSync", "LeaderProcessPING", (("i", self.sid), ("j", peer)), packet, tag))
-            if not accepted:
-                for _, _, marks in self.pending_syncs:
-                    if marks.get(peer) == steps[1]:
-                        marks[peer] += 1
         self._confirm_syncs(out)
 
     def _ping_all(self, out: EffectsBuilder, step: bool) -> tuple[dict[int, int], dict[int, int]]:
-        """PingAll: a PING to every learner. It is a step PING of ZabSync.tla's round (zxid `payloads.PING_STEP`)
-        when ``step`` (a learner's sync arrived: part of LeaderProcessREQUEST) or when a learner's waiting sync needs
-        more answers from a learner than it owes (LeaderSendPING, taken here); else a keepalive carrying the commit
-        point. Returns the marks a sync arriving now needs (learner -> the PINGs it must have answered: those owed
-        and this one), counting every PING (for this leader's own clients' syncs) and counting the step PINGs (for
-        its learners': a learner's sync is confirmed by answers to step PINGs only, as in the spec).
+        """PingAll: a PING to every learner this leader PINGs (ZabSync.tla's Pinged: those whose synchronization it
+        has sent, NEWLEADER and after, `FORWARDING_PHASES`). It is a step PING of ZabSync.tla's round (zxid
+        `payloads.PING_STEP`) when ``step`` (a learner's sync arrived: part of LeaderProcessREQUEST) or when a
+        learner's waiting sync needs more answers from such a learner than it owes (LeaderSendPING, taken here); else
+        a keepalive carrying the commit point. Returns the marks a sync arriving now needs (learner -> the PINGs it
+        must have answered: those owed and this one), counting every PING (for this leader's own clients' syncs) and
+        counting the step PINGs (for its learners': a learner's sync is confirmed by answers to step PINGs only, as
+        in the spec).
 
-        A keepalive goes only to a learner whose synchronization this leader has sent (its NEWLEADER and after:
-        `FORWARDING_PHASES`), as ZooKeeper's LearnerHandler.ping sends none before startSendingPackets: a ZooKeeper
-        learner that reads a PING where it waits for LEADERINFO or for its sync's DIFF, TRUNC or SNAP leaves (it exits
-        the JVM after ACKEPOCH, "Got unexpected packet from leader: PING"). A step PING goes to every learner, as
-        ZabSync.tla's PingAll sends it (docs/zookeeper.md, item 7). A learner skipped now is marked for the next PING
-        it will be sent: an answer to it (once its sync is sent) confirms a sync arriving now."""
+        None goes to a learner before its sync, as ZooKeeper's LearnerHandler.ping sends none before
+        startSendingPackets: a ZooKeeper learner that reads a PING where it waits for LEADERINFO or for its sync's
+        DIFF, TRUNC or SNAP leaves (it exits the JVM after ACKEPOCH, "Got unexpected packet from leader: PING";
+        docs/zookeeper.md, item 7). A learner skipped now is marked for the next PING it will be sent: its answer to
+        it confirms a sync arriving now (for a learner's sync, LeaderSendPING sends it once the learner's sync is
+        sent)."""
         sending = step or self._ping_needed()
         if sending and not step:
             out.actions.append(Action("ZabSync", "LeaderSendPING", (("i", self.sid),)))
@@ -226,25 +213,27 @@ class ClientRequests:
         for f in sorted(self.learner_conns):
             if f not in self.pings:
                 continue
-            counts = self.pings[f]
-            if not (sending or phases.get(f) in FORWARDING_PHASES):
+            counts, steps = self.pings[f], self.step_pings[f]
+            if phases.get(f) not in FORWARDING_PHASES:
                 marks[f] = counts[0] + 1
+                if sending:
+                    step_marks[f] = steps[0] + 1
                 continue
             out.send.append((f, ping))
             counts[0] += 1
             marks[f] = counts[0]
             if sending:
-                counts = self.step_pings[f]
-                counts[0] += 1
-                step_marks[f] = counts[0]
+                steps[0] += 1
+                step_marks[f] = steps[0]
         return marks, step_marks
 
     def _ping_needed(self) -> bool:
-        """LeaderSendPING's guard: a learner's waiting sync needs more answers from a learner than that learner owes
-        (its connection closed and opened again since the sync arrived, or it answered before its ACKEPOCH)."""
-        steps, learners = self.step_pings, self.learner_conns
+        """LeaderSendPING's guard: a learner's waiting sync needs more answers from a learner this leader PINGs than
+        that learner owes (its connection closed and opened again since the sync arrived, or its sync was sent
+        after the sync arrived)."""
+        steps, learners, phases = self.step_pings, self.learner_conns, self.core.learner_phase
         return any(mark > steps[f][0] for _, _, marks in self.pending_syncs for f, mark in marks.items()
-                   if f in learners and f in steps)
+                   if f in learners and f in steps and phases.get(f) in FORWARDING_PHASES)
 
     def _confirmed(self, counts: dict[int, list[int]], marks: dict[int, int]) -> bool:
         confirmed = {f for f, mark in marks.items() if f in counts and counts[f][1] >= mark}

@@ -37,7 +37,6 @@ __all__ = [
     "ZabState",
     "LearnerPhase",
     "FORWARDING_PHASES",
-    "EPOCH_ACCEPTED",
     "NO_SERVER",
     "AppendTxns",
     "TruncateHistory",
@@ -95,9 +94,6 @@ class LearnerPhase(enum.StrEnum):
 #: The spec's ForwardingPhases: sync was queued to these learners, so new PROPOSALs and COMMITs queue behind it
 #: (seed 000, phase 2, step 1).
 FORWARDING_PHASES = frozenset({LearnerPhase.NEWLEADER, LearnerPhase.ACKNEWLEADER, LearnerPhase.UPTODATE})
-#: ZabSync.tla's EpochAccepted: the leader has taken the learner's ACKEPOCH, so what the learner sends after, it sends
-#: with the leader's epoch accepted.
-EPOCH_ACCEPTED = FORWARDING_PHASES | {LearnerPhase.ACKEPOCH}
 
 
 def check_history(history: Iterable[tuple[int, bytes]], what: str) -> tuple[Txn, ...]:
