@@ -38,9 +38,9 @@ def _actions(eff: Effects) -> list[str]:
     return [f"{a.module}.{a.name}" for a in eff.actions]
 
 
-def _leader() -> Node:
+def _leader(timing: Timing = TIMING) -> Node:
     """Leader 1 of three, epoch 1 established with learners 2 and 3 (both UPTODATE), nothing proposed."""
-    node = Node(1, (1, 2, 3), Persistent(), TIMING)
+    node = Node(1, (1, 2, 3), Persistent(), timing)
     node.start(0.0)
     decide(node, 1, 0.0)
     for f in (2, 3):
@@ -254,6 +254,25 @@ def test_keepalives_go_only_to_learners_whose_sync_was_sent() -> None:
     assert node.core.learner_phase[2] == LearnerPhase.LEADERINFO and _sent(node.tick(0.25)) == [(3, PacketType.PING)]
     node.packet(2, ackepoch(0, 0), 0.26)  # its sync is sent with LeaderProcessACKEPOCH
     assert _sent(node.tick(0.3)) == [(2, PacketType.PING), (3, PacketType.PING)]
+
+
+def test_a_late_transaction_of_a_session_and_cxid_never_answers_a_newer_request() -> None:
+    """kazoo numbers each connection's requests from 1, so one session's cxid comes again. A create of session s,
+    cxid 1, times out (outcome unknown) while its transaction <<1, 1>> waits; the client, on a new connection, sends
+    another create as cxid 1, proposed as <<1, 2>>. Both commit at one ACK: the new request is answered with its own
+    transaction, not the old one's (a random mixed run on 3.9.5 once acknowledged 'c1-104' as the zxid of 'c1-97')."""
+    node = _leader(Timing(tick_s=0.05, init_limit=10, sync_limit=5, submit_timeout_s=0.1))
+    s = 0x300000000000002
+
+    def create(path: str) -> bytes:
+        return jute.ustring("path", path) + jute.buffer("data", b"") + zktxn._WORLD_ANYONE_ALL + jute.INT.pack(0)
+
+    assert [p.zxid for _, p in node.zk_write(1, s, 1, 1, create("/old"), 0.0).send] == [z(1, 1), z(1, 1)]
+    (answer,) = node.tick(0.15).answers
+    assert answer[0] == 1 and "outcome unknown" in answer[1]["error"]
+    assert [p.zxid for _, p in node.zk_write(2, s, 1, 1, create("/new"), 0.16).send] == [z(1, 2), z(1, 2)]
+    (answer,) = node.packet(2, pkt(PacketType.ACK, z(1, 2)), 0.17).answers
+    assert answer[0] == 2 and answer[1]["zk"]["zxid"] == z(1, 2) and answer[1]["zk"]["path"] == "/new"
 
 
 @pytest.mark.parametrize("op, name", [(-10, "createSession"), (-11, "closeSession")])

@@ -114,8 +114,9 @@ class Node(ClientRequests, ZkClients):
         self.zk_tree = zktree.HistoryTree()
         #: the data tree of the transactions delivered here, for ZooKeeper clients' reads and answers (`ZkClients`)
         self.zk_applied = zktree.HistoryTree()
-        #: ZooKeeper clients' writes waiting for their transaction: (session, cxid) -> (request id, deadline)
-        self._zk_waiting: dict[tuple[int, int], tuple[int, float]] = {}
+        #: ZooKeeper clients' writes waiting for their transaction: (session, cxid) -> (request id, deadline, the last
+        #: zxid when it arrived: only a transaction above it answers it)
+        self._zk_waiting: dict[tuple[int, int], tuple[int, float, int]] = {}
 
     # ------------------------------------------------------------------------------------------ inputs
 
