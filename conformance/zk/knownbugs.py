@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-__all__ = ["SIGNATURES", "AheadSignature", "Signature", "Sighting", "at_departure", "scan_log", "sightings", "summarise"]
+__all__ = ["SIGNATURES", "AheadSignature", "Signature", "Sighting", "at_departure", "scan_log", "sightings",
+           "summarise"]
 
 
 @dataclass(frozen=True)
