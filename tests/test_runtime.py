@@ -132,7 +132,7 @@ GARBAGE = {
     "unknown sid": hello(99),
     "unknown packet type": hello(2) + struct.pack(">iqii", 99, 0, -1, -1),
     "truncated packet": hello(2) + struct.pack(">iqi", 3, 0, 8) + b"\x00",
-    "packet of another protocol": hello(2) + _packet(PacketType.REVALIDATE),
+    "packet of another protocol": hello(2) + _packet(PacketType.INFORM),  # an observer's: zabref has none
     "a first packet other than FOLLOWERINFO": _packet(PacketType.ACK, 1 << 32),
     "huge data after the first packet": hello(2) + struct.pack(">iqi", 2, 1, 0x7FFFFFF0),
 }
