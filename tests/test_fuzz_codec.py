@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from zabref.config import Limits
-from zabref.core import election, payloads
+from zabref.core import election, payloads, zktxn
 from zabref.core.effects import Timing
 from zabref.core.node import Node
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
@@ -39,7 +39,7 @@ quorum_packets = st.one_of(
     st.builds(QuorumPacket, st.sampled_from([t for t in PacketType if t != PacketType.SNAP]),
               st.integers(0, (1 << 63) - 1), st.none() | st.binary(max_size=32)),
     st.builds(lambda z, v: QuorumPacket(PacketType.SNAP, z, payloads.encode_snap_data([(z, v)])),
-              st.integers(0, (1 << 63) - 1), st.binary(max_size=8).filter(lambda b: b[:1] not in (b"\xff", b"\xfe"))),
+              st.integers(0, (1 << 63) - 1), st.binary(max_size=8).filter(lambda b: b[:1] not in zktxn.MARKERS)),
 )
 
 

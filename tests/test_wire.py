@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zabref.core import payloads, zksnap
+from zabref.core import payloads, zksnap, zktxn
 from zabref.core.packets import AuthId, LearnerInfo, Notification, PacketType, QuorumPacket, ServerState
 from zabref.errors import CodecError
 from zabref.net import wire
@@ -21,7 +21,7 @@ int64s = st.integers(-(1 << 63), (1 << 63) - 1)
 auth_ids = st.builds(AuthId, st.text(max_size=12), st.text(max_size=12))
 #: Histories as a SNAP carries them: distinct zxids in order (a tree has one node per transaction), zabref's own
 #: values (a value that begins with zktxn.FOREIGN is a ZooKeeper transaction: tests/test_zktree.py).
-histories = st.dictionaries(int64s, st.binary(max_size=16).filter(lambda b: b[:1] not in (b"\xff", b"\xfe")),
+histories = st.dictionaries(int64s, st.binary(max_size=16).filter(lambda b: b[:1] not in zktxn.MARKERS),
                             max_size=8).map(lambda d: sorted(d.items()))
 quorum_packets = st.one_of(
     st.builds(QuorumPacket, st.sampled_from([t for t in PacketType if t != PacketType.SNAP]), int64s,
@@ -198,7 +198,7 @@ def test_ackepoch_round_trip(epoch):
     assert payloads.decode_ackepoch_data(payloads.encode_ackepoch_data(epoch)) == epoch
 
 
-@given(st.integers(1, (1 << 63) - 1), st.binary(max_size=64).filter(lambda v: v[:1] not in (b"\xff", b"\xfe")))
+@given(st.integers(1, (1 << 63) - 1), st.binary(max_size=64).filter(lambda v: v[:1] not in zktxn.MARKERS))
 def test_proposal_round_trip(zxid, value):
     assert payloads.decode_proposal_data(zxid, payloads.encode_proposal_data(zxid, value)) == value
 

@@ -13,7 +13,7 @@ from zabref.errors import CodecError
 Z = (7 << 32) | 3
 DIGEST = jute.INT.pack(2) + jute.LONG.pack(0x1234)  # a TxnDigest: version, treeDigest
 #: A client's values: anything but a first byte 0xff, which marks a ZooKeeper transaction kept whole (FOREIGN).
-VALUES = st.binary(max_size=64).filter(lambda v: v[:1] not in (zktxn.FOREIGN, zktxn.SNAPSHOT))
+VALUES = st.binary(max_size=64).filter(lambda v: v[:1] not in zktxn.MARKERS)
 
 
 def test_a_value_is_the_create_of_its_own_node_as_zookeeper_reads_it() -> None:

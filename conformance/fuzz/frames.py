@@ -16,7 +16,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zabref.core import payloads
+from zabref.core import payloads, zktxn
 from zabref.core.packets import PROTOCOL_VERSION, LearnerInfo, PacketType, QuorumPacket
 from zabref.net import wire, zkwire
 
@@ -167,8 +167,8 @@ def mutated_packet(rng: random.Random, t: Target) -> bytes:
     zxid = some_zxid(rng, t)
     data = rng.choice([None, rng.randbytes(rng.randint(0, 24))])
     if ptype == PacketType.SNAP:  # its data is the snapshot stream after it, never null
-        # zabref's own value (one that begins with 0xff would be a ZooKeeper transaction, zktxn.FOREIGN)
-        data = payloads.encode_snap_data([(zxid, (data or b"").lstrip(b"\xff\xfe"))])
+        # zabref's own value (one that begins with a marker, zktxn.MARKERS, would be ZooKeeper's)
+        data = payloads.encode_snap_data([(zxid, (data or b"").lstrip(b"".join(zktxn.MARKERS)))])
     body = bytearray(wire.encode_quorum_packet(QuorumPacket(ptype, zxid, data)))
     for _ in range(rng.randint(1, 3)):
         body[rng.randrange(len(body))] = rng.randrange(256)

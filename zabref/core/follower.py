@@ -156,10 +156,7 @@ class FollowerActions(CoreState):
         that a staged base already holds (`_in_base`) is read and left out."""
         self._require(j, packet, ZabState.SYNCHRONIZATION)
         if packet.type == PacketType.PROPOSAL and self._in_base(packet.zxid):
-            try:
-                payloads.decode_proposal_data(packet.zxid, packet.data)
-            except CodecError as e:
-                self._reject(j, packet, str(e))
+            self._proposal_value(j, packet)
             return Output()
         txn = self._proposal(j, packet, self.staged_history)
         self.staged_history.append(txn)
@@ -195,14 +192,18 @@ class FollowerActions(CoreState):
         """The transaction a PROPOSAL carries, which must follow ``after``."""
         if packet.type != PacketType.PROPOSAL:
             self._reject(j, packet, "expected PROPOSAL")
-        try:
-            value = payloads.decode_proposal_data(packet.zxid, packet.data)
-        except CodecError as e:
-            self._reject(j, packet, str(e))
+        value = self._proposal_value(j, packet)
         last = after[-1].zxid if after else 0
         if zxid_counter(packet.zxid) == 0 or packet.zxid <= last:
             self._reject(j, packet, f"a proposal's zxid must have a counter above 0 and follow {last:#x}")
         return Txn(packet.zxid, value)
+
+    def _proposal_value(self, j: int, packet: QuorumPacket) -> bytes:
+        """The value a PROPOSAL's data carries; bad bytes are the connection's error."""
+        try:
+            return payloads.decode_proposal_data(packet.zxid, packet.data)
+        except CodecError as e:
+            self._reject(j, packet, str(e))
 
     def follower_process_newleader(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessNEWLEADER(i, j) -- seed 000, phase 2, step 2.

@@ -132,7 +132,7 @@ def encode_snap_data(history: Iterable[tuple[int, bytes]]) -> bytes:
             raise ValueError(f"history[{i}] has no value")
         txns.append(Txn(jute.check_long(f"history[{i}].zxid", zxid), bytes(value)))
         nodes.append((zktxn.node_of(zxid), bytes(value), zxid))
-    if any(t.value[:1] in (zktxn.FOREIGN, zktxn.SNAPSHOT) for t in txns):
+    if any(t.value[:1] in zktxn.MARKERS for t in txns):
         return zktree.HistoryTree().follow(txns).snapshot()
     return zksnap.write_snapshot(nodes)
 

@@ -69,7 +69,7 @@ from typing import Any
 from zabref.core import jute
 from zabref.errors import CodecError
 
-__all__ = ["TxnReader", "HEADER", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "SNAPSHOT", "node_of",
+__all__ = ["TxnReader", "HEADER", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "SNAPSHOT", "MARKERS", "node_of",
            "encode_create", "carries_zxid", "encode_value", "decode_value", "decode_txn", "read_form"]
 
 #: ZooKeeper's OpCode.create.
@@ -82,6 +82,8 @@ OPS = {1: "create", 2: "delete", 5: "setData", 7: "setACL", 13: "check", 14: "mu
 FOREIGN = b"\xff"
 #: The first byte of a value that is a ZooKeeper leader's snapshot stream, the base of a history (module docstring).
 SNAPSHOT = b"\xfe"
+#: Both markers: a value that starts with one of them is not a client's value of zabref's own.
+MARKERS = (FOREIGN, SNAPSHOT)
 #: A TxnDigest after the record: ``int version, long treeDigest``.
 DIGEST_BYTES = 12
 #: ZooKeeper's ZooDefs.Perms.ALL (read, write, create, delete, admin).
