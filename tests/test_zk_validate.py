@@ -20,7 +20,7 @@ from conformance.zk.observe import Observation, observe, observe_dir
 from conformance.zk.recording import HEAD, MAGIC, Kind, read_records
 from conformance.zk.wire import Decoded, Message, decode_recording
 from flebuild import START, spaced, timed
-from zkbuild import E1, Builder, epoch_one, rejoin, txn
+from zkbuild import E1, E2, Builder, epoch_one, rejoin, txn
 
 # ------------------------------------------------------------------------ hand-built decoded recordings
 
@@ -558,6 +558,95 @@ def test_a_cut_off_leaders_unsent_writes_are_a_behaviour_and_a_follower_claiming
     assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 3], 2), old.failure
 
 
+@pytest.mark.slow
+def test_a_zabref_follower_acks_its_last_transaction_at_a_zookeeper_leaders_uptodate(tmp_path, toolchain_ready):
+    """A ZooKeeper leader's UPTODATE carries no commit point (zxid -1); a zabref follower reads none, delivers nothing
+    and ACKs the last transaction its sync gave it (spec/README.md, departure 2; 3.8.0 with a zabref server 3, seed
+    1, observation 1201). With its seat the zabref server's (the META of a mixed run) that ACK is a behaviour; with
+    every seat ZooKeeper's it is not (the spec's point is the leader's, <<2, 1>>, the follower's last), and no seat
+    makes an ACK of another transaction."""
+    from conformance.validate.zkcheck import validate_observation
+
+    def rejoined(ack: int) -> Builder:
+        """`cut_off_leader` until server 1 leads epoch 2 with 3, with no write in it; then 2 is truncated to
+        <<1, 1>>, which 1 committed at NEWLEADER's quorum and never named in a COMMIT, and sends ACK(``ack``)."""
+        b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
+        epoch_one(b)
+        _commit_first(b)
+        for conn in (1, 2):
+            b.event(conn, "EOF_S2C")
+            b.event(conn, "EOF_C2S")
+        for conn, f, claims, sync in ((3, 3, 1, "DIFF"), (4, 2, 3, "TRUNC")):
+            b.send(conn, f, "FOLLOWERINFO", E1, sid=f)
+            b.send(conn, 1, "LEADERINFO", E2)
+            b.send(conn, f, "ACKEPOCH", E1 + claims, currentEpoch=1)
+            b.send(conn, 1, sync, E1 + 1)
+            b.send(conn, 1, "NEWLEADER", E2)
+            b.send(conn, f, "ACK", E2)
+            b.send(conn, 1, "UPTODATE", -1)
+        b.send(4, 2, "ACK", ack)
+        return b
+
+    mixed = observe(rejoined(E1 + 1).decoded(zabref=(2,)))
+    assert mixed.zabref == [2] and not mixed.ignored.get("ACK-SYNC")
+    ok = validate_observation(mixed, work=tmp_path)
+    assert ok.matched, ok.failure
+    for obs in (observe(rejoined(E1 + 1).decoded()), observe(rejoined(E1 + 2).decoded(zabref=(2,)))):
+        bad = validate_observation(obs, work=tmp_path)
+        assert not bad.matched and not bad.inconclusive, bad.failure
+        first = obs.obs[bad.frontier - 1]
+        assert (first.type, first.sender, first.g) == ("ACK", 2, len(obs.obs)), bad.failure
+
+
+def slow_leader_log(sync_first: bool = True) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1) and proposes /a; 1 ACKs it and forwards a client's sync; 2 proposes /b and
+    only then commits /a and answers the sync, before the sync's REQUEST could have come after /b (3.8.0 with a zabref
+    server 3, seed 1, observations 9514-9525: ZooKeeper's leader counts its own ACK once its log has the proposal, so
+    1's ACK, taken before that, committed nothing). ``sync_first``: False answers the sync after /b's COMMIT too."""
+    b = Builder({1: (1, 2), 2: (3, 2)})
+    epoch_one(b)
+    for conn in (1, 2):
+        b.send(conn, 2, "PROPOSAL", E1 + 1, txn=txn(E1 + 1, "/a"))
+    b.send(1, 1, "ACK", E1 + 1)
+    b.send(1, 1, "REQUEST", -1, op="sync", session="0x1", cxid=7, request_len=16)
+    for conn in (1, 2):
+        b.send(conn, 2, "PROPOSAL", E1 + 2, txn=txn(E1 + 2, "/b"))
+    b.send(1, 2, "COMMIT", E1 + 1)
+    if sync_first:
+        b.send(1, 2, "SYNC", 0)
+    b.send(2, 2, "COMMIT", E1 + 1)
+    b.send(1, 1, "ACK", E1 + 2)
+    b.send(2, 3, "ACK", E1 + 1)
+    b.send(2, 3, "ACK", E1 + 2)
+    for conn in (1, 2):
+        b.send(conn, 2, "COMMIT", E1 + 2)
+    if not sync_first:
+        b.send(1, 2, "SYNC", 0)
+    return b
+
+
+@pytest.mark.slow
+def test_a_leader_whose_log_is_behind_commits_on_its_own_ack(tmp_path, toolchain_ready, monkeypatch):
+    """With LeaderLogsLate a learner's ACK may commit less than the quorum with the leader would, and the leader's
+    own ACK (LeaderProcessACK(i, i)) commits the rest: the sync 1 forwarded behind its ACK of /a waits for /a alone
+    and is answered at /a's COMMIT, after /b was proposed. Without the leader's own ACK (LeaderLogsLate FALSE for
+    that step: its mutation) no behaviour makes that SYNC; the sync answered after /b is a behaviour of both."""
+    from conformance.validate import zkcheck
+    from conformance.validate.zkcheck import validate_observation
+
+    for sync_first in (True, False):
+        r = validate_observation(observe(slow_leader_log(sync_first).decoded()), work=tmp_path)
+        assert r.matched, r.failure
+    text = zkcheck.trace_module
+    monkeypatch.setattr(zkcheck, "trace_module", lambda o, a: text(o, a).replace(
+        "ZooKeeperLeaderLogsLate == TRUE", "ZooKeeperLeaderLogsLate == FALSE"))
+    obs = observe(slow_leader_log().decoded())
+    bad = validate_observation(obs, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive, bad.failure
+    first = obs.obs[bad.frontier - 1]
+    assert (first.type, first.receiver) in {("COMMIT", 1), ("SYNC", 1)}, bad.failure
+
+
 def _fault(b: Builder, blocked: list[list[int]]) -> None:
     b.t += 10
     b.messages.append(Message(b.t, 0, "event", None, None, "", 0, "FAULT", None, {"blocked": blocked}))
@@ -658,6 +747,34 @@ def test_a_leaders_packet_read_late_is_placed_with_its_copy_to_another_learner_o
     acks = [x for x in o.obs if x.sender == 3 and x.type == "ACK" and x.zxid[1] > 0]
     assert [x.early for x in acks] == [by[3, "PROPOSAL", x.zxid[1]].early for x in acks] and acks[0].early < acks[0].g
     assert all(x.early == x.g for x in o.obs if x.zxid[0] == 1 and x.receiver == 1)
+
+
+def test_a_learners_ack_of_newleader_is_placed_with_its_sync_only_when_a_cut_held_it():
+    """A learner applies its sync before it answers NEWLEADER (3.8.0 took 0.18 s over a DIFF of 843 transactions,
+    77 observations): its ACK stays where the proxy read it, after the leader's later PROPOSALs to another learner;
+    written while a cut held the link and read in the burst at the heal, it is placed with its sync."""
+    for held in (False, True):
+        b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
+        epoch_one(b)
+        b.event(2, "EOF_S2C")
+        b.event(2, "EOF_C2S")
+        b.send(3, 3, "FOLLOWERINFO", E1, sid=3)
+        b.send(3, 2, "LEADERINFO", E1)
+        b.send(3, 3, "ACKEPOCH", E1, currentEpoch=-1)
+        b.send(3, 2, "DIFF", E1)
+        b.send(3, 2, "NEWLEADER", E1)
+        if held:
+            _fault(b, [[3, 2]])
+        for n in (1, 2):
+            b.send(1, 2, "PROPOSAL", E1 + n, txn=txn(E1 + n, f"/t{n}"))
+            b.send(1, 1, "ACK", E1 + n)
+        if held:
+            _fault(b, [])
+        b.send(3, 3, "ACK", E1)
+        o = observe(b.decoded())
+        sync = next(x for x in o.obs if x.type == "SYNCGROUP" and x.conn == 3)
+        ack = next(x for x in o.obs if x.type == "ACK" and x.conn == 3)
+        assert ack.early == (sync.early if held else ack.g) and ack.g > sync.g + 4, (held, ack, sync)
 
 
 def test_a_followers_packet_a_cut_held_is_placed_where_the_cut_began():
@@ -1327,6 +1444,36 @@ def test_a_restarted_server_gets_what_its_peers_queued_for_it_while_it_was_down(
     spec = flecheck.validate_elections(el, widenings=tuple(w for w in WIDENINGS if w != "RestartKeepsQueues"),
                                        work=tmp_path)
     assert not spec.matched and spec.inconclusive and spec.guided_frontier == 22, spec.failure
+
+
+#: START, then follower 2 looks again in round 2 and joins 3 on the answers of 1 and 3 (no notification of its own
+#: shows the join); then 1 is killed and restarted, and 2 and 3 answer its round-1 vote. A mixed 3.8.0 run (zabref in
+#: seat 3, `zabref zk faults --zabref 3 --seed 1`, notifications 28-31, 2026-12-01) did the same: the zabref server
+#: took 1's answer long before 1 was killed, and answered 1's new vote as a follower.
+ANSWERED = spaced(START) + [
+    (2, 1, "L", 2, 2, 5000), (2, 3, "L", 2, 2, 5001), (1, 2, "F", 3, 1, 5003), (3, 2, "E", 3, 1, 5003),
+    (1, 2, "L", 1, 1, 9000), (1, 3, "L", 1, 1, 9001), (2, 1, "F", 3, 1, 9003), (3, 1, "E", 3, 1, 9003)]
+
+
+@pytest.mark.slow
+def test_a_notification_that_crossed_the_wire_outlives_its_senders_restart(toolchain_ready, tmp_path, monkeypatch):
+    """What a server sent that crossed the wire is in its receiver's queue, and the sender's crash does not take it
+    back (QuorumCnxManager's RecvWorker queued it). The guide holds 2's steps until its next notification (19) is
+    the next observation, after 1's restart: when RestartKeepsQueues emptied the channels from the restarted server
+    too, 1's answer that 2 had not taken yet was gone, 2 could not join 3, and no guided behaviour from window 3's
+    start made 19 (here window 2's start did, one window back; the mixed run's election stopped at notification 31,
+    INCONCLUSIVE after 626 s). Without RestartKeepsQueues (FastLeaderElection's Restart) the guided search stops
+    there still."""
+    from conformance.validate import flecheck
+    from conformance.validate.flemodule import WIDENINGS
+
+    el = timed(ANSWERED, 3)
+    ok = flecheck.validate_elections(el, work=tmp_path)
+    assert ok.matched and ok.guided and ok.windows == ok.runs == 3 and ok.rechecked == 0, ok.failure
+    monkeypatch.setattr(flecheck, "BUDGET", 20_000)
+    spec = flecheck.validate_elections(el, widenings=tuple(w for w in WIDENINGS if w != "RestartKeepsQueues"),
+                                       work=tmp_path)
+    assert not spec.matched and spec.inconclusive and spec.guided_frontier == 19, spec.failure
 
 
 @pytest.mark.slow

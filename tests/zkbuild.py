@@ -13,8 +13,9 @@ E1 = 1 << 32  # zxid <<1, 0>>
 E2 = 2 << 32  # zxid <<2, 0>>
 
 
-def recording(links: dict[int, tuple[int, int]], servers: int = 3) -> Recording:
-    records = [Record(Kind.META, 0, 0, json.dumps({"servers": servers, "version": "test"}).encode(), 0)]
+def recording(links: dict[int, tuple[int, int]], servers: int = 3, zabref: tuple[int, ...] = ()) -> Recording:
+    meta = {"servers": servers, "version": "test", **({"zabref": list(zabref)} if zabref else {})}
+    records = [Record(Kind.META, 0, 0, json.dumps(meta).encode(), 0)]
     for conn, (src, dst) in links.items():
         body = json.dumps({"src": src, "dst": dst, "kind": "quorum"}).encode()
         records.append(Record(Kind.OPEN, conn, conn, body, 0))
@@ -47,8 +48,9 @@ class Builder:
         learner, leader = self.links[conn]
         self.messages.append(Message(self.t, conn, "event", learner, leader, "", 0, name, None, {}))
 
-    def decoded(self, servers: int = 3) -> Decoded:
-        return Decoded(recording(self.links, servers), list(self.messages))
+    def decoded(self, servers: int = 3, zabref: tuple[int, ...] = ()) -> Decoded:
+        """The recording; ``zabref``: the seats its META says zabref servers took (a mixed ensemble)."""
+        return Decoded(recording(self.links, servers, zabref), list(self.messages))
 
 
 def txn(zxid: int, path: str) -> dict:

@@ -36,7 +36,8 @@ the ``VIEW`` leaves out Zab's checking variables no action reads.
 Three mappings keep the search to what a run can show (docs/zookeeper.md, "What is observed, and what is left to
 TLC"): a follower's receive that sends nothing (its sync's packets before NEWLEADER, a COMMIT) is taken as soon as it
 can be (``Eager``: no behaviour that makes the run is lost); a spec ACK that repeats the last ACK observed on its pair
-matches nothing (``Redundant``: ZooKeeper's learner never sends it, the spec's leader ignores it); and an ACK of a
+matches nothing (``Redundant``: ZooKeeper's learner never sends it, the spec's leader ignores it; a zabref server's
+seat, in a mixed ensemble, sends it); and an ACK of a
 follower whose role is over is lost (``Over``: a learner killed after it logged a PROPOSAL, before its ACK left).
 
 Bounds come from the run: N servers, MaxTxns the distinct transactions observed, MaxEpoch the greatest epoch a
@@ -248,6 +249,7 @@ def trace_module(observation: Observation, actions: list[ActionSignature]) -> st
     ``actions``: ZabSync.tla's SyncNext's (`conformance.tla.labels.module_next`: Zab.tla's actions, each with
     SyncsDropped, and ZabSync's own)."""
     total = len(observation.obs)
+    seats = ", ".join(map(str, sorted(observation.zabref)))
     start = "\n".join(f"       /\\ {v} = Start.{v}" for v in STATE)
     end = ", ".join(f"{v} |-> {v}" for v in STATE)
     place = ", ".join("Cardinality(proposed)" if v == "proposed" else v for v in STATE if v not in UNREAD)
@@ -276,6 +278,12 @@ ZooKeeperLeaderLogsLate == TRUE
 \\* ... and from 3.9.3 its follower may leave a sync's uncommitted proposals for UPTODATE (NewLeaderDefers): the cfg
 \\* overrides it with this for a recording of such a version
 ZooKeeperNewLeaderDefers == TRUE
+\\* The seats zabref servers took (a mixed ensemble): a zabref follower reads no commit point in a ZooKeeper leader's
+\\* UPTODATE, which carries none (zxid -1), so it delivers nothing there and ACKs its last transaction; a ZooKeeper
+\\* learner takes its point from the sync's COMMITs, which the spec's point stands for. The cfg overrides Zab.tla's
+\\* UptodatePoint with this.
+ZabrefSeats == {{{seats}}}
+ZooKeeperUptodatePoint(i, j, z) == IF i \\in ZabrefSeats /\\ j \\notin ZabrefSeats THEN <<0, 0>> ELSE z
 \\* ZabSync's bound on the syncs under way (a model checker's bound) is no bound here: each ClientSync sends a REQUEST
 \\* that must be an observation, so the recording bounds them, and counting them in every state (a SelectSeq of every
 \\* channel) was nine tenths of TLC's time on a five-server run; the cfg overrides SyncsUnderWay with this
@@ -337,9 +345,11 @@ SyncAgree(l, f, new, o) ==
 \\* A step's one ACK on a -> b that acknowledges no more than the ACK last observed on that pair: the spec's ACK is
 \\* cumulative (LeaderProcessACK keeps the greatest), so its leader takes it and changes nothing, and ZooKeeper's
 \\* learner never sends it (the spec's follower sends one at UPTODATE when its history goes beyond the commit point,
-\\* though it ACKed each PROPOSAL it took after NEWLEADER). It matches no observation and makes none.
-Redundant(new, c, ch) == /\\ Len(new) = 1 /\\ new[1].type = "ACK" /\\ new[1].zxid[2] > 0 /\\ c > 0
-                         /\\ O(ch[c]).type = "ACK" /\\ ZxidLE(new[1].zxid, Z(O(ch[c]).zxid))
+\\* though it ACKed each PROPOSAL it took after NEWLEADER). It matches no observation and makes none. A zabref server
+\\* sends each ACK its spec step makes: from its seat it is an observation like any other.
+Redundant(a, new, c, ch) == /\\ a \\notin ZabrefSeats
+                            /\\ Len(new) = 1 /\\ new[1].type = "ACK" /\\ new[1].zxid[2] > 0 /\\ c > 0
+                            /\\ O(ch[c]).type = "ACK" /\\ ZxidLE(new[1].zxid, Z(O(ch[c]).zxid))
 
 \\* x follows in a role that ended before the run did, and has made every send observed in it.
 Over(x) == state[x] = FOLLOWING /\\ CanLeave(x)
@@ -357,7 +367,7 @@ Adv(a, b) ==
         ch == Chan[a][b]
     IN  IF new = <<>> THEN c
         ELSE IF Over(a) /\\ Acks(new) THEN c
-        ELSE IF Redundant(new, c, ch) THEN c
+        ELSE IF Redundant(a, new, c, ch) THEN c
         ELSE IF c + 1 > Len(ch) THEN -1
         ELSE IF new[1].type \\in SyncHeads
         THEN IF O(ch[c + 1]).type = "SYNCGROUP" /\\ SyncAgree(a, b, new, O(ch[c + 1])) THEN c + 1 ELSE -1
@@ -373,7 +383,7 @@ TagsNext == [a \\in Server |-> [b \\in Server |->
     LET new == NewSends(a, b)
         c == sent[a][b]
     IN  IF new /= <<>> /\\ Over(a) /\\ Acks(new) THEN tags[a][b] \\o [k \\in 1 .. Len(new) |-> 0]
-        ELSE IF new /= <<>> /\\ Redundant(new, c, Chan[a][b]) THEN Append(tags[a][b], Chan[a][b][c])
+        ELSE IF new /= <<>> /\\ Redundant(a, new, c, Chan[a][b]) THEN Append(tags[a][b], Chan[a][b][c])
         ELSE IF new /= <<>>
         THEN tags[a][b] \\o [k \\in 1 .. Len(new) |->
                  IF new[1].type \\in SyncHeads THEN Chan[a][b][c + 1] ELSE Chan[a][b][c + k]]
@@ -563,5 +573,5 @@ def config(observation: Observation) -> str:
     return (f"CONSTANTS\n    N = {observation.servers}\n    MaxEpoch = {observation.max_epoch}\n"
             f"    MaxTxns = {observation.txns}\n    MaxFaults = {roles + 1}\n    MaxSyncs = {syncs}\n"
             "    TruncAtOnce <- ZooKeeperTruncAtOnce\n    LeaderLogsLate <- ZooKeeperLeaderLogsLate\n"
-            "    SyncsUnderWay <- ZooKeeperSyncsUnderWay\n"
+            "    SyncsUnderWay <- ZooKeeperSyncsUnderWay\n    UptodatePoint <- ZooKeeperUptodatePoint\n"
             f"{deferral}INIT TraceInit\nNEXT TraceNext\nCONSTRAINT Exact Prog Stop Guide Bound\nVIEW Place\n")
