@@ -369,8 +369,8 @@ def _places(obs: list[Obs], channels: dict[tuple[int, int], list[int]], held: di
     (one step sends it to every learner), and a PROPOSAL a fault held on every link it went out on (a leader cut off
     from its learners goes on proposing: it answers nothing on the wire) where the fault began; a learner's ACK with
     the PROPOSAL it acknowledges when that was placed earlier, and its ACK of NEWLEADER with the sync before it only
-    when a fault held it (a learner applies the sync before it answers: 3.8.0 took 0.18 s over a DIFF of 843
-    transactions, 77 observations, and placed with its sync the ACK was one the guide had the leader take first);
+    when a fault held it (a learner applies the sync before it answers: a 3.8.0 learner answered a DIFF of 843
+    transactions 0.18 s, 77 observations, after it);
     a sync's REQUEST a fault held where the fault began (a client's sync answers nothing the learner received; a
     packet that answers one cannot be placed before the proxy read what it answers, so a held LEADERINFO is not
     moved); and every packet no later than the next one on its own channel (one FIFO connection). The guide reads
