@@ -563,8 +563,8 @@ def test_a_zabref_follower_acks_its_last_transaction_at_a_zookeeper_leaders_upto
     """A ZooKeeper leader's UPTODATE carries no commit point (zxid -1); a zabref follower reads none, delivers nothing
     and ACKs the last transaction its sync gave it (spec/README.md, departure 2; 3.8.0 with a zabref server 3, seed
     1, observation 1201). With its seat the zabref server's (the META of a mixed run) that ACK is a behaviour; with
-    every seat ZooKeeper's it is not (the spec's point is the leader's, <<2, 1>>, the follower's last), and no seat
-    makes an ACK of another transaction."""
+    every seat ZooKeeper's it is not (the spec's point is the leader's commit point, <<1, 1>>, the follower's last),
+    and no seat makes an ACK of another transaction."""
     from conformance.validate.zkcheck import validate_observation
 
     def rejoined(ack: int) -> Builder:
@@ -630,7 +630,7 @@ def test_a_leader_whose_log_is_behind_commits_on_its_own_ack(tmp_path, toolchain
     """With LeaderLogsLate a learner's ACK may commit less than the quorum with the leader would, and the leader's
     own ACK (LeaderProcessACK(i, i)) commits the rest: the sync 1 forwarded behind its ACK of /a waits for /a alone
     and is answered at /a's COMMIT, after /b was proposed. Without the leader's own ACK (LeaderLogsLate FALSE for
-    that step: its mutation) no behaviour makes that SYNC; the sync answered after /b is a behaviour of both."""
+    that step: its mutation) no behaviour makes that SYNC; the sync answered after /b is a behaviour too."""
     from conformance.validate import zkcheck
     from conformance.validate.zkcheck import validate_observation
 
