@@ -648,28 +648,6 @@ FollowerProcessPROPOSAL(i, j) ==
     /\ UNCHANGED <<acceptedEpoch, currentEpoch, serverVars, leaderVars, checkVars, faults>>
 
 (***************************************************************************)
-(* LeaderLogsLate: whether a leader's crash may lose the transactions it   *)
-(* proposed and has not committed.  ZooKeeper's leader sends a PROPOSAL    *)
-(* first (ProposalRequestProcessor: Leader.propose) and logs it after, in  *)
-(* its SyncRequestProcessor, which counts the leader's own ACK only once   *)
-(* the transaction is on disk; a kill -9 in between leaves its log without *)
-(* what its followers logged.  The seed's leader (and zabref's) logs       *)
-(* before it proposes: FALSE.  The validation of ZooKeeper runs overrides  *)
-(* it with TRUE.  Only the tail above lastCommitted may go: the spec's     *)
-(* leader counts itself in every quorum, so what it committed is on its    *)
-(* log (spec/README.md, departure 13).  With it the leader also takes its  *)
-(* own ACK, as ZooKeeper's calls Leader.processAck with its own sid: a     *)
-(* learner's ACK may find the leader's log behind, and commit less than a  *)
-(* quorum with the leader would (CommitPoints), and the leader's own ACK,  *)
-(* LeaderProcessACK(i, i), commits the rest later.                         *)
-(***************************************************************************)
-LeaderLogsLate == FALSE
-
-\* The commit points leader i may reach when it takes an ACK whose quorum reaches c: c, or with LeaderLogsLate also
-\* any point from its commit point to c (its own log may not have reached c yet).
-CommitPoints(i, c) == IF LeaderLogsLate THEN {c} \cup lastCommitted[i] .. c ELSE {c}
-
-(***************************************************************************)
 (* Leader i takes ACK(zxid) of a proposal from j (step 3).  When a quorum  *)
 (* (the leader counts itself) has ACKed a longer prefix than i has         *)
 (* committed, i delivers it and queues one COMMIT(zxid) for each           *)
@@ -677,37 +655,26 @@ CommitPoints(i, c) == IF LeaderLogsLate THEN {c} \cup lastCommitted[i] .. c ELSE
 (* 000, phase 3: a COMMIT for each proposal a quorum acknowledged;         *)
 (* ZooKeeper's Leader.tryToCommit; a ZooKeeper follower applies a COMMIT   *)
 (* only to the oldest transaction it has not applied).  A COMMIT still     *)
-(* means "everything up to zxid" to the follower.  With LeaderLogsLate, j  *)
-(* may be i: the leader's own ACK (above).                                 *)
+(* means "everything up to zxid" to the follower.                          *)
 (***************************************************************************)
 \* The COMMITs of history h's transactions from+1 .. to, in order.
 Commits(h, from, to) == [k \in 1 .. to - from |-> Packet("COMMIT", h[from + k].zxid, NoData)]
 
 LeaderProcessACK(i, j) ==
     /\ state[i] = LEADING /\ zabState[i] = BROADCAST
-    /\ IF j = i
-       THEN \* its own ACK (LeaderLogsLate): its log caught up with a point a quorum has ACKed
-            /\ LeaderLogsLate
-            /\ LET h == history[i]
-                   c == QuorumPoint(i, ackIndex[i], IF IsQuorum({i}) THEN Len(h) ELSE MaxAck(ackIndex[i]))
-                   fwd == {f \in Server : learnerPhase[i][f] \in ForwardingPhases}
-               IN  \E k \in lastCommitted[i] + 1 .. c :
-                       /\ Deliver(i, h, k)
-                       /\ msgs' = SendAllSeq(msgs, i, fwd, Commits(h, lastCommitted[i], k))
-            /\ UNCHANGED ackIndex
-       ELSE /\ learnerPhase[i][j] \in {"ACKNEWLEADER", "UPTODATE"}
-            /\ HasPacket(j, i, "ACK")
-            /\ Head(msgs[j][i]).zxid[2] > 0
-            /\ LET h == history[i]
-                   acks == [ackIndex[i] EXCEPT ![j] = Max(@, IndexOf(h, Head(msgs[j][i]).zxid))]
-                   fwd == {f \in Server : learnerPhase[i][f] \in ForwardingPhases}
-               IN  /\ ackIndex' = [ackIndex EXCEPT ![i] = acks]
-                   /\ \E c \in CommitPoints(i, QuorumPoint(i, acks, IF IsQuorum({i}) THEN Len(h) ELSE MaxAck(acks))) :
-                          IF c > lastCommitted[i]
-                          THEN /\ Deliver(i, h, c)
-                               /\ msgs' = SendAllSeq(Discard(msgs, j, i), i, fwd, Commits(h, lastCommitted[i], c))
-                          ELSE /\ msgs' = Discard(msgs, j, i)
-                               /\ UNCHANGED <<lastCommitted, committed>>
+    /\ learnerPhase[i][j] \in {"ACKNEWLEADER", "UPTODATE"}
+    /\ HasPacket(j, i, "ACK")
+    /\ Head(msgs[j][i]).zxid[2] > 0
+    /\ LET h == history[i]
+           acks == [ackIndex[i] EXCEPT ![j] = Max(@, IndexOf(h, Head(msgs[j][i]).zxid))]
+           c == QuorumPoint(i, acks, IF IsQuorum({i}) THEN Len(h) ELSE MaxAck(acks))
+           fwd == {f \in Server : learnerPhase[i][f] \in ForwardingPhases}
+       IN  /\ ackIndex' = [ackIndex EXCEPT ![i] = acks]
+           /\ IF c > lastCommitted[i]
+              THEN /\ Deliver(i, h, c)
+                   /\ msgs' = SendAllSeq(Discard(msgs, j, i), i, fwd, Commits(h, lastCommitted[i], c))
+              ELSE /\ msgs' = Discard(msgs, j, i)
+                   /\ UNCHANGED <<lastCommitted, committed>>
     /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, newEpoch, learnerPhase,
                    learnerLastZxid, proposed, established, faults>>
 
@@ -774,6 +741,20 @@ LeaderTimeout(i) ==
        ELSE UNCHANGED faults
     /\ GoLooking(i)
     /\ UNCHANGED <<persistentVars, lastCommitted, checkVars>>
+
+(***************************************************************************)
+(* LeaderLogsLate: whether a leader's crash may lose the transactions it   *)
+(* proposed and has not committed.  ZooKeeper's leader sends a PROPOSAL    *)
+(* first (ProposalRequestProcessor: Leader.propose) and logs it after, in  *)
+(* its SyncRequestProcessor, which counts the leader's own ACK only once   *)
+(* the transaction is on disk; a kill -9 in between leaves its log without *)
+(* what its followers logged.  The seed's leader (and zabref's) logs       *)
+(* before it proposes: FALSE.  The validation of ZooKeeper runs overrides  *)
+(* it with TRUE.  Only the tail above lastCommitted may go: the spec's     *)
+(* leader counts itself in every quorum, so what it committed is on its    *)
+(* log (spec/README.md, departure 13).                                     *)
+(***************************************************************************)
+LeaderLogsLate == FALSE
 
 \* The lengths server i's history may keep through a crash: all of it, or with LeaderLogsLate, for a leader in
 \* broadcast, any prefix that keeps what it committed.

@@ -598,55 +598,6 @@ def test_a_zabref_follower_acks_its_last_transaction_at_a_zookeeper_leaders_upto
         assert (first.type, first.sender, first.g) == ("ACK", 2, len(obs.obs)), bad.failure
 
 
-def slow_leader_log(sync_first: bool = True) -> Builder:
-    """Server 2 leads 1 and 3 (epoch 1) and proposes /a; 1 ACKs it and forwards a client's sync; 2 proposes /b and
-    only then commits /a and answers the sync, before the sync's REQUEST could have come after /b (3.8.0 with a zabref
-    server 3, seed 1, observations 9514-9525: ZooKeeper's leader counts its own ACK once its log has the proposal, so
-    1's ACK, taken before that, committed nothing). ``sync_first``: False answers the sync after /b's COMMIT too."""
-    b = Builder({1: (1, 2), 2: (3, 2)})
-    epoch_one(b)
-    for conn in (1, 2):
-        b.send(conn, 2, "PROPOSAL", E1 + 1, txn=txn(E1 + 1, "/a"))
-    b.send(1, 1, "ACK", E1 + 1)
-    b.send(1, 1, "REQUEST", -1, op="sync", session="0x1", cxid=7, request_len=16)
-    for conn in (1, 2):
-        b.send(conn, 2, "PROPOSAL", E1 + 2, txn=txn(E1 + 2, "/b"))
-    b.send(1, 2, "COMMIT", E1 + 1)
-    if sync_first:
-        b.send(1, 2, "SYNC", 0)
-    b.send(2, 2, "COMMIT", E1 + 1)
-    b.send(1, 1, "ACK", E1 + 2)
-    b.send(2, 3, "ACK", E1 + 1)
-    b.send(2, 3, "ACK", E1 + 2)
-    for conn in (1, 2):
-        b.send(conn, 2, "COMMIT", E1 + 2)
-    if not sync_first:
-        b.send(1, 2, "SYNC", 0)
-    return b
-
-
-@pytest.mark.slow
-def test_a_leader_whose_log_is_behind_commits_on_its_own_ack(tmp_path, toolchain_ready, monkeypatch):
-    """With LeaderLogsLate a learner's ACK may commit less than the quorum with the leader would, and the leader's
-    own ACK (LeaderProcessACK(i, i)) commits the rest: the sync 1 forwarded behind its ACK of /a waits for /a alone
-    and is answered at /a's COMMIT, after /b was proposed. Without the leader's own ACK (LeaderLogsLate FALSE for
-    that step: its mutation) no behaviour makes that SYNC; the sync answered after /b is a behaviour too."""
-    from conformance.validate import zkcheck
-    from conformance.validate.zkcheck import validate_observation
-
-    for sync_first in (True, False):
-        r = validate_observation(observe(slow_leader_log(sync_first).decoded()), work=tmp_path)
-        assert r.matched, r.failure
-    text = zkcheck.trace_module
-    monkeypatch.setattr(zkcheck, "trace_module", lambda o, a: text(o, a).replace(
-        "ZooKeeperLeaderLogsLate == TRUE", "ZooKeeperLeaderLogsLate == FALSE"))
-    obs = observe(slow_leader_log().decoded())
-    bad = validate_observation(obs, work=tmp_path)
-    assert not bad.matched and not bad.inconclusive, bad.failure
-    first = obs.obs[bad.frontier - 1]
-    assert (first.type, first.receiver) in {("COMMIT", 1), ("SYNC", 1)}, bad.failure
-
-
 def _fault(b: Builder, blocked: list[list[int]]) -> None:
     b.t += 10
     b.messages.append(Message(b.t, 0, "event", None, None, "", 0, "FAULT", None, {"blocked": blocked}))
