@@ -477,14 +477,21 @@ def cut_off_leader(follower_claims: int = 1) -> Builder:
     <<1, ``follower_claims``>>) and commits /t3 at <<2, 1>>; then 2, healed, follows 1, its ACKEPOCH naming <<1, 3>>,
     and is truncated to <<1, 1>> and sent <<2, 1>> (3.8.5, seed 1, observation 261: the validation had no value for
     such a write and failed there)."""
+    b = _cut_off()
+    _epoch_two(b, follower_claims)
+    _rejoin_truncated(b, 3)
+    return b
+
+
+def _cut_off() -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1, connections 1 and 2) and commits /t1; then its connections end. Connections 3
+    and 4 are 3's and 2's to server 1."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
     epoch_one(b)
     _commit_first(b)
     for conn in (1, 2):
         b.event(conn, "EOF_S2C")
         b.event(conn, "EOF_C2S")
-    _epoch_two(b, follower_claims)
-    _rejoin_truncated(b, 3)
     return b
 
 
@@ -570,12 +577,7 @@ def test_a_zabref_follower_acks_its_last_transaction_at_a_zookeeper_leaders_upto
     def rejoined(ack: int) -> Builder:
         """`cut_off_leader` until server 1 leads epoch 2 with 3, with no write in it; then 2 is truncated to
         <<1, 1>>, which 1 committed at NEWLEADER's quorum and never named in a COMMIT, and sends ACK(``ack``)."""
-        b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
-        epoch_one(b)
-        _commit_first(b)
-        for conn in (1, 2):
-            b.event(conn, "EOF_S2C")
-            b.event(conn, "EOF_C2S")
+        b = _cut_off()
         for conn, f, claims, sync in ((3, 3, 1, "DIFF"), (4, 2, 3, "TRUNC")):
             b.send(conn, f, "FOLLOWERINFO", E1, sid=f)
             b.send(conn, 1, "LEADERINFO", E2)
