@@ -600,6 +600,15 @@ def test_a_zabref_follower_acks_its_last_transaction_at_a_zookeeper_leaders_upto
         assert (first.type, first.sender, first.g) == ("ACK", 2, len(obs.obs)), bad.failure
 
 
+def test_a_recordings_zabref_seats_that_name_no_server_are_refused_with_the_recording():
+    from conformance.zk import WireError
+
+    for seats in (("2",), (4,), (0,)):
+        with pytest.raises(WireError, match="hand-built.zkrec.*zabref seats must be a list of server ids 1..3"):
+            observe(cut_off_leader().decoded(zabref=seats))
+    assert observe(cut_off_leader().decoded(zabref=(2,))).zabref == [2]
+
+
 def _fault(b: Builder, blocked: list[list[int]]) -> None:
     b.t += 10
     b.messages.append(Message(b.t, 0, "event", None, None, "", 0, "FAULT", None, {"blocked": blocked}))

@@ -206,6 +206,9 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
     quorum = {c for c, link in links.items() if link.get("kind") == "quorum"}
     n = int(meta.get("servers") or max([max(link["src"], link["dst"]) for link in links.values()] or [1]))
     end = _end_of_run(decoded, quorum, stop_ns)
+    seats = meta.get("zabref", [])
+    if not isinstance(seats, list) or not all(isinstance(s, int) and 1 <= s <= n for s in seats):
+        raise WireError(str(rec.path), 0, f"META's zabref seats must be a list of server ids 1..{n}, not {seats!r}")
     ignored: dict[str, int] = {}
 
     def skip(why: str) -> None:
@@ -321,7 +324,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
                     and not any(o.type == "LEADERINFO" and o.conn in r.conns for o in obs))
     return Observation(str(rec.path), n, str(meta.get("version", "?")), obs, channels, roles, values, ignored,
                        end, max(epochs + [1]) + unepoched, unseen=unseen,
-                       zabref=[int(s) for s in meta.get("zabref", [])])
+                       zabref=list(seats))
 
 
 #: The proxy reads a held link's bytes at the heal in a burst of reads this close together (ns); a later read is of
