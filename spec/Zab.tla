@@ -583,16 +583,30 @@ LeaderProcessACKNEWLEADER(i, j) ==
 (***************************************************************************)
 (* UPTODATE(commit point): the follower delivers up to the leader's commit *)
 (* point and serves clients.  If its history goes beyond that point, it    *)
-(* ACKs its last transaction: the transactions its sync carried were      *)
-(* never ACKed one by one (NEWLEADER's ACK names only the epoch), and      *)
-(* without this ACK a leader that synced it in BROADCAST would not count   *)
-(* them until a later proposal (spec/README.md, "Liveness").               *)
+(* ACKs each transaction of its epoch after the point, in order: the      *)
+(* transactions its sync carried were never ACKed one by one (NEWLEADER's  *)
+(* ACK names only the epoch), and without these ACKs a leader that synced  *)
+(* it in BROADCAST would not count them until a later proposal            *)
+(* (spec/README.md, "Liveness").  One ACK each, not one of the last: a     *)
+(* ZooKeeper leader counts an ACK for its own proposal only and commits in *)
+(* order (Leader.processAck, tryToCommit), so one ACK of the last left the *)
+(* others waiting for another follower (docs/zookeeper.md, "A zabref       *)
+(* server in a ZooKeeper ensemble", 4); ZooKeeper's follower ACKs each     *)
+(* proposal of its sync through its logging pipeline.                     *)
 (***************************************************************************)
 \* The commit point follower i reads in leader j's UPTODATE(z): z.  A ZooKeeper leader's UPTODATE carries none
-\* (zxid -1; its learner takes the point from the sync's COMMITs), which a zabref follower reads as <<0, 0>>: the
-\* validation of a mixed ensemble overrides this for a zabref follower of a ZooKeeper leader (spec/README.md,
-\* departure 2).
+\* (zxid -1; its learner takes the point from the sync's COMMITs); a zabref follower reads the point its sync named
+\* (zabref/core/node.py, `sync_commit`), and the validation of a mixed ensemble overrides this for a zabref follower
+\* of a ZooKeeper leader with the point the observed sync named (spec/README.md, departure 2).
 UptodatePoint(i, j, z) == z
+
+\* The ACKs of history h's transactions of epoch e after its k-th, in order (a history holds its epochs in order).
+\* Every transaction after a leader's commit point is of its epoch (it commits its whole history when it
+\* establishes the epoch), so the epoch bounds only what a follower ACKs at a point below its epoch (a ZooKeeper
+\* leader's UPTODATE after a sync that named no point the follower holds): not its older epochs' transactions.
+UptodateAcks(h, k, e) ==
+    LET from == Max(k, Cardinality({m \in 1 .. Len(h) : h[m].zxid[1] < e}))
+    IN  [m \in 1 .. Len(h) - from |-> Packet("ACK", h[from + m].zxid, NoData)]
 
 FollowerProcessUPTODATE(i, j) ==
     /\ state[i] = FOLLOWING /\ leader[i] = j /\ zabState[i] = BROADCAST
@@ -603,9 +617,7 @@ FollowerProcessUPTODATE(i, j) ==
            /\ IF k > lastCommitted[i]
               THEN Deliver(i, h, k)
               ELSE UNCHANGED <<lastCommitted, committed>>
-           /\ msgs' = IF k < Len(h)
-                      THEN Send(Discard(msgs, j, i), i, j, Packet("ACK", LastZxid(h), NoData))
-                      ELSE Discard(msgs, j, i)
+           /\ msgs' = SendSeq(Discard(msgs, j, i), i, j, UptodateAcks(h, k, currentEpoch[i]))
     /\ stagedHistory' = [stagedHistory EXCEPT ![i] = <<>>]
     /\ UNCHANGED <<acceptedEpoch, currentEpoch, state, zabState, leader, leaderVars, proposed, established,
                    faults>>

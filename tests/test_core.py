@@ -420,13 +420,20 @@ def test_phase2_step3_quorum_of_newleader_acks_delivers_and_sends_uptodate():
 
 def test_phase2_step4_uptodate_delivers_up_to_the_commit_point():
     """Phase 2, step 4 (UPTODATE carries the leader's commit point): deliver the history up to it, no further, and
-    ACK the last transaction beyond it (the sync carried it; nothing else tells the leader)."""
-    f = follower_in(ZabState.BROADCAST, (t(1, 1), t(1, 2), t(1, 3)), accepted=1, current=1)
-    out = f.receive(1, pkt(P.UPTODATE, z(1, 2)))
-    assert out.deliver == (t(1, 1), t(1, 2)) and f.last_committed == 2
-    assert sent(out) == [(1, P.ACK, z(1, 3))]
+    ACK each transaction of the epoch beyond it, in order (the sync carried them; nothing else tells the leader, and
+    a ZooKeeper leader counts an ACK for its own proposal only). A point that names nothing (a ZooKeeper leader's
+    UPTODATE) leaves the older epochs' transactions un-ACKed."""
+    history = (t(1, 1), t(2, 1), t(2, 2), t(2, 3))
+    f = follower_in(ZabState.BROADCAST, history, accepted=1, current=1)  # the leader's epoch is 2
+    out = f.receive(1, pkt(P.UPTODATE, z(2, 1)))
+    assert out.deliver == (t(1, 1), t(2, 1)) and f.last_committed == 2
+    assert sent(out) == [(1, P.ACK, z(2, 2)), (1, P.ACK, z(2, 3))]
     out = f.receive(1, pkt(P.UPTODATE, z(1, 1)))  # never backwards
-    assert out.deliver == () and f.last_committed == 2 and sent(out) == [(1, P.ACK, z(1, 3))]
+    assert out.deliver == () and f.last_committed == 2
+    assert sent(out) == [(1, P.ACK, z(2, 1)), (1, P.ACK, z(2, 2)), (1, P.ACK, z(2, 3))]
+    nothing = follower_in(ZabState.BROADCAST, history, accepted=1, current=1)
+    out = nothing.receive(1, pkt(P.UPTODATE, 0))
+    assert out.deliver == () and sent(out) == [(1, P.ACK, z(2, 1)), (1, P.ACK, z(2, 2)), (1, P.ACK, z(2, 3))]
     synced = follower_in(ZabState.BROADCAST, (t(1, 1), t(1, 2)), accepted=1, current=1)
     assert synced.receive(1, pkt(P.UPTODATE, z(1, 2))) == Output(deliver=(t(1, 1), t(1, 2)))  # nothing beyond: no ACK
 

@@ -352,7 +352,8 @@ SCENARIOS = (
              "transactions.", _trunc(proposals_behind=False)),
     Scenario("ack-commits-two-at-once", "ci", "seed 000, phase 3, step 3 (COMMIT each proposal a quorum ACKed)",
              "One ACK makes a quorum of two transactions or more at once (a follower synced past an uncommitted "
-             "proposal ACKs only its last), the leader sends a COMMIT for each, in order, and another follower "
+             "proposal ACKs a later PROPOSAL before its UPTODATE ACKs the one its sync carried), the leader sends "
+             "a COMMIT for each, in order, and another follower "
              "takes them one after the other: a ZooKeeper follower applies a COMMIT only to its oldest unapplied "
              "transaction and exits on any other. Failing means one COMMIT of the last, which such a follower "
              "cannot take.",

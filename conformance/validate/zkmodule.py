@@ -75,7 +75,7 @@ def _record(o: Any, n: int) -> str:
     data = o.data if isinstance(o.data, int) else "n/a"
     fields = {"type": o.type, "zxid": o.zxid, "data": data, "cz": o.cz, "cd": o.cd, "ci": o.ci, "s": o.sender,
               "r": o.receiver, "need": o.need, "sk": sync["kind"], "sz": sync["zxid"], "sp": sync["txns"],
-              "nl": sync["newleader"], "e": o.early}
+              "nl": sync["newleader"], "e": o.early, "up": o.up}
     return format_value(fields)
 
 
@@ -278,12 +278,12 @@ ZooKeeperLeaderLogsLate == TRUE
 \\* ... and from 3.9.3 its follower may leave a sync's uncommitted proposals for UPTODATE (NewLeaderDefers): the cfg
 \\* overrides it with this for a recording of such a version
 ZooKeeperNewLeaderDefers == TRUE
-\\* The seats zabref servers took (a mixed ensemble): a zabref follower reads no commit point in a ZooKeeper leader's
-\\* UPTODATE, which carries none (zxid -1), so it delivers nothing there and ACKs its last transaction; a ZooKeeper
-\\* learner takes its point from the sync's COMMITs, which the spec's point stands for. The cfg overrides Zab.tla's
+\\* The seats zabref servers took (a mixed ensemble): a ZooKeeper leader's UPTODATE carries no commit point (zxid -1);
+\\* a zabref follower takes the point its sync named (the DIFF's or SNAP's zxid, then each COMMIT of the sync), which
+\\* the observation of that UPTODATE holds (`up`), and ACKs each transaction of its epoch after it; a ZooKeeper
+\\* learner takes its point from the sync's COMMITs too, which the spec's point stands for. The cfg overrides Zab.tla's
 \\* UptodatePoint with this.
 ZabrefSeats == {{{seats}}}
-ZooKeeperUptodatePoint(i, j, z) == IF i \\in ZabrefSeats /\\ j \\notin ZabrefSeats THEN <<0, 0>> ELSE z
 \\* ZabSync's bound on the syncs under way (a model checker's bound) is no bound here: each ClientSync sends a REQUEST
 \\* that must be an observation, so the recording bounds them, and counting them in every state (a SelectSeq of every
 \\* channel) was nine tenths of TLC's time on a five-server run; the cfg overrides SyncsUnderWay with this
@@ -322,6 +322,12 @@ Z(z) == IF z[1] = Win.epoch /\\ z[2] > 0
 OV(o) == IF o.type = "PROPOSAL" THEN o.data - Win.values ELSE o.data
 ST(txns) == [k \\in 1 .. Len(txns) |-> [zxid |-> Z(txns[k].zxid), value |-> txns[k].value - Win.values]]
 
+\\* (ZabrefSeats, above) A zabref follower's commit point at a ZooKeeper leader's UPTODATE, in the window's coordinates.
+ZooKeeperUptodatePoint(i, j, z) ==
+    IF i \\in ZabrefSeats /\\ j \\notin ZabrefSeats
+    THEN IF tags[j][i] /= <<>> /\\ Head(tags[j][i]) > 0 THEN Z(O(Head(tags[j][i])).up) ELSE <<0, 0>>
+    ELSE z
+
 \\* The spec's packet p is the observed send o (the fields o does not compare are ZooKeeper's own).
 Agree(p, o) == /\\ p.type = o.type
                /\\ IF o.cz THEN p.zxid = Z(o.zxid) ELSE TRUE
@@ -342,14 +348,16 @@ SyncAgree(l, f, new, o) ==
              [] o.sk = "SNAP" -> SubSeq(hl, NumLE(hl, Z(o.sz)) + 1, Len(hl)) = sp
              [] OTHER -> FALSE
 
-\\* A step's one ACK on a -> b that acknowledges no more than the ACK last observed on that pair: the spec's ACK is
-\\* cumulative (LeaderProcessACK keeps the greatest), so its leader takes it and changes nothing, and ZooKeeper's
-\\* learner never sends it (the spec's follower sends one at UPTODATE when its history goes beyond the commit point,
-\\* though it ACKed each PROPOSAL it took after NEWLEADER). It matches no observation and makes none. A zabref server
-\\* sends each ACK its spec step makes: from its seat it is an observation like any other.
+\\* A step's ACKs on a -> b that acknowledge no more than the ACK last observed on that pair: the spec's ACK is
+\\* cumulative (LeaderProcessACK keeps the greatest), so its leader takes them and changes nothing, and ZooKeeper's
+\\* learner does not send them again (the spec's follower sends them at UPTODATE for the transactions after the commit
+\\* point; a 3.8 learner ACKed them when NEWLEADER logged them, before its ACK of NEWLEADER). They match no
+\\* observation and make none. A zabref server sends each ACK its spec step makes: from its seat it is an observation
+\\* like any other.
 Redundant(a, new, c, ch) == /\\ a \\notin ZabrefSeats
-                            /\\ Len(new) = 1 /\\ new[1].type = "ACK" /\\ new[1].zxid[2] > 0 /\\ c > 0
-                            /\\ O(ch[c]).type = "ACK" /\\ ZxidLE(new[1].zxid, Z(O(ch[c]).zxid))
+                            /\\ new /= <<>> /\\ c > 0 /\\ O(ch[c]).type = "ACK"
+                            /\\ \\A k \\in 1 .. Len(new) : /\\ new[k].type = "ACK" /\\ new[k].zxid[2] > 0
+                                                      /\\ ZxidLE(new[k].zxid, Z(O(ch[c]).zxid))
 
 \\* x follows in a role that ended before the run did, and has made every send observed in it.
 Over(x) == state[x] = FOLLOWING /\\ CanLeave(x)
@@ -383,7 +391,8 @@ TagsNext == [a \\in Server |-> [b \\in Server |->
     LET new == NewSends(a, b)
         c == sent[a][b]
     IN  IF new /= <<>> /\\ Over(a) /\\ Acks(new) THEN tags[a][b] \\o [k \\in 1 .. Len(new) |-> 0]
-        ELSE IF new /= <<>> /\\ Redundant(a, new, c, Chan[a][b]) THEN Append(tags[a][b], Chan[a][b][c])
+        ELSE IF new /= <<>> /\\ Redundant(a, new, c, Chan[a][b])
+        THEN tags[a][b] \\o [k \\in 1 .. Len(new) |-> Chan[a][b][c]]
         ELSE IF new /= <<>>
         THEN tags[a][b] \\o [k \\in 1 .. Len(new) |->
                  IF new[1].type \\in SyncHeads THEN Chan[a][b][c + 1] ELSE Chan[a][b][c + k]]

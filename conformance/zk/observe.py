@@ -78,7 +78,7 @@ IGNORED = {
     "ACK-SYNC": "a learner's ACK of a transaction its DIFF or TRUNC carried, which the leader had committed before "
                 "(it sent a COMMIT of that zxid or later first): ZooKeeper's learner logs and ACKs each one, "
                 "Leader.processAck returns at once for a zxid at or below its lastCommitted, and the spec's "
-                "follower sends no such ACK",
+                "follower sends no such ACK (a zabref server's are kept: it sends the ACKs its spec step makes)",
     "COMMIT-IN-SYNC": "a COMMIT between DIFF and NEWLEADER: part of its sync group, which is compared by the history "
                       "it leaves the follower with (the spec's sync COMMITs too, and its follower takes them without "
                       "a change: FollowerProcessCOMMITInSync)",
@@ -122,6 +122,9 @@ class Obs:
     name: str  # ZooKeeper's name of the (first) packet
     sync: dict[str, Any] | None = None  # SYNCGROUP: kind, zxid, txns, newleader (zxid), newleader_offset
     need: list[int] = field(default_factory=list)  # per k in 1..N: sends receiver -> k before this one was read
+    # UPTODATE: the commit point its connection's sync named (its head and COMMITs), which a zabref follower takes
+    # for ZooKeeper's UPTODATE(-1) (zabref.core.node, `sync_commit`)
+    up: list[int] = field(default_factory=lambda: [0, 0])
     early: int = 0  # the search guide's place for it: `_places`
 
     def where(self, path: str = "") -> str:
@@ -248,6 +251,10 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
     acked0: set[int] = set()  # connections whose ACK of NEWLEADER was seen
     synced: dict[int, set[int]] = {}  # connection -> the zxids its sync group carried
     committed: dict[int, int] = {}  # leader -> the greatest zxid it had sent a COMMIT of (in a sync or not)
+    # connection -> the commit point its last sync named, as a zabref follower takes it: the head's zxid (a
+    # ZooKeeper leader's DIFF names its lastProcessedZxid, which the sync's COMMITs reach when the follower lacked
+    # it; its TRUNC a zxid of its committed log; its SNAP its applied tree's), then each COMMIT in the sync
+    sync_point: dict[int, int] = {}
 
     def value(m: Message) -> int:
         key = _txn_key(m.fields)
@@ -268,6 +275,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
                 continue
             if name == "COMMIT":
                 committed[m.sender or 0] = max(committed.get(m.sender or 0, -1), zxid)
+                sync_point[m.conn] = zxid
                 skip("COMMIT-IN-SYNC")
                 continue
             if name == "NEWLEADER":
@@ -279,7 +287,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
         if name == "COMMIT" and m.direction == "s2c":
             committed[m.sender or 0] = max(committed.get(m.sender or 0, -1), zxid)
         if (name == "ACK" and m.direction == "c2s" and zxid & 0xFFFFFFFF != 0 and zxid in synced.get(m.conn, ())
-                and committed.get(m.receiver or 0, -1) >= zxid):
+                and committed.get(m.receiver or 0, -1) >= zxid and m.sender not in seats):
             skip("ACK-SYNC")
             continue
         if name == "ACK" and zxid & 0xFFFFFFFF == 0 and m.direction == "c2s":
@@ -297,7 +305,10 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
             data = value(m)
         o = Obs(0, 0, m.sender or 0, m.receiver or 0, name, zxid_pair(zxid), data, cz, cd, m.conn, m.direction,
                 m.offset, m.t_ns, name)
+        if name == "UPTODATE":
+            o.up = zxid_pair(sync_point.get(m.conn, 0))
         if name in SYNC_HEADS:
+            sync_point[m.conn] = max(zxid, 0)
             o.type = SYNC_GROUP
             o.sync = {"kind": name, "zxid": zxid_pair(zxid), "txns": [], "newleader": None, "newleader_offset": None}
             sync_open[m.conn] = o

@@ -227,18 +227,20 @@ class FollowerActions(CoreState):
 
     def follower_process_uptodate(self, j: int, packet: QuorumPacket) -> Output:
         """FollowerProcessUPTODATE(i, j) -- seed 000, phase 2, step 4: deliver up to the leader's commit point and
-        start serving clients. If the history goes beyond that point, ACK its last transaction: the sync's
-        transactions were never ACKed one by one, and a leader that synced this follower in BROADCAST would not
-        count them until a later proposal (spec/README.md, "Liveness")."""
+        start serving clients. If the history goes beyond that point, ACK each transaction of this epoch after it, in
+        order (`UptodateAcks`): the sync's transactions were never ACKed one by one, a leader that synced this
+        follower in BROADCAST would not count them until a later proposal (spec/README.md, "Liveness"), and a
+        ZooKeeper leader counts an ACK for its own proposal only (docs/zookeeper.md, "A zabref server in a ZooKeeper
+        ensemble", 4)."""
         self._require(j, packet, ZabState.BROADCAST)
         if packet.type != PacketType.UPTODATE:
             self._reject(j, packet, "expected UPTODATE")
         deliver = self._deliver_upto(j, packet, allow_zero=True)
-        # IndexOf(history, zxid) < Len(history), without a second scan: `_deliver_upto` refused a zxid the history
-        # lacks (but 0), and zxids in a history are distinct, so the point is short of the end iff it is not the last
-        if self.history and self.history[-1].zxid != packet.zxid:
-            return Output(deliver=deliver, send=((j, QuorumPacket(PacketType.ACK, self.history[-1].zxid)),))
-        return Output(deliver=deliver)
+        k = self.index_of(self.history, packet.zxid)
+        # the transactions of older epochs: a history holds its epochs in order
+        older = bisect.bisect_left(self.history, make_zxid(self.current_epoch, 0), key=lambda t: t.zxid)
+        acks = tuple((j, QuorumPacket(PacketType.ACK, t.zxid)) for t in self.history[max(k, older):])
+        return Output(deliver=deliver, send=acks)
 
     # ------------------------------------------------------------------------------------------ phase 3
 

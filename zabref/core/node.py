@@ -182,11 +182,12 @@ class Node(ClientRequests, ZkClients):
         elif packet.type in _SYNC_HEADS:
             staged = self.core.staged_history
             # the leader's commit point as the sync's head says it: a DIFF names it (seed 000's lastCommittedZxid,
-            # ZooKeeper's lastProcessedZxid) when this follower holds it; a SNAP (ZooKeeper's: its applied tree)
-            # carries committed transactions only; a TRUNC names none (its COMMITs do)
-            diff, snap = packet.type == PacketType.DIFF, packet.type == PacketType.SNAP
-            self.sync_commit = (packet.zxid if diff and self.core.index_of(staged, packet.zxid)
-                                else staged[-1].zxid if snap and staged else 0)
+            # ZooKeeper's lastProcessedZxid) and a ZooKeeper leader's TRUNC too (LearnerHandler.syncFollower
+            # truncates to maxCommittedLog or to a zxid of its committed log), when this follower holds it (else the
+            # sync's COMMITs name it); a SNAP (ZooKeeper's: its applied tree) carries committed transactions only
+            snap = packet.type == PacketType.SNAP
+            self.sync_commit = (staged[-1].zxid if snap and staged
+                                else packet.zxid if not snap and self.core.index_of(staged, packet.zxid) else 0)
         return out.build()
 
     def _zookeeper_sync(self, packet: QuorumPacket) -> QuorumPacket:
