@@ -25,6 +25,7 @@ from zabref.core import payloads, zktxn
 from zabref.core.effects import Effects, Timing
 from zabref.core.node import Node
 from zabref.core.packets import LearnerInfo, PacketType, QuorumPacket, ServerState
+from zabref.core.types import Txn
 from zabref.core.zab import Persistent
 from zabref.errors import RemoteProtocolError
 from zabref.net import wire
@@ -441,7 +442,7 @@ def test_a_follower_of_a_zookeeper_leader_delivers_at_uptodate_what_its_sync_com
     Each COMMIT right after its PROPOSAL is FollowerProcessCOMMITInSync (nothing changes, nothing is logged), the node
     notes its zxid, and takes UPTODATE(-1) as FollowerProcessUPTODATE of that point:
     the committed transactions are delivered, the outstanding one (sent without a COMMIT) is not, and the follower
-    ACKs its last transaction as the spec's does."""
+    ACKs it as the spec's does (each transaction after the point)."""
     node = _syncing_from_zookeeper()
     z = [E1 | k for k in (1, 2, 3)]
     sync = [QuorumPacket(PacketType[head], z[1] if head == "DIFF" else 0)]
@@ -463,6 +464,28 @@ def test_a_follower_of_a_zookeeper_leader_delivers_at_uptodate_what_its_sync_com
     assert [(peer, p.type, p.zxid) for peer, p in effects.send] == [(2, PacketType.ACK, z[2])]
     node.packet(2, QuorumPacket(PacketType.COMMIT, z[2]), 0.4)  # in broadcast: the spec's FollowerProcessCOMMIT
     assert node.core.last_committed == 3
+
+
+def test_a_zookeeper_leaders_trunc_names_a_committed_point_and_each_outstanding_proposal_is_acked() -> None:
+    """ZooKeeper truncates a learner only to a zxid of its committed log (LearnerHandler.syncFollower: maxCommittedLog
+    or a committed proposal's), so a TRUNC to a zxid the follower holds is the point UPTODATE(-1) stands for; the
+    proposals after it, sent without COMMITs, are outstanding, and the follower ACKs each, in order: a ZooKeeper
+    leader counts an ACK for its own proposal only and commits in order (docs/zookeeper.md, "A zabref server in a
+    ZooKeeper ensemble", 4). Before: no point (nothing delivered) and one ACK of the last."""
+    e2 = 2 << 32
+    history = tuple(Txn(E1 | k, _zk_txn(E1 | k, f"/o{k}")) for k in (1, 2))
+    node = Node(1, (1, 2, 3), Persistent(history, 1, 1), Timing(tick_s=0.05, init_limit=10, sync_limit=5))
+    node.start(0.0)
+    decide(node, 2, 0.0)
+    node.packet(2, QuorumPacket(PacketType.LEADERINFO, e2, payloads.encode_leaderinfo_data(0x10000)), 0.0)
+    node.packet(2, QuorumPacket(PacketType.TRUNC, E1 | 1), 0.1)
+    assert node.sync_commit == E1 | 1
+    for k in (1, 2):
+        node.packet(2, QuorumPacket(PacketType.PROPOSAL, e2 | k, _zk_txn(e2 | k, f"/n{k}")), 0.1)
+    node.packet(2, QuorumPacket(PacketType.NEWLEADER, e2, b"server.1=..."), 0.2)
+    effects = node.packet(2, QuorumPacket(PacketType.UPTODATE, -1), 0.3)
+    assert [t.zxid for t in effects.deliver] == [E1 | 1] and node.core.last_committed == 1
+    assert [(peer, p.type, p.zxid) for peer, p in effects.send] == [(2, PacketType.ACK, e2 | k) for k in (1, 2)]
 
 
 def test_a_zookeeper_leaders_snap_is_committed_state_and_a_stray_commit_is_still_refused() -> None:

@@ -279,7 +279,7 @@ ZooKeeperLeaderLogsLate == TRUE
 \\* overrides it with this for a recording of such a version
 ZooKeeperNewLeaderDefers == TRUE
 \\* The seats zabref servers took (a mixed ensemble): a ZooKeeper leader's UPTODATE carries no commit point (zxid -1);
-\\* a zabref follower takes the point its sync named (the DIFF's or SNAP's zxid, then each COMMIT of the sync), which
+\\* a zabref follower takes the point its sync named (the sync head's zxid, then each COMMIT of the sync), which
 \\* the observation of that UPTODATE holds (`up`), and ACKs each transaction of its epoch after it; a ZooKeeper
 \\* learner takes its point from the sync's COMMITs too, which the spec's point stands for. The cfg overrides Zab.tla's
 \\* UptodatePoint with this.
