@@ -339,6 +339,23 @@ def test_a_proxied_config_lists_itself_at_the_wildcard_and_the_others_at_proxy_p
     assert "<file>/x/server.log</file>" in render_logback(Path("/x/server.log"))
 
 
+def test_the_proxy_presents_its_own_port_in_an_election_connections_initial_message():
+    """ZooKeeper dials a smaller id back at the address its initial message advertises (QuorumCnxManager
+    .handleConnection); the proxy puts there the proxy port at which the target reaches the connector, so the
+    dial-back is proxied and recorded too. Partial messages wait; an old server's bare sid and bytes of no such
+    message pass as they came."""
+    from conformance.zk.proxy import advertised
+
+    text = b"0.0.0.0:20012"
+    initial = LONG.pack(-65536) + LONG.pack(2) + INT.pack(len(text)) + text
+    after = LONG.pack(-65536) + LONG.pack(2) + INT.pack(15) + b"127.0.0.1:20047"
+    assert advertised(initial + b"vote", 20047) == after + b"vote"
+    assert all(advertised(initial[:k], 20047) is None for k in range(len(initial)))
+    assert advertised(LONG.pack(2) + b"rest", 20047) == LONG.pack(2) + b"rest"
+    huge = LONG.pack(-65536) + LONG.pack(2) + INT.pack(1 << 20)
+    assert advertised(huge, 20047) == huge
+
+
 def test_versions_unknown_cached_and_failing_mvn(tmp_path, monkeypatch):
     from conformance.zk import versions
 

@@ -16,6 +16,12 @@ read from TCP_INFO) it is closed without ever reaching the target, as a connecti
 b)`` blocks both directions, ``cut(a, b, both=False)`` only a -> b; ``isolate(a)`` blocks every pair with a;
 ``heal`` lifts some or all. Each change is a FAULT record with the blocked set after it.
 
+An election connection opens with QuorumCnxManager's initial message, which carries the connector's election
+address; a server that drops a smaller id's dial dials back to that address (`handleConnection`), which is the
+connector's own port, so the dial-back would bypass the proxy and go unrecorded (a zabref member, started before the
+JVMs, dials first and was reached so; docs/zookeeper.md). The proxy presents in its place the proxy port at which the
+target reaches the connector (`advertised`), and records the message as it passed it on.
+
 A target that refuses (a killed server) gets the connector's connection closed. A slow reader slows its writer: when
 a socket's write buffer fills, the proxy stops reading the other socket until it drains. ``stop()`` closes every
 listener and connection, ends the loop and the thread, and closes the recording; it is idempotent, and the
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -35,9 +42,34 @@ from conformance.zk import ZkEnsembleError
 from conformance.zk.ports import Link
 from conformance.zk.recording import Kind, RecordingWriter
 
-__all__ = ["Proxy"]
+__all__ = ["Proxy", "advertised"]
 
 TCP_ESTABLISHED = 1
+#: QuorumCnxManager's initial message: protocol version (negative: -65536 or -65535), sid, the length of the address
+#: text, the text. A first long that is not negative is an old server's bare sid, which carries no address.
+_INITIAL_HEAD = struct.Struct(">qqi")
+#: The longest address text passed on rewritten; a longer one (ZooKeeper refuses above 4096) is passed on as it came.
+_MAX_ADDRESS = 4096
+
+
+def advertised(head: bytes, port: int) -> bytes | None:
+    """The first bytes ``head`` of an election connection with the address its initial message advertises replaced
+    by ``127.0.0.1:port``; None while the message is not whole yet. Bytes that are no such message come back as
+    they are (the target judges them)."""
+    if len(head) < 8:
+        return None
+    if struct.unpack_from(">q", head)[0] >= 0:
+        return head
+    if len(head) < _INITIAL_HEAD.size:
+        return None
+    version, sid, n = _INITIAL_HEAD.unpack_from(head)
+    if not 0 <= n <= _MAX_ADDRESS:
+        return head
+    end = _INITIAL_HEAD.size + n
+    if len(head) < end:
+        return None
+    text = f"127.0.0.1:{port}".encode()
+    return _INITIAL_HEAD.pack(version, sid, len(text)) + text + head[end:]
 
 
 def _now() -> int:
@@ -81,6 +113,8 @@ class _Conn:
         self.held = False  # accepted while its pair was blocked: not connected on at once
         self.eofs: set[str] = set()
         self.closed = False
+        # an election connection's first bytes from its connector, until its initial message is whole (`advertised`)
+        self.initial: bytearray | None = bytearray() if link.kind == "election" else None
 
     # -- which way is blocked
     def blocked(self, role: str) -> bool:
@@ -148,12 +182,22 @@ class _Conn:
         self.apply_faults()
 
     def data(self, role: str, data: bytes) -> None:
+        if role == "c" and self.initial is not None:
+            self.initial += data
+            back = self.proxy.reaching(self.link.dst, self.link.src, "election")
+            whole = advertised(bytes(self.initial), back.listen) if back is not None else bytes(self.initial)
+            if whole is None:
+                return
+            data, self.initial = whole, None
         self.proxy.record(Kind.DATA_C2S if role == "c" else Kind.DATA_S2C, self.id, data)
         other = self.t.get("s" if role == "c" else "c")
         if other is not None and not other.is_closing():
             other.write(data)
 
     def eof(self, role: str) -> None:
+        if role == "c" and self.initial:  # an initial message cut short: what came is passed on as it came
+            head, self.initial = bytes(self.initial), None
+            self.data(role, head)
         self.proxy.record(Kind.EOF_C2S if role == "c" else Kind.EOF_S2C, self.id)
         self.eofs.add(role)
         other = self.t.get("s" if role == "c" else "c")
@@ -219,6 +263,10 @@ class Proxy:
             except OSError as e:
                 raise ZkEnsembleError(f"proxy cannot listen on 127.0.0.1:{link.listen} for {link.name}: {e}") from e
             self._servers.append(server)
+
+    def reaching(self, src: int, dst: int, kind: str) -> Link | None:
+        """The link by which server ``src`` reaches ``dst``'s ``kind`` port."""
+        return next((k for k in self.links if (k.src, k.dst, k.kind) == (src, dst, kind)), None)
 
     def _accept(self, link: Link) -> _Side:
         self.accepted += 1
