@@ -48,8 +48,10 @@ Each step of the trace is one of three kinds:
 A message the real server sends that the spec's step does not, and one the spec sends that it does not, is a
 departure, reported with the step's index, action and what was expected and seen -- unless it is one decided in
 `DECIDED` (ZooKeeper's follower acknowledges UPTODATE; the spec's follower does not, and its leader would ignore the
-ACK). A step the driver cannot force yet ends the replay as *stopped*, with the step and why: the traces that stop
-say what the driver still lacks. Every wait is bounded. Each outcome says what it reached of its trace (`reach`),
+ACK), or the order `EARLY_ACK` (ZOOKEEPER-4685: on the versions of `acks_before_newleader`, an ACK of a proposal of
+the sync may overtake the ACK of NEWLEADER; it is noted and compared at the step whose message it is). A step the
+driver cannot force yet ends the replay as *stopped*, with the step and why: the traces that stop say what the
+driver still lacks. Every wait is bounded. Each outcome says what it reached of its trace (`reach`),
 which `conformance.zk.coverage` sums into the run's coverage.
 """
 
@@ -73,12 +75,12 @@ from conformance.zk.observe import IGNORED, zxid_pair
 from conformance.zk.payloads import decode_data
 from conformance.zk.played import LEARNER_PROTOCOL, ElectionLink, PlayedLeader, QuorumLink, newleader_config
 from conformance.zk.snapshot import write_snapshot
-from conformance.zk.versions import model_of
+from conformance.zk.versions import acks_before_newleader, model_of
 from zabref.core import payloads, zktxn
 from zabref.net.zkwire import ZkNotification
 
-__all__ = ["Outcome", "DECIDED", "sut_of", "seats_of", "replay_trace", "reach", "zxid_of", "sync_result", "run_traces",
-           "summary", "model_note"]
+__all__ = ["Outcome", "DECIDED", "EARLY_ACK", "sut_of", "seats_of", "replay_trace", "reach", "zxid_of", "sync_result",
+           "run_traces", "summary", "model_note"]
 
 #: What ZooKeeper sends that the spec does not, decided one by one: (after the SUT's step, message) -> why.
 DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLeader acknowledges UPTODATE with the "
@@ -86,6 +88,12 @@ DECIDED = {("FollowerProcessUPTODATE", "ACK"): "ZooKeeper's Learner.syncWithLead
                                                "past NEWLEADER's quorum ignores the ACK. After a NEWLEADER that left "
                                                "proposals staged (NewLeaderDefers, 3.9.3+), ZooKeeper logs and ACKs "
                                                "each one, the spec the last only, which covers the others"}
+#: A reordering decided as a ZooKeeper bug: the versions of `acks_before_newleader` log a sync's proposals at NEWLEADER
+#: through the SyncRequestProcessor, whose ACK of one may overtake the QuorumPeer thread's ACK of NEWLEADER -- a race
+#: inside the server that nothing outside steers. Such an ACK of a transaction the spec's follower holds after its
+#: NEWLEADER is noted and compared at the step that sends it (UPTODATE's, `UptodateAcks`).
+#: ZOOKEEPER-4785's fix (3.8.5, 3.9.2) removed the race.
+EARLY_ACK = "ZOOKEEPER-4685"
 #: What a follower sends its leader for its clients, and the leader's answer to a sync: no step of the traces
 #: replayed here (Zab.tla's; validation keeps a sync's REQUEST and SYNC, against ZabSync.tla). A client of the real
 #: server (the driver's, once it led) reconnects to it as a follower and its session is revalidated.
@@ -205,6 +213,9 @@ class _Replay:
         except SpecFormatError as e:
             raise SpecFormatError(f"trace {trace_name(trace)} names its model {trace.header.config!r}: {e}") from None
         self.sync_open = 0  # proposals of the sync in progress sent without a COMMIT
+        # the real server's version may ACK a proposal of its sync before it ACKs NEWLEADER (ZOOKEEPER-4685's order)
+        self.version = ensemble.distribution.version
+        self.acks_early = acks_before_newleader(self.version)
 
     # -------------------------------------------------------------------------------------------- set-up
 
@@ -497,7 +508,10 @@ class _Replay:
         if head["type"] in ("PROPOSAL", "COMMIT"):
             self.leaders[j].zxid = max(self.leaders[j].zxid, zxid_of(head["zxid"]))
         new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]
-        await self._expect(new, action)
+        early = set()
+        if action == "FollowerProcessNEWLEADER" and self.acks_early:
+            early = {zxid_of(t["zxid"]) for t in after["history"][self.sut - 1]}
+        await self._expect(new, action, early=early)
         if action == "FollowerProcessCOMMIT":  # in a sync, a COMMIT is applied when ZooKeeper's follower chooses
             await self._applied(after)
 
@@ -537,11 +551,12 @@ class _Replay:
                         f"3.9.3+ follower {self.sync_open} (the proposals it did not COMMIT)")
 
     async def _expect(self, expected: list[dict[str, Any]], action: str, link: QuorumLink | None = None,
-                      sync: tuple[list, list] | None = None) -> None:
+                      sync: tuple[list, list] | None = None, early: set[int] | frozenset[int] = frozenset()) -> None:
         """Read what the real server sends on ``link`` (default: to its leader) until it has sent ``expected`` (in
         order); decided extras are noted. A synchronization the spec sends (DIFF, TRUNC or SNAP through NEWLEADER)
         is compared by what it leaves the follower with (`_expect_sync`); ``sync``: the follower's and the leader's
-        histories before the step."""
+        histories before the step. ``early``: zxids whose ACK may come before an ACK the spec sends here, read
+        then handed back to the link for the step that sends it (`EARLY_ACK`)."""
         link = link or self.quorum
         assert link is not None
         k = 0
@@ -555,8 +570,14 @@ class _Replay:
                 await self._expect_sync(expected[k - 1:end + 1], link, *sync)
                 k = end + 1
                 continue
+            ahead: list[tuple[str, Any]] = []
             while True:
                 name, got = await link.recv(REPLY_TIMEOUT)
+                if name == "ACK" == m["type"] and got.zxid != zxid_of(m["zxid"]) and got.zxid in early:
+                    ahead.append((name, got))
+                    self.outcome.decided.append(f"{action}: ACK 0x{got.zxid:x} before the ACK of NEWLEADER "
+                                                f"0x{zxid_of(m['zxid']):x} ({EARLY_ACK}, {self.version})")
+                    continue
                 if (action, name) in DECIDED and not (name == m["type"] and got.zxid == zxid_of(m["zxid"])):
                     self.outcome.decided.append(f"{action}: {name} 0x{got.zxid & (1 << 64) - 1:x}")
                     continue
@@ -567,6 +588,7 @@ class _Replay:
             if name != m["type"] or (got.zxid != zxid_of(m["zxid"]) and name not in ZXID_UNREAD):
                 raise _Departure(f"the spec sends {m['type']} zxid {m['zxid']}; ZooKeeper sent {name} "
                                  f"0x{got.zxid & (1 << 64) - 1:x}")
+            link.hand_back(ahead)
             fields = decode_data(got.type, got.data, False, name)
             if name == "FOLLOWERINFO" and fields.get("sid") != self.zk_id[self.sut]:
                 raise _Departure(f"FOLLOWERINFO names server {fields.get('sid')}")

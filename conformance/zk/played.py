@@ -105,6 +105,11 @@ class QuorumLink(_Link):
         self.from_leader = from_leader
         self.snapshot: dict | None = None
         self._tree_next = False
+        self.held: list[tuple[str, RawPacket]] = []  # read, then handed back to be read again (`hand_back`)
+
+    def hand_back(self, packets: list[tuple[str, RawPacket]]) -> None:
+        """Packets `recv` returned that belong to a later step: the next calls return them first, in order."""
+        self.held[:0] = packets
 
     def send(self, ptype: str, zxid: int, data: bytes | None = None) -> None:
         number = next(k for k, v in zkwire.PACKET_TYPES.items() if v == ptype)
@@ -112,7 +117,9 @@ class QuorumLink(_Link):
 
     async def recv(self, timeout: float = 10.0, *, skip_pings: bool = True) -> tuple[str, RawPacket]:
         """The next packet (its name and the packet) within ``timeout``; the learner's PINGs are skipped unless asked
-        for (they do not extend the wait)."""
+        for (they do not extend the wait). Packets handed back (`hand_back`) come first."""
+        if self.held:
+            return self.held.pop(0)
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         while True:

@@ -36,8 +36,9 @@ from typing import Callable
 from conformance.tla.javac import cache_root
 from conformance.zk import ZkFetchError
 
-__all__ = ["DEBIAN_VERSION", "MAVEN_VERSIONS", "SUPPORTED", "Distribution", "apt_install", "available", "cache_root",
-           "cached", "defers", "ensure_zookeeper", "fetch", "find_classpath", "install_failed", "model_of", "resolve"]
+__all__ = ["ACKS_BEFORE_NEWLEADER", "DEBIAN_VERSION", "MAVEN_VERSIONS", "SUPPORTED", "Distribution",
+           "acks_before_newleader", "apt_install", "available", "cache_root", "cached", "defers", "ensure_zookeeper",
+           "fetch", "find_classpath", "install_failed", "model_of", "resolve"]
 
 DEBIAN_VERSION = "3.8.0"
 MAVEN_VERSIONS = tuple([f"3.8.{n}" for n in range(3, 8)] + [f"3.9.{n}" for n in range(0, 6)])
@@ -46,14 +47,33 @@ SUPPORTED = (DEBIAN_VERSION, *MAVEN_VERSIONS)
 DEFERS_FROM = (3, 9, 3)
 
 
+#: The versions whose follower logs its sync's proposals at NEWLEADER through its SyncRequestProcessor, which ACKs
+#: each as it is flushed while the QuorumPeer thread goes on to ACK NEWLEADER (`Learner.syncWithLeader`'s
+#: `fzk.logRequest` loop, read in the released source): [first, end) pairs. ZOOKEEPER-4785's fix (PR 2111; 3.8.5,
+#: 3.9.2) appends them and ACKs them at UPTODATE instead.
+ACKS_BEFORE_NEWLEADER = (((3, 8, 0), (3, 8, 5)), ((3, 9, 0), (3, 9, 2)))
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in version.split("."))
+    except ValueError:
+        return None
+
+
+def acks_before_newleader(version: str) -> bool:
+    """Whether ZooKeeper ``version``'s follower may ACK a proposal of its sync before it ACKs NEWLEADER, the order
+    ZOOKEEPER-4685 describes (`ACKS_BEFORE_NEWLEADER`); a version that is not a release number does not."""
+    v = _release(version)
+    return v is not None and any(first <= v < end for first, end in ACKS_BEFORE_NEWLEADER)
+
+
 def defers(version: str) -> bool:
     """Whether ZooKeeper ``version``'s follower may leave a sync's uncommitted proposals for UPTODATE (Zab.tla's
     NewLeaderDefers, spec/README.md departure 12: 3.9.3 and later); a version that is not a release number (a
     hand-built recording's) does not."""
-    try:
-        return tuple(int(x) for x in version.split(".")) >= DEFERS_FROM
-    except ValueError:
-        return False
+    v = _release(version)
+    return v is not None and v >= DEFERS_FROM
 
 
 def model_of(version: str) -> str:
