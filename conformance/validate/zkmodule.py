@@ -364,17 +364,24 @@ Over(x) == state[x] = FOLLOWING /\\ CanLeave(x)
 
 Acks(new) == \\A k \\in 1 .. Len(new) : new[k].type = "ACK"
 
+\\* a's sends to b, a follower whose role is over (`Over`), once every send a -> b observed in that role is made:
+\\* lost, never taken. A leader that read its follower's ACK commits and writes the COMMIT after the follower closed
+\\* the connection (the proxy leaves such bytes out: AFTER-CLOSE); the spec's leader sends it while the follower is
+\\* still in its role, which the follower leaves before taking it.
+Lost(a, b) == Over(b) /\\ sent[a][b] >= RoleRecvs[b][rc[b]][a]
+
 \\* The new value of sent[a][b] after this step, or -1 when its sends on a -> b are not the next observations. An ACK
 \\* of a follower whose role is over (`Over`: every send observed in it made) is lost: tagged 0, never taken, gone
 \\* when a GoLooking empties the channel. A follower killed after it logged a PROPOSAL and before the proxy read its
 \\* ACK is such a run: the kernel resets a killed process's connections, and what was still in its send buffer is
-\\* gone (its ACKEPOCH later names the transaction). Lost sends of a leader are not taken yet.
+\\* gone (its ACKEPOCH later names the transaction). A leader's sends to such a follower are lost too (`Lost`).
 Adv(a, b) ==
     LET new == NewSends(a, b)
         c == sent[a][b]
         ch == Chan[a][b]
     IN  IF new = <<>> THEN c
         ELSE IF Over(a) /\\ Acks(new) THEN c
+        ELSE IF Lost(a, b) THEN c
         ELSE IF Redundant(a, new, c, ch) THEN c
         ELSE IF c + 1 > Len(ch) THEN -1
         ELSE IF new[1].type \\in SyncHeads
@@ -390,7 +397,7 @@ Leaves(x) == state[x] = LOOKING /\\ state'[x] /= LOOKING
 TagsNext == [a \\in Server |-> [b \\in Server |->
     LET new == NewSends(a, b)
         c == sent[a][b]
-    IN  IF new /= <<>> /\\ Over(a) /\\ Acks(new) THEN tags[a][b] \\o [k \\in 1 .. Len(new) |-> 0]
+    IN  IF new /= <<>> /\\ ((Over(a) /\\ Acks(new)) \\/ Lost(a, b)) THEN tags[a][b] \\o [k \\in 1 .. Len(new) |-> 0]
         ELSE IF new /= <<>> /\\ Redundant(a, new, c, Chan[a][b])
         THEN tags[a][b] \\o [k \\in 1 .. Len(new) |-> Chan[a][b][c]]
         ELSE IF new /= <<>>
