@@ -366,6 +366,41 @@ def test_a_followers_ack_lost_when_it_was_killed_is_a_behaviour_and_a_zxid_it_ne
     assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 4], 3), bad.failure
 
 
+def lost_commit(acked: bool = True) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1) and proposes one transaction; 3 ACKs it (``acked``: else its ACK never
+    reached the proxy) and its connection ends; 2 commits it and the COMMIT shows only on 1's connection (the one
+    to 3 was written after the close, AFTER-CLOSE); 1 ACKs it after; 3 comes back naming it."""
+    b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 2)})
+    epoch_one(b)
+    for conn in (1, 2):
+        b.send(conn, 2, "PROPOSAL", E1 + 1, txn=txn(E1 + 1, "/t1"))
+    if acked:
+        b.send(2, 3, "ACK", E1 + 1)
+    b.event(2, "EOF_C2S")
+    b.event(2, "EOF_S2C")
+    b.send(1, 2, "COMMIT", E1 + 1)
+    b.send(1, 1, "ACK", E1 + 1)
+    rejoin(b, 3, E1 + 1, E1 + 1)
+    return b
+
+
+@pytest.mark.slow
+def test_a_leaders_commit_to_a_follower_that_closed_is_lost_and_a_commit_without_a_quorum_is_not(tmp_path,
+                                                                                                toolchain_ready):
+    """docs/zookeeper.md, "Lost sends of a leader" (`Lost`): the leader commits on the ACK of a follower whose
+    connection then ends, and its COMMIT to that follower never shows; without the rule this run fails at the COMMIT
+    to 1. The same run without 3's ACK is still rejected there: no quorum had acknowledged the transaction."""
+    from conformance.validate.zkcheck import validate_observation
+
+    ok = validate_observation(observe(lost_commit().decoded()), work=tmp_path)
+    assert ok.matched, ok.failure
+    early = observe(lost_commit(acked=False).decoded())
+    bad = validate_observation(early, work=tmp_path)
+    assert not bad.matched and not bad.inconclusive, bad.failure
+    first = early.obs[bad.frontier - 1]
+    assert (first.type, first.zxid, first.sender, first.receiver) == ("COMMIT", [1, 1], 2, 1), bad.failure
+
+
 def stale_follower(hole: bool) -> Builder:
     """Server 2 leads 1 and 3 (epoch 1); 3 logs and ACKs the first transaction and its connection ends; 2 broadcasts
     three more with 1; 3 comes back naming <<1, 1>> and is synced by a DIFF of <<1, 2>> to <<1, 4>> -- or, ``hole``,
