@@ -38,7 +38,9 @@ TLC"): a follower's receive that sends nothing (its sync's packets before NEWLEA
 can be (``Eager``: no behaviour that makes the run is lost); a spec ACK that repeats the last ACK observed on its pair
 matches nothing (``Redundant``: ZooKeeper's learner never sends it, the spec's leader ignores it; a zabref server's
 seat, in a mixed ensemble, sends it); and an ACK of a
-follower whose role is over is lost (``Over``: a learner killed after it logged a PROPOSAL, before its ACK left).
+follower whose role is over is lost (``Over``: a learner killed after it logged a PROPOSAL, before its ACK left), and
+so is a leader's send to it once every send to it observed in that role is made (``Lost``: a COMMIT written after
+the follower closed the connection).
 
 Bounds come from the run: N servers, MaxTxns the distinct transactions observed, MaxEpoch the greatest epoch a
 leader proposed (plus one per leading role that never proposed one), MaxFaults the number of roles (a fault is an
