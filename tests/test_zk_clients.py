@@ -158,3 +158,117 @@ def test_session_ids_carry_the_servers_id_in_their_top_byte_and_fit_a_long(sid: 
     assert -(1 << 63) <= first < (1 << 63) and second == first + 1 and timeout == 2000  # 20 ticks of 100 ms
     assert (first & (1 << 64) - 1) >> 56 == sid & 0xFF
     zkclientwire.encode_connect_response(timeout, first, port.sessions[first][0])  # fits the wire
+
+
+# ------------------------------------------------------------------------------------------------ the session's pipe
+
+
+def _request(xid: int, op: int, record: bytes = b"") -> bytes:
+    return wire.frame(struct.pack(">ii", xid, op) + record)
+
+
+def _path(path: str, watch: bool = False) -> bytes:
+    return struct.pack(">i", len(path)) + path.encode() + bytes([watch])
+
+
+class _Writer:
+    """A StreamWriter that keeps what each write call was given."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.transport = SimpleNamespace(get_write_buffer_size=lambda: 0)
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    async def drain(self) -> None:
+        pass
+
+
+def _replies(data: bytes) -> list[tuple[int, int, int]]:
+    """(xid, zxid, err) of each reply frame in ``data``."""
+    frames = wire.FrameDecoder(1 << 20, "replies").feed(data)
+    return [struct.unpack(">iqi", f[:16]) for f in frames]
+
+
+def _piped(requests: bytes, answers: list[dict], timeout_ms: int = 4000, eof: bool = True,
+           waits: int = 1) -> tuple[_Writer, list, list[asyncio.Future], BaseException | None]:
+    """A session's requests through `ZkClientPort._requests` with a stand-in server: each write's future is
+    answered from ``answers`` in turn, after ``waits`` checks that nothing was written before it was."""
+    events: list = []
+    config = parse_config(_config(20000, "/tmp/unused"), "zk.toml")
+
+    def zk_read(op: int, path: str) -> dict:
+        events.append(("read", path))
+        return {"zk": {"err": 0, "zxid": 5, "op": "getData", "data": b"v", "stat": tuple(range(11))}}
+
+    async def run() -> tuple:
+        submitted: list[asyncio.Future] = []
+
+        def submit(make):
+            submitted.append(asyncio.get_running_loop().create_future())
+            return submitted[-1]
+
+        host = SimpleNamespace(config=config, node=SimpleNamespace(committed_zxid=5, zk_read=zk_read), submit=submit)
+        reader, writer = asyncio.StreamReader(), _Writer()
+        reader.feed_data(requests)
+        if eof:
+            reader.feed_eof()
+        task = asyncio.create_task(ZkClientPort(host, 1)._requests(reader, writer, wire.FrameDecoder(1 << 20, "t"),
+                                                                    [], 7, timeout_ms, "client"))
+        for answer in answers:
+            for _ in range(waits):
+                await asyncio.sleep(0.01)
+                events.append(("written", len(writer.writes)))
+            next(f for f in submitted if not f.done()).set_result(answer)
+        error = None
+        try:
+            await asyncio.wait_for(task, 5)
+        except Exception as e:  # noqa: BLE001 -- the reason the session closed is what is compared
+            error = e
+        return writer, events, submitted, error
+
+    return asyncio.run(run())
+
+
+CREATED = {"zk": {"err": 0, "zxid": 9, "op": "create", "path": "/a"}}
+
+
+def test_replies_leave_in_request_order_and_together_once_their_answers_are_in() -> None:
+    """A PING and a read behind a write wait for it (the read made at its turn: it sees the write); then the three
+    replies leave in one write."""
+    writer, events, submitted, error = _piped(_request(1, 1, b"record") + _request(-2, zkclientwire.OP_PING)
+                                              + _request(2, 4, _path("/a")), [CREATED], waits=3)
+    assert error is None and len(submitted) == 1
+    assert events == [("written", 0)] * 3 + [("read", "/a")]
+    assert len(writer.writes) == 1 and _replies(writer.writes[0]) == [(1, 9, 0), (-2, 5, 0), (2, 5, 0)]
+
+
+def test_a_write_the_node_refused_closes_the_session_after_the_replies_before_it() -> None:
+    """The answer before it leaves; the request after it is no longer waited for (its future cancelled)."""
+    writer, _, submitted, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(1, 1, b"r")
+                                         + _request(2, 1, b"r"), [{"error": "no leader", "retry": True}])
+    assert type(error).__name__ == "_Close" and str(error) == "no leader"
+    assert [r for w in writer.writes for r in _replies(w)] == [(-2, 5, 0)]
+    assert len(submitted) == 2 and submitted[1].cancelled()
+
+
+def test_a_session_with_no_whole_request_within_its_timeout_is_closed() -> None:
+    writer, _, _, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(3, 4, _path("/a"))[:7], [],
+                                 timeout_ms=100, eof=False)
+    assert str(error) == "nothing from the client within 0.1 s"
+    assert [r for w in writer.writes for r in _replies(w)] == [(-2, 5, 0)]
+
+
+def test_close_session_is_answered_after_the_requests_before_it_and_nothing_after_it_is_read() -> None:
+    writer, _, submitted, error = _piped(_request(1, 1, b"r") + _request(2, zkclientwire.OP_CLOSE)
+                                         + _request(3, 1, b"r"), [CREATED], eof=False)
+    assert error is None and len(submitted) == 1
+    assert [r for w in writer.writes for r in _replies(w)] == [(1, 9, 0), (2, 5, 0)]
+
+
+def test_requests_that_wait_for_nothing_are_answered_together_as_they_are_read() -> None:
+    writer, events, submitted, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(2, 4, _path("/a"))
+                                              + _request(3, 4, _path("/b")), [])
+    assert error is None and not submitted and events == [("read", "/a"), ("read", "/b")]
+    assert len(writer.writes) == 1 and _replies(writer.writes[0]) == [(-2, 5, 0), (2, 5, 0), (3, 5, 0)]

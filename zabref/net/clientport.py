@@ -42,8 +42,8 @@ counted against the limits while it shakes hands; a failed handshake is logged a
 read. A follower forwards with its own certificate.
 
 The server. A client port reaches its server only through `ClientPortHost`: the configuration, the TLS contexts, the
-node, the clock, and the pump (``enqueue`` and ``client``). The server makes its client port and keeps it, and hands
-the node's forwards to `ClientPort.forward`; nothing here sets anything on the server.
+node, the clock, and the pump (``enqueue``, ``client`` and ``submit``). The server makes its client port and keeps it,
+and hands the node's forwards to `ClientPort.forward`; nothing here sets anything on the server.
 """
 
 from __future__ import annotations
@@ -110,6 +110,9 @@ class ClientPortHost(Protocol):
 
     async def client(self, make: Callable[[int, float], Effects]) -> dict[str, Any]:
         """Run ``make(rid, now)`` (one node entry point) in the pump; the node's answer to ``rid``."""
+
+    def submit(self, make: Callable[[int, float], Effects]) -> asyncio.Future[dict[str, Any]]:
+        """`client` as a future, with no task of its own (cancelling it stops the wait)."""
 
 
 class ClientPort:

@@ -16,7 +16,10 @@ sees), through the same `zabref.net.clientport.ClientPortHost` as zabref's own c
   a session lives at this server only (another server expires it), like ZooKeeper's local sessions.
 * **Requests** are pipelined, as ZooKeeper's clients send them: a write or a sync goes to the node as soon as it is
   read (at most `MAX_PIPELINED` waiting), and the replies leave in request order, a read's made at its turn so that
-  it sees this session's writes before it. PING; getData, exists, getChildren, getChildren2 (`Node.zk_read`); sync
+  it sees this session's writes before it. One task reads the session's frames (every whole frame of a read at
+  once), one writes its replies (`_Pipeline`): a reply leaves as soon as its answer is in and those before it left,
+  and every reply ready then leaves with it in one write (a write per reply and a task per request cost the leader
+  a third of its CPU a write at 128 in flight: docs/performance.md). PING; getData, exists, getChildren, getChildren2 (`Node.zk_read`); sync
   (`Node.client_sync`; answered with the path); create, create2, createContainer, delete, setData, setACL, multi
   (`Node.zk_write`, keyed by the session and the request's xid, which ZooKeeper's clients number as the cxid);
   closeSession (answered, the session forgotten, the connection closed). Any other type, and a read that asks to
@@ -32,10 +35,11 @@ sees), through the same `zabref.net.clientport.ClientPortHost` as zabref's own c
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from zabref.core import zkclients, zktree
@@ -168,57 +172,79 @@ class ZkClientPort:
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         decoder: wire.FrameDecoder, frames: list[bytes], session: int, timeout_ms: int,
                         host: str) -> None:
-        node = self._node
-        # Requests are pipelined as ZooKeeper's clients send them: each write or sync goes to the node as soon as it
-        # is read, and the replies leave in request order, a read's taken at its turn (after the writes before it
-        # in this session: read-your-writes).
-        pending: asyncio.Queue[Callable[[], Awaitable[bytes]] | None] = asyncio.Queue(MAX_PIPELINED)
-        replying = asyncio.ensure_future(self._reply_in_order(writer, pending))
+        """Serve the session's requests: one task reads them, one writes the replies in order (`_Pipeline`); an
+        error of either ends both."""
+        pipeline = _Pipeline()
+        reading = asyncio.ensure_future(self._read_requests(reader, writer, decoder, frames, pipeline, session,
+                                                            timeout_ms, host))
+        replying = asyncio.ensure_future(self._reply_in_order(writer, pipeline))
         try:
-            while True:
-                frame = asyncio.ensure_future(self._frame(reader, decoder, frames, timeout_ms / 1000))
-                done, _ = await asyncio.wait({frame, replying}, return_when=asyncio.FIRST_COMPLETED)
-                if replying in done:
-                    frame.cancel()
-                    replying.result()  # the reason the replies stopped, raised
-                    return
-                body = frame.result()
-                if body is None:
-                    break
-                xid, op, record = zkclientwire.decode_header(body)
-                if op == zkclientwire.OP_CLOSE:
-                    self.sessions.pop(session, None)
-                    closed = zkclientwire.encode_reply(xid, node.committed_zxid, 0)
-                    await self._queue(pending, self._later(lambda: closed), replying)
-                    break
-                await self._queue(pending, self._request(session, xid, op, record, host), replying)
-            await self._queue(pending, None, replying)
-            await replying
-        finally:
-            replying.cancel()
-
-    @staticmethod
-    async def _queue(pending: asyncio.Queue[Callable[[], Awaitable[bytes]] | None],
-                     item: Callable[[], Awaitable[bytes]] | None, replying: asyncio.Future[None]) -> None:
-        """Queue ``item`` for its reply; while the queue is full (the client sends faster than it reads), wait --
-        and if the replies stopped meanwhile, raise why."""
-        while pending.full():
-            await asyncio.wait({replying}, timeout=0.05)
-            if replying.done():
-                replying.result()
+            done, _ = await asyncio.wait({reading, replying}, return_when=asyncio.FIRST_COMPLETED)
+            if reading in done:
+                reading.result()  # why the requests stopped, raised
+                await replying  # the replies of every request read, then the end
+            else:
+                replying.result()  # why the replies stopped, raised
                 raise _Close("the replies stopped")
-        pending.put_nowait(item)
+        finally:
+            reading.cancel()
+            replying.cancel()
+            pipeline.cancel()
 
-    async def _reply_in_order(self, writer: asyncio.StreamWriter,
-                              pending: asyncio.Queue[Callable[[], Awaitable[bytes]] | None]) -> None:
-        while (reply := await pending.get()) is not None:
-            await self._send(writer, await reply())
+    async def _read_requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             decoder: wire.FrameDecoder, frames: list[bytes], pipeline: _Pipeline, session: int,
+                             timeout_ms: int, host: str) -> None:
+        """Read requests into ``pipeline`` until the client closes its end or the session (every whole frame of a
+        read at once); a session with no whole frame within its timeout is closed. A request whose reply needs no
+        answer of the node (a read, a PING) while nothing before it waits is answered here (its turn is now), with
+        the others of the same read in one write."""
+        node = self._node
+        loop = asyncio.get_running_loop()
+        timeout = timeout_ms / 1000
+        while True:
+            out: list[bytes] = []
+            for body in frames:
+                xid, op, record = zkclientwire.decode_header(body)
+                closing = op == zkclientwire.OP_CLOSE
+                if closing:
+                    self.sessions.pop(session, None)
+                entry = (None, _closed(xid, node)) if closing else self._request(session, xid, op, record, host)
+                if entry[0] is None and not pipeline.entries:
+                    out.append(wire.frame(_made(entry)))
+                else:
+                    if out:
+                        await _write(writer, out)
+                        out = []
+                    await pipeline.put(entry)
+                if closing:
+                    if out:
+                        await _write(writer, out)
+                    pipeline.end()
+                    return
+            if out:
+                await _write(writer, out)
+            deadline = loop.time() + timeout
+            frames = []
+            while not frames:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await reader.read(65536)
+                except TimeoutError:
+                    raise _Close(f"nothing from the client within {timeout:g} s") from None
+                if not chunk:
+                    decoder.close()
+                    pipeline.end()
+                    return
+                frames = decoder.feed(chunk)
 
-    @staticmethod
-    def _later(make: Callable[[], bytes]) -> Callable[[], Awaitable[bytes]]:
-        async def reply() -> bytes:
-            return make()
-        return reply
+    async def _reply_in_order(self, writer: asyncio.StreamWriter, pipeline: _Pipeline) -> None:
+        """Write the replies in request order: each as soon as its answer is in and those before it left, every
+        reply ready then in the same write."""
+        while (entry := await pipeline.next()) is not None:
+            out = [wire.frame(_made(entry))]
+            while (entry := pipeline.ready()) is not None:
+                out.append(wire.frame(_made(entry)))
+            await _write(writer, out)
 
     def _four_letter(self, word: bytes) -> str:
         """ZooKeeper's answer to a four-letter word: ``ruok`` -> ``imok``; ``srvr`` -> the server's summary (its
@@ -261,35 +287,29 @@ class ZkClientPort:
         if known is not None:
             self.sessions[session] = (known[0], known[1], time.monotonic() + known[1] / 1000)
 
-    def _request(self, session: int, xid: int, op: int, record: bytes, host: str) -> Callable[[], Awaitable[bytes]]:
-        """One request (module docstring): a write or sync is handed to the node now; the reply, when its turn
+    def _request(self, session: int, xid: int, op: int, record: bytes, host: str) -> _Entry:
+        """One request (module docstring): a write or sync is handed to the node now; its reply is made when its turn
         comes. A record that cannot be read raises CodecError now."""
         node = self._node
         if op in zkclients.READS:
             path, watch = zkclientwire.decode_path_watch(record, zkclients.READS[op])
             if watch:
-                return self._later(lambda: zkclientwire.encode_reply(xid, node.committed_zxid, UNIMPLEMENTED))
-            return self._later(lambda: self._reply(xid, node.zk_read(op, path)))
+                return None, lambda _: zkclientwire.encode_reply(xid, node.committed_zxid, UNIMPLEMENTED)
+            return None, lambda _: self._reply(xid, node.zk_read(op, path))
         if op == zkclientwire.OP_SYNC:
             path = zkclientwire.decode_path(record, "sync")
-            synced = asyncio.ensure_future(self.server.client(lambda rid, now: node.client_sync(rid, now)))
 
-            async def sync_reply() -> bytes:
-                answer = await synced
+            def synced(answer: dict[str, Any]) -> bytes:
                 if "error" in answer:
                     raise _Close(f"sync: {answer['error']}")
                 return zkclientwire.encode_reply(xid, answer["zxid"], 0, zkclientwire.encode_result(
                     {"op": "sync", "err": 0, "path": path}))
-            return sync_reply
+            return self.server.submit(lambda rid, now: node.client_sync(rid, now)), synced
         if op in zkclients.WRITES:
-            written = asyncio.ensure_future(
-                self.server.client(lambda rid, now: node.zk_write(rid, session, xid, op, record, now, host)))
-
-            async def write_reply() -> bytes:
-                return self._reply(xid, await written)
-            return write_reply
+            written = self.server.submit(lambda rid, now: node.zk_write(rid, session, xid, op, record, now, host))
+            return written, lambda answer: self._reply(xid, answer)
         code = 0 if op == zkclientwire.OP_PING else UNIMPLEMENTED
-        return self._later(lambda: zkclientwire.encode_reply(xid, node.committed_zxid, code))
+        return None, lambda _: zkclientwire.encode_reply(xid, node.committed_zxid, code)
 
     @staticmethod
     def _reply(xid: int, answer: dict[str, Any]) -> bytes:
@@ -297,3 +317,88 @@ class ZkClientPort:
             raise _Close(str(answer["error"]))
         result = answer["zk"]
         return zkclientwire.encode_reply(xid, result["zxid"], result["err"], zkclientwire.encode_result(result))
+
+
+#: A request's reply, made at its turn: (the node's answer it waits for, or None; what makes the reply's body of
+#: that answer, raising _Close where the connection must close instead).
+_Entry = tuple["asyncio.Future[dict[str, Any]] | None", Callable[[Any], bytes]]
+
+
+def _closed(xid: int, node: Node) -> Callable[[Any], bytes]:
+    return lambda _: zkclientwire.encode_reply(xid, node.committed_zxid, 0)
+
+
+async def _write(writer: asyncio.StreamWriter, replies: list[bytes]) -> None:
+    """Write ``replies`` at once; if the client is not reading them, wait for it, at most `WRITE_TIMEOUT` s."""
+    writer.write(b"".join(replies))
+    if writer.transport.get_write_buffer_size():
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                await writer.drain()
+        except TimeoutError:
+            raise _Close(f"the client did not read its answer within {WRITE_TIMEOUT} s") from None
+
+
+def _made(entry: _Entry) -> bytes:
+    fut, make = entry
+    if fut is None:
+        return make(None)
+    if fut.cancelled():
+        raise _Close("the server stopped before it answered")
+    return make(fut.result())
+
+
+class _Pipeline:
+    """One session's requests read and not answered yet, in request order (at most `MAX_PIPELINED`: past it the
+    reader waits for replies to leave), and whether the session ended (nothing more will come)."""
+
+    __slots__ = ("entries", "ended", "_wake", "_room")
+
+    def __init__(self) -> None:
+        self.entries: collections.deque[_Entry] = collections.deque()
+        self.ended = False
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+
+    async def put(self, entry: _Entry) -> None:
+        while len(self.entries) >= MAX_PIPELINED:
+            self._room.clear()
+            await self._room.wait()
+        self.entries.append(entry)
+        if entry[0] is None:
+            self._wake.set()
+        else:
+            entry[0].add_done_callback(self._answered)
+
+    def _answered(self, fut: asyncio.Future[dict[str, Any]]) -> None:
+        if self.entries and self.entries[0][0] is fut:
+            self._wake.set()
+
+    def end(self) -> None:
+        self.ended = True
+        self._wake.set()
+
+    def ready(self) -> _Entry | None:
+        """The first entry, taken, if its answer is in; else None."""
+        if self.entries:
+            fut = self.entries[0][0]
+            if fut is None or fut.done():
+                self._room.set()
+                return self.entries.popleft()
+        return None
+
+    async def next(self) -> _Entry | None:
+        """The first entry, taken once its answer is in; None once the session ended and every entry was taken."""
+        while (entry := self.ready()) is None:
+            if self.ended and not self.entries:
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+        return entry
+
+    def cancel(self) -> None:
+        """Stop waiting for the answers of requests not replied to (the connection is closing)."""
+        for fut, _ in self.entries:
+            if fut is not None:
+                fut.cancel()
+        self.entries.clear()

@@ -269,14 +269,26 @@ class Server(PeerLinks):
 
     async def client(self, make: Callable[[int, float], Effects]) -> dict[str, Any]:
         """A client request: ``make(rid, now)`` runs one node entry point; wait for the node's answer to ``rid``."""
-        rid = next(self._rids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.client_waiters[rid] = fut
-        self.enqueue(lambda: make(rid, self.driver.now()))
+        rid, fut = self._waiting(make)
         try:
             return await fut
         finally:
             self.client_waiters.pop(rid, None)
+
+    def submit(self, make: Callable[[int, float], Effects]) -> asyncio.Future[dict[str, Any]]:
+        """`client` without a coroutine (the ZooKeeper client port's, no task per request): the future of the
+        node's answer; cancel it to stop waiting. (`client` keeps its own callbacks: the simulator's schedules, and
+        the seeds its tests name, follow them.)"""
+        rid, fut = self._waiting(make)
+        fut.add_done_callback(lambda _: self.client_waiters.pop(rid, None))
+        return fut
+
+    def _waiting(self, make: Callable[[int, float], Effects]) -> tuple[int, asyncio.Future[dict[str, Any]]]:
+        rid = next(self._rids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.client_waiters[rid] = fut
+        self.enqueue(lambda: make(rid, self.driver.now()))
+        return rid, fut
 
     async def _pump(self) -> None:
         while True:
