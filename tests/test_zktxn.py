@@ -113,3 +113,65 @@ def test_the_quick_read_agrees_with_the_strict_one(zxid, value, digest, edits, c
 def test_the_quick_read_takes_zabrefs_own_form() -> None:
     data = payloads.encode_proposal_data(Z, b"v")
     assert zktxn._quick_value(Z, data) == b"v" and zktxn._quick_value(Z, data + bytes(DIGEST)) == b"v"
+
+
+_ACLS = st.one_of(st.none(), st.lists(st.tuples(st.integers(0, 31), st.sampled_from(["world", "digest", "ip"]),
+                                                st.text(max_size=12)), max_size=3))
+
+
+def _create(zxid: int, path: str, data: bytes | None, acls, ephemeral: bool, digest: bool) -> bytes:
+    """A ZooKeeper client's create as a ZooKeeper leader (or zabref's, zkprep) writes it, built field by field."""
+    acl = jute.INT.pack(-1) if acls is None else jute.INT.pack(len(acls)) + b"".join(
+        jute.INT.pack(perms) + jute.ustring("scheme", scheme) + jute.ustring("id", ident) for perms, scheme, ident in acls)
+    body = zktxn.HEADER.pack(0x1234, 9, zxid, 1700000000000, zktxn.OP_CREATE) + jute.ustring("path", path) + \
+        (jute.INT.pack(-1) if data is None else jute.buffer("data", data)) + acl + bytes([ephemeral]) + jute.INT.pack(2)
+    return body + (bytes(DIGEST) if digest else b"")
+
+
+CREATES = st.builds(_create, st.integers(1, (1 << 63) - 1), st.text(min_size=1, max_size=20).map(lambda t: "/" + t),
+                    st.one_of(st.none(), st.binary(max_size=40)), _ACLS, st.booleans(), st.booleans())
+
+
+@given(CREATES)
+def test_a_zookeeper_clients_create_is_taken_by_the_quick_check_and_kept_whole(data) -> None:
+    zxid = zktxn.HEADER.unpack_from(data)[2]
+    assert zktxn._quick_create(zxid, data)
+    assert zktxn.decode_value(zxid, data, "test") == zktxn._strict_value(zxid, data, "test") == zktxn.FOREIGN + data
+
+
+@given(CREATES, st.lists(st.tuples(st.integers(0, 300), st.integers(0, 255)), max_size=3), st.integers(-3, 3))
+def test_the_quick_check_of_a_create_agrees_with_the_strict_read(data, edits, cut) -> None:
+    """On bytes mutated from a client's create (a byte changed, cut short or lengthened), whenever the quick check
+    takes them, the strict read keeps them whole too (it raises on nothing the quick check takes)."""
+    zxid = zktxn.HEADER.unpack_from(data)[2]
+    body = bytearray(data)
+    for at, byte in edits:
+        body[at % len(body)] = byte
+    body = body[:len(body) + cut] if cut < 0 else body + bytes(cut)
+    if zktxn._quick_create(zxid, bytes(body)):
+        assert zktxn._strict_value(zxid, bytes(body), "test") == zktxn.FOREIGN + bytes(body)
+
+
+def test_the_quick_check_leaves_the_transactions_own_node_and_other_types_to_the_strict_read() -> None:
+    own = zktxn.encode_create(Z, zktxn.node_of(Z), b"v", session=5)
+    assert not zktxn._quick_create(Z, own) and zktxn.decode_value(Z, own, "test") == b"v"
+    other = bytearray(_create(Z, "/a", b"x", None, False, False))
+    other[zktxn.HEADER.size - 1] = 5  # setData's type: another record
+    assert not zktxn._quick_create(Z, bytes(other))
+    assert not zktxn._quick_create(Z + 1, _create(Z, "/a", b"x", None, False, False))
+
+
+@pytest.mark.parametrize("data", [_create(Z, "/app/é", b"data", [(31, "world", "anyone"), (1, "digest", "u:hé")],
+                                          True, True), _create(Z, "/n", None, None, False, False)])
+def test_every_byte_of_a_create_changed_the_quick_check_agrees_with_the_strict_read(data) -> None:
+    """Each byte in turn set to 0x00, 0x02, 0x80 and 0xff (a boolean that is not one, a UTF-8 that is not, a length
+    or count that runs past the end) and the body cut at every length: the quick check takes nothing the strict read
+    refuses."""
+    bodies = [data[:k] for k in range(len(data))]
+    bodies += [data[:k] + bytes([b]) + data[k + 1:] for k in range(len(data)) for b in (0x00, 0x02, 0x80, 0xFF)]
+    taken = 0
+    for body in bodies:
+        if zktxn._quick_create(Z, body):
+            taken += 1
+            assert zktxn._strict_value(Z, body, "test") == zktxn.FOREIGN + body
+    assert taken > len(data)  # the bytes no check reads (session, time, the node's data, perms) still pass

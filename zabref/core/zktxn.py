@@ -155,9 +155,13 @@ def decode_value(zxid: int, data: bytes, what: str) -> bytes:
     """The value of transaction ``zxid`` from PROPOSAL's ``data``; `CodecError` (naming ``what`` and the offset) for
     anything but the create of ``node_of(zxid)`` (the module docstring). Every follower reads every proposal, so the
     common form -- the one `encode_create` writes, with any session, cxid, time and parentCVersion, a digest or not --
-    is read with a few slices (`_quick_value`); anything else, every malformed body among them, by `_strict_value`."""
+    is read with a few slices (`_quick_value`), and so is a ZooKeeper client's create (`_quick_create`: what a zabref
+    leader's ZooKeeper client port proposes, `zabref.core.zkprep`); anything else, every malformed body among them,
+    by `_strict_value`."""
     value = _quick_value(zxid, data)
-    return value if value is not None else _strict_value(zxid, data, what)
+    if value is not None:
+        return value
+    return FOREIGN + bytes(data) if _quick_create(zxid, data) else _strict_value(zxid, data, what)
 
 
 def _quick_value(zxid: int, data: bytes) -> bytes | None:
@@ -176,6 +180,54 @@ def _quick_value(zxid: int, data: bytes) -> bytes | None:
             or data[after : after + len(_PERSISTENT)] != _PERSISTENT:
         return None
     return bytes(data[value_at:after])
+
+
+def _quick_create(zxid: int, data: bytes) -> bool:
+    """True when ``data`` is a well-formed create (type 1) for ``zxid`` of another node than ``node_of(zxid)``, which
+    `_strict_value` would keep whole (`FOREIGN`); False when it is anything else or not sure (`_strict_value` then
+    reads it, and says where it goes wrong)."""
+    n = len(data)
+    if n < HEADER.size + 4:
+        return False
+    _, _, carried, _, op = HEADER.unpack_from(data)
+    if carried != zxid or op != OP_CREATE:
+        return False
+    at = HEADER.size
+    ints = jute.INT.unpack_from
+    k = ints(data, at)[0]
+    at += 4
+    if k < 0 or at + k > n or data[at : at + k] == node_of(zxid).encode() or not _utf8(data[at : at + k]):
+        return False
+    at += k
+    if at + 8 > n:
+        return False
+    k = ints(data, at)[0]  # the node's data, may be null (-1)
+    at += 4 + max(k, 0)
+    if k < -1 or at + 4 > n:
+        return False
+    acls = ints(data, at)[0]  # a null vector (-1) reads as none
+    at += 4
+    if acls < -1:
+        return False
+    for _ in range(acls):
+        at += 4  # perms
+        for _ in ("scheme", "id"):
+            if at + 4 > n:
+                return False
+            k = ints(data, at)[0]
+            at += 4
+            if k < 0 or at + k > n or not _utf8(data[at : at + k]):
+                return False
+            at += k
+    return at + 5 <= n and data[at] <= 1 and n - at - 5 in (0, DIGEST_BYTES)  # ephemeral, parentCVersion
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _strict_value(zxid: int, data: bytes, what: str) -> bytes:
