@@ -122,7 +122,8 @@ _ACLS = st.one_of(st.none(), st.lists(st.tuples(st.integers(0, 31), st.sampled_f
 def _create(zxid: int, path: str, data: bytes | None, acls, ephemeral: bool, digest: bool) -> bytes:
     """A ZooKeeper client's create as a ZooKeeper leader (or zabref's, zkprep) writes it, built field by field."""
     acl = jute.INT.pack(-1) if acls is None else jute.INT.pack(len(acls)) + b"".join(
-        jute.INT.pack(perms) + jute.ustring("scheme", scheme) + jute.ustring("id", ident) for perms, scheme, ident in acls)
+        jute.INT.pack(perms) + jute.ustring("scheme", scheme) + jute.ustring("id", ident)
+        for perms, scheme, ident in acls)
     body = zktxn.HEADER.pack(0x1234, 9, zxid, 1700000000000, zktxn.OP_CREATE) + jute.ustring("path", path) + \
         (jute.INT.pack(-1) if data is None else jute.buffer("data", data)) + acl + bytes([ephemeral]) + jute.INT.pack(2)
     return body + (bytes(DIGEST) if digest else b"")

@@ -18,11 +18,11 @@ sees), through the same `zabref.net.clientport.ClientPortHost` as zabref's own c
   read (at most `MAX_PIPELINED` waiting), and the replies leave in request order, a read's made at its turn so that
   it sees this session's writes before it. One task reads the session's frames (every whole frame of a read at
   once), one writes its replies (`_Pipeline`): a reply leaves as soon as its answer is in and those before it left,
-  and every reply ready then leaves with it in one write (a write per reply and a task per request cost the leader
-  a third of its CPU a write at 128 in flight: docs/performance.md). PING; getData, exists, getChildren, getChildren2 (`Node.zk_read`); sync
-  (`Node.client_sync`; answered with the path); create, create2, createContainer, delete, setData, setACL, multi
-  (`Node.zk_write`, keyed by the session and the request's xid, which ZooKeeper's clients number as the cxid);
-  closeSession (answered, the session forgotten, the connection closed). Any other type, and a read that asks to
+  and every reply ready then leaves with it in one write (a write per reply and a task per request took 27-32 % of
+  the servers' CPU a write at 16 and 128 in flight: docs/performance.md). PING; getData, exists, getChildren,
+  getChildren2 (`Node.zk_read`); sync (`Node.client_sync`; answered with the path); create, create2,
+  createContainer, delete, setData, setACL, multi (`Node.zk_write`, keyed by the session and the request's xid,
+  which ZooKeeper's clients number as the cxid); closeSession (answered, the session forgotten, the connection closed). Any other type, and a read that asks to
   set a watch (no watch is ever triggered here), is answered with UNIMPLEMENTED (-6).
 * **Four-letter words.** ``srvr`` and ``ruok`` in place of a ConnectRequest are answered as ZooKeeper answers
   them (``Mode:`` and ``Zxid:``, the last delivered, are what harnesses read), and the connection closed.
