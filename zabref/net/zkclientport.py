@@ -22,8 +22,9 @@ sees), through the same `zabref.net.clientport.ClientPortHost` as zabref's own c
   the servers' CPU a write at 16 and 128 in flight: docs/performance.md). PING; getData, exists, getChildren,
   getChildren2 (`Node.zk_read`); sync (`Node.client_sync`; answered with the path); create, create2,
   createContainer, delete, setData, setACL, multi (`Node.zk_write`, keyed by the session and the request's xid,
-  which ZooKeeper's clients number as the cxid); closeSession (answered, the session forgotten, the connection closed). Any other type, and a read that asks to
-  set a watch (no watch is ever triggered here), is answered with UNIMPLEMENTED (-6).
+  which ZooKeeper's clients number as the cxid); closeSession (answered, the session forgotten, the connection
+  closed). Any other type, and a read that asks to set a watch (no watch is ever triggered here), is answered with
+  UNIMPLEMENTED (-6).
 * **Four-letter words.** ``srvr`` and ``ruok`` in place of a ConnectRequest are answered as ZooKeeper answers
   them (``Mode:`` and ``Zxid:``, the last delivered, are what harnesses read), and the connection closed.
 * **Closing.** A write the node could not answer (no established leader, not delivered in time, a role change
