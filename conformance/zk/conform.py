@@ -61,6 +61,7 @@ import asyncio
 import itertools
 import logging
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -508,7 +509,7 @@ class _Replay:
         if head["type"] in ("PROPOSAL", "COMMIT"):
             self.leaders[j].zxid = max(self.leaders[j].zxid, zxid_of(head["zxid"]))
         new = after["msgs"][self.sut - 1][j - 1][len(before["msgs"][self.sut - 1][j - 1]):]
-        early = set()
+        early: set[int] = set()
         if action == "FollowerProcessNEWLEADER" and self.acks_early:
             early = {zxid_of(t["zxid"]) for t in after["history"][self.sut - 1]}
         await self._expect(new, action, early=early)
@@ -551,7 +552,7 @@ class _Replay:
                         f"3.9.3+ follower {self.sync_open} (the proposals it did not COMMIT)")
 
     async def _expect(self, expected: list[dict[str, Any]], action: str, link: QuorumLink | None = None,
-                      sync: tuple[list, list] | None = None, early: set[int] | frozenset[int] = frozenset()) -> None:
+                      sync: tuple[list, list] | None = None, early: Collection[int] = frozenset()) -> None:
         """Read what the real server sends on ``link`` (default: to its leader) until it has sent ``expected`` (in
         order); decided extras are noted. A synchronization the spec sends (DIFF, TRUNC or SNAP through NEWLEADER)
         is compared by what it leaves the follower with (`_expect_sync`); ``sync``: the follower's and the leader's
