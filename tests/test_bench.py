@@ -470,7 +470,9 @@ def test_smoke_zabref_with_the_java_client(tmp_path, monkeypatch):
     report, lines = _tiny_java_run(tmp_path, monkeypatch, "zabref-java", systems=["zabref"], zabref_clients=["java"])
     rows = report["rows"]
     usage = [(r["client_cpu_s"], r["server_cpu_s"], r["server_rss_mb"]) for r in rows]
-    assert all(c and c > 0 and s and s > 0 and len(m) == 3 and None not in m for c, s, m in usage), usage
+    # /proc counts CPU in 10 ms ticks: 200 reads at 16 in flight can take less than one over the three servers
+    assert all(c and c > 0 and s is not None and s >= 0 and len(m) == 3 and None not in m for c, s, m in usage), usage
+    assert all(r["server_cpu_s"] > 0 for r in rows if r["op"] == "write"), usage
     assert report["settings"]["systems"] == ["zabref-java"] and report["failover"] == []
     assert "zk_client_port" in report["settings"]["zabref-java"]["client"]
     assert report["comparison"] == []  # ZooKeeper not run
