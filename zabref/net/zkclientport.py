@@ -132,11 +132,7 @@ class ZkClientPort:
         return frames.pop(0)
 
     async def _send(self, writer: asyncio.StreamWriter, body: bytes) -> None:
-        writer.write(wire.frame(body))
-        try:
-            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
-        except TimeoutError:
-            raise _Close(f"the client did not read its answer within {WRITE_TIMEOUT} s") from None
+        await _write(writer, [wire.frame(body)])
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
         decoder = wire.FrameDecoder(self.limits.client_frame_bytes, "ZooKeeper client request")
@@ -199,17 +195,14 @@ class ZkClientPort:
         read at once); a session with no whole frame within its timeout is closed. A request whose reply needs no
         answer of the node (a read, a PING) while nothing before it waits is answered here (its turn is now), with
         the others of the same read in one write."""
-        node = self._node
         loop = asyncio.get_running_loop()
         timeout = timeout_ms / 1000
         while True:
             out: list[bytes] = []
+            closing = False
             for body in frames:
                 xid, op, record = zkclientwire.decode_header(body)
-                closing = op == zkclientwire.OP_CLOSE
-                if closing:
-                    self.sessions.pop(session, None)
-                entry = (None, _closed(xid, node)) if closing else self._request(session, xid, op, record, host)
+                entry = self._request(session, xid, op, record, host)
                 if entry[0] is None and not pipeline.entries:
                     out.append(wire.frame(_made(entry)))
                 else:
@@ -217,13 +210,15 @@ class ZkClientPort:
                         await _write(writer, out)
                         out = []
                     await pipeline.put(entry)
-                if closing:
-                    if out:
-                        await _write(writer, out)
-                    pipeline.end()
-                    return
+                if op == zkclientwire.OP_CLOSE:
+                    self.sessions.pop(session, None)
+                    closing = True
+                    break
             if out:
                 await _write(writer, out)
+            if closing:
+                pipeline.end()
+                return
             deadline = loop.time() + timeout
             frames = []
             while not frames:
@@ -309,7 +304,7 @@ class ZkClientPort:
         if op in zkclients.WRITES:
             written = self.server.submit(lambda rid, now: node.zk_write(rid, session, xid, op, record, now, host))
             return written, lambda answer: self._reply(xid, answer)
-        code = 0 if op == zkclientwire.OP_PING else UNIMPLEMENTED
+        code = 0 if op in (zkclientwire.OP_PING, zkclientwire.OP_CLOSE) else UNIMPLEMENTED
         return None, lambda _: zkclientwire.encode_reply(xid, node.committed_zxid, code)
 
     @staticmethod
@@ -323,10 +318,6 @@ class ZkClientPort:
 #: A request's reply, made at its turn: (the node's answer it waits for, or None; what makes the reply's body of
 #: that answer, raising _Close where the connection must close instead).
 _Entry = tuple["asyncio.Future[dict[str, Any]] | None", Callable[[Any], bytes]]
-
-
-def _closed(xid: int, node: Node) -> Callable[[Any], bytes]:
-    return lambda _: zkclientwire.encode_reply(xid, node.committed_zxid, 0)
 
 
 async def _write(writer: asyncio.StreamWriter, replies: list[bytes]) -> None:
