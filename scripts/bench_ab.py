@@ -12,6 +12,7 @@ above 1 is faster, CPU below 1 is cheaper). The bench.json of every run is kept 
     .venv/bin/python scripts/bench_ab.py                          # HEAD~1 against HEAD
     .venv/bin/python scripts/bench_ab.py --before main --after work --writes 3000 --in-flight 1,16,128
     .venv/bin/python scripts/bench_ab.py --before HEAD --after work --zabref-clients java --writes 20000 --in-flight 128
+    .venv/bin/python scripts/bench_ab.py --before work --after compiled:work     # the pure build against the compiled
 """
 
 from __future__ import annotations
@@ -28,6 +29,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench-ab"
+
+
+def version(spec: str) -> tuple[str, Path]:
+    """``REV`` (`export`), or ``compiled:REV``: that package's compiled build (scripts/build_compiled.py, cached by
+    its sources); (label, folder)."""
+    if spec.startswith("compiled:"):
+        sys.path.insert(0, str(ROOT / "scripts"))
+        import build_compiled  # beside this script
+
+        label, folder = export(spec.removeprefix("compiled:"))
+        return f"{label}, compiled", build_compiled.build(folder)
+    return export(spec)
 
 
 def export(rev: str) -> tuple[str, Path]:
@@ -68,15 +81,15 @@ def bench(code: Path, out: Path, args: argparse.Namespace) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--before", default="HEAD~1", help="revision A (or 'work')")
-    p.add_argument("--after", default="HEAD", help="revision B (or 'work')")
+    p.add_argument("--before", default="HEAD~1", help="revision A (or 'work'; 'compiled:REV' for its compiled build)")
+    p.add_argument("--after", default="HEAD", help="revision B (or 'work'; 'compiled:REV' for its compiled build)")
     p.add_argument("--rounds", type=int, default=1, help="rounds of A B B A")
     p.add_argument("--writes", type=int, default=3000)
     p.add_argument("--in-flight", default="1,16,128")
     p.add_argument("--zabref-clients", default="zabclient", help="zabclient, java, or both (comma-separated)")
     p.add_argument("--out", type=Path, default=ROOT / "out" / "bench-ab")
     args = p.parse_args()
-    versions = {"A": export(args.before), "B": export(args.after)}
+    versions = {"A": version(args.before), "B": version(args.after)}
     runs: dict[str, list[list[dict]]] = {"A": [], "B": []}
     for r in range(args.rounds):
         for k, which in enumerate("ABBA"):

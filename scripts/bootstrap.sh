@@ -4,6 +4,7 @@
 #   - java (Debian default-jre-headless) runs tla2tools.jar (TLC, SANY, PlusCal) and Spark;
 #   - dot (Debian graphviz) renders state graphs and failure pictures;
 #   - fusermount3 (Debian fuse3) mounts the power-cut file systems under real ZooKeeper servers;
+#   - cc (Debian gcc) compiles the compiled build's C (scripts/build_compiled.py, mypyc);
 #   - Debian's zookeeper (3.8.0) is the real-ZooKeeper checks' default version (others come from Maven Central);
 #   - .venv: a virtual environment made with the machine's python3 (>= 3.11), holding
 #     `pip install -e '.[dev]'`. It is reinstalled only when pyproject.toml (or the checkout's
@@ -63,6 +64,13 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
     say "fusermount3 is missing: installing fuse3"
     apt_install fuse3
     command -v fusermount3 >/dev/null 2>&1 || die "fusermount3 is still not on PATH after installing fuse3"
+fi
+
+if ! command -v cc >/dev/null 2>&1; then
+    # the compiled build (scripts/build_compiled.py): mypyc writes C, which cc compiles
+    say "cc is missing: installing gcc"
+    apt_install gcc
+    command -v cc >/dev/null 2>&1 || die "cc is still not on PATH after installing gcc"
 fi
 
 if ! [ -f /usr/share/java/zookeeper.jar ]; then

@@ -9,9 +9,22 @@
 #   bash scripts/test.sh                          # everything but the tests marked deep or long
 #   bash scripts/test.sh --deep                   # and the deep ones: what CI runs (.ci/run)
 #   bash scripts/test.sh tests/test_toolchain.py -q
+#   bash scripts/test.sh --build compiled tests/test_core.py   # on the compiled build (scripts/build_compiled.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+if [ "${1:-}" = "--build" ]; then
+    # The compiled build runs when its folder is first on every process's import path: PYTHONPATH, and
+    # PYTHONSAFEPATH so that `python -m` does not put this checkout first; tests/conftest.py checks it took.
+    if [ "${2:-}" != "compiled" ]; then
+        echo "test.sh: --build takes 'compiled' (the pure build is the default)" >&2
+        exit 2
+    fi
+    PYTHONPATH="$(.venv/bin/python scripts/build_compiled.py)"
+    export PYTHONPATH PYTHONSAFEPATH=1 ZABREF_EXPECT_BUILD=compiled
+    echo "test.sh: the compiled build in $PYTHONPATH"
+    shift 2
+fi
 rc=0
 start=$SECONDS
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }  # busy and total jiffies

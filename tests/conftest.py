@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import helpers
 import pytest
 from hypothesis import settings
+
+import zabref
 
 from conformance.tla.tools import Toolchain, toolchain
 
@@ -24,6 +27,15 @@ settings.load_profile("zabref")
 LONG_FILES = ("test_seeded_bugs.py", "test_sim.py", "test_mutations.py", "test_spec.py", "test_pipeline.py",
               "test_edges.py", "test_sim_validation.py", "test_sim_bugs.py", "test_fle_spec.py", "test_follow.py",
               "test_zk_validate.py", "test_site.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``ZABREF_EXPECT_BUILD`` (set by ``scripts/test.sh --build compiled``): stop before any test unless this
+    process runs that build of zabref, so that a suite meant for the compiled build never passes on the pure one."""
+    expected = os.environ.get("ZABREF_EXPECT_BUILD")
+    if expected is not None and zabref.build() != expected:
+        raise pytest.UsageError(f"ZABREF_EXPECT_BUILD={expected}, but this process runs zabref's {zabref.build()} "
+                                f"build from {Path(zabref.__file__).parent}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -72,7 +72,8 @@ def run_tests(root, tests: list[str], probe: str = "zabref", env: dict[str, str]
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
-    env = {**os.environ, **(env or {}),
+    # the patched copy is source only (`patched_package`): the child runs the pure build whichever this one runs
+    env = {**{k: v for k, v in os.environ.items() if k != "ZABREF_EXPECT_BUILD"}, **(env or {}),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     which = subprocess.run([sys.executable, "-c", f"import {probe}; print({probe}.__file__)"], cwd=root, env=env,
                            capture_output=True, text=True, check=True)

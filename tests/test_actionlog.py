@@ -81,7 +81,7 @@ def _stage_wrong(monkeypatch, change) -> None:
 @pytest.mark.slow  # TLC
 @pytest.mark.parametrize("change, form", [
     # not a prefix of the history (its first transaction's zxid one higher): the line logs it whole
-    (lambda h: (Txn(h[0].zxid + 1, h[0].value), *h[1:]), "staged_history"),
+    (lambda h: [Txn(h[0].zxid + 1, h[0].value), *h[1:]], "staged_history"),
     # a prefix, one transaction short: the line gives its length, and the reader's value is the short one
     (lambda h: h[:-1], "staged"),
 ], ids=["first-changed", "last-dropped"])

@@ -6,6 +6,7 @@ must be current.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -92,9 +93,17 @@ def test_the_long_files_the_suite_starts_first_exist_and_come_first(request):
     assert files[:len(collected)] == collected
 
 
-#: What a compiled build (mypyc) would take first: the sans-IO core and the quorum codec (docs/performance.md, "mypyc,
-#: probed"). mypyc refuses code mypy finds errors in, so these stay type-clean.
-TYPED = ("zabref/core", "zabref/net/wire.py")
+def _compiled_modules() -> tuple[str, ...]:
+    """What the compiled build compiles (scripts/build_compiled.py's `MODULES`, expanded): mypyc refuses code mypy
+    finds errors in, so these stay type-clean."""
+    spec = importlib.util.spec_from_file_location("build_compiled", REPO / "scripts" / "build_compiled.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tuple(str(p.relative_to(REPO)) for pattern in module.MODULES for p in sorted(REPO.glob(pattern)))
+
+
+TYPED = _compiled_modules()
 
 
 def _mypy(tmp_path, *args: str) -> subprocess.CompletedProcess:

@@ -25,6 +25,7 @@ from conformance.bench.workload import VALUE_BYTES, value
 from conformance.zk import ZkEnsembleError
 from conformance.zk.ports import ZkServer
 from conformance.zk.serverconfig import render_zoo_cfg
+import zabref
 from zabref.cli import main
 
 # ------------------------------------------------------------------------------------------ percentiles and rows
@@ -549,6 +550,9 @@ def test_smoke_zabref_side(tmp_path):
     assert not (tmp_path / "work").exists()
     assert any(line.startswith("op ") for line in lines)
     assert report["settings"]["zabref"]["action_log"] == str(tmp_path / "actions" / "throughput")
+    # the servers name their build, as this process runs it (their import path is this process's)
+    assert report["settings"]["zabref"]["build"] == zabref.build()
+    assert f"zabref: the servers run zabref's {zabref.build()} build" in lines
     assert sorted(p.name for p in (tmp_path / "actions" / "throughput").iterdir()) == [
         f"actions-{sid}.jsonl" for sid in (1, 2, 3)]
     result = validate(tmp_path / "actions" / "failover", work=tmp_path)

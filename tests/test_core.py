@@ -828,7 +828,8 @@ def test_election_outcome_only_while_looking():
 
 
 def test_output_and_storage_operations_validate_their_fields():
-    with pytest.raises(TypeError, match="not a \\(peer, QuorumPacket\\) pair"):
+    # refused by Output's own check, or, in a compiled build, by the type check at the call that comes before it
+    with pytest.raises(TypeError, match="not a \\(peer, QuorumPacket\\) pair|QuorumPacket\\] object expected"):
         Output(send=((1, "LEADERINFO"),))
     with pytest.raises(ValueError, match="does not follow"):
         AppendTxns((t(1, 2), t(1, 1)))

@@ -47,7 +47,7 @@ def _set_data(zxid: int) -> bytes:
     (_set_data(Z)[:28] + jute.INT.pack(99) + _set_data(Z)[32:], 32, "unknown transaction type 99"),
     (_set_data(Z)[:-2], 52, "version needs 4 bytes"),
     (_set_data(Z) + b"\0", 56, "trailing"),
-    (zktxn.encode_create(Z, "/zabref-7-3", None), 47, "data length is -1"),  # type: ignore[arg-type]
+    (zktxn.encode_create(Z, "/zabref-7-3", None), 47, "data length is -1"),
     (zktxn.encode_create(Z, "/zabref-7-3", b"v").replace(b"anyone\x00", b"anyone\x01"), 79,
      "a transaction's node is persistent"),
     (payloads.encode_proposal_data(Z, b"v") + b"\x00", 84, "trailing"),

@@ -208,6 +208,8 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
             with _harness(system, work / system, classpath, zabref_code, logs and logs / throughput,
                           java_client) as h:
                 settings[system] = h.settings
+                if "build" in h.settings:
+                    echo(f"{system}: the servers run zabref's {h.settings['build']} build")
                 rows += _rows(h, writes, in_flight, echo)
             if failover_trials and system in FAILOVER_SYSTEMS:
                 with _harness(system, work / f"{system}-failover", classpath, zabref_code,

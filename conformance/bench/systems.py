@@ -65,13 +65,22 @@ class ZabrefHarness:
             self.close()
             raise
         self.system: str = self.adapter.system
-        self.settings = {"tick_ms": self.cluster.config.cluster.tick_ms,
+        self.settings = {"build": self.build(), "tick_ms": self.cluster.config.cluster.tick_ms,
                          "init_limit": self.cluster.config.cluster.init_limit,
                          "sync_limit": self.cluster.config.cluster.sync_limit, "fsync": "before every ACK",
                          "code_root": str(code_root) if code_root else None,
                          "action_log": str(action_log) if action_log else None,
                          "client": "zabclient (Python, asyncio) on client_port" if java_client is None else
                          "ZkLoad.java (ZooKeeper's Java client, async) on zk_client_port"}
+
+    def build(self) -> str:
+        """Which build of zabref the servers run (each says it in ``ping``: ``pure`` or ``compiled``; mixed builds
+        are named as ``pure+compiled``)."""
+        builds = set()
+        for s in self.cluster.servers.values():
+            with s.control(timeout=10.0) as c:
+                builds.add(str(c.request("ping").get("build", "unknown")))
+        return "+".join(sorted(builds))
 
     def zk_client_ports(self) -> dict[int, int]:
         """Each server's ``zk_client_port`` (ZooKeeper's client protocol), which `cluster_config` always sets."""

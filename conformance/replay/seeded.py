@@ -110,8 +110,10 @@ def patched_package(bug: SeededBug, workdir: Path | None = None) -> Iterator[Pat
     """A scratch folder holding ``zabref/`` with the bug applied (put it first on the servers' import path)."""
     root = Path(tempfile.mkdtemp(prefix=f"zabref-bug-{bug.name}-", dir=workdir))
     try:
+        # the source only: a compiled build's extension modules (scripts/build_compiled.py) would be imported before
+        # the patched source beside them, so a bug seeded while the compiled build runs runs in the pure one
         shutil.copytree(Path(zabref.__file__).resolve().parent, root / "zabref",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
         apply_bug(bug, root / "zabref")
         yield root
     finally:

@@ -18,26 +18,25 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zabref.core import payloads, zkprep, zktxn
-from zabref.core.effects import READ_LIMIT, Action, Effects, EffectsBuilder, Timing, refused
+from zabref.core.effects import READ_LIMIT, Action, Effects, EffectsBuilder, refused
+from zabref.core.nodeparts import NodeParts, trait
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
 from zabref.core.types import FORWARDING_PHASES
-from zabref.core.zab import Output, ZabCore, ZabState
+from zabref.core.zab import ZabState
 from zabref.errors import RemoteProtocolError
 
 __all__ = ["ClientRequests"]
 
 
-class ClientRequests:
+@trait
+class ClientRequests(NodeParts):
     """The client half of `Node` (module docstring)."""
 
-    # What it uses of its node, which sets them (`zabref.core.node.Node.__init__`): declared here for the type
+    # What else it uses of its node, which sets them (`zabref.core.node.Node.__init__`): declared here for the type
     # checker only (no value: nothing at run time).
-    sid: int
-    timing: Timing
-    core: ZabCore
     learner_conns: set[int]
     _waiting: dict[int, list[tuple[int, float]]]
     _waiting_zxids: list[int]
@@ -47,17 +46,6 @@ class ClientRequests:
     _syncs: list[tuple[int, int, dict[int, int], float]]
     pending_syncs: deque[tuple[int, int, dict[int, int]]]
     follower_syncs: deque[tuple[int | None, float]]
-    leader_lost: bool
-
-    if TYPE_CHECKING:
-        @property
-        def committed_zxid(self) -> int: ...
-
-        def _core(self, out: EffectsBuilder, output: Output, now: float, action: str | None,
-                  packet: QuorumPacket | None = None, tag: int | None = None, **params: int) -> None: ...
-
-        def zk_propose(self, out: EffectsBuilder, session: int, cxid: int, op: int, record: bytes,
-                       now: float) -> None: ...
 
     def client_submit(self, rid: int, value: bytes, now: float) -> Effects:
         """A client's value: ClientRequest at the leader; a follower forwards it. Answered once delivered here."""

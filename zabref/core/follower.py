@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import bisect
 
+from mypy_extensions import trait
+
 from zabref.core import payloads, zktxn
 from zabref.core.packets import PacketType, QuorumPacket, ServerState, make_zxid, zxid_counter, zxid_epoch
 from zabref.core.state import CoreState
@@ -70,6 +72,7 @@ def _commit_point_in(new: list[Txn], old: list[Txn], committed: int) -> int:
     return bisect.bisect_right(new, c, key=lambda t: t.zxid)
 
 
+@trait
 class FollowerActions(CoreState):
     """The spec's Follower* actions and FollowerTimeout, for a server whose ``state`` is FOLLOWING."""
 

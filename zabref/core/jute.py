@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import struct
 
+from mypy_extensions import mypyc_attr
+
 from zabref.errors import CodecError
 
 __all__ = ["INT", "LONG", "INT_MAX", "JUTE_MAX", "check_int", "check_long", "buffer", "ustring", "Reader", "Cursor",
            "Short", "bytes_like"]
 
-INT = struct.Struct(">i")
-LONG = struct.Struct(">q")
+INT: struct.Struct = struct.Struct(">i")
+LONG: struct.Struct = struct.Struct(">q")
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 #: A jute buffer's limit: ZooKeeper's ``jute.maxbuffer`` default (0xfffff) plus the 1024 bytes of
@@ -53,6 +55,7 @@ def ustring(name: str, value: str) -> bytes:
     return buffer(name, value.encode("utf-8"))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # zktxn.TxnReader, which conformance.zk.txns subclasses
 class Reader:
     """A cursor over one body; every read checks the bytes present and names ``what`` and the offset on failure."""
 
@@ -132,12 +135,13 @@ class Short(Exception):
         self.need = need
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # conformance.zk.stream's reader of ZooKeeper's files
 class Cursor:
     """Reads big-endian jute values from ``buf`` at ``pos``; ``what`` names the bytes in errors (`fail`)."""
 
     __slots__ = ("buf", "pos", "what")
 
-    def __init__(self, buf: bytes | memoryview, what: str, pos: int = 0) -> None:
+    def __init__(self, buf: bytes | bytearray | memoryview, what: str, pos: int = 0) -> None:
         self.buf, self.what, self.pos = buf, what, pos
 
     @property

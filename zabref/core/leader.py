@@ -23,6 +23,8 @@ only then does it change fields and return an `Output` whose ``persist`` must be
 
 from __future__ import annotations
 
+from mypy_extensions import trait
+
 from zabref.core import payloads, zktxn
 from zabref.core.packets import (
     MAX_COUNTER,
@@ -102,6 +104,7 @@ def sync_packets(history: list[Txn], last_committed: int, z: int, commits: int) 
     return [QuorumPacket(PacketType.TRUNC, zxid_at(t)), *proposals(t)]
 
 
+@trait
 class LeaderActions(CoreState):
     """The spec's Leader* actions and ClientRequest, for a server whose ``state`` is LEADING."""
 

@@ -22,6 +22,8 @@ import bisect
 from collections.abc import Iterable
 from typing import Any, NoReturn
 
+from mypy_extensions import trait
+
 from zabref.core.packets import QuorumPacket, ServerState
 from zabref.core.types import (
     NO_SERVER,
@@ -53,6 +55,7 @@ SPEC_VARIABLES = {
 }
 
 
+@trait
 class CoreState:
     """One server's Zab variables (spec/Zab.tla's VARIABLES, this server's slice) and shared helpers."""
 

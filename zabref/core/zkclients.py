@@ -33,12 +33,13 @@ dicts: ``{"zk": {"err": code, "zxid": z, "op": name, ...}}`` (a result's fields:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zabref.core import payloads, zkprep, zktree, zktxn
-from zabref.core.effects import Effects, EffectsBuilder, Timing, refused
+from zabref.core.effects import Effects, EffectsBuilder, refused
+from zabref.core.nodeparts import NodeParts, trait
 from zabref.core.packets import AuthId, PacketType, QuorumPacket, ServerState
-from zabref.core.zab import Output, ZabCore, ZabState
+from zabref.core.zab import ZabState
 
 __all__ = ["ZkClients", "WRITES", "READS"]
 
@@ -48,23 +49,14 @@ WRITES = frozenset({1, 2, 5, 7, 14, 15, 19, 20})
 READS = {4: "getData", 3: "exists", 8: "getChildren", 12: "getChildren2"}
 
 
-class ZkClients:
+@trait
+class ZkClients(NodeParts):
     """The ZooKeeper-client half of `Node` (module docstring)."""
 
-    # What it uses of its node, which sets them (`zabref.core.node.Node.__init__`): declared for the type checker.
-    sid: int
-    timing: Timing
-    core: ZabCore
-    leader_lost: bool
+    # What else it uses of its node, which sets them (`zabref.core.node.Node.__init__`): declared for the type checker.
     zk_tree: zktree.HistoryTree
     zk_applied: zktree.HistoryTree
     _zk_waiting: dict[tuple[int, int], tuple[int, float, int]]
-
-    if TYPE_CHECKING:
-        def _core(self, out: EffectsBuilder, output: Output, now: float, action: str | None,
-                  packet: QuorumPacket | None = None, tag: int | None = None, **params: int) -> None: ...
-
-        def _not_serving(self) -> dict[str, Any]: ...
 
     def zk_write(self, rid: int, session: int, cxid: int, op: int, record: bytes, now: float,
                  client: str = "") -> Effects:

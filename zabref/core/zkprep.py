@@ -42,11 +42,11 @@ read is MARSHALLINGERROR, as ZooKeeper answers it. No ACL is checked (`zabref.co
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import cast
 
 from zabref.core import jute
-from zabref.core.zktree import ERR, DataTree, ZNode, acl_parts, parent_of
+from zabref.core.zktree import ERR, Children, DataTree, ZNode, acl_parts, parent_of
 from zabref.core.zktxn import HEADER, OPS, TxnReader
 from zabref.errors import CodecError
 
@@ -69,6 +69,10 @@ class _Failed(Exception):
         self.err = ERR[code]
 
 
+#: U+D800, the first surrogate, written as a call: a compiled build (mypyc) takes no surrogate in a string literal.
+_SURROGATE = chr(0xD800)
+
+
 def valid_path(path: str) -> bool:
     """PathUtils.validatePath: absolute, no empty, "." or ".." name, no trailing "/", no control or private-use
     character (checked per Java char: a character outside the BMP is a surrogate pair, which it refuses)."""
@@ -79,7 +83,7 @@ def valid_path(path: str) -> bool:
     names = path[1:].split("/")
     if any(n in ("", ".", "..") for n in names):
         return False
-    return not any(c == "\0" or "\x01" <= c <= "\x1f" or "\x7f" <= c <= "\x9f" or "\ud800" <= c <= "\uf8ff"
+    return not any(c == "\0" or "\x01" <= c <= "\x1f" or "\x7f" <= c <= "\x9f" or _SURROGATE <= c <= "\uf8ff"
                    or c >= "\ufff0" for c in path)
 
 
@@ -90,7 +94,7 @@ class _Children:
 
     __slots__ = ("base", "added", "removed")
 
-    def __init__(self, base: set[str]) -> None:
+    def __init__(self, base: Children) -> None:
         self.base, self.added, self.removed = base, set[str](), set[str]()
 
     def add(self, name: str) -> None:
@@ -105,6 +109,10 @@ class _Children:
 
     def __len__(self) -> int:
         return len(self.base) - len(self.removed) + len(self.added)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (name for name in self.base if name not in self.removed)
+        yield from self.added
 
 
 class _View:
@@ -129,7 +137,7 @@ class _View:
         node = self.changes.get(path)
         if node is None:
             base = self.get(path)
-            node = replace(base, children=cast(set[str], _Children(base.children)))
+            node = replace(base, children=_Children(base.children))
             self.changes[path] = node
         return node
 

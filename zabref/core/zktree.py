@@ -25,16 +25,16 @@ session), containers' and TTL nodes' removal (ZooKeeper's ContainerManager runs 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from zabref.core import jute, zksnap, zktxn
 from zabref.core.types import Txn
 from zabref.errors import CodecError
 
-__all__ = ["ZNode", "DataTree", "HistoryTree", "fields", "parent_of", "session_of", "acl_parts", "OPEN_ACL",
-           "CONTAINER_OWNER", "ERR"]
+__all__ = ["ZNode", "Children", "DataTree", "HistoryTree", "fields", "parent_of", "session_of", "acl_parts",
+           "OPEN_ACL", "CONTAINER_OWNER", "ERR"]
 
 #: world:anyone with every permission: ZooKeeper's OPEN_ACL_UNSAFE, its snapshot's ACL key -1.
 OPEN_ACL = ("world:anyone:31",)
@@ -46,6 +46,19 @@ ERR = {"OK": 0, "RUNTIMEINCONSISTENCY": -2, "MARSHALLINGERROR": -5, "UNIMPLEMENT
        "INVALIDACL": -114, "EPHEMERALONLOCALSESSION": -120}
 _CREATES = ("create", "create2", "createContainer", "createTTL")
 _SESSION = struct.Struct(">qi")  # a snapshot's session: long id, int timeout
+
+
+class Children(Protocol):
+    """A node's children's names, as they are read and changed: a set (the tree's), or a prepared view's changes over
+    the tree's set (`zabref.core.zkprep`)."""
+
+    def add(self, name: str, /) -> None: ...
+
+    def discard(self, name: str, /) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[str]: ...
 
 
 @dataclass(slots=True)
@@ -63,7 +76,7 @@ class ZNode:
     cversion: int = 0
     aversion: int = 0
     ephemeral_owner: int = 0
-    children: set[str] = field(default_factory=set)
+    children: Children = field(default_factory=set[str])
 
     def stat(self) -> tuple[int, ...]:
         """ZooKeeper's Stat, as a client reads it: czxid, mzxid, ctime, mtime, version, cversion, aversion,

@@ -66,6 +66,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from zabref.core import jute
 from zabref.errors import CodecError
 
@@ -94,6 +96,7 @@ _WORLD_ANYONE_ALL = jute.INT.pack(1) + jute.INT.pack(PERMS_ALL) + jute.ustring("
 _PERSISTENT = _WORLD_ANYONE_ALL + b"\x00"  # the ACL, then ephemeral = false
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # conformance.zk.txns' reader, which summarizes data
 class TxnReader(jute.Reader):
     """`zabref.core.jute.Reader` plus a jute boolean and a vector of ACLs."""
 
@@ -124,10 +127,10 @@ def node_of(zxid: int) -> str:
     return f"/zabref-{zxid >> 32}-{zxid & 0xFFFFFFFF}"
 
 
-def encode_create(zxid: int, path: str, data: bytes, *, time_ms: int = 0, session: int = 0, cxid: int = 0,
+def encode_create(zxid: int, path: str, data: bytes | None, *, time_ms: int = 0, session: int = 0, cxid: int = 0,
                   parent_cversion: int = -1) -> bytes:
-    """TxnHeader + CreateTxn: the create of persistent node ``path`` holding ``data`` (world:anyone, all
-    permissions), no digest."""
+    """TxnHeader + CreateTxn: the create of persistent node ``path`` holding ``data`` (``None``: ZooKeeper's null
+    data; world:anyone, all permissions), no digest."""
     header = HEADER.pack(jute.check_long("clientId", session), jute.check_int("cxid", cxid),
                           jute.check_long("zxid", zxid), jute.check_long("time", time_ms), OP_CREATE)
     return b"".join((header, jute.ustring("path", path), jute.buffer("data", data), _PERSISTENT,

@@ -189,8 +189,9 @@ _PACKET_HEAD = struct.Struct(">iqi")
 _PACKET_TYPES = {int(t): t for t in PacketType}
 
 
-def decode_quorum_packet(body: bytes) -> QuorumPacket:
-    """One whole packet, a SNAP's snapshot stream after it included (`PacketDecoder` reads a stream of them)."""
+def decode_quorum_packet(body: bytes | bytearray) -> QuorumPacket:
+    """One whole packet, a SNAP's snapshot stream after it included (`PacketDecoder` reads a stream of them); a
+    bytearray is read as bytes are (tests/test_wire.py holds the two to the same answer)."""
     # The common packet (a known type, a data buffer that fits, no authinfo, nothing after) in a few calls; anything
     # else -- every malformed body among it -- is read field by field below, which names what is wrong and where.
     if type(body) is bytes and len(body) >= 20:
@@ -231,7 +232,7 @@ def _snapshot(buf: bytes | bytearray, start: int, data: bytes | None, reader: zk
     if data is not None:
         raise CodecError(what, offset + start, f"a SNAP's data is {len(data)} bytes; ZooKeeper's is null, its "
                                                 "snapshot stream follows the packet")
-    cur = jute.Cursor(buf, what, start)  # type: ignore[arg-type]  # a bytearray reads as bytes do, uncopied
+    cur = jute.Cursor(buf, what, start)  # a bytearray reads as bytes do, uncopied
     try:
         tree = reader.read(cur)
     except CodecError as e:

@@ -53,6 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import zabref
 from zabref.core.effects import Effects
 from zabref.core.node import Node
 from zabref.errors import ConfigError, ZabError
@@ -278,7 +279,7 @@ class ControlPort:
 
     async def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"sid": self.server.sid, "pid": os.getpid(), "mode": self.server.driver.name,
-                "incarnation": self.server.incarnation}
+                "incarnation": self.server.incarnation, "build": zabref.build()}
 
     async def op_state(self, request: dict[str, Any]) -> dict[str, Any]:
         """The server's state. ``until`` (optional): ``{"received": {peer: n}, "votes": {peer: n}, "flushed":

@@ -55,6 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import zabref
 from zabref.config import Config
 from zabref.core import payloads
 from zabref.core.effects import Effects, Timing
@@ -178,9 +179,9 @@ class Server(PeerLinks):
         self.enqueue(lambda: self.node.start(self.driver.now()))
         self.driver.start(self)
         control_at = f"{self.me.control_host}:{self.me.control_port}" if self.control_token is not None else "none"
-        log.info("server %d ready (%s mode): quorum %s:%d, election %d, client %d, control %s; history %d txns, "
-                 "acceptedEpoch %d, currentEpoch %d", self.sid, self.driver.name, self.me.host, self.me.quorum_port,
-                 self.me.election_port, self.me.client_port, control_at, len(self.core.history),
+        log.info("server %d ready (%s mode, %s build): quorum %s:%d, election %d, client %d, control %s; history %d "
+                 "txns, acceptedEpoch %d, currentEpoch %d", self.sid, self.driver.name, zabref.build(), self.me.host,
+                 self.me.quorum_port, self.me.election_port, self.me.client_port, control_at, len(self.core.history),
                  self.core.accepted_epoch, self.core.current_epoch)
         await self._stopping.wait()
         await self._shutdown()

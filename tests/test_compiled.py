@@ -1,0 +1,96 @@
+"""The compiled build (scripts/build_compiled.py): which build a process runs, the build's cache key, the guard that
+keeps a suite meant for the compiled build off the pure one, and (deep) the compiled build itself under tests of the
+core, the codec, ZooKeeper's client port and a conformance replay."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zabref
+
+REPO = Path(__file__).resolve().parent.parent
+#: Test files run on the compiled build by the deep test: the core and its model, the election, the codecs, the
+#: ZooKeeper transactions and trees, ZooKeeper's client port with kazoo (real servers), conformance replays of the
+#: regression traces (real servers driven step by step) and the simulator's seeded bugs.
+COMPILED_SUITE = ("test_core.py", "test_core_model.py", "test_election.py", "test_wire.py", "test_zkwire.py",
+                  "test_zktxn.py", "test_zktree.py", "test_zk_clients.py", "test_fuzz_codec.py", "test_sim_bugs.py",
+                  "test_conform.py")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("build_compiled", REPO / "scripts" / "build_compiled.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_this_process_runs_the_build_the_suite_was_asked_for() -> None:
+    assert zabref.build() == os.environ.get("ZABREF_EXPECT_BUILD", "pure")
+
+
+def test_the_cache_key_follows_every_file_of_the_package_and_nothing_else(tmp_path: Path) -> None:
+    """The build's folder holds a copy of the whole package, so a change to any of its files -- compiled or not --
+    names a new build; Python's caches and earlier builds' extension modules do not."""
+    build = _script()
+    shutil.copytree(REPO / "zabref", tmp_path / "zabref", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    key = build.key_of(tmp_path)
+    assert build.key_of(tmp_path) == key
+    (tmp_path / "zabref" / "core" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "zabref" / "core" / "__pycache__" / "zab.cpython-311.pyc").write_bytes(b"x")
+    (tmp_path / "zabref" / "core" / "zab.cpython-311-x86_64-linux-gnu.so").write_bytes(b"x")
+    assert build.key_of(tmp_path) == key
+    keys = {key}
+    for name in ("core/zab.py", "runtime/server.py", "net/wire.py"):  # compiled, pure, compiled
+        path = tmp_path / "zabref" / name
+        path.write_text(path.read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8")
+        keys.add(build.key_of(tmp_path))
+    assert len(keys) == 4
+
+
+def test_a_suite_meant_for_the_compiled_build_stops_on_the_pure_one(tmp_path: Path) -> None:
+    """tests/conftest.py's guard: with ZABREF_EXPECT_BUILD=compiled and the pure package on the import path, pytest
+    stops before any test (a usage error, exit 4) and says which build it found where."""
+    if zabref.build() != "pure":
+        pytest.skip("this process runs the compiled build")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                           str(REPO / "tests" / "test_compiled.py::test_this_process_runs_the_build_the_suite_was_"
+                                                "asked_for")],
+                          cwd=REPO, env=dict(env, ZABREF_EXPECT_BUILD="compiled"), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "ZABREF_EXPECT_BUILD=compiled, but this process runs zabref's pure build from" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.deep
+def test_the_compiled_build_passes_the_tests_of_what_it_compiles(tmp_path: Path) -> None:
+    """Build (or take from the cache) the compiled build, check that its core really is extension modules, and run
+    `COMPILED_SUITE` on it through the test command's own switch (``scripts/test.sh --build compiled``)."""
+    if importlib.util.find_spec("mypyc") is None:
+        pytest.skip("mypy's compiler is not installed (pip install 'zabref[dev]')")
+    build = _script()
+    folder = build.build()
+    assert sorted(p.name.split(".")[0] for p in (folder / "zabref" / "core").glob("*.so")) == sorted(
+        p.stem for p in (REPO / "zabref" / "core").glob("*.py"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH", "ZABREF_EXPECT_BUILD")}
+    probe = subprocess.run([sys.executable, "-c", "import zabref, zabref.net.wire as w; print(zabref.build(), "
+                            "w.__file__)"], cwd=tmp_path, env=dict(env, PYTHONPATH=str(folder), PYTHONSAFEPATH="1"),
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0 and probe.stdout.split()[0] == "compiled", probe.stdout + probe.stderr
+    assert probe.stdout.split()[1].endswith(".so")
+    done = subprocess.run(["bash", "scripts/test.sh", "--build", "compiled", "-q", "-p", "no:cacheprovider",
+                           *(f"tests/{name}" for name in COMPILED_SUITE)],
+                          cwd=REPO, env=dict(env, ZABREF_TEST_WORKERS="1"), capture_output=True, text=True,
+                          timeout=1500)
+    tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
+    assert done.returncode == 0, tail
+    assert f"the compiled build in {folder}" in done.stdout, tail
