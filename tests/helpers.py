@@ -10,6 +10,19 @@ import time
 from collections.abc import Iterator
 
 
+def load_script(name: str):
+    """``scripts/<name>.py`` as a module (the scripts are files to run, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def wait_for(what: str, predicate, timeout: float):
     """Poll `predicate` every 50 ms until it returns something true (returned), or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout

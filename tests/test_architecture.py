@@ -6,13 +6,13 @@ must be current.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import helpers
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,11 +96,8 @@ def test_the_long_files_the_suite_starts_first_exist_and_come_first(request):
 def _compiled_modules() -> tuple[str, ...]:
     """What the compiled build compiles (scripts/build_compiled.py's `MODULES`, expanded): mypyc refuses code mypy
     finds errors in, so these stay type-clean."""
-    spec = importlib.util.spec_from_file_location("build_compiled", REPO / "scripts" / "build_compiled.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return tuple(str(p.relative_to(REPO)) for pattern in module.MODULES for p in sorted(REPO.glob(pattern)))
+    modules = helpers.load_script("build_compiled").MODULES
+    return tuple(str(p.relative_to(REPO)) for pattern in modules for p in sorted(REPO.glob(pattern)))
 
 
 TYPED = _compiled_modules()

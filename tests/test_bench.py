@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 
+import helpers
 import pytest
 from click.testing import CliRunner
 from hypothesis import given
@@ -563,14 +564,7 @@ def test_smoke_zabref_side(tmp_path):
 
 
 def _bench_ab():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_ab.py"
-    spec = importlib.util.spec_from_file_location("bench_ab", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return helpers.load_script("bench_ab")
 
 
 def test_bench_ab_takes_the_median_of_each_version_and_divides_b_by_a() -> None:

@@ -1,6 +1,6 @@
 """The compiled build (scripts/build_compiled.py): which build a process runs, the build's cache key, the guard that
 keeps a suite meant for the compiled build off the pure one, and (deep) the compiled build itself under tests of the
-core, the codec, ZooKeeper's client port and a conformance replay."""
+core, the codecs, ZooKeeper's client port, conformance replays and the simulator (`COMPILED_SUITE`)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import helpers
 import pytest
 
 import zabref
 
 REPO = Path(__file__).resolve().parent.parent
 #: Test files run on the compiled build by the deep test: the core and its model, the election, the codecs, the
-#: ZooKeeper transactions and trees, ZooKeeper's client port with kazoo (real servers), conformance replays of the
-#: regression traces (real servers driven step by step) and the simulator's seeded bugs.
+#: ZooKeeper transactions and trees, ZooKeeper's client port with kazoo (real servers), conformance replays (real
+#: servers driven step by step) and the simulator's checks of whole runs (in this process: the compiled build). A
+#: seeded bug's patched copy runs the pure build whichever build runs the test, so those files are not here.
 COMPILED_SUITE = ("test_core.py", "test_core_model.py", "test_election.py", "test_wire.py", "test_zkwire.py",
-                  "test_zktxn.py", "test_zktree.py", "test_zk_clients.py", "test_fuzz_codec.py", "test_sim_bugs.py",
-                  "test_conform.py")
+                  "test_zktxn.py", "test_zktree.py", "test_zk_clients.py", "test_fuzz_codec.py", "test_replay.py",
+                  "test_sim_pause.py", "test_simcheck.py")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("build_compiled", REPO / "scripts" / "build_compiled.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return helpers.load_script("build_compiled")
 
 
 def test_this_process_runs_the_build_the_suite_was_asked_for() -> None:
