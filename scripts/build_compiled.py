@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The compiled build: zabref's sans-IO core and its codec compiled with mypyc, the source unchanged.
+"""The compiled build: zabref's sans-IO core and its wire codecs compiled with mypyc, the source unchanged.
 
 Theory of operation: the ``zabref`` package is copied into a folder of its own, and mypyc (mypy's compiler of typed
 Python to C extension modules) compiles `MODULES` there -- every module of ``zabref/core`` and the three wire codecs
