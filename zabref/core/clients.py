@@ -20,9 +20,11 @@ import heapq
 from collections import deque
 from typing import Any
 
+from mypy_extensions import trait
+
 from zabref.core import payloads, zkprep, zktxn
 from zabref.core.effects import READ_LIMIT, Action, Effects, EffectsBuilder, refused
-from zabref.core.nodeparts import NodeParts, trait
+from zabref.core.nodeparts import NodeParts
 from zabref.core.packets import PacketType, QuorumPacket, ServerState
 from zabref.core.types import FORWARDING_PHASES
 from zabref.core.zab import ZabState

@@ -18,7 +18,7 @@ from zabref.core.effects import EffectsBuilder, Timing
 from zabref.core.packets import QuorumPacket
 from zabref.core.zab import Output, ZabCore
 
-__all__ = ["NodeParts", "trait"]
+__all__ = ["NodeParts"]
 
 
 @trait

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mypy_extensions import trait
+
 from zabref.core import payloads, zkprep, zktree, zktxn
 from zabref.core.effects import Effects, EffectsBuilder, refused
-from zabref.core.nodeparts import NodeParts, trait
+from zabref.core.nodeparts import NodeParts
 from zabref.core.packets import AuthId, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import ZabState
 
