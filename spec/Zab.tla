@@ -232,12 +232,35 @@ SyncPackets(h, c, z, s) ==
 
 FollowerInfo(f) == Packet("FOLLOWERINFO", <<acceptedEpoch[f], 0>>, f)
 
-\* The commit point a leader i reaches with learners' acks (ackIndex): the largest k <= top such that i and the
-\* learners whose ack reaches k are a quorum (0 if none). Counting down from the greatest ack costs a few steps, not
-\* the square of the history's length (which matters when `zabref validate` checks a long production run).
+(***************************************************************************)
+(* LeaderLogsLate: whether a leader proposes before its own log has the    *)
+(* proposal.  ZooKeeper's leader sends a PROPOSAL first                    *)
+(* (ProposalRequestProcessor: Leader.propose) and logs it after, in its    *)
+(* SyncRequestProcessor, which gives the leader's own ACK (its             *)
+(* AckRequestProcessor: Leader.processAck for itself) once the batch is on *)
+(* disk: until then the leader does not count itself in a quorum for it,   *)
+(* and a kill -9 in between leaves its log without what its followers      *)
+(* logged.  With LeaderLogsLate, ackIndex[l][l] is how much of l's history *)
+(* l has logged for good in its role (all of it when it starts to lead),   *)
+(* LeaderOwnACK raises it, and a quorum counts l only up to it.  The       *)
+(* seed's leader (and zabref's) logs before it proposes: FALSE, and the    *)
+(* leader counts itself at once.  The validation of ZooKeeper runs         *)
+(* overrides it with TRUE (spec/README.md, departure 13).                  *)
+(***************************************************************************)
+LeaderLogsLate == FALSE
+
+\* Whether leader i counts itself in a quorum for history[i][k]: at once, or with LeaderLogsLate once it has logged
+\* it (`acks` is its row of ackIndex, as a step is about to leave it).
+CountsSelf(i, acks, k) == ~LeaderLogsLate \/ acks[i] >= k
+
+\* The commit point a leader i reaches with learners' acks (ackIndex): the largest k <= top such that i (when it
+\* counts itself, CountsSelf) and the learners whose ack reaches k are a quorum (0 if none). Counting down from the
+\* greatest ack costs a few steps, not the square of the history's length (which matters when `zabref validate`
+\* checks a long production run).
 RECURSIVE QuorumPoint(_, _, _)
 QuorumPoint(i, acks, top) ==
-    IF top = 0 \/ IsQuorum({i} \cup {f \in Server : acks[f] >= top}) THEN top ELSE QuorumPoint(i, acks, top - 1)
+    IF top = 0 \/ IsQuorum({f \in Server : IF f = i THEN CountsSelf(i, acks, top) ELSE acks[f] >= top})
+    THEN top ELSE QuorumPoint(i, acks, top - 1)
 MaxAck(acks) == LET m == {acks[f] : f \in Server} IN CHOOSE k \in m : \A k2 \in m : k2 <= k
 
 -----------------------------------------------------------------------------
@@ -298,8 +321,8 @@ BecomeLeader(i) ==
     /\ zabState' = [zabState EXCEPT ![i] = DISCOVERY]
     /\ leader' = [leader EXCEPT ![i] = i]
     /\ newEpoch' = [newEpoch EXCEPT ![i] = acceptedEpoch[i] + 1]
-    /\ UNCHANGED <<persistentVars, lastCommitted, stagedHistory, learnerPhase, learnerLastZxid,
-                   ackIndex, msgs, checkVars>>
+    /\ ackIndex' = IF LeaderLogsLate THEN [ackIndex EXCEPT ![i][i] = Len(history[i])] ELSE ackIndex
+    /\ UNCHANGED <<persistentVars, lastCommitted, stagedHistory, learnerPhase, learnerLastZxid, msgs, checkVars>>
 
 (***************************************************************************)
 (* LOOKING server i decides to follow j (seed 000, phase 1, step 2): it    *)
@@ -661,7 +684,8 @@ FollowerProcessPROPOSAL(i, j) ==
 
 (***************************************************************************)
 (* Leader i takes ACK(zxid) of a proposal from j (step 3).  When a quorum  *)
-(* (the leader counts itself) has ACKed a longer prefix than i has         *)
+(* (the leader counts itself, with LeaderLogsLate once it logged the       *)
+(* transaction: CountsSelf) has ACKed a longer prefix than i has           *)
 (* committed, i delivers it and queues one COMMIT(zxid) for each           *)
 (* transaction it newly commits, in order, to its forwarding list (seed    *)
 (* 000, phase 3: a COMMIT for each proposal a quorum acknowledged;         *)
@@ -687,6 +711,30 @@ LeaderProcessACK(i, j) ==
                    /\ msgs' = SendAllSeq(Discard(msgs, j, i), i, fwd, Commits(h, lastCommitted[i], c))
               ELSE /\ msgs' = Discard(msgs, j, i)
                    /\ UNCHANGED <<lastCommitted, committed>>
+    /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, newEpoch, learnerPhase,
+                   learnerLastZxid, proposed, established, faults>>
+
+(***************************************************************************)
+(* With LeaderLogsLate (ZooKeeper's leader), leader i's log write of its   *)
+(* proposals up to history[i][k] is durable, and it counts its own ACK of  *)
+(* them (SyncRequestProcessor, then AckRequestProcessor: Leader.processAck *)
+(* with its own sid): as LeaderProcessACK, it commits what a quorum has    *)
+(* now and queues a COMMIT for each.  Any k past what it had logged: its   *)
+(* log writes come in batches, each taking what was proposed by then.      *)
+(***************************************************************************)
+LeaderOwnACK(i) ==
+    /\ LeaderLogsLate
+    /\ state[i] = LEADING /\ zabState[i] = BROADCAST
+    /\ \E k \in ackIndex[i][i] + 1 .. Len(history[i]) :
+          LET h == history[i]
+              acks == [ackIndex[i] EXCEPT ![i] = k]
+              c == QuorumPoint(i, acks, k)
+              fwd == {f \in Server : learnerPhase[i][f] \in ForwardingPhases}
+          IN  /\ ackIndex' = [ackIndex EXCEPT ![i] = acks]
+              /\ IF c > lastCommitted[i]
+                 THEN /\ Deliver(i, h, c)
+                      /\ msgs' = SendAllSeq(msgs, i, fwd, Commits(h, lastCommitted[i], c))
+                 ELSE UNCHANGED <<msgs, lastCommitted, committed>>
     /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, newEpoch, learnerPhase,
                    learnerLastZxid, proposed, established, faults>>
 
@@ -754,34 +802,21 @@ LeaderTimeout(i) ==
     /\ GoLooking(i)
     /\ UNCHANGED <<persistentVars, lastCommitted, checkVars>>
 
-(***************************************************************************)
-(* LeaderLogsLate: whether a leader's crash may lose the transactions it   *)
-(* proposed and has not committed.  ZooKeeper's leader sends a PROPOSAL    *)
-(* first (ProposalRequestProcessor: Leader.propose) and logs it after, in  *)
-(* its SyncRequestProcessor, which counts the leader's own ACK only once   *)
-(* the transaction is on disk; a kill -9 in between leaves its log without *)
-(* what its followers logged.  The seed's leader (and zabref's) logs       *)
-(* before it proposes: FALSE.  The validation of ZooKeeper runs overrides  *)
-(* it with TRUE.  Only the tail above lastCommitted may go: the spec's     *)
-(* leader counts itself in every quorum, so what it committed is on its    *)
-(* log (spec/README.md, departure 13).                                     *)
-(***************************************************************************)
-LeaderLogsLate == FALSE
-
 \* The lengths server i's history may keep through a crash: all of it, or with LeaderLogsLate, for a leader in
-\* broadcast, any prefix that keeps what it committed.
+\* broadcast, any prefix that keeps what it logged (LeaderOwnACK). What it committed without counting itself, on
+\* its followers' ACKs alone, may go with the rest: a quorum of them holds it.
 Kept(i) == IF LeaderLogsLate /\ state[i] = LEADING /\ zabState[i] = BROADCAST
-           THEN lastCommitted[i] .. Len(history[i])
+           THEN ackIndex[i][i] .. Len(history[i])
            ELSE {Len(history[i])}
 
 (***************************************************************************)
 (* Server i crashes and restarts: it keeps history (but, LeaderLogsLate,   *)
-(* a leader's uncommitted tail), acceptedEpoch and currentEpoch, loses     *)
-(* everything else, and is LOOKING again.  (Crash and                      *)
-(* recovery are one step: a server that stays down is indistinguishable,  *)
-(* for safety, from a LOOKING server that takes no step.)  A crash of a    *)
-(* LOOKING server that has delivered nothing changes nothing and is left  *)
-(* out, so that every edge of the state graph changes the state.          *)
+(* what a leader had not logged yet), acceptedEpoch and currentEpoch,      *)
+(* loses everything else, and is LOOKING again.  (Crash and recovery are   *)
+(* one step: a server that stays down is indistinguishable, for safety,    *)
+(* from a LOOKING server that takes no step.)  A crash of a LOOKING server *)
+(* that has delivered nothing changes nothing and is left out, so that     *)
+(* every edge of the state graph changes the state.                        *)
 (***************************************************************************)
 Crash(i) ==
     /\ state[i] /= LOOKING \/ lastCommitted[i] > 0
@@ -819,6 +854,7 @@ Next ==
     \/ \E i \in Server : ClientRequest(i)
     \/ \E i, j \in Server : FollowerProcessPROPOSAL(i, j)
     \/ \E i, j \in Server : LeaderProcessACK(i, j)
+    \/ \E i \in Server : LeaderOwnACK(i)
     \/ \E i, j \in Server : FollowerProcessCOMMIT(i, j)
     \* Failures
     \/ \E i \in Server : FollowerTimeout(i)

@@ -446,21 +446,27 @@ def test_a_sync_across_a_hole_is_named_at_once_and_the_whole_sync_is_a_behaviour
     assert "HistoryContiguous" not in searched.failure
 
 
-def leader_loses_its_tail(claims: int = 1) -> Builder:
-    """Server 2 leads 1 and 3 (epoch 1), proposes two transactions, both ACK both, and 2 commits the first; killed
-    before it takes the second's ACKs (its connections end). Server 1 then leads epoch 2; 3 and the restarted 2
-    follow it, 2's ACKEPOCH naming (1, ``claims``) as its last logged zxid -- 1: ZooKeeper's leader sent the second
-    PROPOSAL before its SyncRequestProcessor logged it, and the kill lost it (spec/README.md, departure 13)."""
+def leader_loses_its_tail(claims: int = 1, late: bool = False, commits: int = 1) -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1), proposes two transactions, both ACK both (3 only after the COMMIT when
+    ``late``: 2 then counted itself for the first), and 2 commits the first ``commits``; killed then (its
+    connections end). Server 1 then leads epoch 2; 3 and the restarted 2 follow it, 2's ACKEPOCH naming
+    (1, ``claims``) as its last logged zxid -- 1: ZooKeeper's leader sent the second PROPOSAL before its
+    SyncRequestProcessor logged it, and the kill lost it (spec/README.md, departure 13)."""
     b = Builder({1: (1, 2), 2: (3, 2), 3: (3, 1), 4: (2, 1)})
     epoch_one(b)
     for k in (1, 2):
         for conn in (1, 2):
             b.send(conn, 2, "PROPOSAL", E1 + k, txn=txn(E1 + k, f"/t{k}"))
-    for conn, f in ((1, 1), (2, 3)):
+    acks = ((1, 1),) if late else ((1, 1), (2, 3))
+    for conn, f in acks:
         b.send(conn, f, "ACK", E1 + 1)
         b.send(conn, f, "ACK", E1 + 2)
-    for conn in (1, 2):
-        b.send(conn, 2, "COMMIT", E1 + 1)
+    for k in range(1, commits + 1):
+        for conn in (1, 2):
+            b.send(conn, 2, "COMMIT", E1 + k)
+    if late:
+        b.send(2, 3, "ACK", E1 + 1)
+        b.send(2, 3, "ACK", E1 + 2)
     for conn in (1, 2):
         b.event(conn, "EOF_S2C")
         b.event(conn, "EOF_C2S")
@@ -485,17 +491,21 @@ def test_a_killed_leader_that_lost_its_uncommitted_tail_is_a_behaviour_only_with
     """Departure 13 (`LeaderLogsLate`, which VZk sets): the restarted leader's ACKEPOCH names the last transaction
     it committed, not the last it proposed. With the switch left FALSE (the seed's leader, which logs before it
     proposes) the same run fails at that ACKEPOCH; and even with it, a leader that claims to have lost what it
-    committed is rejected there."""
+    committed with its own ACK (one follower's ACK came before the COMMIT) is rejected there. What its two followers
+    committed alone it may have lost (Zab.tla's Kept, since LeaderOwnACK): the run whose leader committed both and
+    names the first is a behaviour."""
     from conformance.validate import zkcheck
 
     lost = observe(leader_loses_its_tail().decoded())
     ok = zkcheck.validate_observation(lost, work=tmp_path)
     assert ok.matched, ok.failure
-    below = observe(leader_loses_its_tail(claims=0).decoded())
+    below = observe(leader_loses_its_tail(claims=0, late=True).decoded())
     bad = zkcheck.validate_observation(below, work=tmp_path)
     assert not bad.matched and not bad.inconclusive, bad.failure
     first = below.obs[bad.frontier - 1]
     assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 0], 2), bad.failure
+    alone = zkcheck.validate_observation(observe(leader_loses_its_tail(commits=2).decoded()), work=tmp_path)
+    assert alone.matched, alone.failure
     switch = "    LeaderLogsLate <- ZooKeeperLeaderLogsLate\n"
     config = zkcheck.config
     assert switch in config(lost)
@@ -505,6 +515,52 @@ def test_a_killed_leader_that_lost_its_uncommitted_tail_is_a_behaviour_only_with
     first = lost.obs[seed.frontier - 1]
     assert (first.type, first.zxid, first.sender) == ("ACKEPOCH", [1, 1], 2), seed.failure
 
+
+
+def leader_logs_after_an_ack() -> Builder:
+    """Server 2 leads 1 and 3 (epoch 1) and proposes /t1; 3's ACK of it, then 3's sync REQUEST, reach 2 before 2 has
+    logged /t1, so the ACK commits nothing and the sync waits for /t1 only; 2 proposes /t2, logs /t1, commits it on
+    its own ACK and answers the sync right after that COMMIT, before /t2 commits (3.8.0, seed 1, observation 9524:
+    ZooKeeper's leader counts itself once its SyncRequestProcessor logged the proposal)."""
+    b = Builder({1: (1, 2), 2: (3, 2)})
+    epoch_one(b)
+    for conn in (1, 2):
+        b.send(conn, 2, "PROPOSAL", E1 + 1, txn=txn(E1 + 1, "/t1"))
+    b.send(2, 3, "ACK", E1 + 1)
+    b.send(2, 3, "REQUEST", -1, op="sync", session="0x3", cxid=7, request_len=16)
+    for conn in (1, 2):
+        b.send(conn, 2, "PROPOSAL", E1 + 2, txn=txn(E1 + 2, "/t2"))
+    for conn in (1, 2):
+        b.send(conn, 2, "COMMIT", E1 + 1)
+    b.send(2, 2, "SYNC", 0)
+    b.send(1, 1, "ACK", E1 + 1)
+    b.send(1, 1, "ACK", E1 + 2)
+    b.send(2, 3, "ACK", E1 + 2)
+    for conn in (1, 2):
+        b.send(conn, 2, "COMMIT", E1 + 2)
+    return b
+
+
+@pytest.mark.slow
+def test_a_leader_that_counts_itself_once_logged_is_a_behaviour(tmp_path, toolchain_ready, monkeypatch):
+    """Zab.tla's LeaderOwnACK (with LeaderLogsLate, which VZk sets): `leader_logs_after_an_ack` validates, through
+    the search without the guide (the guide takes a leader's own ACK at once); with the leader counting itself in
+    every quorum at once (CountsSelf overridden: the spec before the own ACK) the same run departs at the SYNC, which
+    then waits for /t2."""
+    from conformance.validate import zkcheck
+
+    run = observe(leader_logs_after_an_ack().decoded())
+    ok = zkcheck.validate_observation(run, work=tmp_path)
+    assert ok.matched and ok.runs == 3, ok.failure
+    module, config = zkcheck.trace_module, zkcheck.config
+    end = "\n" + "=" * 77 + "\n"
+    monkeypatch.setattr(zkcheck, "trace_module", lambda *a, **k: module(*a, **k).replace(
+        end, "\nCountsAtOnce(i, acks, k) == TRUE" + end))
+    monkeypatch.setattr(zkcheck, "config", lambda o: config(o) + "CONSTANTS CountsSelf <- CountsAtOnce\n")
+    old = zkcheck.validate_observation(run, work=tmp_path)
+    assert not old.matched and not old.inconclusive, old.failure
+    first = run.obs[old.frontier - 1]
+    assert (first.type, first.receiver) == ("SYNC", 3), old.failure
 
 def cut_off_leader(follower_claims: int = 1) -> Builder:
     """Server 2 leads 1 and 3 (epoch 1) and commits /t1; its links are cut (its connections end), and it logs two

@@ -42,6 +42,11 @@ NOT_A_METHOD = {
                           "ZabCore(sid, servers, Persistent.from_storage(storage)), whose constructor keeps exactly "
                           "history, acceptedEpoch and currentEpoch (read from disk) and starts every other variable "
                           "as Init does."),
+    "LeaderOwnACK": ("leader_process_ack", "ZooKeeper's leader only: enabled with LeaderLogsLate, which zabref's "
+                                           "models leave FALSE. zabref's leader logs a proposal (fsync) before it "
+                                           "sends it, so it counts itself in every quorum at once: QuorumPoint in "
+                                           "leader_process_ack counts the leader, and no step of zabref is this "
+                                           "action."),
 }
 #: Method names that claim to implement a spec action (a packet taken by a role).
 HANDLER_PREFIXES = ("leader_process_", "follower_process_")
