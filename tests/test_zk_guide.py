@@ -153,9 +153,9 @@ def test_five_servers_interleaved_acks_and_a_leaders_crash_validate_in_one_guide
 def test_each_order_rule_narrows_the_guided_search(tmp_path, tla, monkeypatch):
     """With any one of the guide's order rules left out, the search of a smaller `five_leader_crash` explores more
     states than with all of them (measured 2026-12-02: 1,768 with all; without MakesFrontier no end in 150 s (before
-    the own ACK), AcksInOrder 5,209, Prompt 3,069, Lazy 3,986, Timely 9,413, OwnAckAtOnce 22,421). Each search is capped at twice the states of the one with
-    all rules, and the search without the guide stops at once: a rule whose removal explodes the search shows as a
-    budget reached, not as minutes."""
+    the own ACK), AcksInOrder 5,209, Prompt 3,069, Lazy 3,986, Timely 9,413, OwnAckAtOnce 22,421). Each search is
+    capped at twice the states of the one with all rules, and the search without the guide stops at once: a rule
+    whose removal explodes the search shows as a budget reached, not as minutes."""
     from conformance.validate import zkcheck
 
     kept = zkcheck.validate_observation(observe(five_leader_crash(1, 3).decoded(5)), work=tmp_path)

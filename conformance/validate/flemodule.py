@@ -69,15 +69,16 @@ are then only those of the next observation's sender, while that observation is 
 or restart (it must be up to take what crosses to it; its own next notification, ``Own``, says whether it went down).
 One order of each behaviour's independent steps is kept instead of all of them. A server goes back to an election (a
 restart, or StartElection once decided) only where its next notification says so: it is the server's LOOKING vote while
-the server is decided, or of an earlier round than the server's. And a server takes the notifications that crossed the
-wire to it in the order they crossed (the proxy's), or within ``Skew`` ms of it: QuorumCnxManager's receivers put what
-every connection brings into one queue, which FastLeaderElection's WorkerReceiver takes in turn, and two connections'
-packets forwarded at nearly one time may reach it in either order. ``ResendNotifications`` reads other servers' channels
-(it waits for every channel to and from its server to be empty; ``ResendDelivered`` reads only its server's), so a
-behaviour the guide orders differently may be missed: a search with the guide that finds no behaviour is run again
-without it, and only that one's verdict is a departure. The guide changes a server's data only to what its next
-notification shows (its epoch; its zxid only when that notification is a LOOKING one, the only kind that can show it),
-and ends a finalize wait (``TimedOut``) only if nothing waits on the wire to the server that crossed sooner than
+the server is decided, or of an earlier round than the server's, or a round-1 vote for itself on other data than the
+server has (``RestartShown``: a LOOKING server's data changes only in a restart). And a server takes the notifications
+that crossed the wire to it in the order they crossed (the proxy's), or within ``Skew`` ms of it: QuorumCnxManager's
+receivers put what every connection brings into one queue, which FastLeaderElection's WorkerReceiver takes in turn, and
+two connections' packets forwarded at nearly one time may reach it in either order. ``ResendNotifications`` reads other
+servers' channels (it waits for every channel to and from its server to be empty; ``ResendDelivered`` reads only its
+server's), so a behaviour the guide orders differently may be missed: a search with the guide that finds no behaviour is
+run again without it, and only that one's verdict is a departure. The guide changes a server's data only to what its
+next notification shows (its epoch; its zxid only when that notification is a LOOKING one, the only kind that can show
+it), and ends a finalize wait (``TimedOut``) only if nothing waits on the wire to the server that crossed sooner than
 ``FinalizeWait`` after the last notification it took, less ``Latency``: lookForLeader polls finalizeWait (200 ms) for
 each notification, and a server takes one no sooner than the proxy forwarded it (the records carry the proxy's times,
 ``t`` in ms). With the guide, ``ZabData`` makes only the values it admits (TLC made every zxid and epoch of the run and
@@ -259,11 +260,18 @@ Ready == LET o == O(next)
              k == OnWire(o.s, o.r)
          IN  \\/ k < Len(electionMsgs[o.s][o.r]) /\\ Matches(electionMsgs[o.s][o.r][k + 1], o){ready}
 
+\\* x's next notification is a round-1 vote for itself on other data than x has: only a restart gives a LOOKING server
+\\* new data (ZabData), in whatever round x is (a behaviour that never needed x to decide leaves it LOOKING in its first
+\\* round: 3.8.0's mixed-handover, the killed ZooKeeper leader's first vote after its restart).
+RestartShown(x) == LET o == O(Own(x))
+                   IN  /\\ o.st = "LOOKING" /\\ o.leader = x /\\ o.round = 1
+                       /\\ <<o.zxid, o.pe>> /= <<dataZxid[x], dataEpoch[x]>>
+
 \\* The guide (module docstring): while the next observation cannot cross the wire yet, a step of its sender; taking
 \\* what crossed the wire to a server in the order it crossed; going back to an election only when that observation
 \\* says so (its sender is decided and it is a LOOKING vote of a later round, or of the same round after a restart, or
-\\* it is of an earlier round than the sender's); no end of a finalize wait while a notification that crossed the wire
-\\* soon enough waits; data changed only as that observation shows it.
+\\* it is of an earlier round than the sender's, or RestartShown); no end of a finalize wait while a notification that
+\\* crossed the wire soon enough waits; data changed only as that observation shows it.
 Focus == /\\ next <= Total
          /\\ \\/ ~Ready /\\ \\A x \\in Server : Acts(x) => x = O(next).s
             \\/ \\A x \\in Server : Acts(x) => x = O(next).r /\\ (down[x] \\/ down'[x])
@@ -277,6 +285,7 @@ Focus == /\\ next <= Total
                 /\\ Own(x) > 0
                 /\\ \\/ O(Own(x)).round < logicalclock[x]
                    \\/ state[x] /= "LOOKING" /\\ O(Own(x)).st = "LOOKING" /\\ O(Own(x)).round = logicalclock[x]
+                   \\/ RestartShown(x)
          /\\ \\A x \\in Server : TimedOut(x) =>
                 \\A a \\in Server : wire[a][x] /= <<>> /\\ lastTake[x] > 0 =>
                     O(wire[a][x][1]).t >= O(lastTake[x]).t + FinalizeWait - Latency
