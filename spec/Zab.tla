@@ -696,6 +696,16 @@ FollowerProcessPROPOSAL(i, j) ==
 \* The COMMITs of history h's transactions from+1 .. to, in order.
 Commits(h, from, to) == [k \in 1 .. to - from |-> Packet("COMMIT", h[from + k].zxid, NoData)]
 
+\* Leader i's commit point reaches c (when c is past it): it delivers its history up to c and queues, on channels ch,
+\* one COMMIT for each transaction it newly commits to its forwarding list; else the channels are ch.
+CommitTo(i, c, ch) ==
+    IF c > lastCommitted[i]
+    THEN /\ Deliver(i, history[i], c)
+         /\ msgs' = SendAllSeq(ch, i, {f \in Server : learnerPhase[i][f] \in ForwardingPhases},
+                               Commits(history[i], lastCommitted[i], c))
+    ELSE /\ msgs' = ch
+         /\ UNCHANGED <<lastCommitted, committed>>
+
 LeaderProcessACK(i, j) ==
     /\ state[i] = LEADING /\ zabState[i] = BROADCAST
     /\ learnerPhase[i][j] \in {"ACKNEWLEADER", "UPTODATE"}
@@ -703,14 +713,8 @@ LeaderProcessACK(i, j) ==
     /\ Head(msgs[j][i]).zxid[2] > 0
     /\ LET h == history[i]
            acks == [ackIndex[i] EXCEPT ![j] = Max(@, IndexOf(h, Head(msgs[j][i]).zxid))]
-           c == QuorumPoint(i, acks, IF IsQuorum({i}) THEN Len(h) ELSE MaxAck(acks))
-           fwd == {f \in Server : learnerPhase[i][f] \in ForwardingPhases}
        IN  /\ ackIndex' = [ackIndex EXCEPT ![i] = acks]
-           /\ IF c > lastCommitted[i]
-              THEN /\ Deliver(i, h, c)
-                   /\ msgs' = SendAllSeq(Discard(msgs, j, i), i, fwd, Commits(h, lastCommitted[i], c))
-              ELSE /\ msgs' = Discard(msgs, j, i)
-                   /\ UNCHANGED <<lastCommitted, committed>>
+           /\ CommitTo(i, QuorumPoint(i, acks, IF IsQuorum({i}) THEN Len(h) ELSE MaxAck(acks)), Discard(msgs, j, i))
     /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, newEpoch, learnerPhase,
                    learnerLastZxid, proposed, established, faults>>
 
@@ -726,15 +730,9 @@ LeaderOwnACK(i) ==
     /\ LeaderLogsLate
     /\ state[i] = LEADING /\ zabState[i] = BROADCAST
     /\ \E k \in ackIndex[i][i] + 1 .. Len(history[i]) :
-          LET h == history[i]
-              acks == [ackIndex[i] EXCEPT ![i] = k]
-              c == QuorumPoint(i, acks, k)
-              fwd == {f \in Server : learnerPhase[i][f] \in ForwardingPhases}
+          LET acks == [ackIndex[i] EXCEPT ![i] = k]
           IN  /\ ackIndex' = [ackIndex EXCEPT ![i] = acks]
-              /\ IF c > lastCommitted[i]
-                 THEN /\ Deliver(i, h, c)
-                      /\ msgs' = SendAllSeq(msgs, i, fwd, Commits(h, lastCommitted[i], c))
-                 ELSE UNCHANGED <<msgs, lastCommitted, committed>>
+              /\ CommitTo(i, QuorumPoint(i, acks, k), msgs)
     /\ UNCHANGED <<persistentVars, state, zabState, leader, stagedHistory, newEpoch, learnerPhase,
                    learnerLastZxid, proposed, established, faults>>
 
