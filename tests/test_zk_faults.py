@@ -34,13 +34,15 @@ def test_builtin_schedules_parse_for_their_ensembles():
     assert [s.op for s in steps[:2]] == ["writes", "kill"]
     assert steps[1].get("server") == "follower#2" and steps[1].get("as") == "f2"
     with pytest.raises(ZkError, match="no built-in schedule 'nope'; the built-in ones: mixed-follower, mixed-handover, "
-                                      "power-loss-all, txnlog-hole, zookeeper-4394, zookeeper-4785"):
+                                      "power-loss-all, txnlog-hole, zookeeper-4394, zookeeper-4785, "
+                                      "zookeeper-4837"):
         builtin_schedule("nope")
 
 
 def test_a_json_schedule_and_python_data_parse_alike(tmp_path):
     data = [{"op": "writes", "count": 5}, {"op": "kill", "server": "leader", "as": "old"},
             {"op": "restart", "server": "$old", "wait": False}, {"op": "cut", "server": 1, "peer": 2},
+            {"op": "heal", "server": 1, "peer": 2, "port": "election"}, {"op": "settle", "server": "$old"},
             {"op": "heal"}, {"op": "sleep", "seconds": 0.5}]
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"steps": data}))
@@ -64,6 +66,9 @@ def test_a_json_schedule_and_python_data_parse_alike(tmp_path):
     ([{"op": "writer", "server": 1}], "step 0 (writer): missing field 'seconds'"),
     ([{"op": "writer", "server": "leader", "seconds": "3"}], "step 0 (writer): seconds must be a number of seconds"),
     ([{"op": "kill", "server": 1, "as": "9x"}], "step 0 (kill): as must be a name"),
+    ([{"op": "cut", "server": 1, "peer": 2, "port": "client"}], "step 0 (cut): port must be one of quorum, election"),
+    ([{"op": "heal", "peer": 2}], "step 0 (heal): a peer needs a server"),
+    ([{"op": "kill", "server": 1, "port": "quorum"}], "step 0 (kill): unknown field 'port'"),
     ([7], "step 0: a step is a table of fields"),
 ])
 def test_bad_schedules_are_refused_naming_the_step(steps, message):
@@ -311,6 +316,31 @@ def test_the_txnlog_hole_loses_writes_on_debian_3_8_0(tmp_path):
     assert all(f"missing at servers [{y}]" in line for line in r.verdict.examples if "missing" in line)
     logs = "".join(p.read_text(errors="replace") for p in folder.glob("*/server.log"))
     assert re.search(rf"Sending TRUNC zxid=0x1[0-9a-f]{{8}} +for peer sid: {y}\b", logs)  # to the orphan, epoch 1
+
+
+@pytest.mark.slow
+def test_zookeeper_4837_leaves_a_truncated_proposal_in_the_tree_on_debian_3_8_0(tmp_path):
+    """ZOOKEEPER-4837 scripted: x, the first leader, logs a proposal alone; elected again through the election port
+    alone it snapshots its tree and never establishes; y leads with nothing committed in its epoch and sends x a
+    TRUNC, and x reloads the snapshot that holds the proposal: x delivers a write no other server has (divergent),
+    and its own log has the bug's mark. No version has a fix (MATRIX)."""
+    from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
+
+    steps = load_schedule(builtin_schedule("zookeeper-4837"), 3)
+    attempts = next(r.attempts for r in MATRIX if r.bug == "zookeeper-4837")
+    for attempt in range(1, attempts + 1):
+        folder = tmp_path / f"run-{attempt}"
+        r = run_zk_faults(folder, "3.8.0", 3, 1, schedule=steps, calm=0.5, sample=False, echo=lambda _: None)
+        assert not r.problems, r.problems
+        if not r.ok:
+            break
+    x = int(next(text.split()[1] for _, text in r.events if text.endswith(" x") and text.startswith("name ")))
+    assert r.caught_by == ["divergent"] and r.verdict.lost == 0, (r.caught_by, r.verdict.examples, r.events, r.known)
+    assert r.verdict.examples and all(f"server {x} " in line for line in r.verdict.examples)
+    assert [(k.jira, k.sid) for k in r.known] == [("ZOOKEEPER-4837", x)]
+    log = (folder / str(x) / "server.log").read_text(errors="replace")
+    assert re.search(r"election port", " ".join(text for _, text in r.events))
+    assert "Timeout while waiting for epoch from quorum" in log  # led without a quorum: the snapshot's term
 
 
 @pytest.mark.slow

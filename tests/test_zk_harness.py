@@ -14,7 +14,7 @@ import pytest
 
 from conformance.zk import WireError, ZkFetchError
 from conformance.zk.disk import read_epochs, read_txn_log
-from conformance.zk.ports import ZkServer, links
+from conformance.zk.ports import KINDS, ZkServer, links
 from conformance.zk.recording import Kind, RecordingWriter, read_records
 from conformance.zk.serverconfig import render_logback, render_zoo_cfg
 from conformance.zk.wire import decode_election, decode_quorum, decode_recording
@@ -354,6 +354,65 @@ def test_the_proxy_presents_its_own_port_in_an_election_connections_initial_mess
     assert advertised(LONG.pack(2) + b"rest", 20047) == LONG.pack(2) + b"rest"
     huge = LONG.pack(-65536) + LONG.pack(2) + INT.pack(1 << 20)
     assert advertised(huge, 20047) == huge
+
+
+def test_a_cut_of_one_port_kind_holds_that_kinds_connections_alone(tmp_path):
+    """The proxy's faults are per port kind: a cut of the quorum port between 1 and 2 holds a quorum connection's
+    bytes and lets an election connection's through; its heal lets what was held flow on. The FAULT records fold a
+    pair blocked on both kinds to ``[a, b]`` and name the kind of one blocked on one (what `observe` reads, a quorum
+    cut among them, an election cut not)."""
+    import socket
+    import threading
+
+    from conformance.zk import ZkEnsembleError
+    from conformance.zk.observe import quorum_blocked
+    from conformance.zk.ports import Link
+    from conformance.zk.proxy import Proxy, folded
+    from zabref.net.ports import find_free_base_port, release_base_port
+
+    def echo(listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        with conn:
+            while data := conn.recv(100):
+                conn.sendall(data)
+
+    base = find_free_base_port(1)
+    targets = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    try:
+        for t in targets:
+            threading.Thread(target=echo, args=(t,), daemon=True).start()
+        ls = [Link(1, 2, kind, base + k, t.getsockname()[1]) for k, (kind, t) in enumerate(zip(KINDS, targets))]
+        with Proxy(ls, tmp_path / "rec").start() as proxy:
+            socks = {link.kind: socket.create_connection(("127.0.0.1", link.listen), timeout=5) for link in ls}
+            for s in socks.values():
+                s.sendall(b"a")
+                assert s.recv(1) == b"a"
+            proxy.cut(1, 2, kinds=("quorum",))
+            for s in socks.values():
+                s.sendall(b"b")
+            assert socks["election"].recv(1) == b"b"
+            socks["quorum"].settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                socks["quorum"].recv(1)
+            proxy.cut(1, 2)
+            proxy.heal(1, 2, kinds=("election",))
+            socks["quorum"].settimeout(5)
+            proxy.heal(1, 2, kinds=("quorum",))
+            assert socks["quorum"].recv(1) == b"b"
+            with pytest.raises(ZkEnsembleError, match="port kinds \\['client'\\]"):
+                proxy.cut(1, 2, kinds=("client",))
+            for s in socks.values():
+                s.close()
+    finally:
+        for t in targets:
+            t.close()
+        release_base_port(base)
+    faults = [r.json()["blocked"] for r in read_records(tmp_path / "rec").records if r.kind == Kind.FAULT]
+    assert faults == [[[1, 2, "quorum"], [2, 1, "quorum"]], [[1, 2], [2, 1]],
+                                                   [[1, 2, "quorum"], [2, 1, "quorum"]], []]
+    assert folded({(1, 2, "election"), (1, 2, "quorum"), (3, 1, "election")}) == [[1, 2], [3, 1, "election"]]
+    assert [quorum_blocked(f) for f in faults] == [{(1, 2), (2, 1)}] * 3 + [set()]
+    assert quorum_blocked([[1, 2, "election"], [3, 1]]) == {(3, 1)}
 
 
 def test_versions_unknown_cached_and_failing_mvn(tmp_path, monkeypatch):

@@ -31,6 +31,7 @@ from typing import Callable
 
 from conformance.zk.ensemble import mode_of
 from conformance.zk.harness import ProxiedEnsemble
+from conformance.zk.ports import KINDS
 from conformance.zk.schedule import ScheduleError, Step
 
 __all__ = ["ZkNemesis", "RESOLVE_TIMEOUT", "RESTART_TIMEOUT", "WRITES_TIMEOUT"]
@@ -53,7 +54,6 @@ class ZkNemesis:
         self.names: dict[str, int] = {}
         self.killed: set[int] = set()
         self.paused: set[int] = set()
-        self.cut: dict[int, set[int]] = {}  # server -> peers it is cut from (isolate: every other)
         self.counts: Counter[str] = Counter()
         self.events: list[tuple[float, str]] = []
         self.t0 = time.monotonic()
@@ -64,7 +64,7 @@ class ZkNemesis:
 
     @property
     def busy(self) -> set[int]:
-        return self.killed | self.paused | {s for s, peers in self.cut.items() if peers}
+        return self.killed | self.paused | {s for t in self.z.faults.blocked for s in t[:2]}
 
     def log(self, text: str) -> None:
         self.events.append((round(time.monotonic() - self.t0, 3), text))
@@ -130,14 +130,16 @@ class ZkNemesis:
             self._wait_writes(step)
             return
         if op == "settle":
-            running = [s for s in self.sids if s not in self.killed]
+            running = [self.resolve(step)] if step.get("server") is not None else \
+                [s for s in self.sids if s not in self.killed]
             self.z.ensemble.wait_serving(running, step.get("timeout", RESTART_TIMEOUT))
             self.log(f"settled: {self.modes()}")
             return
+        kinds = (step.get("port"),) if step.get("port") else KINDS
+        on = f" ({step.get('port')} port)" if step.get("port") else ""
         if op == "heal" and step.get("server") is None:
-            self.z.faults.heal()
-            self.cut.clear()
-            self.log("heal all links")
+            self.z.faults.heal(kinds=kinds)
+            self.log(f"heal all links{on}")
             return
         sid = self.resolve(step)
         if step.get("as"):
@@ -175,21 +177,16 @@ class ZkNemesis:
             if ens.running(sid):
                 ens.resume(sid)
             self.paused.discard(sid)
-        elif op == "cut":
+        elif op in ("cut", "heal") and step.get("peer") is not None:
             peer = self.resolve(step, "peer", exclude={sid})
-            self.z.faults.cut(sid, peer)
-            self.cut.setdefault(sid, set()).add(peer)
-            self.cut.setdefault(peer, set()).add(sid)
-            self.log(f"cut {sid} <-> {peer}")
+            (self.z.faults.cut if op == "cut" else self.z.faults.heal)(sid, peer, kinds=kinds)
+            self.log(f"{op} {sid} <-> {peer}{on}")
             return
         elif op == "isolate":
-            self.z.faults.isolate(sid)
-            self.cut.setdefault(sid, set()).update(s for s in self.sids if s != sid)
+            self.z.faults.isolate(sid, kinds=kinds)
         elif op == "heal":
-            self.z.faults.heal(sid)
-            for peer in self.cut.pop(sid, set()):
-                self.cut.get(peer, set()).discard(sid)
-        self.log(f"{op} {sid}" + (f" (as {step.get('as')})" if step.get("as") else ""))
+            self.z.faults.heal(sid, kinds=kinds)
+        self.log(f"{op} {sid}{on}" + (f" (as {step.get('as')})" if step.get("as") else ""))
 
     def _crash_in_sync(self, step: Step, sid: int) -> None:
         """Start ``sid`` and SIGKILL it as soon as its ``currentEpoch`` file is replaced (ZooKeeper writes it to a
@@ -235,7 +232,6 @@ class ZkNemesis:
         """End every fault still on; the problems met (a server that would not serve again)."""
         problems = []
         self.z.faults.heal()
-        self.cut.clear()
         for sid in sorted(self.paused):
             if self.z.ensemble.running(sid):
                 self.z.ensemble.resume(sid)

@@ -61,7 +61,7 @@ from conformance.zk.wire import Decoded, Message, decode_recording
 from zabref.core import packets
 
 __all__ = ["IGNORED", "SYNC_GROUP", "Obs", "Observation", "Role", "observe", "observe_dir", "observe_dir_decoded",
-           "zxid_pair"]
+           "quorum_blocked", "zxid_pair"]
 
 FORMAT = 1
 
@@ -343,6 +343,12 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
 BURST_NS = 5_000_000
 
 
+def quorum_blocked(entries: list[list[Any]]) -> set[tuple[int, int]]:
+    """The pairs a FAULT record's blocked set blocks on the quorum port: ``[a, b]`` is both port kinds, ``[a, b,
+    kind]`` that kind alone (`conformance.zk.proxy.folded`)."""
+    return {(int(e[0]), int(e[1])) for e in entries if len(e) == 2 or e[2] == "quorum"}
+
+
 def _held(decoded: Decoded, obs: list[Obs], end: int | None) -> dict[int, int]:
     """The observations whose bytes a fault held (`Proxy.cut`, ``isolate``: the proxy stops reading the pair, the
     sender's kernel keeps what it writes), mapped to the index of the first observation read after the fault began:
@@ -354,7 +360,7 @@ def _held(decoded: Decoded, obs: list[Obs], end: int | None) -> dict[int, int]:
     for m in decoded.messages:
         if m.kind != "event" or m.name != "FAULT" or (end is not None and m.t_ns >= end):
             continue
-        now = {(int(a), int(b)) for a, b in m.fields.get("blocked", [])}
+        now = quorum_blocked(m.fields.get("blocked", []))
         for pair in now - blocked:
             since[pair] = m.t_ns
         for pair in blocked - now:

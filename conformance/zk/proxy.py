@@ -7,14 +7,16 @@ that connects to a proxy port is, by that port, server ``link.src`` reaching ``l
 the proxy connects on to the real port and copies bytes both ways, writing each read to the recording before passing
 it on (`conformance.zk.recording`), so the recording is what crossed, in the order the proxy saw it.
 
-Faults are blocked directed pairs ``(a, b)``: bytes from server a to server b stop, on every connection between them
-whoever opened it. A blocked direction is not read: the proxy pauses reading that socket, the kernel's buffers fill
+Faults are blocked directed pairs and port kinds ``(a, b, kind)``: bytes from server a to server b stop on every
+connection between them to the ``kind`` port (quorum or election), whoever opened it. A blocked direction is not read: the proxy pauses reading that socket, the kernel's buffers fill
 and the sender's writes stall, as in a network partition; nothing is dropped, and on ``heal`` what was held flows on
 (a FIN included). A connection accepted while either direction of its pair is blocked is not connected on until both
 are open -- a TCP handshake needs both -- and if its server gave up meanwhile (the socket is no longer ESTABLISHED,
 read from TCP_INFO) it is closed without ever reaching the target, as a connection that never got through. ``cut(a,
 b)`` blocks both directions, ``cut(a, b, both=False)`` only a -> b; ``isolate(a)`` blocks every pair with a;
-``heal`` lifts some or all. Each change is a FAULT record with the blocked set after it.
+``heal`` lifts some or all; each takes ``kinds``, both port kinds unless told (a cut of the quorum port alone lets
+an election through and no leader's sync: a leader elected that never establishes). Each change is a FAULT record
+with the blocked set after it (`folded`: ``[a, b]`` for a pair blocked on both kinds, ``[a, b, kind]`` on one).
 
 An election connection opens with QuorumCnxManager's initial message, which carries the connector's election
 address; a server that drops a smaller id's dial dials back to that address (`handleConnection`), which is the
@@ -39,10 +41,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from conformance.zk import ZkEnsembleError
-from conformance.zk.ports import Link
+from conformance.zk.ports import KINDS, Link
 from conformance.zk.recording import Kind, RecordingWriter
 
-__all__ = ["Proxy", "advertised"]
+__all__ = ["Proxy", "advertised", "folded"]
 
 TCP_ESTABLISHED = 1
 #: QuorumCnxManager's initial message: protocol version (negative: -65536 or -65535), sid, the length of the address
@@ -70,6 +72,18 @@ def advertised(head: bytes, port: int) -> bytes | None:
         return None
     text = f"127.0.0.1:{port}".encode()
     return _INITIAL_HEAD.pack(version, sid, len(text)) + text + head[end:]
+
+
+def folded(blocked: Iterable[tuple[int, int, str]]) -> list[list[Any]]:
+    """A blocked set as a FAULT record holds it: ``[a, b]`` for a pair blocked on every port kind, ``[a, b, kind]``
+    for one blocked on that kind alone, sorted (a recording made before port kinds holds pairs only)."""
+    kinds: dict[tuple[int, int], set[str]] = {}
+    for a, b, kind in blocked:
+        kinds.setdefault((a, b), set()).add(kind)
+    out: list[list[Any]] = []
+    for (a, b), ks in kinds.items():
+        out += [[a, b]] if ks >= set(KINDS) else [[a, b, k] for k in sorted(ks)]
+    return sorted(out)
 
 
 def _now() -> int:
@@ -120,7 +134,7 @@ class _Conn:
     def blocked(self, role: str) -> bool:
         """Are bytes read from ``role``'s socket blocked (its sender -> its receiver)?"""
         a, b = (self.link.src, self.link.dst) if role == "c" else (self.link.dst, self.link.src)
-        return (a, b) in self.proxy.blocked
+        return (a, b, self.link.kind) in self.proxy.blocked
 
     def _set_hold(self, role: str, reason: str, on: bool) -> None:
         held = self.holds[role]
@@ -231,7 +245,7 @@ class Proxy:
         self.links = list(links)
         self.recording = Path(recording)
         self.meta = meta or {}
-        self.blocked: set[tuple[int, int]] = set()
+        self.blocked: set[tuple[int, int, str]] = set()  # (from, to, port kind)
         self.conns: dict[int, _Conn] = {}
         self.accepted = 0
         self.loop = asyncio.new_event_loop()
@@ -319,34 +333,46 @@ class Proxy:
         return self._writer.bytes_data if self._writer is not None else 0
 
     # -- faults (called from any thread; applied on the loop before they return)
-    def cut(self, a: int, b: int, *, both: bool = True) -> None:
-        """Stop bytes from server a to server b (and from b to a when ``both``)."""
-        self._change("cut", {(a, b), (b, a)} if both else {(a, b)}, add=True)
+    def cut(self, a: int, b: int, *, both: bool = True, kinds: Iterable[str] = KINDS) -> None:
+        """Stop bytes from server a to server b (and from b to a when ``both``) on the ``kinds`` ports."""
+        self._change("cut", self._triples({(a, b), (b, a)} if both else {(a, b)}, kinds), add=True)
 
-    def isolate(self, a: int) -> None:
-        """Cut every link of server a, both ways."""
+    def isolate(self, a: int, *, kinds: Iterable[str] = KINDS) -> None:
+        """Cut every link of server a, both ways, on the ``kinds`` ports."""
         others = {s for link in self.links for s in (link.src, link.dst)} - {a}
-        self._change("isolate", {p for b in others for p in ((a, b), (b, a))}, add=True)
+        self._change("isolate", self._triples({p for b in others for p in ((a, b), (b, a))}, kinds), add=True)
 
-    def heal(self, a: int | None = None, b: int | None = None, *, both: bool = True) -> None:
-        """Let bytes flow again: from a to b (and back when ``both``); every pair of a when only a is given;
-        everything when neither is."""
+    def heal(self, a: int | None = None, b: int | None = None, *, both: bool = True,
+             kinds: Iterable[str] = KINDS) -> None:
+        """Let bytes flow again on the ``kinds`` ports: from a to b (and back when ``both``); every pair of a when
+        only a is given; everything when neither is."""
+        ks = self._kinds(kinds)
         if a is None:
-            pairs = set(self.blocked)
+            triples = {t for t in self.blocked if t[2] in ks}
         elif b is None:
-            pairs = {p for p in self.blocked if a in p}
+            triples = {t for t in self.blocked if a in t[:2] and t[2] in ks}
         else:
-            pairs = {(a, b), (b, a)} if both else {(a, b)}
-        self._change("heal", pairs, add=False)
+            triples = self._triples({(a, b), (b, a)} if both else {(a, b)}, ks)
+        self._change("heal", triples, add=False)
 
-    def _change(self, action: str, pairs: set[tuple[int, int]], *, add: bool) -> None:
+    @staticmethod
+    def _kinds(kinds: Iterable[str]) -> tuple[str, ...]:
+        ks = tuple(kinds)
+        if not ks or not set(ks) <= set(KINDS):
+            raise ZkEnsembleError(f"port kinds {list(ks)}: one or more of {', '.join(KINDS)}")
+        return ks
+
+    def _triples(self, pairs: set[tuple[int, int]], kinds: Iterable[str]) -> set[tuple[int, int, str]]:
+        ks = self._kinds(kinds)
+        return {(a, b, k) for a, b in pairs for k in ks}
+
+    def _change(self, action: str, triples: set[tuple[int, int, str]], *, add: bool) -> None:
         async def apply() -> None:
             if add:
-                self.blocked |= pairs
+                self.blocked |= triples
             else:
-                self.blocked -= pairs
-            self.record(Kind.FAULT, 0, {"action": action, "pairs": sorted(map(list, pairs)),
-                                        "blocked": sorted(map(list, self.blocked))})
+                self.blocked -= triples
+            self.record(Kind.FAULT, 0, {"action": action, "pairs": folded(triples), "blocked": folded(self.blocked)})
             for conn in list(self.conns.values()):
                 conn.apply_faults()
 

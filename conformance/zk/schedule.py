@@ -19,19 +19,24 @@ op                 fields                                    does
                                                              the new epoch on NEWLEADER, in synchronization)
 ``pause``          server                                    SIGSTOP
 ``resume``         server                                    SIGCONT
-``cut``            server, peer                              cut both directions between the two (the proxy)
-``isolate``        server                                    cut every link of the server
-``heal``           [server]                                  heal the server's links (every link without one)
+``cut``            server, peer, [port]                      cut both directions between the two (the proxy)
+``isolate``        server, [port]                            cut every link of the server
+``heal``           [server], [peer], [port]                  heal the links between server and peer (every link
+                                                             of the server without a peer; every link without
+                                                             either)
 ``sleep``          seconds                                   wait
 ``writes``         count, [timeout]                          wait until ``count`` more writes were acknowledged
 ``load``           on                                        start (true) or hold (false) the client write load
 ``writer``         server, seconds                           one more writer, with a session to that server alone,
                                                              for that long (its writes enter the history as the
                                                              others'); the step returns at once
-``settle``         [timeout]                                 wait until every running server serves
+``settle``         [server], [timeout]                       wait until the server serves (every running server
+                                                             without one)
 =================  ========================================  ====================================================
 
-``server`` and ``peer`` select a server when the step runs: a number (1..N), ``"leader"``, ``"follower"`` (any
+``port`` is ``"quorum"`` or ``"election"``: the fault or the heal is of that port kind's connections alone (both
+without it), so that a schedule can let an election through and hold the elected leader's sync (ZOOKEEPER-4837's
+schedule). ``server`` and ``peer`` select a server when the step runs: a number (1..N), ``"leader"``, ``"follower"`` (any
 follower, drawn from the run's seed), ``"follower#k"`` (the follower with the k-th highest id: ``follower#1`` is
 the highest), ``"any"``, or ``"$name"``: the server an earlier step bound with ``"as": "name"`` (any step with a
 server may bind it). A selector resolved while the servers change (a leader just killed) is resolved again until
@@ -57,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.zk import ZkError
+from conformance.zk.ports import KINDS
 
 __all__ = ["OPS", "ScheduleError", "Step", "load_schedule", "parse_schedule", "random_schedule"]
 
@@ -68,14 +74,14 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "crash_in_sync": (("server",), ("timeout",)),
     "pause": (("server",), ()),
     "resume": (("server",), ()),
-    "cut": (("server", "peer"), ()),
-    "isolate": (("server",), ()),
-    "heal": ((), ("server",)),
+    "cut": (("server", "peer"), ("port",)),
+    "isolate": (("server",), ("port",)),
+    "heal": ((), ("server", "peer", "port")),
     "sleep": (("seconds",), ()),
     "writes": (("count",), ("timeout",)),
     "load": (("on",), ()),
     "writer": (("server", "seconds"), ()),
-    "settle": ((), ("timeout",)),
+    "settle": ((), ("server", "timeout")),
 }
 SELECTOR = re.compile(r"^(leader|follower|any|follower#[1-9]|\$[A-Za-z_][A-Za-z0-9_]*)$")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -151,6 +157,10 @@ def parse_schedule(data: Any, servers: int, source: str = "schedule") -> list[St
                 _check_server(fields[k], servers, bound, fail, k)
         if "peer" in fields and fields["peer"] == fields.get("server") and fields["peer"] not in ("any", "follower"):
             fail("server and peer are the same")
+        if "peer" in fields and "server" not in fields:
+            fail("a peer needs a server (the link between the two)")
+        if "port" in fields and fields["port"] not in KINDS:
+            fail(f"port must be one of {', '.join(KINDS)}, not {fields['port']!r}")
         for k in ("seconds", "timeout"):
             if k in fields and (isinstance(fields[k], bool) or not isinstance(fields[k], (int, float))
                                 or fields[k] < 0):
