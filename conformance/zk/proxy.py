@@ -8,15 +8,16 @@ the proxy connects on to the real port and copies bytes both ways, writing each 
 it on (`conformance.zk.recording`), so the recording is what crossed, in the order the proxy saw it.
 
 Faults are blocked directed pairs and port kinds ``(a, b, kind)``: bytes from server a to server b stop on every
-connection between them to the ``kind`` port (quorum or election), whoever opened it. A blocked direction is not read: the proxy pauses reading that socket, the kernel's buffers fill
-and the sender's writes stall, as in a network partition; nothing is dropped, and on ``heal`` what was held flows on
-(a FIN included). A connection accepted while either direction of its pair is blocked is not connected on until both
-are open -- a TCP handshake needs both -- and if its server gave up meanwhile (the socket is no longer ESTABLISHED,
-read from TCP_INFO) it is closed without ever reaching the target, as a connection that never got through. ``cut(a,
-b)`` blocks both directions, ``cut(a, b, both=False)`` only a -> b; ``isolate(a)`` blocks every pair with a;
-``heal`` lifts some or all; each takes ``kinds``, both port kinds unless told (a cut of the quorum port alone lets
-an election through and no leader's sync: a leader elected that never establishes). Each change is a FAULT record
-with the blocked set after it (`folded`: ``[a, b]`` for a pair blocked on both kinds, ``[a, b, kind]`` on one).
+connection between them to the ``kind`` port (quorum or election), whoever opened it. A blocked direction is not
+read: the proxy pauses reading that socket, the kernel's buffers fill and the sender's writes stall, as in a network
+partition; nothing is dropped, and on ``heal`` what was held flows on (a FIN included). A connection accepted while
+either direction of its pair is blocked is not connected on until both are open -- a TCP handshake needs both -- and
+if its server gave up meanwhile (the socket is no longer ESTABLISHED, read from TCP_INFO) it is closed without ever
+reaching the target, as a connection that never got through. ``cut(a, b)`` blocks both directions, ``cut(a, b,
+both=False)`` only a -> b; ``isolate(a)`` blocks every pair with a; ``heal`` lifts some or all; each takes
+``kinds``, both port kinds unless told (a cut of the quorum port alone lets an election through and no leader's
+sync: a leader elected that never establishes). Each change is a FAULT record with the blocked set after it
+(`folded`: ``[a, b]`` for a pair blocked on both kinds, ``[a, b, kind]`` on one).
 
 An election connection opens with QuorumCnxManager's initial message, which carries the connector's election
 address; a server that drops a smaller id's dial dials back to that address (`handleConnection`), which is the

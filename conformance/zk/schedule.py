@@ -36,11 +36,11 @@ op                 fields                                    does
 
 ``port`` is ``"quorum"`` or ``"election"``: the fault or the heal is of that port kind's connections alone (both
 without it), so that a schedule can let an election through and hold the elected leader's sync (ZOOKEEPER-4837's
-schedule). ``server`` and ``peer`` select a server when the step runs: a number (1..N), ``"leader"``, ``"follower"`` (any
-follower, drawn from the run's seed), ``"follower#k"`` (the follower with the k-th highest id: ``follower#1`` is
-the highest), ``"any"``, or ``"$name"``: the server an earlier step bound with ``"as": "name"`` (any step with a
-server may bind it). A selector resolved while the servers change (a leader just killed) is resolved again until
-the step's deadline.
+schedule). ``server`` and ``peer`` select a server when the step runs: a number (1..N), ``"leader"``, ``"follower"``
+(any follower, drawn from the run's seed), ``"follower#k"`` (the follower with the k-th highest id: ``follower#1``
+is the highest), ``"any"``, or ``"$name"``: the server an earlier step bound with ``"as": "name"`` (any step with a
+server may bind it). A selector resolved while the servers change (a leader just killed) is resolved again until the
+step's deadline.
 
 `parse_schedule` checks every step before anything runs -- an unknown op, a missing or extra field, a value of the
 wrong type, a server number outside the ensemble, a ``$name`` used before it is bound -- and a `ScheduleError`
