@@ -156,7 +156,8 @@ Decide(i, v, r, box, q) ==
                                      looking |-> {s \in q : box[s].state = "LOOKING"}]}
 
 \* A LOOKING i may take the head n of j's channel in the main loop; while it waits in finalize, only a notification
-\* better than its proposal ends the wait (ZooKeeper puts it back and the main loop takes it next).
+\* better than its proposal ends the wait, and the main loop takes it next (ZooKeeper puts it back at the tail of its
+\* queue, behind what is queued already, j's later notifications too: FLE.md).
 CanHandle(i, j) ==
     /\ state[i] = "LOOKING"
     /\ electionMsgs[j][i] # << >>
