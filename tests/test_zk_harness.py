@@ -409,7 +409,7 @@ def test_a_cut_of_one_port_kind_holds_that_kinds_connections_alone(tmp_path):
         release_base_port(base)
     faults = [r.json()["blocked"] for r in read_records(tmp_path / "rec").records if r.kind == Kind.FAULT]
     assert faults == [[[1, 2, "quorum"], [2, 1, "quorum"]], [[1, 2], [2, 1]],
-                                                   [[1, 2, "quorum"], [2, 1, "quorum"]], []]
+                      [[1, 2, "quorum"], [2, 1, "quorum"]], []]
     assert folded({(1, 2, "election"), (1, 2, "quorum"), (3, 1, "election")}) == [[1, 2], [3, 1, "election"]]
     assert [quorum_blocked(f) for f in faults] == [{(1, 2), (2, 1)}] * 3 + [set()]
     assert quorum_blocked([[1, 2, "election"], [3, 1]]) == {(3, 1)}
