@@ -415,6 +415,71 @@ def test_a_cut_of_one_port_kind_holds_that_kinds_connections_alone(tmp_path):
     assert quorum_blocked([[1, 2, "election"], [3, 1]]) == {(3, 1)}
 
 
+def _closed(s) -> bool:  # noqa: ANN001 -- a socket
+    """Did the other side close it (an EOF, or a reset: it had not read what was sent)?"""
+    try:
+        return s.recv(10) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_quorum_dial_waits_for_a_target_that_is_not_listening_yet_and_an_election_dial_does_not(tmp_path):
+    """The proxy accepts a dial before it connects on. A quorum connection whose target refuses is tried again for
+    `REFUSED_WAIT` (a learner dialing a leader that does not listen yet would otherwise read an EOF and go back to
+    election, where a refused connect is retried); an election connection is closed at once, and so is a quorum
+    connection whose target never listens."""
+    import socket
+    import threading
+    import time
+
+    from conformance.zk.ports import Link
+    from conformance.zk.proxy import REFUSED_WAIT, Proxy
+    from zabref.net.ports import find_free_base_port, release_base_port
+
+    def free_port() -> int:
+        with socket.create_server(("127.0.0.1", 0)) as s:
+            return s.getsockname()[1]
+
+    def listen_later(port: int, got: list[bytes]) -> socket.socket:
+        listener = socket.create_server(("127.0.0.1", port))
+        listener.settimeout(REFUSED_WAIT * 2)
+
+        def serve() -> None:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                got.append(conn.recv(10))
+                conn.sendall(b"back")
+        threading.Thread(target=serve, daemon=True).start()
+        return listener
+
+    base = find_free_base_port(1)
+    late, never, election = free_port(), free_port(), free_port()
+    ls = [Link(1, 2, "quorum", base, late), Link(1, 3, "quorum", base + 1, never),
+          Link(1, 2, "election", base + 2, election)]
+    got: list[bytes] = []
+    try:
+        with Proxy(ls, tmp_path / "rec").start():
+            socks = [socket.create_connection(("127.0.0.1", link.listen), timeout=5) for link in ls]
+            for s in socks:
+                s.sendall(b"hello")
+            assert _closed(socks[2])  # the election dial: closed at once
+            time.sleep(REFUSED_WAIT / 5)
+            listeners = [listen_later(late, got), listen_later(election, [])]
+            assert socks[0].recv(10) == b"back" and got == [b"hello"]  # reached once the target listened
+            assert _closed(socks[1])  # never listening: closed after the wait
+            with pytest.raises(TimeoutError):
+                listeners[1].accept()  # the election dial never reached the target that listened later
+            for s in socks + listeners:
+                s.close()
+    finally:
+        release_base_port(base)
+    closes = [r.json()["reason"] for r in read_records(tmp_path / "rec").records if r.kind == Kind.CLOSE]
+    assert sum("the target refused" in x for x in closes) == 2
+
+
 def test_versions_unknown_cached_and_failing_mvn(tmp_path, monkeypatch):
     from conformance.zk import versions
 

@@ -25,9 +25,15 @@ connector's own port, so the dial-back would bypass the proxy and go unrecorded 
 JVMs, dials first and was reached so; docs/zookeeper.md). The proxy presents in its place the proxy port at which the
 target reaches the connector (`advertised`), and records the message as it passed it on.
 
-A target that refuses (a killed server) gets the connector's connection closed. A slow reader slows its writer: when
-a socket's write buffer fills, the proxy stops reading the other socket until it drains. ``stop()`` closes every
-listener and connection, ends the loop and the thread, and closes the recording; it is idempotent, and the
+A target that refuses (a killed server) gets the connector's connection closed: at once on an election port, after
+`REFUSED_WAIT` on a quorum port, where the proxy tries again every `REFUSED_RETRY` meanwhile. The proxy accepts
+every dial before it connects on, so a learner that dials its new leader in the milliseconds before the leader
+listens (`Leader.lead` snapshots first) would read an EOF and go back to election, where without the proxy its
+connect would be refused and tried again (`Learner.connectToLeader`, every 100 ms within initLimit); the wait gives
+the leader that time. An election connection is not held so: QuorumCnxManager dials again by itself, and what its
+sender wrote into a connection the proxy then closed would be lost without crossing. A slow reader slows its writer:
+when a socket's write buffer fills, the proxy stops reading the other socket until it drains. ``stop()`` closes
+every listener and connection, ends the loop and the thread, and closes the recording; it is idempotent, and the
 ``with`` block calls it.
 """
 
@@ -48,6 +54,10 @@ from conformance.zk.recording import Kind, RecordingWriter
 __all__ = ["Proxy", "advertised", "folded"]
 
 TCP_ESTABLISHED = 1
+#: A quorum connection whose target refuses is tried again every REFUSED_RETRY s for up to REFUSED_WAIT s (module
+#: docstring).
+REFUSED_RETRY = 0.02
+REFUSED_WAIT = 0.5
 #: QuorumCnxManager's initial message: protocol version (negative: -65536 or -65535), sid, the length of the address
 #: text, the text. A first long that is not negative is an old server's bare sid, which carries no address.
 _INITIAL_HEAD = struct.Struct(">qqi")
@@ -124,7 +134,7 @@ class _Conn:
         self.proxy, self.id, self.link = proxy, cid, link
         self.t: dict[str, asyncio.Transport] = {}
         self.holds: dict[str, set[str]] = {"c": set(), "s": set()}
-        self.connecting = False
+        self.connecting: asyncio.Task[None] | None = None  # connecting on to the target (`_connect`)
         self.held = False  # accepted while its pair was blocked: not connected on at once
         self.eofs: set[str] = set()
         self.closed = False
@@ -150,34 +160,44 @@ class _Conn:
         if self.closed:
             return
         if "s" not in self.t:
-            if self.connecting:
+            if self.connecting is not None:
                 return
             if self.blocked("c") or self.blocked("s"):
                 self.held = True
                 return
-            self.connecting = True
-            self.proxy.loop.create_task(self._connect())
+            self.connecting = self.proxy.loop.create_task(self._connect())
             return
         for role in ("c", "s"):
             self._set_hold(role, "cut", self.blocked(role))
 
     # -- the target side
+    @staticmethod
+    def _gave_up(c: asyncio.Transport) -> bool:
+        """Is the connector's socket no longer ESTABLISHED (its server closed it; read from TCP_INFO)?"""
+        try:
+            state = c.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+        except OSError:
+            return False
+        return state != TCP_ESTABLISHED
+
     async def _connect(self) -> None:
         c = self.t.get("c")
         if c is None or self.closed:
             return
-        if self.held:  # did its server give up while the link held it? then it never got through
+        if self.held and self._gave_up(c):  # its server gave up while the link held it: it never got through
+            self.close_all("the connector gave up before the link let it through")
+            return
+        loop = self.proxy.loop
+        deadline = loop.time() + (REFUSED_WAIT if self.link.kind == "quorum" else 0.0)
+        while True:
             try:
-                state = c.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
-            except OSError:
-                state = None
-            if state is not None and state != TCP_ESTABLISHED:
-                self.close_all("the connector gave up before the link let it through")
+                await loop.create_connection(lambda: _Side(self, "s"), "127.0.0.1", self.link.target)
                 return
-        try:
-            await self.proxy.loop.create_connection(lambda: _Side(self, "s"), "127.0.0.1", self.link.target)
-        except OSError as e:
-            self.close_all(f"the target refused: {e.strerror or e}")
+            except OSError as e:
+                if loop.time() >= deadline or self.closed or self._gave_up(c):
+                    self.close_all(f"the target refused: {e.strerror or e}")
+                    return
+            await asyncio.sleep(REFUSED_RETRY)
 
     # -- events from the sockets
     def made(self, role: str, transport: asyncio.Transport) -> None:
@@ -307,8 +327,12 @@ class Proxy:
     async def _shutdown(self) -> None:
         for server in self._servers:
             server.close()
+        connecting = [c.connecting for c in self.conns.values() if c.connecting is not None]
         for conn in list(self.conns.values()):
             conn.close_all("the proxy stopped")
+        for task in connecting:  # a quorum dial waiting for its target (REFUSED_WAIT)
+            task.cancel()
+        await asyncio.gather(*connecting, return_exceptions=True)
         for server in self._servers:
             await server.wait_closed()
         await asyncio.sleep(0)  # let the transports finish closing
