@@ -614,6 +614,62 @@ def _rejoin_truncated(b: Builder, last: int) -> None:
     b.send(4, 1, "UPTODATE", -1)
 
 
+def leads_again_with_unsent_writes() -> Builder:
+    """`_cut_off` (server 2 leads epoch 1 and commits /t1; its connections end) with 2 having logged <<1, 2>> and
+    <<1, 3>> that reached no one (paused before its LearnerHandlers wrote them); 2 leads again, epoch 2, and syncs 1,
+    whose ACKEPOCH names <<1, 1>>, by a DIFF that carries both, each with its COMMIT (3.9.5, a paced random mixed
+    run: the paused leader's DIFF when it led again, observation 305)."""
+    b = _cut_off()
+    b.links[5] = (1, 2)
+    b.send(5, 1, "FOLLOWERINFO", E1, sid=1)
+    b.send(5, 2, "LEADERINFO", E2)
+    b.send(5, 1, "ACKEPOCH", E1 + 1, currentEpoch=1)
+    b.send(5, 2, "DIFF", E1 + 3)
+    for k in (2, 3):
+        b.send(5, 2, "PROPOSAL", E1 + k, txn=txn(E1 + k, f"/t{k}"))
+        b.send(5, 2, "COMMIT", E1 + k)
+    b.send(5, 2, "NEWLEADER", E2)
+    b.send(5, 1, "ACK", E2)
+    b.send(5, 2, "UPTODATE", -1)
+    return b
+
+
+def test_a_leaders_next_role_claims_the_last_zxid_of_its_first_sync():
+    from conformance.validate.zkmodule import role_claims
+
+    o = observe(leads_again_with_unsent_writes().decoded())
+    assert [r.kind for r in o.roles[2]] == ["L", "L"] and [r.kind for r in o.roles[1]] == ["F", "F"]
+    claims = role_claims(o)
+    assert claims[1] == [[1, 3], [-1, -1]]  # 2's second role's DIFF carries <<1, 2>> and <<1, 3>>
+    assert claims[0] == [[1, 1], [-1, -1]]  # 1's ACKEPOCH
+    assert role_claims(observe(cut_off_leader().decoded()))[1][0] == [1, 3]  # a follower's: its ACKEPOCH, as before
+
+
+@pytest.mark.slow
+def test_a_leader_that_leads_again_with_writes_it_never_sent_is_found_by_the_guided_search(tmp_path,
+                                                                                            toolchain_ready,
+                                                                                            monkeypatch):
+    """`leads_again_with_unsent_writes` validates at the guided search's first try: the leader's next role claims
+    <<1, 3>>, so it is not due to leave its role before it has proposed both unseen writes. With a leader's next role
+    claiming nothing (`role_claims` before 2026-12-03) the guide sends it LOOKING as soon as its sends are made, and
+    only the search without the guide makes the run."""
+    from conformance.validate import zkcheck, zkmodule
+
+    run = observe(leads_again_with_unsent_writes().decoded())
+    ok = zkcheck.validate_observation(run, work=tmp_path)
+    assert ok.matched and ok.runs == 1, ok.failure
+    claims = zkmodule.role_claims
+
+    def followers_only(o):
+        return [[c if nxt is not None and nxt.kind == "F" else [-1, -1]
+                 for c, nxt in zip(claims(o)[x - 1], [*o.roles.get(x, [])[1:], None])]
+                for x in range(1, o.servers + 1)]
+
+    monkeypatch.setattr(zkmodule, "role_claims", followers_only)
+    old = zkcheck.validate_observation(run, work=tmp_path)
+    assert old.matched and old.runs > 1, old.failure
+
+
 def test_a_write_named_but_never_carried_has_a_value_after_its_leaders_previous_proposal():
     """An ACKEPOCH naming <<1, 3>>, which no PROPOSAL or sync carried: <<1, 2>> and <<1, 3>> are values of their own,
     numbered after /t1 (their leader's previous proposal) and before /t3, which moves up; the module lets a silent

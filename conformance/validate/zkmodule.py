@@ -139,20 +139,29 @@ def role_firsts(observation: Observation) -> list[list[int]]:
 
 
 def role_claims(observation: Observation) -> list[list[list[int]]]:
-    """``[x][r]``: the last zxid x's ACKEPOCH names in the role after x's role r (0-based here, 1-based in the
-    module), or [-1, -1] when that role sends none (it leads, or its connection ended first; the last role has no
-    next). A follower's history only grows until it sends that ACKEPOCH (it is truncated only by a sync, after it),
-    so a follower whose role is over never logs past the zxid its next ACKEPOCH names, and a server goes LOOKING
-    with that zxid its last (`Guide`, `Claimed`)."""
+    """``[x][r]``: the last zxid of x's history when x begins the role after its role r (0-based here, 1-based in
+    the module), as that role shows it, or [-1, -1] when it does not (its connection ended first; the last role has
+    no next): what x's ACKEPOCH names when that role follows, and when it leads, the last transaction of its first
+    sync (the sync's own zxid when it carries none). A server's history only grows until then (a follower's is
+    truncated only by a sync, after its ACKEPOCH; a leader proposes nothing between its roles), so a follower whose
+    role is over never logs past that zxid, a server goes LOOKING with it as its last (`Guide`, `Claimed`), and a
+    leader whose next role syncs more than it sent first proposes the rest unseen, before its role is over (`Due`:
+    3.9.5, a leader paused with writes it logged and never sent, which its DIFF carries when it leads again)."""
     out = []
     for x in range(1, observation.servers + 1):
         roles = observation.roles.get(x, [])
         claims = []
         for nxt in [*roles[1:], None]:
-            conns = set(nxt.conns) if nxt is not None and nxt.kind == "F" else set()
-            named = next((o.zxid for o in observation.obs
-                          if o.type == "ACKEPOCH" and o.sender == x and o.conn in conns), [-1, -1])
-            claims.append(list(named))
+            conns = set(nxt.conns) if nxt is not None else set()
+            shown = (o for o in observation.obs if o.sender == x and o.conn in conns
+                     and (o.type == "ACKEPOCH" if nxt is not None and nxt.kind == "F" else o.sync is not None))
+            first = next(shown, None)
+            if first is None:
+                claims.append([-1, -1])
+            elif first.sync is None:
+                claims.append(list(first.zxid))
+            else:
+                claims.append(list(max([first.sync["zxid"], *(t["zxid"] for t in first.sync["txns"])])))
         out.append(claims)
     return out
 
@@ -301,7 +310,8 @@ CanLeave(x) == /\\ rc[x] >= 1 /\\ Roles[x][rc[x]].ended
 \\* an observation numbers before it unless the value first shows in a sync or nowhere: so it is taken only for such
 \\* a value (else no behaviour with it makes the run).
 SyncFirst == Datum("{RUN_DATA}", {total + 4})
-\\* RoleClaims[x][r]: the last zxid x's ACKEPOCH names in the role after its role r; <<-1, -1>>: none (`Guide`).
+\\* RoleClaims[x][r]: the last zxid of x's history as its role after its role r shows it (its ACKEPOCH, or as a
+\\* leader its first sync); <<-1, -1>>: none (`Guide`, `role_claims`).
 RoleClaims == Datum("{RUN_DATA}", {total + 5})
 \\* RoleRecvs[x][r][a]: the sends a -> x observed up to the end of x's role r; RoleFirsts[x][r]: the place of x's first
 \\* send in its role r, 0 for none (`Due`, `Lazy`).
