@@ -56,3 +56,17 @@ def fixture_elections(path: Path):
     data = json.loads(path.read_text())
     return timed([tuple(row) for row in data["notifications"]], data["servers"])
 
+
+
+def needs_widening(path: Path, widening: str, *, budget: int, work: Path, monkeypatch):
+    """A fixture's notifications are a behaviour of VFle, every window found by a guided search; returns the check of
+    the same notifications without ``widening``, its searches cut at ``budget`` distinct states (for the caller to
+    assert where the guided searches stopped: an INCONCLUSIVE verdict, never a departure)."""
+    from conformance.validate import flecheck
+    from conformance.validate.flemodule import WIDENINGS
+
+    r = flecheck.validate_elections(fixture_elections(path), work=work)
+    assert r.matched and r.guided, r.failure
+    monkeypatch.setattr(flecheck, "BUDGET", budget)
+    return flecheck.validate_elections(fixture_elections(path), work=work,
+                                       widenings=tuple(w for w in WIDENINGS if w != widening))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flebuild import fixture_elections
+from flebuild import fixture_elections, needs_widening
 
 #: The first 80 notifications of that run (`zabref zk faults --version 3.9.5 --zabref 1 --duration 30 --rate 5
 #: --seed 1`, 2026-12-03).
@@ -27,17 +27,9 @@ def test_an_answer_with_the_vote_before_the_election_is_a_behaviour_right_after_
     """The run's first 80 notifications are a behaviour of VFle, found by the guided searches; without
     `OldVoteReply` the guided searches stop at notification 76, and the search without the guide, cut at 60,000
     states (the two variables stay, so window 3's guided search takes 50,330), has no verdict."""
-    from conformance.validate import flecheck
-    from conformance.validate.flemodule import WIDENINGS
-
     el = fixture_elections(OLDVOTE)
     assert len(el.notices) == 80
     stale = el.notices[75]
     assert (stale.sender, stale.receiver, stale.state, stale.leader, stale.round) == (2, 1, "LEADING", 3, 3)
-    r = flecheck.validate_elections(el, work=tmp_path)
-    assert r.matched and r.guided, r.failure
-
-    monkeypatch.setattr(flecheck, "BUDGET", 60_000)
-    loose = flecheck.validate_elections(fixture_elections(OLDVOTE), work=tmp_path,
-                                        widenings=tuple(w for w in WIDENINGS if w != "OldVoteReply"))
+    loose = needs_widening(OLDVOTE, "OldVoteReply", budget=60_000, work=tmp_path, monkeypatch=monkeypatch)
     assert not loose.matched and loose.inconclusive and loose.guided_frontier == 76, loose.failure

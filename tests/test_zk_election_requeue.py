@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flebuild import fixture_elections
+from flebuild import fixture_elections, needs_widening
 
 #: The first 45 notifications of that run (`zabref zk faults --schedule zookeeper-4837 --version 3.8.0`).
 REQUEUE = Path(__file__).parent / "fixtures" / "zk" / "requeue-4837-elections.json"
@@ -22,16 +22,8 @@ def test_a_better_vote_put_back_behind_the_queue_is_a_behaviour(tla, tmp_path, m
     """The run's first 45 notifications are a behaviour of VFle, found by the guided searches; without `Requeue`
     the guided searches stop at notification 36 (1's round-3 vote for 2), and the search without the guide, cut at
     20,000 states, has no verdict."""
-    from conformance.validate import flecheck
-    from conformance.validate.flemodule import WIDENINGS
-
     el = fixture_elections(REQUEUE)
     assert len(el.notices) == 45
-    r = flecheck.validate_elections(el, work=tmp_path)
-    assert r.matched and r.guided, r.failure
-
-    monkeypatch.setattr(flecheck, "BUDGET", 20_000)
-    loose = flecheck.validate_elections(fixture_elections(REQUEUE), work=tmp_path,
-                                        widenings=tuple(w for w in WIDENINGS if w != "Requeue"))
+    loose = needs_widening(REQUEUE, "Requeue", budget=20_000, work=tmp_path, monkeypatch=monkeypatch)
     assert not loose.matched and loose.inconclusive and loose.guided_frontier == 36, loose.failure
     assert "LOOKING vote (leader 2, zxid <<1, 258>>, peerEpoch 1) of round 3 from 1 to 2" in loose.failure
