@@ -271,6 +271,11 @@ Latency == 50
 \\* either order (QuorumCnxManager has a RecvWorker a connection).
 Skew == 2
 
+\\* b takes the head of a -> b in the order what waits for it crossed the wire (the proxy's), or within Skew ms of it.
+TakenInOrder(a, b) == \\A c \\in Server : wire[c][b] /= <<>> =>
+                          \\/ wire[a][b][1] <= wire[c][b][1]
+                          \\/ O(wire[a][b][1]).t <= O(wire[c][b][1]).t + Skew
+
 \\* The next notification x sends, from the next observation on (0: none): the one that shows x's next steps.
 Own(x) == O(next).own[x]
 
@@ -295,10 +300,7 @@ RestartShown(x) == LET o == O(Own(x))
 Focus == /\\ next <= Total
          /\\ \\/ ~Ready /\\ \\A x \\in Server : Acts(x) => x = O(next).s
             \\/ \\A x \\in Server : Acts(x) => x = O(next).r /\\ (down[x] \\/ down'[x])
-         /\\ \\A a, b \\in Server : Popped(a, b) =>
-                \\A c \\in Server : wire[c][b] /= <<>> =>
-                    \\/ wire[a][b][1] <= wire[c][b][1]
-                    \\/ O(wire[a][b][1]).t <= O(wire[c][b][1]).t + Skew
+         /\\ \\A a, b \\in Server : Popped(a, b) => TakenInOrder(a, b)
          /\\ \\A x \\in Server : faults'[x] > faults[x] /\\ ~RestartOf(x) =>
                 state[x] /= "LOOKING" /\\ O(next).st = "LOOKING" /\\ O(next).round > logicalclock[x]
          /\\ \\A x \\in Server : down'[x] /\\ ~down[x] =>
@@ -480,9 +482,7 @@ OldVoteReply(i, j) ==
     /\\ next <= Total /\\ O(next).s = i
     /\\ voteUnset[i] /\\ ~down[i] /\\ state[i] /= "LOOKING"
     /\\ OnWire(j, i) >= 1 /\\ Head(electionMsgs[j][i]).state = "LOOKING"
-    /\\ Guided => \\A c \\in Server : wire[c][i] /= <<>> =>
-                    \\/ wire[j][i][1] <= wire[c][i][1]
-                    \\/ O(wire[j][i][1]).t <= O(wire[c][i][1]).t + Skew
+    /\\ Guided => TakenInOrder(j, i)
     /\\ LET n == Notification(state[i], heldVote[i][1].v, heldVote[i][1].r)
        IN  /\\ Guided => \\E g \\in next..Total : O(g).s = i /\\ O(g).r = j /\\ Matches(n, O(g))
            /\\ electionMsgs' = Send(Pop(electionMsgs, j, i), i, j, n)
