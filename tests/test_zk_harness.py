@@ -582,3 +582,35 @@ def test_kill_pause_restart_and_nothing_left_when_the_body_raises(tmp_path, zk38
             raise RuntimeError("the test body failed")
     assert z.ensemble.leftovers() == {} and _java_processes_under(tmp_path) == []
     assert len(z.ensemble.started_pids) == 4 and all(process_state(p) is None for p in z.ensemble.started_pids)
+
+
+@pytest.mark.slow
+def test_a_terminated_zk_command_stops_the_servers_it_started(tmp_path, zk380):
+    """SIGTERM (what `timeout` and a CI's cancel send) to `zabref zk run` while its ensemble serves: the command
+    exits 143 and leaves no JVM of its folder (with Python's default handling, before 2026-12-03, all three outlived
+    it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "zabref.cli", "zk", "run", "--dir", str(out), "--writes", "0",
+                             "--seconds", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the command's own line once every server serves
+            if line.startswith("serving after"):
+                break
+        assert len(_java_processes_under(out)) == 3
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while _java_processes_under(out) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _java_processes_under(out) == []
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in _java_processes_under(out):
+            os.kill(pid, signal.SIGKILL)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -44,9 +45,16 @@ def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @click.group(cls=ZkGroup)
 def zk() -> None:
     """Unmodified Apache ZooKeeper ensembles, every server-to-server byte recorded and decoded."""
+    # SIGTERM (`timeout`, a CI's cancel) unwinds like an error: the ensembles' `with` blocks stop every JVM, proxy
+    # and zabref server they started (Python's default would end the process and leave them running).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 @zk.command("versions")
