@@ -71,3 +71,110 @@ def test_each_pair_holds_one_election_connection_the_larger_id_dialed(tmp_path: 
         asyncio.run(main())
     finally:
         release_base_port(base)
+
+
+def _resends(effects) -> int:
+    return sum(a.name == "ResendNotifications" for a in effects.actions)
+
+
+def test_a_looking_server_resends_its_vote_only_when_its_senders_hold_nothing() -> None:
+    """The spec's ResendNotifications needs ``Quiet`` (every channel of the server empty). A notification still queued
+    for a peer that is not connected yet is in the spec's channel: resending then queued a second copy behind it, and
+    a mixed run's election check refused the two round-1 votes that reached a ZooKeeper server in one write."""
+    from zabref.core.effects import Timing
+    from zabref.core.node import Node
+    from zabref.core.zab import Persistent
+
+    timing = Timing(tick_s=0.05, init_limit=10, sync_limit=5)
+    due = timing.limit(timing.resend_ticks)
+    node = Node(1, (1, 2, 3), Persistent(), timing)
+    assert node.start(0.0).notify  # round 1's vote to 2 and 3
+    assert _resends(node.tick(due, votes_held=True)) == 0  # still queued: no copy
+    assert _resends(node.tick(due + timing.tick_s, votes_held=False)) == 0  # the wait started again when it was held
+    resent = node.tick(2 * due, votes_held=False)
+    assert _resends(resent) == 1 and sorted(s.to for s in resent.notify) == [2, 3]
+
+
+def test_an_election_sender_to_a_peer_that_is_down_keeps_its_newest_notification_and_holds_nothing() -> None:
+    """What waits for a peer counts against the node's resend (`holds`), except for a peer that refuses the dial: its
+    sender keeps only the newest notification (ZooKeeper's send queue of one) and holds nothing, so that a peer that
+    is down holds up no resend to the others (docs/runtime.md)."""
+    from zabref.net import votes
+
+    a, b, c = (Notification(ServerState.LOOKING, 2, 0, r, 0) for r in (1, 2, 3))
+
+    async def scenario() -> tuple[bool, bool, list[Notification], list[Notification]]:
+        base = find_free_base_port(1)  # nothing listens there: every dial is refused
+        try:
+            sender = votes.ElectionSender(2, 1, "127.0.0.1", base, address="127.0.0.1:1")
+            try:
+                sender.send(a)
+                sender.send(b)
+                held = sender.holds()
+                loop = asyncio.get_running_loop()
+                end = loop.time() + 10
+                while sender.holds() and loop.time() < end:
+                    await asyncio.sleep(0.01)
+                after_dial = list(sender.queue)
+                sender.send(c)
+                return held, sender.holds(), after_dial, list(sender.queue)
+            finally:
+                sender.close()
+        finally:
+            release_base_port(base)
+
+    assert asyncio.run(scenario()) == (True, False, [b], [c])
+
+
+def test_a_vote_queued_for_a_peer_that_has_not_dialed_back_is_not_resent_behind_itself(tmp_path: Path) -> None:
+    """The mixed run's shape, with a stand-in for the ZooKeeper server: server 1 (zabref) starts; peer 3 takes 1's dials
+    (a smaller id's dial only asks) and dials back a second later, as a ZooKeeper server did; peer 2 is down. Every
+    notification 1 queued for 3 crosses in one burst when 3's connection comes. Before the resend waited for the
+    senders, 1's resends of its round-1 vote queued behind the first copy, and the burst held the same vote several
+    times; now no vote crosses twice within a tenth of a second."""
+    from zabref.net import peers, wire
+    from zabref.net.zkwire import PROTOCOL_V1, Initial, encode_initial
+
+    base = find_free_base_port(3)
+    config = load_config(cluster_config(tmp_path, 3, base))
+    three = config.server(3)
+    server = Server(config, 1, NormalDriver(0.05), machine=Machine(signals=False))  # resend after 0.2 s, 0.4 s, ...
+
+    async def main() -> list[tuple[float, Notification]]:
+        loop = asyncio.get_running_loop()
+        got: list[tuple[float, Notification]] = []
+
+        async def take_the_ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await peers.accept_initial(reader)  # 1's ask for a dial back: dropped, as ZooKeeper drops it
+            writer.close()
+
+        listener = await asyncio.start_server(take_the_ask, three.host, three.election_port)
+        task = asyncio.create_task(server.run())
+        try:
+            await asyncio.sleep(1.0)  # 1 asks, and its resend timer comes round several times
+            me = config.server(1)
+            hello = encode_initial(Initial(3, PROTOCOL_V1, (f"{three.host}:{three.election_port}",)))
+            reader, writer = await peers.dial(me.host, me.election_port, hello, peer=1, attempts=3, timeout=2.0)
+
+            def on_body(body: bytes) -> None:
+                got.append((loop.time(), wire.decode_notification(body)))
+
+            reading = asyncio.create_task(
+                peers.read_stream(reader, wire.FrameDecoder(peers.MAX_ELECTION_FRAME, "test"), on_body))
+            await asyncio.sleep(0.6)
+            reading.cancel()
+            writer.close()
+            return got
+        finally:
+            server.stop()
+            await asyncio.wait_for(task, 10)
+            listener.close()
+
+    try:
+        got = asyncio.run(main())
+    finally:
+        release_base_port(base)
+    assert got, "server 1 sent 3 nothing on 3's connection"
+    assert got[0][1].state is ServerState.LOOKING and got[0][1].leader == 1
+    twice = [(round(b - a, 3), n) for (a, m), (b, n) in zip(got, got[1:]) if m == n and b - a < 0.1]
+    assert not twice, twice

@@ -584,6 +584,35 @@ def test_kill_pause_restart_and_nothing_left_when_the_body_raises(tmp_path, zk38
     assert len(z.ensemble.started_pids) == 4 and all(process_state(p) is None for p in z.ensemble.started_pids)
 
 
+def test_a_zk_command_run_in_process_leaves_the_callers_sigterm_handler() -> None:
+    """The `zk` group turns SIGTERM into exit 143 while its command runs, and puts the handler before back when it
+    ends: a test's CliRunner runs the command in the pytest worker, which must not keep the command's handler."""
+    import signal
+
+    from click.testing import CliRunner
+
+    from conformance.zk.command import _exit_on_sigterm, zk
+
+    seen = []
+
+    @zk.command("probe-signal")
+    def probe() -> None:
+        seen.append(signal.getsignal(signal.SIGTERM))
+
+    def mine(signum, frame):  # pragma: no cover - never sent
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        result = CliRunner().invoke(zk, ["probe-signal"])
+        seen.append(signal.getsignal(signal.SIGTERM))
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        zk.commands.pop("probe-signal")
+    assert result.exit_code == 0, result.output
+    assert seen == [_exit_on_sigterm, mine]
+
+
 @pytest.mark.slow
 def test_a_terminated_zk_command_stops_the_servers_it_started(tmp_path, zk380):
     """SIGTERM (what `timeout` and a CI's cancel send) to `zabref zk run` while its ensemble serves: the command

@@ -14,6 +14,7 @@ import collections
 import json
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -53,8 +54,12 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 def zk() -> None:
     """Unmodified Apache ZooKeeper ensembles, every server-to-server byte recorded and decoded."""
     # SIGTERM (`timeout`, a CI's cancel) unwinds like an error: the ensembles' `with` blocks stop every JVM, proxy
-    # and zabref server they started (Python's default would end the process and leave them running).
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # and zabref server they started (Python's default would end the process and leave them running). The handler
+    # before is put back when the command ends: a caller that runs the command in its own process (a test's
+    # CliRunner) keeps its own (an install that outlived the command was the suspect of a lost pytest worker).
+    if threading.current_thread() is threading.main_thread():  # signal.signal works there only
+        before = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        click.get_current_context().call_on_close(lambda: signal.signal(signal.SIGTERM, before))
 
 
 @zk.command("versions")

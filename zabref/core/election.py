@@ -210,7 +210,7 @@ class FastLeaderElection:
         return Step("Restart", step.sends)
 
     def resend_notifications(self) -> Step:
-        """Spec ``ResendNotifications(i)``: a LOOKING server that heard nothing for a while (ZooKeeper's notTimeout)
+        """Spec ``ResendNotifications(i)``: a LOOKING server whose vote did not change for a while (notTimeout)
         sends its current proposal to every other voter again -- notifications lost with a broken connection are
         replaced. ZooKeeper queues the same notification to the server itself, and lookForLeader takes it like a
         peer's: with a quorum agreeing with the proposal in the ballot box (left there by a better notification that

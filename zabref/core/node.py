@@ -23,11 +23,13 @@ input, each returning the `Effects` to carry out:
   ``connection_closed``); a follower whose leader connection ended gives up at its next tick;
 * ``notification(peer, n, now)`` -- an election notification; a `Decision` becomes the core's ``become_leader`` or
   ``become_follower(leader)`` (spec BecomeLeader / BecomeFollower);
-* ``tick(now)`` -- time passed. The only place timers live (`Timing`): the finalize wait and the resend of a
-  LOOKING server's vote (when it heard nothing for a while: ZooKeeper's notTimeout, which doubles at each resend of
-  a round -- without it, two servers of one round whose resends arrive just before each other's timer are silent
-  to each other forever: one keeps resending a worse vote, the other keeps hearing it and never resends its own,
-  a livelock the simulator found, docs/simulation.md), a follower's silence limit
+* ``tick(now, votes_held)`` -- time passed. The only place timers live (`Timing`): the finalize wait and the resend
+  of a LOOKING server's vote (when its vote and round did not change for a while: ZooKeeper's notTimeout, which
+  doubles at each resend of a round; never while the carrier's senders still hold a notification, ``votes_held``:
+  the spec's ``Quiet``, as far as a server can see it). A notification that changes neither does not restart the
+  wait, as ZooKeeper's poll would: two servers of one round, one resending a worse vote that reaches the other just
+  before its own timer, were otherwise silent to each other forever -- the worse vote never learns the better one, a
+  livelock the simulator found twice, docs/simulation.md), a follower's silence limit
   (FollowerTimeout), a leader's PINGs and its quorum of responsive learners (LeaderTimeout), and clients waiting too
   long. A tick may come at any time -- the carrier ticks right after a connection closes, so that the follower
   reacts at once -- because every timer compares times, never counts ticks;
@@ -84,7 +86,7 @@ class Node(ClientRequests, ZkClients):
         self.stalled_until = 0.0
         self.leader_lost = False  # a follower's connection to its leader ended: give up at the next tick
         self.finalizing_since: float | None = None
-        self.election_quiet_since = 0.0  # last notification sent or taken while LOOKING (the resend timer)
+        self.election_quiet_since = 0.0  # last change of vote or round, or resend, while LOOKING (the resend timer)
         self.resend_after = timing.limit(timing.resend_ticks)  # doubles at each resend of a round (notTimeout)
         self.learner_conns: set[int] = set()  # open quorum connections that learners opened to this server
         self.held: dict[int, QuorumPacket] = {}  # peer -> the packet deferred at the head of its connection
@@ -255,13 +257,15 @@ class Node(ClientRequests, ZkClients):
     def notification(self, peer: int, n: Notification, now: float) -> Effects:
         """An election notification from ``peer``; RemoteProtocolError for one no server sends."""
         out = EffectsBuilder()
+        fle = self.fle
+        before = (fle.logicalclock, fle.proposed_vote)
         try:
-            action = self.fle.action_for(peer, n)
-            step = self.fle.receive(peer, n)
+            action = fle.action_for(peer, n)
+            step = fle.receive(peer, n)
         except LocalProtocolError:
             return out.build()  # e.g. before start: nothing to do with it
-        if self.fle.state is ServerState.LOOKING:
-            self.election_quiet_since = now
+        if fle.state is ServerState.LOOKING and (fle.logicalclock, fle.proposed_vote) != before:
+            self.election_quiet_since = now  # its vote went out again: the resend wait starts over (`_election_tick`)
         out.actions.append(Action("FLE", action, (("i", self.sid), ("j", peer))))
         self._fle_step(out, step, now)
         return out.build()
@@ -270,14 +274,15 @@ class Node(ClientRequests, ZkClients):
         """The carrier did not run until ``now`` (module docstring: silence counts from here)."""
         self.stalled_until = max(self.stalled_until, now)
 
-    def tick(self, now: float) -> Effects:
-        """Time is ``now``: run every timer that is due (module docstring)."""
+    def tick(self, now: float, votes_held: bool = False) -> Effects:
+        """Time is ``now``: run every timer that is due (module docstring). ``votes_held``: the carrier's election
+        senders still hold a notification not written to its peer (`_election_tick`)."""
         out = EffectsBuilder()
         self._expire_clients(out, now)
         self._zk_expire(out, now)
         core, t = self.core, self.timing
         if core.state == ServerState.LOOKING:
-            self._election_tick(out, now)
+            self._election_tick(out, now, votes_held)
         elif core.state == ServerState.FOLLOWING:
             limit = t.limit(t.sync_limit if core.zab_state == ZabState.BROADCAST else t.init_limit)
             if self.leader_lost or self.silent(core.leader, now) > limit:
@@ -423,7 +428,12 @@ class Node(ClientRequests, ZkClients):
         except LocalProtocolError:  # e.g. no epoch left above acceptedEpoch: look again, in the next round
             self._fle_step(out, self.fle.start_election(core.last_zxid, core.current_epoch), now)
 
-    def _election_tick(self, out: EffectsBuilder, now: float) -> None:
+    def _election_tick(self, out: EffectsBuilder, now: float, votes_held: bool) -> None:
+        """FinalizeTimeout when the finalize wait is over; else ResendNotifications when nothing was sent or taken
+        for ``resend_after`` -- and nothing waits in the carrier's senders: the spec resends only when every channel
+        of the server is empty (``Quiet``). A notification still queued for a peer not connected yet is one the spec
+        has in its channel; resending would queue a copy behind it (a mixed run's election check caught that, two
+        round-1 votes to a ZooKeeper server in one write). Then the wait starts again, not doubled: nothing was sent."""
         t = self.timing
         fle = self.fle
         if fle.finalizing:
@@ -432,6 +442,8 @@ class Node(ClientRequests, ZkClients):
                 self._fle_step(out, fle.finalize_timeout(), now)
         elif fle.logicalclock and now - max(self.election_quiet_since, self.stalled_until) >= self.resend_after:
             self.election_quiet_since = now
+            if votes_held:
+                return
             self.resend_after = min(2 * self.resend_after, t.limit(t.resend_max_ticks))
             out.actions.append(Action("FLE", "ResendNotifications", (("i", self.sid),)))
             self._fle_step(out, fle.resend_notifications(), now)

@@ -11,8 +11,13 @@ larger id closes it and dials back (QuorumCnxManager: "Have smaller server ident
 peer's dial (`adopt`), writes the queued notifications, keeps at most `zabref.net.peers.ELECTION_QUEUE_LIMIT` (the
 oldest are dropped: FastLeaderElection resends its vote anyway), drops with a log line one it cannot encode, redials
 with bounded backoff, and while the fault layer cuts its link (``set_link_cut``) closes its connection and drops
-everything. A `VoteChannel` is the reading half of one connection (dialed or accepted): the notifications read and
-not yet taken by the node. Handshake, framing and bounds are `zabref.net.peers`'.
+everything. The runtime resends the node's vote only while no sender ``holds`` a notification (the spec's ``Quiet``,
+`zabref.core.node`). A peer that refuses the dial (or does not answer it) is down: its sender then keeps only the
+newest notification for it, as ZooKeeper's send queue does while its connection is not there (``SEND_CAPACITY`` 1),
+and holds nothing, so that one peer that is down holds up no resend to the others; the next connection ends that.
+A peer that took the dial but has not dialed back yet is not down. A `VoteChannel` is the reading half of one
+connection (dialed or accepted): the notifications read and not yet taken by the node. Handshake, framing and bounds
+are `zabref.net.peers`'.
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ class ElectionSender:
         self.queue: deque[Notification] = deque(maxlen=ELECTION_QUEUE_LIMIT)
         self.link_cut = False
         self.sent = 0  # notifications written on the current connection
+        self._writing = False  # a notification taken from the queue is being written
+        self._down = False  # the last dial was refused or not answered, and no connection came since
         self._writer: asyncio.StreamWriter | None = None
         self._dialed = False  # whether this server dialed the current connection (else the peer did)
         self._dial_back = False  # the (smaller) peer asked for a connection: dial it even with nothing to send
@@ -105,8 +112,15 @@ class ElectionSender:
     def send(self, n: Notification) -> None:
         if self.link_cut:
             return
+        if self._down:  # keep the newest only (module docstring)
+            self.queue.clear()
         self.queue.append(n)
         self._wake.set()
+
+    def holds(self) -> bool:
+        """A notification waits to be written to a peer that is not down, or is being written (the node's resend
+        waits for none)."""
+        return not self._down and (bool(self.queue) or self._writing)
 
     def set_link_cut(self, cut: bool) -> None:
         """Fault layer: cut (close the connection, drop everything) or heal the link to this peer."""
@@ -120,7 +134,7 @@ class ElectionSender:
         """The larger peer dialed this server: its connection is the pair's from now on (an older one is closed)."""
         if self._writer is not None and self._writer is not writer:
             self._drop_connection("the peer opened a new connection")
-        self._writer, self.sent, self._dialed = writer, 0, False
+        self._writer, self.sent, self._dialed, self._down = writer, 0, False, False
         log.info("election connection from %d open", self.peer)
         self._adopted.set()
         self._wake.set()
@@ -158,6 +172,7 @@ class ElectionSender:
         hello = encode_initial(Initial(self.sid, PROTOCOL_V1, (self.address,)))
         reader, writer = await dial(self.host, self.port, hello, peer=self.peer, attempts=1, timeout=1.0,
                                     guard=self.guard)
+        self._down = False  # it took the dial
         if self.sid > self.peer:
             self._writer, self.sent, self._dial_back, self._dialed = writer, 0, False, True
             log.info("election connection to %d open", self.peer)
@@ -190,6 +205,11 @@ class ElectionSender:
                         refused = False
                     except (OSError, TimeoutError) as e:
                         why, refused = e, isinstance(e, (AuthError, ssl.SSLError))  # a stranger, not a peer down
+                        self._down = not refused
+                        if self._down and len(self.queue) > 1:  # the newest only (module docstring)
+                            newest = self.queue.pop()
+                            self.queue.clear()
+                            self.queue.append(newest)
                     log.log(logging.WARNING if refused else logging.DEBUG, "election connection to %d failed: %s",
                             self.peer, why)
                     await asyncio.sleep(delay)
@@ -204,12 +224,15 @@ class ElectionSender:
                 except ValueError as e:  # a field the wire cannot carry: a bug upstream, never a dead sender
                     log.error("election notification to %d dropped: %s (%s)", self.peer, e, n)
                     continue
+                self._writing = True
                 try:
                     writer.write(framed)
                     self.sent += 1
                     await asyncio.wait_for(writer.drain(), 2.0)
                 except (ConnectionError, OSError, TimeoutError) as e:
                     self._drop_connection(f"lost: {e}")
+                finally:
+                    self._writing = False
 
     def close(self) -> None:
         self._task.cancel()

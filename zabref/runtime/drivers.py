@@ -53,7 +53,7 @@ class NormalDriver:
         """Move the clock ``seconds`` forward, then tick the node at once (not as a stall: to the node, its peers
         were silent that long); the tick's Effects once carried out."""
         self.skew += seconds
-        return await server.call(lambda: server.node.tick(self.now()))
+        return await server.call(lambda: server.tick(self.now()))
 
     def start(self, server: Any) -> None:
         server.spawn(self._ticker(server), "ticker")
@@ -65,7 +65,7 @@ class NormalDriver:
         server.enqueue(lambda: server.deliver_vote(channel))
 
     def closed(self, server: Any) -> None:
-        server.enqueue(lambda: server.node.tick(self.now()))
+        server.enqueue(lambda: server.tick(self.now()))
 
     def unblocked(self, server: Any, conns: list[Any]) -> None:
         for conn in conns:
@@ -86,7 +86,7 @@ class NormalDriver:
 def _tick(server: Any, now: float, stalled: bool) -> Effects:
     if stalled:
         server.node.stalled(now)
-    return server.node.tick(now)
+    return server.tick(now)
 
 
 class ControlDriver:
@@ -118,4 +118,4 @@ class ControlDriver:
     def advance(self, server: Any) -> Effects:
         """One tick of logical time, then the node's timers (the event the control socket's ``tick`` runs)."""
         self.clock += server.node.timing.tick_s
-        return server.node.tick(self.clock)
+        return server.tick(self.clock)

@@ -418,6 +418,11 @@ class Server(PeerLinks):
             conn.blocked = True
         return eff
 
+    def tick(self, now: float) -> Effects:
+        """The event of time passing: the node's timers, told whether an election sender still holds a
+        notification (the node resends its vote only when none does: `zabref.core.node`)."""
+        return self.node.tick(now, any(sender.holds() for sender in self.senders.values()))
+
     def deliver_vote(self, channel: votes.VoteChannel) -> Effects | None:
         """The event of the head notification of ``channel`` reaching the node."""
         if channel.closed or not channel.inbound:
