@@ -1669,3 +1669,27 @@ def test_the_election_of_a_real_380_run_is_a_behaviour_of_fle(real_run, toolchai
     assert {n.state for n in el.notices} >= {"LOOKING"} and len(el.notices) >= 6
     r = validate_elections_dir(real_run, work=tmp_path)
     assert r.matched, r.failure
+
+
+def test_a_notification_that_crossed_after_its_receiver_closed_the_connection_is_left_out_as_unread():
+    """ZooKeeper server 3 and the zabref server 1 dialed each other at once; 3 closed its dial a millisecond before 1
+    wrote two votes on it (a CI run, 2026-12-03), so 3 never read them and resent its own vote 200 ms later. Counted
+    as read, they let no guided search make that resend. The receiver's end of file before a notification leaves the
+    notification out (`unread`), in either direction; the sender's own end of file, or none, keeps it."""
+    from conformance.zk.elections import elections
+    from conformance.zk.recording import Record, Recording
+
+    def vote(t, conn, direction, sender, receiver, leader):
+        return Message(t, conn, "election", sender, receiver, direction, 0, "NOTIFICATION", 0,
+                       {"state": "LOOKING", "leader": leader, "electionEpoch": 1, "peerEpoch": 0})
+
+    records = [Record(Kind.EOF_C2S, 10, 5, b"", 0), Record(Kind.EOF_S2C, 30, 6, b"", 0),
+               Record(Kind.EOF_C2S, 50, 7, b"", 0)]
+    messages = [vote(5, 5, "c2s", 3, 1, 3),  # 3's vote on its own dial, before it closed it: read
+                vote(11, 5, "s2c", 1, 3, 1), vote(12, 5, "s2c", 1, 3, 3),  # 1's answers after 3 closed: unread
+                vote(20, 6, "c2s", 2, 3, 2),  # before 3, the acceptor, closed conn 6: read
+                vote(31, 6, "c2s", 2, 3, 3),  # after: unread
+                vote(60, 7, "c2s", 1, 2, 1)]  # the end of file of its sender (the dialer), not its receiver: read
+    el = elections(Decoded(Recording(Path("hand-built.zkrec"), records, None), messages), 3, None)
+    assert [(n.conn, n.direction, n.t_ns) for n in el.notices] == [(5, "c2s", 5), (6, "c2s", 20), (7, "c2s", 60)]
+    assert el.unread == 3 and [n.g for n in el.notices] == [1, 2, 3]

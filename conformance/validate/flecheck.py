@@ -71,6 +71,7 @@ class FleValidation:
     windows: int = 0  # windows searched (the last one is where a departure was found)
     rechecked: int = 0  # windows made only by a search from an earlier window's start
     exact: bool = True  # a departure found from Init (False: from a later window's start)
+    unread: int = 0  # notifications left out: they crossed after their receiver closed the connection
 
     @property
     def verdict(self) -> str:
@@ -78,7 +79,7 @@ class FleValidation:
 
     def line(self) -> str:
         return (f"zk validate (election): servers={self.servers} notifications={self.notifications} "
-                f"after-end={self.after_end} windows={self.windows} rechecked={self.rechecked} steps={self.steps} "
+                f"after-end={self.after_end} unread={self.unread} windows={self.windows} rechecked={self.rechecked} steps={self.steps} "
                 f"states={self.distinct_states} tlc-runs={self.runs} tlc={self.tlc_seconds:.1f}s "
                 f"result={self.verdict}")
 
@@ -148,7 +149,7 @@ def validate_elections(el: Elections, *, widenings: tuple[str, ...] = WIDENINGS,
     """Check ``el``'s notifications with TLC, window by window (module docstring); never raises for a departure.
     ``guide``: search with the guide first; ``quiet_ms`` and ``most``: where windows end (`windows`; a gap and a
     count larger than the run's: the whole run in one window)."""
-    result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end)
+    result = FleValidation(el.recording, el.servers, len(el.notices), el.after_end, unread=el.unread)
     bounds = windows(el, quiet_ms, most)
     starts: deque[_Start] = deque([_Start(0, 0, (), 0)], maxlen=widen + 1)
     for k, hi in enumerate(bounds):
