@@ -79,8 +79,8 @@ class FleValidation:
 
     def line(self) -> str:
         return (f"zk validate (election): servers={self.servers} notifications={self.notifications} "
-                f"after-end={self.after_end} unread={self.unread} windows={self.windows} rechecked={self.rechecked} steps={self.steps} "
-                f"states={self.distinct_states} tlc-runs={self.runs} tlc={self.tlc_seconds:.1f}s "
+                f"after-end={self.after_end} unread={self.unread} windows={self.windows} rechecked={self.rechecked} "
+                f"steps={self.steps} states={self.distinct_states} tlc-runs={self.runs} tlc={self.tlc_seconds:.1f}s "
                 f"result={self.verdict}")
 
 
