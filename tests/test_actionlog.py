@@ -2,7 +2,7 @@
 as "the first k transactions of this server's history" in O(1) when it is one, and whole when it is not, so that the
 validator sees the real value either way; the reader (conformance/validate/specview.py) rebuilds it from the history.
 
-Logs come from the simulator (seed 43, 100 steps: a few hundred milliseconds), whose servers write them with the
+Logs come from the simulator (seed 184, 100 steps: a few hundred milliseconds), whose servers write them with the
 runtime's own ActionLog; `zabref validate` checks them with TLC (about a second).
 """
 
@@ -29,8 +29,9 @@ from zabref.core.zab import HANDLERS, Persistent, Txn, ZabCore
 from zabref.runtime.actionlog import ActionLog
 
 #: A seed whose 100 steps hold DIFFs of a non-empty history and a TRUNC that drops transactions (the first of seeds
-#: 0.. since the quorum port speaks ZooKeeper's wire; seed 175 was before, and 29 before the election port did).
-SEED, STEPS = 43, 100
+#: 0.. since a LOOKING server's resend waits for its election senders, 2026-12-03; 43 was before, since the quorum
+#: port speaks ZooKeeper's wire; 175 before that, and 29 before the election port did).
+SEED, STEPS = 184, 100
 SYNC_STARTS = ("FollowerProcessDIFF", "FollowerProcessTRUNC")
 
 
