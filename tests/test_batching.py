@@ -282,7 +282,7 @@ def test_a_stall_of_this_process_is_not_blamed_on_the_leader(tmp_path: Path) -> 
         t = loop.time()
         driver = NormalDriver(node.timing.tick_s)
         events: list = []
-        server = SimpleNamespace(node=node, enqueue=events.append)
+        server = SimpleNamespace(node=node, enqueue=events.append, tick=node.tick)  # Server.tick: no senders here
         ticker = asyncio.create_task(driver._ticker(server))
         await asyncio.sleep(0)  # the ticker starts its first sleep
         limit = node.timing.sync_limit * node.timing.tick_s
