@@ -431,9 +431,10 @@ class Node(ClientRequests, ZkClients):
     def _election_tick(self, out: EffectsBuilder, now: float, votes_held: bool) -> None:
         """FinalizeTimeout when the finalize wait is over; else ResendNotifications when the vote and round did not
         change for ``resend_after`` -- and nothing waits in the carrier's senders: the spec resends only when every
-        channel of the server is empty (``Quiet``). A notification still queued for a peer not connected yet is one the spec
-        has in its channel; resending would queue a copy behind it (a mixed run's election check caught that, two
-        round-1 votes to a ZooKeeper server in one write). Then the wait starts again, not doubled: nothing was sent."""
+        channel of the server is empty (``Quiet``). A notification still queued for a peer not connected yet is one
+        the spec has in its channel; resending would queue a copy behind it (a mixed run's election check caught
+        that, two round-1 votes to a ZooKeeper server in one write). Then the wait starts again, not doubled: nothing
+        was sent."""
         t = self.timing
         fle = self.fle
         if fle.finalizing:

@@ -112,10 +112,16 @@ class ElectionSender:
     def send(self, n: Notification) -> None:
         if self.link_cut:
             return
-        if self._down:  # keep the newest only (module docstring)
-            self.queue.clear()
         self.queue.append(n)
+        self._keep_newest_if_down()
         self._wake.set()
+
+    def _keep_newest_if_down(self) -> None:
+        """While the peer is down, only the newest notification waits for it (module docstring)."""
+        if self._down and len(self.queue) > 1:
+            newest = self.queue.pop()
+            self.queue.clear()
+            self.queue.append(newest)
 
     def holds(self) -> bool:
         """A notification waits to be written to a peer that is not down, or is being written (the node's resend
@@ -206,10 +212,7 @@ class ElectionSender:
                     except (OSError, TimeoutError) as e:
                         why, refused = e, isinstance(e, (AuthError, ssl.SSLError))  # a stranger, not a peer down
                         self._down = not refused
-                        if self._down and len(self.queue) > 1:  # the newest only (module docstring)
-                            newest = self.queue.pop()
-                            self.queue.clear()
-                            self.queue.append(newest)
+                        self._keep_newest_if_down()
                     log.log(logging.WARNING if refused else logging.DEBUG, "election connection to %d failed: %s",
                             self.peer, why)
                     await asyncio.sleep(delay)
