@@ -426,7 +426,9 @@ def test_smoke_zookeeper_with_the_java_client(tmp_path, monkeypatch):
                                    zk_clients=["java"])
     rows = report["rows"]
     usage = [(r["op"], r["target"], r["client_cpu_s"], r["server_cpu_s"], r["server_rss_mb"]) for r in rows]
-    assert all(c and c > 0 and s is not None and len(m) == 3 for _, _, c, s, m in usage), usage
+    # CPU in 10 ms ticks: a row of 200 reads may take less than one in the client (as in the next test)
+    assert all(c is not None and c >= 0 and s is not None and len(m) == 3 for _, _, c, s, m in usage), usage
+    assert sum(c for _, _, c, _, _ in usage) > 0, usage
     assert report["failover"] == [] and report["settings"]["systems"] == ["zookeeper-java"]  # failover: kazoo only
     assert "ZkLoad (Java, async API)     [zookeeper-java]" in "\n".join(lines)
     assert (tmp_path / "out" / "bench.png").stat().st_size > 0
@@ -472,8 +474,11 @@ def test_smoke_zabref_with_the_java_client(tmp_path, monkeypatch):
     report, lines = _tiny_java_run(tmp_path, monkeypatch, "zabref-java", systems=["zabref"], zabref_clients=["java"])
     rows = report["rows"]
     usage = [(r["client_cpu_s"], r["server_cpu_s"], r["server_rss_mb"]) for r in rows]
-    # /proc counts CPU in 10 ms ticks: 200 reads at 16 in flight can take less than one over the three servers
-    assert all(c and c > 0 and s is not None and s >= 0 and len(m) == 3 and None not in m for c, s, m in usage), usage
+    # /proc counts CPU in 10 ms ticks (the JVM's getProcessCpuTime too): 200 reads at 16 in flight can take less than
+    # one over the three servers, and in the client (0.0 in a fresh clone's CI, 2026-12-03); measured on every row
+    assert all(c is not None and c >= 0 and s is not None and s >= 0 and len(m) == 3 and None not in m
+               for c, s, m in usage), usage
+    assert sum(c for c, _, _ in usage) > 0, usage
     assert all(r["server_cpu_s"] > 0 for r in rows if r["op"] == "write"), usage
     assert report["settings"]["systems"] == ["zabref-java"] and report["failover"] == []
     assert "zk_client_port" in report["settings"]["zabref-java"]["client"]
