@@ -109,6 +109,7 @@ def test_a_synced_read_missing_a_write_acknowledged_before_it_is_stale() -> None
     assert not v.ok and v.stale_reads == 1
     assert "sync+read at server 1 saw up to zxid 0x100000001, but 'b' (zxid 0x100000002) was acknowledged before" \
         in v.examples[0]
+    assert v.missed == [(rd(0x100000001, 2.5, 3), 0x100000002)]  # for a caller that names the bug behind it
     # A plain read may be that stale: only sequential consistency is promised for it.
     assert check(WRITES, {1: SEQ}, reads=[rd(0x100000001, 2.5, 3, synced=False)]).ok
 
@@ -122,6 +123,7 @@ def test_reads_that_are_each_possible_but_not_together_are_stale() -> None:
     assert check(writes, {1: seq}, reads=reads[:1]).ok and check(writes, {1: seq}, reads=reads[1:]).ok
     v = check(writes, {1: seq}, reads=reads)
     assert v.stale_reads == 1 and "no linearization" in v.examples[0], v.examples
+    assert v.missed == []  # no write acknowledged before either read began is missing: no read to put down to a bug
 
 
 def test_a_read_going_backwards_on_one_connection_is_counted() -> None:

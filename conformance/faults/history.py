@@ -134,6 +134,9 @@ class Verdict:
     stale_reads: int = 0
     backward_reads: int = 0
     examples: list[str] = field(default_factory=list)
+    #: the stale reads of the usual form, each with the zxid of the write acknowledged before its sync was sent and
+    #: missing from what it saw (a caller names the bug behind them: `conformance.faults.syncquorum`)
+    missed: list[tuple[Read, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -280,13 +283,17 @@ def _check_reads(v: Verdict, reads: list[Read], ref: list[Txn], index: dict[int,
                    f"up to {r.end:#x}")
         last[(r.reader, r.session)] = r
     synced = [(r, p) for r, p in positions if r.synced]
-    for text in _linearizable(ref, by_value, synced):
+    for text, missed in _linearizable(ref, by_value, synced):
         v.stale_reads += 1
         v.note(text)
+        if missed is not None:
+            v.missed.append(missed)
 
 
-def _linearizable(ref: list[Txn], by_value: Mapping[str, Write], reads: list[tuple[Read, int]]) -> list[str]:
-    """Why the reference's writes and the synced reads are not linearizable (empty: they are). See the module
+def _linearizable(ref: list[Txn], by_value: Mapping[str, Write],
+                  reads: list[tuple[Read, int]]) -> list[tuple[str, tuple[Read, int] | None]]:
+    """Why the reference's writes and the synced reads are not linearizable (empty: they are), each with, for a read
+    that missed a write acknowledged before its sync was sent, the read and that write's zxid. See the module
     docstring: each read narrows two writes' windows; then the earliest increasing schedule must fit them."""
     n = len(ref)
     lo = [by_value[val].invoked if val in by_value else 0.0 for _, val in ref]
@@ -301,7 +308,7 @@ def _linearizable(ref: list[Txn], by_value: Mapping[str, Write], reads: list[tup
             lo[p], why_lo[p] = r.invoked, r
         if p > 0 and r.completed < hi[p - 1]:  # the p-th write (index p-1) took effect before the read ended
             hi[p - 1], why_hi[p - 1] = r.completed, r
-    problems: list[str] = []
+    problems: list[tuple[str, tuple[Read, int] | None]] = []
     t = float("-inf")
     for i in range(n):
         t = max(t, lo[i])
@@ -309,16 +316,16 @@ def _linearizable(ref: list[Txn], by_value: Mapping[str, Write], reads: list[tup
             zxid, value = ref[i]
             w, early, late = by_value.get(value), why_lo.get(i), why_hi.get(i)
             if early is not None and w is not None and w.outcome == "ok" and w.completed <= early.invoked:
-                problems.append(f"reader {early.reader}: sync+read at server {early.server} saw up to zxid "
-                                f"{early.end:#x}, but {value!r} (zxid {zxid:#x}) was acknowledged before the sync "
-                                "was sent")
+                problems.append((f"reader {early.reader}: sync+read at server {early.server} saw up to zxid "
+                                 f"{early.end:#x}, but {value!r} (zxid {zxid:#x}) was acknowledged before the sync "
+                                 "was sent", (early, zxid)))
             elif late is not None and w is not None and late.completed < w.invoked:
-                problems.append(f"reader {late.reader}: sync+read at server {late.server} saw {value!r} (zxid "
-                                f"{zxid:#x}) before it was submitted")
+                problems.append((f"reader {late.reader}: sync+read at server {late.server} saw {value!r} (zxid "
+                                 f"{zxid:#x}) before it was submitted", None))
             else:
                 r = early or late
-                problems.append(f"no linearization: {value!r} (zxid {zxid:#x}) must take effect after "
-                                f"{t:.3f} and by {hi[i]:.3f}" + (f" (reader {r.reader} at server {r.server}, read "
-                                                                  f"up to {r.end:#x})" if r else ""))
+                problems.append((f"no linearization: {value!r} (zxid {zxid:#x}) must take effect after "
+                                 f"{t:.3f} and by {hi[i]:.3f}" + (f" (reader {r.reader} at server {r.server}, read "
+                                                                   f"up to {r.end:#x})" if r else ""), None))
             t = hi[i]  # go on from the latest moment allowed, to report the next independent problem
     return problems

@@ -25,7 +25,8 @@ ZooKeeper"); the checker is the same `conformance.faults.history.check`, fed fro
    server covers it (a restart of that server would lose it).
 7. Name: the known bugs whose mark is in the servers' own logs (`conformance.zk.knownbugs`), reported beside the
    checks; a sighting does not change ``ok`` (it names a bug, whatever it cost), and `zabref zk matrix` judges a
-   bug without a data loss of its own by it.
+   bug without a data loss of its own by it. A stale read that a deposed ZooKeeper leader's sync answer explains is
+   named ZOOKEEPER-1675 from the history and the recording (`conformance.faults.syncquorum`), beside them.
 
 The run passes when the verdict does, ``not_durable`` is 0 and nothing went wrong (a step that could not run, a
 server that would not serve again, a final read that failed). The run's folder keeps every server's data dir and
@@ -44,14 +45,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conformance.faults.history import Read, Sample, Verdict, Write, check
+from conformance.faults.syncquorum import JIRA, SyncAnswer, explain
 from conformance.faults.zkload import ROOT, ZkReader, ZkSampler, ZkWriter, reads_at_writes
-from conformance.zk import ZkError
+from conformance.zk import WireError, ZkError
 from conformance.zk.delivered import read_delivered, read_logged, snapshots
 from conformance.zk.ensemble import four_letter
 from conformance.zk.harness import ProxiedEnsemble
 from conformance.zk.knownbugs import Sighting, sightings, summarise
 from conformance.zk.nemesis import ZkNemesis
 from conformance.zk.schedule import Step, random_schedule
+from conformance.zk.wire import decode_recording
 from zabref.storage.atomic import write_file
 
 __all__ = ["ZkRunResult", "run_zk_faults", "write_report"]
@@ -74,6 +77,7 @@ class ZkRunResult:
     folder: str = ""
     seconds: float = 0.0
     known: list[Sighting] = field(default_factory=list)  # known bugs' marks in the servers' own logs
+    sync_answers: list[SyncAnswer] = field(default_factory=list)  # stale reads ZOOKEEPER-1675 explains
     zabref: list[int] = field(default_factory=list)  # members that are zabref servers (a mixed ensemble)
     #: the checker's inputs, kept for a caller that checks again (the tests show each check can fail on them)
     writes: list[Write] = field(default_factory=list, repr=False)
@@ -115,7 +119,9 @@ class ZkRunResult:
                 "reads": {"synced": v.synced_reads, "stale": v.stale_reads, "backward": v.backward_reads},
                 "not_durable": {str(k): x for k, x in self.not_durable.items()},
                 "finals": {str(k): n for k, n in self.finals.items()}, "examples": v.examples,
-                "known_bugs": [{"jira": k.jira, "server": k.sid, "at": k.where(), "text": k.text} for k in self.known],
+                "known_bugs": [{"jira": k.jira, "server": k.sid, "at": k.where(), "text": k.text} for k in self.known]
+                + [{"jira": JIRA, "server": a.read.server, "at": "the history check and the recording",
+                    "text": a.line()} for a in self.sync_answers],
                 "problems": self.problems, "counts": self.counts, "events": self.events,
                 "schedule": [s.to_json() for s in self.schedule], "folder": self.folder}
 
@@ -236,6 +242,11 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
         covered = max(snapshots(d), default=0)
         result.not_durable[sid] = [f"{v} (zxid {zx:#x})" for zx, v in seq if zx > covered and v not in logged]
     result.known = sightings(folder)
+    if result.verdict.missed and z.recording.exists():
+        try:
+            result.sync_answers = explain(result.verdict.missed, decode_recording(z.recording), zabref)
+        except WireError as e:  # the stale reads stay unexplained; the checks' verdict is what it was
+            echo(f"  the recording could not be read to explain the stale reads: {e}")
     result.seconds = time.monotonic() - started
     echo(("PASS: " if result.ok else "FAIL: ") + result.summary())
     for line in result.problems + result.verdict.examples:
@@ -245,6 +256,8 @@ def run_zk_faults(folder: str | os.PathLike[str], version: str = "3.8.0", server
             echo(f"  server {sid} delivered {len(missing)} writes its logs do not hold, e.g. {missing[:3]}")
     for line in summarise(result.known):
         echo(f"  known bug in ZooKeeper's own log: {line}")
+    for a in result.sync_answers:
+        echo(f"  known bug, from the stale read and the recording: {a.line()}")
     echo(f"logs, data dirs and the recording in {folder}")
     return result
 
