@@ -51,6 +51,7 @@ long run start from the states TLC reached (conformance/validate/zkcheck.py), wh
 from __future__ import annotations
 
 import bisect
+import heapq
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -265,7 +266,9 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
     def txn(m: Message) -> dict[str, Any]:
         return {"value": value(m), "zxid": zxid_pair(m.zxid or 0)}
 
-    for m in kept:
+    read_at: dict[int, int] = {}  # id of an observation -> where in `kept` the proxy read it (a sync group: its head)
+    whole_at: dict[int, int] = {}  # id of a sync group -> where in `kept` its NEWLEADER was read
+    for seq, m in enumerate(kept):
         name, zxid = m.name, m.zxid or 0
         group = sync_open.get(m.conn) if m.direction == "s2c" else None
         if group is not None and group.sync is not None:
@@ -281,6 +284,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
             if name == "NEWLEADER":
                 group.sync["newleader"] = zxid_pair(zxid)
                 group.sync["newleader_offset"] = m.offset
+                whole_at[id(group)] = seq
                 del sync_open[m.conn]
                 continue
             # anything else inside a sync group is kept as its own observation (the group then never matches)
@@ -312,6 +316,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
             o.type = SYNC_GROUP
             o.sync = {"kind": name, "zxid": zxid_pair(zxid), "txns": [], "newleader": None, "newleader_offset": None}
             sync_open[m.conn] = o
+        read_at[id(o)] = seq
         obs.append(o)
     # A sync group whose NEWLEADER never came (the connection ended, or the run did): it cannot match a spec sync.
     for o in sync_open.values():
@@ -319,9 +324,19 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
 
     channels: dict[tuple[int, int], list[int]] = {(a, b): [] for a in range(1, n + 1) for b in range(1, n + 1)}
     sent = {(a, b): 0 for a in range(1, n + 1) for b in range(1, n + 1)}
+    # `need` counts a send once the proxy read it whole: a sync group once its NEWLEADER was read. ZooKeeper's leader
+    # writes a sync over time (a SNAP's stream, then what it queued meanwhile: a COMMIT of an outstanding proposal
+    # acknowledged while the stream went out) and the spec's sync is one step, which may come anywhere until then.
+    made = {(a, b): 0 for a in range(1, n + 1) for b in range(1, n + 1)}
+    whole: list[tuple[int, int, int]] = []  # a heap: (where the send was read whole, sender, receiver)
     for g, o in enumerate(obs, 1):
         o.g = g
-        o.need = [sent[o.receiver, k] for k in range(1, n + 1)]
+        seq = read_at[id(o)]
+        while whole and whole[0][0] < seq:
+            _, a, b = heapq.heappop(whole)
+            made[a, b] += 1
+        o.need = [made[o.receiver, k] for k in range(1, n + 1)]
+        heapq.heappush(whole, (whole_at.get(id(o), seq), o.sender, o.receiver))
         sent[o.sender, o.receiver] += 1
         o.ci = sent[o.sender, o.receiver]
         channels[o.sender, o.receiver].append(g)
