@@ -29,32 +29,28 @@ rc=0
 start=$SECONDS
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }  # busy and total jiffies
 read -r busy0 total0 < <(busy)
-# --max-worker-restart=0: a worker that dies (a segfault, an os._exit) ends the session with its test named, because
-# pytest-xdist 3.8's loadfile scheduler puts a dead worker's finished files back in its queue as empty units and then
-# waits for them forever (pytest-xdist issues 1313 and 1378); pytest-timeout's "signal" method (pyproject.toml) keeps
-# a test past its bound from killing its worker at all.
-.venv/bin/python -m pytest -n "${ZABREF_TEST_WORKERS:-3}" --dist loadfile --max-worker-restart=0 --durations=10 \
-    "$@" &
-pytest_pid=$!
 # The watchdog: a suite still running after ZABREF_TEST_DEADLINE seconds (0: no limit) is hung, not slow (CI gives
-# the whole job 90 minutes; a fresh clone's --deep run took 47). It prints every process still running and the Python
-# stacks of the suite's own (py-spy), then stops them all, so the log says where it hung and the job ends.
-descendants() {  # every process below $1, depth first
+# the whole job 90 minutes; a fresh clone's --deep run took 32-47). It prints every process of this script still
+# running and the Python stacks of the suite's own (py-spy), then stops them, so the log says where it hung and the
+# job ends. It runs in the background and pytest in the foreground, so that Ctrl-C still reaches pytest.
+descendants() {  # every process below $1 but $2 (the watchdog), depth first
     local child
-    for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done
+    for child in $(pgrep -P "$1"); do
+        if [ "$child" != "$2" ]; then echo "$child"; descendants "$child" "$2"; fi
+    done
 }
-stuck() {
+stuck() {  # $1: this script's shell, $2: the watchdog
     echo "test.sh: pytest still running after ${deadline}s: what runs, then the suite's Python stacks" >&2
     local below
-    below=$(descendants "$1" | paste -sd, -)
-    ps -o pid,ppid,etimes,pcpu,rss,args --forest -p "$1${below:+,$below}" | cut -c1-220 >&2 || true
-    for pid in "$1" $(descendants "$1"); do
+    below=$(descendants "$1" "$2" | paste -sd, -)
+    [ -n "$below" ] && { ps -o pid,ppid,etimes,pcpu,rss,args --forest -p "$below" | cut -c1-220 >&2 || true; }
+    for pid in $(descendants "$1" "$2"); do
         if grep -qa 'pytest\|sys.stdin.readline' "/proc/$pid/cmdline" 2>/dev/null && [ -x .venv/bin/py-spy ]; then
             .venv/bin/py-spy dump --pid "$pid" >&2 || true
         fi
     done
     # shellcheck disable=SC2046
-    kill -KILL $(descendants "$1") "$1" 2>/dev/null || true
+    kill -KILL $(descendants "$1" "$2") 2>/dev/null || true
 }
 deadline=${ZABREF_TEST_DEADLINE:-5000}
 watchdog=
@@ -64,11 +60,16 @@ if [ "$deadline" -gt 0 ]; then
         sleep "$deadline" </dev/null >/dev/null 2>&1 &
         sleeper=$!
         wait "$sleeper" || exit 0
-        stuck "$pytest_pid"
+        stuck "$$" "$BASHPID"
     ) &
     watchdog=$!
 fi
-wait "$pytest_pid" || rc=$?
+# --max-worker-restart=0: a worker that dies (a segfault, an os._exit) ends the session with its test named, because
+# pytest-xdist 3.8's loadfile scheduler puts a dead worker's finished files back in its queue as empty units and then
+# waits for them forever (pytest-xdist issues 1313 and 1378); pytest-timeout's "signal" method (pyproject.toml) keeps
+# a test past its bound from killing its worker at all.
+.venv/bin/python -m pytest -n "${ZABREF_TEST_WORKERS:-3}" --dist loadfile --max-worker-restart=0 --durations=10 \
+    "$@" || rc=$?
 if [ -n "$watchdog" ]; then kill "$watchdog" 2>/dev/null || true; wait "$watchdog" 2>/dev/null || true; fi
 # The suite's cost, so that growth shows in every CI log: wall, and the CPU of everything it ran and waited for
 # (this shell's children: pytest, its workers and what they waited for; /proc/PID/stat's cutime and cstime; a
