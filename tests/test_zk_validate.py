@@ -20,7 +20,7 @@ from conformance.zk.observe import Observation, observe, observe_dir
 from conformance.zk.recording import HEAD, MAGIC, Kind, read_records
 from conformance.zk.wire import Decoded, Message, decode_recording
 from flebuild import START, spaced, timed
-from zkbuild import E1, E2, Builder, epoch_one, rejoin, txn
+from zkbuild import E1, E2, Builder, epoch_one, first_learner, rejoin, txn
 
 # ------------------------------------------------------------------------ hand-built decoded recordings
 
@@ -228,13 +228,7 @@ def snap_across_a_commit() -> Builder:
     group: PROPOSAL <<1, 2>>, the COMMIT the leader queued to 3 meanwhile, NEWLEADER. The shape of a mixed 3.9.5 run
     (seed 5, 2026-12-03: a SNAP's stream took 4 ms, in which the leader committed the proposal it carried)."""
     b = Builder({1: (1, 2), 2: (3, 2)})
-    b.send(1, 1, "FOLLOWERINFO", 0, sid=1)
-    b.send(1, 2, "LEADERINFO", E1)
-    b.send(1, 1, "ACKEPOCH", 0, currentEpoch=0)
-    b.send(1, 2, "DIFF", 0)
-    b.send(1, 2, "NEWLEADER", E1)
-    b.send(1, 1, "ACK", E1)
-    b.send(1, 2, "UPTODATE", -1)
+    first_learner(b)
     for z in (E1 + 1, E1 + 2):
         b.send(1, 2, "PROPOSAL", z, txn=txn(z, f"/t{z - E1}"))
         if z == E1 + 1:
@@ -316,13 +310,7 @@ def late_learner(synced: int, behind: int, *, skip: int | None = None) -> Builde
     UPTODATE; 3 then ACKs each of them, one by one, and nothing else (ZooKeeper's learner sends no ACK of its last
     zxid at UPTODATE). ``skip``: 3 never ACKs that one (of 1 .. ``behind``)."""
     b = Builder({1: (1, 2), 2: (3, 2)})
-    b.send(1, 1, "FOLLOWERINFO", 0, sid=1)
-    b.send(1, 2, "LEADERINFO", E1)
-    b.send(1, 1, "ACKEPOCH", 0, currentEpoch=0)
-    b.send(1, 2, "DIFF", 0)
-    b.send(1, 2, "NEWLEADER", E1)
-    b.send(1, 1, "ACK", E1)
-    b.send(1, 2, "UPTODATE", -1)
+    first_learner(b)
     for k in range(1, synced + 1):
         b.send(1, 2, "PROPOSAL", E1 + k, txn=txn(E1 + k, f"/s{k}"))
         b.send(1, 1, "ACK", E1 + k)

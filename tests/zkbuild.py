@@ -57,6 +57,17 @@ def txn(zxid: int, path: str) -> dict:
     return {"op": "create", "session": "0x1", "cxid": zxid & 0xFF, "zxid": zxid, "time": 1, "path": path}
 
 
+def first_learner(b: Builder) -> None:
+    """Server 2 establishes epoch 1 with learner 1 alone (connection 1), by an empty DIFF."""
+    b.send(1, 1, "FOLLOWERINFO", 0, sid=1)
+    b.send(1, 2, "LEADERINFO", E1)
+    b.send(1, 1, "ACKEPOCH", 0, currentEpoch=0)
+    b.send(1, 2, "DIFF", 0)
+    b.send(1, 2, "NEWLEADER", E1)
+    b.send(1, 1, "ACK", E1)
+    b.send(1, 2, "UPTODATE", -1)
+
+
 def epoch_one(b: Builder) -> None:
     """Server 2 establishes epoch 1 with learners 1 (connection 1) and 3 (connection 2), each by an empty DIFF."""
     for conn, f in ((1, 1), (2, 3)):
