@@ -30,11 +30,9 @@ from dataclasses import dataclass
 from conformance.faults.history import Read
 from conformance.zk.wire import Decoded
 
-__all__ = ["JIRA", "SUMMARY", "SyncAnswer", "explain", "joined_epochs"]
+__all__ = ["JIRA", "SyncAnswer", "explain", "joined_epochs"]
 
 JIRA = "ZOOKEEPER-1675"
-SUMMARY = ("a sync answered by a leader of an older epoch than a committed one, asking no quorum (\"Make sync a "
-           "quorum operation\", open)")
 
 
 @dataclass(frozen=True)

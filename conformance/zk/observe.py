@@ -266,7 +266,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
     def txn(m: Message) -> dict[str, Any]:
         return {"value": value(m), "zxid": zxid_pair(m.zxid or 0)}
 
-    read_at: dict[int, int] = {}  # id of an observation -> where in `kept` the proxy read it (a sync group: its head)
+    read_at: list[int] = []  # per observation, where in `kept` the proxy read it (a sync group: its head)
     whole_at: dict[int, int] = {}  # id of a sync group -> where in `kept` its NEWLEADER was read
     for seq, m in enumerate(kept):
         name, zxid = m.name, m.zxid or 0
@@ -316,7 +316,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
             o.type = SYNC_GROUP
             o.sync = {"kind": name, "zxid": zxid_pair(zxid), "txns": [], "newleader": None, "newleader_offset": None}
             sync_open[m.conn] = o
-        read_at[id(o)] = seq
+        read_at.append(seq)
         obs.append(o)
     # A sync group whose NEWLEADER never came (the connection ended, or the run did): it cannot match a spec sync.
     for o in sync_open.values():
@@ -331,7 +331,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
     whole: list[tuple[int, int, int]] = []  # a heap: (where the send was read whole, sender, receiver)
     for g, o in enumerate(obs, 1):
         o.g = g
-        seq = read_at[id(o)]
+        seq = read_at[g - 1]
         while whole and whole[0][0] < seq:
             _, a, b = heapq.heappop(whole)
             made[a, b] += 1
