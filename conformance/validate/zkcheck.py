@@ -42,6 +42,7 @@ from conformance.validate.synccheck import Hole, first_hole
 from conformance.validate.zkrebase import Rebase, plan, rebase, restore
 from conformance.validate.zkmodule import (RUN_DATA, WINDOW_DATA, config, goal, reach, run_data, trace_module,
                                            window_data)
+from conformance.zk import earlyack
 from conformance.zk.knownbugs import at_departure, sightings, summarise
 from conformance.zk.observe import Observation, observe_dir_decoded
 from conformance.zk.wire import Decoded
@@ -88,6 +89,7 @@ class ZkValidation:
     exact: bool = True  # a departure found from Init (False: from a window's start, `WIDEN` windows back at most)
     inexact: int = 0  # windows checked again without dropping (a state broke the window's coordinates)
     dropped: int = 0  # the most transactions a window's coordinates left out of each history
+    named: list[str] = field(default_factory=list)  # the known ZooKeeper bugs the departure's order is (JIRA ids)
 
     @property
     def verdict(self) -> str:
@@ -346,6 +348,10 @@ def validate_recording(folder: str | Path, *, work: Path | None = None,
          + (", ".join(f"{k} {v}" for k, v in sorted(observation.ignored.items())) or "nothing"))
     result = validate_observation(observation, work=work, echo=echo)
     result.observe_seconds = elapsed
+    order = earlyack.name(observation, result.frontier) if result.failure else None
+    if order is not None:
+        result.named += [order[0]] if order[0] else []
+        result.failure += f"\n  the departure's order: {order[1]}"
     found = sightings(folder) if result.failure else []
     if found:
         # what the servers logged themselves, to decide the departure by (docs/zookeeper.md, "Known bugs")

@@ -77,9 +77,10 @@ IGNORED = {
     "ACK-UPTODATE": "the learner's ACK(newEpoch << 32) after UPTODATE: Leader.processAck returns at once for a zxid "
                     "whose counter is 0",
     "ACK-SYNC": "a learner's ACK of a transaction its DIFF or TRUNC carried, which the leader had committed before "
-                "(it sent a COMMIT of that zxid or later first): ZooKeeper's learner logs and ACKs each one, "
-                "Leader.processAck returns at once for a zxid at or below its lastCommitted, and the spec's "
-                "follower sends no such ACK (a zabref server's are kept: it sends the ACKs its spec step makes)",
+                "(it sent a COMMIT of that zxid or later first), after its ACK of NEWLEADER: ZooKeeper's learner "
+                "logs and ACKs each one, Leader.processAck returns at once for a zxid at or below its "
+                "lastCommitted, and the spec's follower sends no such ACK (a zabref server's are kept: it sends the "
+                "ACKs its spec step makes; one before the ACK of NEWLEADER is kept too: conformance.zk.earlyack)",
     "COMMIT-IN-SYNC": "a COMMIT between DIFF and NEWLEADER: part of its sync group, which is compared by the history "
                       "it leaves the follower with (the spec's sync COMMITs too, and its follower takes them without "
                       "a change: FollowerProcessCOMMITInSync)",
@@ -168,6 +169,9 @@ class Observation:
     start: Any = None  # None: the spec's Init
     unseen: list[int] = field(default_factory=list)  # values of transactions named but never carried (_number_unseen)
     zabref: list[int] = field(default_factory=list)  # the seats zabref servers took (a mixed ensemble's META)
+    # ACKs a learner sent after its connection's sync head and before its ACK of NEWLEADER, of another zxid: no spec
+    # step sends one (the spec's follower sends nothing between the two), ZOOKEEPER-4685's order (zk.earlyack)
+    early_acks: list[int] = field(default_factory=list)
 
     @property
     def txns(self) -> int:
@@ -267,6 +271,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
         return {"value": value(m), "zxid": zxid_pair(m.zxid or 0)}
 
     read_at: list[int] = []  # per observation, where in `kept` the proxy read it (a sync group: its head)
+    early_ids: set[int] = set()  # ids of the observations of early ACKs (`Observation.early_acks`)
     whole_at: dict[int, int] = {}  # id of a sync group -> where in `kept` its NEWLEADER was read
     for seq, m in enumerate(kept):
         name, zxid = m.name, m.zxid or 0
@@ -290,8 +295,9 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
             # anything else inside a sync group is kept as its own observation (the group then never matches)
         if name == "COMMIT" and m.direction == "s2c":
             committed[m.sender or 0] = max(committed.get(m.sender or 0, -1), zxid)
+        early = name == "ACK" and m.direction == "c2s" and m.conn in sync_point and m.conn not in acked0
         if (name == "ACK" and m.direction == "c2s" and zxid & 0xFFFFFFFF != 0 and zxid in synced.get(m.conn, ())
-                and committed.get(m.receiver or 0, -1) >= zxid and m.sender not in seats):
+                and committed.get(m.receiver or 0, -1) >= zxid and m.sender not in seats and not early):
             skip("ACK-SYNC")
             continue
         if name == "ACK" and zxid & 0xFFFFFFFF == 0 and m.direction == "c2s":
@@ -299,6 +305,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
                 skip("ACK-UPTODATE")
                 continue
             acked0.add(m.conn)
+            early = False
         cz, cd = COMPARED.get(name, (True, False))
         data: Any = "n/a"
         if name == "FOLLOWERINFO":
@@ -316,6 +323,8 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
             o.type = SYNC_GROUP
             o.sync = {"kind": name, "zxid": zxid_pair(zxid), "txns": [], "newleader": None, "newleader_offset": None}
             sync_open[m.conn] = o
+        if early:
+            early_ids.add(id(o))
         read_at.append(seq)
         obs.append(o)
     # A sync group whose NEWLEADER never came (the connection ended, or the run did): it cannot match a spec sync.
@@ -350,7 +359,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
                     and not any(o.type == "LEADERINFO" and o.conn in r.conns for o in obs))
     return Observation(str(rec.path), n, str(meta.get("version", "?")), obs, channels, roles, values, ignored,
                        end, max(epochs + [1]) + unepoched, unseen=unseen,
-                       zabref=list(seats))
+                       zabref=list(seats), early_acks=[o.g for o in obs if id(o) in early_ids])
 
 
 #: The proxy reads a held link's bytes at the heal in a burst of reads this close together (ns); a later read is of
