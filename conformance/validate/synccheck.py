@@ -30,6 +30,9 @@ class Hole:
     after: tuple[int, int]
     then: tuple[int, int]
     expected: tuple[int, int]
+    what = "a sync whose proposals skip a counter"
+    #: what says no behaviour makes it: wrong if TLC makes it
+    premise = "HistoryContiguous and conformance/validate/synccheck.py"
 
     def why(self) -> str:
         a, t, x = (f"<<{z[0]}, {z[1]}>>" for z in (self.after, self.then, self.expected))

@@ -212,7 +212,10 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
     # the starts of the last windows, kept to check a window again from further back
     starts: deque[_Start] = deque([_Start(0, None, 0, 0)], maxlen=widen + 1)
     exempt = 0  # the guide leaves alone packets of observations up to this one (in flight after an unguided window)
-    hole = first_hole(observation)  # a sync no behaviour makes (its proposals skip a counter), or None
+    # the first observation no behaviour makes from any state (a sync whose proposals skip a counter, an ACK before
+    # the ACK of NEWLEADER), or None
+    holes = [h for h in (first_hole(observation), earlyack.first(observation)) if h is not None]
+    hole = min(holes, key=lambda h: h.g) if holes else None
     for k, upto in enumerate(bounds):
         final = k == len(bounds) - 1
         hi = min(total, upto + window)
@@ -243,8 +246,8 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
             reached = last_progress(r.printed, "zkprogress", ("frontier",)).get("frontier", "?")
             if hole is not None and reached == hole.g:
                 settled = True
-                echo(f"zk validate: window {k + 1} made every observation before {hole.g}, the sync no behaviour "
-                     "makes")
+                echo(f"zk validate: window {k + 1} made every observation before {hole.g}, {hole.what}, which no "
+                     "behaviour makes")
                 break
             if r.budget_hit and not guide:  # a search from further back would explore more still
                 break
@@ -271,9 +274,8 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
             return result
         if hole is not None and hole.g <= upto:
             result.inconclusive = True
-            result.failure = (f"TLC made observation {hole.g}, a sync whose proposals skip a counter, which "
-                              "HistoryContiguous says no behaviour makes: the spec's invariant or "
-                              f"conformance/validate/synccheck.py is wrong\n  kept: {folder}")
+            result.failure = (f"TLC made observation {hole.g}, {hole.what}, which {hole.premise} say no "
+                              f"behaviour makes: the spec or that reading of it is wrong\n  kept: {folder}")
             return result
         if not guide:
             exempt = upto
@@ -291,10 +293,11 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
 
 
 def _report(observation: Observation, result: ZkValidation, folder: Path, at: int, after: int, guide: int,
-            hole: Hole | None = None) -> str:
+            hole: Hole | earlyack.EarlyAck | None = None) -> str:
     """The departure: the first observation no behaviour made, checked from window ``at``'s start (0: Init), which
-    follows observation ``after``, with the guide (``guide`` > 0) or without; ``hole``: it is a sync no behaviour
-    makes from any state (conformance/validate/synccheck.py), reached with every observation before it made."""
+    follows observation ``after``, with the guide (``guide`` > 0) or without; ``hole``: it is an observation no
+    behaviour makes from any state (conformance/validate/synccheck.py, conformance/zk/earlyack.py), reached with
+    every observation before it made."""
     g = result.frontier
     best = result.best
     if g > len(observation.obs):
@@ -351,7 +354,7 @@ def validate_recording(folder: str | Path, *, work: Path | None = None,
     order = earlyack.name(observation, result.frontier) if result.failure else None
     if order is not None:
         result.named += [order[0]] if order[0] else []
-        result.failure += f"\n  the departure's order: {order[1]}"
+        result.failure = f"{result.failure}\n  the departure's order: {order[1]}"
     found = sightings(folder) if result.failure else []
     if found:
         # what the servers logged themselves, to decide the departure by (docs/zookeeper.md, "Known bugs")

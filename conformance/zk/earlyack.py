@@ -14,12 +14,46 @@ no known bug explains.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from conformance.zk.observe import Observation
 from conformance.zk.versions import acks_before_newleader
 
-__all__ = ["JIRA", "name"]
+__all__ = ["JIRA", "EarlyAck", "first", "name"]
 
 JIRA = "ZOOKEEPER-4685"
+
+
+@dataclass(frozen=True)
+class EarlyAck:
+    """Observation ``g`` (1-based), the first early ACK of a recording: a send no behaviour makes, from any state. On
+    its channel the learner's sends before it in its connection are FOLLOWERINFO and ACKEPOCH; the spec's follower,
+    having sent those, next sends its ACK of NEWLEADER (<<e, 0>>, FollowerProcessNEWLEADER, which also takes it to
+    BROADCAST) or, gone back to election, a FOLLOWERINFO: never an ACK of a proposal, which it sends in BROADCAST
+    only (FollowerProcessPROPOSAL). The window search (conformance/validate/zkcheck.py) stops here once a behaviour
+    makes every observation before it."""
+
+    g: int
+    sender: int
+    receiver: int
+    zxid: tuple[int, int]
+    what = "an ACK before the learner's ACK of NEWLEADER"
+    #: what says no behaviour makes it: wrong if TLC makes it
+    premise = "the spec's follower steps as conformance/zk/earlyack.py reads them"
+
+    def why(self) -> str:
+        return (f"server {self.sender}'s ACK of <<{self.zxid[0]}, {self.zxid[1]}>> to {self.receiver} comes after "
+                "its synchronization began and before its ACK of NEWLEADER, and the spec's follower sends nothing "
+                "between the two (its next send is the ACK of NEWLEADER, or a FOLLOWERINFO after an election), so "
+                "no behaviour makes it, from any state")
+
+
+def first(observation: Observation) -> EarlyAck | None:
+    """The recording's first early ACK, or None."""
+    if not observation.early_acks:
+        return None
+    o = observation.obs[observation.early_acks[0] - 1]
+    return EarlyAck(o.g, o.sender, o.receiver, (o.zxid[0], o.zxid[1]))
 
 
 def name(observation: Observation, frontier: int) -> tuple[str | None, str] | None:
