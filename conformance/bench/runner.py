@@ -45,7 +45,7 @@ from conformance.bench.usage import Usage
 from conformance.bench.workload import VALUE_BYTES
 from conformance.zk.versions import ensure_zookeeper
 
-__all__ = ["run_bench", "runs_of", "QUICK_WRITES", "QUICK_IN_FLIGHT", "ZK_CLIENTS", "ZABREF_CLIENTS"]
+__all__ = ["run_bench", "runs_of", "start_harness", "QUICK_WRITES", "QUICK_IN_FLIGHT", "ZK_CLIENTS", "ZABREF_CLIENTS"]
 
 QUICK_WRITES = 200
 QUICK_IN_FLIGHT = (1, 16)
@@ -71,10 +71,11 @@ def _java_version() -> str | None:
     return (out.stderr or out.stdout).splitlines()[0] if (out.stderr or out.stdout) else None
 
 
-def _harness(system: str, folder: Path, classpath: str | None, code_root: Path | None,
-             action_log: Path | None = None, java_client: Any = None) -> Any:
-    """``action_log``: the zabref servers' action logs go there (emptied first); ZooKeeper has none.
-    ``java_client``: the compiled ZkLoad, for systems ``zabref-java`` and ``zookeeper-java``."""
+def start_harness(system: str, folder: Path, classpath: str | None, code_root: Path | None,
+                  action_log: Path | None = None, java_client: Any = None) -> Any:
+    """A started cluster of ``system`` in ``folder`` (emptied first), with its client adapter. ``action_log``: the
+    zabref servers' action logs go there (emptied first); ZooKeeper has none. ``java_client``: the compiled ZkLoad,
+    for systems ``zabref-java`` and ``zookeeper-java``."""
 
     for path in (folder, action_log):
         if path is not None and path.exists():
@@ -205,14 +206,14 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
         for system in runs:
             logs = out / "actions" if log_actions and system in ZABREF_CLIENTS.values() else None
             throughput = "throughput" if system == "zabref" else "throughput-java"
-            with _harness(system, work / system, classpath, zabref_code, logs and logs / throughput,
+            with start_harness(system, work / system, classpath, zabref_code, logs and logs / throughput,
                           java_client) as h:
                 settings[system] = h.settings
                 if "build" in h.settings:
                     echo(f"{system}: the servers run zabref's {h.settings['build']} build")
                 rows += _rows(h, writes, in_flight, echo)
             if failover_trials and system in FAILOVER_SYSTEMS:
-                with _harness(system, work / f"{system}-failover", classpath, zabref_code,
+                with start_harness(system, work / f"{system}-failover", classpath, zabref_code,
                               logs and logs / "failover") as h:
                     fails += _failover(h, failover_trials, echo, fail_errors, failover_warmup)
     finally:
