@@ -78,10 +78,12 @@ def measure(system: str, writes: int, folder: Path, java) -> dict:
         perf = subprocess.Popen(["perf", "record", "-o", str(data), "-e", "raw_syscalls:sys_enter", "--filter", only,
                                  "-e", "raw_syscalls:sys_exit", "--filter", only,
                                  "-p", ",".join(map(str, pids.values()))],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stop = threading.Event()
         sampler = threading.Thread(target=_sample_sockets, args=(h, pids, fds, stop), daemon=True)
         time.sleep(2.0)  # attached
+        if perf.poll() is not None:
+            sys.exit(f"bench_hops: perf record ended at once (exit {perf.returncode}): {perf.communicate()[1][-500:]}")
         sampler.start()
         try:
             row = h.adapter.run_row("write", "leader", leader, 1, writes)
@@ -90,10 +92,10 @@ def measure(system: str, writes: int, folder: Path, java) -> dict:
             sampler.join()
             perf.send_signal(signal.SIGINT)
             try:
-                perf.wait(60)
+                perf.communicate(timeout=60)
             except subprocess.TimeoutExpired:
                 perf.kill()
-                perf.wait()
+                perf.communicate()
         with open(text, "w") as out:
             subprocess.run(["perf", "trace", "-i", str(data), "-e", SYSCALLS], stdout=out,
                            stderr=subprocess.STDOUT, check=False, timeout=600)

@@ -31,7 +31,7 @@ class Hole:
     then: tuple[int, int]
     expected: tuple[int, int]
     what = "a sync whose proposals skip a counter"
-    #: what says no behaviour makes it: wrong if TLC makes it
+    #: why no behaviour makes it: wrong if TLC makes it
     premise = "HistoryContiguous and conformance/validate/synccheck.py"
 
     def why(self) -> str:

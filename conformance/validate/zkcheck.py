@@ -274,8 +274,8 @@ def validate_observation(observation: Observation, *, work: Path | None = None,
             return result
         if hole is not None and hole.g <= upto:
             result.inconclusive = True
-            result.failure = (f"TLC made observation {hole.g}, {hole.what}, which {hole.premise} say no "
-                              f"behaviour makes: the spec or that reading of it is wrong\n  kept: {folder}")
+            result.failure = (f"TLC made observation {hole.g}, {hole.what}, which no behaviour makes by "
+                              f"{hole.premise}: the spec or that reading of it is wrong\n  kept: {folder}")
             return result
         if not guide:
             exempt = upto

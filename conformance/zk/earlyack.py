@@ -38,8 +38,8 @@ class EarlyAck:
     receiver: int
     zxid: tuple[int, int]
     what = "an ACK before the learner's ACK of NEWLEADER"
-    #: what says no behaviour makes it: wrong if TLC makes it
-    premise = "the spec's follower steps as conformance/zk/earlyack.py reads them"
+    #: why no behaviour makes it: wrong if TLC makes it
+    premise = "conformance/zk/earlyack.py's reading of the spec's follower steps"
 
     def why(self) -> str:
         return (f"server {self.sender}'s ACK of <<{self.zxid[0]}, {self.zxid[1]}>> to {self.receiver} comes after "
@@ -62,11 +62,11 @@ def name(observation: Observation, frontier: int) -> tuple[str | None, str] | No
     if not 1 <= frontier <= len(observation.obs):
         return None
     conn = observation.obs[frontier - 1].conn
-    first = next((g for g in observation.early_acks if g <= frontier and observation.obs[g - 1].conn == conn), None)
-    if first is None:
+    g = next((g for g in observation.early_acks if g <= frontier and observation.obs[g - 1].conn == conn), None)
+    if g is None:
         return None
-    o = observation.obs[first - 1]
-    what = (f"observation {first}: server {o.sender} ACKed <<{o.zxid[0]}, {o.zxid[1]}>> on connection {o.conn} after "
+    o = observation.obs[g - 1]
+    what = (f"observation {g}: server {o.sender} ACKed <<{o.zxid[0]}, {o.zxid[1]}>> on connection {o.conn} after "
             f"its synchronization began and before its ACK of NEWLEADER, which no spec step sends")
     if o.sender in observation.zabref:
         return None, f"{what}; server {o.sender} is zabref, so no ZooKeeper bug explains it"
