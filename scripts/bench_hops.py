@@ -41,6 +41,7 @@ SYSCALLS = "read,write,recvfrom,sendto,recvmsg,sendmsg,readv,writev,fsync,fdatas
 #: Their numbers on x86-64: the kernel records these calls alone (a filter on the tracepoints), so that the servers'
 #: other calls (epoll_wait, futex, ...) cost nothing more under the trace.
 NUMBERS = (0, 1, 44, 45, 47, 46, 19, 20, 74, 75)
+SYSTEMS = ("zabref-java", "zookeeper-java")
 HOPS = ("request->proposal", "proposal->ack", "ack->reply", "request->reply", "sync")
 
 
@@ -107,12 +108,21 @@ def measure(system: str, writes: int, folder: Path, java) -> dict:
         h.close()
 
 
+def faster(followers: list[hops.Hops], name: str) -> float | None:
+    """The smaller of the followers' medians of hop ``name`` (the first ACK makes the quorum), or None."""
+    medians = [m for m in (f.median(name) for f in followers) if m is not None]
+    return min(medians) if medians else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--writes", type=int, default=3000)
     ap.add_argument("--systems", default="zabref-java,zookeeper-java")
     ap.add_argument("--keep", type=Path, default=None, help="keep the traces and data folders here")
     args = ap.parse_args()
+    systems = args.systems.split(",")
+    if not systems or set(systems) - set(SYSTEMS):
+        sys.exit(f"bench_hops: --systems takes {', '.join(SYSTEMS)}, not {args.systems!r}")
     if shutil.which("perf") is None:
         sys.exit("bench_hops: needs perf (Debian's linux-perf)")
     if platform.machine() != "x86_64":
@@ -121,15 +131,14 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     java = build(print)
     out = {}
-    for system in args.systems.split(","):
+    for system in systems:
         print(f"{system}: {args.writes} writes, one in flight, traced", flush=True)
         out[system] = measure(system, args.writes, folder, java)
     print(f"\n{'hop (median ms)':<28}" + "".join(f"{s:>16}" for s in out) + ("    ratio" if len(out) == 2 else ""))
     names = list(out)
     rows = [(f"leader {name}", [out[s]["leader"].median(name) for s in names]) for name in HOPS]
-    rows += [("follower proposal->ack", [min((f.median("proposal->ack (inside)") or 1e9) for f in out[s]["followers"])
-                                         for s in names]),
-             ("follower sync", [min((f.median("sync") or 1e9) for f in out[s]["followers"]) for s in names])]
+    rows += [(f"follower {name}", [faster(out[s]["followers"], name) for s in names])
+             for name in ("proposal->ack (inside)", "sync")]
     for label, values in rows:
         cells = "".join(f"{v:>16.3f}" if v is not None else f"{'-':>16}" for v in values)
         ratio = f"{values[0] / values[1]:>9.2f}" if len(values) == 2 and all(values) else ""

@@ -113,7 +113,7 @@ def sockets(pid: int, client_port: int, quorum_ports: set[int], own_quorum: int,
 
 @dataclass
 class Hops:
-    """Per hop, its durations in ms; ``skipped``: writes without the whole chain."""
+    """Per hop, its durations in ms; ``skipped``: a write the trace ended in the middle of."""
 
     hops: dict[str, list[float]] = field(default_factory=dict)
     skipped: int = 0

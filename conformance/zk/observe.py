@@ -271,7 +271,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
         return {"value": value(m), "zxid": zxid_pair(m.zxid or 0)}
 
     read_at: list[int] = []  # per observation, where in `kept` the proxy read it (a sync group: its head)
-    early_ids: set[int] = set()  # ids of the observations of early ACKs (`Observation.early_acks`)
+    early_acks: list[int] = []  # `Observation.early_acks`: each one's g, its place in `obs` (1-based)
     whole_at: dict[int, int] = {}  # id of a sync group -> where in `kept` its NEWLEADER was read
     for seq, m in enumerate(kept):
         name, zxid = m.name, m.zxid or 0
@@ -295,7 +295,8 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
             # anything else inside a sync group is kept as its own observation (the group then never matches)
         if name == "COMMIT" and m.direction == "s2c":
             committed[m.sender or 0] = max(committed.get(m.sender or 0, -1), zxid)
-        early = name == "ACK" and m.direction == "c2s" and m.conn in sync_point and m.conn not in acked0
+        early = (name == "ACK" and m.direction == "c2s" and zxid & 0xFFFFFFFF != 0 and m.conn in sync_point
+                 and m.conn not in acked0)
         if (name == "ACK" and m.direction == "c2s" and zxid & 0xFFFFFFFF != 0 and zxid in synced.get(m.conn, ())
                 and committed.get(m.receiver or 0, -1) >= zxid and m.sender not in seats and not early):
             skip("ACK-SYNC")
@@ -305,7 +306,6 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
                 skip("ACK-UPTODATE")
                 continue
             acked0.add(m.conn)
-            early = False
         cz, cd = COMPARED.get(name, (True, False))
         data: Any = "n/a"
         if name == "FOLLOWERINFO":
@@ -324,7 +324,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
             o.sync = {"kind": name, "zxid": zxid_pair(zxid), "txns": [], "newleader": None, "newleader_offset": None}
             sync_open[m.conn] = o
         if early:
-            early_ids.add(id(o))
+            early_acks.append(len(obs) + 1)
         read_at.append(seq)
         obs.append(o)
     # A sync group whose NEWLEADER never came (the connection ended, or the run did): it cannot match a spec sync.
@@ -359,7 +359,7 @@ def observe(decoded: Decoded, *, stop_ns: int | None = None) -> Observation:
                     and not any(o.type == "LEADERINFO" and o.conn in r.conns for o in obs))
     return Observation(str(rec.path), n, str(meta.get("version", "?")), obs, channels, roles, values, ignored,
                        end, max(epochs + [1]) + unepoched, unseen=unseen,
-                       zabref=list(seats), early_acks=[o.g for o in obs if id(o) in early_ids])
+                       zabref=list(seats), early_acks=early_acks)
 
 
 #: The proxy reads a held link's bytes at the heal in a burst of reads this close together (ns); a later read is of
