@@ -147,22 +147,27 @@ def role_claims(observation: Observation) -> list[list[list[int]]]:
     role is over never logs past that zxid, a server goes LOOKING with it as its last (`Guide`, `Claimed`), and a
     leader whose next role syncs more than it sent first proposes the rest unseen, before its role is over (`Due`:
     3.9.5, a leader paused with writes it logged and never sent, which its DIFF carries when it leads again)."""
+    # one pass over the observations: the first ACKEPOCH, and the first sync, each server sent on each connection
+    firsts: dict[tuple[int, int, bool], int] = {}
+    for k, o in enumerate(observation.obs):
+        if o.type == "ACKEPOCH":
+            firsts.setdefault((o.sender, o.conn, True), k)
+        if o.sync is not None:
+            firsts.setdefault((o.sender, o.conn, False), k)
     out = []
     for x in range(1, observation.servers + 1):
         roles = observation.roles.get(x, [])
         claims = []
-        for nxt in [*roles[1:], None]:
-            conns = set(nxt.conns) if nxt is not None else set()
-            shown = (o for o in observation.obs if o.sender == x and o.conn in conns
-                     and (o.type == "ACKEPOCH" if nxt is not None and nxt.kind == "F" else o.sync is not None))
-            first = next(shown, None)
+        for nxt in roles[1:]:
+            shown = [firsts[key] for c in nxt.conns if (key := (x, c, nxt.kind == "F")) in firsts]
+            first = observation.obs[min(shown)] if shown else None
             if first is None:
                 claims.append([-1, -1])
             elif first.sync is None:
                 claims.append(list(first.zxid))
             else:
                 claims.append(list(max([first.sync["zxid"], *(t["zxid"] for t in first.sync["txns"])])))
-        out.append(claims)
+        out.append([*claims, [-1, -1]])  # the last role has no next
     return out
 
 
