@@ -352,9 +352,11 @@ def test_validation_catches_zookeeper_4785_at_the_truncating_sync(tmp_path):
     """ZOOKEEPER-4785's scripted run on Debian's 3.8.0, held against spec/Zab.tla in windows: no behaviour of the
     spec, from Init, makes the sync by which the new leader (the learner killed in its sync, its currentEpoch new and
     its log old) truncates the others (docs/zookeeper.md, "Fault runs, in windows": observation 414 of the recorded
-    run, about 70 s of TLC)."""
+    run, about 70 s of TLC, before the leader's own ACK; 2026-12-03: observations 385 and 406 of two new runs, the
+    search without the guide at its budget)."""
     from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
     from conformance.validate.zkcheck import validate_observation  # noqa: PLC0415
+    from conformance.zk import earlyack  # noqa: PLC0415
     from conformance.zk.observe import observe_dir  # noqa: PLC0415
 
     steps = load_schedule(builtin_schedule("zookeeper-4785"), 3)
@@ -362,14 +364,22 @@ def test_validation_catches_zookeeper_4785_at_the_truncating_sync(tmp_path):
     for attempt in range(1, attempts + 1):
         folder = tmp_path / f"run-{attempt}"
         r = run_zk_faults(folder, "3.8.0", 3, 1, schedule=steps, calm=0.5, sample=False, echo=lambda _: None)
-        if "lost" in r.caught_by:
+        if "lost" not in r.caught_by:
+            continue
+        o = observe_dir(folder)
+        work = tmp_path / f"validate-{attempt}"
+        work.mkdir()
+        v = validate_observation(o, work=work)
+        # 3.8.0's other race, ZOOKEEPER-4685 (a learner's ACK of a sync's proposal before its ACK of NEWLEADER),
+        # stops the check where it happens, named, when it comes before the truncating sync: that run shows the
+        # other bug; the next may show this one
+        if earlyack.JIRA not in v.named:
             break
     assert "lost" in r.caught_by
-    o = observe_dir(folder)
-    work = tmp_path / "validate"
-    work.mkdir()
-    v = validate_observation(o, work=work)
-    assert not v.matched and not v.inconclusive and v.exact, v.failure
+    # proven from Init (exact) until 2026-12-02; since the leader's own ACK (Zab.tla's LeaderOwnACK, a hidden step
+    # the search without the guide may take at any point) that search may end at its budget first: the departure is
+    # then the guided search's, at the same sync, INCONCLUSIVE (docs/zookeeper.md, "Fault runs, in windows")
+    assert not v.matched, "the run validated"
     x = o.obs[v.frontier - 1]
     assert x.type == "SYNCGROUP" and x.sync["kind"] == "TRUNC", v.failure
 
