@@ -349,11 +349,11 @@ def test_zookeeper_4837_leaves_a_truncated_proposal_in_the_tree_on_debian_3_8_0(
 @pytest.mark.slow
 @pytest.mark.long
 def test_validation_catches_zookeeper_4785_at_the_truncating_sync(tmp_path):
-    """ZOOKEEPER-4785's scripted run on Debian's 3.8.0, held against spec/Zab.tla in windows: no behaviour of the
-    spec, from Init, makes the sync by which the new leader (the learner killed in its sync, its currentEpoch new and
-    its log old) truncates the others (docs/zookeeper.md, "Fault runs, in windows": observation 414 of the recorded
-    run, about 70 s of TLC, before the leader's own ACK; 2026-12-03: observations 385 and 406 of two new runs, the
-    search without the guide at its budget)."""
+    """ZOOKEEPER-4785's scripted run on Debian's 3.8.0, held against spec/Zab.tla in windows: the check departs at
+    the sync by which the new leader (the learner killed in its sync, its currentEpoch new and its log old) truncates
+    the others (docs/zookeeper.md, "Fault runs, in windows": observation 414 of the recorded run, proven from Init in
+    about 70 s of TLC before the leader's own ACK; 2026-12-03: observations 385 and 406 of two new runs, not proven,
+    the search without the guide at its budget)."""
     from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
     from conformance.validate.zkcheck import validate_observation  # noqa: PLC0415
     from conformance.zk import earlyack  # noqa: PLC0415
