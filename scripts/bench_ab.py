@@ -13,6 +13,9 @@ above 1 is faster, CPU below 1 is cheaper). The bench.json of every run is kept 
     .venv/bin/python scripts/bench_ab.py --before main --after work --writes 3000 --in-flight 1,16,128
     .venv/bin/python scripts/bench_ab.py --before HEAD --after work --zabref-clients java --writes 20000 --in-flight 128
     .venv/bin/python scripts/bench_ab.py --before work --after compiled:work     # the pure build against the compiled
+    .venv/bin/python scripts/bench_ab.py --before work --after late:work         # a leader that logs late
+
+A version ``late:SPEC`` is SPEC's package run with ``--leader-logs-late`` (``[cluster] leader_logs_late``).
 """
 
 from __future__ import annotations
@@ -31,9 +34,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench-ab"
 
 
-def version(spec: str) -> tuple[str, Path]:
+def version(spec: str) -> tuple[str, Path, bool]:
     """``REV`` (`export`), or ``compiled:REV``: that package's compiled build (scripts/build_compiled.py, cached by
-    its sources); (label, folder)."""
+    its sources), or ``late:SPEC``: SPEC run with ``--leader-logs-late``; (label, folder, late)."""
+    if spec.startswith("late:"):
+        label, folder, _ = version(spec.removeprefix("late:"))
+        return f"{label}, leader_logs_late", folder, True
+    return (*_code(spec), False)
+
+
+def _code(spec: str) -> tuple[str, Path]:
     if spec.startswith("compiled:"):
         sys.path.insert(0, str(ROOT / "scripts"))
         import build_compiled  # beside this script
@@ -68,10 +78,11 @@ def export(rev: str) -> tuple[str, Path]:
     return f"{rev} ({commit[:8]})", folder
 
 
-def bench(code: Path, out: Path, args: argparse.Namespace) -> list[dict]:
+def bench(code: Path, out: Path, args: argparse.Namespace, late: bool = False) -> list[dict]:
     command = [str(ROOT / ".venv" / "bin" / "zabref"), "bench", "cluster", "--systems", "zabref",
                "--failover-trials", "0", "--writes", str(args.writes), "--in-flight", args.in_flight,
-               "--zabref-clients", args.zabref_clients, "--zabref-code", str(code), "--out", str(out)]
+               "--zabref-clients", args.zabref_clients, "--zabref-code", str(code), "--out", str(out),
+               *(["--leader-logs-late"] if late else [])]
     print("$", " ".join(command), flush=True)
     done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     if done.returncode != 0:
@@ -81,8 +92,10 @@ def bench(code: Path, out: Path, args: argparse.Namespace) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--before", default="HEAD~1", help="revision A (or 'work'; 'compiled:REV' for its compiled build)")
-    p.add_argument("--after", default="HEAD", help="revision B (or 'work'; 'compiled:REV' for its compiled build)")
+    p.add_argument("--before", default="HEAD~1", help="revision A (or 'work'; 'compiled:REV' for its compiled build; "
+                                                      "'late:SPEC' with leader_logs_late)")
+    p.add_argument("--after", default="HEAD", help="revision B (or 'work'; 'compiled:REV' for its compiled build; "
+                                                   "'late:SPEC' with leader_logs_late)")
     p.add_argument("--rounds", type=int, default=1, help="rounds of A B B A")
     p.add_argument("--writes", type=int, default=3000)
     p.add_argument("--in-flight", default="1,16,128")
@@ -93,9 +106,9 @@ def main() -> None:
     runs: dict[str, list[list[dict]]] = {"A": [], "B": []}
     for r in range(args.rounds):
         for k, which in enumerate("ABBA"):
-            label, code = versions[which]
+            label, code, late = versions[which]
             print(f"round {r + 1}, {which}: {label}", flush=True)
-            runs[which].append(bench(code, args.out / f"{r + 1}-{k + 1}-{which}", args))
+            runs[which].append(bench(code, args.out / f"{r + 1}-{k + 1}-{which}", args, late))
 
     print(f"\nA = {versions['A'][0]}, B = {versions['B'][0]}; medians of {2 * args.rounds} runs each, "
           f"{args.writes} operations a row")

@@ -33,6 +33,7 @@ from zabref.net.peers import Connection
 from zabref.runtime import server as runtime
 from zabref.runtime.drivers import ControlDriver, NormalDriver
 from zabref.storage import Storage
+from zabref.storage.durable import read_durable
 
 E1 = 1 << 32  # epoch 1, counter 0
 
@@ -62,11 +63,11 @@ class _RecordingWriter:
         pass
 
 
-def _config(tmp_path: Path) -> Config:
+def _config(tmp_path: Path, late: bool = False) -> Config:
     from zabref.runtime.cluster import find_free_base_port
 
     base = find_free_base_port(3)
-    text = "[cluster]\ntick_ms = 50\n" + "".join(
+    text = "[cluster]\ntick_ms = 50\n" + ("leader_logs_late = true\n" if late else "") + "".join(
         f"[[server]]\nid = {i}\nhost = \"127.0.0.1\"\nquorum_port = {base + 10 * i}\n"
         f"election_port = {base + 10 * i + 1}\nclient_port = {base + 10 * i + 2}\ncontrol_port = {base + 10 * i + 3}\n"
         f"data_dir = \"d{i}\"\n" for i in (1, 2, 3))
@@ -87,8 +88,8 @@ def events(monkeypatch) -> list[str]:
     return events
 
 
-async def _started(tmp_path: Path) -> tuple[runtime.Server, asyncio.Task[int]]:
-    server = runtime.Server(_config(tmp_path), 1, ControlDriver())
+async def _started(tmp_path: Path, late: bool = False) -> tuple[runtime.Server, asyncio.Task[int]]:
+    server = runtime.Server(_config(tmp_path, late), 1, ControlDriver())
     task = asyncio.create_task(server.run())
     for _ in range(500):
         if server._tasks and server.node is not None:
@@ -166,6 +167,71 @@ def test_the_leaders_proposal_leaves_only_after_its_own_fsync(tmp_path: Path, ev
                 break
             await asyncio.sleep(0.01)
         assert events == ["fsync", "write PROPOSAL", "ACK queued (leader committed 0)", "write COMMIT"]
+        server.stop()
+        await task
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline-sync", "disk-thread"])
+def test_a_late_leaders_proposal_leaves_before_its_fsync_and_it_counts_itself_only_after(
+        tmp_path: Path, events: list[str], inline: bool) -> None:
+    """[cluster] leader_logs_late (spec/Zab.tla's LeaderLogsLate): the PROPOSAL leaves first, the leader's log write
+    is synced after it (`Server.write_late`, as the normal driver does after every batch), and only then does the
+    leader count itself (LeaderOwnACK): the follower's ACK, queued before that sync, commits nothing on its own."""
+
+    async def scenario() -> None:
+        server, task = await _started(tmp_path, late=True)
+        server.driver.writes_late = True  # as NormalDriver: the late writes go to disk after the batch's sends
+        core = server.core
+        conn = Connection(2, initiated=False)
+
+        def ack_at_once(p: QuorumPacket) -> None:
+            if p.type == PacketType.PROPOSAL:
+                events.append(f"ACK queued (leader committed {core.last_committed})")
+                server.enqueue(lambda: _take(server, conn, QuorumPacket(PacketType.ACK, p.zxid)))
+
+        conn.attach(_RecordingWriter(events, ack_at_once))
+        server.conns[2] = conn
+        await _leader_in_broadcast(server, conn)
+        server._last_sync_s = 0.0 if inline else 1.0
+        events.clear()
+        await server.call(lambda: _submit(server, b"v"))
+        for _ in range(200):
+            if core.last_committed == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert events == ["write PROPOSAL", "ACK queued (leader committed 0)", "fsync", "write COMMIT"]
+        assert core.ack_index[1] == 1 and server.late == []
+        server.stop()
+        await task
+
+    asyncio.run(scenario())
+
+
+def test_a_late_leaders_writes_wait_in_control_mode_and_a_role_change_makes_them_durable_first(
+        tmp_path: Path, events: list[str]) -> None:
+    """The control driver holds a late leader's log writes (the conformance driver's LeaderOwnACK releases them);
+    a step that changes role makes the held ones durable before anything of it takes effect: the leader that gave
+    up leading holds its whole history (the spec's Kept(i) is all of it then)."""
+
+    async def scenario() -> None:
+        server, task = await _started(tmp_path, late=True)
+        conn = Connection(2, initiated=False)
+        conn.attach(_RecordingWriter(events))
+        server.conns[2] = conn
+        await _leader_in_broadcast(server, conn)
+        events.clear()
+        await server.call(lambda: _submit(server, b"a"))
+        await server.call(lambda: _submit(server, b"b"))
+        assert events == ["write PROPOSAL", "write PROPOSAL"] and [k for _, (_, k) in server.late] == [1, 2]
+        assert len(read_durable(server.me.data_dir).persistent().history) == 0  # nothing on disk yet
+        assert await server.write_late(1) == (server.node.role_serial, 1)  # the first, alone
+        assert events[-1] == "fsync" and [k for _, (_, k) in server.late] == [2]
+        effects = await server.call(lambda: server.tick(1000.0))  # its learner silent for long: LeaderTimeout
+        assert "LeaderTimeout" in [a.name for a in effects.actions] and server.core.state == ServerState.LOOKING
+        assert events[-1] == "fsync" and server.late == []
+        assert len(read_durable(server.me.data_dir).persistent().history) == 2
         server.stop()
         await task
 

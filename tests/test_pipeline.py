@@ -153,7 +153,7 @@ def test_progress_lines_and_one_summary_line(tiny) -> None:
     assert lines[-1] == summary.line()
     # no sync COMMIT: with one transaction a learner that lacks it gets SNAP (a learner holding it uncommitted gets
     # TRUNC and its PROPOSAL again since 2026-12-01: spec/README.md, departure 18)
-    # 19 of Next's 21 actions: LeaderOwnACK is ZooKeeper's leader only (auditmap.ZOOKEEPER_ONLY)
+    # 19 of Next's 21 actions: LeaderOwnACK needs LeaderLogsLate, off in tiny (auditmap.LATE_ONLY)
     assert f"states={TINY_DISTINCT_STATES}" in lines[-1] and "action_names=19/21" in lines[-1]
 
 
@@ -226,17 +226,17 @@ def test_an_edge_to_a_state_never_listed_is_an_error(spark, tiny_dot: Path, tmp_
 def test_ci_passes_every_check_and_its_traces_cover_every_action() -> None:
     """`zabref chain`'s generation for ci (cached per spec, shared with the replay tests: the first test to ask pays):
     `zabref check --config ci --dump-dot` passes every invariant and property of MC_ci.cfg (generation stops
-    otherwise), every action of Next is taken in the graph but those only ZooKeeper's leader takes, and the selected
-    traces cover every action instance."""
+    otherwise), every action of Next is taken in the graph but those a switch off in ci enables (LATE_ONLY), and
+    the selected traces cover every action instance."""
     from conformance.graph.cache import ensure_traces
-    from conformance.report.auditmap import ZOOKEEPER_ONLY
+    from conformance.report.auditmap import LATE_ONLY
 
     folder = ensure_traces("ci")
     coverage = json.loads((folder / "manifest.json").read_text())["coverage"]
     assert 10_000 <= coverage["states"] <= 300_000, coverage  # spec/README.md records the figure
     names, instances = coverage["action_names"], coverage["action_instances"]
     total = len(read_next(SPEC / "Zab.tla"))
-    assert names == [total - len(ZOOKEEPER_ONLY), total] and instances[0] == instances[1], coverage
+    assert names == [total - len(LATE_ONLY), total] and instances[0] == instances[1], coverage
     traces = _traces(folder)
     assert len(traces) == coverage["traces"]
     covered = {t.labels[-1].split("__")[0] for t in traces}

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 BUGS = load_bugs()
 #: The models whose action traces the suite replays: Zab.tla's tiny and ci, ZabSync.tla's ciconfirm (a sync's steps),
 #: FastLeaderElection.tla's fle_ci.
-CONFIGS = ("tiny", "ci", "ciconfirm", "fle_ci")
+CONFIGS = ("tiny", "tinylate", "ci", "ciconfirm", "fle_ci")
 REGRESSION = sorted((REPO / "traces" / "regression").glob("*.jsonl.gz"))
 # The first test to use the traces generates them (TLC dump + Spark pipeline, minutes on a loaded machine).
 pytestmark = pytest.mark.timeout(1800)

@@ -113,6 +113,11 @@ LONG_FIVE_SEEDS = range(CI_FIVE_SEEDS, 2000)
 #: Seeds the test suite runs with --validate (their action logs checked against spec/Zab.tla by TLC at the end):
 #: tests/test_sim_validation.py.
 CI_VALIDATED_SEEDS = 45
+#: Seeds the test suite runs with --leader-logs-late ([cluster] leader_logs_late: a leader's PROPOSAL leaves before
+#: its own log write is durable), and of those, how many it validates with LeaderLogsLate (1,000 steps each: a late
+#: leader's harm needs its own ACK to come after a follower's, which short runs seldom reach).
+CI_LATE_SEEDS = 300
+CI_LATE_VALIDATED_SEEDS, CI_LATE_VALIDATED_STEPS = 4, 1000
 
 
 def test_ci_seeds_all_pass() -> None:
@@ -122,6 +127,15 @@ def test_ci_seeds_all_pass() -> None:
     failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
     assert not failed, failed[:5]
     assert all(r["steps"] >= CI_STEPS for r in rows)
+
+
+def test_ci_seeds_with_a_late_leader_all_pass() -> None:
+    from conformance.sim.seeds import run_seeds
+
+    rows = run_seeds(range(CI_LATE_SEEDS), Options(steps=CI_STEPS, leader_logs_late=True), workers=2)
+    failed = [(r["seed"], r["failure"], r["replay"]) for r in rows if not r["ok"]]
+    assert not failed, failed[:5]
+    assert all("--leader-logs-late" in r["replay"] and r["steps"] >= CI_STEPS for r in rows)
 
 
 @pytest.mark.long

@@ -45,8 +45,12 @@ def bench() -> None:
               help="Run the zabref servers from the zabref package in this folder (e.g. a patched copy).")
 @click.option("--log-actions", is_flag=True,
               help="zabref's servers write action logs to OUT/actions (for `zabref validate`; costs write rate).")
+@click.option("--leader-logs-late", is_flag=True,
+              help="zabref's servers run with [cluster] leader_logs_late: a leader's PROPOSAL leaves before its own "
+                   "log write is durable, as ZooKeeper's does (spec/Zab.tla's LeaderLogsLate).")
 def bench_cluster(writes: int, in_flight: str, systems: str, zabref_clients: str, zk_clients: str, out: str,
-                  failover_trials: int, quick: bool, keep: bool, zabref_code: str | None, log_actions: bool) -> None:
+                  failover_trials: int, quick: bool, keep: bool, zabref_code: str | None, log_actions: bool,
+                  leader_logs_late: bool) -> None:
     """A 3-server zabref cluster beside a 3-server ZooKeeper 3.8 ensemble: same workload, ratios, failover."""
     try:
         counts = [int(x) for x in in_flight.split(",") if x.strip()]
@@ -59,6 +63,7 @@ def bench_cluster(writes: int, in_flight: str, systems: str, zabref_clients: str
         run_bench(writes=writes, in_flight=counts, systems=_names(systems), out=Path(out),
                   failover_trials=failover_trials, keep=keep,
                   zabref_code=Path(zabref_code).resolve() if zabref_code else None, log_actions=log_actions,
-                  zk_clients=_names(zk_clients), zabref_clients=_names(zabref_clients), echo=click.echo)
+                  zk_clients=_names(zk_clients), zabref_clients=_names(zabref_clients), echo=click.echo,
+                  leader_logs_late=leader_logs_late)
     except ZkError as e:  # the ZooKeeper ensemble's own errors (conformance.zk), printed as the bench's are
         raise click.ClickException(str(e)) from e

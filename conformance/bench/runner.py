@@ -72,10 +72,10 @@ def _java_version() -> str | None:
 
 
 def start_harness(system: str, folder: Path, classpath: str | None, code_root: Path | None,
-                  action_log: Path | None = None, java_client: Any = None) -> Any:
+                  action_log: Path | None = None, java_client: Any = None, late: bool = False) -> Any:
     """A started cluster of ``system`` in ``folder`` (emptied first), with its client adapter. ``action_log``: the
     zabref servers' action logs go there (emptied first); ZooKeeper has none. ``java_client``: the compiled ZkLoad,
-    for systems ``zabref-java`` and ``zookeeper-java``."""
+    for systems ``zabref-java`` and ``zookeeper-java``. ``late``: zabref's servers log late (leader_logs_late)."""
 
     for path in (folder, action_log):
         if path is not None and path.exists():
@@ -83,7 +83,7 @@ def start_harness(system: str, folder: Path, classpath: str | None, code_root: P
     folder.mkdir(parents=True)
     java = java_client if system.endswith("-java") else None
     if system in ZABREF_CLIENTS.values():
-        return ZabrefHarness(folder, code_root, action_log, java)
+        return ZabrefHarness(folder, code_root, action_log, java, late)
     return ZooKeeperHarness(folder, classpath, java)
 
 
@@ -169,13 +169,15 @@ def _failover(h: Any, trials: int, echo: Callable[[str], None], errors: list[str
 def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], out: Path, failover_trials: int,
               keep: bool = False, zabref_code: Path | None = None, log_actions: bool = False,
               zk_clients: Sequence[str] = tuple(ZK_CLIENTS), zabref_clients: Sequence[str] = ("zabclient",),
-              failover_warmup: float = 2.0, echo: Callable[[str], None] = print) -> dict[str, Any]:
+              failover_warmup: float = 2.0, echo: Callable[[str], None] = print,
+              leader_logs_late: bool = False) -> dict[str, Any]:
     """Run the whole benchmark; returns the report (also written to ``out/bench.json`` and ``out/bench.png``).
     ``log_actions``: zabref's servers write their action logs (`zabref.runtime.actionlog`) to ``out/actions/throughput``
     and ``out/actions/failover`` (``zabref-java``: ``out/actions/throughput-java``), kept for `zabref validate`.
     ``zk_clients``: which clients drive ZooKeeper (``kazoo``, ``java``), each on its own ensemble, in this order;
     ``zabref_clients`` the same for zabref (``zabclient``, ``java``). ``failover_warmup``: seconds of load before each
-    kill (a test keeps it short, so that the failover run's action log stays small enough to validate quickly)."""
+    kill (a test keeps it short, so that the failover run's action log stays small enough to validate quickly).
+    ``leader_logs_late``: zabref's servers run with ``[cluster] leader_logs_late``."""
     if zabref_code is not None and not (zabref_code / "zabref" / "cli.py").is_file():
         raise BenchError(f"--zabref-code: {zabref_code} has no zabref/cli.py")
     if writes < 1 or not in_flight or min(in_flight) < 1:
@@ -207,14 +209,14 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
             logs = out / "actions" if log_actions and system in ZABREF_CLIENTS.values() else None
             throughput = "throughput" if system == "zabref" else "throughput-java"
             with start_harness(system, work / system, classpath, zabref_code, logs and logs / throughput,
-                          java_client) as h:
+                               java_client, leader_logs_late) as h:
                 settings[system] = h.settings
                 if "build" in h.settings:
                     echo(f"{system}: the servers run zabref's {h.settings['build']} build")
                 rows += _rows(h, writes, in_flight, echo)
             if failover_trials and system in FAILOVER_SYSTEMS:
                 with start_harness(system, work / f"{system}-failover", classpath, zabref_code,
-                              logs and logs / "failover") as h:
+                                   logs and logs / "failover", late=leader_logs_late) as h:
                     fails += _failover(h, failover_trials, echo, fail_errors, failover_warmup)
     finally:
         if not keep:

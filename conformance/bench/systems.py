@@ -19,6 +19,8 @@ ports (and ends the client's process, if it has one).
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import socket
 import time
@@ -41,18 +43,22 @@ SERVERS = 3
 #: 0.5 s) counts ticks in the event pump, so on a loaded 2-core machine a pump stall of 0.5 s under 128 writes in
 #: flight made a follower give up a live leader (docs/performance.md).
 TIMING = ClusterConfig(tick_ms=100, init_limit=200, sync_limit=100)
+#: The settings' ``fsync`` of servers with [cluster] leader_logs_late.
+FSYNC_LATE = "before every follower's ACK; a leader's after its PROPOSAL left (leader_logs_late)"
 
 
 class ZabrefHarness:
     def __init__(self, folder: Path, code_root: Path | None = None, action_log: Path | None = None,
-                 java_client: JavaClient | None = None) -> None:
+                 java_client: JavaClient | None = None, late: bool = False) -> None:
         """``code_root``: run the servers from the ``zabref`` package in that folder (e.g. a patched copy);
         ``action_log``: every server writes its action log there (`zabref.runtime.actionlog`); ``java_client``:
         drive it with that compiled Java client on the servers' ``zk_client_port`` (system ``zabref-java``), else
-        with zabref's Python client on their client port (``zabref``)."""
+        with zabref's Python client on their client port (``zabref``); ``late``: the servers run with ``[cluster]
+        leader_logs_late`` (a leader's PROPOSAL leaves before its own log write is durable)."""
         self.base = find_free_base_port(SERVERS)
         try:
-            self.cluster = LocalCluster(cluster_config(folder, SERVERS, self.base, TIMING), action_log=action_log,
+            timing = dataclasses.replace(TIMING, leader_logs_late=late)
+            self.cluster = LocalCluster(cluster_config(folder, SERVERS, self.base, timing), action_log=action_log,
                                         code_root=code_root)
             self.cluster.start()
             self.sids = list(self.cluster.servers)
@@ -67,7 +73,8 @@ class ZabrefHarness:
         self.system: str = self.adapter.system
         self.settings = {"build": self.build(), "tick_ms": self.cluster.config.cluster.tick_ms,
                          "init_limit": self.cluster.config.cluster.init_limit,
-                         "sync_limit": self.cluster.config.cluster.sync_limit, "fsync": "before every ACK",
+                         "sync_limit": self.cluster.config.cluster.sync_limit,
+                         "fsync": FSYNC_LATE if late else "before every ACK",
                          "code_root": str(code_root) if code_root else None,
                          "action_log": str(action_log) if action_log else None,
                          "client": "zabclient (Python, asyncio) on client_port" if java_client is None else

@@ -25,7 +25,7 @@ MAX_TIMEOUT_TICKS = 2 * TIMING.init_limit + 4
 class Command:
     """What the driver does for one step: ``kind`` and the server ``i`` (and ``j``) it concerns."""
 
-    kind: str  # "release", "steer", "submit", "client_sync", "ping", "follows", "timeout", "crash"
+    kind: str  # "release", "steer", "submit", "client_sync", "ping", "follows", "timeout", "crash", "own_ack"
     i: int
     j: int = 0
     packet: str = ""  # release: the packet type expected at the head

@@ -21,7 +21,11 @@ spec action                         what the driver does
                                     followers' in BROADCAST (every other ClientRequest), which forwards it to i
 ``FollowerTimeout(i)``,             lets i's logical clock run (``tick``) until i's node gives up; a leader whose
 ``LeaderTimeout(i)``                learners are connected hears nothing meanwhile because they are paused (SIGSTOP)
-``Crash(i)``                        SIGKILL server i, start it again from its data dir
+``Crash(i)``                        SIGKILL server i, start it again from its data dir (a late leader's held log
+                                    writes that the step keeps are made durable first: ``log_late`` without ack)
+``LeaderOwnACK(i)``                 ``log_late`` at i up to the step's ackIndex[i][i]: its held log writes made
+                                    durable, then its node told (models with LeaderLogsLate, whose servers run with
+                                    ``[cluster] leader_logs_late``: conformance/replay/switches.py)
 ``ClientSync(i)``                   a client's sync on follower i's client port; i sends it to its leader as REQUEST
                                     (spec/ZabSync.tla; ``LeaderProcessREQUEST``, ``FollowerProcessPING``,
                                     ``LeaderProcessPING`` and ``FollowerProcessSYNC`` are releases as above)
@@ -34,7 +38,9 @@ spec action                         what the driver does
 and checks that the server took exactly that action (the control socket reports the actions each input caused), and
 those that follow it in the same input.
 A step that persists is watched at its fsync: the server stops there (``fsync_pause``), and no packet of the step
-may have reached a peer yet (`_step_request`, `_persist_before_send`).
+may have reached a peer yet (`_step_request`, `_persist_before_send`). A late leader's own log write is the one the
+spec lets wait: the control driver holds it, and the disk must then hold the leader's history up to ackIndex[i][i]
+exactly, not beyond (`ZabReplay.durable_differences`).
 Then it waits, with a bound, until every packet sent has arrived in its receiver's queue
 (`zabref.runtime.control_client.settle`), reads every server's state, maps it onto the spec's variables
 (conformance/replay/mapping.py) and compares it with the step's state (`mapping.differences`). Clients are checked too:
@@ -73,6 +79,7 @@ from conformance.replay.harness import Cluster, wait_until
 from conformance.replay.mapping import MAPPED, checked, differences, spec_state
 from conformance.replay.plan import plan, servers_of, together
 from conformance.replay.steer import SteerError, steer
+from conformance.replay.switches import leader_logs_late
 from zabref.errors import ZabError
 from zabref.runtime.control import ControlError
 from zabref.runtime.control_client import settle
@@ -188,13 +195,14 @@ def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path 
     world = FleReplay(trace, source) if is_fle_trace(trace) else ZabReplay(trace, source)
     result = ReplayResult(str(source), trace.header.config, len(trace.steps) - 1, bug=bug)
     seed = world.seed()
-    key = (world.n, bug, str(bug_root), forked, str(workdir)) if reuse and not seed else None
+    late = getattr(world, "late", False)
+    key = (world.n, bug, str(bug_root), forked, str(workdir), late) if reuse and not seed else None
     cluster = pool.take(key) if key is not None else None
     try:
         if cluster is None:
             folder = Path(tempfile.mkdtemp(prefix="zabref-replay-", dir=workdir))
             try:
-                cluster = Cluster(folder, world.n, bug_root, seed=seed, forked=forked)
+                cluster = Cluster(folder, world.n, bug_root, seed=seed, forked=forked, late=late)
             except (ZabError, OSError) as e:
                 shutil.rmtree(folder, ignore_errors=True)
                 result.error = f"{source}: {e}"
@@ -267,6 +275,8 @@ class ZabReplay:
 
     def __init__(self, trace: Trace, source: str) -> None:
         self.n = servers_of(trace, source)
+        #: the model's leaders log late (LeaderLogsLate): the servers run with ``[cluster] leader_logs_late``
+        self.late = leader_logs_late(trace.header.config)
         self.commands = plan(trace, source)
         self.together = together(trace, self.commands)
         # mapping.differences: every mapped variable of the trace's module (pendingSyncs: spec/ZabSync.tla's)
@@ -300,12 +310,32 @@ class ZabReplay:
                 "history": [(t.zxid, t.value.decode("utf-8", "backslashreplace")) for t in p.history],
                 "accepted_epoch": p.accepted_epoch, "current_epoch": p.current_epoch}})
         actual = {f"{name} (durable)": MAPPED[name](snaps) for name in PERSISTENT}
-        expected = {f"{name} (durable)": step.state.get(name) for name in PERSISTENT}
+        expected = {f"{name} (durable)": self._durable_history(step) if name == "history" else step.state.get(name)
+                    for name in PERSISTENT}
         return differences(expected, actual, list(actual))
+
+    def _durable_history(self, step: Step) -> Any:
+        """The histories the disks must hold after ``step``: the spec's -- but a late leader in BROADCAST has on its
+        disk exactly what it logged, history[i][1..ackIndex[i][i]] (the control driver holds its log writes until
+        the trace's LeaderOwnACK, or until its Crash keeps more)."""
+        histories = step.state.get("history")
+        if not self.late or not isinstance(histories, list):
+            return histories
+        st = step.state
+        return [h[:st["ackIndex"][k][k]] if st["state"][k] == "LEADING" and st["zabState"][k] == "BROADCAST" else h
+                for k, h in enumerate(histories)]
 
     def take(self, step: Step, command: Command, cluster: Cluster, states: dict[int, dict]) -> None:
         if command.kind == "crash":
+            kept = len(step.state["history"][command.i - 1])
+            if self.late and any(k <= kept for k in states[command.i]["late"]):
+                # the step keeps history[i][1..kept], kept in Kept(i): the held writes up to it reach the disk first
+                cluster.request(command.i, "log_late", upto=kept, ack=False)
             cluster.crash(command.i)
+        elif command.kind == "own_ack":
+            i = command.i
+            answer = cluster.request(i, "log_late", upto=step.state["ackIndex"][i - 1][i - 1], ack=True)
+            expect_only(answer["actions"], ZAB_MODULES, self.together[step.index], i)
         elif command.kind == "follows":
             pass  # taken, and checked, with the input of the step before
         elif command.kind in ("release", "timeout", "steer", "ping", "client_sync"):  # no fsync, or armed in each

@@ -27,6 +27,7 @@ What the replay driver needs besides the control socket, each through the port a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -90,7 +91,7 @@ class Cluster:
     """N control-mode servers for one trace, with one kept control connection each."""
 
     def __init__(self, folder: Path, n: int, root: Path | None, *, seed: dict[int, Persistent] | None = None,
-                 attempts: int = 3, forked: bool = True) -> None:
+                 attempts: int = 3, forked: bool = True, late: bool = False) -> None:
         """``forked``: fork the servers from this process's zygote (conformance/replay/forkserver.py); False starts each
         with
         ``python -m zabref.cli serve`` (`zabref.runtime.cluster.ServerProcess`), as scripts/bench_replay.py compares."""
@@ -105,7 +106,8 @@ class Cluster:
         for attempt in range(attempts):
             where = folder / f"try{attempt}"
             self.base = find_free_base_port(n)  # leased until stop(): no parallel replay can take these ports
-            path = cluster_config(where, n, self.base, TIMING).resolve()
+            timing = dataclasses.replace(TIMING, leader_logs_late=late)  # the trace's model's LeaderLogsLate
+            path = cluster_config(where, n, self.base, timing).resolve()
             self.config = load_config(path)
             self.servers = {sid: server_class(path, self.config, sid, code_root=root, env=POWER_LOSS)
                             for sid in self.config.sids}

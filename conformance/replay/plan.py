@@ -2,7 +2,8 @@
 
 Theory of operation: a Process action (``FollowerProcessLEADERINFO(i, j)``) is the release of the packet at the head
 of server i's connection from j, and the packet type is checked against seed 000's table; ClientRequest, the
-timeouts, Crash and the election's decisions are one command each; so are a sync's steps (spec/ZabSync.tla):
+timeouts, Crash, the election's decisions and a late leader's LeaderOwnACK are one command each; so are a sync's
+steps (spec/ZabSync.tla):
 ClientSync a client's sync, LeaderSendPING a tick of the leader, and LeaderSendSYNC nothing -- the leader takes it in
 the input of the step before (`FOLLOWS`). A step naming an action the driver cannot take,
 or a parameter that is not a server of the trace, raises `TraceActionError` naming the step.
@@ -32,7 +33,7 @@ PACKET_ALIAS = {"ACKNEWLEADER": "ACK"}  # LeaderProcessACKNEWLEADER takes the AC
 
 SIMPLE = {"ClientRequest": ("i",), "FollowerTimeout": ("i",), "LeaderTimeout": ("i",), "Crash": ("i",),
           "BecomeLeader": ("i",), "BecomeFollower": ("i", "j"), "ClientSync": ("i",), "LeaderSendPING": ("i",),
-          "LeaderSendSYNC": ("i",)}
+          "LeaderSendSYNC": ("i",), "LeaderOwnACK": ("i",)}
 
 #: Leader i's answer to a sync: zabref's leader sends SYNC in the input that makes the sync answerable (an ACK that
 #: commits, a PING answer that confirms), so a trace takes it right after that step of i (conformance's sync model
@@ -81,6 +82,8 @@ def _command(step: Step, n: int, source: str) -> Command:
         return Command("client_sync", i)
     if action == "LeaderSendPING":
         return Command("ping", i)
+    if action == "LeaderOwnACK":
+        return Command("own_ack", i)
     if action in FOLLOWS:
         return Command("follows", i)
     return Command("crash", i)

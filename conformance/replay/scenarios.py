@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ACCEPT", "Scenario", "SCENARIOS", "ZOOKEEPER_SCENARIOS", "by_name"]
+__all__ = ["ACCEPT", "Scenario", "SCENARIOS", "ZOOKEEPER_SCENARIOS", "LATE_SCENARIOS", "by_name"]
 
 ACCEPT = "accept"
 
@@ -402,6 +402,39 @@ ZOOKEEPER_SCENARIOS = (
              "As sync-newleader-defers, and a PROPOSAL of the leader between NEWLEADER and UPTODATE is staged behind "
              "what was left (no ACK until UPTODATE logs both). Failing means a follower logs or ACKs a proposal "
              "ahead of one before it.", _deferred(behind=True)),
+)
+
+
+def _late_crash(keeps: bool) -> StepFn:
+    """A leader that logs late proposes; a follower logs the PROPOSAL; the leader crashes before its own ACK of it,
+    its disk keeping only what it had logged (``keeps`` False) or the unlogged proposal too (True: the spec's Kept(i)
+    allows any length from ackIndex[i][i] to its history's)."""
+
+    def step(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+        if m is None:
+            return _srv(params, "j") if action == "FollowerProcessPROPOSAL" else None
+        k = m
+        if action != "Crash" or _srv(params) != k or not _established(before, k):
+            return None
+        logged, length = before["ackIndex"][k][k], len(before["history"][k])
+        kept = len(after["history"][k])
+        return ACCEPT if logged < length and (kept > logged if keeps else kept == logged) else None
+
+    return step
+
+
+#: Scenarios of model tinylate (zabref with [cluster] leader_logs_late), which no action-coverage trace of it
+#: reaches: tests/test_late_leader.py searches them in tinylate's graph and replays the witnesses against zabref.
+LATE_SCENARIOS = (
+    Scenario("late-leader-crash-loses-unlogged", "tinylate", "spec/README.md, departure 13 (LeaderLogsLate)",
+             "A late leader's PROPOSAL left and a follower logged it; the leader's power cut came before its own log "
+             "write was durable, and its disk holds only what it had logged. Failing means the write was durable "
+             "before the PROPOSAL left (then the leader is no late one) or the crash lost what it had logged.",
+             _late_crash(keeps=False)),
+    Scenario("late-leader-crash-keeps-unlogged", "tinylate", "spec/README.md, departure 13 (LeaderLogsLate)",
+             "As late-leader-crash-loses-unlogged, but the write reached the disk before the power cut, without the "
+             "leader's own ACK: the restarted server holds the proposal. Failing means a held write was lost or its "
+             "sync counted as the leader's ACK.", _late_crash(keeps=True)),
 )
 
 

@@ -34,7 +34,7 @@ from conformance.report.specread import IDENT, Definition, next_groups, primed, 
 from conformance.tla.labels import ActionSignature, read_next
 
 __all__ = ["Code", "ActionEntry", "VariableEntry", "AuditMap", "compute_map", "snake",
-           "NOT_A_METHOD", "ZOOKEEPER_ONLY", "HANDLER_PREFIXES"]
+           "NOT_A_METHOD", "LATE_ONLY", "HANDLER_PREFIXES"]
 
 #: Spec actions implemented by something other than a method of the same name, and why.
 NOT_A_METHOD = {
@@ -42,15 +42,11 @@ NOT_A_METHOD = {
                           "ZabCore(sid, servers, Persistent.from_storage(storage)), whose constructor keeps exactly "
                           "history, acceptedEpoch and currentEpoch (read from disk) and starts every other variable "
                           "as Init does."),
-    "LeaderOwnACK": ("leader_process_ack", "ZooKeeper's leader only: enabled with LeaderLogsLate, which zabref's "
-                                           "models leave FALSE. zabref's leader logs a proposal (fsync) before it "
-                                           "sends it, so it counts itself in every quorum at once: QuorumPoint in "
-                                           "leader_process_ack counts the leader, and no step of zabref is this "
-                                           "action."),
 }
-#: Spec actions only ZooKeeper's leader takes: enabled by a switch (LeaderLogsLate) that zabref's models leave
-#: FALSE, so no trace of theirs reaches them (their coverage counts them among Next's actions, not reached).
-ZOOKEEPER_ONLY = frozenset({"LeaderOwnACK"})
+#: Spec actions enabled only by a switch (LeaderLogsLate) that zabref's default models leave FALSE: their traces
+#: never reach them (their coverage counts them among Next's actions, not reached); the late models (tinylate) and
+#: ZooKeeper's reach them, and zabref takes them with ``[cluster] leader_logs_late``.
+LATE_ONLY = frozenset({"LeaderOwnACK"})
 #: Method names that claim to implement a spec action (a packet taken by a role).
 HANDLER_PREFIXES = ("leader_process_", "follower_process_")
 CORE_CLASS = "ZabCore"

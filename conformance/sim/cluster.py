@@ -158,7 +158,7 @@ class _Machine:
 def _config(options: Options) -> Config:
     servers = [ServerConfig(sid, f"127.0.0.{sid}", QUORUM_PORT, ELECTION_PORT, CLIENT_PORT, CONTROL_PORT,
                             f"/sim/{sid}") for sid in range(1, options.servers + 1)]
-    cluster = ClusterConfig(options.tick_ms, options.init_limit, options.sync_limit)
+    cluster = ClusterConfig(options.tick_ms, options.init_limit, options.sync_limit, options.leader_logs_late)
     return parse_config(render_config(cluster, servers), "<simulation>")
 
 

@@ -107,11 +107,15 @@ def parse_seeds(text: str) -> range:
 @click.option("--log", "show_log", is_flag=True, help="With --seed: print the event log.")
 @click.option("--validate", is_flag=True, help="Validate each run's action logs against spec/Zab.tla with TLC at "
                                                 "its end (docs/simulation.md).")
+@click.option("--leader-logs-late", is_flag=True,
+              help="Servers with [cluster] leader_logs_late: a leader sends a PROPOSAL before its own log write is "
+                   "durable (LeaderLogsLate).")
 @click.option("--bug", help="Run against zabref with this seeded bug (conformance/replay/bugs/NAME.toml).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def simulate_command(seed: int | None, seed_range: str | None, servers: str, steps: int, faults: str | None,
                      clients: int, readers: int, workers: int, until_failure: bool, spark: bool, do_shrink: bool,
-                     show_log: bool, validate: bool, bug: str | None, as_json: bool) -> None:
+                     show_log: bool, validate: bool, leader_logs_late: bool, bug: str | None,
+                     as_json: bool) -> None:
     """Simulate a whole cluster in one process: seeded faults, virtual time, the spec's invariants after every step."""
     if (seed is None) == (seed_range is None):
         raise click.UsageError("give exactly one of --seed N and --seeds A..B")
@@ -121,7 +125,7 @@ def simulate_command(seed: int | None, seed_range: str | None, servers: str, ste
                  "--workers", str(workers)]
         argv += ["--faults", faults] if faults is not None else []
         flags = {"--until-failure": until_failure, "--spark": spark, "--shrink": do_shrink, "--log": show_log,
-                 "--json": as_json, "--validate": validate}
+                 "--json": as_json, "--validate": validate, "--leader-logs-late": leader_logs_late}
         argv += [flag for flag, on in flags.items() if on]
         sys.exit(run_patched(bug, "conformance.sim.command", "simulate_command", argv))
     kinds: tuple[str, ...] | None = None
@@ -129,7 +133,7 @@ def simulate_command(seed: int | None, seed_range: str | None, servers: str, ste
         kinds = () if faults == "none" else tuple(k.strip() for k in faults.split(",") if k.strip())
     try:
         options = Options(servers=int(servers), steps=steps, faults=kinds, clients=clients, readers=readers,
-                          validate=validate)
+                          validate=validate, leader_logs_late=leader_logs_late)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     if seed is not None:

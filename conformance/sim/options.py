@@ -34,6 +34,7 @@ class Options:
     init_limit: int = 10
     sync_limit: int = 5
     validate: bool = False  # keep every server's action log and check it with TLC at the end (sim.validation)
+    leader_logs_late: bool = False  # the servers' [cluster] leader_logs_late (spec/Zab.tla's LeaderLogsLate)
 
     def __post_init__(self) -> None:
         if self.servers not in SERVER_COUNTS:
@@ -56,6 +57,8 @@ class Options:
                 parts.append(f"--{name.replace('_', '-')} {getattr(self, name)}")
         if self.validate:
             parts.append("--validate")
+        if self.leader_logs_late:
+            parts.append("--leader-logs-late")
         return " ".join(parts)
 
 

@@ -53,6 +53,7 @@ class Logs:
 
     events: dict[int, list[Event]]
     notes: list[str] = field(default_factory=list)
+    late: bool = False  # the servers ran with [cluster] leader_logs_late (their restart lines say so)
 
 
 def _fail(path: Path, line: int | None, message: str) -> InputError:
@@ -180,4 +181,11 @@ def read_logs(folder: Path) -> Logs:
         logs.events[sid] = events
         if torn:
             logs.notes.append(torn)
+    restarts = [e for events in logs.events.values() for e in events if e.kind == "restart"]
+    logs.late = bool(restarts) and bool(restarts[0].fields.get("leader_logs_late", False))
+    for e in restarts:
+        if bool(e.fields.get("leader_logs_late", False)) != logs.late:
+            raise _fail(Path(e.path), e.line, f"this server {'logs' if not logs.late else 'does not log'} late "
+                                              f"(leader_logs_late) and {restarts[0].where} says the opposite: one "
+                                              "run, one setting")
     return logs

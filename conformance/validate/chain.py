@@ -272,12 +272,20 @@ PLACE = ("acceptedEpoch, currentEpoch, state, zabState, leader, lastCommitted, n
          "[a \\in Server |-> [b \\in Server |-> Ends(msgs[a][b])]]")
 
 
+#: What a run of servers with ``[cluster] leader_logs_late`` is checked with: the spec's LeaderLogsLate overridden
+#: by this definition (`config` with ``late``), which every validation module carries (`helpers`).
+LATE_DEFINITION = "ZabrefLeaderLogsLate == TRUE"
+
+
 def helpers(actions: list[tuple[str, tuple[str, ...]]]) -> str:
-    return _actions_helpers(actions)
+    return _actions_helpers(actions) + "\n\n" + LATE_DEFINITION + "\n"
 
 
-def config(n: int) -> str:
-    return f"CONSTANTS\n    N = {n}\n    MaxEpoch = {BIG}\n    MaxTxns = {BIG}\n    MaxFaults = {BIG}\n"
+def config(n: int, late: bool = False) -> str:
+    """The CONSTANTS of a validation model of n servers; ``late``: its leaders log late (the run's restart lines
+    say so: `conformance.validate.actionlogs.Logs.late`)."""
+    override = "    LeaderLogsLate <- ZabrefLeaderLogsLate\n" if late else ""
+    return f"CONSTANTS\n    N = {n}\n    MaxEpoch = {BIG}\n    MaxTxns = {BIG}\n    MaxFaults = {BIG}\n{override}"
 
 
 # ---- a state in a window's coordinates

@@ -130,9 +130,8 @@ TraceNext == /\\ l <= Steps
 """, data
 
 
-def _config(n: int) -> str:
-    return (f"CONSTANTS\n    N = {n}\n    MaxEpoch = {BIG}\n    MaxTxns = {BIG}\n    MaxFaults = {BIG}\n"
-            "INIT TraceInit\nNEXT TraceNext\n")
+def _config(n: int, late: bool = False) -> str:
+    return chain_config(n, late) + "INIT TraceInit\nNEXT TraceNext\n"
 
 
 def _next_actions() -> list[tuple[str, tuple[str, ...]]]:
@@ -193,7 +192,7 @@ def _validate_whole(logs: Any, result: ValidationResult, started: float, *, work
     text, data = trace_module(behaviour, _next_actions())
     data.write(folder)
     (folder / "VZab.tla").write_text(text)
-    (folder / "VZab.cfg").write_text(_config(n))
+    (folder / "VZab.cfg").write_text(_config(n, logs.late))
     t0 = time.monotonic()
     tools = toolchain()
     tlc = run_tlc(folder / "VZab.tla", folder / "VZab.cfg", workers=workers, extra_args=("-deadlock",),
@@ -243,7 +242,8 @@ class _Pass:
             return
         name = f"b{len(self.batches):05d}"
         module = batch_module("VZabW", "Zab", VARIABLES, self.helpers, STEP, self.pending, PLACE)
-        path = write_batch(self.folder / name, "VZabW", module, chain_config(self.n), spec_files(SPEC_DIR),
+        path = write_batch(self.folder / name, "VZabW", module, chain_config(self.n, self.logs.late),
+                           spec_files(SPEC_DIR),
                            self.pending)
         self.batches[str(path)] = [(w.first, w.count) for w in self.pending]
         self.pending = []

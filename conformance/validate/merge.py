@@ -153,9 +153,24 @@ def _replay(hist: list[tuple[int, str]], epochs: list[int], persist: list[list[A
             epochs[1] = int(arg)
 
 
-def drop_lost(events: list[Event], notes: list[str]) -> list[Event]:
+def _late_tail(ev: Event, hist: list[tuple[int, str]], epochs: list[int],
+               disk: tuple[list[tuple[int, str]], list[int]]) -> bool:
+    """Whether ``disk`` is what a power cut right after step ``ev`` leaves of a leader that logs late: its epochs,
+    and a prefix of its history ``hist`` that holds what it had logged (the spec's Kept(i): ackIndex[i][i] ..
+    Len(history[i]) for a leader in BROADCAST)."""
+    v = ev.fields["vars"]
+    if v.get("state") != "LEADING" or v.get("zab_state") != "BROADCAST" or disk[1] != epochs:
+        return False
+    logged = int(v.get("ack_index", {}).get(str(ev.sid), 0))
+    return logged <= len(disk[0]) <= len(hist) and hist[:len(disk[0])] == disk[0]
+
+
+def drop_lost(events: list[Event], notes: list[str], late: bool = False) -> list[Event]:
     """The server's lines without the steps a power cut undid (module docstring); MergeError for a restart whose
-    disk no prefix of the logged steps explains."""
+    disk no prefix of the logged steps explains. ``late``: the servers log late (LeaderLogsLate), so a leader's
+    steps after its own log writes left their packets before those writes were durable: a restart whose disk holds
+    a prefix of what a later step of it had in memory, no shorter than what it had logged, keeps every step up to
+    that one (the spec's Crash keeps that prefix), and drops only those after it."""
     out: list[Event] = []
     since = 0  # index in `out` of the current process's first line (its restart)
     signs: list[tuple[int, int, int, int]] = []  # (history length, last zxid, epochs) after out[since + k]
@@ -178,6 +193,13 @@ def drop_lost(events: list[Event], notes: list[str]) -> list[Event]:
                 sign = (len(disk[0]), disk[0][-1][0] if disk[0] else 0, *disk[1])
                 keep = next((k for k in range(len(signs) - 1, -1, -1)
                              if signs[k] == sign and state_after(k) == disk), None)
+                if late:  # the last step of this process after which a power cut leaves this disk, if later
+                    lhist, lepochs = list(start[0]), list(start[1])
+                    for k, e in enumerate(out[since + 1:], start=1):
+                        if e.kind == "step" and e.fields["persist"]:
+                            _replay(lhist, lepochs, e.fields["persist"])
+                        if (keep is None or k > keep) and _late_tail(e, lhist, lepochs, disk):
+                            keep = k
                 if keep is None:
                     raise MergeError(f"{ev.where}: server {ev.sid} restarted with {len(disk[0])} transactions and "
                                      f"epochs {tuple(disk[1])} on disk, which no prefix of its logged steps leaves: a "
@@ -207,7 +229,7 @@ def merge(logs: Logs, *, stop_at: int | None = None,
     n = max(logs.events)
     view = SpecView(n)
     notes = list(logs.notes)
-    queues = {s: deque(drop_lost(evs, notes)) for s, evs in logs.events.items()}
+    queues = {s: deque(drop_lost(evs, notes, logs.late)) for s, evs in logs.events.items()}
     for s in range(1, n + 1):  # every server's first line is its first start: the initial state
         q = queues.get(s)
         if not q:

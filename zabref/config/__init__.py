@@ -8,6 +8,7 @@ One file describes the whole cluster, and every server reads the same file (``za
     tick_ms = 100        # one tick, as ZooKeeper's tickTime
     init_limit = 10      # ticks a follower (or a new leader) may take to connect and sync (initLimit)
     sync_limit = 5       # ticks without hearing the other side before giving up on it (syncLimit)
+    leader_logs_late = false  # true: a leader sends a PROPOSAL before its own log write is durable (ZooKeeper's way)
 
     [limits]             # optional; what one client can take of a server (the defaults shown)
     client_connections = 1024              # client connections open at once, all addresses together

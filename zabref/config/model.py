@@ -36,11 +36,14 @@ _HOST_NAME = re.compile(r"(?=.{1,253}\.?$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
-    """The ``[cluster]`` table: timing, in ZooKeeper's units (ticks)."""
+    """The ``[cluster]`` table: timing, in ZooKeeper's units (ticks), and when a leader logs its proposals."""
 
     tick_ms: int = 100
     init_limit: int = 10
     sync_limit: int = 5
+    #: spec/Zab.tla's LeaderLogsLate: a leader sends each PROPOSAL before its own log write of it is durable and
+    #: counts itself in a quorum once it is (LeaderOwnACK), as ZooKeeper's leader does; off, it logs first.
+    leader_logs_late: bool = False
 
 
 @dataclass(frozen=True, slots=True)

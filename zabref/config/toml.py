@@ -38,10 +38,13 @@ def _cluster(path: str, raw: Any) -> ClusterConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table")
     fields = ("tick_ms", "init_limit", "sync_limit")
-    known_keys(where, raw, fields)
+    known_keys(where, raw, (*fields, "leader_logs_late"))
     default = ClusterConfig()
-    values = {k: int_in(where, k, raw.get(k, getattr(default, k)), 1, 3_600_000) for k in fields}
-    return ClusterConfig(**values)
+    values: dict[str, Any] = {k: int_in(where, k, raw.get(k, getattr(default, k)), 1, 3_600_000) for k in fields}
+    late = raw.get("leader_logs_late", default.leader_logs_late)
+    if not isinstance(late, bool):
+        raise ConfigError(f"{where}: leader_logs_late: expected true or false, got {type(late).__name__} {late!r}")
+    return ClusterConfig(**values, leader_logs_late=late)
 
 
 def _server(path: str, base: Path, k: int, raw: Any) -> ServerConfig:
@@ -130,6 +133,8 @@ def render_config(cluster: ClusterConfig, servers: list[ServerConfig] | tuple[Se
     defaults; a ``[security]`` table when some security is on)."""
     lines = ["[cluster]"]
     lines += [f"{k} = {getattr(cluster, k)}" for k in ("tick_ms", "init_limit", "sync_limit")]
+    if cluster.leader_logs_late:
+        lines.append("leader_logs_late = true")
     if security.enabled:
         lines += ["", "[security]"]
         for key in Security.__slots__:

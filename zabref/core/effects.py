@@ -4,8 +4,12 @@ the `Effects` of one input, which its carrier carries out in field order.
 Theory of operation: ``persist`` is made durable first, then everything else -- sends, election notifications,
 deliveries, closes, client answers -- so that nothing leaves before the persistence of its step is durable
 (`zabref.runtime.server` keeps this for a whole batch of steps, which is what makes a power cut equal the spec's
-Crash). ``actions`` names each spec action taken (spec/Zab.tla and spec/FastLeaderElection.tla), for the action log.
-A node builds its effects in an `EffectsBuilder` and freezes them with ``build``.
+Crash). The one exception is ``late``: a leader that logs late (spec/Zab.tla's LeaderLogsLate) makes its own log
+write of a PROPOSAL durable after the PROPOSAL leaves, and then tells its node so (``Node.logged`` with
+``late_upto``), which is the spec's LeaderOwnACK; until then a power cut may lose the write, as the spec's Crash
+keeps any length in ``Kept(i)``. ``actions`` names each spec action taken (spec/Zab.tla and
+spec/FastLeaderElection.tla), for the action log. A node builds its effects in an `EffectsBuilder` and freezes them
+with ``build``.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class Effects:
     role: ServerState | None = None
     deferred: bool = False  # the packet was not taken now; offer it again after the next unblock
     unblock: bool = False  # the role or zabState changed: packets deferred may be taken now
+    late: tuple[PersistOp, ...] = ()  # made durable after everything else (LeaderLogsLate; module docstring)
+    late_upto: tuple[int, int] | None = None  # (role serial, history length) that ``late`` brings the log to
 
 
 @dataclass
@@ -83,11 +89,13 @@ class EffectsBuilder:
     actions: list[Action] = field(default_factory=list)
     role: ServerState | None = None
     unblock: bool = False
+    late: list[PersistOp] = field(default_factory=list)
+    late_upto: tuple[int, int] | None = None
 
     def build(self) -> Effects:
         return Effects(tuple(self.persist), tuple(self.dial), tuple(self.send), tuple(self.notify), tuple(self.deliver),
                        tuple(self.close), tuple(self.answers), tuple(self.forwards), tuple(self.actions), self.role,
-                       unblock=self.unblock)
+                       unblock=self.unblock, late=tuple(self.late), late_upto=self.late_upto)
 
 
 def refused(message: str, retry: bool) -> dict[str, Any]:

@@ -272,7 +272,9 @@ class LeaderActions(CoreState):
 
         The leader assigns the next zxid of its epoch, logs the transaction and queues PROPOSAL(zxid, value) to every
         learner on its forwarding list. The leader's own log write is in ``persist``, so it is durable before any
-        PROPOSAL leaves: that is why the leader may count itself in every quorum of ACKs. ``value`` is a client's
+        PROPOSAL leaves: that is why the leader may count itself in every quorum of ACKs -- unless it logs late
+        (LeaderLogsLate): then the write is in ``late``, durable after the PROPOSALs leave, and the leader counts
+        itself for it only from its `leader_own_ack` (LeaderOwnACK) on. ``value`` is a client's
         text, or a ZooKeeper client's write prepared as ZooKeeper's transaction (`zktxn.FOREIGN`, then the
         transaction of zxid `next_zxid`: `zabref.core.zkprep`).
         """
@@ -287,7 +289,10 @@ class LeaderActions(CoreState):
         txn = Txn(zxid, bytes(value))
         self.history.append(txn)
         proposal = QuorumPacket(PacketType.PROPOSAL, txn.zxid, payloads.encode_proposal_data(txn.zxid, txn.value))
-        return Output(persist=(AppendTxns((txn,)),), send=tuple((f, proposal) for f in self._forwarding()))
+        sends = tuple((f, proposal) for f in self._forwarding())
+        if self.logs_late:
+            return Output(send=sends, late=(AppendTxns((txn,)),))
+        return Output(persist=(AppendTxns((txn,)),), send=sends)
 
     def next_zxid(self) -> int:
         """The zxid `client_request` assigns next: counter c + 1 of the current epoch, where
@@ -303,10 +308,10 @@ class LeaderActions(CoreState):
     def leader_process_ack(self, j: int, packet: QuorumPacket) -> Output:
         """LeaderProcessACK(i, j) -- seed 000, phase 3, step 3.
 
-        ACK(zxid) from j: j holds our history up to zxid. When a quorum (the leader counts itself) has ACKed a longer
-        prefix than is committed, the leader delivers it and queues one COMMIT for each transaction it newly
-        commits, in order, to its forwarding list (seed 000: a COMMIT per acknowledged proposal; to the follower a
-        COMMIT(zxid) still means "everything up to zxid").
+        ACK(zxid) from j: j holds our history up to zxid. When a quorum (the leader counts itself; when it logs late,
+        only for what it has logged: CountsSelf) has ACKed a longer prefix than is committed, the leader delivers it
+        and queues one COMMIT for each transaction it newly commits, in order, to its forwarding list (seed 000: a
+        COMMIT per acknowledged proposal; to the follower a COMMIT(zxid) still means "everything up to zxid").
         """
         self._require_leading(j, packet)
         if packet.type != PacketType.ACK:
@@ -319,10 +324,22 @@ class LeaderActions(CoreState):
             self._reject(j, packet, "an ACK of a proposal has a counter above 0")
 
         self.ack_index[j] = max(self.ack_index[j], self.index_of(self.history, packet.zxid))
-        # c == CHOOSE the largest k with IsQuorum({i} \cup {f : acks[f] >= k}): the leader plus `need` others.
-        need = len(self.servers) // 2
+        return self._commit_to(self._quorum_point())
+
+    def _quorum_point(self) -> int:
+        """QuorumPoint: the largest k such that the servers whose ack reaches k are a quorum -- this leader counted
+        up to what it has logged (CountsSelf: all of its history, or with LeaderLogsLate ackIndex[i][i]) and each
+        learner f up to ack_index[f]."""
+        need = len(self.servers) // 2  # others beside the leader; one more where the leader does not count
         others = sorted((self.ack_index[f] for f in self.servers if f != self.sid), reverse=True)
-        c = len(self.history) if need == 0 else others[need - 1]
+        logged = self.ack_index[self.sid] if self.logs_late else len(self.history)
+        with_self = min(logged, others[need - 1]) if need else logged
+        without = others[need] if need < len(others) else 0
+        return max(with_self, without)
+
+    def _commit_to(self, c: int) -> Output:
+        """CommitTo(i, c): when c is past the commit point, deliver up to c and queue a COMMIT for each transaction
+        newly committed; else nothing."""
         if c <= self.last_committed:
             return Output()
         # Commits(h, lastCommitted, c): one COMMIT per transaction newly committed, in order (a ZooKeeper
@@ -330,6 +347,21 @@ class LeaderActions(CoreState):
         commits = [QuorumPacket(PacketType.COMMIT, t.zxid) for t in self.history[self.last_committed:c]]
         delivered = self._deliver(c)
         return Output(send=tuple((f, commit) for f in self._forwarding() for commit in commits), deliver=delivered)
+
+    def leader_own_ack(self, k: int) -> Output:
+        """LeaderOwnACK(i) -- with LeaderLogsLate only: this leader's log write of its history up to k is durable
+        (the runtime reports it after the write's sync, as ZooKeeper's SyncRequestProcessor hands a flushed batch to
+        its AckRequestProcessor). It counts itself for them now and, as `leader_process_ack`, commits what a quorum
+        has and queues a COMMIT for each transaction newly committed."""
+        if not self.logs_late:
+            self._misuse("LeaderOwnACK", "this server logs before it proposes (LeaderLogsLate is off)")
+        if self.state != ServerState.LEADING or self.zab_state != ZabState.BROADCAST:
+            self._misuse("LeaderOwnACK", "only a LEADING server in BROADCAST counts its own log writes")
+        if not self.ack_index[self.sid] < k <= len(self.history):
+            self._misuse("LeaderOwnACK", f"{k} is not past what it logged ({self.ack_index[self.sid]}) and within its "
+                                         f"history ({len(self.history)})")
+        self.ack_index[self.sid] = k
+        return self._commit_to(self._quorum_point())
 
     # ------------------------------------------------------------------------------------------ failures
 

@@ -37,6 +37,9 @@ input, each returning the `Effects` to carry out:
   ``client_read(...)`` -- the client protocol: the leader runs ClientRequest; a follower forwards a write to its
   leader and answers once the transaction is delivered HERE (so that a later read here sees it), and sends a sync
   to its leader as REQUEST on the quorum connection;
+* ``logged(serial, k, now)`` -- a leader that logs late (LeaderLogsLate): its carrier made the ``Effects.late``
+  writes durable, up to history entry k, of the role ``serial`` names (``Effects.late_upto``): the spec's
+  LeaderOwnACK, taken only while that role lasts;
 * ``zk_write(rid, session, cxid, op, record, now)`` and ``zk_read(op, path)`` -- ZooKeeper's client protocol
   (`zabref.core.zkclients`): a write prepared as ZooKeeper's transaction at the leader, forwarded as REQUEST by a
   follower, answered when delivered here; a read of the tree of what was delivered here.
@@ -76,10 +79,14 @@ DECISIONS_KEPT = 1000
 class Node(ClientRequests, ZkClients):
     """One server's decisions (module docstring). ``core`` and ``fle`` are its Zab and election state machines."""
 
-    def __init__(self, sid: int, servers: tuple[int, ...], persistent: Persistent, timing: Timing) -> None:
+    def __init__(self, sid: int, servers: tuple[int, ...], persistent: Persistent, timing: Timing, *,
+                 logs_late: bool = False) -> None:
         self.sid = sid
         self.timing = timing
-        self.core = ZabCore(sid, servers, persistent)
+        self.core = ZabCore(sid, servers, persistent, logs_late=logs_late)
+        #: changes at every change of role: a late log write reported durable after the role it was made in ended
+        #: (`logged`) is not this role's own ACK
+        self.role_serial = 0
         self.fle = FastLeaderElection(sid, frozenset(servers))
         self.heard: dict[int, float] = {}  # when a packet of each peer was last taken
         self.role_since = 0.0
@@ -128,6 +135,16 @@ class Node(ClientRequests, ZkClients):
         self.role_since = self.election_quiet_since = now
         step = self.fle.start_election(self.core.last_zxid, self.core.current_epoch)
         self._fle_step(out, step, now)
+        return out.build()
+
+    def logged(self, serial: int, k: int, now: float) -> Effects:
+        """The late log writes of role ``serial`` are durable up to history entry k (module docstring): LeaderOwnACK,
+        when this server still leads in that role, in BROADCAST, and k is past what it counted; else nothing."""
+        core = self.core
+        out = EffectsBuilder()
+        if (serial == self.role_serial and core.logs_late and core.state == ServerState.LEADING
+                and core.zab_state == ZabState.BROADCAST and core.ack_index[self.sid] < k <= len(core.history)):
+            self._core(out, core.leader_own_ack(k), now, "LeaderOwnACK", i=self.sid)
         return out.build()
 
     def packet(self, peer: int, packet: QuorumPacket, now: float, tag: int | None = None) -> Effects:
@@ -327,6 +344,9 @@ class Node(ClientRequests, ZkClients):
         if action is not None:
             out.actions.append(Action("Zab", action, tuple(params.items()), packet, tag))
         out.persist += output.persist
+        if output.late:
+            out.late += output.late
+            out.late_upto = (self.role_serial, len(self.core.history))
         for peer in output.close:
             self.learner_conns.discard(peer)
             self.held.pop(peer, None)
@@ -368,6 +388,7 @@ class Node(ClientRequests, ZkClients):
 
     def _role_changed(self, out: EffectsBuilder, now: float) -> None:
         self.role_since = now
+        self.role_serial += 1
         self.heard.clear()
         self.leader_lost = False
         # A forwarded request waits for the answer of the leader it went to; once this server stops following that

@@ -59,10 +59,13 @@ SPEC_VARIABLES = {
 class CoreState:
     """One server's Zab variables (spec/Zab.tla's VARIABLES, this server's slice) and shared helpers."""
 
-    def __init__(self, sid: int, servers: Iterable[int], persistent: Persistent | None = None) -> None:
+    def __init__(self, sid: int, servers: Iterable[int], persistent: Persistent | None = None, *,
+                 logs_late: bool = False) -> None:
         """A server that has just started (the spec's Init, or Crash(i) when ``persistent`` was read from disk).
 
-        ``servers`` are every server's sid (the spec's Server), this one's included.
+        ``servers`` are every server's sid (the spec's Server), this one's included. ``logs_late`` is the spec's
+        constant LeaderLogsLate: as leader, this server sends a PROPOSAL before its own log write of it is durable
+        (`zabref.core.leader`).
         """
         members = tuple(sorted(set(servers)))
         if sid not in members:
@@ -72,6 +75,7 @@ class CoreState:
         p = persistent if persistent is not None else Persistent()
         self.sid = sid
         self.servers = members
+        self.logs_late = logs_late
         # ---- every server, persistent (on disk; survive a crash) ----
         self.history: list[Txn] = list(p.history)  # the log of accepted transactions: <<[zxid, value], ...>>
         self.accepted_epoch = p.accepted_epoch  # the epoch of the last LEADERINFO (NEWEPOCH) accepted

@@ -16,6 +16,10 @@ what must happen next, in the order it must happen:
 4. ``close`` -- peers whose connection must be closed (the spec's GoLooking empties every channel to and from the
    server, so going back to election lists every other server).
 5. ``role`` -- the new `ServerState` when the entry point changed it, else None.
+6. ``late`` -- storage operations a leader that logs late (spec/Zab.tla's LeaderLogsLate) makes durable *after* the
+   sends: its own log write of a PROPOSAL. The core does not count itself in a quorum for them until the runtime
+   reports them durable (``leader_own_ack``, the spec's LeaderOwnACK), and a power cut before then may lose them,
+   as the spec's Crash with ``Kept(i)`` allows.
 
 Every value here is frozen and validates its fields when built (as h11's events do), so a malformed `Output` cannot
 be constructed by a bug in the core and then half-applied by the runtime.
@@ -219,11 +223,13 @@ class Output:
     deliver: tuple[Txn, ...] = ()
     close: tuple[int, ...] = ()
     role: ServerState | None = None
+    late: tuple[PersistOp, ...] = ()
 
     def __post_init__(self) -> None:
-        for op in self.persist:
-            if not isinstance(op, PersistOp):
-                raise TypeError(f"Output.persist: {op!r} is not a storage operation")
+        for name, ops in (("persist", self.persist), ("late", self.late)):
+            for op in ops:
+                if not isinstance(op, PersistOp):
+                    raise TypeError(f"Output.{name}: {op!r} is not a storage operation")
         for item in self.send:
             peer, packet = item
             if not isinstance(peer, int) or not isinstance(packet, QuorumPacket):
@@ -236,7 +242,7 @@ class Output:
 
     @property
     def empty(self) -> bool:
-        return not (self.persist or self.send or self.deliver or self.close or self.role is not None)
+        return not (self.persist or self.send or self.deliver or self.close or self.role is not None or self.late)
 
 
 #: The Output of an input that changes nothing outside the core.

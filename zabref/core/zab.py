@@ -149,6 +149,8 @@ class ZabCore(LeaderActions, FollowerActions):
         self.zab_state = ZabState.DISCOVERY
         self.leader = self.sid
         self.new_epoch = self.accepted_epoch + 1
+        if self.logs_late:  # its whole history is durable: it logged it before it led (ackIndex[i][i] = Len)
+            self.ack_index[self.sid] = len(self.history)
         return Output(role=ServerState.LEADING)
 
     def become_follower(self, leader: int) -> Output:
@@ -222,6 +224,7 @@ SPEC_ACTIONS: dict[str, str] = {
     "client_request": "ClientRequest",
     "follower_process_proposal": "FollowerProcessPROPOSAL",
     "leader_process_ack": "LeaderProcessACK",
+    "leader_own_ack": "LeaderOwnACK",
     "follower_process_commit": "FollowerProcessCOMMIT",
     "follower_timeout": "FollowerTimeout",
     "leader_timeout": "LeaderTimeout",

@@ -19,7 +19,8 @@ sync, spec/ZabSync.tla's, which the node reports as module ZabSync and conforman
   the spec models it and ``conn`` the id of the connection it came on or goes to (the handshake's, known at both
   ends; null: no connection, the packet is dropped);
 * ``persist`` the storage operations of the step (``["append", [[zxid, value], ...]]``, ``["truncate", zxid]``,
-  ``["replace", [...]]``, ``["acceptedEpoch", e]``, ``["currentEpoch", e]``): the history is logged as its changes,
+  ``["replace", [...]]``, ``["acceptedEpoch", e]``, ``["currentEpoch", e]``; a late leader's own log write too,
+  durable only at its LeaderOwnACK line): the history is logged as its changes,
   so a line costs O(what the step changed), not O(history);
 * ``vars`` every other spec variable of this server after the step (`zabref.core.zab.SPEC_VARIABLES` but ``history``);
   the staged history, which a sync builds one PROPOSAL at a time, is logged as its length and last transaction
@@ -33,10 +34,12 @@ sync, spec/ZabSync.tla's, which the node reports as module ZabSync and conforman
   whole, so the validator sees the real value either way: an encoding, not a check.
 
 Two more kinds: ``restart`` (the process started: ``vars`` holds every variable, ``history`` included, as read from
-disk -- the spec's Crash when it is not the first start) and ``closed`` (a quorum connection with ``peer`` ended
-here, ``conn`` its id: a leader forgets that learner, a follower notes its leader gone; the validator uses it to
-place the spec's GoLooking of the other side, which closes both ends at once). Lines are written whole with one
-``write``; a process killed in the middle leaves at most a torn last line, which the reader reports and ignores.
+disk -- the spec's Crash when it is not the first start; ``"leader_logs_late": true`` when the server runs with
+``[cluster] leader_logs_late``, so that `zabref validate` checks the run with the spec's LeaderLogsLate) and
+``closed`` (a quorum connection with ``peer`` ended here, ``conn`` its id: a leader forgets that learner, a follower
+notes its leader gone; the validator uses it to place the spec's GoLooking of the other side, which closes both ends
+at once). Lines are written whole with one ``write``; a process killed in the middle leaves at most a torn last line,
+which the reader reports and ignores.
 
 The pump flushes the log to the operating system after running a batch's inputs and BEFORE their storage is made
 durable and their packets leave (`zabref.runtime.server`): a step whose effects anybody could see is in the log,
@@ -179,7 +182,8 @@ class ActionLog:
     def restart(self, sid: int, node: Any) -> None:
         """The process started with the persistent state on its disk (a fresh server, or after a crash)."""
         self._history = list(node.core.history)
-        self._write("restart", vars=_vars(node, history=True, staged="whole", logged=self._history))
+        late = {"leader_logs_late": True} if node.core.logs_late else {}
+        self._write("restart", vars=_vars(node, history=True, staged="whole", logged=self._history), **late)
         self._file.flush()
 
     def step(self, node: Any, effects: Any, cid_of: Callable[[int], int | None]) -> None:
@@ -198,7 +202,7 @@ class ActionLog:
                 fields["recv"] = {**describe_packet(action.packet), "conn": action.tag}
             fields["sends"] = [[peer, {**describe_packet(p), "conn": cid_of(peer)}]
                                for peer, p in effects.send if p.type not in SYNC_PACKETS]
-            fields["persist"] = [_op(op, self._history) for op in effects.persist]
+            fields["persist"] = [_op(op, self._history) for op in (*effects.persist, *effects.late)]
             fields["vars"] = _vars(node, history=False, staged=STAGES.get(action.name, "ends"), logged=self._history)
             self._write("step", **fields)
 

@@ -12,12 +12,13 @@ stranger on the port reads nothing and changes nothing. Tokens are compared in c
 `read_token` refuses a token file that other users may read. Every response has ``"ok": true`` or an ``"error"``
 text; a failed request never stops the server. docs/runtime.md lists every request and response shape.
 
-Read-only requests (``ping``, ``state``) work in both modes. The requests that step a server work only in control
-mode (``zabref serve --control``, `zabref.runtime.drivers.ControlDriver`), where nothing reaches the node by itself:
+Read-only requests (``ping``, ``state``) work in both modes. The requests that step a server work only in control mode
+(``zabref serve --control``, `zabref.runtime.drivers.ControlDriver`), where nothing reaches the node by itself:
 ``release`` gives the node the head packet waiting on the quorum connection with a peer, ``release_vote`` the head
-notification of an election connection, and ``tick`` moves the logical clock one tick at a time, each followed by
-the node's timers. Each runs through the server's one step path (`zabref.runtime.server`: the same pump, the same node
-entry points as in normal mode) and is answered after the step's storage operations are durable and its packets
+notification of an election connection, and ``tick`` moves the logical clock one tick at a time, each followed by the
+node's timers; ``log_late`` makes a late leader's held log writes durable (LeaderLogsLate), and with ``ack`` tells its
+node so (LeaderOwnACK). Each runs through the server's one step path (`zabref.runtime.server`: the same pump, the same
+node entry points as in normal mode) and is answered after the step's storage operations are durable and its packets
 written to the sockets. There is no request that takes a protocol decision for the node: an election outcome comes
 from notifications on the election port, a timeout from time passing, a client value through the client port.
 
@@ -71,7 +72,7 @@ log = logging.getLogger("zabref")
 MAX_LINE = 1024 * 1024
 #: Seconds a request line may take from its first byte to its newline (a longer one closes that connection).
 LINE_TIMEOUT = 10.0
-_STEP_OPS = ("release", "release_vote", "tick", "fsync_pause", "reset")
+_STEP_OPS = ("release", "release_vote", "tick", "log_late", "fsync_pause", "reset")
 _FAULT_OPS = ("partition", "heal", "clock_jump")
 #: The longest clock jump one ``clock_jump`` may ask for, in seconds.
 MAX_JUMP = 600.0
@@ -158,6 +159,13 @@ class ControlPortHost(Protocol):
 
     @property
     def cut_peers(self) -> set[int]: ...
+
+    @property
+    def late(self) -> list[tuple[tuple[Any, ...], tuple[int, int]]]: ...  # late log writes waiting, in order
+
+    async def write_late(self, upto: int | None = None) -> tuple[int, int] | None:
+        """Make waiting late log writes durable, those up to history entry ``upto`` or all; where they bring the log
+        (role serial, length), None when none waited."""
 
     async def call(self, event: Callable[[], Effects | None]) -> Effects:
         """Run ``event`` in the pump; its Effects once carried out."""
@@ -313,6 +321,7 @@ class ControlPort:
                       for _, v in sorted(s.votes.items())],
             "connections": [c.describe() for _, c in sorted(s.conns.items())],
             "senders": [sender.describe() for _, sender in sorted(s.senders.items())],
+            "late": [k for _, (_, k) in s.late],
             "committed_zxid": node.committed_zxid,
             "syncs": node.pending_sync_variables(),
             "decisions": node.decisions,
@@ -394,6 +403,25 @@ class ControlPort:
             if until is not None and any(a["name"] == until for a in taken):
                 break
         return {"ticks": ticks, "clock": self.server.driver.now(), "actions": taken}
+
+    async def op_log_late(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A late leader's held log writes (``state``'s ``late``: the history length each brings the log to) are
+        made durable, those up to ``upto`` (default: all), with one sync; with ``"ack": true`` (the default) the
+        node then hears it (``Node.logged``: LeaderOwnACK, when it still leads in that role). Answers the length
+        the log reached (null: nothing waited) and the actions taken."""
+        upto = request.get("upto")
+        if upto is not None and (not isinstance(upto, int) or isinstance(upto, bool) or upto < 1):
+            raise ValueError('"upto" must be a positive integer (a history length)')
+        ack = request.get("ack", True)
+        if not isinstance(ack, bool):
+            raise ValueError('"ack" must be true or false')
+        s = self.server
+        written = await s.write_late(upto)
+        actions: list[dict[str, Any]] = []
+        if written is not None and ack:
+            serial, k = written
+            actions = _actions(await self._step(lambda: self._node.logged(serial, k, s.driver.now()), request))
+        return {"logged": None if written is None else written[1], "actions": actions}
 
     async def op_fsync_pause(self, request: dict[str, Any]) -> dict[str, Any]:
         """``{"on": true}``: stop this process (SIGSTOP) at its next fsync, before it takes effect, until SIGCONT

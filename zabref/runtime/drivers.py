@@ -10,7 +10,9 @@ Theory of operation
   are never held; a sync's step PING is) or an election notification was read and queued on its connection;
 * ``closed(server)`` -- a quorum connection was reported closed to the node;
 * ``unblocked(server, conns)`` -- the node changed role or zabState: the packets it deferred on ``conns`` may be
-  taken now.
+  taken now;
+* ``writes_late`` -- whether a late leader's log writes (LeaderLogsLate) go to disk right after their batch's sends,
+  the node told at once (``Node.logged``: LeaderOwnACK), or wait for the control socket's ``log_late``.
 
 `NormalDriver` delivers every input as it arrives (one pump event per packet or notification, in arrival order),
 ticks the node every ``tick_s`` seconds of the loop's clock (``loop.time()``) -- and once more right after a
@@ -41,6 +43,7 @@ class NormalDriver:
     """Inputs as they arrive, ticks on the loop's clock."""
 
     name = "normal"
+    writes_late = True  # a late leader's log writes go to disk right after their batch's sends
 
     def __init__(self, tick_s: float) -> None:
         self.tick_s = tick_s
@@ -93,6 +96,7 @@ class ControlDriver:
     """Inputs when the control socket releases them; a logical clock that moves when it says ``tick``."""
 
     name = "control"
+    writes_late = False  # ... only when the control socket's ``log_late`` says so (the trace's LeaderOwnACK)
 
     def __init__(self) -> None:
         self.clock = 0.0

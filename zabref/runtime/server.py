@@ -21,6 +21,14 @@ So no packet -- an ACK, a LEADERINFO, a leader's PROPOSAL -- leaves before the p
 of the batch in progress, none of whose packets left: a crash is the spec's Crash. A storage failure stops the
 server (exit code 2): the node would otherwise run ahead of its disk.
 
+A leader that logs late (``[cluster] leader_logs_late``, spec/Zab.tla's LeaderLogsLate, ZooKeeper's way) is the one
+exception, and the spec's: its own log write of a PROPOSAL (``Effects.late``) is written and synced after the batch's
+sends (`write_late`), and then the node hears that it is durable (``Node.logged``, an event of the pump: the spec's
+LeaderOwnACK), so that the leader's sync runs beside its followers' instead of before their PROPOSAL leaves. A power
+cut in between loses that write, which the spec's Crash allows a leader in BROADCAST (``Kept(i)``). Late writes still
+waiting are made durable before any later step that persists or changes role (`_durable_first`). The control
+driver holds them until the control socket's ``log_late`` (the conformance driver's LeaderOwnACK).
+
 The mode is a *driver* (`zabref.runtime.drivers`) behind two questions: when does an inbound packet or notification
 reach the node, and what time is it. The normal driver delivers everything as it arrives and ticks the node every
 ``tick_ms`` on the loop's clock; the control driver (``--control``, for the conformance driver) holds every inbound
@@ -136,6 +144,9 @@ class Server(PeerLinks):
         self._tasks: dict[asyncio.Task[Any], None] = {}  # in creation order (a set's order would vary by run)
         self._last_sync_s = 0.0
         self._unflushed: dict[int, peers.Connection] = {}
+        #: A late leader's log writes not yet on the disk (``Effects.late``, each with its ``late_upto``), in order:
+        #: written after the sends of their batch (`write_late`), or held by the control driver until told
+        self.late: list[tuple[tuple[Any, ...], tuple[int, int]]] = []
         #: Serves the client port (from `run`) and carries the node's forwards to the leader (`_apply`).
         self.client_port = clientport.ClientPort(self)
 
@@ -157,7 +168,8 @@ class Server(PeerLinks):
         disk.mkdir(self.me.data_dir)
         self.storage, report = Storage.open(self.me.data_dir, disk=disk)
         log.info("storage: %s", report)
-        self.node = Node(self.sid, self.config.sids, self.storage.persistent(), timing_of(self.config))
+        self.node = Node(self.sid, self.config.sids, self.storage.persistent(), timing_of(self.config),
+                         logs_late=self.config.cluster.leader_logs_late)
         self.machine.install_signals(asyncio.get_running_loop(), self.stop)
         await self.listen("quorum_port", self._accept_quorum)
         await self.listen("election_port", self._accept_votes)
@@ -321,7 +333,7 @@ class Server(PeerLinks):
                     self.action_log.step(self.node, eff, self._cid)
             if self.action_log is not None:
                 self.action_log.flush()  # before anything of the batch takes effect: no effect without its line
-            steps = [eff.persist for eff in effects if eff.persist]
+            steps = self._durable_first(effects)
             if steps:
                 try:
                     await self._persist(steps)
@@ -346,6 +358,42 @@ class Server(PeerLinks):
                     fut.set_exception(answer)
                 else:
                     fut.set_result(answer)
+            if self.late and self.driver.writes_late:
+                try:
+                    upto = await self.write_late()
+                except (StorageError, OSError, ValueError) as e:
+                    log.critical("storage failed, stopping: %s", e)
+                    self.stop(2)
+                    return
+                if upto is not None:
+                    self.enqueue(lambda u=upto: self.node.logged(*u, self.driver.now()))
+
+    def _durable_first(self, effects: list[Effects]) -> list[Any]:
+        """The storage steps of a batch to make durable before any of its effects: every step's ``persist``, and
+        before a step that persists or changes role, the late writes still waiting (this batch's or held): a leader
+        that stopped leading has them durable before anything of its next role leaves (the spec's Kept(i) is the
+        whole history then), and the disk keeps its order. A batch's late writes after its last such step wait."""
+        steps: list[Any] = []
+        for eff in effects:
+            if (eff.persist or eff.role is not None) and self.late:
+                steps += [ops for ops, _ in self.late]
+                self.late.clear()
+            if eff.persist:
+                steps.append(eff.persist)
+            if eff.late:
+                assert eff.late_upto is not None
+                self.late.append((eff.late, eff.late_upto))
+        return steps
+
+    async def write_late(self, upto: int | None = None) -> tuple[int, int] | None:
+        """Make the waiting late writes durable -- those up to history entry ``upto`` of their role, or all --, in
+        order, with one sync; the (role serial, history length) they bring the log to, None when none waited."""
+        take = list(itertools.takewhile(lambda item: upto is None or item[1][1] <= upto, self.late))
+        if not take:
+            return None
+        del self.late[:len(take)]
+        await self._persist([ops for ops, _ in take])
+        return take[-1][1]
 
     async def _persist(self, steps: list[Any]) -> None:
         """Each step one atomic batch, then one sync for them all (inline when the disk has been quick, unless the
