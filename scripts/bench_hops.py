@@ -65,8 +65,8 @@ def _sample_sockets(h, pids: dict[int, int], fds: dict[int, dict[int, str]], sto
             return
 
 
-def measure(system: str, writes: int, folder: Path, java) -> dict:
-    h = start_harness(system, folder / system, find_classpath(), None, java_client=java)
+def measure(system: str, writes: int, folder: Path, java, late: bool = False) -> dict:
+    h = start_harness(system, folder / system, find_classpath(), None, java_client=java, late=late)
     try:
         leader = h.leader()
         h.adapter.run_row("write", "leader", leader, 16, 500)
@@ -119,6 +119,8 @@ def main() -> None:
     ap.add_argument("--writes", type=int, default=3000)
     ap.add_argument("--systems", default="zabref-java,zookeeper-java")
     ap.add_argument("--keep", type=Path, default=None, help="keep the traces and data folders here")
+    ap.add_argument("--leader-logs-late", action="store_true",
+                    help="zabref's servers with [cluster] leader_logs_late (a leader's PROPOSAL before its own sync)")
     args = ap.parse_args()
     systems = args.systems.split(",")
     if not systems or set(systems) - set(SYSTEMS):
@@ -133,7 +135,7 @@ def main() -> None:
     out = {}
     for system in systems:
         print(f"{system}: {args.writes} writes, one in flight, traced", flush=True)
-        out[system] = measure(system, args.writes, folder, java)
+        out[system] = measure(system, args.writes, folder, java, args.leader_logs_late)
     print(f"\n{'hop (median ms)':<28}" + "".join(f"{s:>16}" for s in out) + ("    ratio" if len(out) == 2 else ""))
     names = list(out)
     rows = [(f"leader {name}", [out[s]["leader"].median(name) for s in names]) for name in HOPS]
