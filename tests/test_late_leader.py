@@ -145,6 +145,13 @@ def test_the_configuration_key_is_a_boolean_off_by_default(tmp_path: Path):
     assert load_config(_config(tmp_path, "leader_logs_late = true")).cluster.leader_logs_late is True
     with pytest.raises(ConfigError, match=r"\[cluster\]: leader_logs_late: expected true or false, got int 1"):
         load_config(_config(tmp_path, "leader_logs_late = 1"))
+    # what `zabref cluster --leader-logs-late` writes (render_config) reads back the same
+    from zabref.config import ClusterConfig
+    from zabref.runtime.cluster import cluster_config
+
+    for late in (True, False):
+        path = cluster_config(tmp_path / f"c{late}", 3, 21000, ClusterConfig(leader_logs_late=late))
+        assert load_config(path).cluster.leader_logs_late is late
 
 
 def test_the_switch_is_read_from_the_models_files(tmp_path: Path):

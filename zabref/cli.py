@@ -140,11 +140,15 @@ def serve(config_path: str, sid: int, control: bool, action_log: str | None, con
 @click.option("--tick-ms", type=click.IntRange(1, 60_000), default=100, show_default=True)
 @click.option("--log-actions", type=click.Path(file_okay=False), default=None,
               help="Every server appends the spec actions it takes to this folder (check with zabref validate).")
-def cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actions: str | None) -> None:
+@click.option("--leader-logs-late", is_flag=True,
+              help="[cluster] leader_logs_late: a leader sends a PROPOSAL before its own log write is durable, as "
+                   "ZooKeeper's does (docs/operations.md).")
+def cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actions: str | None,
+            leader_logs_late: bool) -> None:
     """Start SERVERS zabref servers on 127.0.0.1 and wait until interrupted (Ctrl-C stops them cleanly)."""
     from zabref.runtime.cluster import run_cluster  # noqa: PLC0415 (start-up: see the module docstring)
 
-    run_cluster(servers, data_dir, base_port, tick_ms, log_actions)
+    run_cluster(servers, data_dir, base_port, tick_ms, log_actions, leader_logs_late)
 
 
 @main.group()

@@ -255,9 +255,11 @@ class LocalCluster:
         self.stop()
 
 
-def run_cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actions: str | None = None) -> None:
+def run_cluster(servers: int, data_dir: str, base_port: int, tick_ms: int, log_actions: str | None = None,
+                leader_logs_late: bool = False) -> None:
     """The ``zabref cluster`` command: start the servers, print where they listen, wait for SIGINT/SIGTERM."""
-    path = cluster_config(data_dir, servers, base_port, ClusterConfig(tick_ms=tick_ms))
+    path = cluster_config(data_dir, servers, base_port, ClusterConfig(tick_ms=tick_ms,
+                                                                      leader_logs_late=leader_logs_late))
     cluster = LocalCluster(path, action_log=log_actions)
     stop = {"now": False}
 
