@@ -36,10 +36,12 @@ LONG_DURATION = 600.0
               help="Also write the summary, counts and events to this JSON file.")
 @click.option("--validate", is_flag=True,
               help="Log every server's spec actions and check them with TLC (zabref validate) after the run.")
+@click.option("--leader-logs-late", is_flag=True,
+              help="The servers run with [cluster] leader_logs_late (a leader's PROPOSAL before its own fsync).")
 def faults(servers: int, duration: float | None, seed: int, long_: bool, writers: int, readers: int,
            write_pause: float, fault_count: int | None, concurrency: int | None, data_dir: str | None,
            json_path: str | None,
-           validate: bool) -> None:
+           validate: bool, leader_logs_late: bool) -> None:
     """Run a cluster under a write load while killing (-9), pausing (SIGSTOP) and cutting links between servers;
     then check that no acknowledged write was lost and that all servers delivered the same sequence (docs/faults.md).
     """
@@ -48,7 +50,8 @@ def faults(servers: int, duration: float | None, seed: int, long_: bool, writers
         duration = LONG_DURATION if long_ else 40.0
     result = run_faults(servers, duration, seed, long=long_, data_dir=data_dir, writers=writers, readers=readers,
                         write_pause=write_pause,
-                        concurrency=concurrency, validate=validate, faults=fault_count, echo=click.echo)
+                        concurrency=concurrency, validate=validate, faults=fault_count, echo=click.echo,
+                        leader_logs_late=leader_logs_late)
     if json_path is not None:
         write_json(result, json_path)
     if not result.ok:

@@ -144,18 +144,18 @@ def run_faults(servers: int = 3, duration: float = 40.0, seed: int = 1, *, long:
                data_dir: str | os.PathLike[str] | None = None, writers: int = 3, readers: int = 2,
                write_pause: float = 0.0,
                concurrency: int | None = None, calm: float = 3.0, validate: bool = False, faults: int | None = None,
-               echo: Callable[[str], None] = print) -> RunResult:
+               echo: Callable[[str], None] = print, leader_logs_late: bool = False) -> RunResult:
     """One fault run; see the module docstring. ``echo`` gets the progress lines and the summary. ``faults``: run
     until that many fault episodes were injected (with `FAST_TIMING`) instead of for ``duration`` seconds.
     ``write_pause``: seconds each writer waits after an acknowledged write (a long run keeps its history, and with it
-    each restart's log replay and each SNAP, small)."""
+    each restart's log replay and each SNAP, small). ``leader_logs_late``: the servers' [cluster] leader_logs_late."""
     keep = data_dir is not None
     folder = Path(data_dir) if keep else Path(tempfile.mkdtemp(prefix="zabref-faults-"))
     folder.mkdir(parents=True, exist_ok=True)
     base = find_free_base_port(servers)
     actions = folder / "actions" if validate else None
     try:
-        path = cluster_config(folder, servers, base, ClusterConfig())
+        path = cluster_config(folder, servers, base, ClusterConfig(leader_logs_late=leader_logs_late))
         with LocalCluster(path, action_log=actions, env={ENV_DISK: "powerloss"}) as cluster:
             result = _run(cluster, servers, duration, seed, long, writers, readers, write_pause, concurrency, calm,
                           faults, echo)

@@ -32,11 +32,36 @@ enough time pass, and the decision that it is due is the node's, as in normal mo
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from zabref.core.effects import Effects
+from zabref.core.node import Node
+from zabref.net.peers import Connection
+from zabref.net.votes import VoteChannel
 
-__all__ = ["NormalDriver", "ControlDriver"]
+__all__ = ["DriverHost", "NormalDriver", "ControlDriver"]
+
+
+class DriverHost(Protocol):
+    """All that a driver asks of its server (`zabref.runtime.server.Server` is one): run events in the pump, start a
+    task, and the node's entry points the drivers turn inputs into."""
+
+    @property
+    def node(self) -> Node | None: ...  # None only before the server starts; a driver runs after
+
+    def enqueue(self, event: Callable[[], Effects | None]) -> None: ...
+
+    async def call(self, event: Callable[[], Effects | None]) -> Effects: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]: ...
+
+    def deliver(self, conn: Connection) -> Effects | None: ...  # the head packet of a quorum connection
+
+    def deliver_vote(self, channel: VoteChannel) -> Effects | None: ...  # an election connection's head notification
+
+    def tick(self, now: float) -> Effects: ...
 
 
 class NormalDriver:
@@ -52,30 +77,30 @@ class NormalDriver:
     def now(self) -> float:
         return asyncio.get_running_loop().time() + self.skew
 
-    async def jump(self, server: Any, seconds: float) -> Effects:
+    async def jump(self, server: DriverHost, seconds: float) -> Effects:
         """Move the clock ``seconds`` forward, then tick the node at once (not as a stall: to the node, its peers
         were silent that long); the tick's Effects once carried out."""
         self.skew += seconds
         return await server.call(lambda: server.tick(self.now()))
 
-    def start(self, server: Any) -> None:
+    def start(self, server: DriverHost) -> None:
         server.spawn(self._ticker(server), "ticker")
 
-    def arrived(self, server: Any, conn: Any) -> None:
+    def arrived(self, server: DriverHost, conn: Connection) -> None:
         server.enqueue(lambda: server.deliver(conn))
 
-    def vote_arrived(self, server: Any, channel: Any) -> None:
+    def vote_arrived(self, server: DriverHost, channel: VoteChannel) -> None:
         server.enqueue(lambda: server.deliver_vote(channel))
 
-    def closed(self, server: Any) -> None:
+    def closed(self, server: DriverHost) -> None:
         server.enqueue(lambda: server.tick(self.now()))
 
-    def unblocked(self, server: Any, conns: list[Any]) -> None:
+    def unblocked(self, server: DriverHost, conns: list[Connection]) -> None:
         for conn in conns:
             for _ in range(len(conn.inbound)):
-                server.enqueue(lambda c=conn: server.deliver(c))
+                server.enqueue(functools.partial(server.deliver, conn))
 
-    async def _ticker(self, server: Any) -> None:
+    async def _ticker(self, server: DriverHost) -> None:
         loop = asyncio.get_running_loop()
         last = loop.time()
         while True:
@@ -83,11 +108,11 @@ class NormalDriver:
             now = loop.time()
             stalled = now - last > 2 * self.tick_s  # the loop did not run for over a tick: our stall, not theirs
             last = now
-            server.enqueue(lambda t=now + self.skew, s=stalled: _tick(server, t, s))
+            server.enqueue(functools.partial(_tick, server, now + self.skew, stalled))
 
 
-def _tick(server: Any, now: float, stalled: bool) -> Effects:
-    if stalled:
+def _tick(server: DriverHost, now: float, stalled: bool) -> Effects:
+    if stalled and server.node is not None:
         server.node.stalled(now)
     return server.tick(now)
 
@@ -104,22 +129,23 @@ class ControlDriver:
     def now(self) -> float:
         return self.clock
 
-    def start(self, server: Any) -> None:
+    def start(self, server: DriverHost) -> None:
         pass
 
-    def arrived(self, server: Any, conn: Any) -> None:
+    def arrived(self, server: DriverHost, conn: Connection) -> None:
         pass
 
-    def vote_arrived(self, server: Any, channel: Any) -> None:
+    def vote_arrived(self, server: DriverHost, channel: VoteChannel) -> None:
         pass
 
-    def closed(self, server: Any) -> None:
+    def closed(self, server: DriverHost) -> None:
         pass
 
-    def unblocked(self, server: Any, conns: list[Any]) -> None:
+    def unblocked(self, server: DriverHost, conns: list[Connection]) -> None:
         pass
 
-    def advance(self, server: Any) -> Effects:
+    def advance(self, server: DriverHost) -> Effects:
         """One tick of logical time, then the node's timers (the event the control socket's ``tick`` runs)."""
+        assert server.node is not None, "a control driver ticks a started server"
         self.clock += server.node.timing.tick_s
         return server.tick(self.clock)
