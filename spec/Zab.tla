@@ -253,13 +253,16 @@ LeaderLogsLate == FALSE
 \* it (`acks` is its row of ackIndex, as a step is about to leave it).
 CountsSelf(i, acks, k) == ~LeaderLogsLate \/ acks[i] >= k
 
-\* The commit point a leader i reaches with learners' acks (ackIndex): the largest k <= top such that i (when it
-\* counts itself, CountsSelf) and the learners whose ack reaches k are a quorum (0 if none). Counting down from the
-\* greatest ack costs a few steps, not the square of the history's length (which matters when `zabref validate`
-\* checks a long production run).
+\* The commit point a leader i reaches with learners' acks (ackIndex): the largest k <= top above i's commit point
+\* such that i (when it counts itself, CountsSelf) and the learners whose ack reaches k are a quorum; when there is
+\* none, a k no greater than i's commit point (CommitTo then commits nothing). Counting down from top stops at the
+\* commit point: it costs one step a proposal not yet committed, not one a transaction of the history (which
+\* matters when `zabref validate` checks a long run: a leader that logs late counts itself up to its whole history
+\* when it starts to lead, before any learner ACKs, and the count down to 0 from there overflowed TLC's stack on a
+\* validated fault run of 33,547 transactions, 2026-12-04).
 RECURSIVE QuorumPoint(_, _, _)
 QuorumPoint(i, acks, top) ==
-    IF top = 0 \/ IsQuorum({f \in Server : IF f = i THEN CountsSelf(i, acks, top) ELSE acks[f] >= top})
+    IF top <= lastCommitted[i] \/ IsQuorum({f \in Server : IF f = i THEN CountsSelf(i, acks, top) ELSE acks[f] >= top})
     THEN top ELSE QuorumPoint(i, acks, top - 1)
 MaxAck(acks) == LET m == {acks[f] : f \in Server} IN CHOOSE k \in m : \A k2 \in m : k2 <= k
 
