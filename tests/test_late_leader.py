@@ -220,3 +220,31 @@ def test_a_late_leaders_power_cut_replays_on_real_servers(late_scenario_traces, 
             failed = replay_file(path, bug=bug.name, bug_root=root)
         assert failed.failure is not None and failed.failure.action == "Crash", failed
         assert "history (durable)" in failed.failure.differences or "history" in failed.failure.differences
+
+
+@pytest.mark.slow
+def test_the_quorum_point_of_a_long_history_costs_what_is_not_committed_yet(tmp_path: Path, tla):
+    """spec/Zab.tla's QuorumPoint counts down from its top only to the leader's commit point: a late leader counts
+    itself up to its whole history when it starts to lead, before any learner ACKs, and a count down to 0 from
+    40,000 overflows TLC's stack (the validation of a late fault run of 33,547 transactions did, 2026-12-04)."""
+    import shutil
+
+    from conformance.tla.tools import Outcome, run_tlc
+
+    shutil.copyfile(SPEC / "Zab.tla", tmp_path / "Zab.tla")
+    (tmp_path / "QP.tla").write_text("""---- MODULE QP ----
+EXTENDS Zab
+Long == [k \\in 1 .. 40000 |-> [zxid |-> <<1, k>>, value |-> 1]]
+Jump == /\\ lastCommitted[1] = 0
+        /\\ history' = [history EXCEPT ![1] = Long]
+        /\\ lastCommitted' = [lastCommitted EXCEPT ![1] = 39990]
+        /\\ UNCHANGED <<acceptedEpoch, currentEpoch, state, zabState, leader, stagedHistory, leaderVars, msgs,
+                       checkVars, faults>>
+\\* leader 1 counts itself up to 40,000, nobody else has ACKed: no quorum above its commit point
+Point == lastCommitted[1] > 0 => QuorumPoint(1, [f \\in Server |-> IF f = 1 THEN 40000 ELSE 0], 40000) = 39990
+====
+""")
+    (tmp_path / "QP.cfg").write_text("CONSTANTS\n    N = 3\n    MaxEpoch = 1\n    MaxTxns = 1\n    MaxFaults = 0\n"
+                                     "INIT Init\nNEXT Jump\nINVARIANT Point\n")
+    result = run_tlc(tmp_path / "QP.tla", tmp_path / "QP.cfg", extra_args=("-deadlock",), tools=tla)
+    assert result.outcome is Outcome.OK and result.distinct_states == 2, result.message
