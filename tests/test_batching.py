@@ -142,12 +142,21 @@ def test_one_batch_of_proposals_is_one_socket_write_after_the_fsync(tmp_path: Pa
 
 
 @pytest.mark.parametrize("inline", [True, False], ids=["inline-sync", "disk-thread"])
-def test_the_leaders_proposal_leaves_only_after_its_own_fsync(tmp_path: Path, events: list[str], inline: bool) -> None:
+@pytest.mark.parametrize("late, expected", [
+    (False, ["fsync", "write PROPOSAL", "ACK queued (leader committed 0)", "write COMMIT"]),
+    (True, ["write PROPOSAL", "ACK queued (leader committed 0)", "fsync", "write COMMIT"]),
+], ids=["logs-first", "logs-late"])
+def test_the_leaders_proposal_leaves_after_its_own_fsync_unless_it_logs_late(
+        tmp_path: Path, events: list[str], inline: bool, late: bool, expected: list[str]) -> None:
     """The leader's log write is durable before its PROPOSAL leaves, so it may count itself in every quorum of ACKs;
-    the follower's ACK, taken in a later batch, commits."""
+    the follower's ACK, taken in a later batch, commits. With [cluster] leader_logs_late (spec/Zab.tla's
+    LeaderLogsLate) the PROPOSAL leaves first, the write is synced after it (`Server.write_late`, as the normal
+    driver does after every batch), and only then does the leader count itself (LeaderOwnACK): the follower's ACK,
+    queued before that sync, commits nothing on its own."""
 
     async def scenario() -> None:
-        server, task = await _started(tmp_path)
+        server, task = await _started(tmp_path, late=late)
+        server.driver.writes_late = True  # as NormalDriver: late writes go to disk after the batch's sends
         core = server.core
         conn = Connection(2, initiated=False)
 
@@ -166,43 +175,8 @@ def test_the_leaders_proposal_leaves_only_after_its_own_fsync(tmp_path: Path, ev
             if core.last_committed == 1:
                 break
             await asyncio.sleep(0.01)
-        assert events == ["fsync", "write PROPOSAL", "ACK queued (leader committed 0)", "write COMMIT"]
-        server.stop()
-        await task
-
-    asyncio.run(scenario())
-
-
-@pytest.mark.parametrize("inline", [True, False], ids=["inline-sync", "disk-thread"])
-def test_a_late_leaders_proposal_leaves_before_its_fsync_and_it_counts_itself_only_after(
-        tmp_path: Path, events: list[str], inline: bool) -> None:
-    """[cluster] leader_logs_late (spec/Zab.tla's LeaderLogsLate): the PROPOSAL leaves first, the leader's log write
-    is synced after it (`Server.write_late`, as the normal driver does after every batch), and only then does the
-    leader count itself (LeaderOwnACK): the follower's ACK, queued before that sync, commits nothing on its own."""
-
-    async def scenario() -> None:
-        server, task = await _started(tmp_path, late=True)
-        server.driver.writes_late = True  # as NormalDriver: the late writes go to disk after the batch's sends
-        core = server.core
-        conn = Connection(2, initiated=False)
-
-        def ack_at_once(p: QuorumPacket) -> None:
-            if p.type == PacketType.PROPOSAL:
-                events.append(f"ACK queued (leader committed {core.last_committed})")
-                server.enqueue(lambda: _take(server, conn, QuorumPacket(PacketType.ACK, p.zxid)))
-
-        conn.attach(_RecordingWriter(events, ack_at_once))
-        server.conns[2] = conn
-        await _leader_in_broadcast(server, conn)
-        server._last_sync_s = 0.0 if inline else 1.0
-        events.clear()
-        await server.call(lambda: _submit(server, b"v"))
-        for _ in range(200):
-            if core.last_committed == 1:
-                break
-            await asyncio.sleep(0.01)
-        assert events == ["write PROPOSAL", "ACK queued (leader committed 0)", "fsync", "write COMMIT"]
-        assert core.ack_index[1] == 1 and server.late == []
+        assert events == expected
+        assert core.ack_index[1] == (1 if late else 0) and server.late == []
         server.stop()
         await task
 
