@@ -85,9 +85,9 @@ def sent(out: Output) -> list[tuple[int, PacketType, int]]:
 class Net:
     """Cores joined by FIFO channels; `drain` takes packets in a fixed order until none is left."""
 
-    def __init__(self, n: int, persistent: dict[int, Persistent] | None = None) -> None:
+    def __init__(self, n: int, persistent: dict[int, Persistent] | None = None, logs_late: bool = False) -> None:
         self.servers = tuple(range(1, n + 1))
-        self.core = {s: ZabCore(s, self.servers, (persistent or {}).get(s)) for s in self.servers}
+        self.core = {s: ZabCore(s, self.servers, (persistent or {}).get(s), logs_late=logs_late) for s in self.servers}
         self.ch: dict[tuple[int, int], deque[QuorumPacket]] = {
             (a, b): deque() for a in self.servers for b in self.servers if a != b
         }
@@ -111,9 +111,11 @@ class Net:
             self.do(s, core.become_leader() if s == leader else core.become_follower(leader))
 
 
-def established(n: int = 3, leader: int | None = None, history: tuple[Txn, ...] = ()) -> Net:
-    """Every server holds ``history``; the cluster has elected ``leader`` and run phases 1-2 to BROADCAST."""
-    net = Net(n, {s: Persistent(history) for s in range(1, n + 1)})
+def established(n: int = 3, leader: int | None = None, history: tuple[Txn, ...] = (),
+                logs_late: bool = False) -> Net:
+    """Every server holds ``history``; the cluster has elected ``leader`` and run phases 1-2 to BROADCAST.
+    ``logs_late``: every server's LeaderLogsLate."""
+    net = Net(n, {s: Persistent(history) for s in range(1, n + 1)}, logs_late)
     net.elect(leader or n, net.servers)
     net.drain()
     return net

@@ -195,7 +195,7 @@ def replay(trace: Trace, source: str, *, bug: str | None = None, bug_root: Path 
     world = FleReplay(trace, source) if is_fle_trace(trace) else ZabReplay(trace, source)
     result = ReplayResult(str(source), trace.header.config, len(trace.steps) - 1, bug=bug)
     seed = world.seed()
-    late = getattr(world, "late", False)
+    late = world.late
     key = (world.n, bug, str(bug_root), forked, str(workdir), late) if reuse and not seed else None
     cluster = pool.take(key) if key is not None else None
     try:
@@ -523,9 +523,12 @@ def _held_from(i: int, states: dict[int, dict]) -> dict[int, int]:
 
 def _sent_before_fsync(cluster: Cluster, i: int, before: dict[int, int]) -> str:
     """Server i is stopped at an fsync: what a peer already holds from i beyond ``before`` (a problem text, "" when
-    nothing); i is resumed either way."""
+    nothing); i is resumed either way. A peer the driver paused (a LeaderTimeout's learners) is passed over: stopped,
+    it reads nothing from its sockets, so nothing of the step can have reached its queue -- and it could not answer."""
     try:
         for p, count in before.items():
+            if cluster.stopped(p):
+                continue
             held = cluster.request(p, "state")["held"].get(str(i), [])
             if len(held) > count:
                 return (f"server {i} sent {held[count]['type']}(zxid {held[count]['zxid']:#x}) to server {p} before "

@@ -59,7 +59,7 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -338,11 +338,7 @@ class Server(PeerLinks):
                 try:
                     await self._persist(steps)
                 except (StorageError, OSError, ValueError) as e:
-                    log.critical("storage failed, stopping: %s", e)
-                    for fut, _ in done:
-                        if fut is not None and not fut.done():
-                            fut.set_exception(StorageError(f"storage failed: {e}"))
-                    self.stop(2)
+                    self._storage_failed(e, [fut for fut, _ in done])
                     return
             changed = False
             for eff in effects:
@@ -361,10 +357,8 @@ class Server(PeerLinks):
             if self.late and self.driver.writes_late:
                 try:
                     upto = await self.write_late()
-                except (StorageError, OSError, ValueError) as e:
-                    log.critical("storage failed, stopping: %s", e)
-                    self.stop(2)
-                    return
+                except StorageError:
+                    return  # stopping (`write_late`)
                 if upto is not None:
                     self.enqueue(lambda u=upto: self.node.logged(*u, self.driver.now()))
 
@@ -387,13 +381,27 @@ class Server(PeerLinks):
 
     async def write_late(self, upto: int | None = None) -> tuple[int, int] | None:
         """Make the waiting late writes durable -- those up to history entry ``upto`` of their role, or all --, in
-        order, with one sync; the (role serial, history length) they bring the log to, None when none waited."""
+        order, with one sync; the (role serial, history length) they bring the log to, None when none waited. A
+        failed write stops the server, as in the pump, and raises StorageError."""
         take = list(itertools.takewhile(lambda item: upto is None or item[1][1] <= upto, self.late))
         if not take:
             return None
         del self.late[:len(take)]
-        await self._persist([ops for ops, _ in take])
+        try:
+            await self._persist([ops for ops, _ in take])
+        except (StorageError, OSError, ValueError) as e:
+            self._storage_failed(e, ())
+            raise StorageError(f"storage failed: {e}") from e
         return take[-1][1]
+
+    def _storage_failed(self, e: BaseException, waiting: Iterable[asyncio.Future[Effects] | None]) -> None:
+        """A write or sync failed: stop the server (exit code 2: the node would otherwise run ahead of its disk),
+        failing the callers still ``waiting``."""
+        log.critical("storage failed, stopping: %s", e)
+        for fut in waiting:
+            if fut is not None and not fut.done():
+                fut.set_exception(StorageError(f"storage failed: {e}"))
+        self.stop(2)
 
     async def _persist(self, steps: list[Any]) -> None:
         """Each step one atomic batch, then one sync for them all (inline when the disk has been quick, unless the
