@@ -13,7 +13,7 @@ from conformance.errors import SpecFormatError
 from conformance.replay.switches import leader_logs_late
 from conformance.validate.actionlogs import Event
 from conformance.validate.merge import drop_lost
-from test_core import P, Net, sent, t, z
+from test_core import P, Net, established, sent, t, z
 from zabref.config import ConfigError, load_config
 from zabref.core.effects import Timing
 from zabref.core.node import Node
@@ -24,12 +24,8 @@ SPEC = Path(__file__).resolve().parent.parent / "spec"
 
 
 def late_established(n: int = 3, history: tuple[Txn, ...] = ()) -> Net:
-    """As test_core.established, every server logging late; server n leads in BROADCAST."""
-    net = Net(n, {s: Persistent(history) for s in range(1, n + 1)})
-    for core in net.core.values():
-        core.logs_late = True
-    net.elect(n, net.servers)
-    net.drain()
+    """test_core.established with every server logging late; server n leads in BROADCAST."""
+    net = established(n, history=history, logs_late=True)
     assert net.core[n].zab_state == ZabState.BROADCAST
     return net
 
@@ -96,11 +92,7 @@ def test_a_late_leaders_own_ack_first_then_one_ack_commits_and_a_batch_counts_up
     ("late", 2, "within its history"),
 ])
 def test_leader_own_ack_is_refused_where_the_spec_does_not_enable_it(setup: str, k: int, message: str):
-    net = late_established(3) if setup != "early" else None
-    if setup == "early":
-        net = Net(3)
-        net.elect(3, net.servers)
-        net.drain()
+    net = established(3, logs_late=setup != "early")
     core = net.core[1 if setup == "follower" else 3]
     if setup == "late":
         net.do(3, core.client_request(b"a"))
@@ -193,7 +185,8 @@ def test_the_merge_keeps_a_late_leaders_proposal_that_its_power_cut_took_off_its
 @pytest.fixture(scope="module")
 def late_scenario_traces(tmp_path_factory) -> dict[str, Path]:
     """The witnesses of `LATE_SCENARIOS` in model tinylate's graph (generated with its traces when not cached),
-    written as trace files: a late leader's power cut, which no action-coverage trace of tinylate reaches."""
+    written as trace files: a late leader's power cut or step-down, which no action-coverage trace of tinylate
+    reaches."""
     from conformance.replay.regress import graphs_of, write
     from conformance.replay.scenarios import LATE_SCENARIOS
 
@@ -202,23 +195,42 @@ def late_scenario_traces(tmp_path_factory) -> dict[str, Path]:
     return {entry["scenario"]: out / entry["file"] for entry in manifest["traces"]}
 
 
+#: scenario -> (its steps, the seeded bug it catches and the action it departs at; None: none)
+LATE_CASES = {
+    "late-leader-crash-loses-unlogged": (12, None),
+    "late-leader-crash-keeps-unlogged": (12, ("own_ack_without_fsync", "Crash")),
+    "late-leader-times-out-unlogged": (10, ("late_write_left_behind_at_role_change", "LeaderTimeout")),
+}
+
+
+def test_every_bug_a_scenario_catches_has_its_case():
+    from conformance.replay.scenarios import LATE_SCENARIOS
+    from conformance.replay.seeded import load_bugs
+
+    assert set(LATE_CASES) == {s.name for s in LATE_SCENARIOS}
+    assert {b.name for b in load_bugs() if b.expect == "scenario"} <= {c[1][0] for c in LATE_CASES.values() if c[1]}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["late-leader-crash-loses-unlogged", "late-leader-crash-keeps-unlogged"])
-def test_a_late_leaders_power_cut_replays_on_real_servers(late_scenario_traces, scenario: str):
+@pytest.mark.parametrize("scenario", sorted(LATE_CASES))
+def test_a_late_leaders_power_cut_and_step_down_replay_on_real_servers(late_scenario_traces, scenario: str):
     """The control driver holds the leader's log write; at the Crash it keeps what the step keeps (``log_late``
     without the ack when the disk keeps the proposal), and the disk is read after every step as a power cut leaves
-    it. A late leader whose own ACK is not synced fails the second at its Crash (the disk lost what the step keeps)."""
+    it. A late leader whose own ACK is not synced fails at the Crash that keeps the proposal (the disk lost what the
+    step keeps); one whose held write is not made durable when it gives up leading fails at that LeaderTimeout."""
     from conformance.replay.driver import replay_file
     from conformance.replay.seeded import load_bugs, patched_package
 
     path = late_scenario_traces[scenario]
+    steps, caught = LATE_CASES[scenario]
     result = replay_file(path)
-    assert result.error is None and result.failure is None and result.replayed == result.steps == 12, result
-    if scenario.endswith("keeps-unlogged"):
-        bug = next(b for b in load_bugs() if b.name == "own_ack_without_fsync")
+    assert result.error is None and result.failure is None and result.replayed == result.steps == steps, result
+    if caught is not None:
+        name, action = caught
+        bug = next(b for b in load_bugs() if b.name == name)
         with patched_package(bug) as root:
             failed = replay_file(path, bug=bug.name, bug_root=root)
-        assert failed.failure is not None and failed.failure.action == "Crash", failed
+        assert failed.failure is not None and failed.failure.action == action, failed
         assert "history (durable)" in failed.failure.differences or "history" in failed.failure.differences
 
 
@@ -248,3 +260,56 @@ Point == lastCommitted[1] > 0 => QuorumPoint(1, [f \\in Server |-> IF f = 1 THEN
                                      "INIT Init\nNEXT Jump\nINVARIANT Point\n")
     result = run_tlc(tmp_path / "QP.tla", tmp_path / "QP.cfg", extra_args=("-deadlock",), tools=tla)
     assert result.outcome is Outcome.OK and result.distinct_states == 2, result.message
+
+
+def test_action_logs_of_one_run_that_disagree_on_the_setting_are_refused_naming_the_line(tmp_path: Path):
+    """`zabref validate` checks a run with LeaderLogsLate when its restart lines say the servers log late; logs that
+    disagree are no one run: an input error naming the file and line, nothing validated."""
+    import json
+
+    from conformance.errors import InputError
+    from conformance.validate.actionlogs import read_logs
+
+    vars_ = {"history": [], "accepted_epoch": 0, "current_epoch": 0}
+    for sid, late in ((1, True), (2, False), (3, True)):
+        line = {"sid": sid, "n": 0, "t": sid, "kind": "restart", "vars": vars_, **({"leader_logs_late": True}
+                                                                                   if late else {})}
+        (tmp_path / f"actions-{sid}.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(InputError, match=r"actions-2.jsonl:1.*does not log late.*actions-1.jsonl:1 says the opposite"):
+        read_logs(tmp_path)
+    (tmp_path / "actions-2.jsonl").unlink()
+    assert read_logs(tmp_path).late is True
+
+
+def test_log_late_refuses_a_bad_request_and_changes_nothing(tmp_path: Path):
+    """The control socket's ``log_late``: ``upto`` a positive integer, ``ack`` a boolean; else an error, and the
+    held writes stay held."""
+    import asyncio
+
+    from test_batching import _leader_in_broadcast, _RecordingWriter, _started, _submit
+
+    from zabref.net.peers import Connection
+    from zabref.runtime.control import ControlPort
+
+    async def scenario() -> None:
+        server, task = await _started(tmp_path, late=True)
+        conn = Connection(2, initiated=False)
+        conn.attach(_RecordingWriter([]))
+        server.conns[2] = conn
+        await _leader_in_broadcast(server, conn)
+        await server.call(lambda: _submit(server, b"a"))
+        port = ControlPort(server, b"t" * 16)
+        for bad, message in (({"upto": 0}, '"upto" must be a positive integer'),
+                             ({"upto": True}, '"upto" must be a positive integer'),
+                             ({"ack": "yes"}, '"ack" must be true or false')):
+            with pytest.raises(ValueError, match=message):
+                await port.op_log_late(bad)
+            assert [k for _, (_, k) in server.late] == [1]
+        assert await port.op_log_late({"upto": 1}) == {"logged": 1, "actions": [
+            {"module": "Zab", "name": "LeaderOwnACK", "params": {"i": 1}}]}
+        assert server.late == [] and await port.op_log_late({}) == {"logged": None, "actions": []}
+        server.stop()
+        await task
+
+    asyncio.run(scenario())
+

@@ -129,6 +129,11 @@ NOT_YET: dict[str, str] = {
     # follower takes the later COMMIT as "everything up to", so no invariant breaks; its harm is a ZooKeeper
     # follower's. Six of ci's action traces catch it, and the regression trace sync-outstanding-sent-again.
     "sync_keeps_outstanding": "no harm to zabref's followers: a ZooKeeper follower's; conformance compares the sync",
+    # 2026-12-04: seeds 0..300 of 300 steps and 0..20 of 1,000 steps validated, with --leader-logs-late, none failed.
+    # In normal mode a batch's late writes are synced right after its sends, so only a power cut between a
+    # LeaderTimeout's effects and that sync, in the same batch, shows it; the scenario late-leader-times-out-unlogged
+    # (tests/test_late_leader.py) holds the write there and catches it at that LeaderTimeout.
+    "late_write_left_behind_at_role_change": "a window of one batch that the schedules do not reach",
 }
 
 

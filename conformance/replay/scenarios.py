@@ -423,6 +423,15 @@ def _late_crash(keeps: bool) -> StepFn:
     return step
 
 
+def _late_timeout(m: Memory, before: State, action: str, params: dict, after: State) -> Memory:
+    """A leader that logs late gives up leading (LeaderTimeout) with a proposal it has not logged: LOOKING, its
+    whole history is what a crash keeps (Kept(i)), so the write must be durable before anything of the step leaves."""
+    if action != "LeaderTimeout":
+        return None
+    k = _srv(params)
+    return ACCEPT if _established(before, k) and before["ackIndex"][k][k] < len(before["history"][k]) else None
+
+
 #: Scenarios of model tinylate (zabref with [cluster] leader_logs_late), which no action-coverage trace of it
 #: reaches: tests/test_late_leader.py searches them in tinylate's graph and replays the witnesses against zabref.
 LATE_SCENARIOS = (
@@ -435,6 +444,10 @@ LATE_SCENARIOS = (
              "As late-leader-crash-loses-unlogged, but the write reached the disk before the power cut, without the "
              "leader's own ACK: the restarted server holds the proposal. Failing means a held write was lost or its "
              "sync counted as the leader's ACK.", _late_crash(keeps=True)),
+    Scenario("late-leader-times-out-unlogged", "tinylate", "spec/README.md, departure 13 (LeaderLogsLate: Kept)",
+             "A late leader with a proposal it has not logged gives up leading: from then on its whole history is "
+             "what a crash keeps. Failing means the held write was not made durable with the role's change.",
+             _late_timeout),
 )
 
 

@@ -13,7 +13,9 @@ form of the spec mutations (spec/mutations/*.toml)::
                                          # (zabref simulate; tests/test_sim_bugs.py); or "security": the
                                          # TLS / quorum-auth ensemble tests catch it (tests/test_security.py);
                                          # or "reads": the fault runner's read checker (tests/test_faults.py);
-                                         # or "adversary": the adversarial peer (tests/test_adversary.py)
+                                         # or "adversary": the adversarial peer (tests/test_adversary.py);
+                                         # or "scenario": a scenario searched in the config's graph at test
+                                         # time (LATE_SCENARIOS: tests/test_late_leader.py)
     validated = true                     # optional: a short run of the patched servers in normal mode (zabref
                                          # cluster) fails `zabref validate` too (tests/test_validate.py)
     [[replace]]
@@ -53,8 +55,9 @@ BUGS_DIR = Path(__file__).resolve().parent / "bugs"
 #: the deterministic simulator (`zabref simulate`: five servers, long fault schedules), or the security tests (TLS
 #: and quorum authentication are off in conformance), or the fault runner's read checker (conformance never syncs),
 #: or the adversarial peer (conformance/fuzz/adversary.py), or a real ZooKeeper server beside zabref's in one ensemble
-#: (tests/test_zk_mixed.py: what an all-zabref run cannot tell apart).
-EXPECT = ("caught", "regression", "storage", "simulation", "security", "reads", "adversary", "zookeeper")
+#: (tests/test_zk_mixed.py: what an all-zabref run cannot tell apart), or a scenario of the config's graph that no
+#: action-coverage trace reaches, searched when the test runs (`conformance.replay.scenarios.LATE_SCENARIOS`).
+EXPECT = ("caught", "regression", "storage", "simulation", "security", "reads", "adversary", "zookeeper", "scenario")
 
 
 @dataclass(frozen=True)
