@@ -282,7 +282,9 @@ def test_reset_starts_a_new_server_in_the_same_process_on_an_empty_data_director
     d.states = settle(d.ctl)
     assert {sid: s.proc.pid for sid, s in d.cluster.servers.items()} == pids  # the same processes
     for sid in (1, 2, 3):
-        assert d.ctl[sid].request("ping")["incarnation"] == 2
+        ping = d.ctl[sid].request("ping")
+        assert ping["incarnation"] == 2
+        assert ping["gc"]["tenuring"] is True and ping["gc"]["full_collections"] >= 1  # the reset's release collected
         assert (d.var(sid, "history"), d.var(sid, "accepted_epoch"), d.var(sid, "state")) == ([], 0, "LOOKING")
         assert d.cluster.durable(sid).history == ()  # on disk too: the storage was removed
         assert d.states[sid]["connections"] == [] and d.states[sid]["held"] == {}
@@ -297,7 +299,9 @@ def test_reset_is_refused_in_normal_mode(tmp_path: Path) -> None:
     path = cluster_config(tmp_path, 3, find_free_base_port(3), ClusterConfig(tick_ms=50, init_limit=20, sync_limit=10))
     with LocalCluster(path).start() as cluster, cluster[1].control(timeout=5.0) as c:
         assert "only in control mode" in c.raw({"op": "reset"})["error"]
-        assert c.request("ping")["incarnation"] == 1
+        ping = c.request("ping")
+        assert ping["incarnation"] == 1
+        assert ping["gc"]["tenuring"] is True  # every server process tenures (zabref.runtime.tenure)
 
 
 def _conn(peer: int, sent: int, received: int, state: str = "open") -> dict:

@@ -61,6 +61,7 @@ from zabref.errors import ConfigError, ZabError
 from zabref.net import peers
 from zabref.net.votes import ElectionSender, VoteChannel
 from zabref.runtime.actionlog import describe_packet
+from zabref.runtime.tenure import TENURING
 from zabref.storage import Storage
 
 __all__ = ["ControlPort", "ControlPortHost", "ControlError", "MAX_LINE", "LINE_TIMEOUT", "MAX_TICKS", "read_token",
@@ -287,7 +288,7 @@ class ControlPort:
 
     async def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"sid": self.server.sid, "pid": os.getpid(), "mode": self.server.driver.name,
-                "incarnation": self.server.incarnation, "build": zabref.build()}
+                "incarnation": self.server.incarnation, "build": zabref.build(), "gc": TENURING.report()}
 
     async def op_state(self, request: dict[str, Any]) -> dict[str, Any]:
         """The server's state. ``until`` (optional): ``{"received": {peer: n}, "votes": {peer: n}, "flushed":

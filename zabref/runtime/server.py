@@ -42,7 +42,8 @@ Reset (control mode only). The control socket's ``reset`` stops the server; `run
 from the data directory (`wipe_data_dir`: every file but the logs) and runs a new `Server` -- new event loop, new
 `Machine` and disk, new storage, the same start-up as a new process -- as incarnation k + 1 (``ping`` says which).
 The conformance driver reuses a cluster's processes across traces this way instead of forking new ones; a Crash is
-still a SIGKILL and a new process.
+still a SIGKILL and a new process. Between the two, every object the old incarnation tenured is collected
+(`zabref.runtime.tenure`: a server process keeps the survivors of each full collection out of later ones).
 
 Surroundings. The network and time are the running event loop's (asyncio streams, ``loop.time()``); the disk, the
 connection ids, the clock that times a sync, the sync worker and the signals are the `zabref.runtime.machine.Machine`'s.
@@ -78,6 +79,7 @@ from zabref.runtime.actionlog import ActionLog
 from zabref.runtime.drivers import ControlDriver, NormalDriver
 from zabref.runtime.links import HOLD_LIMIT, PeerLinks
 from zabref.runtime.machine import Machine
+from zabref.runtime.tenure import TENURING
 from zabref.storage import Storage
 
 __all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "INLINE_SYNC_MIN_STEPS", "run_server",
@@ -526,6 +528,7 @@ def run_server(config: Config, sid: int, *, control: bool, action_log: str | Non
         return await server.run()
 
     incarnation = 1
+    TENURING.install()  # the survivors of each full collection are not walked again (zabref.runtime.tenure)
     while True:
         driver = ControlDriver() if control else NormalDriver(config.cluster.tick_ms / 1000)
         log_ = ActionLog.open(action_log, sid) if action_log else None
@@ -536,8 +539,11 @@ def run_server(config: Config, sid: int, *, control: bool, action_log: str | Non
         # The control socket's reset: the next incarnation is a new Server -- new event loop, new Machine (its
         # disk, so a power-loss disk's unsynced state goes with the old one), new storage -- on an empty data
         # directory, through the same start-up as a new process; only the interpreter and its imports are kept.
+        pause = server.reset_requested == "pause"
+        del server, driver, log_
+        TENURING.release()  # the old incarnation's objects, cycles among them too, are collected now
         removed = wipe_data_dir(config.server(sid).data_dir)
-        if server.reset_requested == "pause":
+        if pause:
             os.kill(os.getpid(), signal.SIGSTOP)  # until the driver has seen every old server of its cluster gone
         incarnation += 1
         log.info("server %d reset: incarnation %d starts on an empty data directory (removed %s)", sid, incarnation,
