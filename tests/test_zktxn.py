@@ -176,3 +176,60 @@ def test_every_byte_of_a_create_changed_the_quick_check_agrees_with_the_strict_r
             taken += 1
             assert zktxn._strict_value(Z, body, "test") == zktxn.FOREIGN + body
     assert taken > len(data)  # the bytes no check reads (session, time, the node's data, perms) still pass
+
+
+class _FieldByField(zktxn.TxnReader):
+    """The same reader, so that `zktxn.decode_txn` takes no quick path."""
+
+    __slots__ = ()
+
+
+def _strict_fields(body: bytes) -> dict | None:
+    try:
+        return zktxn.decode_txn(body, "test", _FieldByField)
+    except CodecError:
+        return None
+
+
+@given(CREATES)
+def test_a_creates_fields_are_read_quickly_and_as_the_field_by_field_read_gives_them(data) -> None:
+    quick = zktxn._quick_create_fields(data)
+    assert quick is not None and quick == _strict_fields(data) == zktxn.decode_txn(data, "test")
+
+
+@given(CREATES, st.lists(st.tuples(st.integers(0, 300), st.integers(0, 255)), max_size=3), st.integers(-3, 3))
+def test_the_quick_read_of_a_creates_fields_agrees_with_the_field_by_field_read(data, edits, cut) -> None:
+    body = bytearray(data)
+    for at, byte in edits:
+        body[at % len(body)] = byte
+    body = bytes(body[:len(body) + cut] if cut < 0 else body + bytes(cut))
+    quick = zktxn._quick_create_fields(body)
+    assert quick is None or quick == _strict_fields(body)
+
+
+@pytest.mark.parametrize("data", [_create(Z, "/app/é", b"data", [(31, "world", "anyone"), (1, "digest", "u:hé")],
+                                          True, True), _create(Z, "/n", None, None, False, False)])
+def test_every_byte_of_a_create_changed_the_quick_read_of_its_fields_agrees(data) -> None:
+    """Each byte set to 0x00, 0x02, 0x80 and 0xff, and every cut: the quick read gives what the field-by-field read
+    gives, or leaves the body to it -- and decode_txn's answer (or error) is the field-by-field read's."""
+    bodies = [data[:k] for k in range(len(data))]
+    bodies += [data[:k] + bytes([b]) + data[k + 1:] for k in range(len(data)) for b in (0x00, 0x02, 0x80, 0xFF)]
+    taken = 0
+    for body in bodies:
+        quick, strict = zktxn._quick_create_fields(body), _strict_fields(body)
+        if quick is not None:
+            taken += 1
+            assert quick == strict
+        if strict is None:
+            with pytest.raises(CodecError):
+                zktxn.decode_txn(body, "test")
+        else:
+            assert zktxn.decode_txn(body, "test") == strict
+    assert taken > len(data)
+
+
+def test_the_quick_read_of_fields_leaves_other_types_to_the_field_by_field_read() -> None:
+    other = bytearray(_create(Z, "/a", b"x", None, False, False))
+    other[zktxn.HEADER.size - 1] = 5  # setData's type
+    assert zktxn._quick_create_fields(bytes(other)) is None
+    assert zktxn._quick_create_fields(b"") is None

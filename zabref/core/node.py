@@ -80,8 +80,11 @@ class Node(ClientRequests, ZkClients):
     """One server's decisions (module docstring). ``core`` and ``fle`` are its Zab and election state machines."""
 
     def __init__(self, sid: int, servers: tuple[int, ...], persistent: Persistent, timing: Timing, *,
-                 logs_late: bool = False) -> None:
+                 logs_late: bool = False, zk_clients: bool = False) -> None:
+        """``zk_clients``: this server serves ZooKeeper clients (`zabref.core.zkclients`: its trees follow every
+        delivery)."""
         self.sid = sid
+        self.zk_clients = zk_clients
         self.timing = timing
         self.core = ZabCore(sid, servers, persistent, logs_late=logs_late)
         #: changes at every change of role: a late log write reported durable after the role it was made in ended

@@ -13,8 +13,13 @@ served as ZooKeeper serves it, and its requests take the paths ZooKeeper's do:
   the leader prepares it the same way. Either way the request waits, keyed by its session and cxid (which the
   transaction's header carries), until this server delivers that transaction, and is answered with what applying
   it gave (the created path, the node's Stat, ZooKeeper's error code of an error transaction, a multi's results):
-  the tree of this server's delivered transactions (`zk_applied`) is brought up to date only while such a request
-  waits or a read comes, so a server with no ZooKeeper client pays nothing per write. Its transaction is one above
+  the tree of this server's delivered transactions (`zk_applied`) is brought up to date at every delivery on a
+  server that serves ZooKeeper clients (`Node.zk_clients`: it has a ZooKeeper client port), as a ZooKeeper server
+  applies each transaction it delivers, and a leader's proposal tree (`zk_tree`) with it; a server without that port
+  follows them only when a forwarded write or a read comes. Followed only then, a tree caught up in one step over
+  all the transactions delivered since, and held the server's loop as long: after 150,000 writes through another
+  server, longer than the 1.33 s a ZooKeeper client waits to hear from its server, and the first client to come
+  lost its session (docs/performance.md, "Trees kept current"). Its transaction is one above
   this server's last zxid when it arrived (a leader proposes it next; a follower's leader proposes it after all it
   had sent), so a transaction at or below that zxid never answers it: a session's cxid may come again (kazoo numbers
   each connection's requests from 1), and an older transaction of the same session and cxid, delivered late, once
@@ -56,6 +61,7 @@ class ZkClients(NodeParts):
     """The ZooKeeper-client half of `Node` (module docstring)."""
 
     # What else it uses of its node, which sets them (`zabref.core.node.Node.__init__`): declared for the type checker.
+    zk_clients: bool
     zk_tree: zktree.HistoryTree
     zk_applied: zktree.HistoryTree
     _zk_waiting: dict[tuple[int, int], tuple[int, float, int]]
@@ -106,10 +112,15 @@ class ZkClients(NodeParts):
         return {"zk": result}
 
     def _zk_delivered(self, out: EffectsBuilder) -> None:
-        """Answer the ZooKeeper clients' writes whose transactions were just delivered (module docstring)."""
-        if not self._zk_waiting:
-            return
+        """Answer the ZooKeeper clients' writes whose transactions were just delivered; with `zk_clients`, keep the
+        trees current even when none waits (module docstring)."""
         core = self.core
+        if self.zk_clients and core.state == ServerState.LEADING:
+            self.zk_tree.follow(core.history)
+        if not self._zk_waiting:
+            if self.zk_clients:
+                self.zk_applied.follow(core.history, core.last_committed)
+            return
 
         def applied(txn: dict[str, Any], err: int) -> None:
             key = (zktree.session_of(txn), txn["cxid"])

@@ -171,7 +171,8 @@ class Server(PeerLinks):
         self.storage, report = Storage.open(self.me.data_dir, disk=disk)
         log.info("storage: %s", report)
         self.node = Node(self.sid, self.config.sids, self.storage.persistent(), timing_of(self.config),
-                         logs_late=self.config.cluster.leader_logs_late)
+                         logs_late=self.config.cluster.leader_logs_late,
+                         zk_clients=self.me.zk_client_port is not None)
         self.machine.install_signals(asyncio.get_running_loop(), self.stop)
         await self.listen("quorum_port", self._accept_quorum)
         await self.listen("election_port", self._accept_votes)
