@@ -81,8 +81,8 @@ class Node(ClientRequests, ZkClients):
 
     def __init__(self, sid: int, servers: tuple[int, ...], persistent: Persistent, timing: Timing, *,
                  logs_late: bool = False, zk_clients: bool = False) -> None:
-        """``zk_clients``: this server serves ZooKeeper clients (`zabref.core.zkclients`: its trees follow every
-        delivery)."""
+        """``zk_clients``: this server serves ZooKeeper clients (`zabref.core.zkclients`: its delivered tree follows
+        every delivery)."""
         self.sid = sid
         self.zk_clients = zk_clients
         self.timing = timing

@@ -15,16 +15,19 @@ served as ZooKeeper serves it, and its requests take the paths ZooKeeper's do:
   it gave (the created path, the node's Stat, ZooKeeper's error code of an error transaction, a multi's results):
   the tree of this server's delivered transactions (`zk_applied`) is brought up to date at every delivery on a
   server that serves ZooKeeper clients (`Node.zk_clients`: it has a ZooKeeper client port), as a ZooKeeper server
-  applies each transaction it delivers, and a leader's proposal tree (`zk_tree`) with it; a server without that port
-  follows them only when a forwarded write or a read comes. Followed only then, a tree caught up in one step over
-  all the transactions delivered since, and held the server's loop as long: after 150,000 writes through another
-  server, longer than the 1.33 s a ZooKeeper client waits to hear from its server, and the first client to come
-  lost its session (docs/performance.md, "Trees kept current"). Its transaction is one above
-  this server's last zxid when it arrived (a leader proposes it next; a follower's leader proposes it after all it
-  had sent), so a transaction at or below that zxid never answers it: a session's cxid may come again (kazoo numbers
-  each connection's requests from 1), and an older transaction of the same session and cxid, delivered late, once
-  answered a new request with the old one's result (a random mixed run, 3.9.5, seed 4: "'c1-104' acknowledged as
-  zxid 0x1000000c5, delivered as zxid 0x200000001").
+  applies each transaction it delivers; a server without that port follows it only when such a write waits or a
+  read comes. Followed only then, the tree caught up in one step over all the transactions delivered since, and
+  held the server's loop as long: after 150,000 writes through another server, longer than the 1.33 s a ZooKeeper
+  client waits to hear from its server, and the first client to come lost its session (docs/performance.md, "Trees
+  kept current"). The leader's proposal tree (`zk_tree`) is still followed only at a ZooKeeper client's write, so
+  the first one after writes of zabref's own clients, or at a new leader, catches up over what came since (not yet
+  measured; ZooKeeper prepares against its delivered tree and the changes still outstanding instead).
+
+  A waiting write's transaction is one above this server's last zxid when it arrived (a leader proposes it next; a
+  follower's leader proposes it after all it had sent), so a transaction at or below that zxid never answers it: a
+  session's cxid may come again (kazoo numbers each connection's requests from 1), and an older transaction of the
+  same session and cxid, delivered late, once answered a new request with the old one's result (a random mixed run,
+  3.9.5, seed 4: "'c1-104' acknowledged as zxid 0x1000000c5, delivered as zxid 0x200000001").
 * **A read** (getData, exists, getChildren) is answered from that delivered tree, with the last delivered zxid;
   **a sync** is the node's own `client_sync` (ZabSync.tla's steps at a follower).
 * A request that cannot be served now (no established leader) or that is not answered within
@@ -113,10 +116,8 @@ class ZkClients(NodeParts):
 
     def _zk_delivered(self, out: EffectsBuilder) -> None:
         """Answer the ZooKeeper clients' writes whose transactions were just delivered; with `zk_clients`, keep the
-        trees current even when none waits (module docstring)."""
+        delivered tree current even when none waits (module docstring)."""
         core = self.core
-        if self.zk_clients and core.state == ServerState.LEADING:
-            self.zk_tree.follow(core.history)
         if not self._zk_waiting:
             if self.zk_clients:
                 self.zk_applied.follow(core.history, core.last_committed)

@@ -3,10 +3,10 @@
 Why. CPython's full collection walks every object its collector tracks, and a server keeps most of its objects for
 good: the history, and ZooKeeper's data tree (twice at a leader: `zabref.core.zktree`'s tree of delivered
 transactions and the proposal tree), several tracked objects a transaction. So each full collection took longer as
-the tree grew: measured on a 3-server bench cluster (docs/performance.md, "Tenured objects"), 0.05 s at 230,000 objects
-and 0.48 s at 1.75 million, 4.1 s of one leader's CPU over 300,000 writes, and the event loop stands still meanwhile:
-a ZooKeeper client that hears nothing for two thirds of its session timeout drops the connection, and the bench's
-ZkLoad did (ConnectionLoss, its session expired).
+the tree grew: on a 3-server bench cluster (docs/performance.md, "Tenured objects, and trees kept current"), 0.05 s
+at 230,000 objects and 0.48 s at 1.75 million, 4.1 s of one leader's time in those of over 50 ms while it took
+300,000 writes, and the event loop stands still meanwhile: a ZooKeeper client that hears nothing for two thirds of
+its session timeout drops the connection, and the bench's ZkLoad did (ConnectionLoss, its session expired).
 
 What this does. After every full collection (`gc.callbacks`), the survivors move to the permanent generation, which no
 collection walks again; the young generations are collected as before, and a later full collection walks only what
