@@ -35,7 +35,9 @@ class Timing:
     init_limit: int = 10  # ticks a follower may take to connect and sync, and a leader to establish its epoch
     sync_limit: int = 5  # ticks of silence after which the other side is given up
     finalize_ticks: int = 2  # FastLeaderElection's finalizeWait
-    resend_ticks: int = 4  # a LOOKING server whose vote and round did not change this long sends its vote again
+    # a LOOKING server whose vote and round did not change this long sends its vote again: the finalize wait, as
+    # FastLeaderElection's first notTimeout is minNotificationInterval, which is finalizeWait unless configured
+    resend_ticks: int = 2
     resend_max_ticks: int = 32  # ... and waits twice as long before the next resend of the round, up to this
     submit_timeout_s: float = 30.0  # a client waits this long for its transaction before "outcome unknown"
 
