@@ -4,7 +4,10 @@ core, the codecs, ZooKeeper's client port, conformance replays and the simulator
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.util
+import inspect
 import os
 import shutil
 import subprocess
@@ -28,6 +31,51 @@ COMPILED_SUITE = ("test_core.py", "test_core_model.py", "test_election.py", "tes
 
 def _script():
     return helpers.load_script("build_compiled")
+
+
+#: Prints, one a line, the dataclasses of the compiled modules whose ``__init__`` is interpreted Python (a function):
+#: run in a process of the compiled build, it must print nothing (mypyc keeps the ``__init__`` that `dataclasses`
+#: generates as Python, so a dataclass built per packet must declare its own, which mypyc compiles).
+INTERPRETED_CONSTRUCTORS = """
+import dataclasses, importlib, sys, types
+for name in sys.argv[1:]:
+    module = importlib.import_module(name)
+    for cls in vars(module).values():
+        if isinstance(cls, type) and cls.__module__ == name and dataclasses.is_dataclass(cls):
+            if isinstance(cls.__dict__["__init__"], types.FunctionType):
+                print(name + "." + cls.__name__)
+"""
+
+
+def _compiled_module_names() -> list[str]:
+    """The dotted names of the modules the compiled build compiles (`MODULES` of scripts/build_compiled.py)."""
+    return [".".join(p.relative_to(REPO).with_suffix("").parts) for p in _script()._sources(REPO)]
+
+
+def test_every_dataclass_the_build_compiles_declares_a_constructor_of_its_fields() -> None:
+    """Each dataclass of the compiled modules has ``init=False`` and its own ``__init__`` whose parameters are its
+    init fields, in order, defaults given there alone -- the ``__init__`` `dataclasses` would have made, written out
+    so that mypyc compiles it (that it does is checked in the compiled build by the deep test)."""
+    if zabref.build() != "pure":
+        pytest.skip("signatures are read from the pure build")
+    seen = []
+    for name in _compiled_module_names():
+        module = importlib.import_module(name)
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and cls.__module__ == name and dataclasses.is_dataclass(cls)):
+                continue
+            seen.append(cls.__name__)
+            init = cls.__dict__.get("__init__")
+            assert cls.__dataclass_params__.init is False and init is not None, f"{name}.{cls.__name__}"
+            assert init.__code__.co_filename == module.__file__, f"{name}.{cls.__name__}: a generated __init__"
+            expected = [f.name for f in dataclasses.fields(cls) if f.init]
+            params = list(inspect.signature(init).parameters.values())[1:]
+            got = [p.name for p in params]
+            assert got == expected, f"{name}.{cls.__name__}: __init__ takes {got}, its fields are {expected}"
+            assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params), f"{name}.{cls.__name__}"
+            # one copy of each default: the constructor's (a field's own default would be a second)
+            assert all(f.default is f.default_factory is dataclasses.MISSING for f in dataclasses.fields(cls)), cls
+    assert {"QuorumPacket", "Effects", "Action", "AppendTxns", "Send", "Output", "ZNode"} <= set(seen), seen
 
 
 def test_this_process_runs_the_build_the_suite_was_asked_for() -> None:
@@ -85,6 +133,10 @@ def test_the_compiled_build_passes_the_tests_of_what_it_compiles(tmp_path: Path)
                            capture_output=True, text=True, timeout=60)
     assert probe.returncode == 0 and probe.stdout.split()[0] == "compiled", probe.stdout + probe.stderr
     assert probe.stdout.split()[1].endswith(".so")
+    interpreted = subprocess.run([sys.executable, "-c", INTERPRETED_CONSTRUCTORS, *_compiled_module_names()],
+                                 cwd=tmp_path, env=dict(env, PYTHONPATH=str(folder), PYTHONSAFEPATH="1"),
+                                 capture_output=True, text=True, timeout=60)
+    assert interpreted.returncode == 0 and interpreted.stdout == "", interpreted.stdout + interpreted.stderr
     done = subprocess.run(["bash", "scripts/test.sh", "--build", "compiled", "-q", "-p", "no:cacheprovider",
                            *(f"tests/{name}" for name in COMPILED_SUITE)],
                           cwd=REPO, env=dict(env, ZABREF_TEST_WORKERS="1"), capture_output=True, text=True,

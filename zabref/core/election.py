@@ -74,7 +74,7 @@ def _checked(sender: int, n: Notification) -> None:
         raise RemoteProtocolError(sender, str(e)) from None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Vote:
     """The spec's ``[leader, zxid, epoch]``: (proposedLeader, proposedZxid, proposedEpoch) of FastLeaderElection."""
 
@@ -82,8 +82,11 @@ class Vote:
     zxid: int
     epoch: int
 
-    def __post_init__(self) -> None:
-        if self.leader < 0 or self.zxid < 0 or self.epoch < 0:
+    def __init__(self, leader: int, zxid: int, epoch: int) -> None:
+        object.__setattr__(self, "leader", leader)
+        object.__setattr__(self, "zxid", zxid)
+        object.__setattr__(self, "epoch", epoch)
+        if leader < 0 or zxid < 0 or epoch < 0:
             raise ValueError(f"vote fields must be non-negative: {self}")
 
     @staticmethod
@@ -110,15 +113,19 @@ def is_quorum(sids: Iterable[int], voters: frozenset[int]) -> bool:
     return 2 * len(set(sids) & voters) > len(voters)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Send:
     """Send ``notification`` to server ``to`` (appended to the spec's channel ``electionMsgs[self][to]``)."""
 
     to: int
     notification: Notification
 
+    def __init__(self, to: int, notification: Notification) -> None:
+        object.__setattr__(self, "to", to)
+        object.__setattr__(self, "notification", notification)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Decision:
     """The server left the election: ``state`` is LEADING or FOLLOWING ``leader``, at election round ``round``.
 
@@ -133,40 +140,61 @@ class Decision:
     quorum: frozenset[int]
     looking: frozenset[int]
 
-    def __post_init__(self) -> None:
-        if self.state not in (LEADING, FOLLOWING):
-            raise ValueError(f"a decision is LEADING or FOLLOWING, not {self.state.name}")
-        if not self.looking <= self.quorum:
+    def __init__(self, state: ServerState, leader: int, round: int, vote: Vote, quorum: frozenset[int],
+                 looking: frozenset[int]) -> None:
+        if state not in (LEADING, FOLLOWING):
+            raise ValueError(f"a decision is LEADING or FOLLOWING, not {state.name}")
+        if not looking <= quorum:
             raise ValueError("looking voters must be part of the quorum")
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "leader", leader)
+        object.__setattr__(self, "round", round)
+        object.__setattr__(self, "vote", vote)
+        object.__setattr__(self, "quorum", quorum)
+        object.__setattr__(self, "looking", looking)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Step:
     """What one input did: the spec action taken, the notifications to send, the decision if any."""
 
     action: str
-    sends: tuple[Send, ...] = ()
-    decision: Decision | None = None
+    sends: tuple[Send, ...]
+    decision: Decision | None
+
+    def __init__(self, action: str, sends: tuple[Send, ...] = (), decision: Decision | None = None) -> None:
+        object.__setattr__(self, "action", action)
+        object.__setattr__(self, "sends", sends)
+        object.__setattr__(self, "decision", decision)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FastLeaderElection:
     """One server's FastLeaderElection state (spec variables indexed by this server's sid)."""
 
     sid: int
     voters: frozenset[int]
-    state: ServerState = LOOKING
-    logicalclock: int = 0  # 0: lookForLeader never entered (the spec starts every server at round 1)
-    own_vote: Vote | None = None  # InitVote(i): (getInitId, getInitLastLoggedZxid, getPeerEpoch)
-    proposed_vote: Vote | None = None
-    recv_votes: dict[int, Notification] = field(default_factory=dict)
-    out_of_election: dict[int, Notification] = field(default_factory=dict)
-    finalizing: bool = False
+    state: ServerState
+    logicalclock: int  # 0: lookForLeader never entered (the spec starts every server at round 1)
+    own_vote: Vote | None  # InitVote(i): (getInitId, getInitLastLoggedZxid, getPeerEpoch)
+    proposed_vote: Vote | None
+    recv_votes: dict[int, Notification] = field(init=False)
+    out_of_election: dict[int, Notification] = field(init=False)
+    finalizing: bool
 
-    def __post_init__(self) -> None:
-        self.voters = frozenset(self.voters)
-        if self.sid not in self.voters:
-            raise LocalProtocolError(f"server {self.sid} is not one of the voters {sorted(self.voters)}")
+    def __init__(self, sid: int, voters: frozenset[int], state: ServerState = LOOKING, logicalclock: int = 0,
+                 own_vote: Vote | None = None, proposed_vote: Vote | None = None, finalizing: bool = False) -> None:
+        self.sid = sid
+        self.voters = frozenset(voters)
+        if sid not in self.voters:
+            raise LocalProtocolError(f"server {sid} is not one of the voters {sorted(self.voters)}")
+        self.state = state
+        self.logicalclock = logicalclock
+        self.own_vote = own_vote
+        self.proposed_vote = proposed_vote
+        self.recv_votes = {}
+        self.out_of_election = {}
+        self.finalizing = finalizing
 
     @property
     def _proposal(self) -> Vote:

@@ -14,7 +14,7 @@ the low order 32 bits are a counter"). The spec writes it as the pair ``<<epoch,
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = [
     "PacketType",
@@ -96,15 +96,19 @@ def zxid_pair(zxid: int) -> tuple[int, int]:
     return (zxid >> 32, zxid & MAX_COUNTER)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AuthId:
     """org.apache.zookeeper.data.Id: one element of QuorumPacket.authinfo (used only for requests)."""
 
     scheme: str
     id: str
 
+    def __init__(self, scheme: str, id: str) -> None:
+        object.__setattr__(self, "scheme", scheme)
+        object.__setattr__(self, "id", id)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class QuorumPacket:
     """``class QuorumPacket { int type; long zxid; buffer data; vector<Id> authinfo; }`` (seed 000).
 
@@ -112,20 +116,24 @@ class QuorumPacket:
     """
 
     type: PacketType
-    zxid: int = 0
-    data: bytes | None = None
-    authinfo: tuple[AuthId, ...] = field(default=())
+    zxid: int
+    data: bytes | None
+    authinfo: tuple[AuthId, ...]
 
-    def __post_init__(self) -> None:
-        if type(self.type) is not PacketType:  # a number given: the member (ValueError if none)
-            object.__setattr__(self, "type", PacketType(self.type))
-        if not -(1 << 63) <= self.zxid < (1 << 63):
-            raise ValueError(f"zxid {self.zxid} does not fit in a signed 64-bit long")
-        if self.data is not None and not isinstance(self.data, (bytes, bytearray)):
+    def __init__(self, type: PacketType | int, zxid: int = 0, data: bytes | None = None,
+                 authinfo: tuple[AuthId, ...] = ()) -> None:
+        # a number given: the member (ValueError if none)
+        object.__setattr__(self, "type", type if type.__class__ is PacketType else PacketType(type))
+        if not -(1 << 63) <= zxid < (1 << 63):
+            raise ValueError(f"zxid {zxid} does not fit in a signed 64-bit long")
+        if data is not None and not isinstance(data, (bytes, bytearray)):
             raise TypeError("QuorumPacket.data must be bytes or None")
+        object.__setattr__(self, "zxid", zxid)
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "authinfo", authinfo)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class LearnerInfo:
     """``class LearnerInfo { long serverid; int protocolVersion; long configVersion; }``: the data of FOLLOWERINFO, as
     ZooKeeper 3.5+ writes it (seed 000 has ``int protocolVersion; int serverid``, the form before 3.5: a departure,
@@ -134,10 +142,15 @@ class LearnerInfo:
 
     serverid: int
     protocol_version: int
-    config_version: int = 0
+    config_version: int
+
+    def __init__(self, serverid: int, protocol_version: int, config_version: int = 0) -> None:
+        object.__setattr__(self, "serverid", serverid)
+        object.__setattr__(self, "protocol_version", protocol_version)
+        object.__setattr__(self, "config_version", config_version)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Notification:
     """A FastLeaderElection notification (seeds 002 and 003): the sender's state and its current vote.
 
@@ -152,5 +165,9 @@ class Notification:
     election_epoch: int
     peer_epoch: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "state", ServerState(self.state))
+    def __init__(self, state: ServerState | int, leader: int, zxid: int, election_epoch: int, peer_epoch: int) -> None:
+        object.__setattr__(self, "state", ServerState(state))
+        object.__setattr__(self, "leader", leader)
+        object.__setattr__(self, "zxid", zxid)
+        object.__setattr__(self, "election_epoch", election_epoch)
+        object.__setattr__(self, "peer_epoch", peer_epoch)

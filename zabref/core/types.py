@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from zabref.core.packets import QuorumPacket, ServerState
@@ -118,24 +118,26 @@ def check_history(history: Iterable[tuple[int, bytes]], what: str) -> tuple[Txn,
     return tuple(out)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Persistent:
     """What survives a crash (the spec's ``persistentVars``): history, acceptedEpoch, currentEpoch."""
 
-    history: tuple[Txn, ...] = ()
-    accepted_epoch: int = 0
-    current_epoch: int = 0
+    history: tuple[Txn, ...]
+    accepted_epoch: int
+    current_epoch: int
 
-    def __post_init__(self) -> None:
+    def __init__(self, history: tuple[Txn, ...] = (), accepted_epoch: int = 0, current_epoch: int = 0) -> None:
         try:
-            object.__setattr__(self, "history", check_history(self.history, "history"))
+            object.__setattr__(self, "history", check_history(history, "history"))
         except ValueError as e:
             raise LocalProtocolError(f"persistent state: {e}") from None
-        if not 0 <= self.current_epoch <= self.accepted_epoch:
+        if not 0 <= current_epoch <= accepted_epoch:
             raise LocalProtocolError(
                 f"persistent state: need 0 <= currentEpoch <= acceptedEpoch, "
-                f"got currentEpoch {self.current_epoch}, acceptedEpoch {self.accepted_epoch}"
+                f"got currentEpoch {current_epoch}, acceptedEpoch {accepted_epoch}"
             )
+        object.__setattr__(self, "accepted_epoch", accepted_epoch)
+        object.__setattr__(self, "current_epoch", current_epoch)
 
     @classmethod
     def from_storage(cls, storage: Any) -> Persistent:
@@ -146,51 +148,58 @@ class Persistent:
 # ---------------------------------------------------------------------------------------------- storage operations
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AppendTxns:
     """Append ``txns`` after the history (Storage.append; durable only after Storage.sync)."""
 
     txns: tuple[Txn, ...]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "txns", check_history(self.txns, "AppendTxns.txns"))
+    def __init__(self, txns: tuple[Txn, ...]) -> None:
+        object.__setattr__(self, "txns", check_history(txns, "AppendTxns.txns"))
         if not self.txns:
             raise ValueError("AppendTxns needs at least one transaction")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class TruncateHistory:
     """Drop every transaction whose zxid is above ``zxid`` (Storage.truncate, durable when it returns)."""
 
     zxid: int
 
-    def __post_init__(self) -> None:
-        if self.zxid < 0:
-            raise ValueError(f"TruncateHistory: zxid {self.zxid} is negative")
+    def __init__(self, zxid: int) -> None:
+        if zxid < 0:
+            raise ValueError(f"TruncateHistory: zxid {zxid} is negative")
+        object.__setattr__(self, "zxid", zxid)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ReplaceHistory:
     """Make ``history`` the whole history, atomically (Storage.replace: temp file, fsync, rename)."""
 
     history: tuple[Txn, ...]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "history", check_history(self.history, "ReplaceHistory.history"))
+    def __init__(self, history: tuple[Txn, ...]) -> None:
+        object.__setattr__(self, "history", check_history(history, "ReplaceHistory.history"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class SetAcceptedEpoch:
     """Durably store acceptedEpoch (Storage.set_accepted_epoch)."""
 
     epoch: int
 
+    def __init__(self, epoch: int) -> None:
+        object.__setattr__(self, "epoch", epoch)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class SetCurrentEpoch:
     """Durably store currentEpoch (Storage.set_current_epoch)."""
 
     epoch: int
+
+    def __init__(self, epoch: int) -> None:
+        object.__setattr__(self, "epoch", epoch)
 
 
 PersistOp = AppendTxns | TruncateHistory | ReplaceHistory | SetAcceptedEpoch | SetCurrentEpoch
@@ -214,31 +223,37 @@ def apply_persist(ops: Iterable[PersistOp], storage: StorageLike) -> None:
 # ---------------------------------------------------------------------------------------------- Output
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Output:
     """What one event makes the server do: persist, then send, deliver and close. See the module docstring."""
 
-    persist: tuple[PersistOp, ...] = ()
-    send: tuple[tuple[int, QuorumPacket], ...] = ()
-    deliver: tuple[Txn, ...] = ()
-    close: tuple[int, ...] = ()
-    role: ServerState | None = None
-    late: tuple[PersistOp, ...] = ()
+    persist: tuple[PersistOp, ...]
+    send: tuple[tuple[int, QuorumPacket], ...]
+    deliver: tuple[Txn, ...]
+    close: tuple[int, ...]
+    role: ServerState | None
+    late: tuple[PersistOp, ...]
 
-    def __post_init__(self) -> None:
-        for name, ops in (("persist", self.persist), ("late", self.late)):
+    def __init__(self, persist: tuple[PersistOp, ...] = (), send: tuple[tuple[int, QuorumPacket], ...] = (),
+                 deliver: tuple[Txn, ...] = (), close: tuple[int, ...] = (), role: ServerState | None = None,
+                 late: tuple[PersistOp, ...] = ()) -> None:
+        for name, ops in (("persist", persist), ("late", late)):
             for op in ops:
                 if not isinstance(op, PersistOp):
                     raise TypeError(f"Output.{name}: {op!r} is not a storage operation")
-        for item in self.send:
+        for item in send:
             peer, packet = item
             if not isinstance(peer, int) or not isinstance(packet, QuorumPacket):
                 raise TypeError(f"Output.send: {item!r} is not a (peer, QuorumPacket) pair")
-        for txn in self.deliver:
+        for txn in deliver:
             if not isinstance(txn, Txn):
                 raise TypeError(f"Output.deliver: {txn!r} is not a Txn")
-        if self.role is not None:
-            object.__setattr__(self, "role", ServerState(self.role))
+        object.__setattr__(self, "persist", persist)
+        object.__setattr__(self, "send", send)
+        object.__setattr__(self, "deliver", deliver)
+        object.__setattr__(self, "close", close)
+        object.__setattr__(self, "role", None if role is None else ServerState(role))
+        object.__setattr__(self, "late", late)
 
     @property
     def empty(self) -> bool:
@@ -249,13 +264,15 @@ class Output:
 EMPTY = Output()
 
 
-@dataclass(slots=True)
 class OutputBuilder:
     """A handler's scratch pad: collects effects in order, then `build` freezes them into an `Output`."""
 
-    persist: list[PersistOp] = field(default_factory=list)
-    send: list[tuple[int, QuorumPacket]] = field(default_factory=list)
-    deliver: list[Txn] = field(default_factory=list)
+    __slots__ = ("persist", "send", "deliver")
+
+    def __init__(self) -> None:
+        self.persist: list[PersistOp] = []
+        self.send: list[tuple[int, QuorumPacket]] = []
+        self.deliver: list[Txn] = []
 
     def build(self, *, close: Iterable[int] = (), role: ServerState | None = None) -> Output:
         return Output(tuple(self.persist), tuple(self.send), tuple(self.deliver), tuple(close), role)

@@ -43,7 +43,6 @@ read is MARSHALLINGERROR, as ZooKeeper answers it. No ACL is checked (`zabref.co
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 from zabref.core import jute
 from zabref.core.zktree import ERR, Children, DataTree, ZNode, acl_parts, parent_of
@@ -137,7 +136,7 @@ class _View:
         node = self.changes.get(path)
         if node is None:
             base = self.get(path)
-            node = replace(base, children=_Children(base.children))
+            node = base.with_children(_Children(base.children))
             self.changes[path] = node
         return node
 

@@ -55,7 +55,7 @@ MAX_ACL_LISTS = 1 << 20
 MAX_ACLS = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Node:
     """A node of the tree: its path ("/" for the root), data (None when null), the zxid that created it and where
     its path starts, counted from the stream's start (for errors about it)."""
@@ -63,14 +63,25 @@ class Node:
     path: str
     data: bytes | None
     czxid: int
-    at: int = 0
+    at: int
+
+    def __init__(self, path: str, data: bytes | None, czxid: int, at: int = 0) -> None:
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "czxid", czxid)
+        object.__setattr__(self, "at", at)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Tree:
     sessions: int
     acl_lists: int
     nodes: tuple[Node, ...]
+
+    def __init__(self, sessions: int, acl_lists: int, nodes: tuple[Node, ...]) -> None:
+        object.__setattr__(self, "sessions", sessions)
+        object.__setattr__(self, "acl_lists", acl_lists)
+        object.__setattr__(self, "nodes", nodes)
 
     @property
     def data_bytes(self) -> int:

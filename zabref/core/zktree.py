@@ -61,7 +61,7 @@ class Children(Protocol):
     def __iter__(self) -> Iterator[str]: ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ZNode:
     """A node: its data, ACL (``scheme:id:perms`` each), ZooKeeper's StatPersisted, and its children's names."""
 
@@ -70,13 +70,36 @@ class ZNode:
     czxid: int
     mzxid: int
     pzxid: int
-    ctime: int = 0
-    mtime: int = 0
-    version: int = 0
-    cversion: int = 0
-    aversion: int = 0
-    ephemeral_owner: int = 0
-    children: Children = field(default_factory=set[str])
+    ctime: int
+    mtime: int
+    version: int
+    cversion: int
+    aversion: int
+    ephemeral_owner: int
+    children: Children = field(init=False)
+
+    def __init__(self, data: bytes | None, acl: tuple[str, ...], czxid: int, mzxid: int, pzxid: int, ctime: int = 0,
+                 mtime: int = 0, version: int = 0, cversion: int = 0, aversion: int = 0, ephemeral_owner: int = 0
+                 ) -> None:
+        self.data = data
+        self.acl = acl
+        self.czxid = czxid
+        self.mzxid = mzxid
+        self.pzxid = pzxid
+        self.ctime = ctime
+        self.mtime = mtime
+        self.version = version
+        self.cversion = cversion
+        self.aversion = aversion
+        self.ephemeral_owner = ephemeral_owner
+        self.children: Children = set()
+
+    def with_children(self, children: Children) -> ZNode:
+        """A copy of this node holding ``children``."""
+        node = ZNode(self.data, self.acl, self.czxid, self.mzxid, self.pzxid, self.ctime, self.mtime, self.version,
+                     self.cversion, self.aversion, self.ephemeral_owner)
+        node.children = children
+        return node
 
     def stat(self) -> tuple[int, ...]:
         """ZooKeeper's Stat, as a client reads it: czxid, mzxid, ctime, mtime, version, cversion, aversion,

@@ -59,15 +59,23 @@ _I64 = struct.Struct(">q")
 # ---------------------------------------------------------------------------------------------------- quorum port
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class RawPacket:
     """A QuorumPacket as ZooKeeper writes it; ``type`` is a number of `PACKET_TYPES`, ``data`` opaque here."""
 
     type: int
     zxid: int
     data: bytes | None
-    authinfo: tuple[AuthId, ...] = ()
-    data_at: int = 0  # where ``data`` starts in the stream (its length prefix ends there): for errors inside it
+    authinfo: tuple[AuthId, ...]
+    data_at: int  # where ``data`` starts in the stream (its length prefix ends there): for errors inside it
+
+    def __init__(self, type: int, zxid: int, data: bytes | None, authinfo: tuple[AuthId, ...] = (),
+                 data_at: int = 0) -> None:
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "zxid", zxid)
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "authinfo", authinfo)
+        object.__setattr__(self, "data_at", data_at)
 
 
 def read_quorum_packet(cur: Cursor) -> RawPacket:
@@ -99,13 +107,18 @@ def encode_quorum_packet(p: RawPacket) -> bytes:
 # ---------------------------------------------------------------------------------------------------- election port
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Initial:
     """The connecting side's first message: ``protocol_version`` None for the pre-3.5 form (the sid alone)."""
 
     sid: int
-    protocol_version: int | None = PROTOCOL_V1
-    addresses: tuple[str, ...] = ()
+    protocol_version: int | None
+    addresses: tuple[str, ...]
+
+    def __init__(self, sid: int, protocol_version: int | None = PROTOCOL_V1, addresses: tuple[str, ...] = ()) -> None:
+        object.__setattr__(self, "sid", sid)
+        object.__setattr__(self, "protocol_version", protocol_version)
+        object.__setattr__(self, "addresses", addresses)
 
 
 def read_initial(cur: Cursor) -> Initial:
@@ -136,7 +149,7 @@ def encode_initial(m: Initial) -> bytes:
     return _I64.pack(m.protocol_version) + _I64.pack(jute.check_long("sid", m.sid)) + _I32.pack(len(text)) + text
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ZkNotification:
     """One notification; the fields a shorter (older) form lacks are None."""
 
@@ -144,9 +157,19 @@ class ZkNotification:
     leader: int
     zxid: int
     election_epoch: int
-    peer_epoch: int | None = None
-    version: int | None = None
-    config: str | None = None
+    peer_epoch: int | None
+    version: int | None
+    config: str | None
+
+    def __init__(self, state: int, leader: int, zxid: int, election_epoch: int, peer_epoch: int | None = None,
+                 version: int | None = None, config: str | None = None) -> None:
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "leader", leader)
+        object.__setattr__(self, "zxid", zxid)
+        object.__setattr__(self, "election_epoch", election_epoch)
+        object.__setattr__(self, "peer_epoch", peer_epoch)
+        object.__setattr__(self, "version", version)
+        object.__setattr__(self, "config", config)
 
 
 def read_notification(cur: Cursor) -> ZkNotification:
