@@ -73,9 +73,13 @@ class NormalDriver:
     def __init__(self, tick_s: float) -> None:
         self.tick_s = tick_s
         self.skew = 0.0  # seconds the clock was moved forward (`jump`)
+        self._clock: Callable[[], float] | None = None  # the running loop's `time`, looked up once (`start`)
 
     def now(self) -> float:
-        return asyncio.get_running_loop().time() + self.skew
+        clock = self._clock
+        if clock is None:
+            clock = self._clock = asyncio.get_running_loop().time
+        return clock() + self.skew
 
     async def jump(self, server: DriverHost, seconds: float) -> Effects:
         """Move the clock ``seconds`` forward, then tick the node at once (not as a stall: to the node, its peers
@@ -84,6 +88,7 @@ class NormalDriver:
         return await server.call(lambda: server.tick(self.now()))
 
     def start(self, server: DriverHost) -> None:
+        self._clock = asyncio.get_running_loop().time
         server.spawn(self._ticker(server), "ticker")
 
     def arrived(self, server: DriverHost, conn: Connection) -> None:
