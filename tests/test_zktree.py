@@ -8,10 +8,12 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from zabref.core import jute, payloads, zksnap, zktxn
 from zabref.core.types import Txn
-from zabref.core.zkprep import RequestRefused, prepare, valid_path
+from zabref.core.zkprep import RequestRefused, prepare, prepare_changes, valid_path
 from zabref.core.zktree import ERR, OPEN_ACL, DataTree, HistoryTree, fields
 from zabref.errors import CodecError
 
@@ -243,3 +245,68 @@ def test_a_multi_counts_the_children_its_own_operations_add_and_remove_without_c
     assert [(o["op"], o.get("err")) for o in txn["ops"]] == [("create", None), ("error", ERR["NOTEMPTY"])]
     assert failed.nodes["/y"].children == set() and before == {"c"}
     assert "/x" not in lead.nodes and "/x/c" not in lead.nodes  # applied: the tree follows the transaction
+
+
+def set_acl(path: str, acl: bytes, version: int = -1) -> bytes:
+    return jute.ustring("path", path) + acl + jute.INT.pack(version)
+
+
+def state(tree: DataTree) -> tuple:
+    """Everything a tree holds, children as sets (a taken node's children are its old node's set, changed)."""
+    nodes = {path: (n.data, n.acl, n.czxid, n.mzxid, n.pzxid, n.ctime, n.mtime, n.version, n.cversion, n.aversion,
+                    n.ephemeral_owner, sorted(n.children), type(n.children).__name__) for path, n in tree.nodes.items()}
+    return nodes, {s: sorted(p) for s, p in tree.ephemerals.items()}, tree.sessions, tree.last_zxid
+
+
+_PATHS = st.sampled_from(["/a", "/b", "/a/x", "/a/y", "/b/z", "/a/x/q", "/eph", "/c"])
+_VERSION = st.sampled_from([-1, 0, 1])
+_ONE = st.one_of(
+    st.builds(lambda p, flags: ("create", create(p, b"d" + p.encode(), flags)), _PATHS, st.sampled_from([0, 2])),
+    st.builds(lambda p: ("createContainer", create(p, b"c", 0)), _PATHS),
+    st.builds(lambda p, v: ("delete", delete(p, v)), _PATHS, _VERSION),
+    st.builds(lambda p, v: ("setData", set_data(p, b"s" + p.encode(), v)), _PATHS, _VERSION),
+    st.builds(lambda p, v: ("setACL", set_acl(p, jute.INT.pack(1) + jute.INT.pack(1) + jute.ustring("s", "ip")
+                                           + jute.ustring("i", "127.0.0.1"), v)), _PATHS, _VERSION))
+_CHECK = st.builds(lambda p, v: ("check", delete(p, v)), _PATHS, _VERSION)
+_WRITES = st.lists(st.one_of(_ONE, st.builds(lambda ops: ("multi", multi(*ops)), st.lists(st.one_of(_ONE, _CHECK),
+                                                                                         min_size=1, max_size=4)),
+                             st.builds(lambda p: ("create", create(p) + b"\x00"), _PATHS),  # a trailing byte
+                             st.builds(lambda v: ("own", b"v" + v), st.binary(max_size=3))), min_size=1, max_size=25)
+
+
+@given(_WRITES)
+def test_the_proposal_tree_takes_a_prepared_write_as_applying_its_transaction_would_leave_it(writes: list) -> None:
+    """`HistoryTree.take` (a leader's proposal tree takes the nodes `prepare_changes` changed) leaves the tree that
+    reading and applying each transaction makes (a fresh `HistoryTree` following the same history): every field of
+    every node (times too: these writes are prepared at a time), children, a ZooKeeper session's ephemeral node
+    deleted, sessions; a request whose record has a byte too many changes nothing; with zabref's own values
+    between, which the taking tree applies by `follow`."""
+    header = struct.Struct(">qiqqi")
+    session = 0x20000B
+    base = [header.pack(session, 0, E1 | 1, 5, -10) + jute.INT.pack(4000),
+            header.pack(session, 1, E1 | 2, 6, 1) + create("/eph", b"e")[:-4] + b"\x01" + jute.INT.pack(1)]
+    history = [Txn(E1 | i + 1, zktxn.FOREIGN + t) for i, t in enumerate(base)]
+    taking = HistoryTree()
+    for i, (op, record) in enumerate(writes):
+        zxid = E1 | len(history) + 1
+        if op == "own":
+            history.append(Txn(zxid, record))
+            continue
+        txn, changes = prepare_changes(taking.follow(history), session + i, i, OP[op], record, zxid, 1000 + i)
+        history.append(Txn(zxid, zktxn.FOREIGN + txn))
+        assert taking.take(history, changes)
+        assert state(taking.tree) == state(HistoryTree().follow(history)), (i, op, zktxn.decode_txn(txn, "txn"))
+    assert state(taking.follow(history)) == state(HistoryTree().follow(history))
+
+
+def test_the_proposal_tree_takes_only_the_transaction_after_the_one_it_followed() -> None:
+    """A tree that did not follow the history up to the transaction before the prepared one takes nothing, and its
+    next `follow` applies the transaction as read."""
+    lead = Leader()
+    lead.write("create", create("/x"))
+    zxid = E1 | 2
+    txn, changes = prepare_changes(lead.tree.follow(lead.history), 1, 1, OP["create"], create("/y"), zxid)
+    lead.history.append(Txn(zxid, zktxn.FOREIGN + txn))
+    lead.own(b"after")  # appended after it: the prepared transaction is no longer the last
+    assert not lead.tree.take(lead.history, changes) and lead.tree.count == 1
+    assert "/y" in lead.tree.follow(lead.history).nodes and lead.tree.count == 3

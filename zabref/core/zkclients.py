@@ -19,9 +19,12 @@ served as ZooKeeper serves it, and its requests take the paths ZooKeeper's do:
   read comes. Followed only then, the tree caught up in one step over all the transactions delivered since, and
   held the server's loop as long: after 150,000 writes through another server, longer than the 1.33 s a ZooKeeper
   client waits to hear from its server, and the first client to come lost its session (docs/performance.md, "Trees
-  kept current"). The leader's proposal tree (`zk_tree`) is still followed only at a ZooKeeper client's write, so
-  the first one after writes of zabref's own clients, or at a new leader, catches up over what came since (not yet
-  measured; ZooKeeper prepares against its delivered tree and the changes still outstanding instead).
+  kept current"). The leader's proposal tree (`zk_tree`) takes each write it prepares as the nodes the write
+  changes (`zabref.core.zktree.HistoryTree.take`), so a transaction it proposed is not read and applied again there;
+  it applies what else the history gained (zabref's own clients' values, a new leader's history) only at a ZooKeeper
+  client's write, catching up over what came since (not measured). ZooKeeper keeps one tree, the delivered one, and
+  prepares against it and the changes still outstanding; zabref keeps the two trees, each changed once a
+  transaction (docs/performance.md, "The proposal tree takes its changes").
 
   A waiting write's transaction is one above this server's last zxid when it arrived (a leader proposes it next; a
   follower's leader proposes it after all it had sent), so a transaction at or below that zxid never answers it: a
@@ -96,8 +99,10 @@ class ZkClients(NodeParts):
         leader's own client's, or one a learner forwarded (`leader_process_request`). `zkprep.RequestRefused` for a
         session's request."""
         core = self.core
-        txn = zkprep.prepare(self.zk_tree.follow(core.history), session, cxid, op, record, core.next_zxid())
+        txn, changes = zkprep.prepare_changes(self.zk_tree.follow(core.history), session, cxid, op, record,
+                                              core.next_zxid())
         self._core(out, core.client_request(zktxn.FOREIGN + txn), now, "ClientRequest", i=self.sid)
+        self.zk_tree.take(core.history, changes)
 
     def zk_read(self, op: int, path: str) -> dict[str, Any]:
         """A read (`READS`) of the tree of the transactions delivered here."""

@@ -42,14 +42,12 @@ read is MARSHALLINGERROR, as ZooKeeper answers it. No ACL is checked (`zabref.co
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from zabref.core import jute
-from zabref.core.zktree import ERR, Children, DataTree, ZNode, acl_parts, parent_of
+from zabref.core.zktree import CONTAINER_OWNER, ERR, ChangedChildren, DataTree, ZNode, acl_parts, parent_of
 from zabref.core.zktxn import HEADER, OPS, TxnReader
 from zabref.errors import CodecError
 
-__all__ = ["prepare", "RequestRefused", "valid_path"]
+__all__ = ["prepare", "prepare_changes", "RequestRefused", "valid_path"]
 
 _OP = {name: code for code, name in OPS.items()}
 _SEQUENTIAL = (2, 3, 6)  # CreateMode flags: PERSISTENT_SEQUENTIAL, EPHEMERAL_SEQUENTIAL, PERSISTENT_SEQUENTIAL_WITH_TTL
@@ -86,39 +84,15 @@ def valid_path(path: str) -> bool:
                    or c >= "\ufff0" for c in path)
 
 
-class _Children:
-    """A changed node's children in a `_View`: the tree's set and what the view added and removed, so that a change of
-    a parent with many children costs what it changes, not a copy of them all (the root of a tree of 60,000 nodes
-    was copied for each create)."""
-
-    __slots__ = ("base", "added", "removed")
-
-    def __init__(self, base: Children) -> None:
-        self.base, self.added, self.removed = base, set[str](), set[str]()
-
-    def add(self, name: str) -> None:
-        self.removed.discard(name)
-        if name not in self.base:
-            self.added.add(name)
-
-    def discard(self, name: str) -> None:
-        self.added.discard(name)
-        if name in self.base:
-            self.removed.add(name)
-
-    def __len__(self) -> int:
-        return len(self.base) - len(self.removed) + len(self.added)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from (name for name in self.base if name not in self.removed)
-        yield from self.added
-
-
 class _View:
-    """The tree with the changes of a multi's earlier operations over it (copies; the tree itself is not changed)."""
+    """The tree with the changes of a request's operations over it (copies; the tree itself is not changed): each
+    changed node as applying the transaction would leave it (`changes`, None for a deleted one), so that a multi's
+    operation sees the ones before it, and the tree of the leader's proposals can take them instead of applying the
+    transaction again (`zabref.core.zktree.DataTree.take`)."""
 
-    def __init__(self, tree: DataTree) -> None:
+    def __init__(self, tree: DataTree, zxid: int, time_ms: int) -> None:
         self.tree = tree
+        self.zxid, self.time_ms = zxid, time_ms
         self.changes: dict[str, ZNode | None] = {}
 
     def get(self, path: str) -> ZNode:
@@ -136,7 +110,10 @@ class _View:
         node = self.changes.get(path)
         if node is None:
             base = self.get(path)
-            node = base.with_children(_Children(base.children))
+            children = base.children
+            if not isinstance(children, set):
+                raise TypeError(f"the node {path!r} of the tree a request is prepared against is a prepared copy")
+            node = base.with_children(ChangedChildren(children))
             self.changes[path] = node
         return node
 
@@ -159,7 +136,7 @@ def _acl_bytes(acl: list[str]) -> bytes:
     return b"".join(out)
 
 
-def _txn(view: _View, op: str, r: TxnReader, zxid: int) -> tuple[str, bytes]:
+def _txn(view: _View, op: str, r: TxnReader) -> tuple[str, bytes]:
     """One operation's (type, record) against ``view``, which takes its changes; `_Failed` with ZooKeeper's code."""
     if op in ("create", "create2", "createContainer", "createTTL"):
         path, data, acl, flags = r.ustring("path"), r.buffer("data"), _acls(r, "acl"), r.i32("flags")
@@ -185,9 +162,10 @@ def _txn(view: _View, op: str, r: TxnReader, zxid: int) -> tuple[str, bytes]:
             raise _Failed("NOCHILDRENFOREPHEMERALS")
         parent = view.change(parent_of(path))
         parent.cversion += 1
-        parent.pzxid = zxid
+        parent.pzxid = zxid = view.zxid
         parent.children.add(path.rsplit("/", 1)[1])
-        view.changes[path] = ZNode(data, tuple(acl), zxid, zxid, zxid)
+        view.changes[path] = ZNode(data, tuple(acl), zxid, zxid, zxid, view.time_ms, view.time_ms,
+                                   ephemeral_owner=CONTAINER_OWNER if op == "createContainer" else 0)
         body = jute.ustring("path", path) + jute.buffer("data", data) + _acl_bytes(acl)
         if op in ("create", "create2"):
             body += b"\x00"  # ephemeral: false (ephemeral nodes are refused above)
@@ -204,7 +182,7 @@ def _txn(view: _View, op: str, r: TxnReader, zxid: int) -> tuple[str, bytes]:
             raise _Failed("NOTEMPTY")
         parent = view.change(parent_of(path))
         parent.children.discard(path.rsplit("/", 1)[1])
-        parent.pzxid = zxid
+        parent.pzxid = view.zxid
         view.changes[path] = None
         return op, jute.ustring("path", path)
     if op in ("setData", "setACL", "check"):
@@ -220,16 +198,18 @@ def _txn(view: _View, op: str, r: TxnReader, zxid: int) -> tuple[str, bytes]:
         if op == "check":
             return op, jute.ustring("path", path) + jute.INT.pack(_next_version(node.version, version))
         if op == "setACL":
+            aversion = _next_version(node.aversion, version)
             node = view.change(path)
-            node.aversion = _next_version(node.aversion, version)
+            node.acl, node.aversion = tuple(acl), aversion
             return op, jute.ustring("path", path) + _acl_bytes(acl) + jute.INT.pack(node.aversion)
+        version = _next_version(node.version, version)
         node = view.change(path)
-        node.version, node.data = _next_version(node.version, version), data
+        node.version, node.data, node.mzxid, node.mtime = version, data, view.zxid, view.time_ms
         return op, jute.ustring("path", path) + jute.buffer("data", data) + jute.INT.pack(node.version)
     raise _Failed("UNIMPLEMENTED")  # reconfig, and any other type a follower would forward
 
 
-def _multi(view: _View, r: TxnReader, zxid: int) -> bytes:
+def _multi(view: _View, r: TxnReader) -> bytes:
     """MultiTxn: each operation in order against ``view``; from the first failure on, errors (module docstring)."""
     ops: list[tuple[int, bytes]] = []
     failed = False
@@ -247,7 +227,7 @@ def _multi(view: _View, r: TxnReader, zxid: int) -> bytes:
             ops.append((-1, jute.INT.pack(ERR["RUNTIMEINCONSISTENCY"])))
             continue
         try:
-            kind, body = _txn(view, name, r, zxid)
+            kind, body = _txn(view, name, r)
             ops.append((_OP[kind], body))
         except _Failed as e:
             failed = True
@@ -280,24 +260,31 @@ def prepare(tree: DataTree, session: int, cxid: int, op: int, record: bytes, zxi
     """The transaction (TxnHeader and record, no digest) ZooKeeper's leader proposes at ``zxid`` for a forwarded
     request of type ``op`` with ``record``, against ``tree`` (not changed). `RequestRefused` for a session's
     request (module docstring)."""
+    return prepare_changes(tree, session, cxid, op, record, zxid, time_ms)[0]
+
+
+def prepare_changes(tree: DataTree, session: int, cxid: int, op: int, record: bytes, zxid: int, time_ms: int = 0
+                    ) -> tuple[bytes, dict[str, ZNode | None]]:
+    """`prepare`, and the nodes applying its transaction to ``tree`` would change, as it would leave them (None:
+    deleted; nothing for an error transaction), for `zabref.core.zktree.DataTree.take`."""
     name = OPS.get(op)
     if name in ("createSession", "closeSession"):
         raise RequestRefused(f"{name}: a zabref leader tracks no sessions; run ZooKeeper with "
                              "localSessionsEnabled=true and localSessionsUpgradingEnabled=false")
     r = TxnReader(record, f"REQUEST of type {op} ({name or 'unknown'})")
-    view = _View(tree)
+    view = _View(tree, zxid, time_ms)
     try:
         try:
             if name == "multi":
-                kind, body = "multi", _multi(view, r, zxid)
+                kind, body = "multi", _multi(view, r)
             elif name is None or name in ("error", "check"):
                 raise _Failed("UNIMPLEMENTED")
             else:
-                kind, body = _txn(view, name, r, zxid)
+                kind, body = _txn(view, name, r)
             r.end()
         except CodecError:
             raise _Failed("MARSHALLINGERROR") from None
     except _Failed as e:
         kind, body = "error", jute.INT.pack(e.err)
-    return HEADER.pack(session, cxid, zxid, time_ms, _OP[kind]) + body
-
+        view.changes.clear()
+    return HEADER.pack(session, cxid, zxid, time_ms, _OP[kind]) + body, view.changes
