@@ -139,6 +139,7 @@ class Server(PeerLinks):
         self.client_waiters: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._rids = itertools.count(1)
         self._events: asyncio.Queue[tuple[Event, asyncio.Future[Effects] | None]] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop `run` runs on (looked up once, not a request)
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._listeners: list[asyncio.base_events.Server] = []
@@ -173,7 +174,8 @@ class Server(PeerLinks):
         self.node = Node(self.sid, self.config.sids, self.storage.persistent(), timing_of(self.config),
                          logs_late=self.config.cluster.leader_logs_late,
                          zk_clients=self.me.zk_client_port is not None)
-        self.machine.install_signals(asyncio.get_running_loop(), self.stop)
+        self._loop = asyncio.get_running_loop()
+        self.machine.install_signals(self._loop, self.stop)
         await self.listen("quorum_port", self._accept_quorum)
         await self.listen("election_port", self._accept_votes)
         await self.listen("client_port", self.client_port.handle)
@@ -301,7 +303,7 @@ class Server(PeerLinks):
 
     def _waiting(self, make: Callable[[int, float], Effects]) -> tuple[int, asyncio.Future[dict[str, Any]]]:
         rid = next(self._rids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[dict[str, Any]] = (self._loop or asyncio.get_running_loop()).create_future()
         self.client_waiters[rid] = fut
         self.enqueue(lambda: make(rid, self.driver.now()))
         return rid, fut
