@@ -222,7 +222,10 @@ def test_a_zookeeper_tree_is_the_base_of_a_zabref_history_and_a_later_snap_write
 @pytest.mark.parametrize("path, ok", [("/", True), ("/a", True), ("/a/b.c", True), ("/a/...", True), ("", False),
                                       ("a", False), ("/a/", False), ("//a", False), ("/a/.", False),
                                       ("/./a", False), ("/a/\x7f", False), ("/a/\ue000", False), ("/\U0001f600", False),
-                                      ("/a\x00", False)])
+                                      ("/a\x00", False), ("/a\x01", False), ("/a\x1f", False), ("/a ", True),
+                                      ("/a\x9f", False), ("/a\xa0", True), ("/a\ud7ff", True),
+                                      ("/a" + chr(0xD800), False), ("/a\uf8ff", False), ("/a\uf900", True),
+                                      ("/a\uffef", True), ("/a\ufff0", False), ("/a/\x80b", False)])
 def test_paths_as_zookeepers_path_utils_reads_them(path: str, ok: bool) -> None:
     assert valid_path(path) is ok
 
@@ -310,3 +313,17 @@ def test_the_proposal_tree_takes_only_the_transaction_after_the_one_it_followed(
     lead.own(b"after")  # appended after it: the prepared transaction is no longer the last
     assert not lead.tree.take(lead.history, changes) and lead.tree.count == 1
     assert "/y" in lead.tree.follow(lead.history).nodes and lead.tree.count == 3
+
+
+def test_each_create_carries_its_own_acl_list_however_many_lists_came_before() -> None:
+    """The ACL vector a transaction carries is its request's (duplicates removed), list after list."""
+    def acl(*entries: tuple[int, str, str]) -> bytes:
+        return jute.INT.pack(len(entries)) + b"".join(jute.INT.pack(p) + jute.ustring("s", s) + jute.ustring("i", i)
+                                                      for p, s, i in entries)
+    world, ip = (31, "world", "anyone"), (1, "ip", "10.0.0.1")
+    lists = [(world,), (world, ip), (ip,), (world, world), (ip, world)] * 2
+    lists += [((1, "ip", f"10.1.0.{k}"),) for k in range(20)] + [(world, ip)]
+    lead = Leader()
+    for k, entries in enumerate(lists):
+        txn = lead.write("create", create(f"/n{k}", acl=acl(*entries)))
+        assert txn["acl"] == list(dict.fromkeys(f"{s}:{i}:{p}" for p, s, i in entries)), k

@@ -42,6 +42,8 @@ read is MARSHALLINGERROR, as ZooKeeper answers it. No ACL is checked (`zabref.co
 
 from __future__ import annotations
 
+import re
+
 from zabref.core import jute
 from zabref.core.zktree import CONTAINER_OWNER, ERR, ChangedChildren, DataTree, ZNode, acl_parts, parent_of
 from zabref.core.zktxn import HEADER, OPS, TxnReader
@@ -66,8 +68,10 @@ class _Failed(Exception):
         self.err = ERR[code]
 
 
-#: U+D800, the first surrogate, written as a call: a compiled build (mypyc) takes no surrogate in a string literal.
-_SURROGATE = chr(0xD800)
+#: The characters PathUtils.validatePath refuses anywhere in a path: NUL and the other controls, U+007F-U+009F, the
+#: surrogates and the private use area (U+D800-U+F8FF), U+FFF0 and above (a Java char; a character outside the BMP is
+#: a surrogate pair there). The surrogate is written as a call: a compiled build (mypyc) takes none in a literal.
+_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f" + chr(0xD800) + "-\uf8ff\ufff0-" + chr(0x10FFFF) + "]")
 
 
 def valid_path(path: str) -> bool:
@@ -80,8 +84,7 @@ def valid_path(path: str) -> bool:
     names = path[1:].split("/")
     if any(n in ("", ".", "..") for n in names):
         return False
-    return not any(c == "\0" or "\x01" <= c <= "\x1f" or "\x7f" <= c <= "\x9f" or _SURROGATE <= c <= "\uf8ff"
-                   or c >= "\ufff0" for c in path)
+    return _REFUSED.search(path) is None
 
 
 class _View:
