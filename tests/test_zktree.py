@@ -315,7 +315,7 @@ def test_the_proposal_tree_takes_only_the_transaction_after_the_one_it_followed(
     assert "/y" in lead.tree.follow(lead.history).nodes and lead.tree.count == 3
 
 
-def test_each_create_carries_its_own_acl_list_however_many_lists_came_before() -> None:
+def test_each_create_carries_its_own_acl_list() -> None:
     """The ACL vector a transaction carries is its request's (duplicates removed), list after list."""
     def acl(*entries: tuple[int, str, str]) -> bytes:
         return jute.INT.pack(len(entries)) + b"".join(jute.INT.pack(p) + jute.ustring("s", s) + jute.ustring("i", i)
