@@ -193,9 +193,7 @@ class DataTree:
         nodes = self.nodes
         for path, node in changes.items():
             if node is None:
-                gone = nodes.pop(path, None)
-                if gone is not None and gone.ephemeral_owner > 0:
-                    self.ephemerals.get(gone.ephemeral_owner, set()).discard(path)
+                self._drop(path)
                 continue
             children = node.children
             if isinstance(children, ChangedChildren):
@@ -269,12 +267,14 @@ class DataTree:
             return ERR["NONODE"]
         parent.children.discard(path.rsplit("/", 1)[1])
         parent.pzxid = max(parent.pzxid, zxid)
+        return 0 if self._drop(path) is not None else ERR["NONODE"]
+
+    def _drop(self, path: str) -> ZNode | None:
+        """Remove the node at ``path`` (its session's ephemeral index too); the node, or None if there was none."""
         node = self.nodes.pop(path, None)
-        if node is None:
-            return ERR["NONODE"]
-        if node.ephemeral_owner > 0:
+        if node is not None and node.ephemeral_owner > 0:
             self.ephemerals.get(node.ephemeral_owner, set()).discard(path)
-        return 0
+        return node
 
     def load(self, stream: bytes, what: str) -> None:
         """Become the tree of a ZooKeeper leader's snapshot stream (`zksnap`'s format, with its signature): its
