@@ -56,6 +56,9 @@ class _RecordingWriter:
     def get_write_buffer_size(self) -> int:
         return 0
 
+    def is_closing(self) -> bool:
+        return False
+
     def close(self) -> None:
         pass
 

@@ -30,6 +30,7 @@ from zabref.core.zab import Persistent
 from zabref.errors import CodecError, RemoteProtocolError, ZabError
 from zabref.net import peers, votes, wire
 from zabref.net.clientport import ClientPort
+from zabref.net.listener import Accepted
 from zabref.runtime import control
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -213,6 +214,9 @@ class _Writer:
     def close(self) -> None:
         self.closed = True
 
+    def is_closing(self) -> bool:
+        return self.closed
+
     def get_extra_info(self, name: str) -> str:
         return "test"
 
@@ -225,7 +229,7 @@ def test_a_control_request_line_still_incomplete_after_line_timeout_closes_the_c
     async def scenario(then: bytes, wait: float) -> tuple[list[dict], bool, bool]:
         reader, writer = asyncio.StreamReader(), _Writer()
         reader.feed_data(b'{"op": "auth", "token": "' + b"t" * 32 + b'"}\n{"op": "ping"}\n' + then)
-        task = asyncio.ensure_future(_control_port().handle(reader, writer))
+        task = asyncio.ensure_future(_control_port().handle(Accepted("test", stream=(reader, writer))))
         done, _ = await asyncio.wait({task}, timeout=wait)
         task.cancel()
         return writer.lines, bool(done), writer.closed

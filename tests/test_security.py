@@ -23,6 +23,7 @@ from zabref.client import ClientError, ZabClient, tls_from_config
 from zabref.config import ClusterConfig, Security, parse_config, parse_zoo_cfg
 from zabref.errors import ConfigError
 from zabref.net import peers, wire
+from zabref.net.listener import Accepted, Listener
 from zabref.net.security import MIN_SECRET, AuthError, Guard, read_secret
 from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 
@@ -135,9 +136,9 @@ async def _exchange(dialer_secret: bytes | None, acceptor_secret: bytes | None, 
     accepted: asyncio.Future = asyncio.get_running_loop().create_future()
     acceptor = Guard(quorum_server=acceptor_tls, secret=acceptor_secret)
 
-    async def handle(reader, writer):
+    async def handle(connection: Accepted):
         try:
-            await Guard.accept_tls(writer, acceptor_tls, 2.0)
+            reader, writer = await connection.open(2.0)
             _, first, _ = await peers.accept_hello(reader)
             await acceptor.check(reader, writer, first, 1, 2.0)
             rest = await asyncio.wait_for(reader.read(100), 1.0)
@@ -145,10 +146,10 @@ async def _exchange(dialer_secret: bytes | None, acceptor_secret: bytes | None, 
         except Exception as e:  # noqa: BLE001 -- the outcome under test
             accepted.set_result((e, b""))
         finally:
-            writer.close()
+            connection.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server = await Listener.open("127.0.0.1", 0, handle, tls=acceptor_tls)
+    port = server.port
     try:
         try:
             reader, writer = await peers.dial("127.0.0.1", port, hello(7), peer=1, attempts=1, timeout=3.0,

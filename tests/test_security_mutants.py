@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import ssl
@@ -22,6 +23,7 @@ import trustme
 from conformance.fuzz.frames import hello
 from zabref.config import parse_config
 from zabref.net import peers, wire, zkwire
+from zabref.net.listener import Listener
 from zabref.net.ports import find_free_base_port, release_base_port
 from zabref.net.security import AuthError, Guard, client_context
 from zabref.runtime import control, links
@@ -208,6 +210,35 @@ def test_an_admission_has_one_deadline_from_the_accept(tmp_path, lines, monkeypa
     asyncio.run(main())
 
 
+class _CoarseClock(asyncio.SelectorEventLoop):
+    """asyncio's loop on a clock of 1/1024 s steps: when a timer set on a step fires, the clock reads its time
+    exactly, as uvloop's clock of whole milliseconds often does."""
+
+    def time(self) -> float:
+        return math.floor(super().time() * 1024) / 1024
+
+
+def test_an_admission_whose_deadline_fired_is_refused_for_it_on_a_clock_that_reads_the_deadline(
+        tmp_path, lines, monkeypatch) -> None:
+    """A stranger that sends nothing is closed at the deadline and logged so, also where the clock reads the
+    deadline itself when its timer fires (uvloop: the secured fuzzer's half TLS hellos were closed unlogged when
+    `_handshake` asked only whether the clock was past the deadline)."""
+    monkeypatch.setattr(peers, "HANDSHAKE_TIMEOUT", 0.25)  # a step of the clock: deadlines fall on steps
+
+    async def main():
+        async with _server(tmp_path) as server:
+            for _ in range(3):
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.me.quorum_port)
+                address = writer.get_extra_info("sockname")
+                assert await _closed(reader) == b""
+                line = await lines.wait_for(f"quorum connection from {address!r} closed")
+                assert line.endswith("not complete within 0.25 s"), line
+                writer.close()
+
+    with asyncio.Runner(loop_factory=_CoarseClock) as runner:
+        runner.run(main())
+
+
 def test_an_admission_that_ends_after_its_deadline_is_refused(tmp_path, lines, monkeypatch) -> None:
     """Python 3.11's wait_for may swallow the deadline's cancellation when its read completes at that moment
     (gh-86296): an admission that returns after the deadline all the same is refused, one before it is not."""
@@ -215,12 +246,14 @@ def test_an_admission_that_ends_after_its_deadline_is_refused(tmp_path, lines, m
 
     async def main():
         async with _server(tmp_path) as server:
-            async def admit(reader, writer, kind, late=True):
+            async def admit(accepted, kind, late=True):
+                reader, writer = await accepted.open(1.0)
                 try:
                     await asyncio.sleep(0.6 if late else 0.05)
                 except asyncio.CancelledError:  # lost, as wait_for may lose it
                     await asyncio.sleep(0.05)
-                return 2, (wire.decode_quorum_packet(_handshake(2)), 5)  # the sid, its FOLLOWERINFO, the connection id
+                # its stream, the sid, its FOLLOWERINFO, the connection id
+                return reader, writer, 2, (wire.decode_quorum_packet(_handshake(2)), 5)
 
             monkeypatch.setattr(server, "_admit", admit)
             reader, writer = await asyncio.open_connection("127.0.0.1", server.me.quorum_port)
@@ -246,7 +279,7 @@ def test_a_refusal_found_after_the_deadline_is_logged_as_the_deadline(tmp_path, 
 
     async def main():
         async with _server(tmp_path) as server:
-            async def admit(reader, writer, kind, busy=0.5):
+            async def admit(accepted, kind, busy=0.5):
                 time.sleep(busy)  # the loop itself is held: no cancellation can arrive in between
                 raise links._Refused("quorum authentication failed: the dialer's proof is wrong")
 
@@ -901,17 +934,18 @@ def test_client_auth_need_asks_a_client_for_a_certificate_of_the_ca(pki, client_
     plain_client = ssl.create_default_context(cafile=str(pki / "ca.pem"))  # trusts the server, has no certificate
 
     async def main():
-        async def handle(reader, writer):
+        async def handle(connection):
             try:
-                await Guard.accept_tls(writer, guard.client_server, WAIT)
+                _, writer = await connection.open(WAIT)
                 writer.write(b"served\n")
                 await writer.drain()
             except AuthError:
                 pass
             finally:
-                writer.close()
+                connection.close()
 
-        server, port = await _listener(handle)
+        server = await Listener.open("127.0.0.1", 0, handle, tls=guard.client_server)
+        port = server.port
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=plain_client,
                                                            server_hostname="127.0.0.1")

@@ -190,6 +190,9 @@ class _Writer:
     def write(self, data: bytes) -> None:
         self.writes.append(data)
 
+    def is_closing(self) -> bool:
+        return False
+
     async def drain(self) -> None:
         pass
 

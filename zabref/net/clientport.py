@@ -37,7 +37,7 @@ length prefix closes the connection before the body is read) and must arrive who
 of its first byte (half a frame then silence is closed); an answer the client does not read within `WRITE_TIMEOUT`
 seconds closes the connection. Every close for one of these reasons is logged with the client's address.
 
-TLS. With ``[security] client_tls`` the connection is upgraded to TLS first (`zabref.net.security.Guard.accept_tls`),
+TLS. With ``[security] client_tls`` the connection is opened over TLS (`zabref.net.listener.Accepted.open`),
 counted against the limits while it shakes hands; a failed handshake is logged and closed before any request is
 read. A follower forwards with its own certificate.
 
@@ -57,7 +57,7 @@ from zabref.config import Config
 from zabref.core.effects import READ_LIMIT, Effects
 from zabref.core.node import Node
 from zabref.errors import CodecError, ProtocolError
-from zabref.net import clientwire, peers, wire
+from zabref.net import clientwire, listener, peers, streams, wire
 from zabref.net.security import AuthError, Guard
 
 __all__ = ["ClientPort", "ClientPortHost", "Clock", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT",
@@ -116,8 +116,8 @@ class ClientPortHost(Protocol):
 
 
 class ClientPort:
-    """``asyncio.start_server(ClientPort(server).handle, ...)``; the server calls `forward` for the node's
-    forwards."""
+    """The server's listener hands `handle` each connection it accepts on the client port; the server calls
+    `forward` for the node's forwards."""
 
     def __init__(self, server: ClientPortHost) -> None:
         self.server = server
@@ -128,25 +128,25 @@ class ClientPort:
         self._forward_pool: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
 
     @peers.quiet_cancel
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address = writer.get_extra_info("peername")
+    async def handle(self, accepted: listener.Accepted) -> None:
+        address = accepted.address
         host = address[0] if isinstance(address, tuple) and address else str(address)
         limits = self.limits
         if self.open_connections >= limits.client_connections:
             log.warning("client connection from %s closed: %d client connections are open already (limits."
                         "client_connections)", address, self.open_connections)
-            writer.close()
+            accepted.close()
             return
         if self.per_address.get(host, 0) >= limits.client_connections_per_address:
             log.warning("client connection from %s closed: %d client connections from %s are open already (limits."
                         "client_connections_per_address)", address, self.per_address[host], host)
-            writer.close()
+            accepted.close()
             return
         self.open_connections += 1
         self.per_address[host] = self.per_address.get(host, 0) + 1
         try:
             try:
-                await Guard.accept_tls(writer, self.server.guard.client_server, FRAME_TIMEOUT)
+                reader, writer = await accepted.open(FRAME_TIMEOUT)
                 reason = await self._serve(reader, writer)
             except AuthError as e:
                 reason = str(e)
@@ -157,7 +157,7 @@ class ClientPort:
                 self.per_address[host] = left
             else:
                 del self.per_address[host]
-            writer.close()
+            accepted.close()
         if reason is not None:
             log.warning("client connection from %s closed: %s", address, reason)
 
@@ -178,7 +178,7 @@ class ClientPort:
                     return None
                 for body in decoder.feed(chunk):
                     response = await self.answer(body)
-                    writer.write(clientwire.encode(response))
+                    streams.write(writer, clientwire.encode(response))
                     try:
                         await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
                     except TimeoutError:

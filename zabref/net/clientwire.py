@@ -17,7 +17,7 @@ import json
 import socket
 from typing import Any
 
-from zabref.net import wire
+from zabref.net import streams, wire
 
 __all__ = ["MAX_ANSWER", "encode", "decode_request", "answer_length", "decode_answer", "recv_exactly", "read_answer", "call",
            "call_async", "request_async"]
@@ -98,7 +98,7 @@ async def call_async(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      timeout: float | None, where: str, limit: int = MAX_ANSWER) -> dict[str, Any]:
     """One request and its answer on open asyncio streams (``timeout`` per read; None waits); OSError or
     TimeoutError if it cannot be done, the error naming ``where``."""
-    writer.write(encode(request))
+    streams.write(writer, encode(request))
     try:
         length = answer_length(await asyncio.wait_for(reader.readexactly(4), timeout), limit)
         return decode_answer(await asyncio.wait_for(reader.readexactly(length), timeout))

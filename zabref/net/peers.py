@@ -60,7 +60,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from zabref.core import payloads
 from zabref.core.packets import PacketType, QuorumPacket
 from zabref.errors import CodecError
-from zabref.net import wire, zkwire
+from zabref.net import streams, wire, zkwire
 from zabref.net.security import Guard
 
 __all__ = [
@@ -109,7 +109,7 @@ def next_serial() -> int:
 
 
 def quiet_cancel(handler: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap an ``asyncio.start_server`` callback so that cancelling it at shutdown is not logged as an error."""
+    """Wrap a port's connection handler so that cancelling it at shutdown is not logged as an error."""
 
     @functools.wraps(handler)
     async def wrapper(*args: Any) -> None:
@@ -223,7 +223,7 @@ async def dial(host: str, port: int, hello: bytes, *, peer: int, attempts: int, 
     ):
         with attempt:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **tls), timeout)
-            writer.write(hello)
+            streams.write(writer, hello)
             if guard is not None:
                 try:
                     await guard.prove(reader, writer, hello, peer, HANDSHAKE_TIMEOUT)
@@ -371,7 +371,7 @@ class Connection:
             while end < len(out) and size + len(out[end]) <= WRITE_CHUNK:
                 size += len(out[end])
                 end += 1
-            self.writer.write(out[start] if end == start + 1 else b"".join(out[start:end]))
+            streams.write(self.writer, out[start] if end == start + 1 else b"".join(out[start:end]))
             self.sent += end - start
             self.writes += 1
             start = end

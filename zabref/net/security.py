@@ -6,16 +6,17 @@ Theory of operation
 when a server starts; a missing or unreadable file, a key that does not match its certificate, or a secret file that
 others may read is a `ConfigError` naming the key and the file, before the server listens.
 
-**TLS** (``quorum_tls``, ``client_tls``). Listeners accept plain TCP and upgrade each connection with
-``StreamWriter.start_tls`` inside the connection handler (`Guard.accept_tls`), so a failed TLS handshake -- plain bytes,
-no certificate, a certificate of another CA, silence -- is logged with the stranger's address and the connection closed
-before one byte of it is read as protocol. Quorum and election connections are mutual: both ends present a certificate
-of the configured CA (as ZooKeeper's sslQuorum). The client port asks for a client certificate with ``client_auth =
-"need"`` and not with ``"none"``. Unless ``hostname_verification`` is false, a dialer checks that the certificate names
-the host it dialed, and a quorum or election acceptor that the dialer's certificate names the configured host of the
-server its first bytes name (`Guard.check_peer_host`; ZooKeeper's sslQuorum checks a connecting server's
-certificate too, against its address: ZKTrustManager.checkClientTrusted), so a certificate of the CA issued for another
-host is refused at either end. A follower forwards client requests to its leader's client port with its own certificate.
+**TLS** (``quorum_tls``, ``client_tls``). Listeners hand each accepted connection, not yet read, to its port, which
+opens it over TLS inside its own deadline (`zabref.net.listener.Accepted.open`, with this guard's context), so a failed
+TLS handshake -- plain bytes, no certificate, a certificate of another CA, silence -- is logged with the stranger's
+address and the connection closed before one byte of it is read as protocol. Quorum and election connections are mutual:
+both ends present a certificate of the configured CA (as ZooKeeper's sslQuorum). The client port asks for a client
+certificate with ``client_auth = "need"`` and not with ``"none"``. Unless ``hostname_verification`` is false, a dialer
+checks that the certificate names the host it dialed, and a quorum or election acceptor that the dialer's certificate
+names the configured host of the server its first bytes name (`Guard.check_peer_host`; ZooKeeper's sslQuorum checks a
+connecting server's certificate too, against its address: ZKTrustManager.checkClientTrusted), so a certificate of the CA
+issued for another host is refused at either end. A follower forwards client requests to its leader's client port with
+its own certificate.
 
 **Quorum authentication** (``quorum_secret``: a file only its owner may read, at least `MIN_SECRET` bytes). Right
 after the first bytes of a quorum or election connection (a learner's FOLLOWERINFO, an initial message), the two ends
@@ -53,7 +54,7 @@ from pathlib import Path
 
 from zabref.config import Config, Security
 from zabref.errors import ConfigError
-from zabref.net import wire
+from zabref.net import streams, wire
 
 __all__ = ["Guard", "AuthError", "NONCE", "MAC", "MIN_SECRET", "DIALER", "ACCEPTOR", "read_secret", "dialer_proof",
            "acceptor_proof", "client_context"]
@@ -162,20 +163,6 @@ class Guard:
 
     # ---------------------------------------------------------------------------------------------- TLS
 
-    @staticmethod
-    async def accept_tls(writer: asyncio.StreamWriter, ctx: ssl.SSLContext | None, timeout: float) -> None:
-        """Upgrade an accepted connection to TLS (nothing when ``ctx`` is None); AuthError saying why it failed."""
-        if ctx is None:
-            return
-        try:
-            await writer.start_tls(ctx, ssl_handshake_timeout=timeout)
-        except ssl.SSLError as e:
-            raise AuthError(f"TLS handshake failed: {e.reason or e}") from None
-        except (TimeoutError, asyncio.TimeoutError):
-            raise AuthError(f"TLS handshake failed: not complete within {timeout} s") from None
-        except (ConnectionError, OSError) as e:
-            raise AuthError(f"TLS handshake failed: {type(e).__name__}: {e}") from None
-
     def check_peer_host(self, writer: asyncio.StreamWriter, host: str) -> None:
         """Quorum TLS acceptor with hostname verification: the dialer's certificate (already checked against the CA)
         must name ``host`` -- the configured host of the server its handshake names -- in its subjectAltName;
@@ -198,7 +185,7 @@ class Guard:
             return
         a = await _read_body(reader, NONCE, "challenge", timeout)
         d = secrets.token_bytes(NONCE)
-        writer.write(wire.frame(d + dialer_proof(self.secret, handshake, acceptor, a, d)))
+        streams.write(writer, wire.frame(d + dialer_proof(self.secret, handshake, acceptor, a, d)))
         answer = await _read_body(reader, MAC, "acceptor's proof", timeout)
         if not hmac.compare_digest(answer, acceptor_proof(self.secret, handshake, acceptor, a, d)):
             raise AuthError("quorum authentication failed: the acceptor's proof is wrong (another secret)")
@@ -210,12 +197,12 @@ class Guard:
         if self.secret is None:
             return
         a = secrets.token_bytes(NONCE)
-        writer.write(wire.frame(a))
+        streams.write(writer, wire.frame(a))
         body = await _read_body(reader, NONCE + MAC, "proof", timeout)
         d, proof = body[:NONCE], body[NONCE:]
         if not hmac.compare_digest(proof, dialer_proof(self.secret, handshake, me, a, d)):
             raise AuthError("quorum authentication failed: the dialer's proof is wrong (another secret, or none)")
-        writer.write(wire.frame(acceptor_proof(self.secret, handshake, me, a, d)))
+        streams.write(writer, wire.frame(acceptor_proof(self.secret, handshake, me, a, d)))
 
 
 def _names_host(kind: str, value: str, host: str) -> bool:

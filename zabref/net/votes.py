@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zabref.core.packets import Notification
-from zabref.net import wire
+from zabref.net import streams, wire
 from zabref.net.peers import ELECTION_QUEUE_LIMIT, dial, next_serial
 from zabref.net.zkwire import PROTOCOL_V1, Initial, encode_initial
 from zabref.net.security import AuthError, Guard
@@ -229,7 +229,7 @@ class ElectionSender:
                     continue
                 self._writing = True
                 try:
-                    writer.write(framed)
+                    streams.write(writer, framed)
                     self.sent += 1
                     await asyncio.wait_for(writer.drain(), 2.0)
                 except (ConnectionError, OSError, TimeoutError) as e:

@@ -48,9 +48,9 @@ from zabref.core.node import Node
 from zabref.core.packets import ServerState
 from zabref.core.zab import ZabState
 from zabref.errors import CodecError
-from zabref.net import peers, wire, zkclientwire
+from zabref.net import listener, peers, streams, wire, zkclientwire
 from zabref.net.clientport import FRAME_TIMEOUT, WRITE_TIMEOUT, ClientPortHost
-from zabref.net.security import AuthError, Guard
+from zabref.net.security import AuthError
 
 __all__ = ["ZkClientPort"]
 
@@ -68,7 +68,7 @@ class _Close(Exception):
 
 
 class ZkClientPort:
-    """``asyncio.start_server(ZkClientPort(server).handle, ...)``."""
+    """The server's listener hands `handle` each connection it accepts on the ZooKeeper client port."""
 
     def __init__(self, server: ClientPortHost, sid: int) -> None:
         self.server = server
@@ -88,17 +88,17 @@ class ZkClientPort:
         return node
 
     @peers.quiet_cancel
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address = writer.get_extra_info("peername")
+    async def handle(self, accepted: listener.Accepted) -> None:
+        address = accepted.address
         if self.open_connections >= self.limits.client_connections:
             log.warning("ZooKeeper client connection from %s closed: %d client connections are open already "
                         "(limits.client_connections)", address, self.open_connections)
-            writer.close()
+            accepted.close()
             return
         self.open_connections += 1
         reason: str | None = None
         try:
-            await Guard.accept_tls(writer, self.server.guard.client_server, FRAME_TIMEOUT)
+            reader, writer = await accepted.open(FRAME_TIMEOUT)
             host = address[0] if isinstance(address, tuple) and address else str(address)
             await self._serve(reader, writer, host)
         except _Close as e:
@@ -111,7 +111,7 @@ class ZkClientPort:
             reason = None
         finally:
             self.open_connections -= 1
-            writer.close()
+            accepted.close()
         if reason is not None:
             log.warning("ZooKeeper client connection from %s closed: %s", address, reason)
 
@@ -142,7 +142,7 @@ class ZkClientPort:
         except TimeoutError:
             raise _Close(f"nothing from the client within {FRAME_TIMEOUT:g} s") from None
         if head in FOUR_LETTER_WORDS:
-            writer.write(self._four_letter(head).encode())
+            streams.write(writer, self._four_letter(head).encode())
             await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
             return
         frames.extend(decoder.feed(head))
@@ -322,7 +322,7 @@ _Entry = tuple["asyncio.Future[dict[str, Any]] | None", Callable[[Any], bytes]]
 
 async def _write(writer: asyncio.StreamWriter, replies: list[bytes]) -> None:
     """Write ``replies`` at once; if the client is not reading them, wait for it, at most `WRITE_TIMEOUT` s."""
-    writer.write(b"".join(replies))
+    streams.write(writer, b"".join(replies))
     if writer.transport.get_write_buffer_size():
         try:
             async with asyncio.timeout(WRITE_TIMEOUT):

@@ -58,7 +58,7 @@ import zabref
 from zabref.core.effects import Effects
 from zabref.core.node import Node
 from zabref.errors import ConfigError, ZabError
-from zabref.net import peers
+from zabref.net import listener, peers, streams
 from zabref.net.votes import ElectionSender, VoteChannel
 from zabref.runtime.actionlog import describe_packet
 from zabref.runtime.tenure import TENURING
@@ -185,7 +185,7 @@ class ControlPortHost(Protocol):
 
 
 class ControlPort:
-    """The server side: ``asyncio.start_server(ControlPort(server, token).handle, ...)``."""
+    """The server side: its `handle` serves each connection the server's listener accepts on the control port."""
 
     def __init__(self, server: ControlPortHost, token: bytes) -> None:
         self.server = server
@@ -229,9 +229,10 @@ class ControlPort:
         return False
 
     @peers.quiet_cancel
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address = writer.get_extra_info("peername")
+    async def handle(self, accepted: listener.Accepted) -> None:
+        address = accepted.address
         try:
+            reader, writer = await accepted.open(AUTH_TIMEOUT)
             if not await self._authenticated(reader, writer, address):
                 return
             while True:
@@ -257,11 +258,11 @@ class ControlPort:
         except (ConnectionError, OSError):
             return
         finally:
-            writer.close()
+            accepted.close()
 
     @staticmethod
     async def _write(writer: asyncio.StreamWriter, obj: dict[str, Any]) -> None:
-        writer.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+        streams.write(writer, json.dumps(obj, separators=(",", ":")).encode() + b"\n")
         await writer.drain()
 
     async def answer(self, line: bytes) -> dict[str, Any]:

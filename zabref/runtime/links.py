@@ -36,7 +36,7 @@ from zabref.core.election import check_notification
 from zabref.core.packets import QuorumPacket, ServerState
 from zabref.core.zab import LearnerPhase
 from zabref.errors import CodecError
-from zabref.net import peers, votes, wire
+from zabref.net import listener, peers, votes, wire
 from zabref.net.security import AuthError
 
 __all__ = ["PeerLinks", "HOLD_LIMIT"]
@@ -49,6 +49,11 @@ HOLD_LIMIT = 10_000
 
 class _Refused(Exception):
     """An inbound quorum or election connection refused at admission; the text says why (for the log line)."""
+
+
+#: An admitted inbound connection: its stream, the sid its first bytes named, and on the quorum port its first packet
+#: (FOLLOWERINFO) with the connection id written after it.
+_Admitted = tuple[asyncio.StreamReader, asyncio.StreamWriter, int, "tuple[QuorumPacket, int | None] | None"]
 
 
 class PeerLinks:
@@ -115,11 +120,11 @@ class PeerLinks:
         await self._read(conn, reader)
 
     @peers.quiet_cancel
-    async def _accept_quorum(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        admitted = await self._handshake(reader, writer, "quorum")
+    async def _accept_quorum(self, accepted: listener.Accepted) -> None:
+        admitted = await self._handshake(accepted, "quorum")
         if admitted is None:
             return
-        sid, hello = admitted
+        reader, writer, sid, hello = admitted
         assert hello is not None
         packet, cid = hello
         old = self.conns.get(sid)
@@ -134,42 +139,43 @@ class PeerLinks:
         self._arrived(conn, packet)  # FOLLOWERINFO, the connection's first packet
         await self._read(conn, reader)
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         kind: str) -> tuple[int, tuple[QuorumPacket, int | None] | None] | None:
-        """The sid of an inbound connection and, on the quorum port, its first packet (FOLLOWERINFO) and the connection
-        id written after its LearnerInfo; or None (refused, logged, closed). The whole admission has one deadline,
-        `peers.HANDSHAKE_TIMEOUT` from now: one that ends after it is refused for that, whatever else it found."""
-        address = writer.get_extra_info("peername")
+    async def _handshake(self, accepted: listener.Accepted, kind: str) -> _Admitted | None:
+        """An inbound connection opened (over TLS when it is on), its sid and, on the quorum port, its first packet
+        (FOLLOWERINFO) and the connection id written after its LearnerInfo; or None (refused, logged, closed). The
+        whole admission has one deadline, `peers.HANDSHAKE_TIMEOUT` from now: one that ends after it is refused for
+        that, whatever else it found."""
+        address = accepted.address
         loop = asyncio.get_running_loop()
         deadline = loop.time() + peers.HANDSHAKE_TIMEOUT
-        admitted, why = None, ""
+        admitted: _Admitted | None = None
+        why = ""
+        timed_out = False
         try:
             async with asyncio.timeout_at(deadline):
-                admitted = await self._admit(reader, writer, kind)
+                admitted = await self._admit(accepted, kind)
         except _Refused as e:
             why = str(e)
         except TimeoutError:
-            pass
+            timed_out = True  # the clock may read the deadline itself then (uvloop's counts milliseconds)
         # An admission can end after its deadline without the deadline's cancellation: Python 3.11's wait_for can
         # swallow it when its read completes at the same moment (gh-86296), and a loop busy past the deadline runs
         # the read's completion, and the refusal it leads to, first. Either is refused for the deadline.
-        if loop.time() > deadline:
+        if timed_out or loop.time() > deadline:
             why = (f"admission (TLS, first bytes, quorum authentication) not complete within "
                    f"{peers.HANDSHAKE_TIMEOUT} s" + (f"; by then: {why}" if why else ""))
             admitted = None
         if admitted is None:
             if why:
                 log.warning("%s connection from %s closed: %s", kind, address, why)
-            writer.close()
+            accepted.close()
         return admitted
 
-    async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     kind: str) -> tuple[int, tuple[QuorumPacket, int | None] | None] | None:
+    async def _admit(self, accepted: listener.Accepted, kind: str) -> _Admitted | None:
         """What `_handshake` returns for an admitted connection; None if the fault layer cuts that server's link
         (logged here); raises _Refused saying why a stranger is refused."""
         first: tuple[QuorumPacket, int | None] | None = None
         try:
-            await self.guard.accept_tls(writer, self.guard.quorum_server, peers.HANDSHAKE_TIMEOUT)
+            reader, writer = await accepted.open(peers.HANDSHAKE_TIMEOUT)
             if kind == "election":  # ZooKeeper's initial message; quorum authentication binds its bytes
                 initial, hello = await peers.accept_initial(reader)
                 sid = initial.sid
@@ -189,7 +195,7 @@ class PeerLinks:
             await self.guard.check(reader, writer, hello, self.sid, peers.HANDSHAKE_TIMEOUT)
         except AuthError as e:
             raise _Refused(f"{e} (its handshake named server {sid})") from None
-        return sid, first
+        return reader, writer, sid, first
 
     async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader) -> None:
         def on_packet(packet: QuorumPacket) -> None:
@@ -234,11 +240,11 @@ class PeerLinks:
     # ------------------------------------------------------------------------------------------ election connections
 
     @peers.quiet_cancel
-    async def _accept_votes(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        shaken = await self._handshake(reader, writer, "election")
+    async def _accept_votes(self, accepted: listener.Accepted) -> None:
+        shaken = await self._handshake(accepted, "election")
         if shaken is None:
             return
-        sid, _ = shaken
+        reader, writer, sid, _ = shaken
         if sid < self.sid:
             # QuorumCnxManager's rule: the pair's one connection is the one the larger id dials, so this one only
             # asks for it. ZooKeeper closes it at once; here it is read until its dialer closes it (a zabref or

@@ -60,6 +60,7 @@ import logging
 import os
 import shutil
 import signal
+import ssl
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,7 @@ from zabref.core.node import Node
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
 from zabref.core.zab import HANDLERS
 from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
-from zabref.net import clientport, peers, votes, wire, zkclientport, zkwire
+from zabref.net import clientport, listener, peers, votes, wire, zkclientport, zkwire
 from zabref.net.security import Guard
 from zabref.runtime import control
 from zabref.runtime.actionlog import ActionLog
@@ -142,8 +143,8 @@ class Server(PeerLinks):
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop `run` runs on (looked up once, not a request)
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._listeners: list[asyncio.base_events.Server] = []
-        self._accepted: set[asyncio.StreamWriter] = set()  # every inbound connection not yet ended
+        self._listeners: list[listener.Listener] = []
+        self._accepted: set[listener.Accepted] = set()  # every inbound connection not yet ended
         self._tasks: dict[asyncio.Task[Any], None] = {}  # in creation order (a set's order would vary by run)
         self._last_sync_s = 0.0
         self._unflushed: dict[int, peers.Connection] = {}
@@ -176,11 +177,12 @@ class Server(PeerLinks):
                          zk_clients=self.me.zk_client_port is not None)
         self._loop = asyncio.get_running_loop()
         self.machine.install_signals(self._loop, self.stop)
-        await self.listen("quorum_port", self._accept_quorum)
-        await self.listen("election_port", self._accept_votes)
-        await self.listen("client_port", self.client_port.handle)
+        await self.listen("quorum_port", self._accept_quorum, tls=self.guard.quorum_server)
+        await self.listen("election_port", self._accept_votes, tls=self.guard.quorum_server)
+        await self.listen("client_port", self.client_port.handle, tls=self.guard.client_server)
         if self.me.zk_client_port is not None:
-            await self.listen("zk_client_port", zkclientport.ZkClientPort(self, self.sid).handle)
+            await self.listen("zk_client_port", zkclientport.ZkClientPort(self, self.sid).handle,
+                              tls=self.guard.client_server)
         if self.control_token is not None:
             await self.listen("control_port", control.ControlPort(self, self.control_token).handle,
                               host=self.me.control_host, limit=control.MAX_LINE)
@@ -196,36 +198,39 @@ class Server(PeerLinks):
         self.enqueue(lambda: self.node.start(self.driver.now()))
         self.driver.start(self)
         control_at = f"{self.me.control_host}:{self.me.control_port}" if self.control_token is not None else "none"
-        log.info("server %d ready (%s mode, %s build): quorum %s:%d, election %d, client %d, control %s; history %d "
-                 "txns, acceptedEpoch %d, currentEpoch %d", self.sid, self.driver.name, zabref.build(), self.me.host,
+        log.info("server %d ready (%s mode, %s build, %s loop): quorum %s:%d, election %d, client %d, control %s; "
+                 "history %d txns, acceptedEpoch %d, currentEpoch %d", self.sid, self.driver.name, zabref.build(),
+                 type(self._loop).__module__.split(".")[0], self.me.host,
                  self.me.quorum_port, self.me.election_port, self.me.client_port, control_at, len(self.core.history),
                  self.core.accepted_epoch, self.core.current_epoch)
         await self._stopping.wait()
         await self._shutdown()
         return self.exit_code
 
-    async def listen(self, key: str, handler: Any, host: str | None = None, **kwargs: Any) -> None:
-        """Listen on this server's ``key`` port (a config key) at its host (or ``host``); ConfigError naming it if
-        the port is taken. Every connection accepted is in `_accepted` until its handler returns (one accepted once
-        the server stops is closed at once)."""
+    async def listen(self, key: str, handler: listener.Handler, host: str | None = None, *,
+                     tls: ssl.SSLContext | None = None, limit: int = listener.LIMIT) -> None:
+        """Listen on this server's ``key`` port (a config key) at its host (or ``host``), over TLS with ``tls``
+        (`zabref.net.listener`); ConfigError naming it if the port is taken. Every connection accepted is in `_accepted`
+        until its handler returns (one accepted once the server stops is closed at once)."""
         port = getattr(self.me, key)
         host = self.me.host if host is None else host
 
-        async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def tracked(accepted: listener.Accepted) -> None:
             if self._stopping.is_set():  # accepted as the server stops: `_shutdown` closed the others already
-                writer.close()
+                accepted.close()
                 return
-            self._accepted.add(writer)
+            self._accepted.add(accepted)
             try:
-                await handler(reader, writer)
+                await handler(accepted)
             finally:
-                self._accepted.discard(writer)
+                self._accepted.discard(accepted)
 
         try:
-            self._listeners.append(await asyncio.start_server(tracked, host, port, **kwargs))
+            self._listeners.append(await listener.Listener.open(host, port, tracked, tls=tls, limit=limit,
+                                                                name=f"{key} {host}:{port}"))
         except OSError as e:
-            for listener in self._listeners:
-                listener.close()
+            for opened in self._listeners:
+                opened.close()
             self.storage.close()
             raise ConfigError(f"{self.config.path}: server {self.sid}: {key}: cannot listen on "
                               f"{host}:{port}: {e.strerror or e}") from None
@@ -236,14 +241,14 @@ class Server(PeerLinks):
 
     async def _shutdown(self) -> None:
         log.info("server %d stopping", self.sid)
-        for listener in self._listeners:
-            listener.close()
+        for port in self._listeners:
+            port.close()
         # Every inbound connection ends here too (what it has queued is written first), so that its handler sees
         # the end of its stream and returns even if the cancellation below is lost: on Python 3.11 asyncio.wait_for
         # drops a cancellation that arrives as the awaited read completes (gh-86296), and a handler that then waits
         # on a peer's open connection would keep the event loop from closing (a stop, or a reset, that never ends).
-        for writer in list(self._accepted):
-            writer.close()
+        for accepted in list(self._accepted):
+            accepted.close()
         for sender in self.senders.values():
             sender.close()
         for conn in list(self.conns.values()):
