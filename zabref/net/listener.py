@@ -97,7 +97,7 @@ class Listener:
         self._name = name
         self._tasks: set[asyncio.Task[None]] = set()  # the handlers' (held: the loop keeps only weak references)
         self._accepting: dict[asyncio.Task[None], socket.socket] = {}
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
 
     @classmethod
     async def open(cls, host: str, port: int, handler: Handler, *, tls: ssl.SSLContext | None = None,
@@ -160,21 +160,15 @@ class Listener:
 
 
 def _bind(infos: list[Any], port: int) -> list[socket.socket]:
-    """A listening socket for each address (as asyncio.start_server: SO_REUSEADDR, IPv6 only on an IPv6 socket; port
+    """A listening socket for each address (`socket.create_server`: SO_REUSEADDR, IPv6 only on an IPv6 socket; port
     0 binds the others to the port the first got); OSError, nothing left open, if one cannot."""
     sockets: list[socket.socket] = []
     try:
-        for family, kind, proto, _, address in dict.fromkeys(infos):
-            s = socket.socket(family, kind, proto)
-            sockets.append(s)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            if port == 0 and len(sockets) > 1:
+        for family, _, _, _, address in dict.fromkeys(infos):
+            if port == 0 and sockets:
                 address = (address[0], sockets[0].getsockname()[1], *address[2:])
-            s.bind(address)
-            s.listen(BACKLOG)
-            s.setblocking(False)
+            sockets.append(socket.create_server(address, family=family, backlog=BACKLOG))
+            sockets[-1].setblocking(False)
     except OSError:
         for s in sockets:
             s.close()
