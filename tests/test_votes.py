@@ -181,3 +181,53 @@ def test_a_vote_queued_for_a_peer_that_has_not_dialed_back_is_not_resent_behind_
     t0, first = got[0]
     burst = [round(t - t0, 3) for t, n in got if n == first and t - t0 < server.driver.tick_s]
     assert len(burst) <= 2, burst
+
+
+def test_a_peer_dialing_while_the_later_ports_still_open_finds_its_sender(tmp_path: Path, caplog) -> None:
+    """Server 3 dials 1's election port the moment it listens, and 1's handler runs before 1 opens its next port
+    (uvloop runs an accept at once: a replay's servers started together did this): the handler finds 1's sender for
+    3 and hands it the connection, with no handler failing."""
+    from zabref.net import peers
+    from zabref.net.zkwire import PROTOCOL_V1, Initial, encode_initial
+
+    base = find_free_base_port(3)
+    config = load_config(cluster_config(tmp_path, 3, base))
+    me, three = config.server(1), config.server(3)
+    server = Server(config, 1, NormalDriver(0.05), machine=Machine(signals=False))
+    opened = server.listen
+    dialed: list[asyncio.StreamWriter] = []
+
+    async def listen(key, handler, *args, **kwargs):  # 3 dials as soon as the election port listens
+        await opened(key, handler, *args, **kwargs)
+        if key == "election_port":
+            hello = encode_initial(Initial(3, PROTOCOL_V1, (f"{three.host}:{three.election_port}",)))
+            _, writer = await peers.dial(me.host, me.election_port, hello, peer=1, attempts=3, timeout=2.0)
+            dialed.append(writer)
+            end = asyncio.get_running_loop().time() + 2.0  # until 1's handler has taken the connection, or failed
+            while not any(v.peer == 3 for v in server.votes.values()) and "handler failed" not in caplog.text \
+                    and asyncio.get_running_loop().time() < end:
+                await asyncio.sleep(0.01)
+
+    server.listen = listen
+
+    async def main() -> dict:
+        task = asyncio.create_task(server.run())
+        try:
+            end = asyncio.get_running_loop().time() + 10
+            while server.node is None or not dialed or "ready" not in caplog.text:
+                assert asyncio.get_running_loop().time() < end, "server 1 did not start"
+                await asyncio.sleep(0.01)
+            return server.senders[3].describe()
+        finally:
+            server.stop()
+            await asyncio.wait_for(task, 10)
+            for writer in dialed:
+                writer.close()
+
+    caplog.set_level("INFO", logger="zabref")
+    try:
+        sender = asyncio.run(main())
+    finally:
+        release_base_port(base)
+    assert "handler failed" not in caplog.text, caplog.text
+    assert sender["connected"] and not sender["dialed"], sender

@@ -177,6 +177,14 @@ class Server(PeerLinks):
                          zk_clients=self.me.zk_client_port is not None)
         self._loop = asyncio.get_running_loop()
         self.machine.install_signals(self._loop, self.stop)
+        # Every peer's election sender exists before any port listens: a peer's connection may be accepted, and its
+        # handler run, while a later port is still being opened (uvloop runs an accept at once).
+        me = f"{self.me.host}:{self.me.election_port}"  # the initial message's election address
+        for other in self.config.servers:
+            if other.id != self.sid:
+                self.senders[other.id] = votes.ElectionSender(
+                    self.sid, other.id, other.host, other.election_port, address=me, config=config, guard=self.guard,
+                    on_connection=self._dialed_votes(other.id))
         await self.listen("quorum_port", self._accept_quorum, tls=self.guard.quorum_server)
         await self.listen("election_port", self._accept_votes, tls=self.guard.quorum_server)
         await self.listen("client_port", self.client_port.handle, tls=self.guard.client_server)
@@ -186,12 +194,6 @@ class Server(PeerLinks):
         if self.control_token is not None:
             await self.listen("control_port", control.ControlPort(self, self.control_token).handle,
                               host=self.me.control_host, limit=control.MAX_LINE)
-        me = f"{self.me.host}:{self.me.election_port}"  # the initial message's election address
-        for other in self.config.servers:
-            if other.id != self.sid:
-                self.senders[other.id] = votes.ElectionSender(
-                    self.sid, other.id, other.host, other.election_port, address=me, config=config, guard=self.guard,
-                    on_connection=self._dialed_votes(other.id))
         self.spawn(self._pump(), "pump")
         if self.action_log is not None:
             self.action_log.restart(self.sid, self.node)
