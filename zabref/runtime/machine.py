@@ -8,9 +8,10 @@ through two objects, and nothing else:
 
 * the running asyncio **event loop** -- the network (``asyncio.open_connection`` and `zabref.net.listener` call the
   loop's ``create_connection`` / ``create_server``, and on a TLS port its ``sock_accept`` and
-  ``connect_accepted_socket``) and time (``loop.time()``, ``asyncio.sleep``, timeouts). A real server runs on
-  asyncio's own loop; the simulator (`conformance.sim`) runs every server of a cluster on ONE loop with a virtual
-  clock and an in-memory network (`conformance.sim.loop`), which has no TLS;
+  ``connect_accepted_socket``) and time (``loop.time()``, ``asyncio.sleep``, timeouts). A real server runs on uvloop
+  (asyncio's own loop where uvloop is not installed: `zabref.runtime.server.run_server`); the simulator
+  (`conformance.sim`) runs every server of a cluster on ONE loop with a virtual clock and an in-memory network
+  (`conformance.sim.loop`), which has no TLS;
 * a `Machine` -- what the loop does not carry: the `Disk` its storage lives on, the random connection ids of its
   handshakes (`new_connection_id`), the clock that times a sync (the runtime syncs in the loop's thread while
   syncs are quick and moves them to `executor` once one was slow), that executor, and whether SIGTERM/SIGINT stop

@@ -524,6 +524,18 @@ class Server(PeerLinks):
         await self._changed.wait()
 
 
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """A server process's event loop: uvloop's where it is installed (its reads, writes and timers are C; measured:
+    docs/performance.md, "uvloop"), else asyncio's own. Nothing of the server depends on which: the listeners open
+    TLS at the accept (`zabref.net.listener`) and a write to a closing stream is dropped on both
+    (`zabref.net.streams`)."""
+    try:
+        import uvloop
+    except ImportError:  # Windows, or installed without it
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 def run_server(config: Config, sid: int, *, control: bool, action_log: str | None = None,
                control_token: bytes | None = None) -> int:
     """Run one server until SIGTERM/SIGINT; returns the exit code (0 clean, 2 storage failure, 3 internal error).
@@ -543,7 +555,8 @@ def run_server(config: Config, sid: int, *, control: bool, action_log: str | Non
         driver = ControlDriver() if control else NormalDriver(config.cluster.tick_ms / 1000)
         log_ = ActionLog.open(action_log, sid) if action_log else None
         server = Server(config, sid, driver, action_log=log_, control_token=control_token, incarnation=incarnation)
-        code = asyncio.run(main(server))
+        with asyncio.Runner(loop_factory=_event_loop) as runner:
+            code = runner.run(main(server))
         if not server.reset_requested or code != 0:
             return code
         # The control socket's reset: the next incarnation is a new Server -- new event loop, new Machine (its
