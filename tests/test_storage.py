@@ -28,6 +28,7 @@ from zabref.core.types import (
 from zabref.errors import LogCorruption, StorageError
 from zabref.storage import LOG_NAME, RealDisk, SimDisk, Storage, read_durable
 from zabref.storage import records as rec
+from zabref.storage.store import RESERVE_MIN
 
 
 @pytest.fixture
@@ -47,6 +48,12 @@ def at_base(d, **kw) -> Storage:
         s.apply(step)
     s.sync()
     return s
+
+
+def written(d) -> bytes:
+    """The log's bytes up to the end of what was written: without the zeros reserved after it."""
+    data = (d / LOG_NAME).read_bytes()
+    return data[: len(data) - rec.scan_log(data, "test").reserved]
 
 
 def reopen(d) -> Persistent:
@@ -78,11 +85,12 @@ def test_fresh_directory_is_initialized_with_the_header_only(data_dir):
 
 def test_one_step_is_one_batch_with_its_commit(data_dir):
     with at_base(data_dir) as s:
-        size = (data_dir / LOG_NAME).stat().st_size
+        before = (data_dir / LOG_NAME).read_bytes()
+        size = len(written(data_dir))
         s.apply((TruncateHistory(make_zxid(1, 1)), SetCurrentEpoch(2)))
-        assert (data_dir / LOG_NAME).stat().st_size == size  # buffered until sync
+        assert (data_dir / LOG_NAME).read_bytes() == before  # buffered until sync
         s.sync()
-    tail = (data_dir / LOG_NAME).read_bytes()[size:]
+    tail = written(data_dir)[size:]
     assert tail == (rec.encode_truncate(make_zxid(1, 1)) + rec.encode_epoch(rec.Kind.CURRENT_EPOCH, 2)
                     + rec.encode_commit(4, 2))
 
@@ -231,13 +239,13 @@ def test_a_stale_temp_file_is_removed_and_reported(data_dir):
 def logged(d) -> tuple[bytes, int, list[int]]:
     """A log at BASE followed by the 'group' steps in one sync: (bytes, size at BASE, end offset of each batch)."""
     with at_base(d) as s:
-        base = (d / LOG_NAME).stat().st_size
+        base = len(written(d))
         ends = []
         for step in STEP_GROUPS["group"]:
             s.apply(step)
             ends.append(base + len(s._pending))
         s.sync()
-    return (d / LOG_NAME).read_bytes(), base, ends
+    return written(d), base, ends
 
 
 def test_crash_at_every_byte_offset_of_the_last_write(data_dir):
@@ -253,21 +261,67 @@ def test_crash_at_every_byte_offset_of_the_last_write(data_dir):
         storage, report = Storage.open(data_dir)
         with storage:
             assert storage.persistent() == expected[whole], cut
-            assert report.torn_bytes == cut - good_end
-            assert (report.torn_reason is None) == (cut == good_end)
-            assert log.stat().st_size == good_end  # the torn tail is cut off
+            # a tail of zeros (the first bytes of a CRC may be) is reserved space: kept, written over next
+            torn = cut - good_end if data[good_end:cut].count(0) < cut - good_end else 0
+            assert report.torn_bytes == torn
+            assert (report.torn_reason is None) == (torn == 0)
+            assert log.stat().st_size == cut - torn  # the torn tail is cut off
             storage.apply((AppendTxns((txn(4, 1),)),))  # and the log goes on from there
             storage.sync()
         assert reopen(data_dir) == Persistent((*expected[whole].history, txn(4, 1)), expected[whole].accepted_epoch,
                                               expected[whole].current_epoch)
 
 
-def test_a_zero_filled_tail_is_torn(data_dir):
+def test_zeros_after_the_last_batch_are_reserved_space_and_kept(data_dir):
+    """Whether storage reserved them or the file grew and its blocks were never written, zeros after a whole batch
+    hold no record: nothing is torn, nothing is cut, and the next batch is written over them."""
     data, _, _ = logged(data_dir)
-    (data_dir / LOG_NAME).write_bytes(data + bytes(300))  # the file grew, its blocks were never written
+    expected = states(STEP_GROUPS["group"])
+    log = data_dir / LOG_NAME
+    log.write_bytes(data + bytes(300))
     storage, report = Storage.open(data_dir)
-    storage.close()
-    assert report.torn_bytes == 300 and "length 0" in report.torn_reason
+    with storage:
+        assert report.torn_bytes == 0 and report.torn_reason is None and not report.repaired
+        assert storage.persistent() == expected[-1] and log.read_bytes() == data + bytes(300)
+        storage.apply((AppendTxns((txn(4, 1),)),))
+        storage.sync()
+    assert len(log.read_bytes()) == len(data) + 300  # within the reserved space: the file did not grow
+    assert reopen(data_dir).history == (*expected[-1].history, txn(4, 1))
+
+
+@pytest.mark.parametrize("short", [3, rec.COMMIT_RECORD_SIZE], ids=["in its commit", "before its commit"])
+def test_a_batch_cut_short_by_zeros_is_torn(data_dir, short):
+    """A batch whose write reached the disk only in part, the reserved zeros after it: torn, cut off with them."""
+    data, base, ends = logged(data_dir)
+    expected = states(STEP_GROUPS["group"])
+    log = data_dir / LOG_NAME
+    cut = ends[-1] - short  # the last COMMIT lacks its last bytes, or all of them
+    log.write_bytes(data[:cut] + bytes(300))
+    storage, report = Storage.open(data_dir)
+    with storage:
+        assert storage.persistent() == expected[-2]
+        assert report.torn_bytes == cut - ends[-2] + 300 and report.torn_reason
+        assert log.stat().st_size == ends[-2]
+
+
+def test_a_sync_writes_within_the_reserved_space(data_dir):
+    """The log is reserved ahead (the file is longer than what was written, zeros after it) and each sync writes
+    into that space; a sync that would pass its end reserves more first."""
+    log = data_dir / LOG_NAME
+    with open_(data_dir) as s:
+        s.apply((AppendTxns((txn(1, 1),)),))
+        s.sync()
+        reserved = log.stat().st_size
+        assert reserved >= len(written(data_dir)) + RESERVE_MIN
+        for k in range(2, 50):
+            s.apply((AppendTxns((txn(1, k),)),))
+            s.sync()
+            end = len(written(data_dir))
+            assert log.stat().st_size == reserved and log.read_bytes()[end:] == bytes(reserved - end)
+        s.apply((AppendTxns((Txn(make_zxid(1, 50), b"v" * (2 * reserved)),)),))
+        s.sync()
+        assert log.stat().st_size > 3 * reserved
+    assert len(reopen(data_dir).history) == 50
 
 
 def record_spans(data: bytes) -> list[tuple[int, int]]:
@@ -367,7 +421,7 @@ def test_compaction_rewrites_the_file_as_one_batch(data_dir):
         assert s.stats.compactions == 1
         want = s.persistent()
         image = rec.encode_image(list(want.history), want.accepted_epoch, want.current_epoch, 5)
-        assert (data_dir / LOG_NAME).read_bytes() == image
+        assert (data_dir / LOG_NAME).read_bytes() == image  # nothing reserved after it yet
         s.apply((AppendTxns((txn(2, 2),)),))  # and appends go on in the new file
         s.sync()
     assert reopen(data_dir).history == (txn(2, 1), txn(2, 2))

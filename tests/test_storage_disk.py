@@ -162,6 +162,59 @@ def test_a_torn_write_keeps_a_prefix_of_the_last_write(m, tear):
     assert m.files() == {"f": b"base-first" + b"1234567"[:tear], "g": b"other"}
 
 
+def test_a_reservation_is_zeros_durable_only_after_fsync(m):
+    durable_file(m, "f", b"log")
+    f = m.disk.open_write(m.path("f"))
+    writes = m.disk.counts.writes
+    m.disk.reserve(f, 8)
+    m.disk.reserve(f, 5)  # never shorter
+    assert m.disk.counts.writes == writes  # a reservation is not a write: crash points do not count it
+    assert m.files() == {"f": b"log" + bytes(5)} and m.durable_files() == {"f": b"log"}
+    m.crash()
+    assert m.files() == {"f": b"log"}
+    f = m.disk.open_write(m.path("f"))
+    m.disk.reserve(f, 8)
+    m.disk.fsync(f)
+    m.crash()
+    assert m.files() == {"f": b"log" + bytes(5)}
+
+
+@pytest.mark.parametrize("tear", range(0, 8))
+def test_a_torn_write_into_reserved_space_keeps_the_space(m, tear):
+    """A write at an offset inside the file, torn: its prefix over the durable zeros, the file as long as before
+    (a torn append and a torn overwrite are the same rule: the bytes it reached, nothing else changed)."""
+    durable_file(m, "f", b"head")
+    f = m.disk.open_write(m.path("f"))
+    m.disk.reserve(f, 16)
+    m.disk.fsync(f)
+    m.disk.write_at(f, 4, b"abc")  # an earlier unsynced write of the same file: written back first
+    m.disk.write_at(f, 7, b"1234567")
+    m.crash(tear)
+    assert m.files() == {"f": b"head" + b"abc" + b"1234567"[:tear] + bytes(16 - 7 - tear)}
+
+
+def test_a_write_at_may_not_leave_a_hole(m):
+    durable_file(m, "f", b"abc")
+    f = m.disk.open_write(m.path("f"))
+    m.disk.write_at(f, 3, b"d")  # at the end: fine
+    with pytest.raises(OSError) as e:
+        m.disk.write_at(f, 5, b"x")
+    assert e.value.errno == errno.EINVAL and m.files() == {"f": b"abcd"}
+
+
+def test_the_real_disk_reserves_and_writes_in_place(tmp_path):
+    disk = RealDisk()
+    path = tmp_path / "f"
+    path.write_bytes(b"head")
+    f = disk.open_write(path)
+    disk.reserve(f, 64)
+    disk.write_at(f, 4, b"abc")
+    disk.write_at(f, 2, b"XY")  # over what is there: not an append
+    disk.fsync(f)
+    disk.close(f)
+    assert path.read_bytes() == b"heXYabc" + bytes(57) and disk.counts.writes == 2
+
+
 def test_after_a_cut_old_handles_and_locks_are_dead(m):
     durable_file(m, "f", b"x")
     f = m.disk.open_append(m.path("f"))
@@ -235,6 +288,8 @@ OPS = st.one_of(
     st.tuples(st.just("write"), st.sampled_from("abc"), st.binary(min_size=0, max_size=5)),
     st.tuples(st.just("fsync"), st.sampled_from("abc")),
     st.tuples(st.just("truncate"), st.sampled_from("abc"), st.integers(0, 6)),
+    st.tuples(st.just("write_at"), st.sampled_from("abc"), st.integers(0, 8), st.binary(min_size=0, max_size=5)),
+    st.tuples(st.just("reserve"), st.sampled_from("abc"), st.integers(0, 12)),
     st.tuples(st.just("rename"), st.sampled_from("abc"), st.sampled_from("abc")),
     st.tuples(st.just("unlink"), st.sampled_from("abc")),
     st.tuples(st.just("fsync_dir")),
@@ -247,6 +302,12 @@ def _do(m: Machine, handles: dict, op) -> str:
     try:
         if name == "create":
             handles[args[0]] = m.disk.create(m.path(args[0]))
+        elif name in ("write_at", "reserve"):
+            f = m.disk.open_write(m.path(args[0]))
+            if name == "write_at":
+                m.disk.write_at(f, args[1], args[2])
+            else:
+                m.disk.reserve(f, args[1])
         elif name in ("write", "fsync", "truncate"):
             f = m.disk.open_append(m.path(args[0]))
             if name == "write":

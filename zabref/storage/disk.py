@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-Storage (`zabref.storage.store`) never calls ``os`` itself: it asks a `Disk` to create, append to, fsync, truncate,
-read, rename and unlink files, to fsync a directory, and to lock a data directory. Three disks implement it:
+Storage (`zabref.storage.store`) never calls ``os`` itself: it asks a `Disk` to create, write, reserve, fsync,
+truncate, read, rename and unlink files, to fsync a directory, and to lock a data directory. Three disks implement it:
 
 `RealDisk`
     straight through to the operating system (production). The only class in zabref that makes durable
@@ -13,7 +13,13 @@ read, rename and unlink files, to fsync a directory, and to lock a data director
 `zabref.storage.powerloss.PowerLossDisk`
     real files with the same power-loss model, for real server processes killed with SIGKILL.
 
-Files are append-only: `Disk.write` appends, `Disk.truncate` shortens. Errors are the operating system's `OSError`
+Writes. A file from `Disk.create` or `Disk.open_append` is written by appending (`Disk.write`); a file from `Disk.open_write` at offsets
+(`Disk.write_at`, never past its end), as the log is written into the space `Disk.reserve` gave it: ``reserve`` makes
+the file at least that long, the new bytes zeros (a preallocation, as ZooKeeper pads its transaction log: a sync of
+a write that does not change the file's size need not commit the size to the file system's journal; measured in
+docs/performance.md, "Reserved log space"). A reservation is not a write of data: crash points count `write` and
+`write_at` only, and a reservation not synced is lost with the power like any other change. `Disk.truncate`
+shortens. Errors are the operating system's `OSError`
 (with ``filename`` set); `zabref.storage.store` turns them into `StorageError` naming the file.
 
 Fsync pauses. ``pause_next_fsync`` stops the process (SIGSTOP) at the next fsync, before it takes effect, until
@@ -156,18 +162,33 @@ class Disk(abc.ABC):
     # ------------------------------------------------------------------------------------------ counted, crashable
 
     def write(self, f: DiskFile, data: bytes) -> None:
-        """Append ``data`` to the open file ``f`` (not durable until `fsync`)."""
+        """Append ``data`` to the open file ``f`` (from `create` or `open_append`; not durable until `fsync`)."""
         self._check_open(f)
+        tear = self._count_write(data)
+        if tear is not None:
+            self._write(f, bytes(data[:tear]))
+            self.cut_power(torn=True)
+        self._write(f, data)
+
+    def write_at(self, f: DiskFile, offset: int, data: bytes) -> None:
+        """Write ``data`` at byte ``offset`` of ``f`` (from `open_write`; at most its size: no holes), over what is
+        there and past its end as needed; not durable until `fsync`."""
+        self._check_open(f)
+        tear = self._count_write(data)
+        if tear is not None:
+            self._write_at(f, offset, bytes(data[:tear]))
+            self.cut_power(torn=True)
+        self._write_at(f, offset, data)
+
+    def _count_write(self, data: bytes) -> int | None:
+        """Count a write of ``data``; the bytes of it that reach the disk before the power is cut here, or None."""
         c = self.counts
         c.writes += 1
         c.bytes_written += len(data)
         if self._record_sizes:
             c.write_sizes.append(len(data))
         cp = self.crash_at
-        if cp is not None and cp.kind == "write" and cp.index == c.writes:
-            self._write(f, bytes(data[: cp.tear]))
-            self.cut_power(torn=True)
-        self._write(f, data)
+        return cp.tear if cp is not None and cp.kind == "write" and cp.index == c.writes else None
 
     def fsync(self, f: DiskFile) -> None:
         """Make the content of ``f`` durable (not its name: that is `fsync_dir`'s)."""
@@ -201,8 +222,19 @@ class Disk(abc.ABC):
         return self._create(os.fspath(path))
 
     def open_append(self, path: str | os.PathLike[str]) -> DiskFile:
-        """An existing file opened for appending; FileNotFoundError if it does not exist."""
+        """An existing file opened for appending (`write`); FileNotFoundError if it does not exist."""
         return self._open_append(os.fspath(path))
+
+    def open_write(self, path: str | os.PathLike[str]) -> DiskFile:
+        """An existing file opened for `write_at` and `reserve`; FileNotFoundError if it does not exist."""
+        return self._open_write(os.fspath(path))
+
+    def reserve(self, f: DiskFile, size: int) -> None:
+        """Make ``f`` (from `open_write`) at least ``size`` bytes long, the new bytes zeros (not durable until
+        `fsync`; module docstring). Where the file system cannot preallocate, nothing is reserved and `write_at`
+        extends the file as it writes."""
+        self._check_open(f)
+        self._reserve(f, size)
 
     def truncate(self, f: DiskFile, size: int) -> None:
         """Shorten ``f`` to ``size`` bytes (not durable until `fsync`)."""
@@ -259,7 +291,13 @@ class Disk(abc.ABC):
     @abc.abstractmethod
     def _open_append(self, path: str) -> DiskFile: ...
     @abc.abstractmethod
+    def _open_write(self, path: str) -> DiskFile: ...
+    @abc.abstractmethod
+    def _reserve(self, f: DiskFile, size: int) -> None: ...
+    @abc.abstractmethod
     def _write(self, f: DiskFile, data: bytes) -> None: ...
+    @abc.abstractmethod
+    def _write_at(self, f: DiskFile, offset: int, data: bytes) -> None: ...
     @abc.abstractmethod
     def _fsync(self, f: DiskFile) -> None: ...
     @abc.abstractmethod
@@ -293,10 +331,26 @@ class RealDisk(Disk):
     def _open_append(self, path: str) -> DiskFile:
         return DiskFile(path, os.open(path, os.O_WRONLY | os.O_APPEND))
 
+    def _open_write(self, path: str) -> DiskFile:
+        return DiskFile(path, os.open(path, os.O_WRONLY))  # not O_APPEND: Linux's pwrite appends on such a file
+
+    def _reserve(self, f: DiskFile, size: int) -> None:
+        try:
+            os.posix_fallocate(f.handle, 0, size)  # type: ignore[arg-type]
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+
     def _write(self, f: DiskFile, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(f.handle, view) :]  # type: ignore[arg-type]
+
+    def _write_at(self, f: DiskFile, offset: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            done = os.pwrite(f.handle, view, offset)  # type: ignore[arg-type]
+            view, offset = view[done:], offset + done
 
     def _fsync(self, f: DiskFile) -> None:
         os.fsync(f.handle)  # type: ignore[arg-type]
@@ -358,10 +412,13 @@ class RealDisk(Disk):
         if fsync:
             self._fsync_dir(head or ".")
 
-    def append_file(self, path: str, data: bytes, *, fsync: bool) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    def write_file_at(self, path: str, ranges: list[tuple[int, bytes]], *, fsync: bool) -> None:
+        """Write each (offset, bytes) of ``ranges`` into ``path``, in order (none past the end of the file)."""
+        fd = os.open(path, os.O_WRONLY)
         try:
-            self._write(DiskFile(path, fd), data)
+            f = DiskFile(path, fd)
+            for offset, data in ranges:
+                self._write_at(f, offset, data)
             if fsync:
                 os.fsync(fd)
         finally:

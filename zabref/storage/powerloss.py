@@ -7,8 +7,9 @@ into process memory: it is the power-loss model of `zabref.storage.simdisk.Model
 for what is modelled and what is not) whose *durable* state is the real directory. Every write, truncation, creation,
 rename and unlink is held in the process's memory; the real files change only when the model's durable state does:
 
-* `fsync` of a file whose name is durable writes the file's new durable bytes to the real file (an append when the
-  file only grew, else an atomic replace through a hidden ``.powerloss-<name>.tmp`` and a rename);
+* `fsync` of a file whose name is durable writes the file's new durable bytes to the real file (in place, the ranges
+  its writes and reservations touched, when nothing was truncated; else an atomic replace through a hidden
+  ``.powerloss-<name>.tmp`` and a rename);
 * `fsync_dir` makes the directory's durable names real: a name that now refers to another inode gets that inode's
   durable content (atomic replace), a name that went away is unlinked;
 * a file whose name is not durable keeps its durable content in memory only: a power cut would lose it.
@@ -70,10 +71,11 @@ class PowerLossDisk(ModelDisk):
                 return None
             raise
 
-    def _durable_file(self, inode: _Inode, old_len: int, appended: bool) -> None:
+    def _durable_file(self, inode: _Inode, old_len: int, ranges: list[tuple[int, int]] | None) -> None:
         for path in self._durable_paths(inode):
-            if appended and self._real.size(path) == old_len:
-                self._real.append_file(path, bytes(inode.durable[old_len:]), fsync=self._real_fsync)
+            if ranges is not None and self._real.size(path) == old_len:
+                self._real.write_file_at(path, [(a, bytes(inode.durable[a : a + n])) for a, n in ranges],
+                                         fsync=self._real_fsync)
             else:
                 self._real.replace_file(path, bytes(inode.durable), fsync=self._real_fsync)
 

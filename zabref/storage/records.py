@@ -21,8 +21,12 @@ body, length out of bounds, CRC mismatch -- at byte ``o``:
 
 * if a COMMIT record that checks starts anywhere after ``o``, a batch that was once complete (hence possibly synced
   and acknowledged) would be lost: `LogCorruption` names the file, the record number and ``o``;
+* if no record of a batch came before ``o`` and every byte from ``o`` to the end is zero, they are *reserved*
+  space, not damage: storage preallocates the log ahead of its writes (`zabref.storage.store`), and a zero byte
+  begins no record (a length is at least 1);
 * otherwise the bytes from the start of the incomplete batch on are a *torn tail* -- what a crash during the last
-  write left (a batch without its COMMIT is torn too). The scan reports the byte offset to cut at and why.
+  write left (a batch without its COMMIT is torn too, and so is one followed by zeros). The scan reports the byte
+  offset to cut at and why.
 
 A record that checks but breaks a rule -- unknown kind, wrong body size, zxid not above the previous one, a COMMIT
 whose count or number is wrong -- is corruption wherever it is: a torn write cannot produce a valid CRC.
@@ -133,10 +137,11 @@ class LogScan:
     good_end: int  # byte offset just past the last committed batch
     size: int  # bytes in the image
     torn_reason: str | None
+    reserved: int = 0  # zero bytes after ``good_end`` that are reserved space, not a torn tail
 
     @property
     def torn_bytes(self) -> int:
-        return self.size - self.good_end
+        return self.size - self.good_end - self.reserved
 
 
 def _damage(data: bytes, off: int, max_record: int) -> str | None:
@@ -222,6 +227,9 @@ def scan_log(data: bytes, path: str, max_record: int = DEFAULT_MAX_RECORD) -> Lo
             after = _find_commit(data, off + 1)
             if after is not None:
                 raise LogCorruption(path, rec, off, f"{damage}; a valid commit record follows at byte {after}")
+            if not batch and data.count(0, off) == n - off:
+                return LogScan(state.history, state.accepted, state.current, seq, batches, records, start, n, None,
+                               n - off)
             reason = f"record {rec} at byte {off}: {damage}"
             if batch:
                 reason += f"; the incomplete batch from byte {start} ({len(batch)} records) is dropped"

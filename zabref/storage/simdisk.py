@@ -43,7 +43,8 @@ __all__ = ["ModelDisk", "SimDisk"]
 class _Inode:
     data: bytearray = field(default_factory=bytearray)
     durable: bytearray = field(default_factory=bytearray)
-    # unsynced changes since the last fsync, in order: ("w", offset, length) or ("t", size)
+    # unsynced changes since the last fsync, in order: ("w", offset, length) -- a write, or a reservation's zeros --
+    # or ("t", size)
     ops: list[tuple[str, int, int]] = field(default_factory=list)
 
 
@@ -85,8 +86,9 @@ class ModelDisk(Disk):
     def _backing_read(self, directory: str, name: str) -> bytes | None:
         return None
 
-    def _durable_file(self, inode: _Inode, old_len: int, appended: bool) -> None:
-        """``inode``'s durable content changed (fsync); if ``appended``, only bytes after ``old_len`` were added."""
+    def _durable_file(self, inode: _Inode, old_len: int, ranges: list[tuple[int, int]] | None) -> None:
+        """``inode``'s durable content changed (fsync) from ``old_len`` bytes: only in ``ranges`` (offset, length),
+        each starting at most at the content's length at that point, if given; else anywhere (a truncation)."""
 
     def _durable_names(self, directory: str, changes: list[tuple[str, _Inode | None]]) -> None:
         """These names of ``directory`` became durable (fsync_dir): (name, inode or None for absent)."""
@@ -139,10 +141,24 @@ class ModelDisk(Disk):
     def _open_append(self, path: str) -> DiskFile:
         return DiskFile(path, (self._lookup(path), self._generation))
 
-    def _write(self, f: DiskFile, data: bytes) -> None:
+    def _open_write(self, path: str) -> DiskFile:
+        return DiskFile(path, (self._lookup(path), self._generation))
+
+    def _reserve(self, f: DiskFile, size: int) -> None:
         inode = self._inode(f)
-        inode.ops.append(("w", len(inode.data), len(data)))
-        inode.data += data
+        if size > len(inode.data):  # zeros, held as any unsynced change (not the last write: a cut does not tear it)
+            inode.ops.append(("w", len(inode.data), size - len(inode.data)))
+            inode.data += bytes(size - len(inode.data))
+
+    def _write(self, f: DiskFile, data: bytes) -> None:
+        self._write_at(f, len(self._inode(f).data), data)
+
+    def _write_at(self, f: DiskFile, offset: int, data: bytes) -> None:
+        inode = self._inode(f)
+        if not 0 <= offset <= len(inode.data):
+            raise OSError(errno.EINVAL, f"write at byte {offset}: the file has {len(inode.data)}", f.path)
+        inode.ops.append(("w", offset, len(data)))
+        inode.data[offset : offset + len(data)] = data
         self._last_write = inode
 
     def _truncate(self, f: DiskFile, size: int) -> None:
@@ -157,15 +173,17 @@ class ModelDisk(Disk):
         if not inode.ops:
             return
         old_len = len(inode.durable)
-        appended = all(kind == "w" for kind, _, _ in inode.ops) and inode.ops[0][1] == old_len
-        if appended:
-            inode.durable += inode.data[old_len:]
+        ranges: list[tuple[int, int]] | None = None
+        if all(kind == "w" for kind, _, _ in inode.ops):  # writes (and zeros) only: copy what they touched
+            ranges = [(a, n) for _, a, n in inode.ops]
+            for a, n in ranges:
+                inode.durable[a : a + n] = inode.data[a : a + n]
         else:
             inode.durable = bytearray(inode.data)
         inode.ops.clear()
         if self._last_write is inode:
             self._last_write = None
-        self._durable_file(inode, old_len, appended)
+        self._durable_file(inode, old_len, ranges)
 
     def _fsync_dir(self, path: str) -> None:
         directory = os.path.normpath(path)
@@ -243,14 +261,14 @@ class ModelDisk(Disk):
             *before, last = inode.ops
             for kind, a, n in before:
                 if kind == "w":
-                    torn[a:] = inode.data[a : a + n]
+                    torn[a : a + n] = inode.data[a : a + n]
                 else:
                     del torn[a:]
             _, a, n = last
-            torn[a:] = inode.data[a : a + min(n, tear)]
+            torn[a : a + min(n, tear)] = inode.data[a : a + min(n, tear)]
             old_len = len(inode.durable)
             inode.durable = torn
-            self._durable_file(inode, old_len, appended=False)
+            self._durable_file(inode, old_len, None)
         self._after_crash()
 
     def _after_crash(self) -> None:

@@ -14,6 +14,12 @@ write and makes them durable with ONE fsync (group commit: a follower applies ma
 sends their ACKs -- seed 000, phase 3, step 2). A crash leaves a prefix of the batches, each whole: the state after
 some step, never half a step. Nothing may be sent on the strength of a step before the `sync` that follows it.
 
+Reserved space. ``zab.log`` is preallocated ahead of its writes (`Disk.reserve`, zeros), as ZooKeeper pads its
+transaction log: a sync then writes into space the file already has, and the file system need not commit a new size
+with it (docs/performance.md, "Reserved log space"). A sync that would pass the reserved end first reserves as much
+again as the log holds, at least `RESERVE_MIN` and at most `RESERVE_MAX` more. The scan reads zeros after the last
+committed batch as reserved space (`zabref.storage.records`), so the file's size says nothing about the log's end.
+
 Compaction. Truncated transactions, overwritten epochs and everything before a SNAP's reset stay in the file as dead
 bytes. When a sync finds a reset pending, or dead bytes above both the live bytes and ``compact_min_bytes``, it
 writes the whole state instead, as one batch in a new file installed by `zabref.storage.atomic.atomic_write`
@@ -50,12 +56,16 @@ from zabref.storage import records as rec
 from zabref.storage.atomic import atomic_write, remove_stale_temp
 from zabref.storage.disk import Disk, DiskFile, DiskLock, RealDisk
 
-__all__ = ["Storage", "RecoveryReport", "StorageStats", "LOG_NAME", "OLD_FORMAT_NAMES", "DEFAULT_COMPACT_MIN"]
+__all__ = ["Storage", "RecoveryReport", "StorageStats", "LOG_NAME", "OLD_FORMAT_NAMES", "DEFAULT_COMPACT_MIN",
+           "RESERVE_MIN", "RESERVE_MAX"]
 
 LOG_NAME = "zab.log"
 #: Files of the format before this package (zabref.disklog, zabref.epochs): not read, not migrated.
 OLD_FORMAT_NAMES = ("log", "acceptedEpoch", "currentEpoch")
 DEFAULT_COMPACT_MIN = 1 << 20
+#: The least and the most a reservation adds to the log (module docstring; ZooKeeper's preAllocSize is 64 MiB).
+RESERVE_MIN = 64 << 10
+RESERVE_MAX = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -178,7 +188,8 @@ class Storage:
             self._live.append(self._live[-1] + rec.txn_record_size(v))
         self._accepted, self._current = scan.accepted_epoch, scan.current_epoch
         self._seq = scan.seq
-        self._file_size = scan.good_end
+        self._file_size = scan.good_end  # where the next batch is written
+        self._reserved_end = scan.good_end + scan.reserved  # the file's size as far as this Storage knows
         self._pending = bytearray()
         self._pending_reset = False
         self._durable_zxid = self.last_zxid
@@ -232,9 +243,9 @@ class Storage:
             raise StorageError(f"{log_path}: cannot read: {e.strerror}") from e
         scan = rec.scan_log(data, log_path, max_record)
         try:
-            file = disk.open_append(log_path)
+            file = disk.open_write(log_path)
         except OSError as e:
-            raise StorageError(f"{log_path}: cannot open for appending: {e.strerror}") from e
+            raise StorageError(f"{log_path}: cannot open for writing: {e.strerror}") from e
         try:
             if scan.torn_bytes:
                 disk.truncate(file, scan.good_end)
@@ -314,7 +325,11 @@ class Storage:
                 self._compact()
             else:
                 data = bytes(self._pending)
-                self.disk.write(file, data)
+                end = self._file_size + len(data)
+                if end > self._reserved_end:
+                    self._reserved_end = end + min(max(end, RESERVE_MIN), RESERVE_MAX)
+                    self.disk.reserve(file, self._reserved_end)
+                self.disk.write_at(file, self._file_size, data)
                 self.disk.fsync(file)
                 self._file_size += len(data)
                 self.stats.bytes_written += len(data)
@@ -337,11 +352,11 @@ class Storage:
         """Write the whole state as one batch in a new file, installed atomically (module docstring)."""
         image = rec.encode_image(self._history, self._accepted, self._current, self._seq)
         atomic_write(self.disk, self.log_path, image)
-        new = self.disk.open_append(self.log_path)
+        new = self.disk.open_write(self.log_path)
         old, self._file = self._file, new
         if old is not None:
             self.disk.close(old)
-        self._file_size = len(image)
+        self._file_size = self._reserved_end = len(image)
         self.stats.compactions += 1
         self.stats.bytes_written += len(image)
 
