@@ -13,14 +13,14 @@ truncate, read, rename and unlink files, to fsync a directory, and to lock a dat
 `zabref.storage.powerloss.PowerLossDisk`
     real files with the same power-loss model, for real server processes killed with SIGKILL.
 
-Writes. A file from `Disk.create` or `Disk.open_append` is written by appending (`Disk.write`); a file from `Disk.open_write` at offsets
-(`Disk.write_at`, never past its end), as the log is written into the space `Disk.reserve` gave it: ``reserve`` makes
-the file at least that long, the new bytes zeros (a preallocation, as ZooKeeper pads its transaction log: a sync of
-a write that does not change the file's size need not commit the size to the file system's journal; measured in
-docs/performance.md, "Reserved log space"). A reservation is not a write of data: crash points count `write` and
-`write_at` only, and a reservation not synced is lost with the power like any other change. `Disk.truncate`
-shortens. Errors are the operating system's `OSError`
-(with ``filename`` set); `zabref.storage.store` turns them into `StorageError` naming the file.
+Writes. A file from `Disk.create` or `Disk.open_append` is written by appending (`Disk.write`); a file from
+`Disk.open_write` at offsets (`Disk.write_at`, never past its end), as the log is written into the space
+`Disk.reserve` gave it: ``reserve`` makes the file at least that long, the new bytes zeros (a preallocation, as
+ZooKeeper pads its transaction log: a sync of a write that does not change the file's size need not commit the size
+to the file system's journal; measured in docs/performance.md, "Reserved log space"). A reservation is not a write
+of data: crash points count `write` and `write_at` only, and a reservation not synced is lost with the power like
+any other change. `Disk.truncate` shortens. Errors are the operating system's `OSError` (with ``filename`` set);
+`zabref.storage.store` turns them into `StorageError` naming the file.
 
 Fsync pauses. ``pause_next_fsync`` stops the process (SIGSTOP) at the next fsync, before it takes effect, until
 someone sends SIGCONT: the conformance driver checks at that moment that no packet of the step left the server.
