@@ -193,6 +193,19 @@ def test_a_torn_write_into_reserved_space_keeps_the_space(m, tear):
     assert m.files() == {"f": b"head" + b"abc" + b"1234567"[:tear] + bytes(16 - 7 - tear)}
 
 
+@pytest.mark.parametrize("tear", range(0, 4))
+def test_a_torn_write_over_unsynced_changes_keeps_them_as_they_were(m, tear):
+    """Changes not synced before the torn write are kept as they were when made, not as later writes left their
+    bytes: the reservation's zeros under the log's next batch, an earlier write under a later one."""
+    durable_file(m, "f", b"head")
+    f = m.disk.open_write(m.path("f"))
+    m.disk.reserve(f, 12)  # not synced: zeros at 4..12
+    m.disk.write_at(f, 4, b"abc")
+    m.disk.write_at(f, 4, b"XYZ")  # over the earlier write, and torn
+    m.crash(tear)
+    assert m.files() == {"f": b"head" + b"XYZ"[:tear] + b"abc"[tear:] + bytes(5)}
+
+
 def test_a_write_at_may_not_leave_a_hole(m):
     durable_file(m, "f", b"abc")
     f = m.disk.open_write(m.path("f"))

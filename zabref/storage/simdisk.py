@@ -11,8 +11,8 @@ every directory, its durable names, and of every inode its durable content; an i
 Handles and locks opened before the cut are dead (their calls fail with EBADF).
 
 Torn writes. ``crash(tear=t)`` keeps in addition the first ``t`` bytes of the last unsynced write (and the unsynced
-writes and truncations of that same file before it: the page cache wrote the file back in order and power failed
-during the last one). That is the outcome LazyFS's "torn-op" fault produces and the one a log's recovery must
+writes, reservations and truncations of that same file before it, each as it was made, though a later write covered
+its bytes: the page cache wrote the file back in order and power failed during the last one). That is the outcome LazyFS's "torn-op" fault produces and the one a log's recovery must
 survive; with t = 0 it is the plain cut.
 
 What the model does not do: reorder writes inside a file or across files beyond the rule above, tear a write at
@@ -43,9 +43,10 @@ __all__ = ["ModelDisk", "SimDisk"]
 class _Inode:
     data: bytearray = field(default_factory=bytearray)
     durable: bytearray = field(default_factory=bytearray)
-    # unsynced changes since the last fsync, in order: ("w", offset, length) -- a write, or a reservation's zeros --
-    # or ("t", size)
-    ops: list[tuple[str, int, int]] = field(default_factory=list)
+    # unsynced changes since the last fsync, in order: ("w", offset, length, the bytes written), ("z", offset,
+    # length, None) -- a reservation's zeros --, or ("t", size, 0, None). A write's bytes are kept because a later
+    # write may cover them (the log's batches cover its reserved zeros): a torn outcome takes each change as it was
+    ops: list[tuple[str, int, int, bytes | None]] = field(default_factory=list)
 
 
 _GENERATIONS = itertools.count(1)
@@ -147,7 +148,7 @@ class ModelDisk(Disk):
     def _reserve(self, f: DiskFile, size: int) -> None:
         inode = self._inode(f)
         if size > len(inode.data):  # zeros, held as any unsynced change (not the last write: a cut does not tear it)
-            inode.ops.append(("w", len(inode.data), size - len(inode.data)))
+            inode.ops.append(("z", len(inode.data), size - len(inode.data), None))
             inode.data += bytes(size - len(inode.data))
 
     def _write(self, f: DiskFile, data: bytes) -> None:
@@ -157,7 +158,7 @@ class ModelDisk(Disk):
         inode = self._inode(f)
         if not 0 <= offset <= len(inode.data):
             raise OSError(errno.EINVAL, f"write at byte {offset}: the file has {len(inode.data)}", f.path)
-        inode.ops.append(("w", offset, len(data)))
+        inode.ops.append(("w", offset, len(data), bytes(data)))
         inode.data[offset : offset + len(data)] = data
         self._last_write = inode
 
@@ -165,7 +166,7 @@ class ModelDisk(Disk):
         inode = self._inode(f)
         if not 0 <= size <= len(inode.data):
             raise OSError(errno.EINVAL, f"truncate to {size} bytes: the file has {len(inode.data)}", f.path)
-        inode.ops.append(("t", size, 0))
+        inode.ops.append(("t", size, 0, None))
         del inode.data[size:]
 
     def _fsync(self, f: DiskFile) -> None:
@@ -174,8 +175,8 @@ class ModelDisk(Disk):
             return
         old_len = len(inode.durable)
         ranges: list[tuple[int, int]] | None = None
-        if all(kind == "w" for kind, _, _ in inode.ops):  # writes (and zeros) only: copy what they touched
-            ranges = [(a, n) for _, a, n in inode.ops]
+        if all(op[0] != "t" for op in inode.ops):  # writes and zeros only: copy what they touched
+            ranges = [(a, n) for _, a, n, _ in inode.ops]
             for a, n in ranges:
                 inode.durable[a : a + n] = inode.data[a : a + n]
         else:
@@ -258,14 +259,16 @@ class ModelDisk(Disk):
         inode = self._last_write
         if tear is not None and inode is not None and inode.ops:
             torn = bytearray(inode.durable)
-            *before, last = inode.ops
-            for kind, a, n in before:
+            last = max(k for k, op in enumerate(inode.ops) if op[0] == "w")  # changes after it were not reached
+            for kind, a, n, written in inode.ops[:last]:
                 if kind == "w":
-                    torn[a : a + n] = inode.data[a : a + n]
+                    torn[a : a + n] = written
+                elif kind == "z":
+                    torn[a : a + n] = bytes(n)
                 else:
                     del torn[a:]
-            _, a, n = last
-            torn[a : a + min(n, tear)] = inode.data[a : a + min(n, tear)]
+            _, a, n, written = inode.ops[last]
+            torn[a : a + min(n, tear)] = written[:tear]
             old_len = len(inode.durable)
             inode.durable = torn
             self._durable_file(inode, old_len, None)
@@ -286,7 +289,8 @@ class ModelDisk(Disk):
 
     def cut_power(self, *, torn: bool = False):  # type: ignore[override]
         last = self._last_write
-        self.crash(tear=last.ops[-1][2] if torn and last is not None and last.ops else None)
+        writes = [op for op in last.ops if op[0] == "w"] if torn and last is not None else []
+        self.crash(tear=writes[-1][2] if writes else None)  # the write that was cut holds only what reached the disk
         return super().cut_power(torn=torn)
 
 
