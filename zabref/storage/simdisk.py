@@ -261,14 +261,12 @@ class ModelDisk(Disk):
             torn = bytearray(inode.durable)
             last = max(k for k, op in enumerate(inode.ops) if op[0] == "w")  # changes after it were not reached
             for kind, a, n, written in inode.ops[:last]:
-                if kind == "w":
-                    torn[a : a + n] = written
-                elif kind == "z":
-                    torn[a : a + n] = bytes(n)
-                else:
+                if kind == "t":
                     del torn[a:]
+                else:
+                    torn[a : a + n] = bytes(n) if written is None else written  # zeros, or what was written
             _, a, n, written = inode.ops[last]
-            torn[a : a + min(n, tear)] = written[:tear]
+            torn[a : a + min(n, tear)] = (written or b"")[:tear]
             old_len = len(inode.durable)
             inode.durable = torn
             self._durable_file(inode, old_len, None)
