@@ -142,8 +142,7 @@ class ModelDisk(Disk):
     def _open_append(self, path: str) -> DiskFile:
         return DiskFile(path, (self._lookup(path), self._generation))
 
-    def _open_write(self, path: str) -> DiskFile:
-        return DiskFile(path, (self._lookup(path), self._generation))
+    _open_write = _open_append  # the model keeps no file position: a handle is its inode either way
 
     def _reserve(self, f: DiskFile, size: int) -> None:
         inode = self._inode(f)
