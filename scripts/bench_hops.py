@@ -12,6 +12,7 @@ time from a PROPOSAL's read to its ACK's write. Tracing costs each recorded call
 write rate under it is printed beside the hops, to be read against the same row without it.
 
     .venv/bin/python scripts/bench_hops.py [--writes 3000] [--systems zabref-java,zookeeper-java] [--keep DIR]
+        [--leader-logs-late] [--zabref-code TREE]
 
 Needs ``perf`` (Debian's linux-perf) with the right to trace other processes (root, or perf_event_paranoid <= 1).
 """
@@ -65,8 +66,8 @@ def _sample_sockets(h, pids: dict[int, int], fds: dict[int, dict[int, str]], sto
             return
 
 
-def measure(system: str, writes: int, folder: Path, java, late: bool = False) -> dict:
-    h = start_harness(system, folder / system, find_classpath(), None, java_client=java, late=late)
+def measure(system: str, writes: int, folder: Path, java, late: bool = False, code: Path | None = None) -> dict:
+    h = start_harness(system, folder / system, find_classpath(), code, java_client=java, late=late)
     try:
         leader = h.leader()
         h.adapter.run_row("write", "leader", leader, 16, 500)
@@ -121,6 +122,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="keep the traces and data folders here")
     ap.add_argument("--leader-logs-late", action="store_true",
                     help="zabref's servers with [cluster] leader_logs_late (a leader's PROPOSAL before its own sync)")
+    ap.add_argument("--zabref-code", type=Path, default=None,
+                    help="run zabref's servers from this tree (scripts/build_compiled.py prints the compiled one)")
     args = ap.parse_args()
     systems = args.systems.split(",")
     if not systems or set(systems) - set(SYSTEMS):
@@ -135,7 +138,7 @@ def main() -> None:
     out = {}
     for system in systems:
         print(f"{system}: {args.writes} writes, one in flight, traced", flush=True)
-        out[system] = measure(system, args.writes, folder, java, args.leader_logs_late)
+        out[system] = measure(system, args.writes, folder, java, args.leader_logs_late, args.zabref_code)
     print(f"\n{'hop (median ms)':<28}" + "".join(f"{s:>16}" for s in out) + ("    ratio" if len(out) == 2 else ""))
     names = list(out)
     rows = [(f"leader {name}", [out[s]["leader"].median(name) for s in names]) for name in HOPS]

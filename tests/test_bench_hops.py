@@ -16,8 +16,9 @@ def line(t: float, d: float, name: str, fd: int, ret: int, tid: int = 100) -> st
 
 
 def leader_trace() -> list[str]:
-    """Two writes one after the other (the second read in two calls, its ACK by another thread of the same
-    process), a client's PING answered between them, a write the trace ends in, and lines that are no whole call."""
+    """Two writes one after the other (the second read in two calls, its sync printed in two as perf trace prints a
+    call another thread's line interrupted, its ACK by another thread of the same process), a client's PING answered
+    between them, a write the trace ends in, and lines that are no call."""
     return [
         line(1.000, 0.010, "recvfrom", CLIENT, 120),           # request 1 read, ends at 1.010
         line(1.050, 0.005, "write", LOG, 200),
@@ -32,10 +33,11 @@ def leader_trace() -> list[str]:
         line(3.000, 0.010, "read", CLIENT, 4),                   # request 2's length, ends at 3.010
         line(3.020, 0.010, "read", CLIENT, 116),                 # its body
         line(3.100, 0.020, "write", Q1, 130),                    # PROPOSAL out before the sync (ZooKeeper's order)
-        line(3.120, 0.200, "fdatasync", LOG, 0),
-        line(3.400, 0.000, "read", Q2, -1),                      # EAGAIN: no data, not the ACK
+        "     3.120 (         ): python3/100 fdatasync(fd: 20)                    ...",  # the sync, interrupted
+        line(3.400, 0.000, "read", Q2, -1, tid=101),             # EAGAIN: no data, not the ACK
+        "     3.120 ( 0.200 ms): python3/100  ... [continued]: fdatasync())      = 0",  # ... and its end
         line(3.500, 0.010, "read", Q2, 20, tid=101),             # first ACK in, ends at 3.510
-        "         ? (         ): java/101  ... [continued]: read())                     = 20",
+        "     3.450 ( 0.030 ms): python3/101  ... [continued]: read())           = 20",  # an end without its start
         line(3.600, 0.010, "write", CLIENT, 40),                 # reply out at 3.600
         line(5.000, 0.010, "read", CLIENT, 120),                 # a write the trace ends in
         line(5.100, 0.010, "write", Q1, 130),
@@ -49,6 +51,8 @@ def test_perf_trace_lines_become_calls_of_their_process_and_the_rest_is_passed_o
     c = calls[7][0]
     assert (c.t, c.d, c.tid, c.name, c.fd, c.ret) == (1.0, 0.01, 100, "recvfrom", CLIENT, 120)
     assert c.end == pytest.approx(1.01)
+    joined = [c for c in calls[7] if c.t == 3.12]  # printed in two, another thread's line between: one call
+    assert [(c.d, c.tid, c.name, c.fd, c.ret) for c in joined] == [(0.2, 100, "fdatasync", LOG, 0)]
     assert hops.parse(leader_trace(), {100: 7})[7][-1].tid == 100  # a thread of no traced process: left out
 
 

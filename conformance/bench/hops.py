@@ -6,8 +6,10 @@ At one request in flight a write is a chain -- the client's request read by the 
 the first ACK back, the reply out -- and its rate is the inverse of that chain's length, not of any CPU sum. The
 servers are observed from outside as they run, with ``perf trace`` (kernel tracepoints, no ptrace stop per call):
 every read, write, send, receive and sync of their processes and threads, with its start and duration on one clock.
-`parse` reads perf trace's lines (a call that another thread's line interrupted, ``[continued]``, and any line that
-is not a whole system call are passed over: they cannot be placed). `sockets` classifies each process's socket file
+`parse` reads perf trace's lines. A call that another thread's line interrupted is printed in two: its start
+(``fsync(fd: 14) ...``, no duration) and later its end (``... [continued]: fsync()) = 0``, with the start's time and
+the whole duration); the two are joined into one call by thread, so a long call -- a sync, nearly always -- is not
+lost. An end whose start is not in the trace, and any line that is not a system call, are passed over. `sockets` classifies each process's socket file
 descriptors from /proc by the ports they join: ``client`` (the server's client port), ``quorum`` (its own quorum
 port, or a peer's). `leader_hops` walks the leader's calls in time order and cuts each write into:
 
@@ -38,6 +40,9 @@ WRITES = frozenset({"write", "sendto", "sendmsg", "writev"})
 SYNCS = frozenset({"fsync", "fdatasync"})
 _LINE = re.compile(r"^\s*(?P<t>\d+\.\d+) \(\s*(?P<d>\d+\.\d+) ms\): (?P<comm>.+?)/(?P<tid>\d+) "
                    r"(?P<name>\w+)\((?P<args>.*)\)\s+= (?P<ret>-?\d+)")
+_START = re.compile(r"^\s*(?P<t>\d+\.\d+) \(\s*\): (?P<comm>.+?)/(?P<tid>\d+) (?P<name>\w+)\((?P<args>.*)\)\s+\.\.\.\s*$")
+_END = re.compile(r"^\s*(?P<t>\d+\.\d+) \(\s*(?P<d>\d+\.\d+) ms\): (?P<comm>.+?)/(?P<tid>\d+)\s+\.\.\. "
+                  r"\[continued\]: (?P<name>\w+)\(\)\)\s+= (?P<ret>-?\d+)")
 _FD = re.compile(r"\bfd: (\d+)")
 
 
@@ -61,14 +66,24 @@ def parse(lines: list[str], tids: dict[int, int]) -> dict[int, list[Call]]:
     """The whole calls of ``lines`` by process: ``tids`` maps each thread id to its process id (a thread not in it
     is passed over); each list sorted by start."""
     out: dict[int, list[Call]] = {}
+    started: dict[int, tuple[str, str, str]] = {}  # tid -> (time, name, args) of its interrupted call
     for line in lines:
-        m = _LINE.match(line)
-        if m is None or "[continued]" in line:
+        if (m := _START.match(line)) is not None:
+            started[int(m["tid"])] = (m["t"], m["name"], m["args"])
+            continue
+        if (m := _END.match(line)) is not None:
+            start = started.pop(int(m["tid"]), None)
+            if start is None or start[:2] != (m["t"], m["name"]):
+                continue  # its start is not in the trace
+            args = start[2]
+        elif (m := _LINE.match(line)) is not None and "[continued]" not in line:
+            args = m["args"]
+        else:
             continue
         tid = int(m["tid"])
         if tid not in tids:
             continue
-        fd = _FD.search(m["args"])
+        fd = _FD.search(args)
         out.setdefault(tids[tid], []).append(Call(float(m["t"]), float(m["d"]), tid, m["name"],
                                                   int(fd[1]) if fd else None, int(m["ret"])))
     for calls in out.values():
