@@ -153,9 +153,9 @@ def test_the_leaders_proposal_leaves_after_its_own_fsync_unless_it_logs_late(
         tmp_path: Path, events: list[str], inline: bool, late: bool, expected: list[str]) -> None:
     """The leader's log write is durable before its PROPOSAL leaves, so it may count itself in every quorum of ACKs;
     the follower's ACK, taken in a later batch, commits. With [cluster] leader_logs_late (spec/Zab.tla's
-    LeaderLogsLate) the PROPOSAL leaves first, the write is synced after it (`Server.write_late`, as the normal
-    driver does after every batch), and only then does the leader count itself (LeaderOwnACK): the follower's ACK,
-    queued before that sync, commits nothing on its own."""
+    LeaderLogsLate) the PROPOSAL leaves first, the write is synced after it (by the log writer, `Server._log_writer`,
+    as the normal driver does after every batch), and only then does the leader count itself (LeaderOwnACK): the
+    follower's ACK, queued before that sync, commits nothing on its own."""
 
     async def scenario() -> None:
         server, task = await _started(tmp_path, late=late)
@@ -209,6 +209,96 @@ def test_a_late_leaders_writes_wait_in_control_mode_and_a_role_change_makes_them
         assert "LeaderTimeout" in [a.name for a in effects.actions] and server.core.state == ServerState.LOOKING
         assert events[-1] == "fsync" and server.late == []
         assert len(read_durable(server.me.data_dir).persistent().history) == 2
+        server.stop()
+        await task
+
+    asyncio.run(scenario())
+
+
+class _HeldSync:
+    """Storage.sync on the disk thread waits until `release` (the loop's own syncs pass): a slow disk, held."""
+
+    def __init__(self, monkeypatch) -> None:
+        import threading
+
+        self.entered, self.go = threading.Event(), threading.Event()
+        self.done: list[int] = []  # the history length each sync made durable
+        real_sync = Storage.sync
+
+        def sync(storage: Storage) -> int:
+            if threading.current_thread() is not threading.main_thread():
+                self.entered.set()
+                self.go.wait(10.0)
+            out = real_sync(storage)
+            self.done.append(len(storage.persistent().history))
+            return out
+
+        monkeypatch.setattr(Storage, "sync", sync)
+
+    async def held(self) -> None:
+        for _ in range(500):
+            if self.entered.is_set():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("no sync reached the disk thread")
+
+
+async def _late_leader(tmp_path: Path) -> tuple[runtime.Server, asyncio.Task[int], Connection, list[str]]:
+    """A late leader in BROADCAST with one follower connection, its late writes made durable by the log writer (as
+    with the normal driver)."""
+    server, task = await _started(tmp_path, late=True)
+    server.driver.writes_late = True
+    conn, sent = Connection(2, initiated=False), []
+    conn.attach(_RecordingWriter(sent))
+    server.conns[2] = conn
+    await _leader_in_broadcast(server, conn)
+    sent.clear()
+    return server, task, conn, sent
+
+
+def test_a_late_leaders_pump_goes_on_while_its_log_writer_syncs(tmp_path: Path, monkeypatch) -> None:
+    """The log writer syncs a late leader's own write on the disk thread, beside the pump: the next request's
+    PROPOSAL leaves while the first one's sync is still held, and the leader counts itself (LeaderOwnACK) only once
+    each write is durable."""
+    disk = _HeldSync(monkeypatch)
+
+    async def scenario() -> None:
+        server, task, _, sent = await _late_leader(tmp_path)
+        disk.done.clear()
+        await server.call(lambda: _submit(server, b"a"))
+        await disk.held()  # the log writer's sync of "a" waits on the disk thread
+        await server.call(lambda: _submit(server, b"b"))  # ... and the pump takes the next request meanwhile
+        assert sent == ["write PROPOSAL", "write PROPOSAL"] and server.core.ack_index[1] == 0 and disk.done == []
+        disk.go.set()
+        for _ in range(500):
+            if server.core.ack_index[1] == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert server.core.ack_index[1] == 2 and disk.done[-1] == 2 and server.late == []
+        assert len(read_durable(server.me.data_dir).persistent().history) == 2
+        server.stop()
+        await task
+
+    asyncio.run(scenario())
+
+
+def test_a_role_change_waits_for_the_log_writers_sync_in_flight(tmp_path: Path, monkeypatch) -> None:
+    """A step that changes role takes effect only once the late write the log writer is syncing is durable: the
+    leader that gives up leading holds its whole history (the spec's Kept(i)), and its disk keeps the order."""
+    disk = _HeldSync(monkeypatch)
+
+    async def scenario() -> None:
+        server, task, _, _ = await _late_leader(tmp_path)
+        disk.done.clear()
+        await server.call(lambda: _submit(server, b"a"))
+        await disk.held()
+        step_down = asyncio.ensure_future(server.call(lambda: server.tick(1000.0)))  # LeaderTimeout
+        await asyncio.sleep(0.2)
+        assert not step_down.done() and disk.done == []  # its effects wait for the write in flight
+        disk.go.set()
+        effects = await asyncio.wait_for(step_down, 10.0)
+        assert "LeaderTimeout" in [a.name for a in effects.actions] and disk.done[0] == 1
+        assert len(read_durable(server.me.data_dir).persistent().history) == 1
         server.stop()
         await task
 

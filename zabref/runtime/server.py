@@ -23,11 +23,14 @@ server (exit code 2): the node would otherwise run ahead of its disk.
 
 A leader that logs late (``[cluster] leader_logs_late``, spec/Zab.tla's LeaderLogsLate, ZooKeeper's way) is the one
 exception, and the spec's: its own log write of a PROPOSAL (``Effects.late``) is written and synced after the batch's
-sends (`write_late`), and then the node hears that it is durable (``Node.logged``, an event of the pump: the spec's
-LeaderOwnACK), so that the leader's sync runs beside its followers' instead of before their PROPOSAL leaves. A power
-cut in between loses that write, which the spec's Crash allows a leader in BROADCAST (``Kept(i)``). Late writes still
-waiting are made durable before any later step that persists or changes role (`_durable_first`). The control
-driver holds them until the control socket's ``log_late`` (the conformance driver's LeaderOwnACK).
+sends by the *log writer* (`_log_writer`, a task beside the pump, on the disk thread, as ZooKeeper's
+SyncRequestProcessor is a thread of its own), and then the node hears that it is durable (``Node.logged``, an event
+of the pump: the spec's LeaderOwnACK), so that the leader's sync runs beside its followers' instead of before their
+PROPOSAL leaves, and the pump goes on with the next batch meanwhile. A power cut in between loses that write, which
+the spec's Crash allows a leader in BROADCAST (``Kept(i)``). Late writes still waiting, or still being written, are
+durable before any later step that persists or changes role takes effect (`_durable_first`; every write of the
+storage waits for the one before it, `_persist`). The control driver holds them until the control socket's
+``log_late`` (the conformance driver's LeaderOwnACK).
 
 The mode is a *driver* (`zabref.runtime.drivers`) behind two questions: when does an inbound packet or notification
 reach the node, and what time is it. The normal driver delivers everything as it arrives and ticks the node every
@@ -149,8 +152,14 @@ class Server(PeerLinks):
         self._last_sync_s = 0.0
         self._unflushed: dict[int, peers.Connection] = {}
         #: A late leader's log writes not yet on the disk (``Effects.late``, each with its ``late_upto``), in order:
-        #: written after the sends of their batch (`write_late`), or held by the control driver until told
+        #: written after the sends of their batch (the log writer, `_log_writer`), or held by the control driver
+        #: until told (`write_late`)
         self.late: list[tuple[tuple[Any, ...], tuple[int, int]]] = []
+        self._late_waiting = asyncio.Event()  # wakes the log writer
+        self._writer: asyncio.Task[None] | None = None  # the log writer, from the first late write on
+        #: Done when the last storage write begun is durable (or failed): each write waits for the one before it
+        self._disk_done: asyncio.Future[None] | None = None
+        self._disk_failed: BaseException | None = None
         #: Serves the client port (from `run`) and carries the node's forwards to the leader (`_apply`).
         self.client_port = clientport.ClientPort(self)
 
@@ -345,8 +354,8 @@ class Server(PeerLinks):
                     self.action_log.step(self.node, eff, self._cid)
             if self.action_log is not None:
                 self.action_log.flush()  # before anything of the batch takes effect: no effect without its line
-            steps = self._durable_first(effects)
-            if steps:
+            steps, ordered = self._durable_first(effects)
+            if steps or (ordered and self._disk_done is not None):
                 try:
                     await self._persist(steps)
                 except (StorageError, OSError, ValueError) as e:
@@ -367,40 +376,55 @@ class Server(PeerLinks):
                 else:
                     fut.set_result(answer)
             if self.late and self.driver.writes_late:
-                try:
-                    upto = await self.write_late()
-                except StorageError:
-                    return  # stopping (`write_late`)
-                if upto is not None:
-                    self.enqueue(lambda u=upto: self.node.logged(*u, self.driver.now()))
+                self._late_waiting.set()
+                if self._writer is None:
+                    self._writer = self.spawn(self._log_writer(), "log writer")
 
-    def _durable_first(self, effects: list[Effects]) -> list[Any]:
+    async def _log_writer(self) -> None:
+        """A late leader's log writes, made durable beside the pump: all that wait, with one sync on the disk thread,
+        then the node hears it (``Node.logged``); again while more wait. Ends when a write fails (the server
+        stops)."""
+        while True:
+            await self._late_waiting.wait()
+            self._late_waiting.clear()
+            try:
+                upto = await self.write_late(beside=True)
+            except StorageError:
+                return  # stopping (`write_late`)
+            if upto is not None:
+                self.enqueue(lambda u=upto: self.node.logged(*u, self.driver.now()))
+
+    def _durable_first(self, effects: list[Effects]) -> tuple[list[Any], bool]:
         """The storage steps of a batch to make durable before any of its effects: every step's ``persist``, and
         before a step that persists or changes role, the late writes still waiting (this batch's or held): a leader
         that stopped leading has them durable before anything of its next role leaves (the spec's Kept(i) is the
-        whole history then), and the disk keeps its order. A batch's late writes after its last such step wait."""
+        whole history then), and the disk keeps its order. A batch's late writes after its last such step wait.
+        Second: whether the batch has such a step, whose effects must also wait for a late write in flight."""
         steps: list[Any] = []
+        ordered = False
         for eff in effects:
-            if (eff.persist or eff.role is not None) and self.late:
-                steps += [ops for ops, _ in self.late]
-                self.late.clear()
+            if eff.persist or eff.role is not None:
+                ordered = True
+                if self.late:
+                    steps += [ops for ops, _ in self.late]
+                    self.late.clear()
             if eff.persist:
                 steps.append(eff.persist)
             if eff.late:
                 assert eff.late_upto is not None
                 self.late.append((eff.late, eff.late_upto))
-        return steps
+        return steps, ordered
 
-    async def write_late(self, upto: int | None = None) -> tuple[int, int] | None:
+    async def write_late(self, upto: int | None = None, *, beside: bool = False) -> tuple[int, int] | None:
         """Make the waiting late writes durable -- those up to history entry ``upto`` of their role, or all --, in
-        order, with one sync; the (role serial, history length) they bring the log to, None when none waited. A
-        failed write stops the server, as in the pump, and raises StorageError."""
+        order, with one sync (on the disk thread if ``beside``); the (role serial, history length) they bring the
+        log to, None when none waited. A failed write stops the server, as in the pump, and raises StorageError."""
         take = list(itertools.takewhile(lambda item: upto is None or item[1][1] <= upto, self.late))
         if not take:
             return None
         del self.late[:len(take)]
         try:
-            await self._persist([ops for ops, _ in take])
+            await self._persist([ops for ops, _ in take], beside=beside)
         except (StorageError, OSError, ValueError) as e:
             self._storage_failed(e, ())
             raise StorageError(f"storage failed: {e}") from e
@@ -415,17 +439,36 @@ class Server(PeerLinks):
                 fut.set_exception(StorageError(f"storage failed: {e}"))
         self.stop(2)
 
-    async def _persist(self, steps: list[Any]) -> None:
-        """Each step one atomic batch, then one sync for them all (inline when the disk has been quick, unless the
-        batch is small while more client requests wait; else on the disk thread)."""
-        for ops in steps:
-            self.storage.apply(ops)
-        small = len(steps) < INLINE_SYNC_MIN_STEPS and len(self.client_waiters) > len(steps)
-        if self._last_sync_s <= INLINE_SYNC_SECONDS and not small:
-            self._last_sync_s = self._timed_sync()
-        else:
-            worker = self.machine.worker(f"zabref-{self.sid}-disk")
-            self._last_sync_s = await asyncio.get_running_loop().run_in_executor(worker, self._timed_sync)
+    async def _persist(self, steps: list[Any], *, beside: bool = False) -> None:
+        """Each step one atomic batch, then one sync for them all (on the disk thread if ``beside``; else inline when
+        the disk has been quick, unless the batch is small while more client requests wait). Storage writes are
+        durable in the order they are begun: this one first waits for the one before it (the log writer's may be
+        in flight); with no ``steps`` it only waits. After a failed write every later one fails too."""
+        before, done = self._disk_done, asyncio.get_running_loop().create_future()
+        self._disk_done = done
+        try:
+            if before is not None and not before.done():
+                await asyncio.shield(before)  # a cancelled waiter leaves the write before it running
+            if self._disk_failed is not None:
+                raise StorageError(f"an earlier write failed: {self._disk_failed}")
+            if not steps:
+                return
+            for ops in steps:
+                self.storage.apply(ops)
+            small = len(steps) < INLINE_SYNC_MIN_STEPS and len(self.client_waiters) > len(steps)
+            if self._last_sync_s <= INLINE_SYNC_SECONDS and not small and not beside:
+                self._last_sync_s = self._timed_sync()
+            else:
+                worker = self.machine.worker(f"zabref-{self.sid}-disk")
+                self._last_sync_s = await asyncio.get_running_loop().run_in_executor(worker, self._timed_sync)
+        except BaseException as e:
+            if not isinstance(e, asyncio.CancelledError):
+                self._disk_failed = self._disk_failed or e
+            raise
+        finally:
+            done.set_result(None)
+            if self._disk_done is done:
+                self._disk_done = None
 
     def _timed_sync(self) -> float:
         """Sync the storage; the seconds it took on the machine's clock."""
