@@ -223,14 +223,17 @@ class _HeldSync:
 
         self.entered, self.go = threading.Event(), threading.Event()
         self.done: list[int] = []  # the history length each sync made durable
+        self.where: list[str] = []  # and where it ran
         real_sync = Storage.sync
 
         def sync(storage: Storage) -> int:
-            if threading.current_thread() is not threading.main_thread():
+            on_thread = threading.current_thread() is not threading.main_thread()
+            if on_thread:
                 self.entered.set()
                 self.go.wait(10.0)
             out = real_sync(storage)
             self.done.append(len(storage.persistent().history))
+            self.where.append("thread" if on_thread else "loop")
             return out
 
         monkeypatch.setattr(Storage, "sync", sync)
@@ -257,10 +260,11 @@ async def _late_leader(tmp_path: Path) -> tuple[runtime.Server, asyncio.Task[int
 
 
 def test_a_late_leaders_pump_goes_on_while_its_log_writer_syncs(tmp_path: Path, monkeypatch) -> None:
-    """The log writer syncs a late leader's own write on the disk thread, beside the pump: the next request's
-    PROPOSAL leaves while the first one's sync is still held, and the leader counts itself (LeaderOwnACK) only once
-    each write is durable."""
+    """Under load the log writer syncs a late leader's own write on the disk thread, beside the pump: the next
+    request's PROPOSAL leaves while the first one's sync is still held, and the leader counts itself (LeaderOwnACK)
+    only once each write is durable."""
     disk = _HeldSync(monkeypatch)
+    monkeypatch.setattr(runtime, "LOG_BESIDE_OUTSTANDING", 1)  # one proposal waiting is load enough here
 
     async def scenario() -> None:
         server, task, _, sent = await _late_leader(tmp_path)
@@ -286,6 +290,7 @@ def test_a_role_change_waits_for_the_log_writers_sync_in_flight(tmp_path: Path, 
     """A step that changes role takes effect only once the late write the log writer is syncing is durable: the
     leader that gives up leading holds its whole history (the spec's Kept(i)), and its disk keeps the order."""
     disk = _HeldSync(monkeypatch)
+    monkeypatch.setattr(runtime, "LOG_BESIDE_OUTSTANDING", 1)
 
     async def scenario() -> None:
         server, task, _, _ = await _late_leader(tmp_path)
@@ -299,6 +304,31 @@ def test_a_role_change_waits_for_the_log_writers_sync_in_flight(tmp_path: Path, 
         effects = await asyncio.wait_for(step_down, 10.0)
         assert "LeaderTimeout" in [a.name for a in effects.actions] and disk.done[0] == 1
         assert len(read_durable(server.me.data_dir).persistent().history) == 1
+        server.stop()
+        await task
+
+    asyncio.run(scenario())
+
+
+def test_the_log_writer_syncs_on_the_disk_thread_only_while_enough_proposals_wait(
+        tmp_path: Path, monkeypatch) -> None:
+    """`LOG_BESIDE_OUTSTANDING`: a late leader with fewer proposals waiting for their commit syncs its own write in
+    the loop's thread (the thread's hand-off would cost more than the wait); with that many, on the disk thread."""
+    disk = _HeldSync(monkeypatch)
+    disk.go.set()
+    monkeypatch.setattr(runtime, "LOG_BESIDE_OUTSTANDING", 2)
+
+    async def scenario() -> None:
+        server, task, _, _ = await _late_leader(tmp_path)
+        server._last_sync_s = 0.0  # the disk has been quick
+        disk.where.clear()
+        for value, expected in ((b"a", ["loop"]), (b"b", ["loop", "thread"])):  # 1, then 2 uncommitted
+            await server.call(lambda v=value: _submit(server, v))
+            for _ in range(500):
+                if len(disk.where) == len(expected):
+                    break
+                await asyncio.sleep(0.01)
+            assert disk.where == expected
         server.stop()
         await task
 

@@ -86,7 +86,8 @@ from zabref.runtime.machine import Machine
 from zabref.runtime.tenure import TENURING
 from zabref.storage import Storage
 
-__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "INLINE_SYNC_MIN_STEPS", "run_server",
+__all__ = ["Server", "HOLD_LIMIT", "BATCH_LIMIT", "INLINE_SYNC_SECONDS", "INLINE_SYNC_MIN_STEPS",
+           "LOG_BESIDE_OUTSTANDING", "run_server",
            "wipe_data_dir", "LOG_FILES"]
 
 log = logging.getLogger("zabref")
@@ -100,6 +101,10 @@ INLINE_SYNC_SECONDS = 0.002
 #: than it holds: such a batch syncs on the disk thread, so that the loop reads the sockets and answers meanwhile and
 #: the next batch comes fuller (docs/performance.md, "Fewer, fuller syncs"); a lone request still syncs inline.
 INLINE_SYNC_MIN_STEPS = 8
+#: A late leader's log writer syncs on the disk thread, beside the pump, while at least this many of its proposals
+#: wait for their commit (a loaded leader, whose loop would otherwise stand still in the sync); with fewer it syncs
+#: inline, where the thread's hand-off would cost more CPU than the wait (docs/performance.md, "A log writer").
+LOG_BESIDE_OUTSTANDING = 32
 #: Packet types a quorum connection may carry: what some role of the core takes, PING, a sync's REQUEST and SYNC, and
 #: a ZooKeeper learner's REVALIDATE (`zabref.core.node.Node._revalidate`).
 QUORUM_TYPES = frozenset(t for table in HANDLERS.values() for t in table) | {PacketType.PING, PacketType.REQUEST,
@@ -381,14 +386,16 @@ class Server(PeerLinks):
                     self._writer = self.spawn(self._log_writer(), "log writer")
 
     async def _log_writer(self) -> None:
-        """A late leader's log writes, made durable beside the pump: all that wait, with one sync on the disk thread,
-        then the node hears it (``Node.logged``); again while more wait. Ends when a write fails (the server
-        stops)."""
+        """A late leader's log writes, made durable beside the pump: all that wait, with one sync (on the disk
+        thread while `LOG_BESIDE_OUTSTANDING` proposals or more wait for their commit), then the node hears it
+        (``Node.logged``); again while more wait. Ends when a write fails (the server stops)."""
         while True:
             await self._late_waiting.wait()
             self._late_waiting.clear()
+            core = self.node.core
             try:
-                upto = await self.write_late(beside=True)
+                upto = await self.write_late(
+                    beside=len(core.history) - core.last_committed >= LOG_BESIDE_OUTSTANDING)
             except StorageError:
                 return  # stopping (`write_late`)
             if upto is not None:
