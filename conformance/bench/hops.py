@@ -9,9 +9,10 @@ every read, write, send, receive and sync of their processes and threads, with i
 `parse` reads perf trace's lines. A call that another thread's line interrupted is printed in two: its start
 (``fsync(fd: 14) ...``, no duration) and later its end (``... [continued]: fsync()) = 0``, with the start's time and
 the whole duration); the two are joined into one call by thread, so a long call -- a sync, nearly always -- is not
-lost. An end whose start is not in the trace, and any line that is not a system call, are passed over. `sockets` classifies each process's socket file
-descriptors from /proc by the ports they join: ``client`` (the server's client port), ``quorum`` (its own quorum
-port, or a peer's). `leader_hops` walks the leader's calls in time order and cuts each write into:
+lost. An end whose start is not in the trace, and any line that is not a system call, are passed over. `sockets`
+classifies each process's socket file descriptors from /proc by the ports they join: ``client`` (the server's client
+port), ``quorum`` (its own quorum port, or a peer's). `leader_hops` walks the leader's calls in time order and cuts
+each write into:
 
 * ``request->proposal``: the request's read on a client socket (its end) to the first write on a quorum socket;
 * ``proposal->ack``: that write (its start) to the end of the first quorum read with data after it;
@@ -40,7 +41,8 @@ WRITES = frozenset({"write", "sendto", "sendmsg", "writev"})
 SYNCS = frozenset({"fsync", "fdatasync"})
 _LINE = re.compile(r"^\s*(?P<t>\d+\.\d+) \(\s*(?P<d>\d+\.\d+) ms\): (?P<comm>.+?)/(?P<tid>\d+) "
                    r"(?P<name>\w+)\((?P<args>.*)\)\s+= (?P<ret>-?\d+)")
-_START = re.compile(r"^\s*(?P<t>\d+\.\d+) \(\s*\): (?P<comm>.+?)/(?P<tid>\d+) (?P<name>\w+)\((?P<args>.*)\)\s+\.\.\.\s*$")
+_START = re.compile(r"^\s*(?P<t>\d+\.\d+) \(\s*\): (?P<comm>.+?)/(?P<tid>\d+) "
+                    r"(?P<name>\w+)\((?P<args>.*)\)\s+\.\.\.\s*$")
 _END = re.compile(r"^\s*(?P<t>\d+\.\d+) \(\s*(?P<d>\d+\.\d+) ms\): (?P<comm>.+?)/(?P<tid>\d+)\s+\.\.\. "
                   r"\[continued\]: (?P<name>\w+)\(\)\)\s+= (?P<ret>-?\d+)")
 _FD = re.compile(r"\bfd: (\d+)")

@@ -23,14 +23,14 @@ server (exit code 2): the node would otherwise run ahead of its disk.
 
 A leader that logs late (``[cluster] leader_logs_late``, spec/Zab.tla's LeaderLogsLate, ZooKeeper's way) is the one
 exception, and the spec's: its own log write of a PROPOSAL (``Effects.late``) is written and synced after the batch's
-sends by the *log writer* (`_log_writer`, a task beside the pump, on the disk thread, as ZooKeeper's
-SyncRequestProcessor is a thread of its own), and then the node hears that it is durable (``Node.logged``, an event
-of the pump: the spec's LeaderOwnACK), so that the leader's sync runs beside its followers' instead of before their
-PROPOSAL leaves, and the pump goes on with the next batch meanwhile. A power cut in between loses that write, which
-the spec's Crash allows a leader in BROADCAST (``Kept(i)``). Late writes still waiting, or still being written, are
-durable before any later step that persists or changes role takes effect (`_durable_first`; every write of the
-storage waits for the one before it, `_persist`). The control driver holds them until the control socket's
-``log_late`` (the conformance driver's LeaderOwnACK).
+sends by the *log writer* (`_log_writer`, a task beside the pump; on the disk thread while the leader is loaded,
+`LOG_BESIDE_OUTSTANDING`, as ZooKeeper's SyncRequestProcessor is a thread of its own), and then the node hears that
+it is durable (``Node.logged``, an event of the pump: the spec's LeaderOwnACK), so that the leader's sync runs beside
+its followers' instead of before their PROPOSAL leaves, and a loaded pump goes on with the next batch meanwhile. A
+power cut in between loses that write, which the spec's Crash allows a leader in BROADCAST (``Kept(i)``). Late
+writes still waiting, or still being written, are durable before any later step that persists or changes role takes
+effect (`_durable_first`; every write of the storage waits for the one before it, `_persist`). The control driver
+holds them until the control socket's ``log_late`` (the conformance driver's LeaderOwnACK).
 
 The mode is a *driver* (`zabref.runtime.drivers`) behind two questions: when does an inbound packet or notification
 reach the node, and what time is it. The normal driver delivers everything as it arrives and ticks the node every
