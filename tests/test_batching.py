@@ -238,6 +238,12 @@ class _HeldSync:
 
         monkeypatch.setattr(Storage, "sync", sync)
 
+    async def stop(self, server: runtime.Server, task: asyncio.Task[int]) -> None:
+        """Let every held sync go and stop ``server`` (bounded: a failing test ends, it does not hang)."""
+        self.go.set()
+        server.stop()
+        await asyncio.wait_for(task, 20.0)
+
     async def held(self) -> None:
         for _ in range(500):
             if self.entered.is_set():
@@ -268,20 +274,21 @@ def test_a_late_leaders_pump_goes_on_while_its_log_writer_syncs(tmp_path: Path, 
 
     async def scenario() -> None:
         server, task, _, sent = await _late_leader(tmp_path)
-        disk.done.clear()
-        await server.call(lambda: _submit(server, b"a"))
-        await disk.held()  # the log writer's sync of "a" waits on the disk thread
-        await server.call(lambda: _submit(server, b"b"))  # ... and the pump takes the next request meanwhile
-        assert sent == ["write PROPOSAL", "write PROPOSAL"] and server.core.ack_index[1] == 0 and disk.done == []
-        disk.go.set()
-        for _ in range(500):
-            if server.core.ack_index[1] == 2:
-                break
-            await asyncio.sleep(0.01)
-        assert server.core.ack_index[1] == 2 and disk.done[-1] == 2 and server.late == []
-        assert len(read_durable(server.me.data_dir).persistent().history) == 2
-        server.stop()
-        await task
+        try:
+            disk.done.clear()
+            await server.call(lambda: _submit(server, b"a"))
+            await disk.held()  # the log writer's sync of "a" waits on the disk thread
+            await asyncio.wait_for(server.call(lambda: _submit(server, b"b")), 5.0)  # the pump takes the next one
+            assert sent == ["write PROPOSAL", "write PROPOSAL"] and server.core.ack_index[1] == 0 and disk.done == []
+            disk.go.set()
+            for _ in range(500):
+                if server.core.ack_index[1] == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert server.core.ack_index[1] == 2 and disk.done[-1] == 2 and server.late == []
+            assert len(read_durable(server.me.data_dir).persistent().history) == 2
+        finally:
+            await disk.stop(server, task)
 
     asyncio.run(scenario())
 
@@ -294,43 +301,46 @@ def test_a_role_change_waits_for_the_log_writers_sync_in_flight(tmp_path: Path, 
 
     async def scenario() -> None:
         server, task, _, _ = await _late_leader(tmp_path)
-        disk.done.clear()
-        await server.call(lambda: _submit(server, b"a"))
-        await disk.held()
-        step_down = asyncio.ensure_future(server.call(lambda: server.tick(1000.0)))  # LeaderTimeout
-        await asyncio.sleep(0.2)
-        assert not step_down.done() and disk.done == []  # its effects wait for the write in flight
-        disk.go.set()
-        effects = await asyncio.wait_for(step_down, 10.0)
-        assert "LeaderTimeout" in [a.name for a in effects.actions] and disk.done[0] == 1
-        assert len(read_durable(server.me.data_dir).persistent().history) == 1
-        server.stop()
-        await task
+        try:
+            disk.done.clear()
+            await server.call(lambda: _submit(server, b"a"))
+            await disk.held()
+            step_down = asyncio.ensure_future(server.call(lambda: server.tick(1000.0)))  # LeaderTimeout
+            await asyncio.sleep(0.2)
+            assert not step_down.done() and disk.done == []  # its effects wait for the write in flight
+            disk.go.set()
+            effects = await asyncio.wait_for(step_down, 10.0)
+            assert "LeaderTimeout" in [a.name for a in effects.actions] and disk.done[0] == 1
+            assert len(read_durable(server.me.data_dir).persistent().history) == 1
+        finally:
+            await disk.stop(server, task)
 
     asyncio.run(scenario())
 
 
-def test_the_log_writer_syncs_on_the_disk_thread_only_while_enough_proposals_wait(
+def test_a_late_leaders_own_write_goes_to_the_disk_thread_only_while_enough_proposals_wait(
         tmp_path: Path, monkeypatch) -> None:
-    """`LOG_BESIDE_OUTSTANDING`: a late leader with fewer proposals waiting for their commit syncs its own write in
-    the loop's thread (the thread's hand-off would cost more than the wait); with that many, on the disk thread."""
+    """`LOG_BESIDE_OUTSTANDING`: with fewer proposals waiting for their commit the pump syncs a late leader's own
+    write in the loop's thread (the thread's hand-off would cost more than the wait); with that many, the log writer
+    syncs it on the disk thread."""
     disk = _HeldSync(monkeypatch)
     disk.go.set()
     monkeypatch.setattr(runtime, "LOG_BESIDE_OUTSTANDING", 2)
 
     async def scenario() -> None:
         server, task, _, _ = await _late_leader(tmp_path)
-        server._last_sync_s = 0.0  # the disk has been quick
-        disk.where.clear()
-        for value, expected in ((b"a", ["loop"]), (b"b", ["loop", "thread"])):  # 1, then 2 uncommitted
-            await server.call(lambda v=value: _submit(server, v))
-            for _ in range(500):
-                if len(disk.where) == len(expected):
-                    break
-                await asyncio.sleep(0.01)
-            assert disk.where == expected
-        server.stop()
-        await task
+        try:
+            server._last_sync_s = 0.0  # the disk has been quick
+            disk.where.clear()
+            for value, expected in ((b"a", ["loop"]), (b"b", ["loop", "thread"])):  # 1, then 2 uncommitted
+                await server.call(lambda v=value: _submit(server, v))
+                for _ in range(500):
+                    if len(disk.where) == len(expected):
+                        break
+                    await asyncio.sleep(0.01)
+                assert disk.where == expected
+        finally:
+            await disk.stop(server, task)
 
     asyncio.run(scenario())
 

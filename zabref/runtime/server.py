@@ -23,14 +23,15 @@ server (exit code 2): the node would otherwise run ahead of its disk.
 
 A leader that logs late (``[cluster] leader_logs_late``, spec/Zab.tla's LeaderLogsLate, ZooKeeper's way) is the one
 exception, and the spec's: its own log write of a PROPOSAL (``Effects.late``) is written and synced after the batch's
-sends by the *log writer* (`_log_writer`, a task beside the pump; on the disk thread while the leader is loaded,
-`LOG_BESIDE_OUTSTANDING`, as ZooKeeper's SyncRequestProcessor is a thread of its own), and then the node hears that
-it is durable (``Node.logged``, an event of the pump: the spec's LeaderOwnACK), so that the leader's sync runs beside
-its followers' instead of before their PROPOSAL leaves, and a loaded pump goes on with the next batch meanwhile. A
-power cut in between loses that write, which the spec's Crash allows a leader in BROADCAST (``Kept(i)``). Late
-writes still waiting, or still being written, are durable before any later step that persists or changes role takes
-effect (`_durable_first`; every write of the storage waits for the one before it, `_persist`). The control driver
-holds them until the control socket's ``log_late`` (the conformance driver's LeaderOwnACK).
+sends -- by the pump itself, or while the leader is loaded (`LOG_BESIDE_OUTSTANDING`) by the *log writer*
+(`_log_writer`, a task beside the pump that syncs on the disk thread, as ZooKeeper's SyncRequestProcessor is a thread
+of its own) --, and then the node hears that it is durable (``Node.logged``, an event of the pump: the spec's
+LeaderOwnACK), so that the leader's sync runs beside its followers' instead of before their PROPOSAL leaves, and a
+loaded pump goes on with the next batch meanwhile. A power cut in between loses that write, which the spec's Crash
+allows a leader in BROADCAST (``Kept(i)``). Late writes still waiting, or still being written, are durable before any
+later step that persists or changes role takes effect (`_durable_first`; every write of the storage waits for the
+one before it, `_persist`). The control driver holds them until the control socket's ``log_late`` (the conformance
+driver's LeaderOwnACK).
 
 The mode is a *driver* (`zabref.runtime.drivers`) behind two questions: when does an inbound packet or notification
 reach the node, and what time is it. The normal driver delivers everything as it arrives and ticks the node every
@@ -101,9 +102,10 @@ INLINE_SYNC_SECONDS = 0.002
 #: than it holds: such a batch syncs on the disk thread, so that the loop reads the sockets and answers meanwhile and
 #: the next batch comes fuller (docs/performance.md, "Fewer, fuller syncs"); a lone request still syncs inline.
 INLINE_SYNC_MIN_STEPS = 8
-#: A late leader's log writer syncs on the disk thread, beside the pump, while at least this many of its proposals
-#: wait for their commit (a loaded leader, whose loop would otherwise stand still in the sync); with fewer it syncs
-#: inline, where the thread's hand-off would cost more CPU than the wait (docs/performance.md, "A log writer").
+#: A late leader's own log writes go to the log writer, which syncs them on the disk thread beside the pump, while at
+#: least this many of its proposals wait for their commit (a loaded leader, whose loop would otherwise stand still in
+#: the sync); with fewer the pump makes them durable itself after its sends, where the thread's hand-off would cost
+#: more CPU than the wait (docs/performance.md, "A log writer beside the pump").
 LOG_BESIDE_OUTSTANDING = 32
 #: Packet types a quorum connection may carry: what some role of the core takes, PING, a sync's REQUEST and SYNC, and
 #: a ZooKeeper learner's REVALIDATE (`zabref.core.node.Node._revalidate`).
@@ -157,8 +159,8 @@ class Server(PeerLinks):
         self._last_sync_s = 0.0
         self._unflushed: dict[int, peers.Connection] = {}
         #: A late leader's log writes not yet on the disk (``Effects.late``, each with its ``late_upto``), in order:
-        #: written after the sends of their batch (the log writer, `_log_writer`), or held by the control driver
-        #: until told (`write_late`)
+        #: written after the sends of their batch (by the pump or the log writer, `_log_writer`), or held by the
+        #: control driver until told (`write_late`)
         self.late: list[tuple[tuple[Any, ...], tuple[int, int]]] = []
         self._late_waiting = asyncio.Event()  # wakes the log writer
         self._writer: asyncio.Task[None] | None = None  # the log writer, from the first late write on
@@ -381,25 +383,33 @@ class Server(PeerLinks):
                 else:
                     fut.set_result(answer)
             if self.late and self.driver.writes_late:
-                self._late_waiting.set()
-                if self._writer is None:
-                    self._writer = self.spawn(self._log_writer(), "log writer")
+                core = self.node.core
+                if len(core.history) - core.last_committed >= LOG_BESIDE_OUTSTANDING:
+                    self._late_waiting.set()  # the log writer syncs on the disk thread; the pump goes on
+                    if self._writer is None:
+                        self._writer = self.spawn(self._log_writer(), "log writer")
+                elif not await self._log_late(beside=False):
+                    return  # stopping (`write_late`)
 
     async def _log_writer(self) -> None:
-        """A late leader's log writes, made durable beside the pump: all that wait, with one sync (on the disk
-        thread while `LOG_BESIDE_OUTSTANDING` proposals or more wait for their commit), then the node hears it
-        (``Node.logged``); again while more wait. Ends when a write fails (the server stops)."""
+        """A loaded late leader's log writes, made durable beside the pump: all that wait, with one sync on the disk
+        thread; again while more wait. Ends when a write fails (the server stops)."""
         while True:
             await self._late_waiting.wait()
             self._late_waiting.clear()
-            core = self.node.core
-            try:
-                upto = await self.write_late(
-                    beside=len(core.history) - core.last_committed >= LOG_BESIDE_OUTSTANDING)
-            except StorageError:
-                return  # stopping (`write_late`)
-            if upto is not None:
-                self.enqueue(lambda u=upto: self.node.logged(*u, self.driver.now()))
+            if not await self._log_late(beside=True):
+                return
+
+    async def _log_late(self, *, beside: bool) -> bool:
+        """The late writes waiting made durable (`write_late`), then the node hears it (``Node.logged``, an event of
+        the pump); False when a write failed (the server stops)."""
+        try:
+            upto = await self.write_late(beside=beside)
+        except StorageError:
+            return False
+        if upto is not None:
+            self.enqueue(lambda u=upto: self.node.logged(*u, self.driver.now()))
+        return True
 
     def _durable_first(self, effects: list[Effects]) -> tuple[list[Any], bool]:
         """The storage steps of a batch to make durable before any of its effects: every step's ``persist``, and
