@@ -153,9 +153,9 @@ def test_the_leaders_proposal_leaves_after_its_own_fsync_unless_it_logs_late(
         tmp_path: Path, events: list[str], inline: bool, late: bool, expected: list[str]) -> None:
     """The leader's log write is durable before its PROPOSAL leaves, so it may count itself in every quorum of ACKs;
     the follower's ACK, taken in a later batch, commits. With [cluster] leader_logs_late (spec/Zab.tla's
-    LeaderLogsLate) the PROPOSAL leaves first, the write is synced after it (by the log writer, `Server._log_writer`,
-    as the normal driver does after every batch), and only then does the leader count itself (LeaderOwnACK): the
-    follower's ACK, queued before that sync, commits nothing on its own."""
+    LeaderLogsLate) the PROPOSAL leaves first, the write is synced after it (by the pump after the batch's sends, as
+    with the normal driver; under load by the log writer, below), and only then does the leader count itself
+    (LeaderOwnACK): the follower's ACK, queued before that sync, commits nothing on its own."""
 
     async def scenario() -> None:
         server, task = await _started(tmp_path, late=late)
@@ -216,7 +216,7 @@ def test_a_late_leaders_writes_wait_in_control_mode_and_a_role_change_makes_them
 
 
 class _HeldSync:
-    """Storage.sync on the disk thread waits until `release` (the loop's own syncs pass): a slow disk, held."""
+    """Storage.sync on the disk thread waits until ``go`` is set (the loop's own syncs pass): a slow disk, held."""
 
     def __init__(self, monkeypatch) -> None:
         import threading
@@ -253,8 +253,8 @@ class _HeldSync:
 
 
 async def _late_leader(tmp_path: Path) -> tuple[runtime.Server, asyncio.Task[int], Connection, list[str]]:
-    """A late leader in BROADCAST with one follower connection, its late writes made durable by the log writer (as
-    with the normal driver)."""
+    """A late leader in BROADCAST with one follower connection, its late writes made durable after each batch's sends
+    (as with the normal driver)."""
     server, task = await _started(tmp_path, late=True)
     server.driver.writes_late = True
     conn, sent = Connection(2, initiated=False), []
