@@ -311,7 +311,7 @@ def test_an_election_sender_drops_a_notification_it_cannot_encode_and_keeps_send
                 got.append(wire.decode_notification(body))
                 done.set()
 
-            await peers.read_stream(reader, wire.FrameDecoder(peers.MAX_ELECTION_FRAME, "test"), on_body)
+            await peers.read_stream(reader, writer, wire.FrameDecoder(peers.MAX_ELECTION_FRAME, "test"), on_body)
             writer.close()
 
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
@@ -331,21 +331,41 @@ def test_an_election_sender_drops_a_notification_it_cannot_encode_and_keeps_send
 
 
 def test_an_unfinished_frame_is_cut_after_the_frame_timeout_but_an_idle_stream_is_not():
-    """read_stream's frame_timeout bounds a frame from its first byte; the time between frames is not bounded."""
+    """read_stream's frame_timeout bounds a frame from its first byte; the time between frames is not bounded, nor
+    after a frame that was completed in time."""
 
-    async def scenario(payload: bytes, wait: float) -> str | None:
-        reader = asyncio.StreamReader()
-        reader.feed_data(payload)
+    async def scenario(payload: bytes, wait: float, rest: bytes = b"") -> str | None:
         bodies: list[bytes] = []
-        task = asyncio.ensure_future(peers.read_stream(reader, wire.FrameDecoder(64, "test"), bodies.append,
-                                                       frame_timeout=0.2))
-        done, _ = await asyncio.wait({task}, timeout=wait)
-        if not done:
-            task.cancel()
-            return None
-        return task.result()
+        read: asyncio.Future[asyncio.Task[str]] = asyncio.get_running_loop().create_future()
+
+        async def handle(reader, writer):
+            task = asyncio.ensure_future(peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"),
+                                                           bodies.append, frame_timeout=0.2))
+            read.set_result(task)
+            try:
+                await task
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        try:
+            writer.write(payload)
+            task = await asyncio.wait_for(read, 5)
+            if rest:
+                await asyncio.sleep(0.1)
+                writer.write(rest)
+            done, _ = await asyncio.wait({task}, timeout=wait)
+            if not done:
+                task.cancel()
+                return None
+            return task.result()
+        finally:
+            writer.close()
+            server.close()
 
     whole = wire.frame(b"abcdef")
     assert asyncio.run(scenario(whole + whole[:3], 5)).startswith(
         "bad input: a frame or packet is still incomplete 0.2 s after its first byte (3 bytes of it received)")
     assert asyncio.run(scenario(whole * 2, 1.0)) is None  # complete frames, then idle: still open
+    assert asyncio.run(scenario(whole + whole[:3], 1.0, whole[3:])) is None  # completed in time, then idle

@@ -162,7 +162,7 @@ def test_a_vote_queued_for_a_peer_that_has_not_dialed_back_is_not_resent_behind_
                 got.append((loop.time(), wire.decode_notification(body)))
 
             reading = asyncio.create_task(
-                peers.read_stream(reader, wire.FrameDecoder(peers.MAX_ELECTION_FRAME, "test"), on_body))
+                peers.read_stream(reader, writer, wire.FrameDecoder(peers.MAX_ELECTION_FRAME, "test"), on_body))
             await asyncio.sleep(0.6)
             reading.cancel()
             writer.close()

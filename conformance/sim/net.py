@@ -125,6 +125,12 @@ class _End(asyncio.Transport):
     def is_reading(self) -> bool:
         return not self.paused
 
+    def get_protocol(self) -> Any:
+        return self.protocol
+
+    def set_protocol(self, protocol: Any) -> None:
+        self.protocol = protocol
+
     # ---- arrivals
     def receive(self, item: Any) -> None:
         if self.lost or not self.owner.alive:

@@ -53,7 +53,7 @@ import secrets
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
@@ -80,6 +80,7 @@ __all__ = [
     "HANDSHAKE_TIMEOUT",
     "ELECTION_FRAME_TIMEOUT",
     "ELECTION_QUEUE_LIMIT",
+    "INBOUND_PAUSE",
 ]
 
 log = logging.getLogger("zabref")
@@ -97,7 +98,9 @@ HANDSHAKE_TIMEOUT = 5.0
 #: Seconds an election frame (at most MAX_ELECTION_FRAME bytes) may take from its first byte to its last.
 ELECTION_FRAME_TIMEOUT = 5.0
 ELECTION_QUEUE_LIMIT = 1000
-_READ_CHUNK = 256 * 1024
+#: Packets waiting in a quorum connection's ``inbound`` at which its reading pauses, until the node has taken half of
+#: them (`Connection.hold`, `Connection.take`).
+INBOUND_PAUSE = 1000
 _TYPE_NUMBERS = frozenset(map(int, PacketType))
 T = TypeVar("T")
 _serials = itertools.count(1)
@@ -245,44 +248,136 @@ class Decoder(Protocol[T]):
     def close(self) -> None: ...
 
 
-async def read_stream(reader: asyncio.StreamReader, decoder: Decoder[T], on_item: Callable[[T], None], *,
-                      frame_timeout: float | None = None) -> str:
+async def read_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: Decoder[T],
+                      on_item: Callable[[T], None], *, frame_timeout: float | None = None) -> str:
     """Feed ``on_item`` everything ``decoder`` makes of the stream (frame bodies, packets) until it ends; return why it
     ended (for the log line).
 
-    ``on_item`` may raise CodecError (a body that does not decode) or ValueError (one that is not allowed): the reading
-    stops and the message becomes the reason. With ``frame_timeout``, a frame or packet must be complete within that
-    many seconds of its first byte (the time between them is not bounded).
+    The connection's transport is handed to a `_Frames` protocol for the rest of its life: each chunk the loop reads
+    is decoded in its read callback and every whole item in it goes to ``on_item`` there, with no task woken a chunk
+    (the stream's own protocol still hears of the writing side and of the end, so ``writer`` drains and closes as
+    before). Bytes the stream had read and not returned yet (after a handshake read through ``reader``) are decoded
+    first. ``on_item`` may raise CodecError (a body that does not decode) or ValueError (one that is not allowed): the
+    reading stops and the message becomes the reason; any other error of it is raised here. With ``frame_timeout``,
+    a frame or packet must be complete within that many seconds of its first byte (the time between them is not
+    bounded). Cancelled, nothing more reaches ``on_item``.
     """
-    loop = asyncio.get_running_loop()
-    started: float | None = None  # when the first byte of the incomplete item in ``decoder`` arrived
+    frames = _Frames(_transport(writer), decoder, on_item, frame_timeout)
     try:
-        while True:
-            if frame_timeout is not None and started is not None:
-                left = started + frame_timeout - loop.time()
-                try:
-                    chunk = await asyncio.wait_for(reader.read(_READ_CHUNK), max(left, 0.0))
-                except TimeoutError:
-                    return (f"bad input: a frame or packet is still incomplete {frame_timeout} s after its first byte "
-                            f"({decoder.buffered} bytes of it received)")
+        return await frames.run(reader)
+    finally:
+        frames.stop()
+
+
+def _transport(writer: asyncio.StreamWriter) -> asyncio.Transport:
+    """A stream's transport, which reads as well as writes (typeshed names it a WriteTransport)."""
+    return cast(asyncio.Transport, writer.transport)
+
+
+class _Frames(asyncio.Protocol):
+    """A connection's protocol while `read_stream` reads it: decodes each chunk as it arrives (its docstring)."""
+
+    def __init__(self, transport: asyncio.Transport, decoder: Decoder[Any], on_item: Callable[[Any], None],
+                 frame_timeout: float | None) -> None:
+        self.transport = transport
+        self.stream = transport.get_protocol()  # the stream's protocol: told of writing and of the end, as before
+        self.decoder = decoder
+        self.on_item = on_item
+        self.frame_timeout = frame_timeout
+        self.loop = asyncio.get_running_loop()
+        self.ended: asyncio.Future[str] = self.loop.create_future()
+        self.timer: asyncio.TimerHandle | None = None
+
+    async def run(self, reader: asyncio.StreamReader) -> str:
+        self.transport.set_protocol(self)
+        if reader.exception() is not None:
+            self._lost(reader.exception())
+        else:
+            buffer: bytearray = reader._buffer  # type: ignore[attr-defined]  # read, not returned: asyncio's own
+            held = bytes(buffer)
+            buffer.clear()
+            if held:
+                self.data_received(held)
+            if reader.at_eof():
+                self.eof_received()
+            elif not self.transport.is_reading():  # the stream paused it (its buffer was full)
+                self.transport.resume_reading()
+        return await self.ended
+
+    def stop(self) -> None:
+        """Nothing more reaches ``on_item`` (the reading ended or was cancelled)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if not self.ended.done():
+            self.ended.cancel()
+
+    def _end(self, reason: str | BaseException) -> None:
+        if not self.ended.done():
+            if isinstance(reason, str):
+                self.ended.set_result(reason)
             else:
-                chunk = await reader.read(_READ_CHUNK)
-            if not chunk:
-                decoder.close()
-                return "peer closed the connection"
-            items = decoder.feed(chunk)
-            if not decoder.buffered:
-                started = None
-            elif items or started is None:  # the incomplete item began in this chunk
-                started = loop.time()
+                self.ended.set_exception(reason)
+        self.stop()
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended.done():
+            return
+        decoder = self.decoder
+        try:
+            items = decoder.feed(data)
             for item in items:
-                on_item(item)
-    except CodecError as e:
-        return f"bad input: {e}"
-    except ValueError as e:
-        return f"bad input: {e}"
-    except (ConnectionError, OSError) as e:
-        return f"connection lost: {type(e).__name__}: {e}"
+                self.on_item(item)
+                if self.ended.done():
+                    return
+        except (CodecError, ValueError) as e:
+            self._end(f"bad input: {e}")
+            return
+        except OSError as e:
+            self._end(f"connection lost: {type(e).__name__}: {e}")
+            return
+        except Exception as e:  # a bug of on_item's: raised where read_stream is awaited
+            self._end(e)
+            return
+        if self.frame_timeout is None:
+            return
+        if not decoder.buffered:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+        elif items or self.timer is None:  # the incomplete item began in this chunk
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_later(self.frame_timeout, self._too_slow)
+
+    def _too_slow(self) -> None:
+        self.timer = None
+        self._end(f"bad input: a frame or packet is still incomplete {self.frame_timeout} s after its first byte "
+                  f"({self.decoder.buffered} bytes of it received)")
+
+    def eof_received(self) -> bool:
+        try:
+            self.decoder.close()
+        except CodecError as e:
+            self._end(f"bad input: {e}")
+        self._end("peer closed the connection")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stream.connection_lost(exc)
+        self._lost(exc)
+
+    def _lost(self, exc: BaseException | None) -> None:
+        if exc is None:
+            self.eof_received()
+        else:
+            self._end(f"connection lost: {type(exc).__name__}: {exc}")
+
+    def pause_writing(self) -> None:
+        self.stream.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.stream.resume_writing()
 
 
 class Connection:
@@ -303,6 +398,7 @@ class Connection:
         self._out: list[bytes] = []  # packets queued with send(flush=False), written by the next flush
         self.writes = 0  # transport writes made (each carries one or more packets)
         self.inbound: deque[QuorumPacket] = deque()  # packets read and not yet taken by the node, in order
+        self.paused = False  # reading paused: INBOUND_PAUSE packets waited in ``inbound`` (`hold`)
         # the node deferred the head packet; it is offered again after the node's next change of role or zabState
         self.blocked = False
         self.reported = False  # whether the core was told (connection_closed) or needs no telling
@@ -336,6 +432,25 @@ class Connection:
         self.flush()
         if not self.opened.done():
             self.opened.set_result(True)
+
+    def hold(self, packet: QuorumPacket) -> None:
+        """A packet read, to wait in ``inbound`` for the node. At `INBOUND_PAUSE` waiting, the connection's reading
+        pauses (the rest of a burst -- a leader's catch-up -- waits in the kernel and then in the peer's send buffer,
+        as it did in the stream's buffer when a task read it): the loop may read a socket many times before the pump
+        runs once."""
+        self.inbound.append(packet)
+        if len(self.inbound) >= INBOUND_PAUSE and not self.paused and self.writer is not None:
+            self.paused = True
+            _transport(self.writer).pause_reading()
+
+    def take(self) -> QuorumPacket:
+        """The head packet of ``inbound``, for the node; the reading resumes once half of `INBOUND_PAUSE` wait."""
+        packet = self.inbound.popleft()
+        if self.paused and len(self.inbound) <= INBOUND_PAUSE // 2:
+            self.paused = False
+            if self.writer is not None and not self.closed:
+                _transport(self.writer).resume_reading()
+        return packet
 
     def send(self, packet: QuorumPacket, *, flush: bool = True) -> bool:
         """Queue one packet for the peer; False if the connection is closed (the packet is lost, as in the spec).

@@ -117,7 +117,7 @@ class PeerLinks:
             return
         conn.attach(writer)
         log.info("quorum connection to leader %d open", conn.peer)
-        await self._read(conn, reader)
+        await self._read(conn, reader, writer)
 
     @peers.quiet_cancel
     async def _accept_quorum(self, accepted: listener.Accepted) -> None:
@@ -137,7 +137,7 @@ class PeerLinks:
         log.info("quorum connection from %d open", sid)
         self.enqueue(lambda: self.node.connection_opened(sid, inbound=True))
         self._arrived(conn, packet)  # FOLLOWERINFO, the connection's first packet
-        await self._read(conn, reader)
+        await self._read(conn, reader, writer)
 
     async def _handshake(self, accepted: listener.Accepted, kind: str) -> _Admitted | None:
         """An inbound connection opened (over TLS when it is on), its sid and, on the quorum port, its first packet
@@ -197,7 +197,7 @@ class PeerLinks:
             raise _Refused(f"{e} (its handshake named server {sid})") from None
         return reader, writer, sid, first
 
-    async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader) -> None:
+    async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         def on_packet(packet: QuorumPacket) -> None:
             if not conn.closed:
                 self._arrived(conn, packet)
@@ -206,7 +206,7 @@ class PeerLinks:
         # the connection is closed as bad input, which the node sees as any lost connection.
         timing = self.config.cluster
         decoder = wire.PacketDecoder(peers.MAX_QUORUM_DATA, f"quorum stream from {conn.peer}")
-        reason = await peers.read_stream(reader, decoder, on_packet,
+        reason = await peers.read_stream(reader, writer, decoder, on_packet,
                                          frame_timeout=timing.init_limit * timing.tick_ms / 1000)
         self.close_connection(conn, reason, report=None)
 
@@ -278,7 +278,7 @@ class PeerLinks:
         reason = "stopped"
         try:
             decoder = wire.FrameDecoder(peers.MAX_ELECTION_FRAME, f"election stream from {sid}")
-            reason = await peers.read_stream(reader, decoder, on_body,
+            reason = await peers.read_stream(reader, writer, decoder, on_body,
                                              frame_timeout=peers.ELECTION_FRAME_TIMEOUT)
         finally:
             channel.close()

@@ -535,7 +535,7 @@ class Server(PeerLinks):
         """The event of the head packet of ``conn``'s queue reaching the node (the one step path for packets)."""
         if conn.closed or not conn.inbound or conn.blocked:
             return None
-        packet = conn.inbound.popleft()
+        packet = conn.take()
         try:
             eff = self.node.packet(conn.peer, packet, self.driver.now(), tag=conn.cid)
         except RemoteProtocolError as e:
@@ -574,7 +574,7 @@ class Server(PeerLinks):
             return
         if len(conn.inbound) >= HOLD_LIMIT:
             raise ValueError(f"more than {HOLD_LIMIT} packets wait on this connection")
-        conn.inbound.append(packet)
+        conn.hold(packet)
         self.driver.arrived(self, conn)
 
     # ------------------------------------------------------------------------------------------ waiting
