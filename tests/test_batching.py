@@ -724,3 +724,24 @@ def test_a_held_ackepoch_is_offered_again_once_the_epoch_is_established(tmp_path
         await task
 
     asyncio.run(scenario())
+
+
+def test_the_pumps_inbox_gives_what_waits_in_order_at_most_a_batch_at_a_time_and_wakes_on_a_put() -> None:
+    """`zabref.runtime.inbox.Inbox`, the pump's queue: FIFO, a batch holds at most ``limit`` events (the rest are
+    the next batch's), and a pump waiting on an empty inbox wakes on the next put."""
+    from zabref.runtime.inbox import Inbox
+
+    async def scenario() -> list[list[int]]:
+        inbox: Inbox[int] = Inbox()
+        for k in range(5):
+            inbox.put(k)
+        batches = [await inbox.take(3), await inbox.take(3)]
+        waiting = asyncio.ensure_future(inbox.take(3))
+        await asyncio.sleep(0)
+        assert not waiting.done() and len(inbox) == 0
+        inbox.put(5)
+        inbox.put(6)
+        batches.append(await asyncio.wait_for(waiting, 1))
+        return batches
+
+    assert asyncio.run(scenario()) == [[0, 1, 2], [3, 4], [5, 6]]

@@ -344,13 +344,16 @@ class _Pipeline:
     """One session's requests read and not answered yet, in request order (at most `MAX_PIPELINED`: past it the
     reader waits for replies to leave), and whether the session ended (nothing more will come)."""
 
-    __slots__ = ("entries", "ended", "_wake", "_room")
+    __slots__ = ("entries", "ended", "_waiter", "_room", "_loop")
 
     def __init__(self) -> None:
         self.entries: collections.deque[_Entry] = collections.deque()
         self.ended = False
-        self._wake = asyncio.Event()
-        self._room = asyncio.Event()
+        # `next` waits on a future of the loop kept here, not on an Event: an Event looks the running loop up at every
+        # wait, a getpid() system call on Python 3.11 (`zabref.runtime.inbox`)
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        self._room = asyncio.Event()  # waited on only with MAX_PIPELINED requests waiting
 
     async def put(self, entry: _Entry) -> None:
         while len(self.entries) >= MAX_PIPELINED:
@@ -358,17 +361,22 @@ class _Pipeline:
             await self._room.wait()
         self.entries.append(entry)
         if entry[0] is None:
-            self._wake.set()
+            self._wake()
         else:
             entry[0].add_done_callback(self._answered)
 
     def _answered(self, fut: asyncio.Future[dict[str, Any]]) -> None:
         if self.entries and self.entries[0][0] is fut:
-            self._wake.set()
+            self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def end(self) -> None:
         self.ended = True
-        self._wake.set()
+        self._wake()
 
     def ready(self) -> _Entry | None:
         """The first entry, taken, if its answer is in; else None."""
@@ -384,8 +392,8 @@ class _Pipeline:
         while (entry := self.ready()) is None:
             if self.ended and not self.entries:
                 return None
-            self._wake.clear()
-            await self._wake.wait()
+            self._waiter = self._loop.create_future()
+            await self._waiter
         return entry
 
     def cancel(self) -> None:

@@ -82,6 +82,7 @@ from zabref.net.security import Guard
 from zabref.runtime import control
 from zabref.runtime.actionlog import ActionLog
 from zabref.runtime.drivers import ControlDriver, NormalDriver
+from zabref.runtime.inbox import Inbox
 from zabref.runtime.links import HOLD_LIMIT, PeerLinks
 from zabref.runtime.machine import Machine
 from zabref.runtime.tenure import TENURING
@@ -149,7 +150,7 @@ class Server(PeerLinks):
         self.exit_code = 0
         self.client_waiters: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._rids = itertools.count(1)
-        self._events: asyncio.Queue[tuple[Event, asyncio.Future[Effects] | None]] = asyncio.Queue()
+        self._events: Inbox[tuple[Event, asyncio.Future[Effects] | None]] = Inbox()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop `run` runs on (looked up once, not a request)
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -300,12 +301,12 @@ class Server(PeerLinks):
 
     def enqueue(self, event: Event) -> None:
         """Run ``event`` in the pump; nobody waits for it (its errors are logged)."""
-        self._events.put_nowait((event, None))
+        self._events.put((event, None))
 
     async def call(self, event: Event) -> Effects:
         """Run ``event`` in the pump; return its Effects once carried out, or raise its error."""
         fut: asyncio.Future[Effects] = asyncio.get_running_loop().create_future()
-        self._events.put_nowait((event, fut))
+        self._events.put((event, fut))
         return await fut
 
     async def client(self, make: Callable[[int, float], Effects]) -> dict[str, Any]:
@@ -333,9 +334,7 @@ class Server(PeerLinks):
 
     async def _pump(self) -> None:
         while True:
-            batch = [await self._events.get()]
-            while len(batch) < BATCH_LIMIT and not self._events.empty():
-                batch.append(self._events.get_nowait())
+            batch = await self._events.take(BATCH_LIMIT)
             done: list[tuple[asyncio.Future[Effects] | None, Effects | BaseException]] = []
             effects: list[Effects] = []
             for event, fut in batch:
@@ -461,7 +460,8 @@ class Server(PeerLinks):
         the disk has been quick, unless the batch is small while more client requests wait). Storage writes are
         durable in the order they are begun: this one first waits for the one before it (the log writer's may be
         in flight); with no ``steps`` it only waits. After a failed write every later one fails too."""
-        before, done = self._disk_done, asyncio.get_running_loop().create_future()
+        loop = self._loop or asyncio.get_running_loop()
+        before, done = self._disk_done, loop.create_future()
         self._disk_done = done
         try:
             if before is not None and not before.done():
@@ -477,7 +477,7 @@ class Server(PeerLinks):
                 self._last_sync_s = self._timed_sync()
             else:
                 worker = self.machine.worker(f"zabref-{self.sid}-disk")
-                self._last_sync_s = await asyncio.get_running_loop().run_in_executor(worker, self._timed_sync)
+                self._last_sync_s = await loop.run_in_executor(worker, self._timed_sync)
         except BaseException as e:
             if not isinstance(e, asyncio.CancelledError):
                 self._disk_failed = self._disk_failed or e
