@@ -25,6 +25,11 @@ arrived. The runtime queues the packets of one pump batch (``send(..., flush=Fal
 `flush`: one transport write (``writes``) per connection per batch instead of one per packet (per `WRITE_CHUNK` bytes
 for a large burst); ``sent`` counts a packet once it is written.
 
+Reading. A connection's first bytes are read through its asyncio stream; then `read_stream` hands its transport to a
+protocol that decodes each chunk in the loop's read callback and gives every whole item to the server there (no task
+woken a chunk). A quorum connection pauses its reading while `INBOUND_PAUSE` packets wait for the node
+(`Connection.hold`, `Connection.take`): the loop may read a socket many times before the server's pump runs once.
+
 Bounds (so a misbehaving peer cannot exhaust memory): a quorum packet's data is at most `MAX_QUORUM_DATA` bytes and
 an election frame's body at most `MAX_ELECTION_FRAME` (a longer length closes the connection before any of it is
 read); an inbound connection's whole admission -- TLS handshake, first bytes, quorum authentication -- must be done
