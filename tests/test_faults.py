@@ -24,6 +24,7 @@ from zabref.client import ZabClient
 from zabref.config import ClusterConfig
 from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port, release_base_port
 from zabref.runtime.control import ControlError, ControlPort
+from zabref.runtime.drivers import NormalDriver
 
 # ------------------------------------------------------------------------------------------ the checker
 
@@ -221,6 +222,33 @@ def test_a_clock_jump_is_refused_in_control_mode_and_out_of_range() -> None:
     for seconds in ("0", "-1", '"5"', "true", "601", "null"):
         answer = asyncio.run(port.answer(b'{"op": "clock_jump", "seconds": %s}' % seconds.encode()))
         assert '"seconds" must be a number' in answer["error"], (seconds, answer)
+
+
+def test_a_clock_jump_moves_the_clock_in_its_own_event_after_what_was_queued_before_it() -> None:
+    """A packet that arrived before the jump and still waits in the pump's queue is taken on the clock before it (a
+    leader's follower PING taken on the jumped clock looked fresh, and the leader took no LeaderTimeout); the tick
+    of the jump sees the clock moved."""
+    driver = NormalDriver(0.1)
+    driver._clock = lambda: 50.0
+    queued: list = []
+    ticks: list[float] = []
+    host = SimpleNamespace(tick=lambda now: ticks.append(now) or "ticked")
+
+    async def call(event):
+        queued.append(event)
+        await asyncio.sleep(0)
+        return event()
+
+    host.call = call
+
+    async def scenario() -> tuple[float, str]:
+        jumping = asyncio.ensure_future(driver.jump(host, 2.0))
+        await asyncio.sleep(0)  # the jump's event is queued, behind (say) a PING that arrived before it
+        before = driver.now()  # what the PING is taken at
+        return before, await jumping
+
+    before, answer = asyncio.run(scenario())
+    assert (before, ticks, answer) == (50.0, [52.0], "ticked")
 
 
 @pytest.mark.slow

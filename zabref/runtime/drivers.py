@@ -82,10 +82,16 @@ class NormalDriver:
         return clock() + self.skew
 
     async def jump(self, server: DriverHost, seconds: float) -> Effects:
-        """Move the clock ``seconds`` forward, then tick the node at once (not as a stall: to the node, its peers
-        were silent that long); the tick's Effects once carried out."""
-        self.skew += seconds
-        return await server.call(lambda: server.tick(self.now()))
+        """Move the clock ``seconds`` forward and tick the node at once (not as a stall: to the node, its peers
+        were silent that long), both in one event of the pump: the events queued before it -- packets that arrived
+        before the jump -- are taken first, on the clock before the jump (moved at once, the clock would make them
+        news from after it, and a leader whose follower's PING waited in the queue took no LeaderTimeout). The
+        tick's Effects once carried out."""
+        def jumped() -> Effects:
+            self.skew += seconds
+            return server.tick(self.now())
+
+        return await server.call(jumped)
 
     def start(self, server: DriverHost) -> None:
         self._clock = asyncio.get_running_loop().time
