@@ -21,6 +21,8 @@ HELLO = b"helo"
 
 #: (server side) reader, writer -> what the test returns
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[object]]
+#: (client side) reader, writer -> None: what the client does before the server's answer is awaited
+Client = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +37,9 @@ def contexts() -> dict[str, tuple[ssl.SSLContext | None, ssl.SSLContext | None]]
 
 
 def _scenario(loop: str, tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None], handle: Handler,
-              send: bytes, *, close: bool) -> object:
-    """A server on ``loop`` whose one connection ``handle`` serves (its result is returned); a client writes
-    ``send`` in one write and, with ``close``, closes its end."""
+              client: Client) -> object:
+    """A server on ``loop`` whose one connection ``handle`` serves (its result, or the error it raised, is
+    returned) and a client that does ``client`` on its end."""
     server_ctx, client_ctx = tls
 
     async def main() -> object:
@@ -55,10 +57,7 @@ def _scenario(loop: str, tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx)
         try:
-            writer.write(send)
-            await writer.drain()
-            if close:
-                writer.close()
+            await client(reader, writer)
             return await asyncio.wait_for(result, 5)
         finally:
             writer.close()
@@ -66,6 +65,16 @@ def _scenario(loop: str, tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None
 
     with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
         return runner.run(main())
+
+
+def _sends(data: bytes, *, close: bool) -> Client:
+    """A client that writes ``data`` in one write and, with ``close``, closes its end."""
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(data)
+        await writer.drain()
+        if close:
+            writer.close()
+    return client
 
 
 MODES = [(loop, mode) for loop in sorted(LOOPS) for mode in ("plain", "tls")]
@@ -84,9 +93,8 @@ def test_what_the_stream_read_past_the_handshake_is_decoded_first(loop: str, mod
         reason = await peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), got.append)
         return got, reason
 
-    got, reason = _scenario(loop, contexts[mode], handle, HELLO + b"".join(map(wire.frame, frames)), close=True)
-    assert got == frames
-    assert reason == "peer closed the connection"
+    sent = HELLO + b"".join(map(wire.frame, frames))
+    assert _scenario(loop, contexts[mode], handle, _sends(sent, close=True)) == (frames, "peer closed the connection")
 
 
 @pytest.mark.parametrize(("loop", "mode"), MODES)
@@ -94,53 +102,40 @@ def test_the_writer_drains_and_closes_once_the_protocol_is_handed_over(loop: str
     """The stream's own protocol still hears of the writing side and of the end: ``drain`` returns once the peer
     read what was written, and ``wait_closed`` ends once the peer closed (it would wait forever if the end stopped at
     the new protocol)."""
-    server_ctx, client_ctx = contexts[mode]
     size = 8 * 1024 * 1024  # more than the sockets hold: drain waits for the peer's reading
 
-    async def main() -> object:
-        result: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
+        got: list[bytes] = []
+        reading = asyncio.ensure_future(peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), got.append))
+        await asyncio.sleep(0)  # the transport is the new protocol's from here
+        writer.write(b"x" * size)
+        await asyncio.wait_for(writer.drain(), 5)
+        assert writer.transport.get_write_buffer_size() <= writer.transport.get_write_buffer_limits()[1]
+        reason = await asyncio.wait_for(reading, 5)
+        writer.close()
+        await asyncio.wait_for(writer.wait_closed(), 2)
+        return got, reason
 
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            got: list[bytes] = []
-            reading = asyncio.ensure_future(peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"),
-                                                              got.append))
-            await asyncio.sleep(0)  # the transport is the new protocol's from here
-            writer.write(b"x" * size)
-            await asyncio.wait_for(writer.drain(), 5)
-            assert writer.transport.get_write_buffer_size() <= writer.transport.get_write_buffer_limits()[1]
-            reason = await asyncio.wait_for(reading, 5)
-            writer.close()
-            await asyncio.wait_for(writer.wait_closed(), 2)
-            result.set_result((got, reason))
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(wire.frame(b"a"))
+        await asyncio.wait_for(reader.readexactly(size), 5)
+        writer.close()
 
-        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ctx)
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1],
-                                                      ssl=client_ctx)
-        try:
-            writer.write(wire.frame(b"a"))
-            await asyncio.wait_for(reader.readexactly(size), 5)
-            writer.close()
-            return await asyncio.wait_for(result, 5)
-        finally:
-            writer.close()
-            server.close()
+    assert _scenario(loop, contexts[mode], handle, client) == ([b"a"], "peer closed the connection")
 
-    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-        got, reason = runner.run(main())
-    assert got == [b"a"]
-    assert reason == "peer closed the connection"
+
+def _reading_with(on_item: Callable[[bytes], None]) -> Handler:
+    """A server that reads its connection with ``on_item`` and returns why the reading ended."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
+        return await peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), on_item)
+    return handle
 
 
 @pytest.mark.parametrize("loop", sorted(LOOPS))
 def test_bad_bytes_end_the_reading_with_their_reason(loop: str, contexts) -> None:
+    got: list[bytes] = []
     frames = wire.frame(b"fine") + (1000).to_bytes(4, "big") + wire.frame(b"never")
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
-        got: list[bytes] = []
-        reason = await peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), got.append)
-        return got, reason
-
-    got, reason = _scenario(loop, contexts["plain"], handle, frames, close=False)
+    reason = _scenario(loop, contexts["plain"], _reading_with(got.append), _sends(frames, close=False))
     assert b"never" not in got  # a chunk with a bad frame in it gives nothing (the decoder raises for the chunk)
     assert reason == "bad input: cannot decode test at byte 8: length prefix 1000 is outside 0..64"
 
@@ -153,14 +148,9 @@ def test_a_value_error_of_the_callee_is_bad_input_and_any_other_error_is_raised(
     def bug(body: bytes) -> None:
         raise KeyError(body)
 
-    def reading_with(on_item: Callable[[bytes], None]) -> Handler:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
-            return await peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), on_item)
-        return handle
-
-    refused = _scenario(loop, contexts["plain"], reading_with(refuse), wire.frame(b"a"), close=False)
+    refused = _scenario(loop, contexts["plain"], _reading_with(refuse), _sends(wire.frame(b"a"), close=False))
     assert refused == "bad input: not allowed: b'a'"
-    raised = _scenario(loop, contexts["plain"], reading_with(bug), wire.frame(b"b"), close=False)
+    raised = _scenario(loop, contexts["plain"], _reading_with(bug), _sends(wire.frame(b"b"), close=False))
     assert isinstance(raised, KeyError) and raised.args == (b"b",)
 
 
@@ -175,68 +165,39 @@ def test_once_the_reading_is_cancelled_nothing_more_reaches_the_callee(loop: str
         await asyncio.sleep(0.3)  # the client's second frame arrives meanwhile
         return got
 
-    server_ctx, _ = contexts["plain"]
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(wire.frame(b"first"))
+        await asyncio.sleep(0.15)
+        writer.write(wire.frame(b"second"))
 
-    async def main() -> object:
-        result: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            result.set_result(await handle(reader, writer))
-            writer.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ctx)
-        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
-        try:
-            writer.write(wire.frame(b"first"))
-            await asyncio.sleep(0.15)
-            writer.write(wire.frame(b"second"))
-            return await asyncio.wait_for(result, 5)
-        finally:
-            writer.close()
-            server.close()
-
-    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-        assert runner.run(main()) == [b"first"]
+    assert _scenario(loop, contexts["plain"], handle, client) == [b"first"]
 
 
 @pytest.mark.parametrize("loop", sorted(LOOPS))
-def test_a_quorum_connection_pauses_its_reading_while_the_node_has_packets_to_take(loop: str) -> None:
+def test_a_quorum_connection_pauses_its_reading_while_the_node_has_packets_to_take(loop: str, contexts) -> None:
     """A burst (a leader's catch-up) larger than the connection's queue bound: the loop may read the socket many
     times before the pump runs once, so at `peers.INBOUND_PAUSE` packets waiting the reading pauses, and resumes
     once the node took half; every packet arrives, in order."""
     burst = 3 * peers.INBOUND_PAUSE
     packets = [QuorumPacket(PacketType.PROPOSAL, k + 1, b"v" * 200) for k in range(burst)]  # many reads' worth
 
-    async def main() -> tuple[int, bool, list[int]]:
-        result: asyncio.Future[tuple[int, bool, list[int]]] = asyncio.get_running_loop().create_future()
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
+        conn = peers.Connection(2, initiated=False)
+        conn.attach(writer)
+        reading = asyncio.ensure_future(peers.read_stream(reader, writer, wire.PacketDecoder(1024, "test"),
+                                                          conn.hold))
+        await asyncio.sleep(0.5)  # the whole burst was written: the kernel holds what was not read
+        waiting, paused = len(conn.inbound), conn.paused
+        taken = []
+        while len(taken) < burst:
+            if conn.inbound:
+                taken.append(conn.take().zxid)
+            else:
+                await asyncio.sleep(0.01)
+        reading.cancel()
+        return waiting, paused, taken
 
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            conn = peers.Connection(2, initiated=False)
-            conn.attach(writer)
-            reading = asyncio.ensure_future(peers.read_stream(reader, writer, wire.PacketDecoder(1024, "test"),
-                                                              conn.hold))
-            await asyncio.sleep(0.5)  # the whole burst was written: the kernel holds what was not read
-            waiting, paused = len(conn.inbound), conn.paused
-            taken = []
-            while len(taken) < burst:
-                if conn.inbound:
-                    taken.append(conn.take().zxid)
-                else:
-                    await asyncio.sleep(0.01)
-            reading.cancel()
-            writer.close()
-            result.set_result((waiting, paused, taken))
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
-        try:
-            writer.write(b"".join(map(wire.encode_quorum_packet, packets)))
-            return await asyncio.wait_for(result, 10)
-        finally:
-            writer.close()
-            server.close()
-
-    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-        waiting, paused, taken = runner.run(main())
+    sent = b"".join(map(wire.encode_quorum_packet, packets))
+    waiting, paused, taken = _scenario(loop, contexts["plain"], handle, _sends(sent, close=False))
     assert paused and waiting < burst, (waiting, paused)
     assert taken == [p.zxid for p in packets]
