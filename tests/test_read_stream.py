@@ -162,12 +162,14 @@ def test_once_the_reading_is_cancelled_nothing_more_reaches_the_callee(loop: str
         while not got:
             await asyncio.sleep(0.01)
         reading.cancel()
-        await asyncio.sleep(0.3)  # the client's second frame arrives meanwhile
+        await asyncio.gather(reading, return_exceptions=True)
+        writer.write(b"k")  # the client sends its second frame only now
+        await asyncio.sleep(0.3)  # it arrives meanwhile
         return got
 
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(wire.frame(b"first"))
-        await asyncio.sleep(0.15)
+        await asyncio.wait_for(reader.readexactly(1), 5)
         writer.write(wire.frame(b"second"))
 
     assert _scenario(loop, contexts["plain"], handle, client) == [b"first"]
