@@ -203,3 +203,85 @@ def test_a_quorum_connection_pauses_its_reading_while_the_node_has_packets_to_ta
     waiting, paused, taken = _scenario(loop, contexts["plain"], handle, _sends(sent, close=False))
     assert paused and waiting < burst, (waiting, paused)
     assert taken == [p.zxid for p in packets]
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_half_closed_peer_still_gets_what_is_written_after_its_end(loop: str, contexts) -> None:
+    """A client that shuts down its sending side (a request, then its end) still reads the answers written once its
+    end was read: the transport stays open for writing, as the stream's own protocol keeps it. (TLS has no half
+    close.)"""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
+        got: list[bytes] = []
+        reason = await peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), got.append)
+        writer.write(b"answer")
+        await writer.drain()
+        return got, reason
+
+    answers: list[bytes] = []
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(wire.frame(b"ask"))
+        writer.write_eof()
+        answers.append(await asyncio.wait_for(reader.read(), 5))
+
+    assert _scenario(loop, contexts["plain"], handle, client) == ([b"ask"], "peer closed the connection")
+    assert answers == [b"answer"]
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_after_chunk_runs_once_a_read_once_its_items_are_in_and_when_an_item_ends_the_reading(loop: str,
+                                                                                            contexts) -> None:
+    """Two chunks: after each, ``after_chunk`` sees all of its items; an `EndReading` in the second chunk ends the
+    reading with its message, the items after it never reach the callee, and ``after_chunk`` still runs."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
+        got: list[bytes] = []
+        seen: list[list[bytes]] = []
+
+        def on_item(body: bytes) -> None:
+            got.append(body)
+            if body == b"end":
+                raise peers.EndReading("asked to end")
+
+        reason = await peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), on_item,
+                                         after_chunk=lambda: seen.append(list(got)))
+        return seen, reason
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(wire.frame(b"a") + wire.frame(b"b"))
+        await asyncio.sleep(0.1)
+        writer.write(wire.frame(b"c") + wire.frame(b"end") + wire.frame(b"never"))
+
+    seen, reason = _scenario(loop, contexts["plain"], handle, client)
+    assert seen == [[b"a", b"b"], [b"a", b"b", b"c", b"end"]] and reason == "asked to end"
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_the_idle_timeout_ends_a_silent_reading_and_does_not_count_while_it_is_paused(loop: str, contexts) -> None:
+    """``idle_timeout`` 0.2 s: items 0.1 s apart keep the reading; a pause of 0.5 s by the caller is not silence of
+    the peer's (the wait starts again after it); 0.2 s with no whole item (half a frame does not count) ends it,
+    naming the peer."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
+        got: list[bytes] = []
+        transport = peers.transport_of(writer)
+
+        def on_item(body: bytes) -> None:
+            got.append(body)
+            if body == b"pause":
+                transport.pause_reading()
+                asyncio.get_running_loop().call_later(0.5, transport.resume_reading)
+
+        loop_ = asyncio.get_running_loop()
+        start = loop_.time()
+        reason = await peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), on_item, idle_timeout=0.2,
+                                         peer_name="the tester")
+        return got, reason, loop_.time() - start
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for body in (b"a", b"b", b"pause"):
+            writer.write(wire.frame(body))
+            await asyncio.sleep(0.1)
+        writer.write(wire.frame(b"after")[:3])  # half a frame, then silence
+
+    got, reason, took = _scenario(loop, contexts["plain"], handle, client)
+    assert got == [b"a", b"b", b"pause"] and reason == "nothing from the tester within 0.2 s"
+    assert 0.2 + 0.5 + 0.2 - 0.01 <= took < 2, took  # the items, the pause, then the peer's silence

@@ -20,7 +20,7 @@ from conformance.zk.ensemble import four_letter, mode_of
 from zabref.config import parse_config
 from zabref.core.packets import ServerState
 from zabref.core.zab import ZabState
-from zabref.net import wire, zkclientwire
+from zabref.net import wire, zkclientport, zkclientwire
 from zabref.net.zkclientport import ZkClientPort
 from zabref.net.ports import find_free_base_port, release_base_port
 from zabref.runtime.drivers import NormalDriver
@@ -180,65 +180,84 @@ def _path(path: str, watch: bool = False) -> bytes:
     return struct.pack(">i", len(path)) + path.encode() + bytes([watch])
 
 
-class _Writer:
-    """A StreamWriter that keeps what each write call was given."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.transport = SimpleNamespace(get_write_buffer_size=lambda: 0)
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def is_closing(self) -> bool:
-        return False
-
-    async def drain(self) -> None:
-        pass
-
-
 def _replies(data: bytes) -> list[tuple[int, int, int]]:
     """(xid, zxid, err) of each reply frame in ``data``."""
     frames = wire.FrameDecoder(1 << 20, "replies").feed(data)
     return [struct.unpack(">iqi", f[:16]) for f in frames]
 
 
-def _piped(requests: bytes, answers: list[dict], timeout_ms: int = 4000, eof: bool = True,
-           waits: int = 1) -> tuple[_Writer, list, list[asyncio.Future], BaseException | None]:
-    """A session's requests through `ZkClientPort._requests` with a stand-in server: each write's future is
-    answered from ``answers`` in turn, after ``waits`` checks that nothing was written before it was."""
+async def _until(condition, what: str) -> None:
+    """Wait until ``condition()`` holds, at most 5 s."""
+    for _ in range(5000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"not within 5 s: {what}")
+
+
+def _piped(requests: bytes, answers: list[dict], timeout_ms: int = 4000, eof: bool = True, waits: int = 1,
+           data: bytes = b"v", client=None) -> tuple[list[bytes], list, list[asyncio.Future], BaseException | None]:
+    """A session's requests through `ZkClientPort._requests` over a loopback connection, with a stand-in server:
+    the client writes ``requests`` (and, with ``eof``, closes its end); each write's future is answered from
+    ``answers`` in turn once it was submitted, after ``waits`` checks of how many writes the port made before it.
+    A read's answer carries ``data``. With ``client``, the client's reader, the events and the submitted futures are
+    handed to it meanwhile (it may read the replies, answer writes); else the client reads nothing until the session
+    ended. Returns the port's writes (each write call's
+    bytes), the events, the submitted futures and the error the session ended with."""
     events: list = []
     config = parse_config(_config(20000, "/tmp/unused"), "zk.toml")
 
     def zk_read(op: int, path: str) -> dict:
         events.append(("read", path))
-        return {"zk": {"err": 0, "zxid": 5, "op": "getData", "data": b"v", "stat": tuple(range(11))}}
+        return {"zk": {"err": 0, "zxid": 5, "op": "getData", "data": data, "stat": tuple(range(11))}}
 
     async def run() -> tuple:
         submitted: list[asyncio.Future] = []
+        writes: list[bytes] = []
+        ended: asyncio.Future = asyncio.get_running_loop().create_future()
 
         def submit(make):
             submitted.append(asyncio.get_running_loop().create_future())
             return submitted[-1]
 
         host = SimpleNamespace(config=config, node=SimpleNamespace(committed_zxid=5, zk_read=zk_read), submit=submit)
-        reader, writer = asyncio.StreamReader(), _Writer()
-        reader.feed_data(requests)
-        if eof:
-            reader.feed_eof()
-        task = asyncio.create_task(ZkClientPort(host, 1)._requests(reader, writer, wire.FrameDecoder(1 << 20, "t"),
-                                                                    [], 7, timeout_ms, "client"))
-        for answer in answers:
-            for _ in range(waits):
-                await asyncio.sleep(0.01)
-                events.append(("written", len(writer.writes)))
-            next(f for f in submitted if not f.done()).set_result(answer)
-        error = None
+        port = ZkClientPort(host, 1)
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            write = writer.write
+
+            def kept(chunk: bytes) -> None:
+                writes.append(bytes(chunk))
+                write(chunk)
+
+            writer.write = kept  # type: ignore[method-assign]
+            try:
+                await port._requests(reader, writer, wire.FrameDecoder(1 << 20, "t"), 7, timeout_ms, "client")
+                ended.set_result(None)
+            except Exception as e:  # noqa: BLE001 -- the reason the session closed is what is compared
+                ended.set_result(e)
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
         try:
-            await asyncio.wait_for(task, 5)
-        except Exception as e:  # noqa: BLE001 -- the reason the session closed is what is compared
-            error = e
-        return writer, events, submitted, error
+            writer.write(requests)
+            if eof:
+                writer.write_eof()
+            reading = asyncio.ensure_future(client(reader, events, submitted) if client else asyncio.sleep(0))
+            for answer in answers:
+                await _until(lambda: any(not f.done() for f in submitted), "a write submitted")
+                for _ in range(waits):
+                    await asyncio.sleep(0.01)
+                    events.append(("written", len(writes)))
+                next(f for f in submitted if not f.done()).set_result(answer)
+            error = await asyncio.wait_for(ended, 5)
+            await asyncio.wait_for(reading, 5)
+        finally:
+            writer.close()
+            server.close()
+        return writes, events, submitted, error
 
     return asyncio.run(run())
 
@@ -249,38 +268,95 @@ CREATED = {"zk": {"err": 0, "zxid": 9, "op": "create", "path": "/a"}}
 def test_replies_leave_in_request_order_and_together_once_their_answers_are_in() -> None:
     """A PING and a read behind a write wait for it (the read made at its turn: it sees the write); then the three
     replies leave in one write."""
-    writer, events, submitted, error = _piped(_request(1, 1, b"record") + _request(-2, zkclientwire.OP_PING)
+    writes, events, submitted, error = _piped(_request(1, 1, b"record") + _request(-2, zkclientwire.OP_PING)
                                               + _request(2, 4, _path("/a")), [CREATED], waits=3)
     assert error is None and len(submitted) == 1
     assert events == [("written", 0)] * 3 + [("read", "/a")]
-    assert len(writer.writes) == 1 and _replies(writer.writes[0]) == [(1, 9, 0), (-2, 5, 0), (2, 5, 0)]
+    assert len(writes) == 1 and _replies(writes[0]) == [(1, 9, 0), (-2, 5, 0), (2, 5, 0)]
 
 
 def test_a_write_the_node_refused_closes_the_session_after_the_replies_before_it() -> None:
     """The answer before it leaves; the request after it is no longer waited for (its future cancelled)."""
-    writer, _, submitted, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(1, 1, b"r")
+    writes, _, submitted, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(1, 1, b"r")
                                          + _request(2, 1, b"r"), [{"error": "no leader", "retry": True}])
     assert type(error).__name__ == "_Close" and str(error) == "no leader"
-    assert [r for w in writer.writes for r in _replies(w)] == [(-2, 5, 0)]
+    assert [r for w in writes for r in _replies(w)] == [(-2, 5, 0)]
     assert len(submitted) == 2 and submitted[1].cancelled()
 
 
 def test_a_session_with_no_whole_request_within_its_timeout_is_closed() -> None:
-    writer, _, _, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(3, 4, _path("/a"))[:7], [],
+    writes, _, _, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(3, 4, _path("/a"))[:7], [],
                                  timeout_ms=100, eof=False)
     assert str(error) == "nothing from the client within 0.1 s"
-    assert [r for w in writer.writes for r in _replies(w)] == [(-2, 5, 0)]
+    assert [r for w in writes for r in _replies(w)] == [(-2, 5, 0)]
 
 
 def test_close_session_is_answered_after_the_requests_before_it_and_nothing_after_it_is_read() -> None:
-    writer, _, submitted, error = _piped(_request(1, 1, b"r") + _request(2, zkclientwire.OP_CLOSE)
+    writes, _, submitted, error = _piped(_request(1, 1, b"r") + _request(2, zkclientwire.OP_CLOSE)
                                          + _request(3, 1, b"r"), [CREATED], eof=False)
     assert error is None and len(submitted) == 1
-    assert [r for w in writer.writes for r in _replies(w)] == [(1, 9, 0), (2, 5, 0)]
+    assert [r for w in writes for r in _replies(w)] == [(1, 9, 0), (2, 5, 0)]
 
 
 def test_requests_that_wait_for_nothing_are_answered_together_as_they_are_read() -> None:
-    writer, events, submitted, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(2, 4, _path("/a"))
+    writes, events, submitted, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(2, 4, _path("/a"))
                                               + _request(3, 4, _path("/b")), [])
     assert error is None and not submitted and events == [("read", "/a"), ("read", "/b")]
-    assert len(writer.writes) == 1 and _replies(writer.writes[0]) == [(-2, 5, 0), (2, 5, 0), (3, 5, 0)]
+    assert len(writes) == 1 and _replies(writes[0]) == [(-2, 5, 0), (2, 5, 0), (3, 5, 0)]
+
+
+def test_a_session_reads_no_more_while_its_pipeline_is_full_and_on_once_replies_leave() -> None:
+    """3,000 writes (600 KB, more than a read) that the node does not answer: the port stops reading once
+    `MAX_PIPELINED` wait (a read's worth past it at most), reads on once they are answered, and every reply leaves in
+    request order."""
+    count = 3000
+    requests = b"".join(_request(x, 1, bytes(200)) for x in range(count))
+
+    async def client(reader: asyncio.StreamReader, events: list, submitted: list[asyncio.Future]) -> None:
+        await asyncio.sleep(0.2)
+        events.append(("submitted", len(submitted)))
+        for _ in range(5000):  # answer every write as it comes
+            for f in submitted:
+                if not f.done():
+                    f.set_result(CREATED)
+            if len(submitted) == count:
+                return
+            await asyncio.sleep(0.001)
+
+    writes, events, submitted, error = _piped(requests, [], client=client)
+    assert error is None and len(submitted) == count
+    waiting = next(n for e, n in events if e == "submitted")
+    assert zkclientport.MAX_PIPELINED <= waiting < count - 1000, waiting
+    assert [r[0] for w in writes for r in _replies(w)] == list(range(count))
+
+
+def test_replies_the_client_does_not_read_stop_the_reading_and_close_the_session(monkeypatch) -> None:
+    """Reads (1 KB each) whose replies (64 KiB each) the client never reads: past `REPLY_BUFFER` unsent bytes the port
+    reads no more requests, and closes the session after `WRITE_TIMEOUT`."""
+    monkeypatch.setattr(zkclientport, "WRITE_TIMEOUT", 0.5)
+    requests = b"".join(_request(x, 4, _path("/" + "a" * 1000)) for x in range(2000))  # 2 MB: many reads
+    writes, events, _, error = _piped(requests, [], eof=False, data=bytes(65536))
+    assert str(error) == "the client did not read its answer within 0.5 s"
+    assert len(events) < 500, len(events)  # kernel buffers took some; the rest was never made
+
+
+def test_replies_the_client_reads_late_all_leave_in_order() -> None:
+    """The same reads, with a client that starts reading 0.3 s late: the port reads on once it has, and every reply
+    arrives, in order."""
+    count = 2000
+    requests = b"".join(_request(x, 4, _path("/" + "a" * 1000)) for x in range(count))
+    got: list[int] = []
+
+    async def client(reader: asyncio.StreamReader, events: list, submitted: list[asyncio.Future]) -> None:
+        await asyncio.sleep(0.3)
+        events.append(("late", sum(e == "read" for e, _ in events)))
+        decoder = wire.FrameDecoder(1 << 20, "replies")
+        while len(got) < count:
+            chunk = await reader.read(1 << 20)
+            assert chunk, f"the server closed after {len(got)} replies"
+            got.extend(struct.unpack(">i", f[:4])[0] for f in decoder.feed(chunk))
+
+    _, events, _, error = _piped(requests, [], data=bytes(65536), client=client)
+    assert error is None and got == list(range(count))
+    assert next(n for e, n in events if e == "late") < 500
+

@@ -29,6 +29,7 @@ Reading. A connection's first bytes are read through its asyncio stream; then `r
 protocol that decodes each chunk in the loop's read callback and gives every whole item to the server there (no task
 woken a chunk). A quorum connection pauses its reading while `INBOUND_PAUSE` packets wait for the node
 (`Connection.hold`, `Connection.take`): the loop may read a socket many times before the server's pump runs once.
+The client ports read their sessions with `read_stream` too (`zabref.net.zkclientport`).
 
 Bounds (so a misbehaving peer cannot exhaust memory): a quorum packet's data is at most `MAX_QUORUM_DATA` bytes and
 an election frame's body at most `MAX_ELECTION_FRAME` (a longer length closes the connection before any of it is
@@ -78,6 +79,7 @@ __all__ = [
     "dial",
     "Decoder",
     "read_stream",
+    "transport_of",
     "MAX_QUORUM_DATA",
     "MAX_ELECTION_FRAME",
     "SEND_BUFFER_LIMIT",
@@ -86,6 +88,9 @@ __all__ = [
     "ELECTION_FRAME_TIMEOUT",
     "ELECTION_QUEUE_LIMIT",
     "INBOUND_PAUSE",
+    "EndReading",
+    "PEER_CLOSED",
+    "LOST",
 ]
 
 log = logging.getLogger("zabref")
@@ -242,6 +247,17 @@ async def dial(host: str, port: int, hello: bytes, *, peer: int, attempts: int, 
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+#: `read_stream`'s reason when the peer closed its end (what it sent is all read).
+PEER_CLOSED = "peer closed the connection"
+#: How `read_stream`'s reason begins when the connection broke (the exception follows).
+LOST = "connection lost"
+
+
+class EndReading(Exception):
+    """Raised by `read_stream`'s ``on_item`` to end the reading (nothing after the item reaches it); the message is
+    the reason `read_stream` returns."""
+
+
 class Decoder(Protocol[T]):
     """What `read_stream` reads with: `zabref.net.wire.FrameDecoder` (election, client) or `wire.PacketDecoder`."""
 
@@ -254,27 +270,36 @@ class Decoder(Protocol[T]):
 
 
 async def read_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: Decoder[T],
-                      on_item: Callable[[T], None], *, frame_timeout: float | None = None) -> str:
+                      on_item: Callable[[T], None], *, frame_timeout: float | None = None,
+                      idle_timeout: float | None = None, peer_name: str = "the peer",
+                      after_chunk: Callable[[], None] | None = None) -> str:
     """Feed ``on_item`` everything ``decoder`` makes of the stream (frame bodies, packets) until it ends; return why it
-    ended (for the log line).
+    ended (for the log line): `PEER_CLOSED` when the peer closed its end, a reason beginning with `LOST` when the
+    connection broke, ``bad input: ...``, or the message of an `EndReading` that ``on_item`` raised.
 
     The connection's transport is handed to a `_Frames` protocol for the rest of its life: each chunk the loop reads
     is decoded in its read callback and every whole item in it goes to ``on_item`` there, with no task woken a chunk
     (the stream's own protocol still hears of the writing side and of the end, so ``writer`` drains and closes as
-    before). Bytes the stream had read and not returned yet (after a handshake read through ``reader``) are decoded
-    first. ``on_item`` may raise CodecError (a body that does not decode) or ValueError (one that is not allowed): the
-    reading stops and the message becomes the reason; any other error of it is raised here. With ``frame_timeout``,
-    a frame or packet must be complete within that many seconds of its first byte (the time between them is not
-    bounded). Cancelled, nothing more reaches ``on_item``.
+    before); then ``after_chunk``, if given, runs (to write at once what the chunk's items made), also when an item
+    ended the reading. Bytes the stream had read and not returned yet (after a handshake read through ``reader``) are
+    decoded first. ``on_item`` may raise CodecError (a body that does not decode) or ValueError (one that is not
+    allowed): the reading stops and the message becomes the reason; `EndReading` ends it with its message; any other
+    error of it (or of ``after_chunk``) is raised here. With ``frame_timeout``, a frame or packet must be complete
+    within that many seconds of its first byte (the time between them is not bounded); with ``idle_timeout``, a
+    whole one must arrive within that many seconds of the reading's start and of the last one (``nothing from
+    {peer_name} within ... s``; a pause of the reading is not the peer's silence: the wait starts again at the first
+    look after it, so a silence after a pause may last up to twice ``idle_timeout``). The caller may pause and resume the
+    transport's reading (a chunk read before the pause is still decoded whole). Cancelled, nothing more reaches
+    ``on_item``.
     """
-    frames = _Frames(_transport(writer), decoder, on_item, frame_timeout)
+    frames = _Frames(transport_of(writer), decoder, on_item, frame_timeout, idle_timeout, peer_name, after_chunk)
     try:
         return await frames.run(reader)
     finally:
         frames.stop()
 
 
-def _transport(writer: asyncio.StreamWriter) -> asyncio.Transport:
+def transport_of(writer: asyncio.StreamWriter) -> asyncio.Transport:
     """A stream's transport, which reads as well as writes (typeshed names it a WriteTransport)."""
     return cast(asyncio.Transport, writer.transport)
 
@@ -283,18 +308,28 @@ class _Frames(asyncio.Protocol):
     """A connection's protocol while `read_stream` reads it: decodes each chunk as it arrives (its docstring)."""
 
     def __init__(self, transport: asyncio.Transport, decoder: Decoder[Any], on_item: Callable[[Any], None],
-                 frame_timeout: float | None) -> None:
+                 frame_timeout: float | None, idle_timeout: float | None, peer_name: str,
+                 after_chunk: Callable[[], None] | None) -> None:
         self.transport = transport
         self.stream = transport.get_protocol()  # the stream's protocol: told of writing and of the end, as before
         self.decoder = decoder
         self.on_item = on_item
+        self.after_chunk = after_chunk
         self.frame_timeout = frame_timeout
+        self.idle_timeout = idle_timeout
+        self.peer_name = peer_name
         self.loop = asyncio.get_running_loop()
         self.ended: asyncio.Future[str] = self.loop.create_future()
         self.timer: asyncio.TimerHandle | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.last_item = 0.0  # the loop's time of the last whole item (or of the start), with idle_timeout
+        self.was_paused = False  # the idle timer found the reading paused when it last looked
 
     async def run(self, reader: asyncio.StreamReader) -> str:
         self.transport.set_protocol(self)
+        if self.idle_timeout is not None:
+            self.last_item = self.loop.time()
+            self.idle_timer = self.loop.call_later(self.idle_timeout, self._idle)
         if reader.exception() is not None:
             self._lost(reader.exception())
         else:
@@ -304,16 +339,17 @@ class _Frames(asyncio.Protocol):
             if held:
                 self.data_received(held)
             if reader.at_eof():
-                self.eof_received()
+                self._eof()
             elif not self.transport.is_reading():  # the stream paused it (its buffer was full)
                 self.transport.resume_reading()
         return await self.ended
 
     def stop(self) -> None:
         """Nothing more reaches ``on_item`` (the reading ended or was cancelled)."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        for timer in (self.timer, self.idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self.timer = self.idle_timer = None
         if not self.ended.done():
             self.ended.cancel()
 
@@ -329,21 +365,31 @@ class _Frames(asyncio.Protocol):
         if self.ended.done():
             return
         decoder = self.decoder
+        items: list[Any] = []
         try:
-            items = decoder.feed(data)
-            for item in items:
-                self.on_item(item)
-                if self.ended.done():
-                    return
+            try:
+                items = decoder.feed(data)
+                for item in items:
+                    self.on_item(item)
+                    if self.ended.done():
+                        return
+            finally:
+                if self.after_chunk is not None:
+                    self.after_chunk()
+        except EndReading as e:
+            self._end(str(e))
+            return
         except (CodecError, ValueError) as e:
             self._end(f"bad input: {e}")
             return
         except OSError as e:
-            self._end(f"connection lost: {type(e).__name__}: {e}")
+            self._end(f"{LOST}: {type(e).__name__}: {e}")
             return
         except Exception as e:  # a bug of on_item's: raised where read_stream is awaited
             self._end(e)
             return
+        if items and self.idle_timer is not None:
+            self.last_item = self.loop.time()
         if self.frame_timeout is None:
             return
         if not decoder.buffered:
@@ -355,18 +401,41 @@ class _Frames(asyncio.Protocol):
                 self.timer.cancel()
             self.timer = self.loop.call_later(self.frame_timeout, self._too_slow)
 
+    def _idle(self) -> None:
+        """The idle timer: end the reading if no whole item came within ``idle_timeout`` (the reading not paused
+        meanwhile), else look again when it would be due."""
+        assert self.idle_timeout is not None
+        now = self.loop.time()
+        if not self.transport.is_reading():  # paused by the caller: its peer is not the one that is silent
+            self.last_item = now
+            self.was_paused = True
+        elif self.was_paused:  # the pause ended since the last look, when is not known: the wait starts again
+            self.last_item = now
+            self.was_paused = False
+        due = self.last_item + self.idle_timeout
+        if now >= due:
+            self.idle_timer = None
+            self._end(f"nothing from {self.peer_name} within {self.idle_timeout:g} s")
+        else:
+            self.idle_timer = self.loop.call_at(due, self._idle)
+
     def _too_slow(self) -> None:
         self.timer = None
         self._end(f"bad input: a frame or packet is still incomplete {self.frame_timeout} s after its first byte "
                   f"({self.decoder.buffered} bytes of it received)")
 
-    def eof_received(self) -> bool:
+    def eof_received(self) -> bool | None:
+        self._eof()
+        # the stream's answer: whether the transport stays open for writing (a client that shut down its sending
+        # side still gets its replies); the stream's reader hears of the end too
+        return self.stream.eof_received()
+
+    def _eof(self) -> None:
         try:
             self.decoder.close()
         except CodecError as e:
             self._end(f"bad input: {e}")
-        self._end("peer closed the connection")
-        return False
+        self._end(PEER_CLOSED)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.stream.connection_lost(exc)
@@ -374,9 +443,9 @@ class _Frames(asyncio.Protocol):
 
     def _lost(self, exc: BaseException | None) -> None:
         if exc is None:
-            self.eof_received()
+            self._eof()
         else:
-            self._end(f"connection lost: {type(exc).__name__}: {exc}")
+            self._end(f"{LOST}: {type(exc).__name__}: {exc}")
 
     def pause_writing(self) -> None:
         self.stream.pause_writing()
@@ -446,7 +515,7 @@ class Connection:
         self.inbound.append(packet)
         if len(self.inbound) >= INBOUND_PAUSE and not self.paused and self.writer is not None:
             self.paused = True
-            _transport(self.writer).pause_reading()
+            transport_of(self.writer).pause_reading()
 
     def take(self) -> QuorumPacket:
         """The head packet of ``inbound``, for the node; the reading resumes once half of `INBOUND_PAUSE` wait."""
@@ -454,7 +523,7 @@ class Connection:
         if self.paused and len(self.inbound) <= INBOUND_PAUSE // 2:
             self.paused = False
             if self.writer is not None and not self.closed:
-                _transport(self.writer).resume_reading()
+                transport_of(self.writer).resume_reading()
         return packet
 
     def send(self, packet: QuorumPacket, *, flush: bool = True) -> bool:

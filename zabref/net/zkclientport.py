@@ -39,6 +39,7 @@ import asyncio
 import collections
 import logging
 import os
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +60,11 @@ log = logging.getLogger("zabref")
 UNIMPLEMENTED = zktree.ERR["UNIMPLEMENTED"]
 #: Requests of one session read and not answered yet, at most: past it the port reads no more until replies leave.
 MAX_PIPELINED = 1024
+#: Bytes of replies written in the read callback and not sent yet past which the session's reading pauses until the
+#: client has read them (the reply task drains them, at most `WRITE_TIMEOUT` s).
+REPLY_BUFFER = 64 * 1024
+#: `_read_requests`' reason when the client closed its session (closeSession).
+_SESSION_CLOSED = "the client closed its session"
 #: The four-letter words answered (ZooKeeper reads one in place of a ConnectRequest's length): ``srvr``, ``ruok``.
 FOUR_LETTER_WORDS = (b"srvr", b"ruok")
 
@@ -115,40 +121,23 @@ class ZkClientPort:
         if reason is not None:
             log.warning("ZooKeeper client connection from %s closed: %s", address, reason)
 
-    async def _frame(self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder, frames: list[bytes],
-                     timeout: float) -> bytes | None:
-        """The next frame; None when the client closed; _Close after ``timeout`` s of silence."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not frames:
-            try:
-                chunk = await asyncio.wait_for(reader.read(65536), max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                raise _Close(f"nothing from the client within {timeout:g} s") from None
-            if not chunk:
-                decoder.close()
-                return None
-            frames.extend(decoder.feed(chunk))
-        return frames.pop(0)
-
     async def _send(self, writer: asyncio.StreamWriter, body: bytes) -> None:
         await _write(writer, [wire.frame(body)])
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
         decoder = wire.FrameDecoder(self.limits.client_frame_bytes, "ZooKeeper client request")
-        frames: list[bytes] = []
         try:
-            head = await asyncio.wait_for(reader.readexactly(4), FRAME_TIMEOUT)
+            async with asyncio.timeout(FRAME_TIMEOUT):
+                head = await reader.readexactly(4)
+                if head in FOUR_LETTER_WORDS:
+                    streams.write(writer, self._four_letter(head).encode())
+                    await writer.drain()
+                    return
+                # the length, checked against the bound; then the body, and nothing past it (`_read_requests` reads on)
+                (length,) = struct.unpack(">i", head)
+                body, = decoder.feed(head) or decoder.feed(await reader.readexactly(length))
         except TimeoutError:
             raise _Close(f"nothing from the client within {FRAME_TIMEOUT:g} s") from None
-        if head in FOUR_LETTER_WORDS:
-            streams.write(writer, self._four_letter(head).encode())
-            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
-            return
-        frames.extend(decoder.feed(head))
-        body = await self._frame(reader, decoder, frames, FRAME_TIMEOUT)
-        if body is None:
-            return
         connect = zkclientwire.decode_connect(body)
         node = self._node
         seen = node.committed_zxid
@@ -162,18 +151,17 @@ class ZkClientPort:
         try:
             await self._send(writer, zkclientwire.encode_connect_response(timeout_ms, session,
                                                                             self.sessions[session][0]))
-            await self._requests(reader, writer, decoder, frames, session, timeout_ms, host)
+            await self._requests(reader, writer, decoder, session, timeout_ms, host)
         finally:
             self._left(session)
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        decoder: wire.FrameDecoder, frames: list[bytes], session: int, timeout_ms: int,
-                        host: str) -> None:
-        """Serve the session's requests: one task reads them, one writes the replies in order (`_Pipeline`); an
-        error of either ends both."""
-        pipeline = _Pipeline()
-        reading = asyncio.ensure_future(self._read_requests(reader, writer, decoder, frames, pipeline, session,
-                                                            timeout_ms, host))
+                        decoder: wire.FrameDecoder, session: int, timeout_ms: int, host: str) -> None:
+        """Serve the session's requests: they are read in the loop's read callback (`_read_requests`) and one task
+        writes the replies that wait for the node, in order (`_reply_in_order`); an error of either ends both."""
+        pipeline = _Pipeline(peers.transport_of(writer))
+        reading = asyncio.ensure_future(self._read_requests(reader, writer, decoder, pipeline, session, timeout_ms,
+                                                            host))
         replying = asyncio.ensure_future(self._reply_in_order(writer, pipeline))
         try:
             done, _ = await asyncio.wait({reading, replying}, return_when=asyncio.FIRST_COMPLETED)
@@ -189,58 +177,56 @@ class ZkClientPort:
             pipeline.cancel()
 
     async def _read_requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                             decoder: wire.FrameDecoder, frames: list[bytes], pipeline: _Pipeline, session: int,
-                             timeout_ms: int, host: str) -> None:
-        """Read requests into ``pipeline`` until the client closes its end or the session (every whole frame of a
-        read at once); a session with no whole frame within its timeout is closed. A request whose reply needs no
-        answer of the node (a read, a PING) while nothing before it waits is answered here (its turn is now), with
-        the others of the same read in one write."""
-        loop = asyncio.get_running_loop()
-        timeout = timeout_ms / 1000
-        while True:
-            out: list[bytes] = []
-            closing = False
-            for body in frames:
-                xid, op, record = zkclientwire.decode_header(body)
-                entry = self._request(session, xid, op, record, host)
-                if entry[0] is None and not pipeline.entries:
-                    out.append(wire.frame(_made(entry)))
-                else:
-                    if out:
-                        await _write(writer, out)
-                        out = []
-                    await pipeline.put(entry)
-                if op == zkclientwire.OP_CLOSE:
-                    self.sessions.pop(session, None)
-                    closing = True
-                    break
+                             decoder: wire.FrameDecoder, pipeline: _Pipeline, session: int, timeout_ms: int,
+                             host: str) -> None:
+        """Read requests into ``pipeline`` until the client closes its end or the session; a session with no whole
+        frame within its timeout is closed. The frames are decoded in the loop's read callback (`peers.read_stream`,
+        no task woken a read). A request whose reply needs no answer of the node (a read, a PING) while nothing
+        before it waits is answered there (its turn is now), with the others of the same read in one write."""
+        out: list[bytes] = []
+        sessions = self.sessions
+        request = self._request
+
+        def on_frame(body: bytes) -> None:
+            xid, op, record = zkclientwire.decode_header(body)
+            entry = request(session, xid, op, record, host)
+            if entry[0] is None and not pipeline.entries:
+                out.append(wire.frame(_made(entry)))
+            else:
+                pipeline.put(entry)
+            if op == zkclientwire.OP_CLOSE:
+                sessions.pop(session, None)
+                raise peers.EndReading(_SESSION_CLOSED)
+
+        def after_chunk() -> None:
             if out:
-                await _write(writer, out)
-            if closing:
-                pipeline.end()
-                return
-            deadline = loop.time() + timeout
-            frames = []
-            while not frames:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        chunk = await reader.read(65536)
-                except TimeoutError:
-                    raise _Close(f"nothing from the client within {timeout:g} s") from None
-                if not chunk:
-                    decoder.close()
-                    pipeline.end()
-                    return
-                frames = decoder.feed(chunk)
+                streams.write(writer, b"".join(out))
+                out.clear()
+                pipeline.wrote()
+
+        reason = await peers.read_stream(reader, writer, decoder, on_frame, idle_timeout=timeout_ms / 1000,
+                                         peer_name="the client", after_chunk=after_chunk)
+        if reason.startswith(peers.LOST):
+            raise ConnectionResetError(reason)
+        if reason not in (peers.PEER_CLOSED, _SESSION_CLOSED):
+            raise _Close(reason)
+        pipeline.end()
 
     async def _reply_in_order(self, writer: asyncio.StreamWriter, pipeline: _Pipeline) -> None:
         """Write the replies in request order: each as soon as its answer is in and those before it left, every
         reply ready then in the same write."""
-        while (entry := await pipeline.next()) is not None:
-            out = [wire.frame(_made(entry))]
-            while (entry := pipeline.ready()) is not None:
-                out.append(wire.frame(_made(entry)))
-            await _write(writer, out)
+        while True:
+            entry = await pipeline.next()
+            if entry is not None:
+                out = [wire.frame(_made(entry))]
+                while (entry := pipeline.ready()) is not None:
+                    out.append(wire.frame(_made(entry)))
+                await _write(writer, out)
+            elif pipeline.draining:  # replies written in the read callback wait for the client to read them
+                await _drain(writer)
+                pipeline.drained()
+            else:
+                return
 
     def _four_letter(self, word: bytes) -> str:
         """ZooKeeper's answer to a four-letter word: ``ruok`` -> ``imok``; ``srvr`` -> the server's summary (its
@@ -324,11 +310,16 @@ async def _write(writer: asyncio.StreamWriter, replies: list[bytes]) -> None:
     """Write ``replies`` at once; if the client is not reading them, wait for it, at most `WRITE_TIMEOUT` s."""
     streams.write(writer, b"".join(replies))
     if writer.transport.get_write_buffer_size():
-        try:
-            async with asyncio.timeout(WRITE_TIMEOUT):
-                await writer.drain()
-        except TimeoutError:
-            raise _Close(f"the client did not read its answer within {WRITE_TIMEOUT} s") from None
+        await _drain(writer)
+
+
+async def _drain(writer: asyncio.StreamWriter) -> None:
+    """Wait until the client has read enough of its replies (the stream's drain), at most `WRITE_TIMEOUT` s."""
+    try:
+        async with asyncio.timeout(WRITE_TIMEOUT):
+            await writer.drain()
+    except TimeoutError:
+        raise _Close(f"the client did not read its answer within {WRITE_TIMEOUT} s") from None
 
 
 def _made(entry: _Entry) -> bytes:
@@ -341,29 +332,56 @@ def _made(entry: _Entry) -> bytes:
 
 
 class _Pipeline:
-    """One session's requests read and not answered yet, in request order (at most `MAX_PIPELINED`: past it the
-    reader waits for replies to leave), and whether the session ended (nothing more will come)."""
+    """One session's requests read and not answered yet, in request order, and whether the session ended (nothing
+    more will come). The session's reading pauses while `MAX_PIPELINED` requests wait (until half of them are
+    answered; a read's requests are all taken, so a read's worth more may wait) and while replies written in the
+    read callback wait for the client to read them (``draining``: over `REPLY_BUFFER` unsent bytes, until the reply
+    task has drained them)."""
 
-    __slots__ = ("entries", "ended", "_waiter", "_room", "_loop")
+    __slots__ = ("entries", "ended", "draining", "_paused", "_transport", "_waiter", "_loop")
 
-    def __init__(self) -> None:
+    def __init__(self, transport: asyncio.Transport) -> None:
         self.entries: collections.deque[_Entry] = collections.deque()
         self.ended = False
+        self.draining = False
+        self._paused = False
+        self._transport = transport
         # `next` waits on a future of the loop kept here, not on an Event: an Event looks the running loop up at every
         # wait, a getpid() system call on Python 3.11 (`zabref.runtime.inbox`)
         self._waiter: asyncio.Future[None] | None = None
         self._loop = asyncio.get_running_loop()
-        self._room = asyncio.Event()  # waited on only with MAX_PIPELINED requests waiting
 
-    async def put(self, entry: _Entry) -> None:
-        while len(self.entries) >= MAX_PIPELINED:
-            self._room.clear()
-            await self._room.wait()
+    def put(self, entry: _Entry) -> None:
         self.entries.append(entry)
         if entry[0] is None:
             self._wake()
         else:
             entry[0].add_done_callback(self._answered)
+        if len(self.entries) >= MAX_PIPELINED:
+            self._reading()
+
+    def wrote(self) -> None:
+        """Replies were written in the read callback: past `REPLY_BUFFER` unsent bytes, read no more until the reply
+        task has drained them."""
+        if self._transport.get_write_buffer_size() > REPLY_BUFFER:
+            self.draining = True
+            self._reading()
+            self._wake()
+
+    def drained(self) -> None:
+        self.draining = False
+        self._reading()
+
+    def _reading(self) -> None:
+        """Pause or resume the session's reading as the bounds (the class docstring) say."""
+        if self.ended:
+            return
+        if not self._paused and (self.draining or len(self.entries) >= MAX_PIPELINED):
+            self._paused = True
+            self._transport.pause_reading()
+        elif self._paused and not self.draining and len(self.entries) <= MAX_PIPELINED // 2:
+            self._paused = False
+            self._transport.resume_reading()
 
     def _answered(self, fut: asyncio.Future[dict[str, Any]]) -> None:
         if self.entries and self.entries[0][0] is fut:
@@ -383,14 +401,17 @@ class _Pipeline:
         if self.entries:
             fut = self.entries[0][0]
             if fut is None or fut.done():
-                self._room.set()
-                return self.entries.popleft()
+                entry = self.entries.popleft()
+                if self._paused:
+                    self._reading()
+                return entry
         return None
 
     async def next(self) -> _Entry | None:
-        """The first entry, taken once its answer is in; None once the session ended and every entry was taken."""
+        """The first entry, taken once its answer is in; None once the session ended and every entry was taken, or
+        when the replies must be drained first (``draining``)."""
         while (entry := self.ready()) is None:
-            if self.ended and not self.entries:
+            if self.draining or (self.ended and not self.entries):
                 return None
             self._waiter = self._loop.create_future()
             await self._waiter
