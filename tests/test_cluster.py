@@ -5,6 +5,7 @@ Loopback only; every wait is bounded (polls with a deadline, client attempts bou
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import helpers
@@ -15,6 +16,7 @@ from test_control import Driver, establish, z  # tests/ is on sys.path (no packa
 from conformance.replay.harness import Cluster
 from zabref.client import ZabClient
 from zabref.config import ClusterConfig
+from zabref.net import clientwire
 from zabref.runtime.cluster import LocalCluster, cluster_config, find_free_base_port
 
 pytestmark = pytest.mark.slow
@@ -140,3 +142,27 @@ def test_a_sync_before_anything_is_committed_answers_zxid_0_at_every_server(tmp_
         for s in sorted(sids):
             with ZabClient([(cluster[s].me.host, cluster[s].me.client_port)], attempts=1) as c:
                 assert c.sync() == 0
+
+
+def test_requests_pipelined_on_one_connection_are_answered_in_order_and_a_read_sees_the_submits_before_it(
+        tmp_path: Path) -> None:
+    """zabref's client port takes requests written together (`zabref.net.pipeline`), at the leader and at a
+    follower: submits and a sync go to the node as they are read, and the answers come back in request order; a read
+    behind two submits is made at its turn and sees both; a sync is answered in its place (with what the leader had
+    committed when it reached the leader, which may be before the submits ahead of it); a bad value is answered with
+    its error in its place."""
+    with make_cluster(tmp_path) as cluster:
+        sids = set(cluster.servers)
+        leader = wait_for("a leader", lambda: established_leader(cluster, sids))
+        for sid in (leader, min(sids - {leader})):
+            me = cluster[sid].me
+            requests = [{"op": "submit", "value": f"a{sid}"}, {"op": "submit", "value": f"b{sid}"},
+                        {"op": "read", "from_zxid": 0}, {"op": "sync"}, {"op": "submit", "value": 7},
+                        {"op": "read", "from_zxid": 0}]
+            with socket.create_connection((me.host, me.client_port), timeout=10) as sock:
+                sock.sendall(b"".join(clientwire.encode(r) for r in requests))
+                first, second, read, synced, bad, again = (clientwire.read_answer(sock) for _ in requests)
+            assert first["zxid"] < second["zxid"] and isinstance(synced["zxid"], int), (first, second, synced)
+            assert read["txns"][-2:] == [[first["zxid"], f"a{sid}"], [second["zxid"], f"b{sid}"]], read
+            assert bad == {"error": '"value" must be text', "retry": False}
+            assert again["txns"][-2:] == read["txns"][-2:]

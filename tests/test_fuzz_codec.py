@@ -143,16 +143,27 @@ class _StandIn(SimpleNamespace):
     """A server whose pump runs a client request's node entry point at once (a LOOKING node: no leader, so submit
     and sync are refused without any I/O)."""
 
-    async def client(self, make):
+    def submit(self, make):
         if self.refuse:
             pytest.fail("the value reached the node")
         (rid, answer), = make(1, 0.0).answers
-        return answer
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(answer)
+        return fut
 
 
-def _client_port(refuse: bool = False) -> ClientPort:
-    return ClientPort(_StandIn(node=Node(1, (1, 2, 3), Persistent(), Timing()), sid=1,
+def _answer(body: bytes, refuse: bool = False) -> object:
+    """The client port's answer to request ``body`` (its entry's reply made at its turn, decoded)."""
+    port = ClientPort(_StandIn(node=Node(1, (1, 2, 3), Persistent(), Timing()), sid=1,
                                config=SimpleNamespace(limits=Limits()), refuse=refuse))
+
+    async def run() -> object:
+        (fut, make), last = port._request(body)
+        assert not last
+        (reply,) = wire.FrameDecoder(1 << 24, "answer").feed(make(None if fut is None else await fut))
+        return json.loads(reply)
+
+    return asyncio.run(run())
 
 
 PARSER_BOMBS = [b"[" * 100_000, b'{"op": "read", "from_zxid": ' + b"7" * 5000 + b"}", b'{"op": "read", "limit": '
@@ -176,14 +187,14 @@ requests = st.one_of(
 @example(PARSER_BOMBS[0])
 @example(PARSER_BOMBS[1])
 def test_client_requests_always_get_a_json_object_answer(body):
-    answer = asyncio.run(_client_port().answer(body))
+    answer = _answer(body)
     assert isinstance(answer, dict)
     json.dumps(answer)  # the answer itself can be sent
 
 
 def test_a_lone_surrogate_value_is_refused_before_it_reaches_the_core():
     """JSON's "\\ud800" is a str with no UTF-8 form; before the fix, encoding it inside the pump stopped the server."""
-    answer = asyncio.run(_client_port(refuse=True).answer(b'{"op": "submit", "value": "a\\ud800"}'))
+    answer = _answer(b'{"op": "submit", "value": "a\\ud800"}', refuse=True)
     assert answer == {"error": '"value" is not valid Unicode text: surrogates not allowed at index 1', "retry": False}
 
 

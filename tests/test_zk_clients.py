@@ -20,7 +20,7 @@ from conformance.zk.ensemble import four_letter, mode_of
 from zabref.config import parse_config
 from zabref.core.packets import ServerState
 from zabref.core.zab import ZabState
-from zabref.net import wire, zkclientport, zkclientwire
+from zabref.net import pipeline, wire, zkclientwire
 from zabref.net.zkclientport import ZkClientPort
 from zabref.net.ports import find_free_base_port, release_base_port
 from zabref.runtime.drivers import NormalDriver
@@ -197,13 +197,13 @@ async def _until(condition, what: str) -> None:
 
 def _piped(requests: bytes, answers: list[dict], timeout_ms: int = 4000, eof: bool = True, waits: int = 1,
            data: bytes = b"v", client=None) -> tuple[list[bytes], list, list[asyncio.Future], BaseException | None]:
-    """A session's requests through `ZkClientPort._requests` over a loopback connection, with a stand-in server:
-    the client writes ``requests`` (and, with ``eof``, closes its end); each write's future is answered from
-    ``answers`` in turn once it was submitted, after ``waits`` checks of how many writes the port made before it.
-    A read's answer carries ``data``. With ``client``, the client's reader, the events and the submitted futures are
-    handed to it meanwhile (it may read the replies, answer writes); else the client reads nothing until the session
-    ended. Returns the port's writes (each write call's
-    bytes), the events, the submitted futures and the error the session ended with."""
+    """A session's requests through `zabref.net.pipeline.serve` and `ZkClientPort._request` over a loopback
+    connection, with a stand-in server: the client writes ``requests`` (and, with ``eof``, closes its end); each
+    write's future is answered from ``answers`` in turn once it was submitted, after ``waits`` checks of how many
+    writes the port made before it. A read's answer carries ``data``. With ``client``, the client's reader, the
+    events and the submitted futures are handed to it meanwhile (it may read the replies, answer writes); else the
+    client reads nothing until the session ended. Returns the port's writes (each write call's bytes), the events,
+    the submitted futures and the error the session ended with."""
     events: list = []
     config = parse_config(_config(20000, "/tmp/unused"), "zk.toml")
 
@@ -232,7 +232,8 @@ def _piped(requests: bytes, answers: list[dict], timeout_ms: int = 4000, eof: bo
 
             writer.write = kept  # type: ignore[method-assign]
             try:
-                await port._requests(reader, writer, wire.FrameDecoder(1 << 20, "t"), 7, timeout_ms, "client")
+                await pipeline.serve(reader, writer, wire.FrameDecoder(1 << 20, "t"),
+                                     lambda body: port._request(7, body, "client"), idle_timeout=timeout_ms / 1000)
                 ended.set_result(None)
             except Exception as e:  # noqa: BLE001 -- the reason the session closed is what is compared
                 ended.set_result(e)
@@ -279,7 +280,7 @@ def test_a_write_the_node_refused_closes_the_session_after_the_replies_before_it
     """The answer before it leaves; the request after it is no longer waited for (its future cancelled)."""
     writes, _, submitted, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(1, 1, b"r")
                                          + _request(2, 1, b"r"), [{"error": "no leader", "retry": True}])
-    assert type(error).__name__ == "_Close" and str(error) == "no leader"
+    assert isinstance(error, pipeline.Close) and str(error) == "no leader"
     assert [r for w in writes for r in _replies(w)] == [(-2, 5, 0)]
     assert len(submitted) == 2 and submitted[1].cancelled()
 
@@ -326,14 +327,14 @@ def test_a_session_reads_no_more_while_its_pipeline_is_full_and_on_once_replies_
     writes, events, submitted, error = _piped(requests, [], client=client)
     assert error is None and len(submitted) == count
     waiting = next(n for e, n in events if e == "submitted")
-    assert zkclientport.MAX_PIPELINED <= waiting < count - 1000, waiting
+    assert pipeline.MAX_PIPELINED <= waiting < count - 1000, waiting
     assert [r[0] for w in writes for r in _replies(w)] == list(range(count))
 
 
 def test_replies_the_client_does_not_read_stop_the_reading_and_close_the_session(monkeypatch) -> None:
     """Reads (1 KB each) whose replies (64 KiB each) the client never reads: past `REPLY_BUFFER` unsent bytes the port
     reads no more requests, and closes the session after `WRITE_TIMEOUT`."""
-    monkeypatch.setattr(zkclientport, "WRITE_TIMEOUT", 0.5)
+    monkeypatch.setattr(pipeline, "WRITE_TIMEOUT", 0.5)
     requests = b"".join(_request(x, 4, _path("/" + "a" * 1000)) for x in range(2000))  # 2 MB: many reads
     writes, events, _, error = _piped(requests, [], eof=False, data=bytes(65536))
     assert str(error) == "the client did not read its answer within 0.5 s"

@@ -3,8 +3,10 @@
 Theory of operation
 -------------------
 A client connection carries frames whose bodies are JSON objects (`zabref.net.clientwire`: the one codec of the client
-protocol, which every client uses). Requests on one connection are answered in order. This module only carries
-them: every decision -- who runs ClientRequest, where a request is forwarded, when it is answered -- is the node's
+protocol, which every client uses). Requests on one connection may be pipelined and are answered in order
+(`zabref.net.pipeline`: read in the loop's read callback; a submit or sync goes to the node as soon as it is read, a
+read is made at its turn, so that it sees what the requests before it wrote). This module only carries them: every
+decision -- who runs ClientRequest, where a request is forwarded, when it is answered -- is the node's
 (`zabref.core.node`, ``client_submit`` / ``client_sync`` / ``forward_reply`` / ``client_read``), in both modes:
 
 * ``{"op": "submit", "value": text}`` -> ``{"zxid": z}`` once the transaction is committed AND delivered at this
@@ -34,15 +36,17 @@ cannot exhaust the server, from the configuration's ``[limits]`` (`zabref.config
 address (as ZooKeeper's maxClientCnxns: one host that opens thousands of connections takes its share, and the
 others are still served); one more is closed at once. A request is at most ``client_frame_bytes`` long (a longer
 length prefix closes the connection before the body is read) and must arrive whole within `FRAME_TIMEOUT` seconds
-of its first byte (half a frame then silence is closed); an answer the client does not read within `WRITE_TIMEOUT`
-seconds closes the connection. Every close for one of these reasons is logged with the client's address.
+of its first byte (half a frame then silence is closed); at most `zabref.net.pipeline.MAX_PIPELINED` requests wait
+for their answers (then the reading pauses), and an answer the client does not read within
+`zabref.net.pipeline.WRITE_TIMEOUT` seconds closes the connection. Every close for one of these reasons is logged
+with the client's address.
 
 TLS. With ``[security] client_tls`` the connection is opened over TLS (`zabref.net.listener.Accepted.open`),
 counted against the limits while it shakes hands; a failed handshake is logged and closed before any request is
 read. A follower forwards with its own certificate.
 
 The server. A client port reaches its server only through `ClientPortHost`: the configuration, the TLS contexts, the
-node, the clock, and the pump (``enqueue``, ``client`` and ``submit``). The server makes its client port and keeps it,
+node, the clock, and the pump (``enqueue`` and ``submit``). The server makes its client port and keeps it,
 and hands the node's forwards to `ClientPort.forward`; nothing here sets anything on the server.
 """
 
@@ -56,12 +60,10 @@ from typing import Any, Protocol
 from zabref.config import Config
 from zabref.core.effects import READ_LIMIT, Effects
 from zabref.core.node import Node
-from zabref.errors import CodecError, ProtocolError
-from zabref.net import clientwire, listener, peers, streams, wire
+from zabref.net import clientwire, listener, peers, pipeline, wire
 from zabref.net.security import AuthError, Guard
 
-__all__ = ["ClientPort", "ClientPortHost", "Clock", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT",
-           "WRITE_TIMEOUT"]
+__all__ = ["ClientPort", "ClientPortHost", "Clock", "READ_LIMIT", "SUBMIT_TIMEOUT", "FRAME_TIMEOUT"]
 
 log = logging.getLogger("zabref")
 
@@ -69,19 +71,9 @@ log = logging.getLogger("zabref")
 SUBMIT_TIMEOUT = 30.0
 #: Seconds between the first byte of a request frame and its last.
 FRAME_TIMEOUT = 10.0
-#: Seconds an answer may wait for the client to read it.
-WRITE_TIMEOUT = 30.0
 #: Idle connections a follower keeps open to its leader's client port for forwarding (a new TCP connection per
 #: forwarded request cost the follower about a fifth of its CPU under load: docs/performance.md).
 FORWARD_POOL = 32
-
-
-class Refused(Exception):
-    """A request this server cannot serve now; ``retry`` says whether asking again is safe."""
-
-    def __init__(self, message: str, retry: bool) -> None:
-        super().__init__(message)
-        self.retry = retry
 
 
 class Clock(Protocol):
@@ -108,11 +100,9 @@ class ClientPortHost(Protocol):
     def enqueue(self, event: Callable[[], Effects | None]) -> None:
         """Run ``event`` in the server's pump; nobody waits for it."""
 
-    async def client(self, make: Callable[[int, float], Effects]) -> dict[str, Any]:
-        """Run ``make(rid, now)`` (one node entry point) in the pump; the node's answer to ``rid``."""
-
     def submit(self, make: Callable[[int, float], Effects]) -> asyncio.Future[dict[str, Any]]:
-        """`client` as a future, with no task of its own (cancelling it stops the wait)."""
+        """Run ``make(rid, now)`` (one node entry point) in the pump; the future of the node's answer to ``rid``
+        (cancelling it stops the wait)."""
 
 
 class ClientPort:
@@ -163,52 +153,34 @@ class ClientPort:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str | None:
         """Answer requests until the client leaves (None) or misbehaves (the reason, for the log line)."""
-        loop = asyncio.get_running_loop()
         decoder = wire.FrameDecoder(self.limits.client_frame_bytes, "client request")
-        started = 0.0  # when the first byte of the incomplete frame in `decoder` arrived
         try:
-            while True:
-                if decoder.buffered:
-                    chunk = await asyncio.wait_for(reader.read(65536), started + FRAME_TIMEOUT - loop.time())
-                else:
-                    chunk = await reader.read(65536)
-                    started = loop.time()
-                if not chunk:
-                    decoder.close()
-                    return None
-                for body in decoder.feed(chunk):
-                    response = await self.answer(body)
-                    streams.write(writer, clientwire.encode(response))
-                    try:
-                        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
-                    except TimeoutError:
-                        return f"the client did not read its answer within {WRITE_TIMEOUT} s"
-                    started = loop.time()
-        except CodecError as e:
-            return f"bad input: {e}"
-        except TimeoutError:
-            return (f"bad input: a request frame is still incomplete {FRAME_TIMEOUT} s after its first byte "
-                    f"({decoder.buffered} bytes received)")
+            await pipeline.serve(reader, writer, decoder, self._request, frame_timeout=FRAME_TIMEOUT)
+        except pipeline.Close as e:
+            return str(e)
         except (ConnectionError, OSError):
             return None
+        return None
 
-    async def answer(self, body: bytes) -> dict[str, Any]:
+    def _request(self, body: bytes) -> tuple[pipeline.Entry, bool]:
+        """A request's entry (`zabref.net.pipeline`; no request is a connection's last): a submit or a sync goes to
+        the node now and is answered with the node's answer; a read is made at its turn; a request that cannot be
+        served is answered with its error at its turn."""
         request = clientwire.decode_request(body)
         if "error" in request:
-            return request
+            return _now(request), False
         op = request.get("op")
-        try:
-            if op == "submit":
-                return await self.submit(request)
-            if op == "read":
-                return self.read(request)
-            if op == "sync":
-                return await self.sync()
-            return {"error": f"unknown op {op!r} (submit, read, sync)", "retry": False}
-        except Refused as e:
-            return {"error": str(e), "retry": e.retry}
-        except ProtocolError as e:
-            return {"error": str(e), "retry": False}
+        node = self._node
+        if op == "submit":
+            data = _value(request)
+            if isinstance(data, str):
+                return _now({"error": data, "retry": False}), False
+            return (self.server.submit(lambda rid, now: node.client_submit(rid, data, now)), clientwire.encode), False
+        if op == "read":
+            return (None, lambda _: clientwire.encode(self.read(request))), False
+        if op == "sync":
+            return (self.server.submit(lambda rid, now: node.client_sync(rid, now)), clientwire.encode), False
+        return _now({"error": f"unknown op {op!r} (submit, read, sync)", "retry": False}), False
 
     @property
     def _node(self) -> Node:
@@ -261,24 +233,25 @@ class ClientPort:
         ctx = self.server.guard.forward_client
         return {} if ctx is None else {"ssl": ctx, "server_hostname": host, "ssl_handshake_timeout": FRAME_TIMEOUT}
 
-    async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
-        value = request.get("value")
-        if not isinstance(value, str):
-            raise Refused('"value" must be text', False)
-        try:
-            data = value.encode("utf-8")
-        except UnicodeEncodeError as e:  # a lone surrogate: JSON's "\ud800" is a str that has no UTF-8 form
-            raise Refused(f'"value" is not valid Unicode text: {e.reason} at index {e.start}', False) from None
-        node = self._node
-        return await self.server.client(lambda rid, now: node.client_submit(rid, data, now))
-
     def read(self, request: dict[str, Any]) -> dict[str, Any]:
         after = request.get("from_zxid", 0)
         limit = request.get("limit", READ_LIMIT)
         if not isinstance(after, int) or not isinstance(limit, int) or limit < 1:
-            raise Refused('"from_zxid" must be an int and "limit" a positive int', False)
+            return {"error": '"from_zxid" must be an int and "limit" a positive int', "retry": False}
         return self._node.client_read(after, limit)
 
-    async def sync(self) -> dict[str, Any]:
-        node = self._node
-        return await self.server.client(lambda rid, now: node.client_sync(rid, now))
+
+def _value(request: dict[str, Any]) -> bytes | str:
+    """A submit's value as bytes; why not (text) when it is not text, or not Unicode that UTF-8 can carry."""
+    value = request.get("value")
+    if not isinstance(value, str):
+        return '"value" must be text'
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: JSON's "\ud800" is a str that has no UTF-8 form
+        return f'"value" is not valid Unicode text: {e.reason} at index {e.start}'
+
+
+def _now(answer: dict[str, Any]) -> pipeline.Entry:
+    """The entry of a request answered with ``answer`` at its turn, waiting for nothing."""
+    return None, lambda _: clientwire.encode(answer)

@@ -29,7 +29,7 @@ Reading. A connection's first bytes are read through its asyncio stream; then `r
 protocol that decodes each chunk in the loop's read callback and gives every whole item to the server there (no task
 woken a chunk). A quorum connection pauses its reading while `INBOUND_PAUSE` packets wait for the node
 (`Connection.hold`, `Connection.take`): the loop may read a socket many times before the server's pump runs once.
-The client ports read their sessions with `read_stream` too (`zabref.net.zkclientport`).
+The client ports read their connections with `read_stream` too (`zabref.net.pipeline`).
 
 Bounds (so a misbehaving peer cannot exhaust memory): a quorum packet's data is at most `MAX_QUORUM_DATA` bytes and
 an election frame's body at most `MAX_ELECTION_FRAME` (a longer length closes the connection before any of it is
@@ -288,9 +288,9 @@ async def read_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     within that many seconds of its first byte (the time between them is not bounded); with ``idle_timeout``, a
     whole one must arrive within that many seconds of the reading's start and of the last one (``nothing from
     {peer_name} within ... s``; a pause of the reading is not the peer's silence: the wait starts again at the first
-    look after it, so a silence after a pause may last up to twice ``idle_timeout``). The caller may pause and resume the
-    transport's reading (a chunk read before the pause is still decoded whole). Cancelled, nothing more reaches
-    ``on_item``.
+    look after it, so a silence after a pause may last up to twice ``idle_timeout``). The caller may pause and
+    resume the transport's reading (a chunk read before the pause is still decoded whole). Cancelled, nothing more
+    reaches ``on_item``.
     """
     frames = _Frames(transport_of(writer), decoder, on_item, frame_timeout, idle_timeout, peer_name, after_chunk)
     try:
@@ -311,7 +311,8 @@ class _Frames(asyncio.Protocol):
                  frame_timeout: float | None, idle_timeout: float | None, peer_name: str,
                  after_chunk: Callable[[], None] | None) -> None:
         self.transport = transport
-        self.stream = transport.get_protocol()  # the stream's protocol: told of writing and of the end, as before
+        # the stream's protocol: told of writing and of the end, as before
+        self.stream = cast(asyncio.Protocol, transport.get_protocol())
         self.decoder = decoder
         self.on_item = on_item
         self.after_chunk = after_chunk

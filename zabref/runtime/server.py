@@ -309,18 +309,9 @@ class Server(PeerLinks):
         self._events.put((event, fut))
         return await fut
 
-    async def client(self, make: Callable[[int, float], Effects]) -> dict[str, Any]:
-        """A client request: ``make(rid, now)`` runs one node entry point; wait for the node's answer to ``rid``."""
-        rid, fut = self._waiting(make)
-        try:
-            return await fut
-        finally:
-            self.client_waiters.pop(rid, None)
-
     def submit(self, make: Callable[[int, float], Effects]) -> asyncio.Future[dict[str, Any]]:
-        """`client` without a coroutine (the ZooKeeper client port's, no task per request): the future of the
-        node's answer; cancel it to stop waiting. (`client` keeps its own callbacks: the simulator's schedules, and
-        the seeds its tests name, follow them.)"""
+        """A client request: ``make(rid, now)`` runs one node entry point in the pump; the future of the node's answer
+        to ``rid`` (cancel it to stop waiting)."""
         rid, fut = self._waiting(make)
         fut.add_done_callback(lambda _: self.client_waiters.pop(rid, None))
         return fut
