@@ -310,8 +310,10 @@ def _linearizable(ref: list[Txn], by_value: Mapping[str, Write],
             hi[p - 1], why_hi[p - 1] = r.completed, r
     problems: list[tuple[str, tuple[Read, int] | None]] = []
     t = float("-inf")
+    t_from: Read | None = None  # the read that set t (it began then and had not seen the write at index i yet)
     for i in range(n):
-        t = max(t, lo[i])
+        if lo[i] > t:
+            t, t_from = lo[i], why_lo.get(i)
         if t > hi[i]:
             zxid, value = ref[i]
             w, early, late = by_value.get(value), why_lo.get(i), why_hi.get(i)
@@ -322,10 +324,11 @@ def _linearizable(ref: list[Txn], by_value: Mapping[str, Write],
             elif late is not None and w is not None and late.completed < w.invoked:
                 problems.append((f"reader {late.reader}: sync+read at server {late.server} saw {value!r} (zxid "
                                  f"{zxid:#x}) before it was submitted", None))
-            else:
-                r = early or late
+            else:  # the read that missed it first (it began at t), then the one that had seen it (by hi)
+                named = [f"reader {r.reader} at server {r.server}, {what} {r.end:#x}"
+                         for r, what in ((t_from, "began then and read up to"), (late, "read by then up to"))
+                         if r is not None]
                 problems.append((f"no linearization: {value!r} (zxid {zxid:#x}) must take effect after "
-                                 f"{t:.3f} and by {hi[i]:.3f}" + (f" (reader {r.reader} at server {r.server}, read "
-                                                                   f"up to {r.end:#x})" if r else ""), None))
-            t = hi[i]  # go on from the latest moment allowed, to report the next independent problem
+                                 f"{t:.3f} and by {hi[i]:.3f}" + (f" ({'; '.join(named)})" if named else ""), None))
+            t, t_from = hi[i], None  # go on from the latest moment allowed, to report the next independent problem
     return problems

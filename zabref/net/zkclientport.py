@@ -112,21 +112,23 @@ class ZkClientPort:
         try:
             async with asyncio.timeout(FRAME_TIMEOUT):
                 head = await reader.readexactly(4)
-                if head in FOUR_LETTER_WORDS:
-                    streams.write(writer, self._four_letter(head).encode())
-                    await writer.drain()
-                    return
-                # the length, checked against the bound; then the body, and nothing past it (`pipeline.serve` reads on)
-                (length,) = struct.unpack(">i", head)
-                body, = decoder.feed(head) or decoder.feed(await reader.readexactly(length))
+                if head not in FOUR_LETTER_WORDS:
+                    # the length, checked against the bound; then the body and nothing past it (`pipeline.serve`
+                    # reads on)
+                    (length,) = struct.unpack(">i", head)
+                    body, = decoder.feed(head) or decoder.feed(await reader.readexactly(length))
         except TimeoutError:
             raise Close(f"nothing from the client within {FRAME_TIMEOUT:g} s") from None
+        if head in FOUR_LETTER_WORDS:
+            streams.write(writer, self._four_letter(head).encode())
+            await asyncio.wait_for(writer.drain(), pipeline.WRITE_TIMEOUT)
+            return
         connect = zkclientwire.decode_connect(body)
         node = self._node
         seen = node.committed_zxid
         if connect.last_zxid_seen > seen:
             raise Close(f"the client has seen zxid {connect.last_zxid_seen:#x}, this server has delivered up to "
-                         f"{seen:#x} only")
+                        f"{seen:#x} only")
         session, timeout_ms = self._session(connect)
         if session == 0:
             streams.write(writer, wire.frame(zkclientwire.encode_connect_response(0, 0, b"\x00" * 16)))
