@@ -343,7 +343,10 @@ def test_zookeeper_4837_leaves_a_truncated_proposal_in_the_tree_on_debian_3_8_0(
     and its own log has the bug's mark. No version has a fix (MATRIX). The checks may also count a stale read
     (fresh-clone CI of 8054b10; its example was cut off in the report): taken when it is at a server on x's side, x
     or one whose delivered sequence agrees with x's (fresh-clone CI of 2026-12-04: a stale read at server 2, which
-    diverged with x) -- a stale read at a server on the others' side would be a finding of its own and fails here."""
+    diverged with x) -- a stale read at a server on the others' side would be a finding of its own and fails here.
+    The server judged is the one whose read missed the write (fresh-clone CI of e009c9e: the checker's line named
+    only the read that had seen it, at server 3, and the test judged that one; which read missed it was not
+    kept)."""
     from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
 
     steps = load_schedule(builtin_schedule("zookeeper-4837"), 3)
