@@ -123,9 +123,10 @@ def test_reads_that_are_each_possible_but_not_together_are_stale() -> None:
     reads = [rd(0x100000002, 1, 2, reader=1), rd(0, 3, 4, reader=2)]
     assert check(writes, {1: seq}, reads=reads[:1]).ok and check(writes, {1: seq}, reads=reads[1:]).ok
     v = check(writes, {1: seq}, reads=reads)
-    assert v.stale_reads == 1 and v.examples[0].endswith(  # the read that missed it named first, then the one that saw
-        "(reader 2 at server 1, began then and read up to 0x0; reader 1 at server 1, read by then up to 0x100000002)"), \
-        v.examples
+    # the read that missed it named first, then the one that had seen it
+    assert v.stale_reads == 1 and v.examples[0].endswith(
+        "(reader 2 at server 1, began then and read up to 0x0; reader 1 at server 1, read by then up to "
+        "0x100000002)"), v.examples
     assert v.missed == []  # no write acknowledged before either read began is missing: no read to put down to a bug
 
 

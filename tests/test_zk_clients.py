@@ -307,11 +307,12 @@ def test_requests_that_wait_for_nothing_are_answered_together_as_they_are_read()
 
 
 def test_a_session_reads_no_more_while_its_pipeline_is_full_and_on_once_replies_leave() -> None:
-    """3,000 writes (600 KB, more than a read) that the node does not answer: the port stops reading once
-    `MAX_PIPELINED` wait (a read's worth past it at most), reads on once they are answered, and every reply leaves in
-    request order."""
-    count = 3000
+    """4,000 writes (850 KB, more than three reads of asyncio's loop: 256 KiB each) that the node does not answer:
+    the port stops reading once `MAX_PIPELINED` wait (a read's worth past it at most), reads on once they are
+    answered, and every reply leaves in request order."""
+    count = 4000
     requests = b"".join(_request(x, 1, bytes(200)) for x in range(count))
+    per_read = 256 * 1024 // len(_request(0, 1, bytes(200)))  # the most whole frames one read holds
 
     async def client(reader: asyncio.StreamReader, events: list, submitted: list[asyncio.Future]) -> None:
         await asyncio.sleep(0.2)
@@ -327,7 +328,7 @@ def test_a_session_reads_no_more_while_its_pipeline_is_full_and_on_once_replies_
     writes, events, submitted, error = _piped(requests, [], client=client)
     assert error is None and len(submitted) == count
     waiting = next(n for e, n in events if e == "submitted")
-    assert pipeline.MAX_PIPELINED <= waiting < count - 1000, waiting
+    assert pipeline.MAX_PIPELINED <= waiting <= pipeline.MAX_PIPELINED + per_read, waiting
     assert [r[0] for w in writes for r in _replies(w)] == list(range(count))
 
 
@@ -338,7 +339,7 @@ def test_replies_the_client_does_not_read_stop_the_reading_and_close_the_session
     requests = b"".join(_request(x, 4, _path("/" + "a" * 1000)) for x in range(2000))  # 2 MB: many reads
     writes, events, _, error = _piped(requests, [], eof=False, data=bytes(65536))
     assert str(error) == "the client did not read its answer within 0.5 s"
-    assert len(events) < 500, len(events)  # kernel buffers took some; the rest was never made
+    assert len(events) < 1000, len(events)  # the kernel's buffers and one read's worth; the rest was never made
 
 
 def test_replies_the_client_reads_late_all_leave_in_order() -> None:
@@ -359,5 +360,5 @@ def test_replies_the_client_reads_late_all_leave_in_order() -> None:
 
     _, events, _, error = _piped(requests, [], data=bytes(65536), client=client)
     assert error is None and got == list(range(count))
-    assert next(n for e, n in events if e == "late") < 500
+    assert next(n for e, n in events if e == "late") < 1000
 
