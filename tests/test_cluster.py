@@ -149,8 +149,8 @@ def test_requests_pipelined_on_one_connection_are_answered_in_order_and_a_read_s
     """zabref's client port takes requests written together (`zabref.net.pipeline`), at the leader and at a
     follower: submits and a sync go to the node as they are read, and the answers come back in request order; a read
     behind two submits is made at its turn and sees both; a sync is answered in its place (with what the leader had
-    committed when it reached the leader, which may be before the submits ahead of it); a bad value is answered with
-    its error in its place."""
+    committed when it reached the leader, which may be before the submits ahead of it: docs/runtime.md); a bad value
+    is answered with its error in its place."""
     with make_cluster(tmp_path) as cluster:
         sids = set(cluster.servers)
         leader = wait_for("a leader", lambda: established_leader(cluster, sids))
