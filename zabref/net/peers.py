@@ -80,6 +80,7 @@ __all__ = [
     "Decoder",
     "read_stream",
     "transport_of",
+    "dropped_cancel",
     "MAX_QUORUM_DATA",
     "MAX_ELECTION_FRAME",
     "SEND_BUFFER_LIMIT",
@@ -236,6 +237,9 @@ async def dial(host: str, port: int, hello: bytes, *, peer: int, attempts: int, 
     ):
         with attempt:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **tls), timeout)
+            if dropped_cancel():
+                writer.close()
+                raise asyncio.CancelledError
             streams.write(writer, hello)
             if guard is not None:
                 try:
@@ -245,6 +249,15 @@ async def dial(host: str, port: int, hello: bytes, *, peer: int, attempts: int, 
                     raise
             return reader, writer
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def dropped_cancel() -> bool:
+    """Whether the running task was cancelled and an `asyncio.wait_for` it awaited dropped the cancellation: on
+    Python 3.11 wait_for returns the result of an awaitable that completed as the cancellation came (gh-86296), and
+    a task that loops on (an election sender, a dial) would then outlive its server's stop. Checked after such a wait
+    in a task that must end when cancelled (it awaits nothing: no schedule changes)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 #: `read_stream`'s reason when the peer closed its end (what it sent is all read).

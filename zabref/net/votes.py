@@ -31,7 +31,7 @@ from typing import Any
 
 from zabref.core.packets import Notification
 from zabref.net import streams, wire
-from zabref.net.peers import ELECTION_QUEUE_LIMIT, dial, next_serial
+from zabref.net.peers import ELECTION_QUEUE_LIMIT, dial, dropped_cancel, next_serial
 from zabref.net.zkwire import PROTOCOL_V1, Initial, encode_initial
 from zabref.net.security import AuthError, Guard
 
@@ -195,11 +195,15 @@ class ElectionSender:
     async def _run(self) -> None:
         delay = REDIAL_FIRST
         while True:
+            if dropped_cancel():  # closed while a dial or a drain was awaited (`zabref.net.peers.dropped_cancel`)
+                raise asyncio.CancelledError
             await self._wake.wait()
             self._wake.clear()
             if self.link_cut:
                 self._drop_connection("link cut by the fault layer")
             while (self.queue or self._dial_back) and not self.link_cut:
+                if dropped_cancel():
+                    raise asyncio.CancelledError
                 writer = self._writer
                 if writer is None or writer.is_closing():
                     self._writer = None
