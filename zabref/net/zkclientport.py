@@ -206,11 +206,11 @@ class ZkClientPort:
         if op in zkclients.WRITES:
             written = self.server.submit(lambda rid, now: node.zk_write(rid, session, xid, op, record, now, host))
             return (written, lambda answer: self._reply(xid, answer)), False
-        code = 0 if op in (zkclientwire.OP_PING, zkclientwire.OP_CLOSE) else UNIMPLEMENTED
-        if op == zkclientwire.OP_CLOSE:
+        last = op == zkclientwire.OP_CLOSE
+        if last:
             self.sessions.pop(session, None)
-        return (None, lambda _: wire.frame(zkclientwire.encode_reply(xid, node.committed_zxid, code))), \
-            op == zkclientwire.OP_CLOSE
+        code = 0 if op == zkclientwire.OP_PING or last else UNIMPLEMENTED
+        return (None, lambda _: wire.frame(zkclientwire.encode_reply(xid, node.committed_zxid, code))), last
 
     @staticmethod
     def _reply(xid: int, answer: dict[str, Any]) -> bytes:

@@ -312,16 +312,12 @@ class Server(PeerLinks):
     def submit(self, make: Callable[[int, float], Effects]) -> asyncio.Future[dict[str, Any]]:
         """A client request: ``make(rid, now)`` runs one node entry point in the pump; the future of the node's answer
         to ``rid`` (cancel it to stop waiting)."""
-        rid, fut = self._waiting(make)
-        fut.add_done_callback(lambda _: self.client_waiters.pop(rid, None))
-        return fut
-
-    def _waiting(self, make: Callable[[int, float], Effects]) -> tuple[int, asyncio.Future[dict[str, Any]]]:
         rid = next(self._rids)
         fut: asyncio.Future[dict[str, Any]] = (self._loop or asyncio.get_running_loop()).create_future()
         self.client_waiters[rid] = fut
         self.enqueue(lambda: make(rid, self.driver.now()))
-        return rid, fut
+        fut.add_done_callback(lambda _: self.client_waiters.pop(rid, None))
+        return fut
 
     async def _pump(self) -> None:
         while True:
