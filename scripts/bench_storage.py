@@ -2,16 +2,17 @@
 """How fast is zabref.storage beside the file system's floor? Appends + syncs per second, measured in one run.
 
 Theory of operation: the same workload runs, interleaved round by round, against a baseline that only appends the
-bytes to one file and fsyncs it (what any durable log must at least do: no framing, no checksum, no directory
-fsync) and the storage (``storage.Storage``: ``apply`` of one step per transaction + ``sync``) on RealDisk, and on
-PowerLossDisk (the conformance mode); ratios against the baseline are what to read, since absolute rates depend on
-the machine's disk and load. Two shapes:
+bytes to one file and syncs it with fdatasync, as RealDisk does (what any durable log must at least do: no framing,
+no checksum, no directory fsync), and the storage (``storage.Storage``: ``apply`` of one step per transaction +
+``sync``) on RealDisk, and on PowerLossDisk (the conformance mode); ratios against the baseline are what to read,
+since absolute rates depend on the machine's disk and load. Two shapes:
 
     single   one transaction per sync (a follower ACKing each PROPOSAL alone): the fsync dominates
     group    G transactions per sync (group commit: G steps applied, one write, one fsync)
 
-A third table repeats both shapes with ``os.fsync`` replaced by a no-op in this process (``--no-cpu`` skips it):
-what is left is the CPU cost of each layer, which the disk's fsync time hides in the first two. Values are 100 bytes.
+A third table repeats both shapes with ``os.fsync`` and ``os.fdatasync`` replaced by no-ops in this process
+(``--no-cpu`` skips it): what is left is the CPU cost of each layer, which the disk's sync time hides in the first two.
+Values are 100 bytes.
 The data directory is a temporary folder under --dir (default: the system's temp folder), whose file system decides what
 an fsync costs.
 
@@ -39,14 +40,14 @@ VALUE = b"x" * 100
 
 
 def run_raw(d: Path, syncs: int, group: int) -> tuple[float, int]:
-    """The floor: each transaction's zxid and value appended to one file, one fsync per sync."""
+    """The floor: each transaction's zxid and value appended to one file, one fdatasync per sync (RealDisk's)."""
     fd = os.open(d / "raw.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     batches = [[(k * group + j + 1).to_bytes(8, "big") + VALUE for j in range(group)] for k in range(syncs)]
     start = time.perf_counter()
     for batch in batches:
         for record in batch:
             os.write(fd, record)
-        os.fsync(fd)
+        os.fdatasync(fd)
     elapsed = time.perf_counter() - start
     os.close(fd)
     return elapsed, syncs
@@ -81,24 +82,24 @@ def main() -> int:
     if not args.no_cpu:
         with no_fsync():
             table(args, "/cpu")
-    print(f"bench_storage: {args.rounds} rounds, median; 'vs raw' = rate / the raw write+fsync rate in the same run; "
-          f"/cpu = os.fsync replaced by a no-op")
+    print(f"bench_storage: {args.rounds} rounds, median; 'vs raw' = rate / the raw write+fdatasync rate in the same "
+          f"run; /cpu = os.fsync and os.fdatasync replaced by no-ops")
     return 0
 
 
 @contextlib.contextmanager
 def no_fsync():
-    real = os.fsync
-    os.fsync = lambda fd: None
+    real = os.fsync, os.fdatasync
+    os.fsync = os.fdatasync = lambda fd: None
     try:
         yield
     finally:
-        os.fsync = real
+        os.fsync, os.fdatasync = real
 
 
 def table(args: argparse.Namespace, suffix: str) -> None:
     shapes = {"single": (args.syncs, 1), "group": (max(1, args.syncs // 10), args.group)}
-    systems = {"raw write+fsync": lambda d, n, g: run_raw(d, n, g),
+    systems = {"raw write+fdatasync": lambda d, n, g: run_raw(d, n, g),
                "storage RealDisk": lambda d, n, g: run_new(d, n, g, "real"),
                "storage PowerLossDisk": lambda d, n, g: run_new(d, n, g, "powerloss")}
     for shape, (syncs, group) in shapes.items():
@@ -111,7 +112,7 @@ def table(args: argparse.Namespace, suffix: str) -> None:
                     elapsed, n_fsyncs = fn(Path(tmp), syncs, group)
                 times[name].append(elapsed)
                 fsyncs[name] = n_fsyncs
-        base = statistics.median(times["raw write+fsync"])
+        base = statistics.median(times["raw write+fdatasync"])
         for name in systems:
             t = statistics.median(times[name])
             print(f"{shape:11} {name:24} {syncs * group / t:10.0f} {syncs / t:9.0f} {fsyncs[name] / syncs:12.2f} "

@@ -17,7 +17,8 @@ Writes. A file from `Disk.create` or `Disk.open_append` is written by appending 
 `Disk.open_write` at offsets (`Disk.write_at`, never past its end), as the log is written into the space
 `Disk.reserve` gave it: ``reserve`` makes the file at least that long, the new bytes zeros (a preallocation, as
 ZooKeeper pads its transaction log: a sync of a write that does not change the file's size need not commit the size
-to the file system's journal; measured in docs/performance.md, "Reserved log space"). A reservation is not a write
+to the file system's journal; measured in docs/performance.md, "Reserved log space"). `RealDisk` syncs a file with
+``fdatasync``, as ZooKeeper does: its data and the size if it grew, not its times. A reservation is not a write
 of data: crash points count `write` and `write_at` only, and a reservation not synced is lost with the power like
 any other change. `Disk.truncate` shortens. Errors are the operating system's `OSError` (with ``filename`` set);
 `zabref.storage.store` turns them into `StorageError` naming the file.
@@ -335,10 +336,13 @@ class RealDisk(Disk):
         return DiskFile(path, os.open(path, os.O_WRONLY))  # not O_APPEND: Linux's pwrite appends on such a file
 
     def _reserve(self, f: DiskFile, size: int) -> None:
+        # A file system without fallocate gets none: the reservation only spares syncs a size to commit. EBADF too:
+        # there glibc emulates posix_fallocate by reading each block, which a write-only descriptor refuses (a FUSE
+        # file system, tests/test_storage_powercut.py); a descriptor really bad fails at the write that follows.
         try:
             os.posix_fallocate(f.handle, 0, size)  # type: ignore[arg-type]
         except OSError as e:
-            if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF):
                 raise
 
     def _write(self, f: DiskFile, data: bytes) -> None:
@@ -353,7 +357,10 @@ class RealDisk(Disk):
             view, offset = view[done:], offset + done
 
     def _fsync(self, f: DiskFile) -> None:
-        os.fsync(f.handle)  # type: ignore[arg-type]
+        # fdatasync, as ZooKeeper's FileTxnLog (FileChannel.force(false)): the data and what reading it back needs (a
+        # size that grew), not the modification time, whose inode write a sync into reserved space would otherwise
+        # carry (docs/performance.md, "fdatasync"); a directory's changes take `_fsync_dir`'s fsync
+        os.fdatasync(f.handle)  # type: ignore[arg-type]
 
     def _fsync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
