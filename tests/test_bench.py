@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from conformance.bench import BenchError
 from conformance.bench.failover import FailoverResult, first_commit_after
 from conformance.bench.javaclient import parse_line
-from conformance.bench.report import FORMAT, build_report, check_report, format_table, write_json
-from conformance.bench.stats import compare, make_row, percentile, ratio
+from conformance.bench.report import FORMAT, build_report, check_report, format_rounds, format_table, write_json
+from conformance.bench.stats import by_round, compare, make_row, median_row, percentile, ratio
 from conformance.bench.workload import VALUE_BYTES, value
 from conformance.zk import ZkEnsembleError
 from conformance.zk.ports import ZkServer
@@ -88,6 +88,42 @@ def test_ratio_and_compare_pair_rows_by_op_target_in_flight():
         {"system": "zabref", "op": "write", "target": "follower", "in_flight": 1, "against": "zookeeper",
          "throughput": 0.5, "p50": 2.0, "p99": 2.0}]
     assert ratio(1.0, 0.0) is None and ratio(math.nan, 1.0) is None and ratio(3.0, 2.0) == 1.5
+
+
+def test_median_row_takes_each_figure_s_median_over_the_rounds():
+    rounds = [dataclasses.replace(make_row("zabref-java", "write", "leader", 16, [x] * n, 1.0, errors=e,
+                                           client_cpu_s=c), server_cpu_s=cpu)
+              for x, n, e, c, cpu in ((0.003, 100, 0, 0.5, 1.0), (0.001, 300, 2, None, 3.0),
+                                      (0.002, 200, 1, 0.7, None))]
+    m = median_row(rounds)
+    assert (m.system, m.key) == ("zabref-java", ("write", "leader", 16))
+    assert (m.count, m.ops_per_s, m.p50_ms, m.p99_ms, m.max_ms) == (200, 200.0, 2.0, 2.0, 3.0)
+    assert m.errors == 3  # every failed request of every round
+    assert (m.client_cpu_s, m.server_cpu_s) == (0.6, 2.0)  # the median of the rounds that measured it
+    assert median_row(rounds[:1]) == rounds[0]
+    with pytest.raises(ValueError, match="no rounds"):
+        median_row([])
+    with pytest.raises(ValueError, match="rounds of different rows"):
+        median_row([rounds[0], make_row("zabref-java", "write", "leader", 1, [0.001], 1.0)])
+
+
+def test_by_round_gives_every_round_s_ratio_and_the_spread():
+    def pair(zab: int, zk: int) -> list:
+        return [make_row("zabref-java", "write", "leader", 1, [0.001] * zab, 1.0),
+                make_row("zookeeper-java", "write", "leader", 1, [0.001] * zk, 1.0)]
+
+    rounds = [pair(80, 100), pair(120, 100), pair(90, 100)[:1]]  # the third round lacks ZooKeeper's row
+    (entry,) = by_round(rounds)
+    assert entry == {"system": "zabref-java", "op": "write", "target": "leader", "in_flight": 1,
+                     "against": "zookeeper-java", "rounds": [0.8, 1.2, None]}
+    text = format_rounds([entry])
+    assert "write leader      1  zabref-java/zookeeper-java  0.80 1.20 -  (lowest 0.80, highest 1.20)" in text
+    report = _report(rows=[r.to_json() for r in pair(100, 100)])
+    report = build_report([median_row([a, b]) for a, b in zip(*rounds[:2])], [], command="c", started="t0",
+                          finished="t1", machine=report["machine"], settings=report["settings"], rounds=rounds)
+    check_report(json.loads(json.dumps(report)))
+    assert report["by_round"] == [entry] and [len(one) for one in report["rounds"]] == [2, 2, 1]
+    assert report["comparison"][0]["throughput"] == 1.0  # the medians' ratio: 100 against 100
 
 
 def test_compare_pairs_zabref_java_with_the_same_client_only():
@@ -248,6 +284,10 @@ def test_report_with_a_zabref_java_row_compares_it_with_zookeeper_java():
     (lambda r: r["comparison"][1].pop("system"), r"report.comparison\[1\]: missing 'system'"),
     (lambda r: r["failover"][0].update(leader_s=None), r"report.failover\[0\].leader_s"),
     (lambda r: r.update(format="other/1"), "report.format"),
+    (lambda r: r.pop("by_round"), "missing 'by_round'"),
+    (lambda r: r["by_round"][0].pop("rounds"), r"report.by_round\[0\]: missing 'rounds'"),
+    (lambda r: r.update(rounds=[r["rows"][:1], [{"system": "zabref"}]]), r"report.rounds\[1\]\[0\]: missing 'op'"),
+    (lambda r: r.update(rounds=[r["rows"], 7]), r"report.rounds\[1\]: expected a list"),
     (lambda r: r["machine"].pop("cpus"), "report.machine: missing 'cpus'"),
 ])
 def test_report_check_names_the_bad_field(mutate, where):
@@ -522,14 +562,49 @@ def test_cli_passes_the_clients_to_the_runner(monkeypatch, tmp_path):
 
     seen: list[dict] = []
     monkeypatch.setattr(command, "run_bench", lambda **kw: seen.append(kw))
-    for extra in ([], ["--systems", "zabref", "--zabref-clients", "zabclient, java", "--quick"]):
+    for extra in ([], ["--systems", "zabref", "--zabref-clients", "zabclient, java", "--quick", "--rounds", "3"]):
         r = CliRunner().invoke(main, ["bench", "cluster", "--out", str(tmp_path), *extra])
         assert r.exit_code == 0, r.output
     default, java = seen
     assert (default["systems"], default["zabref_clients"], default["zk_clients"]) == (
         ["zabref", "zookeeper"], ["zabclient"], ["kazoo", "java"])
-    assert (java["systems"], java["zabref_clients"], java["writes"], java["in_flight"]) == (
-        ["zabref"], ["zabclient", "java"], 200, [1, 16])
+    assert (java["systems"], java["zabref_clients"], java["writes"], java["in_flight"], java["rounds"]) == (
+        ["zabref"], ["zabclient", "java"], 200, [1, 16], 3)
+    assert default["rounds"] == 1
+
+
+def test_rounds_alternate_the_systems_order_and_report_the_medians(monkeypatch, tmp_path):
+    """`run_bench --rounds 3` with the harness and the rows faked: each round starts every system afresh, the order
+    turned round in the second; the table's rows are the medians, every round's ratio is printed."""
+    pytest.importorskip("matplotlib")
+    import contextlib
+
+    import conformance.bench.runner as runner
+
+    started: list[str] = []
+    rates = {"zabref": [300, 100, 200], "zabref-java": [100, 100, 100]}
+
+    @contextlib.contextmanager
+    def harness(system, folder, *args, **kwargs):
+        started.append(system)
+        yield type("H", (), {"system": system, "settings": {}})()
+
+    def rows(h, writes, in_flight, echo):
+        rate = rates[h.system][started.count(h.system) - 1]
+        return [make_row(h.system, "write", "leader", n, [0.001] * rate, 1.0) for n in in_flight]
+
+    monkeypatch.setattr(runner, "start_harness", harness)
+    monkeypatch.setattr(runner, "_rows", rows)
+    monkeypatch.setattr(runner, "build", lambda echo: None)
+    lines: list[str] = []
+    report = runner.run_bench(writes=10, in_flight=[1], systems=["zabref"], zabref_clients=["zabclient", "java"],
+                              out=tmp_path, failover_trials=0, echo=lines.append, rounds=3)
+    assert started == ["zabref", "zabref-java", "zabref-java", "zabref", "zabref", "zabref-java"]
+    assert [(r["system"], r["ops_per_s"]) for r in report["rows"]] == [("zabref", 200.0), ("zabref-java", 100.0)]
+    assert report["settings"]["rounds"] == 3 and len(report["rounds"]) == 3
+    assert "round 2 of 3" in lines and any(line.startswith("throughput ratio by round") for line in lines)
+    with pytest.raises(BenchError, match="--rounds"):
+        runner.run_bench(writes=10, in_flight=[1], systems=["zabref"], out=tmp_path, failover_trials=0, rounds=0)
 
 
 @pytest.mark.slow

@@ -39,6 +39,9 @@ def bench() -> None:
 @click.option("--out", type=click.Path(file_okay=False), default="out/bench", show_default=True,
               help="Folder for bench.json and bench.png.")
 @click.option("--failover-trials", type=click.IntRange(0), default=3, show_default=True)
+@click.option("--rounds", type=click.IntRange(1), default=1, show_default=True,
+              help="Measure every row this many times, each round on fresh clusters, the systems' order alternating; "
+                   "the table holds each row's median and every round's ratio follows it.")
 @click.option("--quick", is_flag=True, help="Smoke run: 200 writes, in flight 1 and 16, one failover trial.")
 @click.option("--keep", is_flag=True, help="Keep the servers' data folders (out/work).")
 @click.option("--zabref-code", type=click.Path(file_okay=False, exists=True), default=None,
@@ -49,8 +52,8 @@ def bench() -> None:
               help="zabref's servers run with [cluster] leader_logs_late: a leader's PROPOSAL leaves before its own "
                    "log write is durable, as ZooKeeper's does (spec/Zab.tla's LeaderLogsLate).")
 def bench_cluster(writes: int, in_flight: str, systems: str, zabref_clients: str, zk_clients: str, out: str,
-                  failover_trials: int, quick: bool, keep: bool, zabref_code: str | None, log_actions: bool,
-                  leader_logs_late: bool) -> None:
+                  failover_trials: int, rounds: int, quick: bool, keep: bool, zabref_code: str | None,
+                  log_actions: bool, leader_logs_late: bool) -> None:
     """A 3-server zabref cluster beside a 3-server ZooKeeper 3.8 ensemble: same workload, ratios, failover."""
     try:
         counts = [int(x) for x in in_flight.split(",") if x.strip()]
@@ -64,6 +67,6 @@ def bench_cluster(writes: int, in_flight: str, systems: str, zabref_clients: str
                   failover_trials=failover_trials, keep=keep,
                   zabref_code=Path(zabref_code).resolve() if zabref_code else None, log_actions=log_actions,
                   zk_clients=_names(zk_clients), zabref_clients=_names(zabref_clients), echo=click.echo,
-                  leader_logs_late=leader_logs_late)
+                  leader_logs_late=leader_logs_late, rounds=rounds)
     except ZkError as e:  # the ZooKeeper ensemble's own errors (conformance.zk), printed as the bench's are
         raise click.ClickException(str(e)) from e

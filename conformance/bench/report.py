@@ -8,20 +8,24 @@ that shape and raises `BenchError` naming the first bad field (the tests use it 
 flight), each ZooKeeper line with zabref / that line (and, when ``zabref-java`` ran, the ``zookeeper-java`` line
 with zabref-java / that line: the same Java client on both sides), and `format_clients` beneath it says per client
 whether its CPU share came near one core (then the client, not the server, may be what was measured); `write_png`
-draws throughput and p99 against requests in flight, one line per system;
+draws throughput and p99 against requests in flight, one line per system; with several rounds the rows are each
+the median of their rounds (`conformance.bench.stats.median_row`), ``rounds`` keeps every round's rows and
+``by_round`` every round's throughput ratio, which `format_rounds` prints;
 `write_json` and `write_png` write atomically (temp file in the same folder, then rename), so a crashed run
 never leaves half a file.
 
-JSON (``format`` = ``zabref-bench-cluster/3``)::
+JSON (``format`` = ``zabref-bench-cluster/4``)::
 
     {"format", "command", "started", "finished",
      "machine": {"cpus", "loadavg_before": [1, 5, 15 min], "loadavg_after": [...], "python", "java"},
-     "settings": {"writes", "in_flight": [...], "value_bytes", "systems": [...], "zabref": {...},
+     "settings": {"writes", "in_flight": [...], "value_bytes", "systems": [...], "rounds", "zabref": {...},
                   "zabref-java": {...}, "zookeeper": {...}, "zookeeper-java": {...}},
      "rows": [{"system", "op", "target", "in_flight", "count", "errors", "seconds", "ops_per_s", "p50_ms",
                "p99_ms", "max_ms", "client_cpu_s", "server_cpu_s", "server_rss_mb": [per server],
                "client_cpu_share", "server_cpu_s_per_1k_ops"}...],
      "comparison": [{"system", "op", "target", "in_flight", "against", "throughput", "p50", "p99"}...],
+     "by_round": [{"system", "op", "target", "in_flight", "against", "rounds": [throughput ratio a round]}...],
+     "rounds": [[the rows of round 1 (as "rows")], ...] (with more than one round; else absent),
      "failover": [{"system", "trial", "killed", "probe_server", "leader_s", "first_write_s", "new_leader"}...],
      "failover_errors": ["<system> trial <n>: <why>", ...]}
 """
@@ -36,13 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from conformance.bench import BenchError
-from conformance.bench.stats import PAIRS, Row, compare, ratio
+from conformance.bench.stats import PAIRS, Row, by_round, compare, ratio
 from zabref.storage.atomic import write_file
 
-__all__ = ["FORMAT", "build_report", "check_report", "format_table", "format_clients", "format_failover", "write_json",
-           "write_png"]
+__all__ = ["FORMAT", "build_report", "check_report", "format_table", "format_clients", "format_failover",
+           "format_rounds", "write_json", "write_png"]
 
-FORMAT = "zabref-bench-cluster/3"
+FORMAT = "zabref-bench-cluster/4"
 #: Order of the systems in the table and the plot; the client driving each.
 SYSTEM_ORDER = ("zabref", "zabref-java", "zookeeper-java", "zookeeper")
 CLIENTS = {"zabref": "zabclient (Python, asyncio)", "zabref-java": "ZkLoad (Java, async API)",
@@ -61,6 +65,7 @@ _ROW_FIELDS = {"system": str, "op": str, "target": str, "in_flight": int, "count
                "server_cpu_s_per_1k_ops": (int, float, type(None))}
 _CMP_FIELDS = {"system": str, "op": str, "target": str, "in_flight": int, "against": str,
                "throughput": (int, float, type(None)), "p50": (int, float, type(None)), "p99": (int, float, type(None))}
+_ROUND_KEYS = ("system", "op", "target", "in_flight", "against")
 _FAIL_FIELDS = {"system": str, "trial": int, "killed": int, "probe_server": int, "leader_s": (int, float),
                 "first_write_s": (int, float), "new_leader": (int, type(None))}
 
@@ -69,17 +74,26 @@ def _nan_to_none(x: Any) -> Any:
     return None if isinstance(x, float) and math.isnan(x) else x
 
 
+def _rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    return [{k: _nan_to_none(v) for k, v in r.to_json().items()} for r in rows]
+
+
 def build_report(rows: Sequence[Row], failover: Sequence[Any], *, command: str, started: str, finished: str,
-                 machine: dict[str, Any], settings: dict[str, Any], failover_errors: Sequence[str] = ()
-                 ) -> dict[str, Any]:
-    return {
+                 machine: dict[str, Any], settings: dict[str, Any], failover_errors: Sequence[str] = (),
+                 rounds: Sequence[Sequence[Row]] | None = None) -> dict[str, Any]:
+    """The report of ``rows`` (with several ``rounds``: the medians of those rounds' rows)."""
+    report = {
         "format": FORMAT, "command": command, "started": started, "finished": finished,
         "machine": machine, "settings": settings,
-        "rows": [{k: _nan_to_none(v) for k, v in r.to_json().items()} for r in rows],
+        "rows": _rows_json(rows),
         "comparison": compare(rows),
+        "by_round": by_round(rounds if rounds is not None else [rows]),
         "failover": [f.to_json() for f in failover],
         "failover_errors": list(failover_errors),
     }
+    if rounds is not None:
+        report["rounds"] = [_rows_json(one) for one in rounds]
+    return report
 
 
 def _check_fields(where: str, obj: Any, fields: dict[str, Any]) -> None:
@@ -96,7 +110,7 @@ def check_report(report: Any) -> None:
     """BenchError naming the first field that does not have the documented shape."""
     _check_fields("report", report, {"format": str, "command": str, "started": str, "finished": str,
                                      "machine": dict, "settings": dict, "rows": list, "comparison": list,
-                                     "failover": list, "failover_errors": list})
+                                     "by_round": list, "failover": list, "failover_errors": list})
     if report["format"] != FORMAT:
         raise BenchError(f"report.format: {report['format']!r}, expected {FORMAT!r}")
     _check_fields("report.machine", report["machine"], {"cpus": int, "loadavg_before": list, "loadavg_after": list})
@@ -105,6 +119,13 @@ def check_report(report: Any) -> None:
         _check_fields(f"report.rows[{i}]", row, _ROW_FIELDS)
     for i, c in enumerate(report["comparison"]):
         _check_fields(f"report.comparison[{i}]", c, _CMP_FIELDS)
+    for i, c in enumerate(report["by_round"]):
+        _check_fields(f"report.by_round[{i}]", c, {**{k: _CMP_FIELDS[k] for k in _ROUND_KEYS}, "rounds": list})
+    for i, one in enumerate(report.get("rounds", [])):
+        if not isinstance(one, list):
+            raise BenchError(f"report.rounds[{i}]: expected a list, got {type(one).__name__}")
+        for j, row in enumerate(one):
+            _check_fields(f"report.rounds[{i}][{j}]", row, _ROW_FIELDS)
     for i, f in enumerate(report["failover"]):
         _check_fields(f"report.failover[{i}]", f, _FAIL_FIELDS)
 
@@ -183,6 +204,18 @@ def format_clients(rows: Sequence[Row]) -> str:
         lines.append(f"  {CLIENTS[system]:<28} [{system}]: client CPU up to {_share(top.client_cpu_share)} of a core "
                      f"({top.op} {top.target} {top.in_flight}); {verdict}")
     return "\n".join(["bottleneck check (client CPU share of one core while its rows ran):", *lines]) if lines else ""
+
+
+def format_rounds(entries: Sequence[dict[str, Any]]) -> str:
+    """Each compared row's throughput ratio in every round (`build_report`'s ``by_round``), with the lowest and the
+    highest: how far one run's ratio may be from another's."""
+    lines = ["throughput ratio by round (zabref / ZooKeeper; the table above holds the medians):"]
+    for e in entries:
+        known = [x for x in e["rounds"] if x is not None]
+        spread = f"  (lowest {min(known):.2f}, highest {max(known):.2f})" if known else ""
+        lines.append(f"  {e['op']:<6}{e['target']:<9}{e['in_flight']:>4}  {e['system']}/{e['against']:<15} "
+                     + " ".join(_num(x, 2) for x in e["rounds"]) + spread)
+    return "\n".join(lines)
 
 
 def format_failover(results: Sequence[Any]) -> str:

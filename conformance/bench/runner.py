@@ -38,8 +38,8 @@ from typing import Any
 from conformance.bench import BenchError
 from conformance.bench.failover import FailoverResult, run_trial
 from conformance.bench.javaclient import build
-from conformance.bench.report import build_report, format_failover, format_table, write_json, write_png
-from conformance.bench.stats import Row
+from conformance.bench.report import build_report, format_failover, format_rounds, format_table, write_json, write_png
+from conformance.bench.stats import Row, median_row
 from conformance.bench.systems import ZabrefHarness, ZooKeeperHarness
 from conformance.bench.usage import Usage
 from conformance.bench.workload import VALUE_BYTES
@@ -170,18 +170,21 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
               keep: bool = False, zabref_code: Path | None = None, log_actions: bool = False,
               zk_clients: Sequence[str] = tuple(ZK_CLIENTS), zabref_clients: Sequence[str] = ("zabclient",),
               failover_warmup: float = 2.0, echo: Callable[[str], None] = print,
-              leader_logs_late: bool = False) -> dict[str, Any]:
+              leader_logs_late: bool = False, rounds: int = 1) -> dict[str, Any]:
     """Run the whole benchmark; returns the report (also written to ``out/bench.json`` and ``out/bench.png``).
     ``log_actions``: zabref's servers write their action logs (`zabref.runtime.actionlog`) to ``out/actions/throughput``
     and ``out/actions/failover`` (``zabref-java``: ``out/actions/throughput-java``), kept for `zabref validate`.
     ``zk_clients``: which clients drive ZooKeeper (``kazoo``, ``java``), each on its own ensemble, in this order;
     ``zabref_clients`` the same for zabref (``zabclient``, ``java``). ``failover_warmup``: seconds of load before each
     kill (a test keeps it short, so that the failover run's action log stays small enough to validate quickly).
-    ``leader_logs_late``: zabref's servers run with ``[cluster] leader_logs_late``."""
+    ``leader_logs_late``: zabref's servers run with ``[cluster] leader_logs_late``. ``rounds``: every system's rows
+    that many times, each round on fresh clusters, the systems in the order of ``systems`` in odd rounds and the other
+    way round in even ones; the report's rows are the medians of the rounds (`median_row`) and ``by_round`` gives each
+    round's ratios; failover runs once, after the first round."""
     if zabref_code is not None and not (zabref_code / "zabref" / "cli.py").is_file():
         raise BenchError(f"--zabref-code: {zabref_code} has no zabref/cli.py")
-    if writes < 1 or not in_flight or min(in_flight) < 1:
-        raise BenchError("--writes and every --in-flight must be positive")
+    if writes < 1 or not in_flight or min(in_flight) < 1 or rounds < 1:
+        raise BenchError("--writes, --rounds and every --in-flight must be positive")
     runs = runs_of(systems, zabref_clients, zk_clients)
     if importlib.util.find_spec("matplotlib") is None:
         raise BenchError("matplotlib is not installed (for bench.png): pip install 'zabref[bench]'")
@@ -199,22 +202,28 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
     work = out / "work"
     started, load_before = _now(), list(os.getloadavg())
     echo(f"load average before: {' '.join(f'{x:.2f}' for x in load_before)} ({os.cpu_count()} cpus)")
-    rows: list[Row] = []
+    per_round: list[list[Row]] = []
     fails: list[FailoverResult] = []
     fail_errors: list[str] = []
     settings: dict[str, Any] = {"writes": writes, "in_flight": list(in_flight), "value_bytes": VALUE_BYTES,
-                                "failover_trials": failover_trials, "systems": runs}
+                                "failover_trials": failover_trials, "systems": runs, "rounds": rounds}
     try:
+        for r in range(1, rounds + 1):
+            per_round.append([])
+            if rounds > 1:
+                echo(f"round {r} of {rounds}")
+            for system in (runs if r % 2 else runs[::-1]):
+                logs = out / "actions" if log_actions and system in ZABREF_CLIENTS.values() and r == 1 else None
+                throughput = "throughput" if system == "zabref" else "throughput-java"
+                with start_harness(system, work / system, classpath, zabref_code, logs and logs / throughput,
+                                   java_client, leader_logs_late) as h:
+                    settings[system] = h.settings
+                    if "build" in h.settings and r == 1:
+                        echo(f"{system}: the servers run zabref's {h.settings['build']} build")
+                    per_round[-1] += _rows(h, writes, in_flight, echo)
         for system in runs:
-            logs = out / "actions" if log_actions and system in ZABREF_CLIENTS.values() else None
-            throughput = "throughput" if system == "zabref" else "throughput-java"
-            with start_harness(system, work / system, classpath, zabref_code, logs and logs / throughput,
-                               java_client, leader_logs_late) as h:
-                settings[system] = h.settings
-                if "build" in h.settings:
-                    echo(f"{system}: the servers run zabref's {h.settings['build']} build")
-                rows += _rows(h, writes, in_flight, echo)
             if failover_trials and system in FAILOVER_SYSTEMS:
+                logs = out / "actions" if log_actions and system in ZABREF_CLIENTS.values() else None
                 with start_harness(system, work / f"{system}-failover", classpath, zabref_code,
                                    logs and logs / "failover", late=leader_logs_late) as h:
                     fails += _failover(h, failover_trials, echo, fail_errors, failover_warmup)
@@ -223,12 +232,18 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
             shutil.rmtree(work, ignore_errors=True)
     machine = {"cpus": os.cpu_count() or 0, "loadavg_before": load_before, "loadavg_after": list(os.getloadavg()),
                "python": sys.version.split()[0], "java": _java_version()}
+    keys = list(dict.fromkeys((row.system, row.key) for row in per_round[0]))
+    rows = [median_row([row for one in per_round for row in one if (row.system, row.key) == key]) for key in keys]
     report = build_report(rows, fails, command=shlex.join(["zabref", *sys.argv[1:]]), started=started,
-                          finished=_now(), machine=machine, settings=settings, failover_errors=fail_errors)
+                          finished=_now(), machine=machine, settings=settings, failover_errors=fail_errors,
+                          rounds=per_round if rounds > 1 else None)
     write_json(report, out / "bench.json")
     write_png(report, out / "bench.png")
     echo("")
     echo(format_table(rows))
+    if rounds > 1:
+        echo("")
+        echo(format_rounds(report["by_round"]))
     if fails:
         echo("")
         echo(format_failover(fails))

@@ -16,16 +16,24 @@ Beside the latencies a row carries what it cost (all optional, None when not mea
 over the row (its share of one core = ``client_cpu_s / seconds``: near 1.0 a single-threaded client is the
 bottleneck), the servers' CPU seconds over the row (summed over the 3 servers; per 1,000 ops in the table) and each
 server's resident memory at the end of the row.
+
+Rounds. On a machine of two virtual processors a row moves by up to a quarter between two runs of the same build
+(docs/performance.md), ZooKeeper's as much as zabref's, so one run's ratio near 1 says "even", not "ahead". A run of
+several rounds measures every row once a round, each system on a fresh cluster, in an order that alternates from
+round to round (`conformance.bench.runner`); `median_row` makes one row of a row's rounds, each figure the median of
+its rounds, and `by_round` gives each round's ratios, so that a report shows both the middle and the spread.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["percentile", "Row", "make_row", "compare", "ratio", "SYSTEMS", "ZK_SYSTEMS", "PAIRS"]
+__all__ = ["percentile", "Row", "make_row", "median_row", "by_round", "compare", "ratio", "SYSTEMS", "ZK_SYSTEMS",
+           "PAIRS"]
 
 SYSTEMS = ("zabref", "zabref-java", "zookeeper", "zookeeper-java")
 #: The ZooKeeper rows zabref is compared with, the issue's bar (the Java client) first.
@@ -101,6 +109,46 @@ def make_row(system: str, op: str, target: str, in_flight: int, latencies_s: Seq
                round(percentile(ms, 50), 3) if n else math.nan, round(percentile(ms, 99), 3) if n else math.nan,
                round(max(ms), 3) if n else math.nan,
                None if client_cpu_s is None else round(client_cpu_s, 4))
+
+
+def median_row(rounds: Sequence[Row]) -> Row:
+    """One row of the same row's rounds: throughput, latencies, wall time, requests and the CPU figures each the
+    median of the rounds (of the rounds that measured it, for CPU), the longest latency the longest, the failed
+    requests all of them, the memory the last round's. ValueError if ``rounds`` is empty or mixes rows."""
+    if not rounds:
+        raise ValueError("the median of no rounds")
+    first = rounds[0]
+    if any((r.system, r.key) != (first.system, first.key) for r in rounds):
+        raise ValueError(f"rounds of different rows: {sorted({(r.system, r.key) for r in rounds})}")
+
+    def mid(values: list[float]) -> float:
+        known = [v for v in values if not math.isnan(v)]
+        return round(statistics.median(known), 4) if known else math.nan
+
+    def mid_of(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return round(statistics.median(known), 4) if known else None
+
+    return Row(first.system, first.op, first.target, first.in_flight,
+               round(statistics.median([r.count for r in rounds])), sum(r.errors for r in rounds),
+               mid([r.seconds for r in rounds]), round(mid([r.ops_per_s for r in rounds]), 1),
+               mid([r.p50_ms for r in rounds]), mid([r.p99_ms for r in rounds]),
+               max((r.max_ms for r in rounds if not math.isnan(r.max_ms)), default=math.nan),
+               mid_of([r.client_cpu_s for r in rounds]), mid_of([r.server_cpu_s for r in rounds]),
+               rounds[-1].server_rss_mb)
+
+
+def by_round(rounds: Sequence[Sequence[Row]]) -> list[dict[str, Any]]:
+    """Each compared row (`compare`'s entries, in its order) with its throughput ratio in every round (None in a
+    round that lacked either row), in ``"rounds"``."""
+    entries: dict[tuple[str, str, str, int, str], dict[str, Any]] = {}
+    for i, rows in enumerate(rounds):
+        for c in compare(rows):
+            key = (c["system"], c["op"], c["target"], c["in_flight"], c["against"])
+            entry = entries.setdefault(key, {**{k: c[k] for k in ("system", "op", "target", "in_flight", "against")},
+                                             "rounds": [None] * len(rounds)})
+            entry["rounds"][i] = c["throughput"]
+    return list(entries.values())
 
 
 def ratio(a: float, b: float) -> float | None:
