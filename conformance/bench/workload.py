@@ -5,9 +5,9 @@ Theory of operation
 A *system adapter* knows how to reach one server of its system with that system's own Python client and how to do
 one write and one read there:
 
-* `ZabrefAdapter`: `conformance.bench.zabclient` on asyncio, one connection per request in flight (zabref answers the
-  requests of one connection one after the other). Write = ``submit`` of the value; read = ``read`` of one
-  transaction written before (by zxid).
+* `ZabrefAdapter`: `conformance.bench.zabclient` on asyncio, ONE connection to the server with N requests outstanding
+  (zabref's client port pipelines a connection's requests and answers them in order, as ZooKeeper does a session's).
+  Write = ``submit`` of the value; read = ``read`` of one transaction written before (by zxid).
 * `ZooKeeperAdapter`: kazoo, ONE session to the server, N ``create_async``/``get_async`` calls outstanding (ZooKeeper
   pipelines the requests of a session and answers them in order). Write = ``create`` of a new znode
   ``/zabref-bench/<row>/<i>`` holding the value; read = ``get`` of a znode written before.
@@ -70,9 +70,9 @@ class ZabrefAdapter:
 
     async def _row(self, op: str, sid: int, in_flight: int, count: int) -> tuple[list[float], float, float, int]:
         host, port = self.addresses[sid]
-        conns = [await ZabConnection.open(host, port) for _ in range(in_flight)]
         if op == "read" and not self.written:
             raise ValueError("reads need writes first")
+        conn = await ZabConnection.open(host, port)
         lat: list[float] = []
         errors = 0
         nxt = 0
@@ -99,10 +99,9 @@ class ZabrefAdapter:
 
         t, cpu = time.perf_counter(), time.process_time()
         try:
-            await asyncio.gather(*(worker(c) for c in conns))
+            await asyncio.gather(*(worker(conn) for _ in range(in_flight)))
         finally:
-            for c in conns:
-                c.close()
+            conn.close()
         return lat, time.perf_counter() - t, time.process_time() - cpu, errors
 
     def run_load(self, sid: int, in_flight: int, stop: threading.Event, out: list[Attempt]) -> None:

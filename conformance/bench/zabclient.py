@@ -1,17 +1,20 @@
-"""An asyncio client of zabref's client port, for keeping many requests in flight.
+"""An asyncio client of zabref's client port, for keeping many requests in flight on one connection.
 
 Theory of operation
 -------------------
-zabref's client port answers the requests of one connection in order, one after the other
-(`zabref.net.clientport`), so N requests in flight take N connections: `ZabConnection` is one of them (a frame of JSON
-out, a frame of JSON back: `zabref.net.clientwire`), and the workload opens one per request
-in flight. Errors come back as the server's ``{"error", "retry"}`` objects (`ZabAnswerError`), a broken connection as
-OSError, so the caller decides whether to retry.
+zabref's client port reads a connection's requests as they come and answers them in the order they were sent
+(`zabref.net.pipeline`), as ZooKeeper answers a session's. So one `ZabConnection` carries any number of requests in
+flight: `call` writes its request's frame (a frame of JSON: `zabref.net.clientwire`) and waits for its answer, and one
+reading task hands each answer that arrives to the oldest request still waiting. Errors come back as the server's
+``{"error", "retry"}`` objects (`ZabAnswerError`, for that request alone); a connection that breaks or sends what is
+not an answer fails every request still waiting, and every later call, with the OSError, so the caller decides
+whether to open another and retry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Any
 
 from zabref.net import clientwire
@@ -28,19 +31,53 @@ class ZabAnswerError(Exception):
 
 
 class ZabConnection:
-    """``await ZabConnection.open(host, port)``; ``await c.submit(text)``, ``await c.read_one(zxid)``."""
+    """``await ZabConnection.open(host, port)``; ``await c.submit(text)``, ``await c.read_one(zxid)``, from as many
+    tasks at once as requests should be in flight."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, where: str = "the server") -> None:
         self.reader = reader
         self.writer = writer
+        self.where = where
+        self._waiting: collections.deque[asyncio.Future[dict[str, Any]]] = collections.deque()
+        self._broken: OSError | None = None
+        self._reading = asyncio.get_running_loop().create_task(self._read_answers())
 
     @classmethod
     async def open(cls, host: str, port: int, timeout: float = 10.0) -> ZabConnection:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        return cls(reader, writer)
+        return cls(reader, writer, f"{host}:{port}")
+
+    async def _read_answers(self) -> None:
+        try:
+            while True:
+                try:
+                    length = clientwire.answer_length(await self.reader.readexactly(4), clientwire.MAX_ANSWER)
+                    answer = clientwire.decode_answer(await self.reader.readexactly(length))
+                except asyncio.IncompleteReadError:
+                    raise ConnectionError(f"{self.where} closed the connection") from None
+                if not self._waiting:
+                    raise OSError(f"{self.where} sent an answer to no request")
+                fut = self._waiting.popleft()
+                if not fut.done():
+                    fut.set_result(answer)
+        except OSError as e:
+            self._fail(e)
+
+    def _fail(self, error: OSError) -> None:
+        self._broken = self._broken or error
+        while self._waiting:
+            fut = self._waiting.popleft()
+            if not fut.done():
+                fut.set_exception(self._broken)
+        self.writer.close()
 
     async def call(self, request: dict[str, Any]) -> dict[str, Any]:
-        answer = await clientwire.call_async(self.reader, self.writer, request, None, "the server")
+        if self._broken is not None:
+            raise self._broken
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting.append(fut)
+        self.writer.write(clientwire.encode(request))
+        answer = await fut
         if "error" in answer:
             raise ZabAnswerError(answer["error"], bool(answer.get("retry")))
         return answer
@@ -56,4 +93,5 @@ class ZabConnection:
         return int(txns[0][0]), txns[0][1]
 
     def close(self) -> None:
-        self.writer.close()
+        self._reading.cancel()
+        self._fail(ConnectionError(f"the connection to {self.where} was closed by this client"))
