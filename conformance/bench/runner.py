@@ -180,7 +180,7 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
     ``leader_logs_late``: zabref's servers run with ``[cluster] leader_logs_late``. ``rounds``: every system's rows
     that many times, each round on fresh clusters, the systems in the order of ``systems`` in odd rounds and the other
     way round in even ones; the report's rows are the medians of the rounds (`median_row`) and ``by_round`` gives each
-    round's ratios; failover runs once, after the first round."""
+    round's ratios; failover runs once, after the rounds; with ``log_actions`` the first round's servers log."""
     if zabref_code is not None and not (zabref_code / "zabref" / "cli.py").is_file():
         raise BenchError(f"--zabref-code: {zabref_code} has no zabref/cli.py")
     if writes < 1 or not in_flight or min(in_flight) < 1 or rounds < 1:
@@ -217,9 +217,10 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
                 throughput = "throughput" if system == "zabref" else "throughput-java"
                 with start_harness(system, work / system, classpath, zabref_code, logs and logs / throughput,
                                    java_client, leader_logs_late) as h:
-                    settings[system] = h.settings
-                    if "build" in h.settings and r == 1:
-                        echo(f"{system}: the servers run zabref's {h.settings['build']} build")
+                    if r == 1:
+                        settings[system] = h.settings
+                        if "build" in h.settings:
+                            echo(f"{system}: the servers run zabref's {h.settings['build']} build")
                     per_round[-1] += _rows(h, writes, in_flight, echo)
         for system in runs:
             if failover_trials and system in FAILOVER_SYSTEMS:
