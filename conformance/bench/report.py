@@ -82,7 +82,7 @@ def build_report(rows: Sequence[Row], failover: Sequence[Any], *, command: str, 
                  machine: dict[str, Any], settings: dict[str, Any], failover_errors: Sequence[str] = (),
                  rounds: Sequence[Sequence[Row]] | None = None) -> dict[str, Any]:
     """The report of ``rows`` (with several ``rounds``: the medians of those rounds' rows)."""
-    report = {
+    report: dict[str, Any] = {
         "format": FORMAT, "command": command, "started": started, "finished": finished,
         "machine": machine, "settings": settings,
         "rows": _rows_json(rows),
