@@ -112,3 +112,17 @@ def lines():
     """A `helpers.Lines` on the "zabref" logger, set to INFO for the test (its level and handlers restored after)."""
     with helpers.capture(helpers.Lines()) as handler:
         yield handler
+
+
+@pytest.fixture
+def powercut(tmp_path):
+    """The power-cut file system (conformance/zk/powercut.py, FUSE) mounted in ``tmp_path``: ``.mount`` is the folder
+    whose unsynced writes ``.cut()`` forgets; unmounted after the test. Tests that use it skip where FUSE is missing
+    (`conformance.zk.powercut.fuse_available`)."""
+    from conformance.zk.powercut import PowerCutMount
+
+    m = PowerCutMount(tmp_path / "backing", tmp_path / "mnt", tmp_path / "fs.log")
+    m.start()
+    yield m
+    m.stop()
+    assert not os.path.ismount(tmp_path / "mnt")

@@ -342,116 +342,82 @@ def test_client_read_pages_only_the_delivered_prefix():
 # ------------------------------------------------------------------------------------------ zabref's bench client
 
 
-def _zab_server(answer_after: int, answers):
-    """A loopback stand-in for zabref's client port: reads ``answer_after`` requests before it answers any, then
-    writes ``answers(requests)`` (frames, or None to close); the requests it read are kept in ``.seen``."""
+def _zab_calls(answer_after: int, answers, calls: int, *, pause: float | None = 0.0):
+    """``calls`` submits at once on ONE `ZabConnection` to a loopback stand-in for zabref's client port, which reads
+    ``answer_after`` requests before it answers any, then writes ``answers(requests)`` (frames; None closes); after
+    ``pause`` s one more submit (None: none). (The requests the stand-in read, each call's result or error, the later
+    one's.)"""
     import asyncio
 
+    from conformance.bench.zabclient import ZabConnection
     from zabref.net import clientwire
 
-    class Stub:
-        seen: list[dict] = []
+    seen: list[dict] = []
 
-        async def serve(self, reader, writer):
-            while len(self.seen) < answer_after:
-                n = int.from_bytes(await reader.readexactly(4), "big")
-                self.seen.append(clientwire.decode_request(await reader.readexactly(n)))
-            for frame in answers(self.seen):
-                if frame is None:
-                    writer.close()
-                    return
-                writer.write(frame)
-            await writer.drain()
-            await asyncio.sleep(5)
+    async def serve(reader, writer):
+        while len(seen) < answer_after:
+            n = int.from_bytes(await reader.readexactly(4), "big")
+            seen.append(clientwire.decode_request(await reader.readexactly(n)))
+        for frame in answers(seen):
+            if frame is None:
+                writer.close()
+                return
+            writer.write(frame)
+        await writer.drain()
+        await asyncio.sleep(5)
 
-    stub = Stub()
-    return stub, lambda: asyncio.start_server(stub.serve, "127.0.0.1", 0)
+    async def run():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        async with server:
+            c = await ZabConnection.open("127.0.0.1", server.sockets[0].getsockname()[1])
+            try:
+                got = await asyncio.wait_for(asyncio.gather(*(c.submit(f"v{i}") for i in range(calls)),
+                                                            return_exceptions=True), 10)
+                later = None
+                if pause is not None:
+                    await asyncio.sleep(pause)
+                    later = (await asyncio.wait_for(asyncio.gather(c.submit("later"), return_exceptions=True),
+                                                    10))[0]
+            finally:
+                c.close()
+            return seen, got, later
+
+    return asyncio.run(run())
+
+
+def _answer(obj) -> bytes:
+    from zabref.net import clientwire
+
+    return clientwire.encode(obj)
 
 
 def test_zab_connection_keeps_requests_in_flight_on_one_connection_answered_in_order():
     """Eight calls at once on ONE connection: the server reads all eight before it answers any (a client that sent
     one and waited would hang here), answers in order, one of them an error: that call alone raises it."""
-    import asyncio
+    from conformance.bench.zabclient import ZabAnswerError
 
-    from conformance.bench.zabclient import ZabAnswerError, ZabConnection
-    from zabref.net import clientwire
-
-    def answers(seen):
-        return [clientwire.encode({"error": "no quorum", "retry": True} if i == 3 else {"zxid": 100 + i})
-                for i in range(len(seen))]
-
-    stub, start = _zab_server(8, answers)
-
-    async def run():
-        server = await start()
-        async with server:
-            c = await ZabConnection.open("127.0.0.1", server.sockets[0].getsockname()[1])
-            got = await asyncio.wait_for(asyncio.gather(*(c.submit(f"v{i}") for i in range(8)),
-                                                        return_exceptions=True), 10)
-            c.close()
-            return got
-
-    got = asyncio.run(run())
-    assert [r["value"] for r in stub.seen] == [f"v{i}" for i in range(8)]
+    seen, got, _ = _zab_calls(8, lambda seen: [
+        _answer({"error": "no quorum", "retry": True} if i == 3 else {"zxid": 100 + i}) for i in range(len(seen))],
+        8, pause=None)
+    assert [r["value"] for r in seen] == [f"v{i}" for i in range(8)]
     assert [g for i, g in enumerate(got) if i != 3] == [100 + i for i in range(8) if i != 3]
     assert isinstance(got[3], ZabAnswerError) and got[3].retry
 
 
 @pytest.mark.parametrize("answers, why", [
-    (lambda seen: [clientwire_encode({"zxid": 1}), None], "closed the connection"),
-    (lambda seen: [clientwire_encode({"zxid": 1}), b"\x00\x00\x00\x02[]"], "not an object"),
+    (lambda seen: [_answer({"zxid": 1}), None], "closed the connection"),
+    (lambda seen: [_answer({"zxid": 1}), b"\x00\x00\x00\x02[]"], "not an object"),
 ])
 def test_zab_connection_that_breaks_fails_every_waiting_call_and_every_later_one(answers, why):
-    import asyncio
-
-    from conformance.bench.zabclient import ZabConnection
-
-    stub, start = _zab_server(3, answers)
-
-    async def run():
-        server = await start()
-        async with server:
-            c = await ZabConnection.open("127.0.0.1", server.sockets[0].getsockname()[1])
-            got = await asyncio.wait_for(asyncio.gather(*(c.submit(f"v{i}") for i in range(3)),
-                                                        return_exceptions=True), 10)
-            try:
-                later = await asyncio.wait_for(c.submit("later"), 10)
-            except OSError as e:
-                later = e
-            c.close()
-            return got, later
-
-    got, later = asyncio.run(run())
+    _, got, later = _zab_calls(3, answers, 3)
     assert got[0] == 1 and all(isinstance(g, OSError) and why in str(g) for g in got[1:]), got
     assert isinstance(later, OSError) and why in str(later)
 
 
 def test_zab_connection_refuses_an_answer_to_no_request():
-    import asyncio
-
-    from conformance.bench.zabclient import ZabConnection
-
-    stub, start = _zab_server(0, lambda seen: [clientwire_encode({"zxid": 1})])
-
-    async def run():
-        server = await start()
-        async with server:
-            c = await ZabConnection.open("127.0.0.1", server.sockets[0].getsockname()[1])
-            await asyncio.sleep(0.3)  # the answer arrives before any request is sent
-            try:
-                await asyncio.wait_for(c.submit("v"), 10)
-            except OSError as e:
-                return e
-            finally:
-                c.close()
-
-    assert "sent an answer to no request" in str(asyncio.run(run()))
-
-
-def clientwire_encode(obj):
-    from zabref.net import clientwire
-
-    return clientwire.encode(obj)
+    """An answer that arrives before any request (0.3 s before the one call) breaks the connection."""
+    _, got, later = _zab_calls(0, lambda seen: [_answer({"zxid": 1})], 0, pause=0.3)
+    assert got == [] and isinstance(later, OSError) and "sent an answer to no request" in str(later)
 
 
 # ------------------------------------------------------------------------------------------ the Java client

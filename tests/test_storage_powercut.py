@@ -11,7 +11,7 @@ import os
 import pytest
 from storage_steps import BASE, BASE_STEPS, txn
 
-from conformance.zk.powercut import PowerCutMount, fuse_available
+from conformance.zk.powercut import fuse_available
 from zabref.core.types import AppendTxns, Persistent
 from zabref.storage import Storage, read_durable
 from zabref.storage.store import RESERVE_MIN
@@ -19,16 +19,8 @@ from zabref.storage.store import RESERVE_MIN
 pytestmark = pytest.mark.skipif(fuse_available() is not None, reason=f"no FUSE here: {fuse_available()}")
 
 
-@pytest.fixture
-def mount(tmp_path):
-    m = PowerCutMount(tmp_path / "backing", tmp_path / "mnt", tmp_path / "fs.log")
-    m.start()
-    yield m
-    m.stop()
-
-
-def test_a_cut_keeps_every_step_synced_on_a_real_disk_and_nothing_after(mount):
-    data = mount.mount / "data"
+def test_a_cut_keeps_every_step_synced_on_a_real_disk_and_nothing_after(powercut):
+    data = powercut.mount / "data"
     data.mkdir()
     storage, _ = Storage.open(data)
     try:
@@ -41,7 +33,7 @@ def test_a_cut_keeps_every_step_synced_on_a_real_disk_and_nothing_after(mount):
         storage.sync()
         size = os.stat(data / "zab.log").st_size
         storage.apply((AppendTxns((txn(1, 5),)),))  # applied, never synced: the cut takes it
-        mount.cut()
+        powercut.cut()
         kept = read_durable(data)
     finally:
         storage.close()

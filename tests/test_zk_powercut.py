@@ -14,15 +14,6 @@ from conformance.zk.powercut import PowerCutMount, fuse_available
 pytestmark = pytest.mark.skipif(fuse_available() is not None, reason=f"no FUSE here: {fuse_available()}")
 
 
-@pytest.fixture
-def mount(tmp_path):
-    m = PowerCutMount(tmp_path / "backing", tmp_path / "mnt", tmp_path / "fs.log")
-    m.start()
-    yield m
-    m.stop()
-    assert not os.path.ismount(tmp_path / "mnt")
-
-
 def _write(path, data: bytes, *, sync: bool, mode: int = os.O_WRONLY | os.O_CREAT, at: int | None = None) -> None:
     fd = os.open(path, mode, 0o644)
     try:
@@ -36,8 +27,8 @@ def _write(path, data: bytes, *, sync: bool, mode: int = os.O_WRONLY | os.O_CREA
         os.close(fd)
 
 
-def test_a_cut_keeps_exactly_what_was_fsynced(mount):
-    m = mount.mount
+def test_a_cut_keeps_exactly_what_was_fsynced(powercut):
+    m = powercut.mount
     _write(m / "log", b"A" * 100, sync=True)
     _write(m / "log", b"B" * 50, sync=False, mode=os.O_WRONLY | os.O_APPEND)        # grows the file, not synced
     _write(m / "log", b"xy", sync=False, at=10)                                      # overwrites synced bytes
@@ -48,17 +39,17 @@ def test_a_cut_keeps_exactly_what_was_fsynced(mount):
     os.rename(m / "epoch.tmp", m / "epoch")
     os.truncate(m / "log", 20)                                                       # a TRUNC, not synced
     assert (m / "log").read_bytes() == b"A" * 10 + b"xy" + b"A" * 8
-    mount.cut()
+    powercut.cut()
     assert (m / "log").read_bytes() == b"A" * 100
     assert (m / "new").read_bytes() == b""                                           # created (metadata), data gone
     assert (m / "sparse").stat().st_size == 64 * 1024 * 1024 and (m / "sparse").read_bytes()[:20] == bytes(20)
     assert (m / "epoch").read_bytes() == b"7" and not (m / "epoch.tmp").exists()
     # after the cut the file system goes on: a new write, synced, survives the next cut
     _write(m / "log", b"C", sync=True, mode=os.O_WRONLY | os.O_APPEND)
-    mount.cut()
+    powercut.cut()
     assert (m / "log").read_bytes() == b"A" * 100 + b"C"
     # what the mount shows is the backing directory's, file by file
-    assert (mount.backing / "log").read_bytes() == b"A" * 100 + b"C"
+    assert (powercut.backing / "log").read_bytes() == b"A" * 100 + b"C"
 
 
 def test_the_writeback_delay_keeps_old_unsynced_writes(tmp_path):
