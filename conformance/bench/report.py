@@ -267,8 +267,10 @@ def write_png(report: dict[str, Any], path: Path) -> None:
     axes[0][0].set_ylabel("ops/s")
     axes[1][0].set_ylabel("p99 latency (ms)")
     axes[0][0].legend(fontsize=8)
+    rounds = report["settings"].get("rounds", 1)
     fig.suptitle(f"zabref beside ZooKeeper 3.8: 3 servers on loopback, fsync on "
-                 f"({report['settings']['writes']} requests of {report['settings']['value_bytes']} bytes a point)")
+                 f"({report['settings']['writes']} requests of {report['settings']['value_bytes']} bytes a point"
+                 f"{f'; each the median of {rounds} rounds' if rounds > 1 else ''})")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
