@@ -117,10 +117,12 @@ def lines():
 @pytest.fixture
 def powercut(tmp_path):
     """The power-cut file system (conformance/zk/powercut.py, FUSE) mounted in ``tmp_path``: ``.mount`` is the folder
-    whose unsynced writes ``.cut()`` forgets; unmounted after the test. Tests that use it skip where FUSE is missing
-    (`conformance.zk.powercut.fuse_available`)."""
-    from conformance.zk.powercut import PowerCutMount
+    whose unsynced writes ``.cut()`` forgets; unmounted after the test. A test that uses it skips where FUSE is
+    missing (`conformance.zk.powercut.fuse_available` says why)."""
+    from conformance.zk.powercut import PowerCutMount, fuse_available
 
+    if (why := fuse_available()) is not None:
+        pytest.skip(f"no FUSE here: {why}")
     m = PowerCutMount(tmp_path / "backing", tmp_path / "mnt", tmp_path / "fs.log")
     m.start()
     yield m

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from storage_steps import BASE, BASE_STEPS, txn
 
-from conformance.zk.powercut import fuse_available
 from zabref.core.types import AppendTxns, Persistent
 from zabref.storage import Storage, read_durable
 from zabref.storage.store import RESERVE_MIN
-
-pytestmark = pytest.mark.skipif(fuse_available() is not None, reason=f"no FUSE here: {fuse_available()}")
 
 
 def test_a_cut_keeps_every_step_synced_on_a_real_disk_and_nothing_after(powercut):

@@ -207,13 +207,17 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
     fail_errors: list[str] = []
     settings: dict[str, Any] = {"writes": writes, "in_flight": list(in_flight), "value_bytes": VALUE_BYTES,
                                 "failover_trials": failover_trials, "systems": runs, "rounds": rounds}
+
+    def actions(system: str) -> Path | None:
+        return out / "actions" if log_actions and system in ZABREF_CLIENTS.values() else None
+
     try:
         for r in range(1, rounds + 1):
             per_round.append([])
             if rounds > 1:
                 echo(f"round {r} of {rounds}")
             for system in (runs if r % 2 else runs[::-1]):
-                logs = out / "actions" if log_actions and system in ZABREF_CLIENTS.values() and r == 1 else None
+                logs = actions(system) if r == 1 else None
                 throughput = "throughput" if system == "zabref" else "throughput-java"
                 with start_harness(system, work / system, classpath, zabref_code, logs and logs / throughput,
                                    java_client, leader_logs_late) as h:
@@ -224,7 +228,7 @@ def run_bench(*, writes: int, in_flight: Sequence[int], systems: Sequence[str], 
                     per_round[-1] += _rows(h, writes, in_flight, echo)
         for system in runs:
             if failover_trials and system in FAILOVER_SYSTEMS:
-                logs = out / "actions" if log_actions and system in ZABREF_CLIENTS.values() else None
+                logs = actions(system)
                 with start_harness(system, work / f"{system}-failover", classpath, zabref_code,
                                    logs and logs / "failover", late=leader_logs_late) as h:
                     fails += _failover(h, failover_trials, echo, fail_errors, failover_warmup)

@@ -50,11 +50,7 @@ class ZabConnection:
     async def _read_answers(self) -> None:
         try:
             while True:
-                try:
-                    length = clientwire.answer_length(await self.reader.readexactly(4), clientwire.MAX_ANSWER)
-                    answer = clientwire.decode_answer(await self.reader.readexactly(length))
-                except asyncio.IncompleteReadError:
-                    raise ConnectionError(f"{self.where} closed the connection") from None
+                answer = await clientwire.read_answer_async(self.reader, None, self.where)
                 if not self._waiting:
                     raise OSError(f"{self.where} sent an answer to no request")
                 fut = self._waiting.popleft()

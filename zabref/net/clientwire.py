@@ -19,8 +19,8 @@ from typing import Any
 
 from zabref.net import streams, wire
 
-__all__ = ["MAX_ANSWER", "encode", "decode_request", "answer_length", "decode_answer", "recv_exactly", "read_answer", "call",
-           "call_async", "request_async"]
+__all__ = ["MAX_ANSWER", "encode", "decode_request", "answer_length", "decode_answer", "recv_exactly", "read_answer",
+           "call", "call_async", "read_answer_async", "request_async"]
 
 #: The largest answer a client reads unless told otherwise (a request's bound is the configuration's
 #: ``limits.client_frame_bytes``).
@@ -99,6 +99,13 @@ async def call_async(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     """One request and its answer on open asyncio streams (``timeout`` per read; None waits); OSError or
     TimeoutError if it cannot be done, the error naming ``where``."""
     streams.write(writer, encode(request))
+    return await read_answer_async(reader, timeout, where, limit)
+
+
+async def read_answer_async(reader: asyncio.StreamReader, timeout: float | None, where: str,
+                            limit: int = MAX_ANSWER) -> dict[str, Any]:
+    """The next answer on an asyncio stream (``timeout`` per read; None waits); OSError or TimeoutError if it cannot
+    be read, the error naming ``where``."""
     try:
         length = answer_length(await asyncio.wait_for(reader.readexactly(4), timeout), limit)
         return decode_answer(await asyncio.wait_for(reader.readexactly(length), timeout))
