@@ -342,11 +342,11 @@ def test_client_read_pages_only_the_delivered_prefix():
 # ------------------------------------------------------------------------------------------ zabref's bench client
 
 
-def _zab_calls(answer_after: int, answers, calls: int, *, pause: float | None = 0.0):
+def _zab_calls(answer_after: int, answers, calls: int, *, later: bool = True, reading_ended: bool = False):
     """``calls`` submits at once on ONE `ZabConnection` to a loopback stand-in for zabref's client port, which reads
-    ``answer_after`` requests before it answers any, then writes ``answers(requests)`` (frames; None closes); after
-    ``pause`` s one more submit (None: none). (The requests the stand-in read, each call's result or error, the later
-    one's.)"""
+    ``answer_after`` requests before it answers any, then writes ``answers(requests)`` (frames; None closes); then,
+    if ``later``, one more submit (with ``reading_ended``, once the connection's reading task has ended, at most 10 s
+    on). (The requests the stand-in read, each call's result or error, the later one's.)"""
     import asyncio
 
     from conformance.bench.zabclient import ZabConnection
@@ -373,14 +373,15 @@ def _zab_calls(answer_after: int, answers, calls: int, *, pause: float | None = 
             try:
                 got = await asyncio.wait_for(asyncio.gather(*(c.submit(f"v{i}") for i in range(calls)),
                                                             return_exceptions=True), 10)
-                later = None
-                if pause is not None:
-                    await asyncio.sleep(pause)
-                    later = (await asyncio.wait_for(asyncio.gather(c.submit("later"), return_exceptions=True),
-                                                    10))[0]
+                last = None
+                if reading_ended:
+                    await asyncio.wait({c._reading}, timeout=10)
+                if later:
+                    last = (await asyncio.wait_for(asyncio.gather(c.submit("later"), return_exceptions=True),
+                                                   10))[0]
             finally:
                 c.close()
-            return seen, got, later
+            return seen, got, last
 
     return asyncio.run(run())
 
@@ -398,7 +399,7 @@ def test_zab_connection_keeps_requests_in_flight_on_one_connection_answered_in_o
 
     seen, got, _ = _zab_calls(8, lambda seen: [
         _answer({"error": "no quorum", "retry": True} if i == 3 else {"zxid": 100 + i}) for i in range(len(seen))],
-        8, pause=None)
+        8, later=False)
     assert [r["value"] for r in seen] == [f"v{i}" for i in range(8)]
     assert [g for i, g in enumerate(got) if i != 3] == [100 + i for i in range(8) if i != 3]
     assert isinstance(got[3], ZabAnswerError) and got[3].retry
@@ -415,8 +416,8 @@ def test_zab_connection_that_breaks_fails_every_waiting_call_and_every_later_one
 
 
 def test_zab_connection_refuses_an_answer_to_no_request():
-    """An answer that arrives before any request (0.3 s before the one call) breaks the connection."""
-    _, got, later = _zab_calls(0, lambda seen: [_answer({"zxid": 1})], 0, pause=0.3)
+    """An answer that arrives before any request breaks the connection (the one call is made after it did)."""
+    _, got, later = _zab_calls(0, lambda seen: [_answer({"zxid": 1})], 0, reading_ended=True)
     assert got == [] and isinstance(later, OSError) and "sent an answer to no request" in str(later)
 
 
