@@ -6,7 +6,10 @@ and closes, and an error of the callee is raised where the reading is awaited.""
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
+import threading
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -205,6 +208,36 @@ def test_a_quorum_connection_pauses_its_reading_while_the_node_has_packets_to_ta
     assert taken == [p.zxid for p in packets]
 
 
+@pytest.mark.parametrize(("loop", "mode"), MODES)
+def test_a_frame_timeout_does_not_count_while_the_caller_paused_the_reading(loop: str, mode: str, contexts) -> None:
+    """``frame_timeout`` 0.3 s: a frame whose first bytes came with the one before it, which paused the reading for
+    1 s (as a quorum connection does while its node has packets to take), is decoded once the reading resumes: the
+    pause is this end's (over TLS its rest waits in the TLS layer, not the kernel). Before, it was cut ("still
+    incomplete")."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
+        got: list[bytes] = []
+        transport = peers.transport_of(writer)
+
+        def on_item(body: bytes) -> None:
+            got.append(body)
+            if body == b"pause":
+                transport.pause_reading()
+                asyncio.get_running_loop().call_later(1.0, transport.resume_reading)
+
+        reason = await peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), on_item, frame_timeout=0.3)
+        return got, reason
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        after = wire.frame(b"after")
+        writer.write(wire.frame(b"pause") + after[:3])
+        await asyncio.sleep(0.1)
+        writer.write(after[3:])
+        await asyncio.sleep(1.5)
+        writer.close()
+
+    assert _scenario(loop, contexts[mode], handle, client) == ([b"pause", b"after"], peers.PEER_CLOSED)
+
+
 @pytest.mark.parametrize("loop", sorted(LOOPS))
 def test_a_half_closed_peer_still_gets_what_is_written_after_its_end(loop: str, contexts) -> None:
     """A client that shuts down its sending side (a request, then its end) still reads the answers written once its
@@ -285,3 +318,78 @@ def test_the_idle_timeout_ends_a_silent_reading_and_does_not_count_while_it_is_p
     got, reason, took = _scenario(loop, contexts["plain"], handle, client)
     assert got == [b"a", b"b", b"pause"] and reason == "nothing from the tester within 0.5 s"
     assert 0.2 + 1.0 + 0.5 - 0.01 <= took < 5, took  # the items, the pause, then the peer's silence
+
+
+@pytest.mark.parametrize(("loop", "mode"), MODES)
+def test_unread_counts_the_bytes_the_kernel_holds_for_the_socket(loop: str, mode: str, contexts) -> None:
+    """`peers.unread`: 0 once the loop read everything; the bytes written to it while the loop does not run (over TLS
+    the encrypted ones: at least the plaintext's length)."""
+    async def main(server_ctx: ssl.SSLContext | None, client_ctx: ssl.SSLContext | None) -> tuple[int, int]:
+        ready: asyncio.Future[asyncio.Transport] = asyncio.get_running_loop().create_future()
+        done = asyncio.Event()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readexactly(4)
+            ready.set_result(peers.transport_of(writer))
+            await done.wait()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1], ssl=client_ctx)
+        try:
+            writer.write(b"head")
+            transport = await asyncio.wait_for(ready, 5)
+            before = peers.unread(transport)
+            writer.write(b"x" * 1000)
+            time.sleep(0.2)  # the loop does not run: the bytes wait in the server's socket, unread
+            return before, peers.unread(transport)
+        finally:
+            done.set()
+            writer.close()
+            server.close()
+
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        before, after = runner.run(main(*contexts[mode]))
+    assert before == 0 and after >= 1000
+
+
+@pytest.mark.parametrize("timeout", ["frame_timeout", "idle_timeout"])
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_frame_whose_rest_waits_unread_while_this_loop_lags_is_not_the_peers_slowness(loop: str,
+                                                                                       timeout: str) -> None:
+    """A timeout of 0.3 s; the frame's first bytes are read, then its rest (512 KiB: more than one read of the loop)
+    is written and this loop does not run for 1 s (a SIGSTOP, a process starved of the processor, a long callback).
+    When it runs again its timer is due before the reads that finish the frame: the bytes wait in the kernel, the
+    lag is this end's, and the frame is decoded. Before, the reading ended ("still incomplete 0.3 s after its first
+    byte", or "nothing from the peer"), and a follower whose process starved during a large sync was cut on every
+    attempt. A rest that never comes is still cut (test_fuzz_codec)."""
+    body = bytes(range(256)) * 2048
+
+    async def main() -> tuple[list[bytes], str]:
+        got: list[bytes] = []
+        read: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                read.set_result(await peers.read_stream(reader, writer, wire.FrameDecoder(1 << 20, "test"),
+                                                        got.append, **{timeout: 0.3}))
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        frame = wire.frame(body)
+        with socket.create_connection(server.sockets[0].getsockname()[:2]) as sock:
+            sock.sendall(frame[:100])
+            await asyncio.sleep(0.1)  # the first bytes are read: the frame's timer runs
+            sender = threading.Thread(target=sock.sendall, args=(frame[100:],))
+            sender.start()
+            time.sleep(1.0)  # this loop does not run; the rest reaches the kernel
+            await asyncio.to_thread(sender.join, 10)
+            sock.shutdown(socket.SHUT_WR)
+            reason = await asyncio.wait_for(read, 10)
+        server.close()
+        return got, reason
+
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        got, reason = runner.run(main())
+    assert reason == peers.PEER_CLOSED and got == [body]

@@ -267,6 +267,18 @@ def test_a_bad_snap_on_the_quorum_stream_is_refused_where_it_goes_wrong():
             decoder.feed(ack)
 
 
+def test_a_snapshot_stream_has_a_bound_of_its_own_above_a_packets_data():
+    """A SNAP's stream is the leader's whole tree: ``max_snapshot`` bounds it, not ``max_data`` (a packet's data):
+    a stream far longer than the packet bound is read whole, one byte over its own bound is refused naming it."""
+    stream = payloads.encode_snap_data([((1 << 32) | k, b"v" * 100) for k in range(1, 51)])
+    packet = QuorumPacket(PacketType.SNAP, (1 << 32) | 50, stream)
+    body = wire.encode_quorum_packet(packet)
+    assert len(stream) > 5 * 1000
+    assert wire.PacketDecoder(max_data=1000, max_snapshot=len(stream)).feed(body) == [packet]
+    with pytest.raises(CodecError, match=f"the snapshot stream is longer than {len(stream) - 1} bytes"):
+        wire.PacketDecoder(max_data=1000, max_snapshot=len(stream) - 1).feed(body)
+
+
 def test_a_snapshot_stream_that_arrives_in_many_pieces_is_read_once():
     """A SNAP's stream is read on from the last whole element each time more of it arrives, not again from its start:
     a long history in 997-byte pieces costs about one reading of each element (plus one partial element a piece),

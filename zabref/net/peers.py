@@ -31,13 +31,14 @@ woken a chunk). A quorum connection pauses its reading while `INBOUND_PAUSE` pac
 (`Connection.hold`, `Connection.take`): the loop may read a socket many times before the server's pump runs once.
 The client ports read their connections with `read_stream` too (`zabref.net.pipeline`).
 
-Bounds (so a misbehaving peer cannot exhaust memory): a quorum packet's data is at most `MAX_QUORUM_DATA` bytes and
-an election frame's body at most `MAX_ELECTION_FRAME` (a longer length closes the connection before any of it is
-read); an inbound connection's whole admission -- TLS handshake, first bytes, quorum authentication -- must be done
-within `HANDSHAKE_TIMEOUT` seconds of its accept (`zabref.runtime.links`: one deadline, so a stranger that trickles
-each stage just inside its own bound is still closed); an election frame must complete within
-`ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_stream`'s ``frame_timeout``); an election sender keeps at
-most `ELECTION_QUEUE_LIMIT` notifications.
+Bounds (so a misbehaving peer cannot exhaust memory): a quorum packet's data is at most `MAX_QUORUM_DATA` bytes, a
+SNAP's snapshot stream at most `MAX_SNAPSHOT`, and an election frame's body at most `MAX_ELECTION_FRAME` (a longer
+length closes the connection before any of it is read); an inbound connection's whole admission -- TLS handshake,
+first bytes, quorum authentication -- must be done within `HANDSHAKE_TIMEOUT` seconds of its accept
+(`zabref.runtime.links`: one deadline, so a stranger that trickles each stage just inside its own bound is still
+closed); an election frame must complete within `ELECTION_FRAME_TIMEOUT` seconds of its first byte (`read_stream`'s
+``frame_timeout``, which does not count this end's own lag); an election sender keeps at most `ELECTION_QUEUE_LIMIT`
+notifications.
 
 Unsent bytes. A connection whose unsent bytes exceed `SEND_BUFFER_LIMIT` (the peer stopped reading) is closed --
 except while ``catching_up`` is set: the runtime sets it on a leader's connection to a learner that is not UPTODATE
@@ -52,11 +53,13 @@ until a stalled peer reads it, perhaps never.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import itertools
 import logging
 import secrets
 import struct
+import termios
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
@@ -82,6 +85,7 @@ __all__ = [
     "transport_of",
     "dropped_cancel",
     "MAX_QUORUM_DATA",
+    "MAX_SNAPSHOT",
     "MAX_ELECTION_FRAME",
     "SEND_BUFFER_LIMIT",
     "WRITE_CHUNK",
@@ -96,9 +100,16 @@ __all__ = [
 
 log = logging.getLogger("zabref")
 
-#: A quorum packet's data bound (zabref's SNAP carries a whole history in it). A ZooKeeper learner reads at most its
-#: ``jute.maxbuffer`` (about 1 MiB, `zabref.net.zkwire.JUTE_MAX`) in one buffer.
+#: A quorum packet's data bound. A ZooKeeper learner reads at most its ``jute.maxbuffer`` (about 1 MiB,
+#: `zabref.net.zkwire.JUTE_MAX`) in one buffer.
 MAX_QUORUM_DATA = 16 * 1024 * 1024
+
+#: A SNAP's snapshot stream bound: the leader's whole tree (zabref's: its whole history), which a learner that has
+#: nothing the leader has needs however large it grew. ZooKeeper bounds the stream only element by element (each
+#: buffer by ``jute.maxbuffer``; `zabref.core.zksnap` does too); this bounds what a misbehaving leader can make a
+#: learner buffer, far above what a server here holds in memory. Before, the stream was bounded by
+#: `MAX_QUORUM_DATA`: a learner could never join a leader holding more than 16 MiB once it needed a SNAP.
+MAX_SNAPSHOT = 1 << 30
 #: An election frame's bound: a notification carries the configuration's text (`zabref.net.wire`), about 50 bytes a
 #: server; ZooKeeper's own bound is 512 KiB (QuorumCnxManager.PACKETMAXSIZE).
 MAX_ELECTION_FRAME = 8 * 1024
@@ -301,7 +312,10 @@ async def read_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     within that many seconds of its first byte (the time between them is not bounded); with ``idle_timeout``, a
     whole one must arrive within that many seconds of the reading's start and of the last one (``nothing from
     {peer_name} within ... s``; a pause of the reading is not the peer's silence: the wait starts again at the first
-    look after it, so a silence after a pause may last up to twice ``idle_timeout``). The caller may pause and
+    look after it, so a silence after a pause may last up to twice ``idle_timeout``). Neither counts this end's own
+    lag against the peer: a timer that comes due while the reading is paused (``frame_timeout``), or while bytes
+    wait in the kernel that this loop has not read yet (`unread`: its process was stopped or starved, and the timer
+    runs before the reads its lag delayed), gives the peer the time again. The caller may pause and
     resume the transport's reading (a chunk read before the pause is still decoded whole). Cancelled, nothing more
     reaches ``on_item``.
     """
@@ -310,6 +324,20 @@ async def read_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         return await frames.run(reader)
     finally:
         frames.stop()
+
+
+def unread(transport: asyncio.BaseTransport) -> int:
+    """How many bytes the kernel holds for ``transport``'s socket that its loop has not read yet (FIONREAD on the
+    socket: over TLS, the encrypted bytes); 0 when it cannot tell (no socket, closed)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        held = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    count: int = struct.unpack("i", held)[0]  # a C int, in the machine's order
+    return count
 
 
 def transport_of(writer: asyncio.StreamWriter) -> asyncio.Transport:
@@ -426,6 +454,8 @@ class _Frames(asyncio.Protocol):
         elif self.was_paused:  # the pause ended since the last look, when is not known: the wait starts again
             self.last_item = now
             self.was_paused = False
+        elif unread(self.transport):  # bytes wait that this loop has not read: its lag, not the peer's silence
+            self.last_item = now
         due = self.last_item + self.idle_timeout
         if now >= due:
             self.idle_timer = None
@@ -434,6 +464,14 @@ class _Frames(asyncio.Protocol):
             self.idle_timer = self.loop.call_at(due, self._idle)
 
     def _too_slow(self) -> None:
+        assert self.frame_timeout is not None
+        if not self.transport.is_reading() or unread(self.transport):
+            # The caller paused the reading, or the rest of the frame (some of it) waits in the kernel and this loop
+            # has not read it: the loop lagged (its process was stopped or starved, or a callback ran long) and the
+            # timer came due before the read that this lag delayed. Either way the slowness is this end's, not the
+            # peer's: the peer gets the time again.
+            self.timer = self.loop.call_later(self.frame_timeout, self._too_slow)
+            return
         self.timer = None
         self._end(f"bad input: a frame or packet is still incomplete {self.frame_timeout} s after its first byte "
                   f"({self.decoder.buffered} bytes of it received)")

@@ -259,19 +259,22 @@ class PacketDecoder(_StreamDecoder[QuorumPacket]):
     `zkwire.JUTE_MAX`, never null) with a `zkwire.Cursor` once all of it is here (`_authinfo_end`). After an
     error the decoder is broken: every later ``feed`` raises the same error (the connection must be closed).
     ``close()`` checks that the stream ended between packets. Offsets in errors count bytes from the start of the
-    stream.
+    stream. A SNAP's snapshot stream, which follows its packet and is a whole tree, has its own bound,
+    ``max_snapshot`` bytes (by default ``max_data``), refused as soon as that many bytes of it are here.
     """
 
-    def __init__(self, max_data: int = DEFAULT_MAX_FRAME, what: str = "quorum stream") -> None:
+    def __init__(self, max_data: int = DEFAULT_MAX_FRAME, what: str = "quorum stream",
+                 max_snapshot: int | None = None) -> None:
         super().__init__(max_data, "max_data", what)
         self.max_data = max_data
+        self.max_snapshot = max_data if max_snapshot is None else max_snapshot
         self._snap_need = 0  # bytes from the start of a SNAP waiting for its snapshot stream that it needs at least
         self._snap: zksnap.TreeReader | None = None  # that stream's reader, which goes on where it stopped
 
     def _item_at(self, pos: int) -> tuple[QuorumPacket, int] | None:
         """The packet starting at ``pos`` and where the next one starts, or None if its bytes are not all here. A
-        SNAP's snapshot stream (`zabref.core.zksnap`, within ``max_data`` bytes) is its data: its reader goes on from
-        the last whole element it read, once the bytes its last try stopped for are here."""
+        SNAP's snapshot stream (`zabref.core.zksnap`, within ``max_snapshot`` bytes) is its data: its reader goes on
+        from the last whole element it read, once the bytes its last try stopped for are here."""
         if len(self._buf) - pos < self._snap_need:
             return None
         got = self._packet_at(pos)
@@ -281,7 +284,7 @@ class PacketDecoder(_StreamDecoder[QuorumPacket]):
         if self._snap is None:
             self._snap = zksnap.TreeReader()
         what = f"{self.what}: QuorumPacket SNAP"
-        data, stop = _snapshot(self._buf, start, packet.data, self._snap, self.max_data, what, self._consumed)
+        data, stop = _snapshot(self._buf, start, packet.data, self._snap, self.max_snapshot, what, self._consumed)
         if data is None:
             self._snap_need = stop - pos
             return None

@@ -205,7 +205,7 @@ class PeerLinks:
         # A packet unfinished for initLimit ticks is a broken peer (ZooKeeper bounds its sync reads by initLimit too):
         # the connection is closed as bad input, which the node sees as any lost connection.
         timing = self.config.cluster
-        decoder = wire.PacketDecoder(peers.MAX_QUORUM_DATA, f"quorum stream from {conn.peer}")
+        decoder = wire.PacketDecoder(peers.MAX_QUORUM_DATA, f"quorum stream from {conn.peer}", peers.MAX_SNAPSHOT)
         reason = await peers.read_stream(reader, writer, decoder, on_packet,
                                          frame_timeout=timing.init_limit * timing.tick_ms / 1000)
         self.close_connection(conn, reason, report=None)
