@@ -83,6 +83,17 @@ def _sends(data: bytes, *, close: bool) -> Client:
 MODES = [(loop, mode) for loop in sorted(LOOPS) for mode in ("plain", "tls")]
 
 
+def _pausing_on(got: list[bytes], transport: asyncio.Transport) -> Callable[[bytes], None]:
+    """An ``on_item`` that keeps each body in ``got`` and, at the body ``pause``, pauses the reading for 1 s (as the
+    caller of `read_stream` may)."""
+    def on_item(body: bytes) -> None:
+        got.append(body)
+        if body == b"pause":
+            transport.pause_reading()
+            asyncio.get_running_loop().call_later(1.0, transport.resume_reading)
+    return on_item
+
+
 @pytest.mark.parametrize(("loop", "mode"), MODES)
 def test_what_the_stream_read_past_the_handshake_is_decoded_first(loop: str, mode: str, contexts) -> None:
     """The handshake reads its bytes through the stream, which has read the frames after them too (one write):
@@ -216,13 +227,7 @@ def test_a_frame_timeout_does_not_count_while_the_caller_paused_the_reading(loop
     incomplete")."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
         got: list[bytes] = []
-        transport = peers.transport_of(writer)
-
-        def on_item(body: bytes) -> None:
-            got.append(body)
-            if body == b"pause":
-                transport.pause_reading()
-                asyncio.get_running_loop().call_later(1.0, transport.resume_reading)
+        on_item = _pausing_on(got, peers.transport_of(writer))
 
         reason = await peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"), on_item, frame_timeout=0.3)
         return got, reason
@@ -295,13 +300,7 @@ def test_the_idle_timeout_ends_a_silent_reading_and_does_not_count_while_it_is_p
     after it); 0.5 s with no whole item (half a frame does not count) ends it, naming the peer."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> object:
         got: list[bytes] = []
-        transport = peers.transport_of(writer)
-
-        def on_item(body: bytes) -> None:
-            got.append(body)
-            if body == b"pause":
-                transport.pause_reading()
-                asyncio.get_running_loop().call_later(1.0, transport.resume_reading)
+        on_item = _pausing_on(got, peers.transport_of(writer))
 
         loop_ = asyncio.get_running_loop()
         start = loop_.time()
