@@ -44,6 +44,7 @@ from zabref.config import parse_config
 from zabref.core import zktxn
 from zabref.core.packets import ServerState
 from zabref.core.zab import ZabState
+from zabref.net import peers
 from zabref.net.ports import find_free_base_port, release_base_port
 from zabref.runtime.drivers import NormalDriver
 from zabref.runtime.server import Server
@@ -477,15 +478,24 @@ def test_a_zabref_server_follows_a_zookeeper_leader(tmp_path, zk380, lines, vers
         assert leader_log.count("Follower sid: 3") == 2  # one sync per start
 
 
+#: (version, nodes of BIG_VALUE bytes written under /big before the zabref server joins)
+SNAP_CASES = [("3.8.0", 0), ("3.9.5", 0), ("3.9.5", 20)]
+BIG_VALUE = 900_000  # within ZooKeeper's jute.maxbuffer (1 MiB) for one request
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("version", ["3.8.0", "3.9.5"])
+@pytest.mark.parametrize(("version", "big"), SNAP_CASES)
 def test_a_zabref_server_that_joins_after_zookeepers_clients_wrote_takes_their_tree_by_snap(tmp_path, zk380, lines,
-                                                                                           version) -> None:
+                                                                                           version, big) -> None:
     """docs/zookeeper.md, item 1 (a): ZooKeeper's clients write, then an empty zabref server joins; ZooKeeper's
     leader synchronizes it by a SNAP of a tree that holds their nodes, which the zabref follower keeps whole as the
     base of its history (`zktxn.SNAPSHOT`). It then ACKs the next writes (server 1 killed: they commit on {2, 3})
-    and serves kazoo reads of the nodes from the snapshot, of their data and version, and of those written after."""
+    and serves kazoo reads of the nodes from the snapshot, of their data and version, and of those written after.
+    With ``big`` nodes of 900 KB the snapshot stream is larger than a quorum packet's data bound (16 MiB,
+    `peers.MAX_QUORUM_DATA`): before its own bound (`peers.MAX_SNAPSHOT`) the zabref server refused every SNAP and
+    never joined."""
+    value = bytes(range(256)) * (BIG_VALUE // 256)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         zk_port = probe.getsockname()[1]
@@ -495,7 +505,8 @@ def test_a_zabref_server_that_joins_after_zookeepers_clients_wrote_takes_their_t
         async def run() -> tuple:
             await _zookeeper_2_leads(e)
             await asyncio.to_thread(_kazoo, e, 1, lambda c: [c.create("/a", b"x"), c.create("/b", b"y"),
-                                                            c.set("/a", b"z")])
+                                                            c.set("/a", b"z")]
+                                    + [c.create(f"/big/{k}", value, makepath=True) for k in range(big)])
             server = Server(config, 3, NormalDriver(0.2))
             task = asyncio.create_task(server.run())
             try:
@@ -505,13 +516,16 @@ def test_a_zabref_server_that_joins_after_zookeepers_clients_wrote_takes_their_t
                 await asyncio.to_thread(_kazoo, e, 2, lambda c: c.create("/c", b"w"))  # committed on {2, 3}
                 return base, await asyncio.to_thread(
                     kazoo_at, zk_port, lambda c: (c.sync("/"), c.get("/a")[0], c.get("/a")[1].version,
-                                                  c.get("/b")[0], c.get("/c")[0], sorted(c.get_children("/"))))
+                                                  c.get("/b")[0], c.get("/c")[0], sorted(c.get_children("/")),
+                                                  [c.get(f"/big/{k}")[0] == value for k in range(big)]))
             finally:
                 server.stop()
                 await asyncio.wait_for(task, 30)
 
         base, read = asyncio.run(run())
         assert base.value[:1] == zktxn.SNAPSHOT
-        assert read == ("/", b"z", 1, b"y", b"w", ["a", "b", "c", "zookeeper"])
+        assert read == ("/", b"z", 1, b"y", b"w", ["a", "b", *(["big"] if big else []), "c", "zookeeper"],
+                        [True] * big)
+        assert (len(base.value) > peers.MAX_QUORUM_DATA) == (big > 0)
         assert not [x for x in lines.lines if "protocol error" in x], "the zabref follower refused a packet"
         assert "Sending snapshot last zxid of peer is 0x0" in _log(e, 2)
