@@ -6,6 +6,7 @@ and closes, and an error of the callee is raised where the reading is awaited.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import threading
@@ -358,10 +359,10 @@ def test_a_frame_whose_rest_waits_unread_while_this_loop_lags_is_not_the_peers_s
                                                                                        timeout: str) -> None:
     """A timeout of 0.3 s; the frame's first bytes are read, then its rest (512 KiB: more than one read of the loop)
     is written and this loop does not run for 1 s (a SIGSTOP, a process starved of the processor, a long callback).
-    When it runs again its timer is due before the reads that finish the frame: the bytes wait in the kernel, the
-    lag is this end's, and the frame is decoded. Before, the reading ended ("still incomplete 0.3 s after its first
-    byte", or "nothing from the peer"), and a follower whose process starved during a large sync was cut on every
-    attempt. A rest that never comes is still cut (test_fuzz_codec)."""
+    When it runs again its timer is due before the reads that finish the frame: the lag is this end's, and the frame
+    is decoded. Before, the reading ended ("still incomplete 0.3 s after its first byte", or "nothing from the
+    peer"). A rest that never comes is still cut (test_fuzz_codec); which of this end's lags counts, the test
+    below."""
     body = bytes(range(256)) * 2048
 
     async def main() -> tuple[list[bytes], str]:
@@ -392,3 +393,77 @@ def test_a_frame_whose_rest_waits_unread_while_this_loop_lags_is_not_the_peers_s
     with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
         got, reason = runner.run(main())
     assert reason == peers.PEER_CLOSED and got == [body]
+
+
+class _Due:
+    """A timer that was due at ``when`` (uvloop makes a handle due in the past one without ``when``)."""
+
+    def __init__(self, when: float) -> None:
+        self._when = when
+
+    def when(self) -> float:
+        return self._when
+
+    def cancel(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("case", ["on time", "late", "unread", "paused"])
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_due_frame_timer_blames_the_peer_only_when_this_end_did_not_lag(loop: str, case: str) -> None:
+    """The frame timer's verdict, with the frame's first 3 bytes read: on time, the reading not paused and nothing
+    waiting unread, it ends the reading ("still incomplete"); run more than `peers.TIMER_LAG` after it was due, or
+    with bytes waiting unread in the kernel (written while the loop did not run), or with the reading paused, it
+    gives the peer the time again (a new timer, a frame_timeout away) -- each alone."""
+    async def main() -> tuple[str | None, float | None]:
+        loop_ = asyncio.get_running_loop()
+        accepted: asyncio.Future[tuple[asyncio.Task[str], asyncio.StreamWriter]] = loop_.create_future()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.ensure_future(peers.read_stream(reader, writer, wire.FrameDecoder(64, "test"),
+                                                           lambda body: None, frame_timeout=30.0))
+            accepted.set_result((task, writer))
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        client = socket.create_connection(server.sockets[0].getsockname()[:2])
+        try:
+            frame = wire.frame(b"abcdef")
+            client.sendall(frame[:3])
+            task, writer = await asyncio.wait_for(accepted, 5)
+            transport = peers.transport_of(writer)
+            frames = transport.get_protocol()
+            for _ in range(100):  # until the first bytes are read: the frame's timer runs
+                if frames.timer is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert frames.timer is not None
+            if case == "late":
+                frames.timer.cancel()
+                frames.timer = _Due(loop_.time() - 2 * peers.TIMER_LAG)  # the timer running now was due a while ago
+            elif case == "unread":
+                client.sendall(frame[3:5])
+                time.sleep(0.2)  # this loop does not run: the bytes wait in the kernel
+            elif case == "paused":
+                transport.pause_reading()
+            frames._too_slow()
+            await asyncio.sleep(0)
+            if task.done():
+                return task.result(), None
+            again = frames.timer.when() - loop_.time() if frames.timer is not None else None
+            task.cancel()
+            return None, again
+        finally:
+            client.close()
+            server.close()
+
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        ended, again = runner.run(main())
+    if case == "on time":
+        assert ended is not None and ended.startswith("bad input: a frame or packet is still incomplete 30.0 s")
+    else:
+        assert ended is None and again is not None and again > 25, (ended, again)

@@ -313,17 +313,23 @@ async def read_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     whole one must arrive within that many seconds of the reading's start and of the last one (``nothing from
     {peer_name} within ... s``; a pause of the reading is not the peer's silence: the wait starts again at the first
     look after it, so a silence after a pause may last up to twice ``idle_timeout``). Neither counts this end's own
-    lag against the peer: a timer that comes due while the reading is paused (``frame_timeout``), or while bytes
-    wait in the kernel that this loop has not read yet (`unread`: its process was stopped or starved, and the timer
-    runs before the reads its lag delayed), gives the peer the time again. The caller may pause and
-    resume the transport's reading (a chunk read before the pause is still decoded whole). Cancelled, nothing more
-    reaches ``on_item``.
+    lag against the peer: a timer that runs more than `TIMER_LAG` after it was due, or while bytes wait in the kernel
+    that this loop has not read yet (`unread`: its process was stopped or starved, and the timer runs before the
+    reads its lag delayed), or while the reading is paused (``frame_timeout``), gives the peer the time again. (A
+    peer that trickles its bytes gains nothing by it: its bytes do not wait unless this loop lags.) The caller may
+    pause and resume the transport's reading (a chunk read before the pause is still decoded whole). Cancelled,
+    nothing more reaches ``on_item``.
     """
     frames = _Frames(transport_of(writer), decoder, on_item, frame_timeout, idle_timeout, peer_name, after_chunk)
     try:
         return await frames.run(reader)
     finally:
         frames.stop()
+
+
+#: A `read_stream` timer that runs this many seconds after it was due ran late because this loop lagged (its process
+#: was stopped or starved, or a callback ran long): the wait is not the peer's.
+TIMER_LAG = 0.1
 
 
 def unread(transport: asyncio.BaseTransport) -> int:
@@ -454,7 +460,7 @@ class _Frames(asyncio.Protocol):
         elif self.was_paused:  # the pause ended since the last look, when is not known: the wait starts again
             self.last_item = now
             self.was_paused = False
-        elif unread(self.transport):  # bytes wait that this loop has not read: its lag, not the peer's silence
+        elif self._late(self.idle_timer) or unread(self.transport):  # this loop lagged, not the peer
             self.last_item = now
         due = self.last_item + self.idle_timeout
         if now >= due:
@@ -463,13 +469,16 @@ class _Frames(asyncio.Protocol):
         else:
             self.idle_timer = self.loop.call_at(due, self._idle)
 
+    def _late(self, timer: asyncio.TimerHandle | None) -> bool:
+        """Whether ``timer`` (the one running now) runs more than `TIMER_LAG` seconds after it was due."""
+        return timer is not None and self.loop.time() - timer.when() > TIMER_LAG
+
     def _too_slow(self) -> None:
         assert self.frame_timeout is not None
-        if not self.transport.is_reading() or unread(self.transport):
-            # The caller paused the reading, or the rest of the frame (some of it) waits in the kernel and this loop
-            # has not read it: the loop lagged (its process was stopped or starved, or a callback ran long) and the
-            # timer came due before the read that this lag delayed. Either way the slowness is this end's, not the
-            # peer's: the peer gets the time again.
+        if self._late(self.timer) or not self.transport.is_reading() or unread(self.transport):
+            # This loop lagged (its process was stopped or starved, or a callback ran long: the timer runs late, or
+            # before the reads the lag delayed, with the rest of the frame waiting in the kernel), or the caller
+            # paused the reading. Either way the slowness is this end's, not the peer's: the peer gets the time again.
             self.timer = self.loop.call_later(self.frame_timeout, self._too_slow)
             return
         self.timer = None
