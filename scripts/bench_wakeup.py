@@ -48,7 +48,7 @@ def _answer(port: int, how: str, trips: int, log: str | None) -> None:
     wait = _waiter(sock, how)
     fd = -1
     if log is not None:
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT, 0o600)
+        fd = os.open(log, os.O_WRONLY)
         os.posix_fallocate(fd, 0, trips * 1024)
     for k in range(trips):
         wait()
@@ -63,7 +63,10 @@ def round_trips(how: str, trips: int, sync_dir: str | None) -> list[float]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
-    log = None if sync_dir is None else tempfile.mktemp(dir=sync_dir, prefix="wakeup-")
+    log = None
+    if sync_dir is not None:
+        fd, log = tempfile.mkstemp(dir=sync_dir, prefix="wakeup-")
+        os.close(fd)
     pid = os.fork()
     if pid == 0:
         try:

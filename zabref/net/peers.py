@@ -342,8 +342,7 @@ def unread(transport: asyncio.BaseTransport) -> int:
         held = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
     except (OSError, ValueError):
         return 0
-    count: int = struct.unpack("i", held)[0]  # a C int, in the machine's order
-    return count
+    return int(struct.unpack("i", held)[0])  # a C int, in the machine's order
 
 
 def transport_of(writer: asyncio.StreamWriter) -> asyncio.Transport:
