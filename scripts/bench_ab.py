@@ -45,16 +45,24 @@ def version(spec: str) -> tuple[str, Path, bool]:
 
 def _code(spec: str) -> tuple[str, Path]:
     if spec.startswith("compiled:"):
-        sys.path.insert(0, str(ROOT / "scripts"))
-        import build_compiled  # beside this script
-
-        label, folder = export(spec.removeprefix("compiled:"))
-        return f"{label}, compiled", build_compiled.build(folder)
+        rev = spec.removeprefix("compiled:")
+        label, folder = export(rev)
+        # Each revision is compiled by its own scripts/build_compiled.py (what it compiles is that revision's
+        # choice), into the revision's folder; the working tree's by this checkout's, into its cache.
+        script = ROOT / "scripts" / "build_compiled.py" if rev == "work" else folder / "scripts" / "build_compiled.py"
+        if not script.is_file():
+            sys.exit(f"bench_ab: revision {rev!r} has no scripts/build_compiled.py: it has no compiled build")
+        done = subprocess.run([sys.executable, str(script), "--source", str(folder)], cwd=ROOT, capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            sys.exit(f"bench_ab: the compiled build of {rev!r} failed:\n{done.stdout}{done.stderr}")
+        return f"{label}, compiled", Path(done.stdout.strip().splitlines()[-1])
     return export(spec)
 
 
 def export(rev: str) -> tuple[str, Path]:
-    """The ``zabref`` package of revision ``rev`` (``work``: the working tree) in a folder of its own; (label, folder)."""
+    """The ``zabref`` package of revision ``rev`` (``work``: the working tree) in a folder of its own, with the
+    revision's scripts/build_compiled.py where it has one; (label, folder)."""
     if rev == "work":
         folder = CACHE / "work"
         shutil.rmtree(folder, ignore_errors=True)
@@ -66,14 +74,19 @@ def export(rev: str) -> tuple[str, Path]:
         sys.exit(f"bench_ab: {rev!r} is not a revision of this repository: {done.stderr.strip()}")
     commit = done.stdout.strip()
     folder = CACHE / commit
-    if not (folder / "zabref" / "cli.py").is_file():
+    if not (folder / "EXPORTED").is_file():  # the package and, where the revision has it, its compiled build
         tmp = CACHE / f"{commit}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        archive = subprocess.run(["git", "archive", commit, "zabref"], cwd=ROOT, capture_output=True, check=True)
+        has_build = subprocess.run(["git", "cat-file", "-e", f"{commit}:scripts/build_compiled.py"], cwd=ROOT,
+                                   capture_output=True).returncode == 0
+        archive = subprocess.run(["git", "archive", commit, "zabref",
+                                  *(["scripts/build_compiled.py"] if has_build else [])],
+                                 cwd=ROOT, capture_output=True, check=True)
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(tmp, filter="data")
         shutil.rmtree(folder, ignore_errors=True)
+        (tmp / "EXPORTED").write_text(f"{commit}\n")
         tmp.rename(folder)
     return f"{rev} ({commit[:8]})", folder
 

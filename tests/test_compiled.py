@@ -22,11 +22,14 @@ import zabref
 REPO = Path(__file__).resolve().parent.parent
 #: Test files run on the compiled build by the deep test: the core and its model, the election, the codecs, the
 #: ZooKeeper transactions and trees, ZooKeeper's client port with kazoo (real servers), conformance replays (real
-#: servers driven step by step) and the simulator's checks of whole runs (in this process: the compiled build). A
-#: seeded bug's patched copy runs the pure build whichever build runs the test, so those files are not here.
+#: servers driven step by step), the simulator's checks of whole runs (in this process: the compiled build), and the
+#: runtime's: servers and clusters, their connections' reading, a late leader, the pipelines, a slow follower's
+#: resync. A seeded bug's patched copy runs the pure build whichever build runs the test, so those files are not
+#: here; nor are the tests that patch the runtime's classes (test_batching.py, test_security_mutants.py).
 COMPILED_SUITE = ("test_core.py", "test_core_model.py", "test_election.py", "test_wire.py", "test_zkwire.py",
                   "test_zktxn.py", "test_zktree.py", "test_zk_clients.py", "test_fuzz_codec.py", "test_replay.py",
-                  "test_sim_pause.py", "test_simcheck.py")
+                  "test_sim_pause.py", "test_simcheck.py", "test_cluster.py", "test_runtime.py", "test_read_stream.py",
+                  "test_late_leader.py", "test_tenure.py", "test_pipeline.py", "test_slow_follower.py")
 
 
 def _script():
@@ -76,6 +79,69 @@ def test_every_dataclass_the_build_compiles_declares_a_constructor_of_its_fields
             # one copy of each default: the constructor's (a field's own default would be a second)
             assert all(f.default is f.default_factory is dataclasses.MISSING for f in dataclasses.fields(cls)), cls
     assert {"QuorumPacket", "Effects", "Action", "AppendTxns", "Send", "Output", "ZNode"} <= set(seen), seen
+
+
+#: A function that binds one exception name to two types (mypyc/mypyc#620), both classes of the module.
+REUSED = """
+class Refused(Exception):
+    pass
+
+
+class Broken(Exception):
+    pass
+
+
+def f(x):
+    try:
+        {body}
+    except Refused as e:
+        return "refused " + str(e)
+    except Broken as {second}:
+        return "broken " + str({second})
+"""
+
+
+def test_the_build_refuses_an_exception_name_bound_to_two_types(tmp_path: Path) -> None:
+    """`reused_exception_names` names the function and both types, passes over distinct names, and finds no such
+    place in what the build compiles -- which would otherwise raise TypeError in the second clause (the next test
+    shows mypyc doing so)."""
+    build = _script()
+    found = build.reused_exception_names(REUSED.format(body="pass", second="e"), "m.py")
+    assert found == ["m.py:10: f binds 'e' to Broken and Refused"], found
+    assert build.reused_exception_names(REUSED.format(body="pass", second="bad"), "m.py") == []
+    assert [line for p in build._sources(REPO)
+            for line in build.reused_exception_names(p.read_text(), str(p.relative_to(REPO)))] == []
+    (tmp_path / "zabref" / "core").mkdir(parents=True)
+    (tmp_path / "zabref" / "core" / "bad.py").write_text(REUSED.format(body="pass", second="e"))
+    with pytest.raises(SystemExit, match=r"mypyc/mypyc#620.*\n.*zabref/core/bad.py:10: f binds 'e'"):
+        build.compile_into(tmp_path)  # refused before mypyc runs
+
+
+@pytest.mark.slow
+def test_mypyc_compiles_an_exception_name_bound_to_two_types_wrong(tmp_path: Path) -> None:
+    """Why the build refuses it: compiled, the second clause's exception fails the first clause's type check; with
+    names of their own both clauses work."""
+    if importlib.util.find_spec("mypyc") is None:
+        pytest.skip("mypy's compiler is not installed (pip install 'zabref[dev]')")
+    body = 'raise (Refused if x else Broken)("boom")'
+    for name, second in (("reused", "e"), ("distinct", "bad")):
+        source = REUSED.format(body=body, second=second).replace("def f(x)", "def f(x: int) -> str")
+        (tmp_path / f"{name}.py").write_text(source)
+    done = subprocess.run([sys.executable, "-m", "mypyc", "reused.py", "distinct.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    probe = subprocess.run([sys.executable, "-c", """
+import distinct, reused
+assert reused.__file__.endswith(".so"), reused.__file__
+print(reused.f(1), "|", distinct.f(0))
+try:
+    print(reused.f(0))
+except TypeError as e:
+    print("TypeError:", e)
+"""], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    assert probe.stdout.splitlines() == ["refused boom | broken boom",
+                                         "TypeError: reused.Refused object expected; got reused.Broken"]
 
 
 def test_this_process_runs_the_build_the_suite_was_asked_for() -> None:
@@ -128,11 +194,14 @@ def test_the_compiled_build_passes_the_tests_of_what_it_compiles(tmp_path: Path)
     assert sorted(p.name.split(".")[0] for p in (folder / "zabref" / "core").glob("*.so")) == sorted(
         p.stem for p in (REPO / "zabref" / "core").glob("*.py"))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH", "ZABREF_EXPECT_BUILD")}
-    probe = subprocess.run([sys.executable, "-c", "import zabref, zabref.net.wire as w; print(zabref.build(), "
-                            "w.__file__)"], cwd=tmp_path, env=dict(env, PYTHONPATH=str(folder), PYTHONSAFEPATH="1"),
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run([sys.executable, "-c", "import importlib, sys, zabref; print(zabref.build()); "
+                            "[print(importlib.import_module(m).__file__) for m in sys.argv[1:]]",
+                            *_compiled_module_names()], cwd=tmp_path,
+                           env=dict(env, PYTHONPATH=str(folder), PYTHONSAFEPATH="1"), capture_output=True, text=True,
+                           timeout=60)
     assert probe.returncode == 0 and probe.stdout.split()[0] == "compiled", probe.stdout + probe.stderr
-    assert probe.stdout.split()[1].endswith(".so")
+    files = probe.stdout.split()[1:]
+    assert len(files) == len(_compiled_module_names()) and all(f.endswith(".so") for f in files), probe.stdout
     interpreted = subprocess.run([sys.executable, "-c", INTERPRETED_CONSTRUCTORS, *_compiled_module_names()],
                                  cwd=tmp_path, env=dict(env, PYTHONPATH=str(folder), PYTHONSAFEPATH="1"),
                                  capture_output=True, text=True, timeout=60)

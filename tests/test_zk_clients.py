@@ -17,6 +17,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 from test_zk_mixed import kazoo_at
 
 from conformance.zk.ensemble import four_letter, mode_of
+import zabref
 from zabref.config import parse_config
 from zabref.core.packets import ServerState
 from zabref.core.zab import ZabState
@@ -204,6 +205,8 @@ def _piped(requests: bytes, answers: list[dict], timeout_ms: int = 4000, eof: bo
     events and the submitted futures are handed to it meanwhile (it may read the replies, answer writes); else the
     client reads nothing until the session ended. Returns the port's writes (each write call's bytes), the events,
     the submitted futures and the error the session ended with."""
+    if zabref.build() != "pure":  # a compiled port checks that its server's node is a Node
+        pytest.skip("a stand-in server: these run on the pure build (the real servers above run on both)")
     events: list = []
     config = parse_config(_config(20000, "/tmp/unused"), "zk.toml")
 

@@ -69,7 +69,10 @@ def _server(path: str, base: Path, k: int, raw: Any) -> ServerConfig:
     if not isinstance(data_dir, str) or not data_dir:
         raise ConfigError(f"{where}: data_dir: expected a non-empty string")
     resolved = Path(data_dir) if os.path.isabs(data_dir) else base / data_dir
-    return ServerConfig(sid, host, data_dir=resolved, **ports)
+    required = {key: value for key, value in ports.items() if value is not None}  # checked present above
+    return ServerConfig(sid, host, quorum_port=required["quorum_port"], election_port=required["election_port"],
+                        client_port=required["client_port"], control_port=ports["control_port"], data_dir=resolved,
+                        zk_client_port=ports["zk_client_port"])
 
 
 def parse_config(text: str, path: str = "<config>", base: Path | None = None) -> Config:

@@ -75,10 +75,12 @@ def parse_zoo_cfg(text: str, path: str = "<zoo.cfg>", base: Path | None = None) 
                 raise ConfigError(f"{where}: {key}: given twice (also line {values[key][0]})")
             values[key] = (number, value)
         # ZooKeeper's other settings (autopurge, 4lw, metrics, ...) do not concern the protocol: ignored.
-    cluster = ClusterConfig(**{
-        field: _zoo_int(f"{path}:{values[key][0]}", key, values[key][1], 1, 3_600_000)
-        for field, key in (("tick_ms", "tickTime"), ("init_limit", "initLimit"), ("sync_limit", "syncLimit"))
-        if key in values})
+    timing = {key: _zoo_int(f"{path}:{values[key][0]}", key, values[key][1], 1, 3_600_000)
+              for key in ("tickTime", "initLimit", "syncLimit") if key in values}
+    default = ClusterConfig()
+    cluster = ClusterConfig(tick_ms=timing.get("tickTime", default.tick_ms),
+                            init_limit=timing.get("initLimit", default.init_limit),
+                            sync_limit=timing.get("syncLimit", default.sync_limit))
     if "dataDir" not in values or not values["dataDir"][1]:
         raise ConfigError(f"{path}: dataDir: missing (the data directory of the server started with this file)")
     data_dir = Path(values["dataDir"][1])

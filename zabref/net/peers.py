@@ -180,13 +180,13 @@ async def accept_hello(reader: asyncio.StreamReader) -> tuple[QuorumPacket, byte
             raise HandshakeError("FOLLOWERINFO carries authinfo")
         packet = wire.decode_quorum_packet(got)
         return packet, got, wire.connection_id(packet)
-    except asyncio.IncompleteReadError as e:
-        ended = len(got) + len(e.partial)
+    except asyncio.IncompleteReadError as short:
+        ended = len(got) + len(short.partial)
         raise HandshakeError(f"connection ended after {ended} bytes of the first packet (FOLLOWERINFO)") from None
     except TimeoutError:
         raise HandshakeError(f"no FOLLOWERINFO within {HANDSHAKE_TIMEOUT} s") from None
-    except CodecError as e:
-        raise HandshakeError(str(e)) from None
+    except CodecError as bad:
+        raise HandshakeError(str(bad)) from None
 
 
 async def accept_initial(reader: asyncio.StreamReader) -> tuple[zkwire.Initial, bytes]:
@@ -213,13 +213,13 @@ async def accept_initial(reader: asyncio.StreamReader) -> tuple[zkwire.Initial, 
         return initial, got
     except zkwire.Short:  # pragma: no cover -- read exactly what the reader needs
         raise HandshakeError("initial message: incomplete") from None
-    except asyncio.IncompleteReadError as e:
-        ended = len(got) + len(e.partial)
+    except asyncio.IncompleteReadError as short:
+        ended = len(got) + len(short.partial)
         raise HandshakeError(f"connection ended after {ended} bytes of the initial message") from None
     except TimeoutError:
         raise HandshakeError(f"no initial message within {HANDSHAKE_TIMEOUT} s") from None
-    except CodecError as e:
-        raise HandshakeError(str(e)) from None
+    except CodecError as bad:
+        raise HandshakeError(str(bad)) from None
 
 
 def new_connection_id() -> int:
@@ -423,17 +423,17 @@ class _Frames(asyncio.Protocol):
             finally:
                 if self.after_chunk is not None:
                     self.after_chunk()
-        except EndReading as e:
-            self._end(str(e))
+        except EndReading as end:
+            self._end(str(end))
             return
-        except (CodecError, ValueError) as e:
-            self._end(f"bad input: {e}")
+        except (CodecError, ValueError) as bad:
+            self._end(f"bad input: {bad}")
             return
-        except OSError as e:
-            self._end(f"{LOST}: {type(e).__name__}: {e}")
+        except OSError as lost:
+            self._end(f"{LOST}: {type(lost).__name__}: {lost}")
             return
-        except Exception as e:  # a bug of on_item's: raised where read_stream is awaited
-            self._end(e)
+        except Exception as bug:  # a bug of on_item's: raised where read_stream is awaited
+            self._end(bug)
             return
         if items and self.idle_timer is not None:
             self.last_item = self.loop.time()

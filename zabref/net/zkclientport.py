@@ -93,12 +93,10 @@ class ZkClientPort:
             reader, writer = await accepted.open(FRAME_TIMEOUT)
             host = address[0] if isinstance(address, tuple) and address else str(address)
             await self._serve(reader, writer, host)
-        except Close as e:
-            reason = str(e)
-        except AuthError as e:
-            reason = str(e)
-        except CodecError as e:
-            reason = f"bad input: {e}"
+        except (Close, AuthError) as refused:
+            reason = str(refused)
+        except CodecError as bad:
+            reason = f"bad input: {bad}"
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             reason = None
         finally:

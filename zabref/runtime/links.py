@@ -22,7 +22,8 @@ hook here: kill -9 and SIGSTOP act on the process from outside, a power cut and 
 (`zabref.runtime.drivers.NormalDriver.jump`).
 
 `PeerLinks` is a part of `zabref.runtime.server.Server` (a mixin): it uses the server's config, node, driver,
-machine, guard and event queue.
+machine, guard and event queue, which its class body declares (typed, so that mypy checks this module and mypyc can
+compile it).
 """
 
 from __future__ import annotations
@@ -30,14 +31,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
+from zabref.config import Config
 from zabref.core import payloads
 from zabref.core.election import check_notification
+from zabref.core.node import Node
 from zabref.core.packets import QuorumPacket, ServerState
 from zabref.core.zab import LearnerPhase
 from zabref.errors import CodecError
-from zabref.net import listener, peers, votes, wire
-from zabref.net.security import AuthError
+from zabref.net import listener, peers, wire
+from zabref.net.security import AuthError, Guard
+from zabref.net.votes import ElectionSender, VoteChannel
+from zabref.runtime.machine import Machine
 
 __all__ = ["PeerLinks", "HOLD_LIMIT"]
 
@@ -59,6 +65,33 @@ _Admitted = tuple[asyncio.StreamReader, asyncio.StreamWriter, int, "tuple[Quorum
 class PeerLinks:
     """The quorum and election connections of a `zabref.runtime.server.Server` (module docstring)."""
 
+    # What the server keeps that these methods read and write (set in `Server.__init__` and `Server.run`).
+    config: Config
+    sid: int
+    guard: Guard
+    driver: Any  # zabref.runtime.drivers.NormalDriver or ControlDriver
+    machine: Machine
+    node: Node | None
+    conns: dict[int, peers.Connection]  # quorum connections by peer
+    votes: dict[int, VoteChannel]  # inbound election connections by serial
+    senders: dict[int, ElectionSender]
+    cut_peers: set[int]
+    _unflushed: dict[int, peers.Connection]
+
+    # What the server does for them (`zabref.runtime.server.Server`).
+    def enqueue(self, event: Callable[[], Any]) -> None:
+        raise NotImplementedError
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        raise NotImplementedError
+
+    def _arrived(self, conn: peers.Connection, packet: QuorumPacket) -> None:
+        raise NotImplementedError
+
+    def running(self) -> Node:
+        """The node (`Server.run` made it; nothing of this class runs before)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------------------------------ quorum connections
 
     def send(self, peer: int, packet: QuorumPacket) -> None:
@@ -66,8 +99,8 @@ class PeerLinks:
         if conn is None:
             log.debug("%s(zxid %#x) to %d dropped: no connection", packet.type.name, packet.zxid, peer)
             return
-        conn.catching_up = (self.core.state == ServerState.LEADING
-                            and self.core.learner_phase.get(peer) != LearnerPhase.UPTODATE)
+        core = self.running().core
+        conn.catching_up = core.state == ServerState.LEADING and core.learner_phase.get(peer) != LearnerPhase.UPTODATE
         was_open = not conn.closed
         conn.send(packet, flush=False)
         self._unflushed[conn.serial] = conn
@@ -135,7 +168,7 @@ class PeerLinks:
         self.conns[sid] = conn
         conn.attach(writer)
         log.info("quorum connection from %d open", sid)
-        self.enqueue(lambda: self.node.connection_opened(sid, inbound=True))
+        self.enqueue(lambda: self.running().connection_opened(sid, inbound=True))
         self._arrived(conn, packet)  # FOLLOWERINFO, the connection's first packet
         await self._read(conn, reader, writer)
 
@@ -183,8 +216,8 @@ class PeerLinks:
                 packet, hello, cid = await peers.accept_hello(reader)
                 sid = payloads.decode_followerinfo_data(packet.data).serverid
                 first = packet, cid
-        except (peers.HandshakeError, AuthError, CodecError) as e:
-            raise _Refused(str(e)) from None
+        except (peers.HandshakeError, AuthError, CodecError) as refused:
+            raise _Refused(str(refused)) from None
         if sid == self.sid or sid not in self.config.sids:
             raise _Refused(f"handshake names server {sid}, not another server of {list(self.config.sids)}")
         if not self.link_open(sid):
@@ -193,8 +226,8 @@ class PeerLinks:
         try:  # the certificate names that server's host; quorum authentication: no packet before the proof
             self.guard.check_peer_host(writer, self.config.server(sid).host)
             await self.guard.check(reader, writer, hello, self.sid, peers.HANDSHAKE_TIMEOUT)
-        except AuthError as e:
-            raise _Refused(f"{e} (its handshake named server {sid})") from None
+        except AuthError as denied:
+            raise _Refused(f"{denied} (its handshake named server {sid})") from None
         return reader, writer, sid, first
 
     async def _read(self, conn: peers.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -233,8 +266,8 @@ class PeerLinks:
         conn.reported = True
         if self.conns.get(conn.peer) is conn:
             del self.conns[conn.peer]
-        self.enqueue(lambda: self.node.connection_closed(conn.peer, self.driver.now(), inbound=not conn.initiated,
-                                                         tag=conn.cid))
+        self.enqueue(lambda: self.running().connection_closed(conn.peer, self.driver.now(), inbound=not conn.initiated,
+                                                              tag=conn.cid))
         self.driver.closed(self)
 
     # ------------------------------------------------------------------------------------------ election connections
@@ -257,11 +290,13 @@ class PeerLinks:
 
     def _dialed_votes(self, sid: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], None]:
         """What reads the notifications ``sid`` writes on the connection this server dialed to it and kept."""
-        return lambda reader, writer: self.spawn(self._read_votes(sid, reader, writer), f"votes-from-{sid}")
+        def read(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.spawn(self._read_votes(sid, reader, writer), f"votes-from-{sid}")
+        return read
 
     async def _read_votes(self, sid: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Read ``sid``'s notifications on the pair's connection (`votes.VoteChannel`) until it ends."""
-        channel = votes.VoteChannel(sid, writer)
+        channel = VoteChannel(sid, writer)
         self.votes[channel.serial] = channel
 
         def on_body(body: bytes) -> None:

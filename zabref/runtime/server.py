@@ -75,7 +75,7 @@ from zabref.core import payloads
 from zabref.core.effects import Effects, Timing
 from zabref.core.node import Node
 from zabref.core.packets import Notification, PacketType, QuorumPacket, ServerState
-from zabref.core.zab import HANDLERS
+from zabref.core.zab import HANDLERS, ZabCore
 from zabref.errors import ConfigError, RemoteProtocolError, StorageError, ZabError
 from zabref.net import clientport, listener, peers, votes, wire, zkclientport, zkwire
 from zabref.net.security import Guard
@@ -172,8 +172,14 @@ class Server(PeerLinks):
         self.client_port = clientport.ClientPort(self)
 
     @property
-    def core(self) -> Any:
-        return self.node.core
+    def core(self) -> ZabCore:
+        return self.running().core
+
+    def running(self) -> Node:
+        """The node (made by `run`; every event of the pump comes after)."""
+        node = self.node
+        assert node is not None, "the server's node is made by Server.run"
+        return node
 
     # ------------------------------------------------------------------------------------------ life cycle
 
@@ -214,7 +220,7 @@ class Server(PeerLinks):
         self.spawn(self._pump(), "pump")
         if self.action_log is not None:
             self.action_log.restart(self.sid, self.node)
-        self.enqueue(lambda: self.node.start(self.driver.now()))
+        self.enqueue(lambda: self.running().start(self.driver.now()))
         self.driver.start(self)
         control_at = f"{self.me.control_host}:{self.me.control_port}" if self.control_token is not None else "none"
         log.info("server %d ready (%s mode, %s build, %s loop): quorum %s:%d, election %d, client %d, control %s; "
@@ -250,7 +256,8 @@ class Server(PeerLinks):
         except OSError as e:
             for opened in self._listeners:
                 opened.close()
-            self.storage.close()
+            if self.storage is not None:
+                self.storage.close()
             raise ConfigError(f"{self.config.path}: server {self.sid}: {key}: cannot listen on "
                               f"{host}:{port}: {e.strerror or e}") from None
 
@@ -327,16 +334,16 @@ class Server(PeerLinks):
             for event, fut in batch:
                 try:
                     eff = event() or Effects()
-                except ZabError as e:
+                except ZabError as refused:
                     if fut is None:
-                        log.warning("%s", e)
-                    done.append((fut, e))
+                        log.warning("%s", refused)
+                    done.append((fut, refused))
                     continue
-                except Exception as e:  # a bug: stop (exit 3), but never leave a caller waiting
+                except Exception as bug:  # a bug: stop (exit 3), but never leave a caller waiting
                     log.exception("internal error in an event; stopping")
                     for f in [f for _, f in batch] + [f for f, _ in done]:
                         if f is not None and not f.done():
-                            f.set_exception(ZabError(f"internal error: {type(e).__name__}: {e}"))
+                            f.set_exception(ZabError(f"internal error: {type(bug).__name__}: {bug}"))
                     self.stop(3)
                     return
                 effects.append(eff)
@@ -351,8 +358,8 @@ class Server(PeerLinks):
             if steps or (ordered and self._disk_done is not None):
                 try:
                     await self._persist(steps)
-                except (StorageError, OSError, ValueError) as e:
-                    self._storage_failed(e, [fut for fut, _ in done])
+                except (StorageError, OSError, ValueError) as failed:
+                    self._storage_failed(failed, [fut for fut, _ in done])
                     return
             changed = False
             for eff in effects:
@@ -369,7 +376,7 @@ class Server(PeerLinks):
                 else:
                     fut.set_result(answer)
             if self.late and self.driver.writes_late:
-                core = self.node.core
+                core = self.running().core
                 if len(core.history) - core.last_committed >= LOG_BESIDE_OUTSTANDING:
                     self._late_waiting.set()  # the log writer syncs on the disk thread; the pump goes on
                     if self._writer is None:
@@ -394,7 +401,8 @@ class Server(PeerLinks):
         except StorageError:
             return False
         if upto is not None:
-            self.enqueue(lambda u=upto: self.node.logged(*u, self.driver.now()))
+            serial, k = upto
+            self.enqueue(lambda: self.running().logged(serial, k, self.driver.now()))
         return True
 
     def _durable_first(self, effects: list[Effects]) -> tuple[list[Any], bool]:
@@ -457,8 +465,10 @@ class Server(PeerLinks):
                 raise StorageError(f"an earlier write failed: {self._disk_failed}")
             if not steps:
                 return
+            storage = self.storage
+            assert storage is not None, "the storage is opened by Server.run"
             for ops in steps:
-                self.storage.apply(ops)
+                storage.apply(ops)
             small = len(steps) < INLINE_SYNC_MIN_STEPS and len(self.client_waiters) > len(steps)
             if self._last_sync_s <= INLINE_SYNC_SECONDS and not small and not beside:
                 self._last_sync_s = self._timed_sync()
@@ -478,7 +488,9 @@ class Server(PeerLinks):
         """Sync the storage; the seconds it took on the machine's clock."""
         clock = self.machine.clock
         started = clock()
-        self.storage.sync()
+        storage = self.storage
+        assert storage is not None, "the storage is opened by Server.run"
+        storage.sync()
         return clock() - started
 
     def _apply(self, eff: Effects) -> bool:
@@ -524,7 +536,7 @@ class Server(PeerLinks):
             return None
         packet = conn.take()
         try:
-            eff = self.node.packet(conn.peer, packet, self.driver.now(), tag=conn.cid)
+            eff = self.running().packet(conn.peer, packet, self.driver.now(), tag=conn.cid)
         except RemoteProtocolError as e:
             self.close_connection(conn, f"protocol error: {e}", report=True)
             raise
@@ -536,7 +548,7 @@ class Server(PeerLinks):
     def tick(self, now: float) -> Effects:
         """The event of time passing: the node's timers, told whether an election sender still holds a
         notification (the node resends its vote only when none does: `zabref.core.node`)."""
-        return self.node.tick(now, any(sender.holds() for sender in self.senders.values()))
+        return self.running().tick(now, any(sender.holds() for sender in self.senders.values()))
 
     def deliver_vote(self, channel: votes.VoteChannel) -> Effects | None:
         """The event of the head notification of ``channel`` reaching the node."""
@@ -544,7 +556,7 @@ class Server(PeerLinks):
             return None
         n = channel.inbound.popleft()
         try:
-            return self.node.notification(channel.peer, n, self.driver.now())
+            return self.running().notification(channel.peer, n, self.driver.now())
         except RemoteProtocolError as e:
             log.warning("election notification from %d dropped: %s", channel.peer, e)
             return None
@@ -556,8 +568,8 @@ class Server(PeerLinks):
         if packet.type == PacketType.PING and packet.zxid != payloads.PING_STEP:
             # never held: a keepalive only says the peer is there; a step PING of a sync's round (spec/ZabSync.tla)
             # waits in order as every other packet
-            self.enqueue(lambda: None if conn.closed else self.node.packet(conn.peer, packet, self.driver.now(),
-                                                                           tag=conn.cid))
+            self.enqueue(lambda: None if conn.closed else self.running().packet(conn.peer, packet, self.driver.now(),
+                                                                                tag=conn.cid))
             return
         if len(conn.inbound) >= HOLD_LIMIT:
             raise ValueError(f"more than {HOLD_LIMIT} packets wait on this connection")

@@ -46,7 +46,7 @@ def atomic_write(disk: Disk, path: str | os.PathLike[str], data: bytes, *, tmp: 
     its old content)."""
     path = os.fspath(path)
     own = tmp is not None
-    tmp = tmp if own else temp_path(path)
+    tmp = tmp if tmp is not None else temp_path(path)
     try:
         if not own:
             remove_stale_temp(disk, path)

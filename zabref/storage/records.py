@@ -38,6 +38,7 @@ import bisect
 import enum
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from zabref.core.packets import MAX_EPOCH
@@ -113,7 +114,7 @@ EPOCH_RECORD_SIZE = len(encode_epoch(Kind.ACCEPTED_EPOCH, 0))
 COMMIT_RECORD_SIZE = len(encode_commit(0, 0))
 
 
-def encode_image(history: list[tuple[int, bytes]], accepted: int, current: int, seq: int) -> bytes:
+def encode_image(history: Iterable[tuple[int, bytes]], accepted: int, current: int, seq: int) -> bytes:
     """A whole log file holding this state as one batch numbered ``seq`` (compaction), or just the header if the
     state is the initial one and ``seq`` is 0."""
     if seq == 0:
@@ -261,10 +262,8 @@ def scan_log(data: bytes, path: str, max_record: int = DEFAULT_MAX_RECORD) -> Lo
             start = end
         rec += 1
         off = end
-    reason = None
-    if batch:
-        reason = f"the batch from byte {start} has {len(batch)} records and no COMMIT"
-    return LogScan(state.history, state.accepted, state.current, seq, batches, records, start, n, reason)
+    unfinished = None if not batch else f"the batch from byte {start} has {len(batch)} records and no COMMIT"
+    return LogScan(state.history, state.accepted, state.current, seq, batches, records, start, n, unfinished)
 
 
 def records_of(data: bytes) -> list[tuple[int, int, Kind]]:

@@ -32,6 +32,7 @@ import errno
 import itertools
 import os
 from dataclasses import dataclass, field
+from typing import cast
 
 from zabref.errors import StorageError
 from zabref.storage.disk import CrashPoint, Disk, DiskFile, DiskLock, OnCut
@@ -110,7 +111,7 @@ class ModelDisk(Disk):
         cur = self._dir(directory)
         if name not in cur:
             raw = self._backing_read(directory, name)
-            inode = None if raw is None else _Inode(bytearray(raw), bytearray(raw))
+            inode: _Inode | None = None if raw is None else _Inode(bytearray(raw), bytearray(raw))
             cur[name] = self._durable[directory][name] = inode
         return cur[name]
 
@@ -121,7 +122,7 @@ class ModelDisk(Disk):
         return inode
 
     def _inode(self, f: DiskFile) -> _Inode:
-        inode, generation = f.handle  # type: ignore[misc]
+        inode, generation = cast(tuple[_Inode, int], f.handle)
         if generation != self._generation:
             raise OSError(errno.EBADF, "the disk lost power since this file was opened", f.path)
         return inode

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from zabref.core.packets import MAX_EPOCH
 from zabref.core.types import (
@@ -68,7 +68,7 @@ RESERVE_MIN = 64 << 10
 RESERVE_MAX = 64 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RecoveryReport:
     """What `Storage.open` found and did."""
 
@@ -77,9 +77,21 @@ class RecoveryReport:
     batches: int
     records: int
     history_length: int
-    torn_bytes: int = 0
-    torn_reason: str | None = None
-    removed: tuple[str, ...] = ()  # stale temp files removed
+    torn_bytes: int
+    torn_reason: str | None
+    removed: tuple[str, ...]  # stale temp files removed
+
+    # The constructor is written out (not made by `dataclasses`) so that the compiled build compiles it.
+    def __init__(self, data_dir: str, initialized: bool, batches: int, records: int, history_length: int,
+                 torn_bytes: int = 0, torn_reason: str | None = None, removed: tuple[str, ...] = ()) -> None:
+        object.__setattr__(self, "data_dir", data_dir)
+        object.__setattr__(self, "initialized", initialized)
+        object.__setattr__(self, "batches", batches)
+        object.__setattr__(self, "records", records)
+        object.__setattr__(self, "history_length", history_length)
+        object.__setattr__(self, "torn_bytes", torn_bytes)
+        object.__setattr__(self, "torn_reason", torn_reason)
+        object.__setattr__(self, "removed", removed)
 
     @property
     def repaired(self) -> bool:
@@ -96,17 +108,23 @@ class RecoveryReport:
         return "; ".join(parts)
 
 
-@dataclass
+@dataclass(init=False)
 class StorageStats:
     """Counters for benchmarks and tests."""
 
-    steps: int = 0
-    syncs: int = 0
-    compactions: int = 0
-    bytes_written: int = 0
+    steps: int
+    syncs: int
+    compactions: int
+    bytes_written: int
+
+    def __init__(self, steps: int = 0, syncs: int = 0, compactions: int = 0, bytes_written: int = 0) -> None:
+        self.steps = steps
+        self.syncs = syncs
+        self.compactions = compactions
+        self.bytes_written = bytes_written
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Plan:
     """A step applied to a view of the state, before anything changes: ``history[:base] + extra``."""
 
@@ -115,8 +133,18 @@ class _Plan:
     accepted: int
     current: int
     max_record: int
-    extra: list[tuple[Txn, int]] = field(default_factory=list)  # (transaction, record size)
-    reset: bool = False
+    extra: list[tuple[Txn, int]]  # (transaction, record size)
+    reset: bool
+
+    def __init__(self, base: int, last: int, accepted: int, current: int, max_record: int,
+                 extra: list[tuple[Txn, int]] | None = None, reset: bool = False) -> None:
+        self.base = base
+        self.last = last
+        self.accepted = accepted
+        self.current = current
+        self.max_record = max_record
+        self.extra = [] if extra is None else extra
+        self.reset = reset
 
     def op(self, zxids: list[int], i: int, op: PersistOp) -> list[bytes]:
         """The records of ``op`` (the step's ``i``-th); ValueError/TypeError naming it if it is not valid here."""
