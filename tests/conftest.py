@@ -50,7 +50,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Long files first (`LONG_FILES`); every file's own tests keep their order, the other files theirs. Tests
     marked `long` are skipped unless --long is given: they are the longer command's (scripts/test-long.sh). Tests
     marked `deep` are skipped unless --deep is given: CI gives it (.ci/run), so they guard every change that lands,
-    and the test command a developer runs stays within 20 minutes on a fresh clone."""
+    and the test command a developer runs stays within 20 minutes on a fresh clone. Tests marked `pure_build` are
+    skipped on the compiled build (`scripts/test.sh --build compiled`): they patch the runtime or hand it stand-ins."""
     rank = {name: k for k, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
     left_out = {"long": "a long check: bash scripts/test-long.sh runs it",
@@ -60,6 +61,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             for item in items:
                 if marker in item.keywords:
                     item.add_marker(pytest.mark.skip(reason=reason))
+    if zabref.build() != "pure":
+        for item in items:
+            if "pure_build" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason="patches the runtime or hands it a stand-in, which the "
+                                                        f"{zabref.build()} build refuses: run on the pure build"))
 
 
 @pytest.fixture(scope="session")

@@ -122,6 +122,7 @@ def _submit(server: runtime.Server, value: bytes) -> object:
     return server.node.client_submit(0, value, server.driver.now())
 
 
+@pytest.mark.pure_build  # patches Storage.sync
 def test_one_batch_of_proposals_is_one_socket_write_after_the_fsync(tmp_path: Path, events: list[str]) -> None:
     """Five client requests taken in one pump batch: one fsync, then the five PROPOSALs in ONE write."""
 
@@ -149,6 +150,7 @@ def test_one_batch_of_proposals_is_one_socket_write_after_the_fsync(tmp_path: Pa
     (False, ["fsync", "write PROPOSAL", "ACK queued (leader committed 0)", "write COMMIT"]),
     (True, ["write PROPOSAL", "ACK queued (leader committed 0)", "fsync", "write COMMIT"]),
 ], ids=["logs-first", "logs-late"])
+@pytest.mark.pure_build  # patches Storage.sync
 def test_the_leaders_proposal_leaves_after_its_own_fsync_unless_it_logs_late(
         tmp_path: Path, events: list[str], inline: bool, late: bool, expected: list[str]) -> None:
     """The leader's log write is durable before its PROPOSAL leaves, so it may count itself in every quorum of ACKs;
@@ -186,6 +188,7 @@ def test_the_leaders_proposal_leaves_after_its_own_fsync_unless_it_logs_late(
     asyncio.run(scenario())
 
 
+@pytest.mark.pure_build  # patches Storage.sync
 def test_a_late_leaders_writes_wait_in_control_mode_and_a_role_change_makes_them_durable_first(
         tmp_path: Path, events: list[str]) -> None:
     """The control driver holds a late leader's log writes (the conformance driver's LeaderOwnACK releases them);
@@ -265,6 +268,7 @@ async def _late_leader(tmp_path: Path) -> tuple[runtime.Server, asyncio.Task[int
     return server, task, conn, sent
 
 
+@pytest.mark.pure_build  # patches Storage.sync
 def test_a_late_leaders_pump_goes_on_while_its_log_writer_syncs(tmp_path: Path, monkeypatch) -> None:
     """Under load the log writer syncs a late leader's own write on the disk thread, beside the pump: the next
     request's PROPOSAL leaves while the first one's sync is still held, and the leader counts itself (LeaderOwnACK)
@@ -293,6 +297,7 @@ def test_a_late_leaders_pump_goes_on_while_its_log_writer_syncs(tmp_path: Path, 
     asyncio.run(scenario())
 
 
+@pytest.mark.pure_build  # patches Storage.sync
 def test_a_role_change_waits_for_the_log_writers_sync_in_flight(tmp_path: Path, monkeypatch) -> None:
     """A step that changes role takes effect only once the late write the log writer is syncing is durable: the
     leader that gives up leading holds its whole history (the spec's Kept(i)), and its disk keeps the order."""
@@ -318,6 +323,7 @@ def test_a_role_change_waits_for_the_log_writers_sync_in_flight(tmp_path: Path, 
     asyncio.run(scenario())
 
 
+@pytest.mark.pure_build  # patches Storage.sync
 def test_a_late_leaders_own_write_goes_to_the_disk_thread_only_while_enough_proposals_wait(
         tmp_path: Path, monkeypatch) -> None:
     """`LOG_BESIDE_OUTSTANDING`: with fewer proposals waiting for their commit the pump syncs a late leader's own
@@ -351,6 +357,7 @@ def test_a_late_leaders_own_write_goes_to_the_disk_thread_only_while_enough_prop
     (5, 1, "thread"),   # more requests wait than the batch holds: sync on the thread, read the sockets meanwhile
     (20, 8, "loop"),    # a full batch syncs inline however many wait
 ], ids=["none-waiting", "lone-request", "more-waiting", "full-batch"])
+@pytest.mark.pure_build  # patches Storage.sync
 def test_a_small_batch_syncs_on_the_disk_thread_while_more_requests_wait(
         tmp_path: Path, monkeypatch, waiting: int, steps: int, where: str) -> None:
     """`_persist`'s choice (docs/performance.md, "Fewer, fuller syncs"): the disk quick, a batch of fewer than
@@ -391,6 +398,7 @@ def test_a_small_batch_syncs_on_the_disk_thread_while_more_requests_wait(
     asyncio.run(scenario())
 
 
+@pytest.mark.pure_build  # patches Storage.sync
 def test_a_follower_acks_only_after_its_fsync(tmp_path: Path, events: list[str]) -> None:
     """Seed 000, phase 3, step 2: 'log and sync proposals to disk and send ACK(zxid)'."""
 
@@ -695,6 +703,7 @@ def test_a_followers_ping_answer_carries_data_as_zookeepers_leader_reads_it() ->
     assert peer == 2 and answer.type == PacketType.PING and answer.data == b""
 
 
+@pytest.mark.pure_build  # patches Storage.sync
 def test_a_held_ackepoch_is_offered_again_once_the_epoch_is_established(tmp_path: Path, events: list[str]) -> None:
     """The carrier's side of the deferral: the ACKEPOCH(-1) the node deferred stays at the head of 2's connection,
     which is blocked; when 3's ACKEPOCH establishes the epoch the runtime unblocks exactly that connection and asks

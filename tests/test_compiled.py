@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 #: servers driven step by step), the simulator's checks of whole runs (in this process: the compiled build), and the
 #: runtime's: servers and clusters, their connections' reading, a late leader, the pipelines, a slow follower's
 #: resync. A seeded bug's patched copy runs the pure build whichever build runs the test, so those files are not
-#: here; nor are the tests that patch the runtime's classes (test_batching.py, test_security_mutants.py).
+#: here; a test marked `pure_build` (it patches the runtime or hands it a stand-in) is skipped on this build.
 COMPILED_SUITE = ("test_core.py", "test_core_model.py", "test_election.py", "test_wire.py", "test_zkwire.py",
                   "test_zktxn.py", "test_zktree.py", "test_zk_clients.py", "test_fuzz_codec.py", "test_replay.py",
                   "test_sim_pause.py", "test_simcheck.py", "test_cluster.py", "test_runtime.py", "test_read_stream.py",
@@ -213,3 +214,6 @@ def test_the_compiled_build_passes_the_tests_of_what_it_compiles(tmp_path: Path)
     tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
     assert done.returncode == 0, tail
     assert f"the compiled build in {folder}" in done.stdout, tail
+    # tests/conftest.py skips the tests marked pure_build there (test_zk_clients.py's stand-in servers among them)
+    assert re.search(r"SKIPPED \[\d+\] tests/test_zk_clients.py:\d+: patches the runtime or hands it a stand-in, "
+                     r"which the compiled build refuses", done.stdout), tail

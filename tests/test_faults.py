@@ -227,6 +227,7 @@ def test_a_clock_jump_is_refused_in_control_mode_and_out_of_range() -> None:
         assert '"seconds" must be a number' in answer["error"], (seconds, answer)
 
 
+@pytest.mark.pure_build  # a stand-in server, whose tick answers a string
 def test_a_clock_jump_moves_the_clock_in_its_own_event_after_what_was_queued_before_it() -> None:
     """A packet that arrived before the jump and still waits in the pump's queue is taken on the clock before it (a
     leader's follower PING taken on the jumped clock looked fresh, and the leader took no LeaderTimeout); the tick

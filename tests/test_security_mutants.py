@@ -239,6 +239,7 @@ def test_an_admission_whose_deadline_fired_is_refused_for_it_on_a_clock_that_rea
         runner.run(main())
 
 
+@pytest.mark.pure_build  # patches a server's _admit
 def test_an_admission_that_ends_after_its_deadline_is_refused(tmp_path, lines, monkeypatch) -> None:
     """Python 3.11's wait_for may swallow the deadline's cancellation when its read completes at that moment
     (gh-86296): an admission that returns after the deadline all the same is refused, one before it is not."""
@@ -271,6 +272,7 @@ def test_an_admission_that_ends_after_its_deadline_is_refused(tmp_path, lines, m
     asyncio.run(main())
 
 
+@pytest.mark.pure_build  # patches a server's _admit
 def test_a_refusal_found_after_the_deadline_is_logged_as_the_deadline(tmp_path, lines, monkeypatch) -> None:
     """A loop busy past the deadline runs the stranger's late bytes, and the refusal they lead to (a wrong proof),
     before the deadline's cancellation (the adversary's slow stranger on a loaded machine): the log line says the

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from storage_steps import BASE, BASE_STEPS, STEP_GROUPS, states, txn
 
+import zabref
 from zabref.core.packets import make_zxid
 from zabref.core.types import (
     AppendTxns,
@@ -139,7 +140,9 @@ def test_a_bad_step_changes_nothing_and_names_the_operation(data_dir):
         cases = [
             ((*good, AppendTxns((txn(1, 2),))), ValueError, r"operation 1 \(AppendTxns\): zxid 0x100000002 does not "),
             ((SetAcceptedEpoch(1 << 32),), ValueError, r"operation 0 \(SetAcceptedEpoch\): epoch 4294967296"),
-            ((*good, "ACK"), TypeError, "operation 1: not a storage operation: 'ACK'"),
+            # the compiled build refuses it at the call, naming the types it takes
+            ((*good, "ACK"), TypeError, "operation 1: not a storage operation: 'ACK'" if zabref.build() == "pure"
+             else r"AppendTxns, .*SetCurrentEpoch\] object expected; got str"),
             ((TruncateHistory(1 << 63),), ValueError, "outside 0.."),
         ]
         bool_epoch = SetCurrentEpoch(True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from zabref.config import load_config
 from zabref.core.packets import Notification, ServerState
 from zabref.net.ports import find_free_base_port, release_base_port
@@ -183,6 +185,7 @@ def test_a_vote_queued_for_a_peer_that_has_not_dialed_back_is_not_resent_behind_
     assert len(burst) <= 2, burst
 
 
+@pytest.mark.pure_build  # patches a server's listen
 def test_a_peer_dialing_while_the_later_ports_still_open_finds_its_sender(tmp_path: Path, caplog) -> None:
     """Server 3 dials 1's election port the moment it listens, and 1's handler runs before 1 opens its next port
     (uvloop runs an accept at once: a replay's servers started together did this): the handler finds 1's sender for

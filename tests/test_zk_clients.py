@@ -17,7 +17,6 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 from test_zk_mixed import kazoo_at
 
 from conformance.zk.ensemble import four_letter, mode_of
-import zabref
 from zabref.config import parse_config
 from zabref.core.packets import ServerState
 from zabref.core.zab import ZabState
@@ -205,8 +204,6 @@ def _piped(requests: bytes, answers: list[dict], timeout_ms: int = 4000, eof: bo
     events and the submitted futures are handed to it meanwhile (it may read the replies, answer writes); else the
     client reads nothing until the session ended. Returns the port's writes (each write call's bytes), the events,
     the submitted futures and the error the session ended with."""
-    if zabref.build() != "pure":  # a compiled port checks that its server's node is a Node
-        pytest.skip("a stand-in server: these run on the pure build (the real servers above run on both)")
     events: list = []
     config = parse_config(_config(20000, "/tmp/unused"), "zk.toml")
 
@@ -269,6 +266,7 @@ def _piped(requests: bytes, answers: list[dict], timeout_ms: int = 4000, eof: bo
 CREATED = {"zk": {"err": 0, "zxid": 9, "op": "create", "path": "/a"}}
 
 
+@pytest.mark.pure_build  # a stand-in server (`_piped`)
 def test_replies_leave_in_request_order_and_together_once_their_answers_are_in() -> None:
     """A PING and a read behind a write wait for it (the read made at its turn: it sees the write); then the three
     replies leave in one write."""
@@ -279,6 +277,7 @@ def test_replies_leave_in_request_order_and_together_once_their_answers_are_in()
     assert len(writes) == 1 and _replies(writes[0]) == [(1, 9, 0), (-2, 5, 0), (2, 5, 0)]
 
 
+@pytest.mark.pure_build  # a stand-in server (`_piped`)
 def test_a_write_the_node_refused_closes_the_session_after_the_replies_before_it() -> None:
     """The answer before it leaves; the request after it is no longer waited for (its future cancelled)."""
     writes, _, submitted, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(1, 1, b"r")
@@ -288,6 +287,7 @@ def test_a_write_the_node_refused_closes_the_session_after_the_replies_before_it
     assert len(submitted) == 2 and submitted[1].cancelled()
 
 
+@pytest.mark.pure_build  # a stand-in server (`_piped`)
 def test_a_session_with_no_whole_request_within_its_timeout_is_closed() -> None:
     writes, _, _, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(3, 4, _path("/a"))[:7], [],
                                  timeout_ms=100, eof=False)
@@ -295,6 +295,7 @@ def test_a_session_with_no_whole_request_within_its_timeout_is_closed() -> None:
     assert [r for w in writes for r in _replies(w)] == [(-2, 5, 0)]
 
 
+@pytest.mark.pure_build  # a stand-in server (`_piped`)
 def test_close_session_is_answered_after_the_requests_before_it_and_nothing_after_it_is_read() -> None:
     writes, _, submitted, error = _piped(_request(1, 1, b"r") + _request(2, zkclientwire.OP_CLOSE)
                                          + _request(3, 1, b"r"), [CREATED], eof=False)
@@ -302,6 +303,7 @@ def test_close_session_is_answered_after_the_requests_before_it_and_nothing_afte
     assert [r for w in writes for r in _replies(w)] == [(1, 9, 0), (2, 5, 0)]
 
 
+@pytest.mark.pure_build  # a stand-in server (`_piped`)
 def test_requests_that_wait_for_nothing_are_answered_together_as_they_are_read() -> None:
     writes, events, submitted, error = _piped(_request(-2, zkclientwire.OP_PING) + _request(2, 4, _path("/a"))
                                               + _request(3, 4, _path("/b")), [])
@@ -309,6 +311,7 @@ def test_requests_that_wait_for_nothing_are_answered_together_as_they_are_read()
     assert len(writes) == 1 and _replies(writes[0]) == [(-2, 5, 0), (2, 5, 0), (3, 5, 0)]
 
 
+@pytest.mark.pure_build  # a stand-in server (`_piped`)
 def test_a_session_reads_no_more_while_its_pipeline_is_full_and_on_once_replies_leave() -> None:
     """4,000 writes (850 KB, more than three reads of asyncio's loop: 256 KiB each) that the node does not answer:
     the port stops reading once `MAX_PIPELINED` wait (a read's worth past it at most), reads on once they are
@@ -335,6 +338,7 @@ def test_a_session_reads_no_more_while_its_pipeline_is_full_and_on_once_replies_
     assert [r[0] for w in writes for r in _replies(w)] == list(range(count))
 
 
+@pytest.mark.pure_build  # a stand-in server (`_piped`)
 def test_replies_the_client_does_not_read_stop_the_reading_and_close_the_session(monkeypatch) -> None:
     """Reads (1 KB each) whose replies (64 KiB each) the client never reads: past `REPLY_BUFFER` unsent bytes the port
     reads no more requests, and closes the session after `WRITE_TIMEOUT`."""
@@ -345,6 +349,7 @@ def test_replies_the_client_does_not_read_stop_the_reading_and_close_the_session
     assert len(events) < 1000, len(events)  # the kernel's buffers and one read's worth; the rest was never made
 
 
+@pytest.mark.pure_build  # a stand-in server (`_piped`)
 def test_replies_the_client_reads_late_all_leave_in_order() -> None:
     """The same reads, with a client that starts reading 0.3 s late: the port reads on once it has, and every reply
     arrives, in order."""
