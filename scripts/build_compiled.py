@@ -86,7 +86,7 @@ def reused_exception_names(source: str, filename: str) -> list[str]:
 
 def compile_into(folder: Path) -> None:
     """Compile `MODULES` of the ``zabref`` package in ``folder`` in place (mypyc's scratch in ``folder/build``,
-    removed after); raises SystemExit with mypyc's output if it fails, or naming code mypyc would compile wrong."""
+    removed after); raises SystemExit with mypyc's output if it fails, or naming code mypyc may compile wrong."""
     reused = [line for p in _sources(folder)
               for line in reused_exception_names(p.read_text(), str(p.relative_to(folder)))]
     if reused:
