@@ -7,6 +7,8 @@ from collections import deque
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conformance.report.auditmap import NOT_A_METHOD
 from zabref.core import payloads, zksnap, zktxn
@@ -38,6 +40,7 @@ from zabref.core.zab import (
     apply_persist,
     sync_packets,
 )
+from zabref.core.state import CoreState
 from zabref.errors import LocalProtocolError, RemoteProtocolError
 from zabref.storage import Storage
 
@@ -862,3 +865,14 @@ def test_apply_persist_makes_one_step_one_batch_then_syncs():
     ops = [AppendTxns((t(1, 1),)), AppendTxns((t(1, 2),)), SetCurrentEpoch(1), TruncateHistory(0)]
     apply_persist(ops, Recorder())
     assert calls == [tuple(ops), "sync"]
+
+
+@given(st.lists(st.integers(1, 1 << 40), unique=True, max_size=40).map(sorted), st.integers(0, 1 << 40))
+def test_index_of_is_the_position_of_a_zxid_in_a_history_or_zero(zxids: list[int], probe: int) -> None:
+    """IndexOf: the 1-based position of each zxid of the history, the last one included (looked at first), and 0
+    for one it lacks -- below, between, above its zxids, and in an empty history."""
+    history = [Txn(zxid, b"v") for zxid in zxids]
+    for k, zxid in enumerate(zxids, 1):
+        assert CoreState.index_of(history, zxid) == k
+    assert CoreState.index_of(history, probe) == (zxids.index(probe) + 1 if probe in zxids else 0)
+    assert CoreState.index_of(history, zxids[-1] + 1 if zxids else 1) == 0

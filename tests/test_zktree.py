@@ -302,6 +302,39 @@ def test_the_proposal_tree_takes_a_prepared_write_as_applying_its_transaction_wo
     assert state(taking.follow(history)) == state(HistoryTree().follow(history))
 
 
+@given(_WRITES, st.lists(st.tuples(st.integers(0, 60), st.booleans(), st.booleans()), max_size=6))
+def test_a_tree_applies_each_transaction_as_applying_its_fields_would(writes: list, again: list) -> None:
+    """`DataTree.apply_txn` -- the way past the fields' dict for zabref's own value and a client's plain create --
+    answers and leaves what `apply` of the transaction's fields does, transaction after transaction: every kind a
+    leader prepares (a create with a byte too many, which the quick read leaves to the field by field one, among
+    them), then creates of an earlier create's node again (it exists, or its parent was deleted since) or of a child
+    of it, ephemeral or not, with a digest."""
+    header = struct.Struct(">qiqqi")
+    session = 0x20000B
+    history = [Txn(E1 | 1, zktxn.FOREIGN + header.pack(session, 0, E1 | 1, 5, -10) + jute.INT.pack(4000))]
+    proposing = HistoryTree()
+    for i, (op, record) in enumerate(writes):
+        zxid = E1 | len(history) + 1
+        if op != "own":
+            record = zktxn.FOREIGN + prepare(proposing.follow(history), session, i, OP[op], record, zxid, 1000 + i)
+        history.append(Txn(zxid, record))
+    creates = [t for t in history if zktxn.read_create(t.value, 1) is not None]
+    for j, (k, ephemeral, child) in enumerate(again):
+        if creates:
+            old = zktxn.read_create(creates[k % len(creates)].value, 1)
+            zxid = E1 | len(history) + 1
+            path = f"{old.path}/again{j}" if child else old.path
+            body = zktxn.encode_create(zxid, path, old.data, session=session, parent_cversion=k % 7 - 1) + \
+                b"\x00\x00\x00\x02" * 3
+            if ephemeral:  # encode_create writes a persistent node; its flag is the 17th byte from the end here
+                body = body[:-17] + b"\x01" + body[-16:]
+            history.append(Txn(zxid, zktxn.FOREIGN + body))
+    quick, read = DataTree(), DataTree()
+    for i, txn in enumerate(history):
+        assert quick.apply_txn(txn) == read.apply(fields(txn)), i
+        assert state(quick) == state(read), i
+
+
 def test_the_proposal_tree_takes_only_the_transaction_after_the_one_it_followed() -> None:
     """A tree that did not follow the history up to the transaction before the prepared one takes nothing, and its
     next `follow` applies the transaction as read."""

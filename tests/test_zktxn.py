@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.zk.txns import decode_txn
+import zabref
 from zabref.core import jute, payloads, zktxn
 from zabref.errors import CodecError
 
@@ -115,8 +116,9 @@ def test_the_quick_read_takes_zabrefs_own_form() -> None:
     assert zktxn._quick_value(Z, data) == b"v" and zktxn._quick_value(Z, data + bytes(DIGEST)) == b"v"
 
 
-_ACLS = st.one_of(st.none(), st.lists(st.tuples(st.integers(0, 31), st.sampled_from(["world", "digest", "ip"]),
-                                                st.text(max_size=12)), max_size=3))
+_ACLS = st.one_of(st.none(), st.just([(31, "world", "anyone")]),
+                  st.lists(st.tuples(st.integers(0, 31), st.sampled_from(["world", "digest", "ip"]),
+                                     st.text(max_size=12)), max_size=3))
 
 
 def _create(zxid: int, path: str, data: bytes | None, acls, ephemeral: bool, digest: bool) -> bytes:
@@ -163,7 +165,8 @@ def test_the_quick_check_leaves_the_transactions_own_node_and_other_types_to_the
 
 
 @pytest.mark.parametrize("data", [_create(Z, "/app/é", b"data", [(31, "world", "anyone"), (1, "digest", "u:hé")],
-                                          True, True), _create(Z, "/n", None, None, False, False)])
+                                          True, True), _create(Z, "/n", None, None, False, False),
+                                  _create(Z, "/w", b"d", [(31, "world", "anyone")], False, True)])
 def test_every_byte_of_a_create_changed_the_quick_check_agrees_with_the_strict_read(data) -> None:
     """Each byte in turn set to 0x00, 0x02, 0x80 and 0xff (a boolean that is not one, a UTF-8 that is not, a length
     or count that runs past the end) and the body cut at every length: the quick check takes nothing the strict read
@@ -191,10 +194,31 @@ def _strict_fields(body: bytes) -> dict | None:
         return None
 
 
+def _quick_fields(body: bytes) -> dict | None:
+    """`zktxn.read_create`'s read as `decode_txn`'s fields, None where it leaves the body to the field-by-field read."""
+    create = zktxn.read_create(body)
+    return None if create is None else create.fields()
+
+
 @given(CREATES)
 def test_a_creates_fields_are_read_quickly_and_as_the_field_by_field_read_gives_them(data) -> None:
-    quick = zktxn._quick_create_fields(data)
+    quick = _quick_fields(data)
     assert quick is not None and quick == _strict_fields(data) == zktxn.decode_txn(data, "test")
+    create = zktxn.read_create(data)
+    assert zktxn.read_create(zktxn.FOREIGN + data, 1) == create  # as a value keeps it, after its marker
+    assert create.session == zktxn.HEADER.unpack_from(data)[0]  # signed, as ZooKeeper's long
+
+
+def test_world_anyones_acl_is_read_as_the_one_tuple_and_any_other_acl_field_by_field() -> None:
+    """The ACL of nearly every create is world:anyone's one entry: read as `OPEN_ACL` itself (no strings made; on the
+    compiled build a tuple equal to it, mypyc making the module's constant tuple where it is used); the same entry
+    among others, or another permission, is read entry by entry."""
+    acl = zktxn.read_create(_create(Z, "/a", b"x", [(31, "world", "anyone")], False, False)).acl
+    assert acl == zktxn.OPEN_ACL and (acl is zktxn.OPEN_ACL or zabref.build() == "compiled")
+    assert zktxn.read_create(_create(Z, "/a", b"x", [(31, "world", "anyone")] * 2, False, False)).acl == \
+        ("world:anyone:31", "world:anyone:31")
+    assert zktxn.read_create(_create(Z, "/a", b"x", [(1, "world", "anyone")], False, False)).acl == ("world:anyone:1",)
+    assert zktxn.read_create(_create(Z, "/a", b"x", None, False, False)).acl == ()
 
 
 @given(CREATES, st.lists(st.tuples(st.integers(0, 300), st.integers(0, 255)), max_size=3), st.integers(-3, 3))
@@ -203,12 +227,13 @@ def test_the_quick_read_of_a_creates_fields_agrees_with_the_field_by_field_read(
     for at, byte in edits:
         body[at % len(body)] = byte
     body = bytes(body[:len(body) + cut] if cut < 0 else body + bytes(cut))
-    quick = zktxn._quick_create_fields(body)
+    quick = _quick_fields(body)
     assert quick is None or quick == _strict_fields(body)
 
 
 @pytest.mark.parametrize("data", [_create(Z, "/app/é", b"data", [(31, "world", "anyone"), (1, "digest", "u:hé")],
-                                          True, True), _create(Z, "/n", None, None, False, False)])
+                                          True, True), _create(Z, "/n", None, None, False, False),
+                                  _create(Z, "/w", b"d", [(31, "world", "anyone")], False, True)])
 def test_every_byte_of_a_create_changed_the_quick_read_of_its_fields_agrees(data) -> None:
     """Each byte set to 0x00, 0x02, 0x80 and 0xff, and every cut: the quick read gives what the field-by-field read
     gives, or leaves the body to it -- and decode_txn's answer (or error) is the field-by-field read's."""
@@ -216,7 +241,7 @@ def test_every_byte_of_a_create_changed_the_quick_read_of_its_fields_agrees(data
     bodies += [data[:k] + bytes([b]) + data[k + 1:] for k in range(len(data)) for b in (0x00, 0x02, 0x80, 0xFF)]
     taken = 0
     for body in bodies:
-        quick, strict = zktxn._quick_create_fields(body), _strict_fields(body)
+        quick, strict = _quick_fields(body), _strict_fields(body)
         if quick is not None:
             taken += 1
             assert quick == strict
@@ -231,5 +256,5 @@ def test_every_byte_of_a_create_changed_the_quick_read_of_its_fields_agrees(data
 def test_the_quick_read_of_fields_leaves_other_types_to_the_field_by_field_read() -> None:
     other = bytearray(_create(Z, "/a", b"x", None, False, False))
     other[zktxn.HEADER.size - 1] = 5  # setData's type
-    assert zktxn._quick_create_fields(bytes(other)) is None
-    assert zktxn._quick_create_fields(b"") is None
+    assert _quick_fields(bytes(other)) is None
+    assert _quick_fields(b"") is None

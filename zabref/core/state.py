@@ -137,7 +137,12 @@ class CoreState:
 
     @staticmethod
     def index_of(history: list[Txn], zxid: int) -> int:
-        """IndexOf(h, z): the 1-based position of zxid z in history h, 0 when absent (zxids strictly increase)."""
+        """IndexOf(h, z): the 1-based position of zxid z in history h, 0 when absent (zxids strictly increase). The
+        last transaction first: a COMMIT or ACK names it at one write in flight, and the search that finds any other
+        calls its key a score of times in a long history."""
+        n = len(history)
+        if n and history[n - 1].zxid == zxid:
+            return n
         k = bisect.bisect_left(history, zxid, key=lambda t: t.zxid)
         return k + 1 if k < len(history) and history[k].zxid == zxid else 0
 

@@ -37,7 +37,7 @@ __all__ = ["ZNode", "Children", "ChangedChildren", "DataTree", "HistoryTree", "f
            "acl_parts", "OPEN_ACL", "CONTAINER_OWNER", "ERR"]
 
 #: world:anyone with every permission: ZooKeeper's OPEN_ACL_UNSAFE, its snapshot's ACL key -1.
-OPEN_ACL = ("world:anyone:31",)
+OPEN_ACL = zktxn.OPEN_ACL
 #: The ephemeral owner ZooKeeper gives a container node (EphemeralType.CONTAINER_EPHEMERAL_OWNER).
 CONTAINER_OWNER = -(1 << 63)
 #: ZooKeeper's KeeperException.Code values this package names.
@@ -183,6 +183,21 @@ class DataTree:
         """Apply one transaction (ZooKeeper's processTxn): the error code its result carries (0: applied)."""
         self.last_zxid = max(self.last_zxid, txn["zxid"])
         return self._apply(txn["op"], txn, txn["zxid"], txn["time"], session_of(txn))
+
+    def apply_txn(self, txn: Txn) -> int:
+        """`apply` of ``fields(txn)``, without the fields' dict for the two transactions nearly every one is: zabref's
+        own value (the create of its node, `fields`) and a ZooKeeper client's plain create (`zktxn.read_create`)."""
+        value = txn.value
+        if value[:1] == zktxn.FOREIGN:
+            create = zktxn.read_create(value, 1)
+            if create is not None:
+                self.last_zxid = max(self.last_zxid, create.zxid)
+                return self._create(create.path, create.data, create.acl, create.session if create.ephemeral else 0,
+                                    create.parent_cversion, create.zxid, create.time)
+        elif value[:1] != zktxn.SNAPSHOT:
+            self.last_zxid = max(self.last_zxid, txn.zxid)
+            return self._create(zktxn.node_of(txn.zxid), value, OPEN_ACL, 0, -1, txn.zxid, 0)
+        return self.apply(fields(txn))
 
     def take(self, zxid: int, changes: dict[str, ZNode | None]) -> None:
         """Apply transaction ``zxid`` as the nodes it changes, prepared against this tree
@@ -373,10 +388,11 @@ class HistoryTree:
             self.tree, self.count = DataTree(), 0
         tree = self.tree
         for k in range(self.count, n):
+            if watch is None:
+                tree.apply_txn(history[k])
+                continue
             txn = fields(history[k])
-            err = tree.apply(txn)
-            if watch is not None:
-                watch(txn, err)
+            watch(txn, tree.apply(txn))
         self.count = n
         self.last = history[n - 1].zxid if n else 0
         return tree

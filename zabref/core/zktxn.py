@@ -64,6 +64,7 @@ After the record exactly 0 bytes (no digest) or 12 (a ``TxnDigest {int version; 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from mypy_extensions import mypyc_attr
@@ -72,7 +73,8 @@ from zabref.core import jute
 from zabref.errors import CodecError
 
 __all__ = ["TxnReader", "HEADER", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "SNAPSHOT", "MARKERS", "node_of",
-           "encode_create", "carries_zxid", "encode_value", "decode_value", "decode_txn", "read_form"]
+           "encode_create", "carries_zxid", "encode_value", "decode_value", "decode_txn", "read_form", "OPEN_ACL",
+           "Create", "read_create"]
 
 #: ZooKeeper's OpCode.create.
 OP_CREATE = 1
@@ -94,6 +96,8 @@ HEADER = struct.Struct(">qiqqi")  # TxnHeader: clientId, cxid, zxid, time, type
 _WORLD_ANYONE_ALL = jute.INT.pack(1) + jute.INT.pack(PERMS_ALL) + jute.ustring("scheme", "world") + \
     jute.ustring("id", "anyone")
 _PERSISTENT = _WORLD_ANYONE_ALL + b"\x00"  # the ACL, then ephemeral = false
+#: world:anyone with every permission as a read gives an ACL (``scheme:id:perms`` each): ZooKeeper's OPEN_ACL_UNSAFE.
+OPEN_ACL = ("world:anyone:31",)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # conformance.zk.txns' reader, which summarizes data
@@ -189,48 +193,8 @@ def _quick_create(zxid: int, data: bytes) -> bool:
     """True when ``data`` is a well-formed create (type 1) for ``zxid`` of another node than ``node_of(zxid)``, which
     `_strict_value` would keep whole (`FOREIGN`); False when it is anything else or not sure (`_strict_value` then
     reads it, and says where it goes wrong)."""
-    n = len(data)
-    if n < HEADER.size + 4:
-        return False
-    _, _, carried, _, op = HEADER.unpack_from(data)
-    if carried != zxid or op != OP_CREATE:
-        return False
-    at = HEADER.size
-    ints = jute.INT.unpack_from
-    k = ints(data, at)[0]
-    at += 4
-    if k < 0 or at + k > n or data[at : at + k] == node_of(zxid).encode() or not _utf8(data[at : at + k]):
-        return False
-    at += k
-    if at + 8 > n:
-        return False
-    k = ints(data, at)[0]  # the node's data, may be null (-1)
-    at += 4 + max(k, 0)
-    if k < -1 or at + 4 > n:
-        return False
-    acls = ints(data, at)[0]  # a null vector (-1) reads as none
-    at += 4
-    if acls < -1:
-        return False
-    for _ in range(acls):
-        at += 4  # perms
-        for _ in ("scheme", "id"):
-            if at + 4 > n:
-                return False
-            k = ints(data, at)[0]
-            at += 4
-            if k < 0 or at + k > n or not _utf8(data[at : at + k]):
-                return False
-            at += k
-    return at + 5 <= n and data[at] <= 1 and n - at - 5 in (0, DIGEST_BYTES)  # ephemeral, parentCVersion
-
-
-def _utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+    create = read_create(data)
+    return create is not None and create.zxid == zxid and create.path != node_of(zxid)
 
 
 def _strict_value(zxid: int, data: bytes, what: str) -> bytes:
@@ -320,11 +284,11 @@ def decode_txn(data: bytes, what: str, reader: type[TxnReader] = TxnReader) -> d
     """TxnHeader + record (+ digest) -> a dict: op, session (hex), cxid, zxid, time, the record's fields (a data
     field as ``reader`` gives it), digest. `CodecError` naming ``what`` and the offset for anything else. A plain
     create, the transaction every ZooKeeper client's create is and a server's trees apply once each, is read with a
-    few slices (`_quick_create_fields`); anything else, every malformed body among them, field by field."""
+    few slices (`read_create`); anything else, every malformed body among them, field by field."""
     if reader is TxnReader:
-        quick = _quick_create_fields(data)
+        quick = read_create(data)
         if quick is not None:
-            return quick
+            return quick.fields()
     r = reader(data, what)
     session, cxid, zxid, when, op = r.i64("clientId"), r.i32("cxid"), r.i64("zxid"), r.i64("time"), r.i32("type")
     out: dict[str, Any] = {"op": OPS.get(op, str(op)), "session": f"0x{session & (1 << 64) - 1:x}", "cxid": cxid,
@@ -336,17 +300,63 @@ def decode_txn(data: bytes, what: str, reader: type[TxnReader] = TxnReader) -> d
     return out
 
 
-def _quick_create_fields(data: bytes) -> dict[str, Any] | None:
-    """`decode_txn` of a well-formed create (type 1), read with `struct` and slices; None when ``data`` is anything
-    else or not sure (the field-by-field read then decides, and says where it goes wrong)."""
+@dataclass(slots=True, init=False)
+class Create:
+    """A plain create (type 1), the transaction every ZooKeeper client's create is, read whole by `read_create`:
+    the header's fields (``session`` signed, as ZooKeeper's long) and the record's, ``acl`` as `TxnReader.acls` gives
+    it, ``digest`` the (version, treeDigest) that may follow. Not frozen, as `zabref.core.zktree.ZNode` is not: one
+    is made for every create a server reads, and a frozen field costs the pure build a call each; nothing changes
+    one after `read_create` made it."""
+
+    session: int
+    cxid: int
+    zxid: int
+    time: int
+    path: str
+    data: bytes | None
+    acl: tuple[str, ...]
+    ephemeral: bool
+    parent_cversion: int
+    digest: tuple[int, int] | None
+
+    def __init__(self, session: int, cxid: int, zxid: int, time: int, path: str, data: bytes | None,
+                 acl: tuple[str, ...], ephemeral: bool, parent_cversion: int, digest: tuple[int, int] | None) -> None:
+        self.session = session
+        self.cxid = cxid
+        self.zxid = zxid
+        self.time = time
+        self.path = path
+        self.data = data
+        self.acl = acl
+        self.ephemeral = ephemeral
+        self.parent_cversion = parent_cversion
+        self.digest = digest
+
+    def fields(self) -> dict[str, Any]:
+        """The create as `decode_txn` gives it."""
+        out: dict[str, Any] = {"op": "create", "session": f"0x{self.session & (1 << 64) - 1:x}", "cxid": self.cxid,
+                               "zxid": self.zxid, "time": self.time, "path": self.path, "data": self.data,
+                               "acl": list(self.acl), "ephemeral": self.ephemeral,
+                               "parentCVersion": self.parent_cversion}
+        if self.digest is not None:
+            out["digest"] = {"version": self.digest[0], "treeDigest": self.digest[1]}
+        return out
+
+
+def read_create(data: bytes, start: int = 0) -> Create | None:
+    """The well-formed create (type 1) that ``data[start:]`` is, read with `struct` and slices; None when it is
+    anything else or not sure (the field-by-field read, `decode_txn` or `_strict_value`, then decides, and says
+    where it goes wrong). The one quick reader of a ZooKeeper client's create: `decode_value` checks a PROPOSAL with
+    it, `decode_txn` gives its fields, and `zabref.core.zktree` applies it without them. world:anyone's one ACL, the
+    ACL of nearly every create, is read as the one tuple `OPEN_ACL`."""
     n = len(data)
-    if n < HEADER.size + 4:
+    if n - start < HEADER.size + 4:
         return None
-    session, cxid, zxid, when, op = HEADER.unpack_from(data)
+    session, cxid, zxid, when, op = HEADER.unpack_from(data, start)
     if op != OP_CREATE:
         return None
     ints = jute.INT.unpack_from
-    at = HEADER.size
+    at = start + HEADER.size
     k = ints(data, at)[0]
     at += 4
     if k < 0 or at + k + 4 > n:
@@ -362,7 +372,31 @@ def _quick_create_fields(data: bytes) -> dict[str, Any] | None:
         return None
     value = None if k == -1 else bytes(data[at : at + k])
     at += max(k, 0)
-    count = ints(data, at)[0]  # a null vector (-1) reads as none
+    acl: tuple[str, ...]
+    if data.startswith(_WORLD_ANYONE_ALL, at):
+        acl = OPEN_ACL
+        at += len(_WORLD_ANYONE_ALL)
+    else:
+        read = _acl_at(data, at)
+        if read is None:
+            return None
+        acl, at = read
+    if at + 5 > n or data[at] > 1 or n - at - 5 not in (0, DIGEST_BYTES):
+        return None
+    digest = None
+    if n - at - 5 == DIGEST_BYTES:
+        digest = (ints(data, at + 5)[0], jute.LONG.unpack_from(data, at + 9)[0])
+    return Create(session, cxid, zxid, when, path, value, acl, data[at] == 1, ints(data, at + 1)[0], digest)
+
+
+def _acl_at(data: bytes, at: int) -> tuple[tuple[str, ...], int] | None:
+    """The ``vector<ACL>`` at ``at`` (a null vector, -1, reads as none) and the offset after it; None when it is
+    not whole or not UTF-8."""
+    n = len(data)
+    ints = jute.INT.unpack_from
+    if at + 4 > n:
+        return None
+    count = ints(data, at)[0]
     at += 4
     if count < -1 or count * 12 > n - at:
         return None
@@ -386,14 +420,7 @@ def _quick_create_fields(data: bytes) -> dict[str, Any] | None:
                 return None
             at += k
         acl.append(f"{parts[0]}:{parts[1]}:{perms}")
-    if at + 5 > n or data[at] > 1 or n - at - 5 not in (0, DIGEST_BYTES):
-        return None
-    out: dict[str, Any] = {"op": "create", "session": f"0x{session & (1 << 64) - 1:x}", "cxid": cxid, "zxid": zxid,
-                           "time": when, "path": path, "data": value, "acl": acl, "ephemeral": data[at] == 1,
-                           "parentCVersion": ints(data, at + 1)[0]}
-    if n - at - 5 == DIGEST_BYTES:
-        out["digest"] = {"version": ints(data, at + 5)[0], "treeDigest": jute.LONG.unpack_from(data, at + 9)[0]}
-    return out
+    return tuple(acl), at
 
 
 def read_form(value: bytes) -> str | dict[str, Any]:
