@@ -181,6 +181,12 @@ class Server(PeerLinks):
         assert node is not None, "the server's node is made by Server.run"
         return node
 
+    def opened(self) -> Storage:
+        """The storage (opened by `run`, before the node; every write of the pump comes after)."""
+        storage = self.storage
+        assert storage is not None, "the storage is opened by Server.run"
+        return storage
+
     # ------------------------------------------------------------------------------------------ life cycle
 
     async def run(self) -> int:
@@ -465,8 +471,7 @@ class Server(PeerLinks):
                 raise StorageError(f"an earlier write failed: {self._disk_failed}")
             if not steps:
                 return
-            storage = self.storage
-            assert storage is not None, "the storage is opened by Server.run"
+            storage = self.opened()
             for ops in steps:
                 storage.apply(ops)
             small = len(steps) < INLINE_SYNC_MIN_STEPS and len(self.client_waiters) > len(steps)
@@ -488,9 +493,7 @@ class Server(PeerLinks):
         """Sync the storage; the seconds it took on the machine's clock."""
         clock = self.machine.clock
         started = clock()
-        storage = self.storage
-        assert storage is not None, "the storage is opened by Server.run"
-        storage.sync()
+        self.opened().sync()
         return clock() - started
 
     def _apply(self, eff: Effects) -> bool:
