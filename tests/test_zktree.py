@@ -360,3 +360,24 @@ def test_each_create_carries_its_own_acl_list() -> None:
     for k, entries in enumerate(lists):
         txn = lead.write("create", create(f"/n{k}", acl=acl(*entries)))
         assert txn["acl"] == list(dict.fromkeys(f"{s}:{i}:{p}" for p, s, i in entries)), k
+
+
+def test_a_multi_that_replaces_a_sessions_ephemeral_node_leaves_the_session_without_it() -> None:
+    """A ZooKeeper leader's session owns /eph; a zabref leader's multi deletes it and creates a container at its
+    path: the proposal tree (`take`) no longer counts /eph among the session's ephemeral nodes, as applying the
+    transaction does not, so the session's closeSession leaves the container (found by the property test above)."""
+    header = struct.Struct(">qiqqi")
+    session = 0x20000B
+    history = [Txn(E1 | 1, zktxn.FOREIGN + header.pack(session, 0, E1 | 1, 5, -10) + jute.INT.pack(4000)),
+               Txn(E1 | 2, zktxn.FOREIGN + header.pack(session, 1, E1 | 2, 6, 1) + create("/eph", b"e")[:-4] + b"\x01"
+                   + jute.INT.pack(1))]
+    taking = HistoryTree()
+    zxid = E1 | 3
+    txn, changes = prepare_changes(taking.follow(history), 7, 1, OP["multi"],
+                                   multi(("delete", delete("/eph")), ("createContainer", create("/eph", b"c"))), zxid)
+    history.append(Txn(zxid, zktxn.FOREIGN + txn))
+    assert taking.take(history, changes)
+    assert taking.tree.ephemerals.get(session, set()) == set() and taking.tree.nodes["/eph"].data == b"c"
+    history.append(Txn(E1 | 4, zktxn.FOREIGN + header.pack(session, 2, E1 | 4, 8, -11) + jute.INT.pack(0)))
+    assert taking.follow(history).nodes["/eph"].data == b"c"
+    assert state(taking.tree) == state(HistoryTree().follow(history))

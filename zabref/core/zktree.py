@@ -203,7 +203,8 @@ class DataTree:
         """Apply transaction ``zxid`` as the nodes it changes, prepared against this tree
         (`zabref.core.zkprep.prepare_changes`): the tree `apply` of the transaction would leave, without reading it
         again. The prepared copies replace their nodes, each holding its node's set of children as the request
-        changed it."""
+        changed it. A node replaced by another one's (a multi that deletes a session's ephemeral node and creates
+        one at its path) leaves its session's ephemeral nodes, as `apply`'s delete and create do."""
         self.last_zxid = max(self.last_zxid, zxid)
         nodes = self.nodes
         for path, node in changes.items():
@@ -213,6 +214,11 @@ class DataTree:
             children = node.children
             if isinstance(children, ChangedChildren):
                 node.children = children.folded()
+            old = nodes.get(path)
+            if old is not None and 0 < old.ephemeral_owner != node.ephemeral_owner:
+                self.ephemerals.get(old.ephemeral_owner, set()).discard(path)
+            if node.ephemeral_owner > 0:
+                self.ephemerals.setdefault(node.ephemeral_owner, set()).add(path)
             nodes[path] = node
 
     def _apply(self, op: str, rec: dict[str, Any], zxid: int, time: int, session: int) -> int:
