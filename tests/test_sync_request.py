@@ -265,7 +265,7 @@ def test_a_late_transaction_of_a_session_and_cxid_never_answers_a_newer_request(
     s = 0x300000000000002
 
     def create(path: str) -> bytes:
-        return jute.ustring("path", path) + jute.buffer("data", b"") + zktxn._WORLD_ANYONE_ALL + jute.INT.pack(0)
+        return jute.ustring("path", path) + jute.buffer("data", b"") + zktxn.WORLD_ANYONE_ALL + jute.INT.pack(0)
 
     assert [p.zxid for _, p in node.zk_write(1, s, 1, 1, create("/old"), 0.0).send] == [z(1, 1), z(1, 1)]
     (answer,) = node.tick(0.15).answers
@@ -292,7 +292,7 @@ def test_a_forwarded_write_is_a_client_request_of_zookeepers_transaction() -> No
     ZooKeeper's leader would propose (the request's session and cxid in its header, the next zxid), to every
     learner; an op no leader prepares is proposed as ZooKeeper's error transaction (UNIMPLEMENTED)."""
     node = _leader()
-    record = jute.ustring("path", "/k") + jute.buffer("data", b"v") + zktxn._WORLD_ANYONE_ALL + jute.INT.pack(0)
+    record = jute.ustring("path", "/k") + jute.buffer("data", b"v") + zktxn.WORLD_ANYONE_ALL + jute.INT.pack(0)
     eff = node.packet(2, QuorumPacket(PacketType.REQUEST, -1, struct.pack(">qii", 0x10000A, 7, 1) + record), 0.1)
     assert _actions(eff) == ["Zab.ClientRequest"] and _sent(eff) == [(2, PacketType.PROPOSAL), (3, PacketType.PROPOSAL)]
     txn = zktxn.decode_txn(eff.send[0][1].data, "PROPOSAL")

@@ -46,7 +46,7 @@ import re
 
 from zabref.core import jute
 from zabref.core.zktree import CONTAINER_OWNER, ERR, ChangedChildren, DataTree, ZNode, acl_parts, parent_of
-from zabref.core.zktxn import HEADER, OPS, TxnReader
+from zabref.core.zktxn import HEADER, OPEN_ACL, OPS, WORLD_ANYONE_ALL, TxnReader
 from zabref.errors import CodecError
 
 __all__ = ["prepare", "prepare_changes", "RequestRefused", "valid_path"]
@@ -133,6 +133,8 @@ def _acls(r: TxnReader, field: str) -> list[str]:
 
 
 def _acl_bytes(acl: list[str]) -> bytes:
+    if len(acl) == 1 and acl[0] == OPEN_ACL[0]:
+        return WORLD_ANYONE_ALL
     out = [jute.INT.pack(len(acl))]
     for perms, scheme, ident in map(acl_parts, acl):
         out.append(jute.INT.pack(perms) + jute.ustring("scheme", scheme) + jute.ustring("id", ident))

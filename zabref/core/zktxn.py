@@ -74,7 +74,7 @@ from zabref.errors import CodecError
 
 __all__ = ["TxnReader", "HEADER", "OP_CREATE", "OPS", "DIGEST_BYTES", "FOREIGN", "SNAPSHOT", "MARKERS", "node_of",
            "encode_create", "carries_zxid", "encode_value", "decode_value", "decode_txn", "read_form", "OPEN_ACL",
-           "Create", "read_create"]
+           "Create", "read_create", "WORLD_ANYONE_ALL"]
 
 #: ZooKeeper's OpCode.create.
 OP_CREATE = 1
@@ -93,9 +93,10 @@ DIGEST_BYTES = 12
 #: ZooKeeper's ZooDefs.Perms.ALL (read, write, create, delete, admin).
 PERMS_ALL = 31
 HEADER = struct.Struct(">qiqqi")  # TxnHeader: clientId, cxid, zxid, time, type
-_WORLD_ANYONE_ALL = jute.INT.pack(1) + jute.INT.pack(PERMS_ALL) + jute.ustring("scheme", "world") + \
+#: `OPEN_ACL` as a ``vector<ACL>``'s bytes.
+WORLD_ANYONE_ALL = jute.INT.pack(1) + jute.INT.pack(PERMS_ALL) + jute.ustring("scheme", "world") + \
     jute.ustring("id", "anyone")
-_PERSISTENT = _WORLD_ANYONE_ALL + b"\x00"  # the ACL, then ephemeral = false
+_PERSISTENT = WORLD_ANYONE_ALL + b"\x00"  # the ACL, then ephemeral = false
 #: world:anyone with every permission as a read gives an ACL (``scheme:id:perms`` each): ZooKeeper's OPEN_ACL_UNSAFE.
 OPEN_ACL = ("world:anyone:31",)
 
@@ -114,7 +115,15 @@ class TxnReader(jute.Reader):
         return b == 1
 
     def acls(self, field: str) -> list[str]:
-        """A ``vector<ACL>`` (``int perms; Id {ustring scheme; ustring id}``), each as ``scheme:id:perms``."""
+        """A ``vector<ACL>`` (``int perms; Id {ustring scheme; ustring id}``), each as ``scheme:id:perms``; world:anyone's
+        one ACL (`OPEN_ACL`), nearly every request's, by its bytes."""
+        if self.buf[self.pos : self.pos + len(WORLD_ANYONE_ALL)] == WORLD_ANYONE_ALL:
+            self.pos += len(WORLD_ANYONE_ALL)
+            return list(OPEN_ACL)
+        return self.acl_entries(field)
+
+    def acl_entries(self, field: str) -> list[str]:
+        """`acls`, entry by entry."""
         out = []
         for _ in range(self.count(field, 12, nullable=True)):
             perms = self.i32("acl perms")
@@ -373,9 +382,9 @@ def read_create(data: bytes, start: int = 0) -> Create | None:
     value = None if k == -1 else bytes(data[at : at + k])
     at += max(k, 0)
     acl: tuple[str, ...]
-    if data.startswith(_WORLD_ANYONE_ALL, at):
+    if data.startswith(WORLD_ANYONE_ALL, at):
         acl = OPEN_ACL
-        at += len(_WORLD_ANYONE_ALL)
+        at += len(WORLD_ANYONE_ALL)
     else:
         read = _acl_at(data, at)
         if read is None:
