@@ -115,8 +115,8 @@ class TxnReader(jute.Reader):
         return b == 1
 
     def acls(self, field: str) -> list[str]:
-        """A ``vector<ACL>`` (``int perms; Id {ustring scheme; ustring id}``), each as ``scheme:id:perms``; world:anyone's
-        one ACL (`OPEN_ACL`), nearly every request's, by its bytes."""
+        """A ``vector<ACL>`` (``int perms; Id {ustring scheme; ustring id}``), each as ``scheme:id:perms``;
+        world:anyone's one ACL (`OPEN_ACL`), nearly every request's, by its bytes."""
         if self.buf[self.pos : self.pos + len(WORLD_ANYONE_ALL)] == WORLD_ANYONE_ALL:
             self.pos += len(WORLD_ANYONE_ALL)
             return list(OPEN_ACL)
