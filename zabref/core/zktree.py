@@ -157,8 +157,13 @@ def fields(txn: Txn) -> dict[str, Any]:
         return {"op": "snapshot", "session": "0x0", "cxid": 0, "zxid": txn.zxid, "time": 0, "stream": txn.value[1:]}
     if txn.value[:1] == zktxn.FOREIGN:
         return zktxn.decode_txn(txn.value[1:], f"the ZooKeeper transaction {txn.zxid:#x}")
-    return {"op": "create", "session": "0x0", "cxid": 0, "zxid": txn.zxid, "time": 0, "path": zktxn.node_of(txn.zxid),
-            "data": txn.value, "acl": list(OPEN_ACL), "ephemeral": False, "parentCVersion": -1}
+    return _own_create(txn).fields()
+
+
+def _own_create(txn: Txn) -> zktxn.Create:
+    """zabref's own value as the create of its node (`zktxn.node_of`): persistent, world:anyone, the parent's child
+    version one more, no session, cxid or time."""
+    return zktxn.Create(0, 0, txn.zxid, 0, zktxn.node_of(txn.zxid), txn.value, OPEN_ACL, False, -1, None)
 
 
 def session_of(txn: dict[str, Any]) -> int:
@@ -189,17 +194,14 @@ class DataTree:
     def apply_txn(self, txn: Txn) -> int:
         """`apply` of ``fields(txn)``, without the fields' dict for the two transactions nearly every one is: zabref's
         own value (the create of its node, `fields`) and a ZooKeeper client's plain create (`zktxn.read_create`)."""
-        value = txn.value
-        if value[:1] == zktxn.FOREIGN:
-            create = zktxn.read_create(value, 1)
-            if create is not None:
-                self.last_zxid = max(self.last_zxid, create.zxid)
-                return self._create(create.path, create.data, create.acl, create.session if create.ephemeral else 0,
-                                    create.parent_cversion, create.zxid, create.time)
-        elif value[:1] != zktxn.SNAPSHOT:
-            self.last_zxid = max(self.last_zxid, txn.zxid)
-            return self._create(zktxn.node_of(txn.zxid), value, OPEN_ACL, 0, -1, txn.zxid, 0)
-        return self.apply(fields(txn))
+        marker = txn.value[:1]
+        create = zktxn.read_create(txn.value, 1) if marker == zktxn.FOREIGN else \
+            None if marker == zktxn.SNAPSHOT else _own_create(txn)
+        if create is None:
+            return self.apply(fields(txn))
+        self.last_zxid = max(self.last_zxid, create.zxid)
+        return self._create(create.path, create.data, create.acl, create.session if create.ephemeral else 0,
+                            create.parent_cversion, create.zxid, create.time)
 
     def take(self, zxid: int, changes: dict[str, ZNode | None]) -> None:
         """Apply transaction ``zxid`` as the nodes it changes, prepared against this tree
