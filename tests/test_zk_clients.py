@@ -277,6 +277,42 @@ def test_replies_leave_in_request_order_and_together_once_their_answers_are_in()
     assert len(writes) == 1 and _replies(writes[0]) == [(1, 9, 0), (-2, 5, 0), (2, 5, 0)]
 
 
+def test_a_reply_leaves_in_its_answers_callback_with_the_ready_ones_behind_it() -> None:
+    """With the reply task waiting for the head request's answer, the answer's own callback writes its reply and
+    the reply of the read behind it (made then, at its turn): on the socket one turn of the loop after the answer
+    is in, where waking the task took two. A later answer, with the task waiting again, leaves the same way."""
+
+    async def run() -> None:
+        listening = socket.create_server(("127.0.0.1", 0))
+        reader, writer = await asyncio.open_connection(*listening.getsockname())
+        client, _ = listening.accept()
+        client.setblocking(False)
+        piped = pipeline.Pipeline(writer)
+        replying = asyncio.ensure_future(pipeline._reply_in_order(writer, piped))
+        loop = asyncio.get_running_loop()
+        try:
+            made: list[str] = []
+            for round_ in (1, 2):
+                write: asyncio.Future = loop.create_future()
+                piped.put((write, lambda answer: made.append(f"write {answer}") or f"w{answer};".encode()))
+                piped.put((None, lambda _: made.append("read") or b"r;"))
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                assert made == ["write 1", "read"] * (round_ - 1)  # nothing is made before its turn
+                write.set_result(round_)
+                await asyncio.sleep(0)  # the answer's callbacks run in this turn
+                assert client.recv(100) == f"w{round_};r;".encode()
+            piped.end()
+            await asyncio.wait_for(replying, 5)
+        finally:
+            replying.cancel()
+            writer.close()
+            client.close()
+            listening.close()
+
+    asyncio.run(run())
+
+
 @pytest.mark.pure_build  # a stand-in server (`_piped`)
 def test_a_write_the_node_refused_closes_the_session_after_the_replies_before_it() -> None:
     """The answer before it leaves; the request after it is no longer waited for (its future cancelled)."""

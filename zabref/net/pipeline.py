@@ -9,9 +9,11 @@ for nothing: a read, a PING, an error found in the request itself) and what make
 called at the request's turn (so that a read made then sees the writes of the requests before it). The frames are
 decoded in the loop's read callback (`zabref.net.peers.read_stream`, no task woken a read); a request that waits
 for nothing while nothing before it waits is answered there, with the others of the same read in one write. The
-rest wait in a `Pipeline`, and one task writes their replies in order (`_reply_in_order`): a reply leaves as soon
-as its answer is in and those before it left, every reply ready then in one write (a write per reply and a task per
-request took 27-32 % of the servers' CPU a write at 16 and 128 in flight: docs/performance.md).
+rest wait in a `Pipeline`, and their replies leave in order: a reply leaves as soon as its answer is in and those
+before it left, every reply ready then in one write (a write per reply and a task per request took 27-32 % of the
+servers' CPU a write at 16 and 128 in flight: docs/performance.md). The head request's answer writes them in its own
+callback while the reply task (`_reply_in_order`) waits for it, a turn of the loop sooner than waking the task; the
+task writes them when it was busy (draining) and drains what the client has not read.
 
 Bounds. The connection's reading pauses while `MAX_PIPELINED` requests wait (until half of them are answered; a
 read's requests are all taken, so a read's worth more may wait) and while the replies written in the read callback
@@ -60,7 +62,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, deco
     read), and every reply has left. Raises `Close` with the reason the connection must close (a frame that does not
     decode or arrive in time: ``frame_timeout`` s from its first byte; no whole frame within ``idle_timeout`` s; a
     reply's maker's `Close`; a reply not read in time) and ConnectionError when the connection broke."""
-    pipeline = Pipeline(peers.transport_of(writer))
+    pipeline = Pipeline(writer)
     reading = asyncio.ensure_future(_read(reader, writer, decoder, request, pipeline, idle_timeout, frame_timeout))
     replying = asyncio.ensure_future(_reply_in_order(writer, pipeline))
     try:
@@ -149,14 +151,16 @@ class Pipeline:
     """One connection's requests read and not answered yet, in request order, and whether the reading ended (nothing
     more will come); it pauses and resumes the connection's reading (the module docstring's bounds)."""
 
-    __slots__ = ("entries", "ended", "draining", "_paused", "_transport", "_waiter", "_loop")
+    __slots__ = ("entries", "ended", "draining", "failed", "_paused", "_writer", "_transport", "_waiter", "_loop")
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.entries: collections.deque[Entry] = collections.deque()
         self.ended = False
         self.draining = False  # replies written in the read callback wait for the client; the reply task drains
+        self.failed: Exception | None = None  # what a reply's maker raised in an answer's callback (`next` raises it)
         self._paused = False
-        self._transport = transport
+        self._writer = writer
+        self._transport = peers.transport_of(writer)
         # `next` waits on a future of the loop kept here, not on an Event: an Event looks the running loop up at every
         # wait, a getpid() system call on Python 3.11 (`zabref.runtime.inbox`)
         self._waiter: asyncio.Future[None] | None = None
@@ -195,7 +199,25 @@ class Pipeline:
             self._transport.resume_reading()
 
     def _answered(self, fut: asyncio.Future[Any]) -> None:
-        if self.entries and self.entries[0][0] is fut:
+        """The head request's answer is in: while the reply task waits for it (nothing to drain, nothing failed),
+        its reply and every one ready after it are written here, in the answer's callback, a turn of the loop
+        sooner than the task would; else the task is woken."""
+        if not self.entries or self.entries[0][0] is not fut:
+            return
+        if self._waiter is None or self.draining or self.failed is not None:
+            self._wake()
+            return
+        out: list[bytes] = []
+        try:
+            while (entry := self.ready()) is not None:
+                out.append(_made(entry))
+        except Exception as raised:  # noqa: BLE001 -- the reply task raises it, as if the task had made the reply
+            self.failed = raised
+            self._wake()
+        if out:
+            streams.write(self._writer, b"".join(out))
+            self.wrote()
+        if self.ended and not self.entries:
             self._wake()
 
     def _wake(self) -> None:
@@ -220,13 +242,17 @@ class Pipeline:
 
     async def next(self) -> Entry | None:
         """The first entry, taken once its answer is in; None once the reading ended and every entry was taken, or
-        when the replies written in the read callback must be drained first (``draining``)."""
-        while (entry := self.ready()) is None:
+        when the replies written in the read callback must be drained first (``draining``). Raises what a reply's
+        maker raised in an answer's callback (``failed``: `Close`, or a bug)."""
+        while True:
+            if self.failed is not None:
+                raise self.failed
+            if (entry := self.ready()) is not None:
+                return entry
             if self.draining or (self.ended and not self.entries):
                 return None
             self._waiter = self._loop.create_future()
             await self._waiter
-        return entry
 
     def cancel(self) -> None:
         """Stop waiting for the answers of requests not replied to (the connection is closing)."""
