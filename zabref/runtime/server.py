@@ -152,7 +152,6 @@ class Server(PeerLinks):
         self._rids = itertools.count(1)
         self._events: Inbox[tuple[Event, asyncio.Future[Effects] | None]] = Inbox()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop `run` runs on (looked up once, not a request)
-        self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._listeners: list[listener.Listener] = []
         self._accepted: set[listener.Accepted] = set()  # every inbound connection not yet ended
@@ -367,13 +366,9 @@ class Server(PeerLinks):
                 except (StorageError, OSError, ValueError) as failed:
                     self._storage_failed(failed, [fut for fut, _ in done])
                     return
-            changed = False
             for eff in effects:
-                changed |= self._apply(eff)
+                self._apply(eff)
             self.flush()
-            if changed:
-                self._changed.set()
-                self._changed = asyncio.Event()
             for fut, answer in done:
                 if fut is None or fut.done():
                     continue
@@ -496,8 +491,8 @@ class Server(PeerLinks):
         self.opened().sync()
         return clock() - started
 
-    def _apply(self, eff: Effects) -> bool:
-        """Everything of ``eff`` but persist (durable already); True if it delivered or changed role."""
+    def _apply(self, eff: Effects) -> None:
+        """Everything of ``eff`` but persist (durable already)."""
         for peer in eff.dial:
             conn = self.conns.get(peer)
             if conn is not None and conn.state == "connecting" and not conn.dialing:
@@ -529,7 +524,6 @@ class Server(PeerLinks):
                 conn.blocked = False
             if blocked:
                 self.driver.unblocked(self, blocked)
-        return bool(eff.deliver) or eff.role is not None
 
     # ------------------------------------------------------------------------------------------ inbound
 
@@ -578,12 +572,6 @@ class Server(PeerLinks):
             raise ValueError(f"more than {HOLD_LIMIT} packets wait on this connection")
         conn.hold(packet)
         self.driver.arrived(self, conn)
-
-    # ------------------------------------------------------------------------------------------ waiting
-
-    async def wait_changed(self) -> None:
-        """Return after the next batch that delivered something or changed role."""
-        await self._changed.wait()
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:
