@@ -117,8 +117,7 @@ async def _reply_in_order(writer: asyncio.StreamWriter, pipeline: Pipeline) -> N
         entry = await pipeline.next()
         if entry is not None:
             out = [_made(entry)]
-            while (entry := pipeline.ready()) is not None:
-                out.append(_made(entry))
+            pipeline.make_ready(out)
             streams.write(writer, b"".join(out))
             if writer.transport.get_write_buffer_size():
                 await _drain(writer)
@@ -209,8 +208,7 @@ class Pipeline:
             return
         out: list[bytes] = []
         try:
-            while (entry := self.ready()) is not None:
-                out.append(_made(entry))
+            self.make_ready(out)
         except Exception as raised:  # noqa: BLE001 -- the reply task raises it, as if the task had made the reply
             self.failed = raised
             self._wake()
@@ -228,6 +226,12 @@ class Pipeline:
     def end(self) -> None:
         self.ended = True
         self._wake()
+
+    def make_ready(self, out: list[bytes]) -> None:
+        """Append to ``out`` the reply of each entry ready now, in order, each taken as it is made (what a maker
+        raises leaves the replies made before it in ``out``)."""
+        while (entry := self.ready()) is not None:
+            out.append(_made(entry))
 
     def ready(self) -> Entry | None:
         """The first entry, taken, if its answer is in; else None."""
