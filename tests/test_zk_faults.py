@@ -335,6 +335,41 @@ def test_the_txnlog_hole_loses_writes_on_debian_3_8_0(tmp_path):
     assert re.search(rf"Sending TRUNC zxid=0x1[0-9a-f]{{8}} +for peer sid: {y}\b", logs)  # to the orphan, epoch 1
 
 
+def _stale_read_of_the_divergence(line: str, delivered: dict[int, list[tuple[int, str]]], x: int) -> bool:
+    """Whether a stale read of the history check's ``line`` follows from x's divergence: the reader that missed the
+    write (named first, "began then"; a line of another kind names one reader) is at a server on x's side (its
+    delivered sequence a prefix of x's, or x's of it), or the write it missed is one x delivered at that zxid and the
+    reader's server did not (x's divergent write, read at x first: the others' later reads cannot have it). Any other
+    stale read is a finding of its own."""
+    at = re.search(r"\bat server (\d+), began then", line) or re.search(r"\bat server (\d+)", line)
+    if at is None:
+        return False
+    reader, mine = int(at.group(1)), delivered[x]
+    if reader in {s for s, seq in delivered.items() if seq[:len(mine)] == mine[:len(seq)]}:
+        return True
+    z = re.search(r"\(zxid (0x[0-9a-f]+)\)", line)
+    if z is None:
+        return False
+    zxid = int(z.group(1), 16)
+    ours = dict(mine).get(zxid)
+    return ours is not None and dict(delivered.get(reader, [])).get(zxid) != ours
+
+
+def test_a_stale_read_is_put_down_to_the_divergence_only_on_xs_side_or_of_xs_own_write():
+    """x (3) delivered a write at 0x1000000b3 that 1 never did; 2 took x's history. A stale read at 2 follows from
+    the divergence, and so does one at 1 of x's own write; a stale read at 1 of a write 1 delivered too does not, nor
+    a line that names no reader."""
+    delivered = {1: [(0x1000000b1, "c1-1"), (0x1000000b2, "c1-2"), (0x200000001, "c3-1")],
+                 2: [(0x1000000b1, "c1-1"), (0x1000000b2, "c1-2")],
+                 3: [(0x1000000b1, "c1-1"), (0x1000000b2, "c1-2"), (0x1000000b3, "c2-60")]}
+    line = ("no linearization: {w} (zxid {z}) must take effect after 19641.303 and by 19641.210 (reader 0 at server "
+            "{r}, began then and read up to 0x1000000b1; reader 1 at server 3, read by then up to {z})")
+    assert _stale_read_of_the_divergence(line.format(w="'c1-2'", z="0x1000000b2", r=2), delivered, 3)
+    assert _stale_read_of_the_divergence(line.format(w="'c2-60'", z="0x1000000b3", r=1), delivered, 3)
+    assert not _stale_read_of_the_divergence(line.format(w="'c1-2'", z="0x1000000b2", r=1), delivered, 3)
+    assert not _stale_read_of_the_divergence("no linearization: 'c1-2' (zxid 0x1000000b2) somewhere", delivered, 3)
+
+
 @pytest.mark.slow
 def test_zookeeper_4837_leaves_a_truncated_proposal_in_the_tree_on_debian_3_8_0(tmp_path):
     """ZOOKEEPER-4837 scripted: x, the first leader, logs a proposal alone; elected again through the election port
@@ -343,10 +378,11 @@ def test_zookeeper_4837_leaves_a_truncated_proposal_in_the_tree_on_debian_3_8_0(
     and its own log has the bug's mark. No version has a fix (MATRIX). The checks may also count a stale read
     (fresh-clone CI of 8054b10; its example was cut off in the report): taken when it is at a server on x's side, x
     or one whose delivered sequence agrees with x's (fresh-clone CI of 2026-12-04: a stale read at server 2, which
-    diverged with x) -- a stale read at a server on the others' side would be a finding of its own and fails here.
-    The server judged is the one whose read missed the write (fresh-clone CI of e009c9e: the checker's line named
-    only the read that had seen it, at server 3, and the test judged that one; which read missed it was not
-    kept)."""
+    diverged with x), or of x's own divergent write at a server that never delivered it (a run here, 2026-12-06: a
+    read at server 1 missed 0x1000000b3, which the other reader had read at server 2; the run was not kept) -- any
+    other stale read would be a finding of its own and fails here (`_stale_read_of_the_divergence`). The server
+    judged is the one whose read missed the write (fresh-clone CI of e009c9e: the checker's line named only the
+    read that had seen it, at server 3, and the test judged that one; which read missed it was not kept)."""
     from conformance.faults.zkrun import run_zk_faults  # noqa: PLC0415
 
     steps = load_schedule(builtin_schedule("zookeeper-4837"), 3)
@@ -362,15 +398,9 @@ def test_zookeeper_4837_leaves_a_truncated_proposal_in_the_tree_on_debian_3_8_0(
         (r.caught_by, r.verdict.examples, r.events, r.known)
     assert r.verdict.lost == 0
     assert r.verdict.examples and any(re.search(rf"server {x}\b", line) for line in r.verdict.examples), r.verdict
-    mine = r.delivered[x]  # the servers on x's side: each delivered sequence a prefix of x's, or x's of it
-    took_x = {s for s, seq in r.delivered.items() if seq[:len(mine)] == mine[:len(seq)]}
     for line in r.verdict.examples:  # a stale read only where x's history went (a finding of its own elsewhere)
         if " diverges from server " not in line:
-            # the reader that missed a write is named first ("began then"); a line of another kind names one reader
-            at = re.search(r"\bat server (\d+), began then", line) or re.search(r"\bat server (\d+)", line)
-            z = re.search(r"\(zxid (0x[0-9a-f]+)\)", line)  # what each server delivered at the zxid the line names
-            there = {s: dict(seq).get(int(z.group(1), 16)) for s, seq in r.delivered.items()} if z else None
-            assert at and int(at.group(1)) in took_x, (line, took_x, there, r.verdict.examples)
+            assert _stale_read_of_the_divergence(line, r.delivered, x), (line, r.delivered, r.verdict.examples)
     assert [(k.jira, k.sid) for k in r.known] == [("ZOOKEEPER-4837", x)]
     assert re.search(r"election port", " ".join(text for _, text in r.events))
     log = (folder / str(x) / "server.log").read_text(errors="replace")
