@@ -18,6 +18,7 @@ REQUEUE = Path(__file__).parent / "fixtures" / "zk" / "requeue-4837-elections.js
 
 
 @pytest.mark.slow
+@pytest.mark.deep
 def test_a_better_vote_put_back_behind_the_queue_is_a_behaviour(tla, tmp_path, monkeypatch):
     """The run's first 45 notifications are a behaviour of VFle, found by the guided searches; without `Requeue`
     the guided searches stop at notification 36 (1's round-3 vote for 2), and the search without the guide, cut at

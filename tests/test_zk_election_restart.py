@@ -20,6 +20,7 @@ MIXED_HANDOVER = Path(__file__).parent / "fixtures" / "zk" / "mixed-handover-ele
 
 
 @pytest.mark.slow
+@pytest.mark.deep
 def test_a_restart_shown_by_a_vote_on_new_data_is_found_by_the_guided_search(tla, tmp_path, monkeypatch):
     """The run's elections are a behaviour, every window made by its first guided search; without `RestartShown`
     the guided searches stop at notification 23 (3's round-2 vote), and the search without the guide, cut at

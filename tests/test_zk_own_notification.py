@@ -42,6 +42,7 @@ def _spec_without_recheck(spec_dir: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.deep
 def test_a_resend_waits_in_finalize_again_and_both_the_spec_and_vfle_need_it(tla, tmp_path, monkeypatch):
     """OWN is a behaviour, found by the guided search (two windows: START, then the rest). Without ResendDelivered
     the guided search stops at the resend itself (22): FastLeaderElection.tla's resend waits for every channel of 1

@@ -1623,6 +1623,7 @@ LATE = spaced(START) + [(1, 2, "L", 1, 2, 4000), (1, 3, "L", 1, 2, 4001), (2, 1,
 
 
 @pytest.mark.slow
+@pytest.mark.deep
 def test_a_decided_servers_answer_queued_after_its_new_round_needs_late_reply(toolchain_ready, tmp_path, monkeypatch):
     """LATE is a behaviour of VFle with the LateReply widening, found by the guided search alone; without it the
     guided search makes every notification but the late answer (17), and so does it when the answer is changed to
@@ -1683,6 +1684,7 @@ BACK = spaced(START) + [
 
 
 @pytest.mark.slow
+@pytest.mark.deep
 def test_a_restarted_server_gets_what_its_peers_queued_for_it_while_it_was_down(toolchain_ready, tmp_path,
                                                                                 monkeypatch):
     """QuorumCnxManager keeps a peer's send queue when the connection breaks, so what 1 and 2 queued for 3 while it
