@@ -867,6 +867,25 @@ def test_apply_persist_makes_one_step_one_batch_then_syncs():
     assert calls == [tuple(ops), "sync"]
 
 
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 30), st.integers(0, 3)), max_size=6))
+def test_index_of_finds_each_zxid_of_counters_that_follow_one_another_and_none_in_their_gaps(runs) -> None:
+    """IndexOf over histories of runs of consecutive counters (a leader's of an epoch), each run after a gap of
+    ``skip`` counters (what a SNAP or a cut leaves) or in the next epochs: each zxid at its position, the counters
+    around every one of them found exactly where the history has them, and nowhere else."""
+    zxids: list[int] = []
+    epoch, counter = 1, 0
+    for step, count, skip in runs:
+        epoch, counter = (epoch + step, 0) if step else (epoch, counter)
+        counter += skip
+        zxids += [(epoch << 32) | (counter + c) for c in range(1, count + 1)]
+        counter += count
+    history = [Txn(zxid, b"v") for zxid in zxids]
+    for k, zxid in enumerate(zxids, 1):
+        assert CoreState.index_of(history, zxid) == k
+        for probe in (zxid - 2, zxid - 1, zxid + 1, zxid + 2):
+            assert CoreState.index_of(history, probe) == (zxids.index(probe) + 1 if probe in zxids else 0)
+
+
 @given(st.lists(st.integers(1, 1 << 40), unique=True, max_size=40).map(sorted), st.integers(0, 1 << 40))
 def test_index_of_is_the_position_of_a_zxid_in_a_history_or_zero(zxids: list[int], probe: int) -> None:
     """IndexOf: the 1-based position of each zxid of the history, the last one included (looked at first), and 0

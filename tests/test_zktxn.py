@@ -164,6 +164,43 @@ def test_the_quick_check_leaves_the_transactions_own_node_and_other_types_to_the
     assert not zktxn._quick_create(Z + 1, _create(Z, "/a", b"x", None, False, False))
 
 
+@pytest.mark.pure_build
+def test_a_create_read_at_its_proposal_is_read_again_at_its_commit_only_once_kept(monkeypatch) -> None:
+    """A follower reads a ZooKeeper client's create at its PROPOSAL (`decode_value`) and applies it at its COMMIT
+    (`DataTree.apply_txn`): the one read serves both (`foreign_create`), and the tree holds what a fresh read gives;
+    what was kept is taken once, so a second tree applying the same value reads it again. Patches the module (pure
+    build only)."""
+    from zabref.core import zktree  # noqa: PLC0415
+    from zabref.core.types import Txn  # noqa: PLC0415
+
+    reads: list[int] = []
+    real = zktxn.read_create
+    monkeypatch.setattr(zktxn, "read_create", lambda data, start=0: reads.append(start) or real(data, start))
+    monkeypatch.setattr(zktxn, "_KEPT", {})
+    data = _create(Z, "/a", b"x", [(31, "world", "anyone")], False, True)
+    value = zktxn.decode_value(Z, data, "test")
+    assert value == zktxn.FOREIGN + data and reads == [1]
+    tree, again = zktree.DataTree(), zktree.DataTree()
+    assert tree.apply_txn(Txn(Z, value)) == again.apply_txn(Txn(Z, value)) == 0
+    assert reads == [1, 1] and tree.snapshot() == again.snapshot() and tree.nodes["/a"].data == b"x"
+
+
+@pytest.mark.pure_build
+def test_the_creates_kept_are_bounded_and_the_oldest_go_first(monkeypatch) -> None:
+    """At most `_KEPT_MAX` creates are kept (proposals a sync truncated are never applied): the next one pushes the
+    oldest out, which is then read again. Patches the module (pure build only)."""
+    monkeypatch.setattr(zktxn, "_KEPT", {})
+    monkeypatch.setattr(zktxn, "_KEPT_MAX", 3)
+    values = [zktxn.FOREIGN + _create(Z + i, f"/n{i}", b"x", None, False, False) for i in range(4)]
+    for v in values:
+        assert zktxn.foreign_create(v, keep=True) is not None
+    assert list(zktxn._KEPT) == values[1:]
+    kept = zktxn._KEPT[values[3]]
+    assert zktxn.foreign_create(values[3]) is kept and values[3] not in zktxn._KEPT
+    assert zktxn.foreign_create(values[0]).path == "/n0" and zktxn.foreign_create(b"\xffnot a create") is None
+    assert list(zktxn._KEPT) == values[1:3]
+
+
 @pytest.mark.parametrize("data", [_create(Z, "/app/é", b"data", [(31, "world", "anyone"), (1, "digest", "u:hé")],
                                           True, True), _create(Z, "/n", None, None, False, False),
                                   _create(Z, "/w", b"d", [(31, "world", "anyone")], False, True)])

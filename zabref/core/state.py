@@ -138,11 +138,17 @@ class CoreState:
     @staticmethod
     def index_of(history: list[Txn], zxid: int) -> int:
         """IndexOf(h, z): the 1-based position of zxid z in history h, 0 when absent (zxids strictly increase). The
-        last transaction first: a COMMIT or ACK names it at one write in flight, and the search that finds any other
-        calls its key a score of times in a long history."""
+        last transaction first: a COMMIT or ACK names it at one write in flight; then where z is if the zxids after it
+        follow one another, as one leader's of an epoch do: an ACK or COMMIT of many in flight names one of those. The
+        search that finds any other calls its key a score of times in a long history."""
         n = len(history)
-        if n and history[n - 1].zxid == zxid:
-            return n
+        if n:
+            last = history[n - 1].zxid
+            if last == zxid:
+                return n
+            k = n - (last - zxid)
+            if 0 < k < n and history[k - 1].zxid == zxid:
+                return k
         k = bisect.bisect_left(history, zxid, key=lambda t: t.zxid)
         return k + 1 if k < len(history) and history[k].zxid == zxid else 0
 

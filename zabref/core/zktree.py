@@ -193,9 +193,9 @@ class DataTree:
 
     def apply_txn(self, txn: Txn) -> int:
         """`apply` of ``fields(txn)``, without the fields' dict for the two transactions nearly every one is: zabref's
-        own value (the create of its node, `fields`) and a ZooKeeper client's plain create (`zktxn.read_create`)."""
+        own value (the create of its node, `fields`) and a ZooKeeper client's plain create (`zktxn.foreign_create`)."""
         marker = txn.value[:1]
-        create = zktxn.read_create(txn.value, 1) if marker == zktxn.FOREIGN else \
+        create = zktxn.foreign_create(txn.value) if marker == zktxn.FOREIGN else \
             None if marker == zktxn.SNAPSHOT else _own_create(txn)
         if create is None:
             return self.apply(fields(txn))

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -177,7 +177,7 @@ def decode_value(zxid: int, data: bytes, what: str) -> bytes:
     value = _quick_value(zxid, data)
     if value is not None:
         return value
-    return FOREIGN + bytes(data) if _quick_create(zxid, data) else _strict_value(zxid, data, what)
+    return _quick_create(zxid, data) or _strict_value(zxid, data, what)
 
 
 def _quick_value(zxid: int, data: bytes) -> bytes | None:
@@ -198,12 +198,14 @@ def _quick_value(zxid: int, data: bytes) -> bytes | None:
     return bytes(data[value_at:after])
 
 
-def _quick_create(zxid: int, data: bytes) -> bool:
-    """True when ``data`` is a well-formed create (type 1) for ``zxid`` of another node than ``node_of(zxid)``, which
-    `_strict_value` would keep whole (`FOREIGN`); False when it is anything else or not sure (`_strict_value` then
-    reads it, and says where it goes wrong)."""
-    create = read_create(data)
-    return create is not None and create.zxid == zxid and create.path != node_of(zxid)
+def _quick_create(zxid: int, data: bytes) -> bytes | None:
+    """The value `_strict_value` would keep (`FOREIGN`, then ``data``) when ``data`` is a well-formed create (type 1)
+    for ``zxid`` of another node than ``node_of(zxid)``; None when it is anything else or not sure (`_strict_value`
+    then reads it, and says where it goes wrong). The create read is kept for the tree that applies the value at its
+    COMMIT (`foreign_create`)."""
+    value = FOREIGN + bytes(data)
+    create = foreign_create(value, keep=True)
+    return value if create is not None and create.zxid == zxid and create.path != node_of(zxid) else None
 
 
 def _strict_value(zxid: int, data: bytes, what: str) -> bytes:
@@ -350,6 +352,27 @@ class Create:
         if self.digest is not None:
             out["digest"] = {"version": self.digest[0], "treeDigest": self.digest[1]}
         return out
+
+
+#: The creates `foreign_create` read and keeps, by the value that holds them, oldest first; at most `_KEPT_MAX`.
+_KEPT: Final[dict[bytes, Create]] = {}
+_KEPT_MAX: Final = 4096
+
+
+def foreign_create(value: bytes, *, keep: bool = False) -> Create | None:
+    """``read_create(value, 1)``: the create a `FOREIGN` value holds. A follower reads a ZooKeeper client's create
+    twice, at its PROPOSAL to check it (``keep``) and at its COMMIT to apply it (`zabref.core.zktree.DataTree`);
+    the second read takes the create the first one kept, once -- `read_create` is a function of the bytes alone, and
+    nothing changes a `Create` after it is made. A value kept and never applied (a proposal its sync truncated) waits
+    until `_KEPT_MAX` newer ones push it out."""
+    create = _KEPT.pop(value, None)
+    if create is None:
+        create = read_create(value, 1)
+        if keep and create is not None:
+            if len(_KEPT) >= _KEPT_MAX:
+                del _KEPT[next(iter(_KEPT))]
+            _KEPT[value] = create
+    return create
 
 
 def read_create(data: bytes, start: int = 0) -> Create | None:
