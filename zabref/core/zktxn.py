@@ -363,15 +363,16 @@ def foreign_create(value: bytes, *, keep: bool = False) -> Create | None:
     """``read_create(value, 1)``: the create a `FOREIGN` value holds. A follower reads a ZooKeeper client's create
     twice, at its PROPOSAL to check it (``keep``) and at its COMMIT to apply it (`zabref.core.zktree.DataTree`);
     the second read takes the create the first one kept, once -- `read_create` is a function of the bytes alone, and
-    nothing changes a `Create` after it is made. A value kept and never applied (a proposal its sync truncated) waits
-    until `_KEPT_MAX` newer ones push it out."""
+    nothing changes a `Create` after it is made. A read with ``keep`` keeps it again, newest (servers simulated in one
+    process read the same PROPOSAL each). A value kept and never applied (a proposal its sync truncated) waits until
+    `_KEPT_MAX` newer ones push it out."""
     create = _KEPT.pop(value, None)
     if create is None:
         create = read_create(value, 1)
-        if keep and create is not None:
-            if len(_KEPT) >= _KEPT_MAX:
-                del _KEPT[next(iter(_KEPT))]
-            _KEPT[value] = create
+    if keep and create is not None:
+        if len(_KEPT) >= _KEPT_MAX:
+            del _KEPT[next(iter(_KEPT))]
+        _KEPT[value] = create
     return create
 
 
