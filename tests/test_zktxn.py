@@ -189,20 +189,23 @@ def test_a_create_read_at_its_proposal_is_read_again_at_its_commit_only_once_kep
 @pytest.mark.pure_build
 def test_the_creates_kept_are_bounded_and_the_oldest_go_first(monkeypatch) -> None:
     """At most `_KEPT_MAX` creates are kept (proposals a sync truncated are never applied): the next one pushes the
-    oldest out, which is then read again; a read that keeps what was kept makes it the newest. Patches the module
-    (pure build only)."""
+    oldest out, which is then read again; a check of a value kept already makes it the newest, and a check that
+    refuses a create keeps nothing. Patches the module (pure build only)."""
     monkeypatch.setattr(zktxn, "_KEPT", {})
     monkeypatch.setattr(zktxn, "_KEPT_MAX", 3)
-    values = [zktxn.FOREIGN + _create(Z + i, f"/n{i}", b"x", None, False, False) for i in range(4)]
-    for v in values:
-        assert zktxn.foreign_create(v, keep=True) is not None
+    bodies = [_create(Z + i, f"/n{i}", b"x", None, False, False) for i in range(4)]
+    values = [zktxn.FOREIGN + body for body in bodies]
+    for i, body in enumerate(bodies):
+        assert zktxn._quick_create(Z + i, body) == values[i]
     assert list(zktxn._KEPT) == values[1:]
     kept = zktxn._KEPT[values[1]]
-    assert zktxn.foreign_create(values[1], keep=True) is kept and list(zktxn._KEPT) == [*values[2:], values[1]]
+    assert zktxn._quick_create(Z + 1, bodies[1]) == values[1] and list(zktxn._KEPT) == [*values[2:], values[1]]
+    assert zktxn._KEPT[values[1]] is kept
     kept = zktxn._KEPT[values[3]]
     assert zktxn.foreign_create(values[3]) is kept and values[3] not in zktxn._KEPT
     assert zktxn.foreign_create(values[0]).path == "/n0" and zktxn.foreign_create(b"\xffnot a create") is None
     assert list(zktxn._KEPT) == [values[2], values[1]]
+    assert zktxn._quick_create(Z + 9, bodies[0]) is None and list(zktxn._KEPT) == [values[2], values[1]]
 
 
 @pytest.mark.parametrize("data", [_create(Z, "/app/é", b"data", [(31, "world", "anyone"), (1, "digest", "u:hé")],

@@ -204,8 +204,13 @@ def _quick_create(zxid: int, data: bytes) -> bytes | None:
     then reads it, and says where it goes wrong). The create read is kept for the tree that applies the value at its
     COMMIT (`foreign_create`)."""
     value = FOREIGN + bytes(data)
-    create = foreign_create(value, keep=True)
-    return value if create is not None and create.zxid == zxid and create.path != node_of(zxid) else None
+    create = foreign_create(value)
+    if create is None or create.zxid != zxid or create.path == node_of(zxid):
+        return None
+    if len(_KEPT) >= _KEPT_MAX:
+        del _KEPT[next(iter(_KEPT))]
+    _KEPT[value] = create
+    return value
 
 
 def _strict_value(zxid: int, data: bytes, what: str) -> bytes:
@@ -354,26 +359,20 @@ class Create:
         return out
 
 
-#: The creates `foreign_create` read and keeps, by the value that holds them, oldest first; at most `_KEPT_MAX`.
+#: The creates a PROPOSAL's check took (`_quick_create`), by the value that holds them, oldest first; at most
+#: `_KEPT_MAX`: a value kept and never applied (a proposal its sync truncated) waits until newer ones push it out.
 _KEPT: Final[dict[bytes, Create]] = {}
 _KEPT_MAX: Final = 4096
 
 
-def foreign_create(value: bytes, *, keep: bool = False) -> Create | None:
+def foreign_create(value: bytes) -> Create | None:
     """``read_create(value, 1)``: the create a `FOREIGN` value holds. A follower reads a ZooKeeper client's create
-    twice, at its PROPOSAL to check it (``keep``) and at its COMMIT to apply it (`zabref.core.zktree.DataTree`);
-    the second read takes the create the first one kept, once -- `read_create` is a function of the bytes alone, and
-    nothing changes a `Create` after it is made. A read with ``keep`` keeps it again, newest (servers simulated in one
-    process read the same PROPOSAL each). A value kept and never applied (a proposal its sync truncated) waits until
-    `_KEPT_MAX` newer ones push it out."""
+    twice, at its PROPOSAL to check it (`_quick_create`, which keeps the create it takes) and at its COMMIT to apply
+    it (`zabref.core.zktree.DataTree`); the second read takes the kept create, once -- `read_create` is a function of
+    the bytes alone, and nothing changes a `Create` after it is made. A check of a value kept already keeps it again,
+    newest (servers simulated in one process read the same PROPOSAL each)."""
     create = _KEPT.pop(value, None)
-    if create is None:
-        create = read_create(value, 1)
-    if keep and create is not None:
-        if len(_KEPT) >= _KEPT_MAX:
-            del _KEPT[next(iter(_KEPT))]
-        _KEPT[value] = create
-    return create
+    return create if create is not None else read_create(value, 1)
 
 
 def read_create(data: bytes, start: int = 0) -> Create | None:
