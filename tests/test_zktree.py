@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from zabref.core import jute, payloads, zksnap, zktxn
 from zabref.core.types import Txn
-from zabref.core.zkprep import RequestRefused, prepare, prepare_changes, valid_path
+from zabref.core.zkclients import _answers, _result
+from zabref.core.zkprep import RequestRefused, prepare, prepare_changes, prepare_value, valid_path
 from zabref.core.zktree import ERR, OPEN_ACL, DataTree, HistoryTree, fields
 from zabref.errors import CodecError
 
@@ -254,6 +255,11 @@ def set_acl(path: str, acl: bytes, version: int = -1) -> bytes:
     return jute.ustring("path", path) + acl + jute.INT.pack(version)
 
 
+def _attributes(create: zktxn.Create) -> tuple:
+    return (create.session, create.cxid, create.zxid, create.time, create.path, create.data, create.acl,
+            create.ephemeral, create.parent_cversion, create.digest)
+
+
 def state(tree: DataTree) -> tuple:
     """Everything a tree holds, children as sets (a taken node's children are its old node's set, changed)."""
     nodes = {path: (n.data, n.acl, n.czxid, n.mzxid, n.pzxid, n.ctime, n.mtime, n.version, n.cversion, n.aversion,
@@ -261,11 +267,14 @@ def state(tree: DataTree) -> tuple:
     return nodes, {s: sorted(p) for s, p in tree.ephemerals.items()}, tree.sessions, tree.last_zxid
 
 
+_IP_ACL = jute.INT.pack(2) + jute.INT.pack(1) + jute.ustring("s", "ip") + jute.ustring("i", "127.0.0.1") + OPEN[4:]
+_OPEN_TWICE = jute.INT.pack(2) + (OPEN[4:]) * 2  # world:anyone twice: one after ZooKeeper's fixupACL
 _PATHS = st.sampled_from(["/a", "/b", "/a/x", "/a/y", "/b/z", "/a/x/q", "/eph", "/c"])
 _VERSION = st.sampled_from([-1, 0, 1])
 _ONE = st.one_of(
     st.builds(lambda p, flags: ("create", create(p, b"d" + p.encode(), flags)), _PATHS, st.sampled_from([0, 2])),
     st.builds(lambda p: ("createContainer", create(p, b"c", 0)), _PATHS),
+    st.builds(lambda p, acl: ("create", create(p, b"a", 0, acl)), _PATHS, st.sampled_from([_IP_ACL, _OPEN_TWICE])),
     st.builds(lambda p, v: ("delete", delete(p, v)), _PATHS, _VERSION),
     st.builds(lambda p, v: ("setData", set_data(p, b"s" + p.encode(), v)), _PATHS, _VERSION),
     st.builds(lambda p, v: ("setACL", set_acl(p, jute.INT.pack(1) + jute.INT.pack(1) + jute.ustring("s", "ip")
@@ -279,11 +288,13 @@ _WRITES = st.lists(st.one_of(_ONE, st.builds(lambda ops: ("multi", multi(*ops)),
 
 @given(_WRITES)
 def test_the_proposal_tree_takes_a_prepared_write_as_applying_its_transaction_would_leave_it(writes: list) -> None:
-    """`HistoryTree.take` (a leader's proposal tree takes the nodes `prepare_changes` changed) leaves the tree that
+    """`HistoryTree.take` (a leader's proposal tree takes the nodes `prepare_value` changed) leaves the tree that
     reading and applying each transaction makes (a fresh `HistoryTree` following the same history): every field of
     every node (times too: these writes are prepared at a time), children, a ZooKeeper session's ephemeral node
     deleted, sessions; a request whose record has a byte too many changes nothing; with zabref's own values
-    between, which the taking tree applies by `follow`."""
+    between, which the taking tree applies by `follow`. The create `prepare_value` keeps for the leader's apply at
+    the COMMIT is the one reading the value gives, field by field, and none is kept for any other transaction (a
+    multi's creates, an error among them)."""
     header = struct.Struct(">qiqqi")
     session = 0x20000B
     base = [header.pack(session, 0, E1 | 1, 5, -10) + jute.INT.pack(4000),
@@ -295,22 +306,26 @@ def test_the_proposal_tree_takes_a_prepared_write_as_applying_its_transaction_wo
         if op == "own":
             history.append(Txn(zxid, record))
             continue
-        txn, changes = prepare_changes(taking.follow(history), session + i, i, OP[op], record, zxid, 1000 + i)
-        history.append(Txn(zxid, zktxn.FOREIGN + txn))
+        value, changes = prepare_value(taking.follow(history), session + i, i, OP[op], record, zxid, 1000 + i)
+        kept, read = zktxn._KEPT.pop(value, None), zktxn.read_create(value, 1)
+        assert (kept and _attributes(kept)) == (read and _attributes(read)), (i, op)  # a plain create's, else none
+        history.append(Txn(zxid, value))
         assert taking.take(history, changes)
-        assert state(taking.tree) == state(HistoryTree().follow(history)), (i, op, zktxn.decode_txn(txn, "txn"))
+        assert state(taking.tree) == state(HistoryTree().follow(history)), (i, op, zktxn.decode_txn(value[1:], "t"))
     assert state(taking.follow(history)) == state(HistoryTree().follow(history))
 
 
-@given(_WRITES, st.lists(st.tuples(st.integers(0, 60), st.booleans(), st.booleans()), max_size=6))
-def test_a_tree_applies_each_transaction_as_applying_its_fields_would(writes: list, again: list) -> None:
+@given(_WRITES, st.lists(st.tuples(st.integers(0, 60), st.booleans(), st.booleans()), max_size=6),
+       st.sampled_from([0x20000B, -(1 << 63) + 0x7A]))
+def test_a_tree_applies_each_transaction_as_applying_its_fields_would(writes: list, again: list, session: int) -> None:
     """`DataTree.apply_txn` -- the way past the fields' dict for zabref's own value and a client's plain create --
     answers and leaves what `apply` of the transaction's fields does, transaction after transaction: every kind a
     leader prepares (a create with a byte too many, which the quick read leaves to the field by field one, among
     them), then creates of an earlier create's node again (it exists, or its parent was deleted since) or of a child
-    of it, ephemeral or not, with a digest."""
+    of it, ephemeral or not, with a digest. `DataTree.apply_read` too, and a waiting client's answer from what it
+    read is the one from the fields: the request it answers (a session with its top bit set among them), the result
+    and the node's stat after the transaction."""
     header = struct.Struct(">qiqqi")
-    session = 0x20000B
     history = [Txn(E1 | 1, zktxn.FOREIGN + header.pack(session, 0, E1 | 1, 5, -10) + jute.INT.pack(4000))]
     proposing = HistoryTree()
     for i, (op, record) in enumerate(writes):
@@ -329,10 +344,15 @@ def test_a_tree_applies_each_transaction_as_applying_its_fields_would(writes: li
             if ephemeral:  # encode_create writes a persistent node; its flag is the 17th byte from the end here
                 body = body[:-17] + b"\x01" + body[-16:]
             history.append(Txn(zxid, zktxn.FOREIGN + body))
-    quick, read = DataTree(), DataTree()
+    quick, read, answering = DataTree(), DataTree(), DataTree()
     for i, txn in enumerate(history):
-        assert quick.apply_txn(txn) == read.apply(fields(txn)), i
-        assert state(quick) == state(read), i
+        err = read.apply(fields(txn))
+        assert quick.apply_txn(txn) == err, i
+        got, got_err = answering.apply_read(txn)
+        assert got_err == err, i
+        assert _answers(got) == _answers(fields(txn)), i
+        assert _result(answering, got, err) == _result(read, fields(txn), err), i
+        assert state(quick) == state(read) == state(answering), i
 
 
 def test_the_proposal_tree_takes_only_the_transaction_after_the_one_it_followed() -> None:

@@ -99,9 +99,9 @@ class ZkClients(NodeParts):
         leader's own client's, or one a learner forwarded (`leader_process_request`). `zkprep.RequestRefused` for a
         session's request."""
         core = self.core
-        txn, changes = zkprep.prepare_changes(self.zk_tree.follow(core.history), session, cxid, op, record,
+        value, changes = zkprep.prepare_value(self.zk_tree.follow(core.history), session, cxid, op, record,
                                               core.next_zxid())
-        self._core(out, core.client_request(zktxn.FOREIGN + txn), now, "ClientRequest", i=self.sid)
+        self._core(out, core.client_request(value), now, "ClientRequest", i=self.sid)
         self.zk_tree.take(core.history, changes)
 
     def zk_read(self, op: int, path: str) -> dict[str, Any]:
@@ -128,10 +128,10 @@ class ZkClients(NodeParts):
                 self.zk_applied.follow(core.history, core.last_committed)
             return
 
-        def applied(txn: dict[str, Any], err: int) -> None:
-            key = (zktree.session_of(txn), txn["cxid"])
+        def applied(txn: zktxn.Create | dict[str, Any], err: int) -> None:
+            key, zxid = _answers(txn)
             waiting = self._zk_waiting.get(key)
-            if waiting is not None and txn["zxid"] > waiting[2]:
+            if waiting is not None and zxid > waiting[2]:
                 del self._zk_waiting[key]
                 out.answers.append((waiting[0], {"zk": _result(self.zk_applied.tree, txn, err)}))
 
@@ -154,8 +154,19 @@ class ZkClients(NodeParts):
                                                   False)))
 
 
-def _result(tree: zktree.DataTree, txn: dict[str, Any], err: int) -> dict[str, Any]:
-    """What a ZooKeeper server answers for a transaction it just applied (its FinalRequestProcessor)."""
+def _answers(txn: zktxn.Create | dict[str, Any]) -> tuple[tuple[int, int], int]:
+    """The request a transaction just applied answers, (session, cxid), and its zxid; ``txn`` read as a
+    `zktxn.Create` or as its fields (`zktree.DataTree.apply_read`)."""
+    if isinstance(txn, zktxn.Create):
+        return (txn.session, txn.cxid), txn.zxid
+    return (zktree.session_of(txn), txn["cxid"]), txn["zxid"]
+
+
+def _result(tree: zktree.DataTree, txn: zktxn.Create | dict[str, Any], err: int) -> dict[str, Any]:
+    """What a ZooKeeper server answers for a transaction it just applied (its FinalRequestProcessor), read as a
+    `zktxn.Create` (the same answer as its fields give, without them) or as its fields."""
+    if isinstance(txn, zktxn.Create):
+        return _create_result(tree, txn, err)
     op = txn["op"]
     out: dict[str, Any] = {"err": err, "zxid": txn["zxid"], "op": op}
     if op == "multi":  # its failure is in its results: the reply's err stays 0 (FinalRequestProcessor)
@@ -165,6 +176,15 @@ def _result(tree: zktree.DataTree, txn: dict[str, Any], err: int) -> dict[str, A
     elif err == 0 and op != "error":
         out.update(_op_result(tree, txn, False))
     return out
+
+
+def _create_result(tree: zktree.DataTree, create: zktxn.Create, err: int) -> dict[str, Any]:
+    """`_result` of a create, as `_op_result` answers its fields."""
+    if err != 0:
+        return {"err": err, "zxid": create.zxid, "op": "create"}
+    node = tree.nodes.get(create.path)
+    return {"err": 0, "zxid": create.zxid, "op": "create", "path": create.path,
+            "stat": None if node is None else node.stat()}
 
 
 def _op_result(tree: zktree.DataTree, op: dict[str, Any], failed: bool) -> dict[str, Any]:

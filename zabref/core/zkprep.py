@@ -46,10 +46,10 @@ import re
 
 from zabref.core import jute
 from zabref.core.zktree import CONTAINER_OWNER, ERR, ChangedChildren, DataTree, ZNode, acl_parts, parent_of
-from zabref.core.zktxn import HEADER, OPEN_ACL, OPS, WORLD_ANYONE_ALL, TxnReader
+from zabref.core.zktxn import FOREIGN, HEADER, OPEN_ACL, OPS, WORLD_ANYONE_ALL, Create, TxnReader, keep_create
 from zabref.errors import CodecError
 
-__all__ = ["prepare", "prepare_changes", "RequestRefused", "valid_path"]
+__all__ = ["prepare", "prepare_changes", "prepare_value", "RequestRefused", "valid_path"]
 
 _OP = {name: code for code, name in OPS.items()}
 _SEQUENTIAL = (2, 3, 6)  # CreateMode flags: PERSISTENT_SEQUENTIAL, EPHEMERAL_SEQUENTIAL, PERSISTENT_SEQUENTIAL_WITH_TTL
@@ -97,6 +97,8 @@ class _View:
         self.tree = tree
         self.zxid, self.time_ms = zxid, time_ms
         self.changes: dict[str, ZNode | None] = {}
+        #: A plain create's node as its transaction holds it, for `prepare_value`: path, data, ACL, parent's cversion.
+        self.created: tuple[str, bytes | None, tuple[str, ...], int] | None = None
 
     def get(self, path: str) -> ZNode:
         node = self.changes[path] if path in self.changes else self.tree.nodes.get(path)
@@ -174,6 +176,8 @@ def _txn(view: _View, op: str, r: TxnReader) -> tuple[str, bytes]:
         body = jute.ustring("path", path) + jute.buffer("data", data) + _acl_bytes(acl)
         if op in ("create", "create2"):
             body += b"\x00"  # ephemeral: false (ephemeral nodes are refused above)
+        if op == "create":
+            view.created = (path, data, OPEN_ACL if acl == list(OPEN_ACL) else tuple(acl), parent.cversion)
         return op, body + jute.INT.pack(parent.cversion) + (jute.LONG.pack(ttl) if op == "createTTL" else b"")
     if op in ("delete", "deleteContainer"):
         path, version = r.ustring("path"), r.i32("version")
@@ -272,6 +276,25 @@ def prepare_changes(tree: DataTree, session: int, cxid: int, op: int, record: by
                     ) -> tuple[bytes, dict[str, ZNode | None]]:
     """`prepare`, and the nodes applying its transaction to ``tree`` would change, as it would leave them (None:
     deleted; nothing for an error transaction), for `zabref.core.zktree.DataTree.take`."""
+    txn, view = _prepare(tree, session, cxid, op, record, zxid, time_ms)
+    return txn, view.changes
+
+
+def prepare_value(tree: DataTree, session: int, cxid: int, op: int, record: bytes, zxid: int, time_ms: int = 0
+                  ) -> tuple[bytes, dict[str, ZNode | None]]:
+    """`prepare_changes`, the transaction as the value a zabref leader proposes (`zktxn.FOREIGN` first); a plain
+    create's `zktxn.Create` is kept for the tree that applies the value at its COMMIT (`zktxn.keep_create`), so that
+    the leader does not read again what it wrote."""
+    txn, view = _prepare(tree, session, cxid, op, record, zxid, time_ms)
+    value = FOREIGN + txn
+    if view.created is not None:
+        path, data, acl, parent_cversion = view.created
+        keep_create(value, Create(session, cxid, zxid, time_ms, path, data, acl, False, parent_cversion, None))
+    return value, view.changes
+
+
+def _prepare(tree: DataTree, session: int, cxid: int, op: int, record: bytes, zxid: int, time_ms: int
+             ) -> tuple[bytes, _View]:
     name = OPS.get(op)
     if name in ("createSession", "closeSession"):
         raise RequestRefused(f"{name}: a zabref leader tracks no sessions; run ZooKeeper with "
@@ -292,4 +315,6 @@ def prepare_changes(tree: DataTree, session: int, cxid: int, op: int, record: by
     except _Failed as e:
         kind, body = "error", jute.INT.pack(e.err)
         view.changes.clear()
-    return HEADER.pack(session, cxid, zxid, time_ms, _OP[kind]) + body, view.changes
+    if kind != "create":  # an error, or a multi whose creates `_txn` saw
+        view.created = None
+    return HEADER.pack(session, cxid, zxid, time_ms, _OP[kind]) + body, view

@@ -166,6 +166,13 @@ def _own_create(txn: Txn) -> zktxn.Create:
     return zktxn.Create(0, 0, txn.zxid, 0, zktxn.node_of(txn.zxid), txn.value, OPEN_ACL, False, -1, None)
 
 
+def _create_of(txn: Txn) -> zktxn.Create | None:
+    """The create ``txn`` is when it is zabref's own value or a ZooKeeper client's plain create; else None."""
+    marker = txn.value[:1]
+    return zktxn.foreign_create(txn.value) if marker == zktxn.FOREIGN else \
+        None if marker == zktxn.SNAPSHOT else _own_create(txn)
+
+
 def session_of(txn: dict[str, Any]) -> int:
     """The header's session as a signed long (`zktxn.decode_txn` gives it as unsigned hex)."""
     s = int(txn["session"], 16)
@@ -194,11 +201,19 @@ class DataTree:
     def apply_txn(self, txn: Txn) -> int:
         """`apply` of ``fields(txn)``, without the fields' dict for the two transactions nearly every one is: zabref's
         own value (the create of its node, `fields`) and a ZooKeeper client's plain create (`zktxn.foreign_create`)."""
-        marker = txn.value[:1]
-        create = zktxn.foreign_create(txn.value) if marker == zktxn.FOREIGN else \
-            None if marker == zktxn.SNAPSHOT else _own_create(txn)
+        create = _create_of(txn)
+        return self.apply(fields(txn)) if create is None else self._apply_create(create)
+
+    def apply_read(self, txn: Txn) -> tuple[zktxn.Create | dict[str, Any], int]:
+        """`apply_txn`, and the transaction as it was read to be applied: the `zktxn.Create` of one of the two
+        creates `apply_txn` applies without a dict, else ``fields(txn)``."""
+        create = _create_of(txn)
         if create is None:
-            return self.apply(fields(txn))
+            read = fields(txn)
+            return read, self.apply(read)
+        return create, self._apply_create(create)
+
+    def _apply_create(self, create: zktxn.Create) -> int:
         self.last_zxid = max(self.last_zxid, create.zxid)
         return self._create(create.path, create.data, create.acl, create.session if create.ephemeral else 0,
                             create.parent_cversion, create.zxid, create.time)
@@ -389,10 +404,10 @@ class HistoryTree:
         self.last = 0
 
     def follow(self, history: Sequence[Txn], count: int | None = None,
-               watch: Callable[[dict[str, Any], int], None] | None = None) -> DataTree:
+               watch: Callable[[zktxn.Create | dict[str, Any], int], None] | None = None) -> DataTree:
         """The tree of ``history[:count]`` (all of it by default), applying what was appended since the last call
         (from the start if the history was cut); ``watch(txn, err)`` sees each transaction applied now, right after
-        it is applied."""
+        it is applied, as `DataTree.apply_read` read it."""
         n = len(history) if count is None else count
         if self.count > n or (self.count and history[self.count - 1].zxid != self.last):
             self.tree, self.count = DataTree(), 0
@@ -401,8 +416,8 @@ class HistoryTree:
             if watch is None:
                 tree.apply_txn(history[k])
                 continue
-            txn = fields(history[k])
-            watch(txn, tree.apply(txn))
+            read, err = tree.apply_read(history[k])
+            watch(read, err)
         self.count = n
         self.last = history[n - 1].zxid if n else 0
         return tree

@@ -207,9 +207,7 @@ def _quick_create(zxid: int, data: bytes) -> bytes | None:
     create = foreign_create(value)
     if create is None or create.zxid != zxid or create.path == node_of(zxid):
         return None
-    if len(_KEPT) >= _KEPT_MAX:
-        del _KEPT[next(iter(_KEPT))]
-    _KEPT[value] = create
+    keep_create(value, create)
     return value
 
 
@@ -359,18 +357,29 @@ class Create:
         return out
 
 
-#: The creates a PROPOSAL's check took (`_quick_create`), by the value that holds them, oldest first; at most
-#: `_KEPT_MAX`: a value kept and never applied (a proposal its sync truncated) waits until newer ones push it out.
+#: The creates a PROPOSAL's check took or a leader prepared (`keep_create`), by the value that holds them, oldest
+#: first; at most `_KEPT_MAX`: a value kept and never applied (a proposal its sync truncated) waits until newer ones
+#: push it out.
 _KEPT: Final[dict[bytes, Create]] = {}
 _KEPT_MAX: Final = 4096
+
+
+def keep_create(value: bytes, create: Create) -> None:
+    """Keep ``create``, which ``read_create(value, 1)`` is, for `foreign_create`'s next read of ``value``: a PROPOSAL's
+    check keeps the create it read (`_quick_create`), a leader the create it prepared
+    (`zabref.core.zkprep.prepare_value`)."""
+    if len(_KEPT) >= _KEPT_MAX:
+        del _KEPT[next(iter(_KEPT))]
+    _KEPT[value] = create
 
 
 def foreign_create(value: bytes) -> Create | None:
     """``read_create(value, 1)``: the create a `FOREIGN` value holds. A follower reads a ZooKeeper client's create
     twice, at its PROPOSAL to check it (`_quick_create`, which keeps the create it takes) and at its COMMIT to apply
     it (`zabref.core.zktree.DataTree`); the second read takes the kept create, once -- `read_create` is a function of
-    the bytes alone, and nothing changes a `Create` after it is made. A check of a value kept already keeps it again,
-    newest (servers simulated in one process read the same PROPOSAL each)."""
+    the bytes alone, and nothing changes a `Create` after it is made. A leader's apply at the COMMIT takes the create
+    it prepared the value from. A check of a value kept already keeps it again, newest (servers simulated in one
+    process read the same PROPOSAL each)."""
     create = _KEPT.pop(value, None)
     return create if create is not None else read_create(value, 1)
 
