@@ -256,8 +256,8 @@ def set_acl(path: str, acl: bytes, version: int = -1) -> bytes:
 
 
 def _attributes(create: zktxn.Create) -> tuple:
-    return (create.session, create.cxid, create.zxid, create.time, create.path, create.data, create.acl,
-            create.ephemeral, create.parent_cversion, create.digest)
+    return (create.session, create.cxid, create.zxid, create.time, create.path, create.data, type(create.data),
+            create.acl, create.ephemeral, create.parent_cversion, create.digest)
 
 
 def state(tree: DataTree) -> tuple:

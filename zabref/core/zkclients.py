@@ -24,7 +24,10 @@ served as ZooKeeper serves it, and its requests take the paths ZooKeeper's do:
   it applies what else the history gained (zabref's own clients' values, a new leader's history) only at a ZooKeeper
   client's write, catching up over what came since (not measured). ZooKeeper keeps one tree, the delivered one, and
   prepares against it and the changes still outstanding; zabref keeps the two trees, each changed once a
-  transaction (docs/performance.md, "The proposal tree takes its changes").
+  transaction (docs/performance.md, "The proposal tree takes its changes"). A plain create the leader prepares is
+  kept for the delivered tree's apply at its COMMIT (`zkprep.prepare_value`), and a waiting client's answer is made
+  from the create applied, without the transaction's fields (`zktree.DataTree.apply_read`; docs/performance.md, "A
+  waited write answered without its fields").
 
   A waiting write's transaction is one above this server's last zxid when it arrived (a leader proposes it next; a
   follower's leader proposes it after all it had sent), so a transaction at or below that zxid never answers it: a

@@ -12,7 +12,8 @@ does (create with the parent's child version ``parentCVersion``, -1 meaning one 
 check; error; a multi applied whole or, when one of its operations is an error, not at all; closeSession deleting
 the session's ephemeral nodes), one transaction being the dict `zktxn.decode_txn` reads, or zabref's own value
 (`fields`); the two transactions nearly every one is, zabref's own value and a ZooKeeper client's plain create, are
-applied without that dict (`DataTree.apply_txn`, `zktxn.read_create`). A history's base (`zktxn.SNAPSHOT`: a
+applied without that dict (`DataTree.apply_txn`, `zktxn.read_create`; `DataTree.apply_read` also gives what it read,
+from which a waiting client's answer is made). A history's base (`zktxn.SNAPSHOT`: a
 ZooKeeper leader's snapshot stream, kept whole by a zabref follower) is applied as the tree it holds, sessions, ACLs
 and every node's stat (`DataTree.load`). `HistoryTree` keeps one tree up to date with a history that grows by
 appends, starting again when the history it followed was cut (its last applied zxid is no longer where it was: a
