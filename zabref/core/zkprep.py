@@ -10,7 +10,9 @@ session, cxid, zxid, time, type}`` and the transaction's record, or, when the re
 version does not match, ...), the same header with type error (-1) and ``ErrorTxn {int err}``. The follower that
 forwarded the request answers its client when it applies the transaction at its COMMIT, matching it by session and
 cxid. `prepare` is that step for a zabref leader: the tree is the one its whole history makes, committed or not
-(`zabref.core.zktree.HistoryTree`), which is what ZooKeeper's outstanding changes add to its applied tree.
+(`zabref.core.zktree.HistoryTree`), which is what ZooKeeper's outstanding changes add to its applied tree. A leader
+calls it as `prepare_value`: the value it proposes, the nodes the transaction changes (which its proposal tree takes)
+and, for a plain create, the create kept for its delivered tree's apply at the COMMIT.
 
 Requests, as PrepRequestProcessor.pRequest2Txn reads them (``zookeeper.jute``, module ``org.apache.zookeeper.proto``):
 
